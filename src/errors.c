@@ -1,0 +1,163 @@
+/*-------------------------------------------------------------------------
+ *
+ * errors.c
+ *	  Reason codes (SPEC §15) and value-free error reporting.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+#include "errors.h"
+
+typedef struct AshReasonEntry
+{
+	const char *code;
+	AshReasonClass cls;
+} AshReasonEntry;
+
+static const AshReasonEntry reason_table[] = {
+	/* halts */
+	{"tenant_required", ASH_REASON_HALTED},
+	{"tenant_resolution_failed", ASH_REASON_HALTED},
+	{"tenant_scope_missing", ASH_REASON_HALTED},
+	{"tenant_conflict", ASH_REASON_HALTED},
+	{"source_identity_mismatch", ASH_REASON_HALTED},
+	{"message_prefix_unmapped", ASH_REASON_HALTED},
+	{"append_origin_gap", ASH_REASON_HALTED},
+	{"append_frontier_divergent", ASH_REASON_HALTED},
+	{"census_unverifiable", ASH_REASON_HALTED},
+	{"census_drift", ASH_REASON_HALTED},
+	{"apply_failed", ASH_REASON_HALTED},
+	{"owner_lost", ASH_REASON_HALTED},
+	{"pipeline_terminated", ASH_REASON_HALTED},
+	{"retention_lost", ASH_REASON_HALTED},
+	{"snapshot_state_invalid", ASH_REASON_HALTED},
+	{"snapshot_scope_incomplete", ASH_REASON_HALTED},
+	{"snapshot_contention_exhausted", ASH_REASON_HALTED},
+	{"keyring_version_missing", ASH_REASON_HALTED},
+	{"digest_key_horizon_violated", ASH_REASON_HALTED},
+	{"decoder_table_missing", ASH_REASON_HALTED},
+	{"decoder_extension_missing", ASH_REASON_HALTED},
+	{"decoder_table_keyless", ASH_REASON_HALTED},
+	{"delivery_config_invalid", ASH_REASON_HALTED},
+	{"unchanged_value_unavailable", ASH_REASON_HALTED},
+	{"tombstone_unknown", ASH_REASON_HALTED},
+	{"protocol_violation", ASH_REASON_HALTED},
+	/* misconfigured */
+	{"source_table_unmapped", ASH_REASON_MISCONFIGURED},
+	{"source_column_unmapped", ASH_REASON_MISCONFIGURED},
+	{"source_column_missing", ASH_REASON_MISCONFIGURED},
+	{"source_type_invalid", ASH_REASON_MISCONFIGURED},
+	{"source_replica_identity", ASH_REASON_MISCONFIGURED},
+	{"ignore_collides_with_mapping", ASH_REASON_MISCONFIGURED},
+	{"checkpoint_identity_conflict", ASH_REASON_MISCONFIGURED},
+	{"source_timeline_changed", ASH_REASON_MISCONFIGURED},
+	{"checkpoint_ahead_of_source", ASH_REASON_MISCONFIGURED},
+	{"contract_incompatible", ASH_REASON_MISCONFIGURED},
+	{"publication_contract_incompatible", ASH_REASON_MISCONFIGURED},
+	{"decoder_contract_incompatible", ASH_REASON_MISCONFIGURED},
+	{"source_release_unsupported", ASH_REASON_MISCONFIGURED},
+	{"keyring_missing_family", ASH_REASON_MISCONFIGURED},
+	{"retention_below_recovery_horizon", ASH_REASON_MISCONFIGURED},
+	{"initial_state_mismatch", ASH_REASON_MISCONFIGURED},
+	{"decoder_capability_unsupported", ASH_REASON_MISCONFIGURED},
+	{"append_frontier_unavailable", ASH_REASON_MISCONFIGURED},
+	{"source_slot_in_use", ASH_REASON_MISCONFIGURED},
+	{"source_publication_missing", ASH_REASON_MISCONFIGURED},
+	{"source_not_logical", ASH_REASON_MISCONFIGURED},
+	{"source_unreachable", ASH_REASON_MISCONFIGURED},
+	{"privilege_replication_missing", ASH_REASON_MISCONFIGURED},
+	{"destination_owner_invalid", ASH_REASON_MISCONFIGURED},
+	/* registration / configuration rejections */
+	{"multitenancy_required", ASH_REASON_REGISTRATION},
+	{"tenant_attribute_invalid", ASH_REASON_REGISTRATION},
+	{"sensitive_unprotected", ASH_REASON_REGISTRATION},
+	{"destination_not_local", ASH_REASON_REGISTRATION},
+	{"history_invalid", ASH_REASON_REGISTRATION},
+	{"append_log_invalid", ASH_REASON_REGISTRATION},
+	{"sink_kind_mixed", ASH_REASON_REGISTRATION},
+	{"snapshot_unsupported", ASH_REASON_REGISTRATION},
+	{"snapshot_provenance_invalid", ASH_REASON_REGISTRATION},
+	{"census_options_invalid", ASH_REASON_REGISTRATION},
+	{"ignore_invalid", ASH_REASON_REGISTRATION},
+	{"message_route_invalid", ASH_REASON_REGISTRATION},
+	{"recovery_horizon_invalid", ASH_REASON_REGISTRATION},
+	{"slot_name_invalid", ASH_REASON_REGISTRATION},
+	{"config_invalid", ASH_REASON_REGISTRATION},
+	/* doctor / preflight */
+	{"source_probe_failed", ASH_REASON_DOCTOR},
+	{"privilege_select_missing", ASH_REASON_DOCTOR},
+	{"privilege_probe_missing", ASH_REASON_DOCTOR},
+	{"checkpoint_state_unknown", ASH_REASON_DOCTOR},
+	{"retention_at_risk", ASH_REASON_DOCTOR},
+	{"ignore_never_matches", ASH_REASON_DOCTOR},
+	{"extension_version_mismatch", ASH_REASON_DOCTOR},
+};
+
+AshReasonClass
+ash_reason_class(const char *reason)
+{
+	if (reason == NULL)
+		return ASH_REASON_UNKNOWN;
+	for (int i = 0; i < lengthof(reason_table); i++)
+	{
+		if (strcmp(reason_table[i].code, reason) == 0)
+			return reason_table[i].cls;
+	}
+	return ASH_REASON_UNKNOWN;
+}
+
+const char *
+ash_reason_class_name(AshReasonClass cls)
+{
+	switch (cls)
+	{
+		case ASH_REASON_HALTED:
+			return "halted";
+		case ASH_REASON_MISCONFIGURED:
+			return "misconfigured";
+		case ASH_REASON_REGISTRATION:
+			return "registration";
+		case ASH_REASON_DOCTOR:
+			return "doctor";
+		case ASH_REASON_UNKNOWN:
+			break;
+	}
+	return "unknown";
+}
+
+void
+ash_reject(int sqlerrcode, const char *stage, const char *reason,
+		   const char *ctxfmt,...)
+{
+	StringInfoData ctx;
+
+	initStringInfo(&ctx);
+	if (ctxfmt != NULL)
+	{
+		for (;;)
+		{
+			va_list		args;
+			int			needed;
+
+			va_start(args, ctxfmt);
+			needed = appendStringInfoVA(&ctx, ctxfmt, args);
+			va_end(args);
+			if (needed == 0)
+				break;
+			enlargeStringInfo(&ctx, needed);
+		}
+	}
+
+	if (ctx.len > 0)
+		ereport(ERROR,
+				(errcode(sqlerrcode),
+				 errmsg("ash_replicant: %s rejected: %s (%s)", stage, reason, ctx.data)));
+	else
+		ereport(ERROR,
+				(errcode(sqlerrcode),
+				 errmsg("ash_replicant: %s rejected: %s", stage, reason)));
+	pg_unreachable();
+}

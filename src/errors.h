@@ -1,0 +1,43 @@
+/*-------------------------------------------------------------------------
+ *
+ * errors.h
+ *	  Reason codes and value-free error reporting.
+ *
+ * NOTES
+ *	  Every refusal and every halt carries a reason code from SPEC §15: a
+ *	  stable snake_case string.  Messages may name columns, tables and
+ *	  options, never row values, tenants, keys, conninfo or LSN tokens from
+ *	  a source row.  Use these helpers rather than a bare ereport so that the
+ *	  message shape stays uniform:
+ *
+ *		ash_replicant: <stage> rejected: <reason> (<context>)
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_ERRORS_H
+#define ASH_ERRORS_H
+
+/* Classes of reason codes, as reported by ash_replicant_status(). */
+typedef enum AshReasonClass
+{
+	ASH_REASON_HALTED,			/* state "halted" */
+	ASH_REASON_MISCONFIGURED,	/* state "misconfigured" */
+	ASH_REASON_REGISTRATION,	/* refused by a configuration function */
+	ASH_REASON_DOCTOR,			/* doctor/preflight only */
+	ASH_REASON_UNKNOWN
+} AshReasonClass;
+
+/* Class of a reason code; ASH_REASON_UNKNOWN for a code this version lacks. */
+extern AshReasonClass ash_reason_class(const char *reason);
+extern const char *ash_reason_class_name(AshReasonClass cls);
+
+/*
+ * Raise ERROR: "ash_replicant: <stage> rejected: <reason>" followed by
+ * " (<context>)" when ctxfmt is not NULL.  sqlerrcode is a full SQLSTATE
+ * (ERRCODE_*).  The context must be structural only (names of columns,
+ * options, tables) — never a value.
+ */
+extern void ash_reject(int sqlerrcode, const char *stage, const char *reason,
+					   const char *ctxfmt,...) pg_attribute_printf(4, 5) pg_attribute_noreturn();
+
+#endif							/* ASH_ERRORS_H */

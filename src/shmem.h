@@ -1,0 +1,91 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *	  Shared-memory pipeline slots: liveness, counters and in-memory halts.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_SHMEM_H
+#define ASH_SHMEM_H
+
+#include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+
+#define ASH_NAME_LEN		64	/* sink names are limited to 63 bytes */
+#define ASH_REASON_LEN		64
+
+/* Counters published by a pipeline worker (read by the stat view). */
+typedef struct AshPipelineStats
+{
+	uint64		received_xacts;
+	uint64		applied_xacts;
+	uint64		skipped_xacts;
+	uint64		received_changes;
+	uint64		applied_changes;
+	uint64		skipped_changes;
+	uint64		missing_row_deletes;
+	uint64		batches;
+	uint64		reconnects;
+	XLogRecPtr	last_received_lsn;
+	XLogRecPtr	applied_lsn;	/* durable watermark (commit LSN) */
+	XLogRecPtr	source_end_lsn; /* last wal end reported by the source */
+	TimestampTz last_commit_time;	/* source commit time of last applied */
+	TimestampTz last_census_at;
+	char		last_census_verdict[16];	/* "", pass, drift, fault */
+	bool		census_enabled;
+	bool		snapshot_in_flight;
+	bool		streaming;		/* reached the streaming phase */
+} AshPipelineStats;
+
+typedef struct AshPipelineSlot
+{
+	bool		in_use;
+	char		sink_name[ASH_NAME_LEN];
+	Oid			dboid;
+	int64		generation;		/* pipelines.start_generation served */
+	int64		config_version; /* sinks.config_version loaded */
+	pid_t		pid;			/* 0 until the worker attached */
+	bool		stop_requested;
+	TimestampTz started_at;
+
+	/* in-memory leg of a halt (survives a failed tombstone write) */
+	char		halt_reason[ASH_REASON_LEN];
+	char		halt_class[16];
+	int64		halt_generation;
+	TimestampTz halted_at;
+
+	slock_t		mutex;			/* protects stats */
+	AshPipelineStats stats;
+} AshPipelineSlot;
+
+typedef struct AshShared
+{
+	LWLock	   *lock;			/* protects slots' identity fields */
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+	int			nslots;
+	AshPipelineSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} AshShared;
+
+extern AshShared *AshShmem;
+
+extern void ash_shmem_request(void);
+extern void ash_shmem_startup(void);
+
+/* Errors out unless the library was preloaded (shared memory exists). */
+extern void ash_require_shmem(void);
+
+/*
+ * True when a pipeline worker for sink_name is registered and alive in this
+ * database.  Callers need no lock.
+ */
+extern bool ash_pipeline_is_running(const char *sink_name);
+
+/* Find the slot of sink_name in database dboid (caller holds lock). */
+extern AshPipelineSlot *ash_slot_find(Oid dboid, const char *sink_name);
+
+#endif							/* ASH_SHMEM_H */
