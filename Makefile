@@ -10,12 +10,12 @@ MODULE_big = ash_replicant
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 
 DATA = $(wildcard sql/ash_replicant--*.sql)
-SCRIPTS = tools/ash_replicant_ctl
+
 PGFILEDESC = "ash_replicant - fail-closed logical replication mirror"
 
 REGRESS = $(sort $(basename $(notdir $(wildcard test/sql/*.sql))))
 REGRESS_OPTS = --inputdir=test --outputdir=test --temp-instance=test/tmp_instance \
-	--temp-config=test/regress.conf --load-extension=ash_replicant
+	--temp-config=test/regress.conf
 
 TAP_TESTS = 1
 PROVE_TESTS = $(if $(TAP),$(TAP),test/t/*.pl)

@@ -41,6 +41,14 @@ typedef struct AshPipelineStats
 	bool		streaming;		/* reached the streaming phase */
 } AshPipelineStats;
 
+typedef enum AshSlotState
+{
+	ASH_SLOT_FREE = 0,
+	ASH_SLOT_STARTING,			/* registered by the launcher, not attached */
+	ASH_SLOT_RUNNING,			/* worker attached */
+	ASH_SLOT_EXITED				/* worker gone; slot kept for its halt leg */
+} AshSlotState;
+
 typedef struct AshPipelineSlot
 {
 	bool		in_use;
@@ -48,7 +56,9 @@ typedef struct AshPipelineSlot
 	Oid			dboid;
 	int64		generation;		/* pipelines.start_generation served */
 	int64		config_version; /* sinks.config_version loaded */
+	AshSlotState state;
 	pid_t		pid;			/* 0 until the worker attached */
+	bool		exit_clean;		/* worker left deliberately (halt/stop/restart) */
 	bool		stop_requested;
 	TimestampTz started_at;
 

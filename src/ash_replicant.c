@@ -1,0 +1,120 @@
+/*-------------------------------------------------------------------------
+ *
+ * ash_replicant.c
+ *	  Module entry point: GUCs, shared memory request, launcher registration.
+ *
+ * NOTES
+ *	  The library must be listed in shared_preload_libraries: the launcher
+ *	  is a static background worker and pipeline slots live in shared
+ *	  memory.  Loaded any other way (e.g. by CREATE EXTENSION in a server
+ *	  that did not preload it) only the SQL functions work, and those that
+ *	  need shared memory say so.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+#include "ash_replicant.h"
+#include "launcher.h"
+#include "shmem.h"
+
+PG_MODULE_MAGIC;
+
+char	   *ash_database = NULL;
+char	   *ash_keyring_file = NULL;
+int			ash_naptime_ms = 10000;
+int			ash_reconnect_min_ms = 1000;
+int			ash_reconnect_max_ms = 60000;
+int			ash_max_pipelines = 16;
+int			ash_receive_timeout_ms = 60000;
+int			ash_connect_timeout_ms = 30000;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	DefineCustomStringVariable("ash_replicant.database",
+							   "Database in which the launcher reads pipeline catalogs.",
+							   NULL,
+							   &ash_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("ash_replicant.keyring_file",
+							   "Path of the key file (families of versioned keys).",
+							   "Must be owned by the server user with mode 0600 or stricter.",
+							   &ash_keyring_file,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ash_replicant.naptime",
+							"Launcher poll interval when nothing wakes it.",
+							NULL,
+							&ash_naptime_ms,
+							10000, 100, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ash_replicant.reconnect_min_delay",
+							"Initial back-off before reconnecting after a transient fault.",
+							NULL,
+							&ash_reconnect_min_ms,
+							1000, 10, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ash_replicant.reconnect_max_delay",
+							"Cap of the exponential reconnect back-off.",
+							NULL,
+							&ash_reconnect_max_ms,
+							60000, 10, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ash_replicant.receive_timeout",
+							"Reconnect when the source sends nothing for this long (a keepalive is requested at half of it).",
+							NULL,
+							&ash_receive_timeout_ms,
+							60000, 1000, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ash_replicant.connect_timeout",
+							"Give up a source connection or command after this long.",
+							NULL,
+							&ash_connect_timeout_ms,
+							30000, 1000, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ash_replicant.max_pipelines",
+							"Maximum number of concurrently running pipelines (shared memory slots).",
+							NULL,
+							&ash_max_pipelines,
+							16, 1, 1024,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("ash_replicant");
+
+	ash_shmem_request();
+	ash_launcher_register();
+}

@@ -1,0 +1,22 @@
+/*-------------------------------------------------------------------------
+ *
+ * ash_replicant.h
+ *	  Configuration variables shared by the modules.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_REPLICANT_H
+#define ASH_REPLICANT_H
+
+#define ASH_EXTENSION_VERSION "1.0.0"
+
+extern char *ash_database;
+extern char *ash_keyring_file;
+extern int	ash_naptime_ms;
+extern int	ash_reconnect_min_ms;
+extern int	ash_reconnect_max_ms;
+extern int	ash_max_pipelines;
+extern int	ash_receive_timeout_ms;
+extern int	ash_connect_timeout_ms;
+
+#endif							/* ASH_REPLICANT_H */

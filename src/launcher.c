@@ -1,0 +1,507 @@
+/*-------------------------------------------------------------------------
+ *
+ * launcher.c
+ *	  The launcher background worker: one per server, supervises pipelines.
+ *
+ * NOTES
+ *	  The launcher connects to ash_replicant.database and, every naptime or
+ *	  when woken, reconciles the enabled pipelines in the catalogs with the
+ *	  pipeline workers it has started:
+ *
+ *	  - enabled, not halted in this start generation, no live worker:
+ *		claim a shared-memory slot and register a dynamic worker;
+ *	  - a live worker whose sink configuration version changed, or whose
+ *		pipeline was disabled: ask it to leave (SIGTERM; it exits cleanly);
+ *	  - a worker that vanished without a clean exit: record owner_lost in
+ *		the slot (in-memory halt leg) and do not restart it until the next
+ *		ash_replicant_start (which bumps start_generation).
+ *
+ *	  With no extension installed, or no enabled pipeline, it supervises
+ *	  nothing: it logs that once and sleeps.  Errors while reading the
+ *	  catalogs are logged (rate-limited by the nap) and never crash-loop.
+ *
+ *	  SQL functions wake the launcher from an XactCallback at COMMIT, so it
+ *	  always reads committed configuration.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "ash_replicant.h"
+#include "launcher.h"
+#include "pipeline.h"
+#include "shmem.h"
+
+/* Launcher-local view of the workers it started. */
+typedef struct LauncherWorker
+{
+	BackgroundWorkerHandle *handle;
+	TimestampTz last_start;
+} LauncherWorker;
+
+static LauncherWorker *workers = NULL;
+static bool wake_registered = false;
+static bool wake_pending = false;
+
+/* One enabled pipeline as read from the catalogs. */
+typedef struct EnabledPipeline
+{
+	char		sink_name[ASH_NAME_LEN];
+	int64		start_generation;
+	int64		halt_generation;	/* -1 when none */
+	int64		config_version;
+} EnabledPipeline;
+
+void
+ash_launcher_register(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	/* a crashed launcher comes back, slowly enough never to flood the log */
+	worker.bgw_restart_time = 30;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "ash_replicant");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ash_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "ash_replicant launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "ash_replicant launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* ---------------------------------------------------------------------
+ * Waking the launcher at commit.
+ * ---------------------------------------------------------------------
+ */
+static void
+launcher_wake_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_pending && AshShmem != NULL)
+			{
+				pid_t		pid;
+
+				LWLockAcquire(AshShmem->lock, LW_SHARED);
+				pid = AshShmem->launcher_pid;
+				if (pid != 0 && AshShmem->launcher_latch != NULL)
+					SetLatch(AshShmem->launcher_latch);
+				LWLockRelease(AshShmem->lock);
+			}
+			wake_pending = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			wake_pending = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+ash_launcher_wake_at_commit(void)
+{
+	if (!wake_registered)
+	{
+		RegisterXactCallback(launcher_wake_xact_callback, NULL);
+		wake_registered = true;
+	}
+	wake_pending = true;
+}
+
+/* ---------------------------------------------------------------------
+ * Catalog reading.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Read the enabled pipelines into a palloc'd array (in the caller's
+ * context).  Returns -1 when the extension is not installed here.
+ */
+static int
+read_enabled_pipelines(EnabledPipeline **out)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	int			n = -1;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+
+	if (OidIsValid(get_extension_oid("ash_replicant", true)))
+	{
+		int			ret;
+
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		pgstat_report_activity(STATE_RUNNING, "ash_replicant launcher: reading pipelines");
+		ret = SPI_execute("SELECT p.sink_name, p.start_generation,"
+						  " coalesce(p.halt_generation, -1), s.config_version"
+						  " FROM ash_replicant.pipelines p"
+						  " JOIN ash_replicant.sinks s USING (sink_name)"
+						  " WHERE p.enabled ORDER BY p.sink_name",
+						  true, 0);
+		if (ret != SPI_OK_SELECT)
+			elog(ERROR, "ash_replicant launcher: pipeline query failed");
+		n = (int) SPI_processed;
+		*out = MemoryContextAllocZero(caller, sizeof(EnabledPipeline) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			char	   *name = TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull));
+
+			strlcpy((*out)[i].sink_name, name, ASH_NAME_LEN);
+			(*out)[i].start_generation = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+			(*out)[i].halt_generation = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+			(*out)[i].config_version = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+		}
+		SPI_finish();
+	}
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return n;
+}
+
+/* ---------------------------------------------------------------------
+ * Reconciliation.
+ * ---------------------------------------------------------------------
+ */
+static bool
+start_worker(int slotno)
+{
+	BackgroundWorker worker;
+	AshPipelineSlot *slot = &AshShmem->slots[slotno];
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "ash_replicant");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ash_pipeline_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "ash_replicant pipeline %s", slot->sink_name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "ash_replicant pipeline");
+	worker.bgw_main_arg = Int32GetDatum(slotno);
+	memcpy(worker.bgw_extra, &slot->generation, sizeof(int64));
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &workers[slotno].handle))
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=launcher.worker_register_failed sink=%s",
+						slot->sink_name),
+				 errhint("Increase max_worker_processes.")));
+		return false;
+	}
+	workers[slotno].last_start = GetCurrentTimestamp();
+	return true;
+}
+
+/* Is the worker registered for this slot gone? */
+static bool
+worker_gone(int slotno)
+{
+	pid_t		pid;
+
+	if (workers[slotno].handle == NULL)
+		return true;
+	return GetBackgroundWorkerPid(workers[slotno].handle, &pid) == BGWH_STOPPED;
+}
+
+static void
+reconcile(EnabledPipeline *pipes, int npipes)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+
+	/* First pass: settle slots of this database whose worker is gone. */
+	for (int i = 0; i < AshShmem->nslots; i++)
+	{
+		AshPipelineSlot *slot = &AshShmem->slots[i];
+
+		if (!slot->in_use || slot->dboid != MyDatabaseId)
+			continue;
+		if (slot->state != ASH_SLOT_EXITED && worker_gone(i))
+		{
+			/*
+			 * The worker vanished.  If it did not say it left on purpose it
+			 * is owner_lost: remember that in memory for this generation.
+			 */
+			if (!slot->exit_clean && !slot->stop_requested &&
+				slot->halt_reason[0] == '\0')
+			{
+				strlcpy(slot->halt_reason, "owner_lost", ASH_REASON_LEN);
+				strlcpy(slot->halt_class, "halted", sizeof(slot->halt_class));
+				slot->halt_generation = slot->generation;
+				slot->halted_at = now;
+				ereport(LOG,
+						(errmsg("ash_replicant event=pipeline.halt sink=%s reason=owner_lost",
+								slot->sink_name)));
+			}
+			slot->state = ASH_SLOT_EXITED;
+			slot->pid = 0;
+			workers[i].handle = NULL;
+		}
+	}
+
+	/* Second pass: every enabled pipeline. */
+	for (int p = 0; p < npipes; p++)
+	{
+		EnabledPipeline *ep = &pipes[p];
+		AshPipelineSlot *slot = ash_slot_find(MyDatabaseId, ep->sink_name);
+		int			slotno;
+
+		if (ep->halt_generation >= ep->start_generation)
+			continue;			/* halted durably in this generation */
+
+		if (slot != NULL)
+		{
+			slotno = slot - AshShmem->slots;
+
+			if (slot->state == ASH_SLOT_STARTING || slot->state == ASH_SLOT_RUNNING)
+			{
+				/* live: restart on a configuration or generation change */
+				if ((slot->config_version != ep->config_version ||
+					 slot->generation != ep->start_generation) &&
+					!slot->stop_requested)
+				{
+					slot->stop_requested = true;
+					if (workers[slotno].handle)
+						TerminateBackgroundWorker(workers[slotno].handle);
+				}
+				continue;
+			}
+
+			/* exited: halted in memory for this generation? */
+			if (slot->halt_reason[0] != '\0' &&
+				slot->halt_generation >= ep->start_generation)
+				continue;
+
+			/* back off restarts of a worker that left cleanly */
+			if (!TimestampDifferenceExceeds(workers[slotno].last_start, now,
+											ash_reconnect_min_ms))
+				continue;
+		}
+		else
+		{
+			slotno = -1;
+			for (int i = 0; i < AshShmem->nslots; i++)
+			{
+				if (!AshShmem->slots[i].in_use)
+				{
+					slotno = i;
+					break;
+				}
+			}
+			if (slotno < 0)
+			{
+				ereport(LOG,
+						(errmsg("ash_replicant event=launcher.no_free_slot sink=%s",
+								ep->sink_name),
+						 errhint("Increase ash_replicant.max_pipelines.")));
+				continue;
+			}
+			slot = &AshShmem->slots[slotno];
+		}
+
+		/* (Re)initialise the slot for this generation. */
+		{
+			slock_t		mutex = slot->mutex;
+
+			memset(slot, 0, sizeof(AshPipelineSlot));
+			slot->mutex = mutex;
+		}
+		slot->in_use = true;
+		strlcpy(slot->sink_name, ep->sink_name, ASH_NAME_LEN);
+		slot->dboid = MyDatabaseId;
+		slot->generation = ep->start_generation;
+		slot->config_version = ep->config_version;
+		slot->state = ASH_SLOT_STARTING;
+		slot->started_at = now;
+		if (!start_worker(slotno))
+			slot->state = ASH_SLOT_EXITED;
+	}
+
+	/* Third pass: slots whose pipeline is no longer enabled. */
+	for (int i = 0; i < AshShmem->nslots; i++)
+	{
+		AshPipelineSlot *slot = &AshShmem->slots[i];
+		bool		enabled = false;
+
+		if (!slot->in_use || slot->dboid != MyDatabaseId)
+			continue;
+		for (int p = 0; p < npipes; p++)
+		{
+			if (strcmp(pipes[p].sink_name, slot->sink_name) == 0)
+			{
+				enabled = true;
+				break;
+			}
+		}
+		if (enabled)
+			continue;
+		if (slot->state == ASH_SLOT_STARTING || slot->state == ASH_SLOT_RUNNING)
+		{
+			if (!slot->stop_requested)
+			{
+				slot->stop_requested = true;
+				if (workers[i].handle)
+					TerminateBackgroundWorker(workers[i].handle);
+			}
+		}
+		else
+		{
+			/* stopped deliberately: forget everything, including halts */
+			slock_t		mutex = slot->mutex;
+
+			memset(slot, 0, sizeof(AshPipelineSlot));
+			slot->mutex = mutex;
+		}
+	}
+
+	LWLockRelease(AshShmem->lock);
+}
+
+static void
+launcher_on_exit(int code, Datum arg)
+{
+	if (AshShmem == NULL)
+		return;
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	AshShmem->launcher_pid = 0;
+	AshShmem->launcher_latch = NULL;
+	LWLockRelease(AshShmem->lock);
+}
+
+void
+ash_launcher_main(Datum main_arg)
+{
+	volatile bool logged_idle = false;
+	volatile bool logged_absent = false;
+	MemoryContext loop_cxt;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	/* a shutdown request is serviced at the top of the loop: clean exit */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+
+	if (AshShmem == NULL)
+		ereport(FATAL, (errmsg("ash_replicant launcher: shared memory not initialised")));
+
+	BackgroundWorkerInitializeConnection(ash_database, NULL, 0);
+
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	if (AshShmem->launcher_pid != 0)
+	{
+		LWLockRelease(AshShmem->lock);
+		ereport(LOG, (errmsg("ash_replicant launcher already running; exiting")));
+		proc_exit(0);
+	}
+	AshShmem->launcher_pid = MyProcPid;
+	AshShmem->launcher_latch = &MyProc->procLatch;
+	/* slots outlive a launcher restart only as memory of halts */
+	for (int i = 0; i < AshShmem->nslots; i++)
+	{
+		AshPipelineSlot *slot = &AshShmem->slots[i];
+
+		if (slot->in_use && slot->state != ASH_SLOT_EXITED && slot->pid == 0)
+			slot->state = ASH_SLOT_EXITED;
+	}
+	LWLockRelease(AshShmem->lock);
+	before_shmem_exit(launcher_on_exit, (Datum) 0);
+
+	workers = MemoryContextAllocZero(TopMemoryContext,
+									 sizeof(LauncherWorker) * AshShmem->nslots);
+	loop_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant launcher loop",
+									 ALLOCSET_DEFAULT_SIZES);
+
+	ereport(LOG, (errmsg("ash_replicant launcher started")));
+
+	for (;;)
+	{
+		EnabledPipeline *pipes = NULL;
+		int			npipes = 0;
+		MemoryContext old;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		MemoryContextReset(loop_cxt);
+		old = MemoryContextSwitchTo(loop_cxt);
+
+		PG_TRY();
+		{
+			npipes = read_enabled_pipelines(&pipes);
+		}
+		PG_CATCH();
+		{
+			/* log once per nap; never crash-loop on a catalog problem */
+			MemoryContextSwitchTo(loop_cxt);
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			npipes = 0;
+			pipes = NULL;
+		}
+		PG_END_TRY();
+
+		if (npipes < 0)
+		{
+			if (!logged_absent)
+				ereport(LOG,
+						(errmsg("ash_replicant launcher: extension not installed in database \"%s\"; supervising nothing",
+								ash_database)));
+			logged_absent = true;
+			npipes = 0;
+		}
+		else
+			logged_absent = false;
+
+		if (npipes == 0 && !logged_idle && !logged_absent)
+		{
+			ereport(LOG, (errmsg("ash_replicant launcher: no enabled pipeline; supervising nothing")));
+			logged_idle = true;
+		}
+		else if (npipes > 0)
+			logged_idle = false;
+
+		reconcile(pipes, npipes);
+		MemoryContextSwitchTo(old);
+
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 npipes > 0 ? Min(ash_naptime_ms, ash_reconnect_min_ms) : ash_naptime_ms,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

@@ -1,0 +1,56 @@
+# The launcher boots with the library preloaded: without the extension, then
+# with the extension and no pipeline, and never loops on errors.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('launcher');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'ash_replicant'
+ash_replicant.database = 'postgres'
+ash_replicant.naptime = '200ms'
+});
+$node->start;
+
+# 1. no extension: the launcher says once that it supervises nothing
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ash_replicant launcher'"),
+	'launcher running without the extension');
+sleep(2);    # let several naptimes pass: must not produce repeated lines
+my $log = slurp_file($node->logfile);
+my $absent = () = $log =~ /extension not installed in database/g;
+is($absent, 1, 'logs "extension not installed" exactly once');
+unlike($log, qr/ERROR|FATAL/, 'no error without the extension');
+
+# 2. extension, no pipeline
+$node->safe_psql('postgres', 'CREATE EXTENSION ash_replicant');
+$node->safe_psql('postgres', 'SELECT 1');
+ok($node->poll_query_until('postgres', 'SELECT true'), 'server alive');
+sleep(2);
+$log = slurp_file($node->logfile);
+my $idle = () = $log =~ /no enabled pipeline; supervising nothing/g;
+is($idle, 1, 'logs "no enabled pipeline" exactly once');
+unlike($log, qr/ERROR|FATAL/, 'no error with the extension and no pipeline');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM ash_replicant_status()'), '0',
+	'status lists no pipeline');
+
+# 3. the launcher survives a restart and a pipeline-less SIGHUP
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+$node->restart;
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ash_replicant launcher'"),
+	'launcher back after restart');
+$log = slurp_file($node->logfile);
+unlike($log, qr/ERROR|FATAL/, 'no error after restart');
+
+# 4. dropping the extension puts the launcher back to idle without errors
+$node->safe_psql('postgres', 'DROP EXTENSION ash_replicant');
+sleep(1);
+$log = slurp_file($node->logfile);
+unlike($log, qr/ERROR|FATAL/, 'no error after DROP EXTENSION');
+
+$node->stop;
+done_testing();

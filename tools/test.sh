@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Set up, build, install and run every ash_replicant test (pg_regress + TAP).
+# Run as root on Debian 12:  bash tools/test.sh
+# Environment: TAP="test/t/010_x.pl ..." to run a subset of TAP tests,
+#              REGRESS="a b" for a subset of pg_regress tests,
+#              ASH_LONG=1 for the long fault/fuzz variants.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+bash tools/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+export PATH="/usr/lib/postgresql/15/bin:$PATH"
+
+# initdb refuses root: build and test as postgres in a copy it owns.
+work=${ASH_TEST_DIR:-/tmp/ash_replicant_test}
+rm -rf "$work"
+mkdir -p "$work"
+rsync -a --exclude .git --exclude tmp_check --exclude 'test/results' "$root/" "$work/"
+chown -R postgres: "$work"
+
+log="$work/test-output.log"
+as_pg() { runuser -u postgres -- env PATH="$PATH" ASH_LONG="${ASH_LONG:-}" "$@"; }
+
+if ! as_pg make -C "$work" -s -j2 >"$work/build.log" 2>&1; then
+    cat "$work/build.log"; echo "build failed"; echo "0 passed, 1 failed"; exit 1
+fi
+make -C "$work" -s install >/dev/null || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
+
+regress_args=()
+[ -n "${REGRESS:-}" ] && regress_args+=("REGRESS=$REGRESS")
+tap_args=()
+[ -n "${TAP:-}" ] && tap_args+=("TAP=$TAP")
+
+set +e
+as_pg make -C "$work" installcheck TAP_TESTS= "${regress_args[@]}" 2>&1 | tee "$log"
+rc_regress=${PIPESTATUS[0]}
+as_pg make -C "$work" installcheck REGRESS= "${tap_args[@]}" 2>&1 | tee -a "$log"
+rc_tap=${PIPESTATUS[0]}
+
+if [ -f "$work/test/regression.diffs" ]; then
+    echo "=== regression.diffs ==="; cat "$work/test/regression.diffs"
+fi
+if [ $rc_tap -ne 0 ]; then
+    for f in "$work"/tmp_check/log/regress_log_*; do
+        [ -f "$f" ] || continue
+        echo "=== tail of $f ==="; tail -n 60 "$f"
+    done
+fi
+
+# pg_regress: "ok N - name" / "not ok"; prove: "Files=.., Tests=N" and failures.
+r_pass=$(grep -cE '^ok [0-9]+ +- ' "$log" || true)
+r_fail=$(grep -cE '^not ok [0-9]+ +- ' "$log" || true)
+# PG15's pg_regress prints "test name ... ok" lines instead
+r_pass=$((r_pass + $(grep -cE '^(test | )?[a-z0-9_]+ +\.\.\. ok' "$log" || true)))
+r_fail=$((r_fail + $(grep -cE '^(test | )?[a-z0-9_]+ +\.\.\. FAILED' "$log" || true)))
+t_total=$(grep -oE 'Tests=[0-9]+' "$log" | tail -1 | cut -d= -f2)
+t_failed=$(grep -oE 'Failed [0-9]+/[0-9]+ subtests' "$log" | awk '{split($2,a,"/"); s+=a[1]} END {print s+0}')
+t_total=${t_total:-0}
+t_pass=$((t_total - t_failed))
+if [ $rc_tap -ne 0 ] && [ "$t_failed" -eq 0 ]; then t_failed=1; fi
+if [ $rc_regress -ne 0 ] && [ "$r_fail" -eq 0 ]; then r_fail=1; fi
+echo "pg_regress: $r_pass passed, $r_fail failed; TAP: $t_pass passed, $t_failed failed"
+echo "$((r_pass + t_pass)) passed, $((r_fail + t_failed)) failed"
+[ $rc_regress -eq 0 ] && [ $rc_tap -eq 0 ]
