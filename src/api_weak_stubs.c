@@ -23,8 +23,6 @@
 
 ASH_WEAK_STUB(ash_replicant_create_sink)
 ASH_WEAK_STUB(ash_replicant_drop_sink)
-ASH_WEAK_STUB(ash_replicant_map_table)
-ASH_WEAK_STUB(ash_replicant_unmap_table)
 ASH_WEAK_STUB(ash_replicant_add_message_route)
 ASH_WEAK_STUB(ash_replicant_drop_message_route)
 ASH_WEAK_STUB(ash_replicant_configure_pipeline)
