@@ -4,7 +4,7 @@
  *	  SQL-callable ash_replicant_map_table / ash_replicant_unmap_table.
  *
  * NOTES
- *	  map_table builds an AshMapping from its named arguments, locks the
+ *	  map_table builds an AshMappingSpec from its named arguments, locks the
  *	  sink row (FOR UPDATE: concurrent registrations of one sink serialize),
  *	  validates the mapping (mapping_validate.c) and only then writes: it
  *	  replaces the row of the same (sink, target) in place, keeping its
@@ -108,7 +108,7 @@ jsonb_from_cstring(const char *json)
 
 /* The effective structural column names of an append mapping, as jsonb. */
 static Datum
-append_columns_datum(const AshMapping *m)
+append_columns_datum(const AshMappingSpec *m)
 {
 	StringInfoData buf;
 
@@ -127,10 +127,10 @@ append_columns_datum(const AshMapping *m)
 }
 
 /* Build the mapping from the call's arguments (no validation yet). */
-static AshMapping *
+static AshMappingSpec *
 mapping_from_args(FunctionCallInfo fcinfo)
 {
-	AshMapping *m = ash_mapping_new();
+	AshMappingSpec *m = ash_mapping_new();
 	char	   *s;
 
 	if (PG_ARGISNULL(ARG_SINK_NAME))
@@ -200,7 +200,7 @@ set_text_param(Datum *values, char *nulls, Oid *types, int n, const char *s)
 
 /* Fill the 26 column parameters ($1..$26) of a resources row. */
 static void
-mapping_params(const AshMapping *m, Datum *values, char *nulls, Oid *types)
+mapping_params(const AshMappingSpec *m, Datum *values, char *nulls, Oid *types)
 {
 	bool		scd2 = (m->history_strategy == ASH_HISTORY_SCD2);
 	const char *strategy = ash_tenant_strategy_name(m->tenant_strategy);
@@ -285,7 +285,7 @@ bump_config_version(const char *sink_name)
  * connected to SPI and holds the sink row lock.
  */
 static int64
-store_mapping(AshMapping *m)
+store_mapping(AshMappingSpec *m)
 {
 	Oid			argtypes[STORE_NPARAMS];
 	Datum		values[STORE_NPARAMS];
@@ -362,7 +362,7 @@ store_mapping(AshMapping *m)
 Datum
 ash_replicant_map_table(PG_FUNCTION_ARGS)
 {
-	AshMapping *m;
+	AshMappingSpec *m;
 	AshMappingSink *sink;
 	int64		resource_id;
 

@@ -91,7 +91,7 @@ static const Oid append_axis_types[ASH_APPEND_NAXES] = {
 /* State of one validation run. */
 typedef struct ValidateCtx
 {
-	AshMapping *m;
+	AshMappingSpec *m;
 	const AshMappingSink *sink;
 	Relation	rel;			/* target, AccessShareLock */
 	TupleDesc	desc;
@@ -199,7 +199,7 @@ ash_append_axis_default(AshAppendAxis axis)
 }
 
 const char *
-ash_mapping_append_column(const AshMapping *m, AshAppendAxis axis)
+ash_mapping_append_column(const AshMappingSpec *m, AshAppendAxis axis)
 {
 	Assert(axis >= 0 && axis < ASH_APPEND_NAXES);
 	return m->append_columns[axis] ? m->append_columns[axis] : append_axis_names[axis];
@@ -295,10 +295,10 @@ ash_history_strategy_name(AshHistoryStrategy v)
 	return v == ASH_HISTORY_SCD2 ? "scd2" : "scd1";
 }
 
-AshMapping *
+AshMappingSpec *
 ash_mapping_new(void)
 {
-	AshMapping *m = palloc0(sizeof(AshMapping));
+	AshMappingSpec *m = palloc0(sizeof(AshMappingSpec));
 
 	m->target = InvalidOid;
 	m->tenant_function = InvalidOid;
@@ -315,7 +315,7 @@ ash_mapping_new(void)
 }
 
 void
-ash_mapping_set_column_map(AshMapping *m, Jsonb *column_map)
+ash_mapping_set_column_map(AshMappingSpec *m, Jsonb *column_map)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
@@ -393,7 +393,7 @@ ash_mapping_name_list(ArrayType *arr, const char *option)
 }
 
 void
-ash_mapping_default_source(AshMapping *m)
+ash_mapping_default_source(AshMappingSpec *m)
 {
 	if (!OidIsValid(m->target))
 		return;
@@ -419,7 +419,7 @@ ash_mapping_default_source(AshMapping *m)
  */
 
 const char *
-ash_mapping_target_column(const AshMapping *m, const char *source_column)
+ash_mapspec_target_column(const AshMappingSpec *m, const char *source_column)
 {
 	ListCell   *lc;
 
@@ -434,19 +434,19 @@ ash_mapping_target_column(const AshMapping *m, const char *source_column)
 }
 
 bool
-ash_mapping_is_skipped(const AshMapping *m, const char *source_column)
+ash_mapspec_is_skipped(const AshMappingSpec *m, const char *source_column)
 {
 	return name_in_list(m->skip, source_column);
 }
 
 bool
-ash_mapping_is_sensitive(const AshMapping *m, const char *source_column)
+ash_mapspec_is_sensitive(const AshMappingSpec *m, const char *source_column)
 {
 	return name_in_list(m->sensitive, source_column);
 }
 
 bool
-ash_mapping_is_encrypted(const AshMapping *m, const char *source_column)
+ash_mapspec_is_encrypted(const AshMappingSpec *m, const char *source_column)
 {
 	return name_in_list(m->encrypted, source_column);
 }
@@ -458,7 +458,7 @@ ash_mapping_is_encrypted(const AshMapping *m, const char *source_column)
  * skipped.  Undeclared source columns are judged at activation.
  */
 static const char *
-source_feeding(const AshMapping *m, const char *target)
+source_feeding(const AshMappingSpec *m, const char *target)
 {
 	ListCell   *lc;
 	List	   *declared[3];
@@ -471,8 +471,8 @@ source_feeding(const AshMapping *m, const char *target)
 			return pair->source;
 	}
 
-	if (m->tenant_column && !ash_mapping_is_skipped(m, m->tenant_column) &&
-		strcmp(ash_mapping_target_column(m, m->tenant_column), target) == 0)
+	if (m->tenant_column && !ash_mapspec_is_skipped(m, m->tenant_column) &&
+		strcmp(ash_mapspec_target_column(m, m->tenant_column), target) == 0)
 		return m->tenant_column;
 
 	declared[0] = m->sensitive;
@@ -484,8 +484,8 @@ source_feeding(const AshMapping *m, const char *target)
 		{
 			const char *src = lfirst(lc);
 
-			if (!ash_mapping_is_skipped(m, src) &&
-				strcmp(ash_mapping_target_column(m, src), target) == 0)
+			if (!ash_mapspec_is_skipped(m, src) &&
+				strcmp(ash_mapspec_target_column(m, src), target) == 0)
 				return src;
 		}
 	}
@@ -494,7 +494,7 @@ source_feeding(const AshMapping *m, const char *target)
 
 /* A sensitive or encrypted source column whose name or target is "name". */
 static const char *
-sensitive_naming(const AshMapping *m, const char *name)
+sensitive_naming(const AshMappingSpec *m, const char *name)
 {
 	List	   *lists[2] = {m->sensitive, m->encrypted};
 	ListCell   *lc;
@@ -506,7 +506,7 @@ sensitive_naming(const AshMapping *m, const char *name)
 			const char *src = lfirst(lc);
 
 			if (strcmp(src, name) == 0 ||
-				strcmp(ash_mapping_target_column(m, src), name) == 0)
+				strcmp(ash_mapspec_target_column(m, src), name) == 0)
 				return src;
 		}
 	}
@@ -602,7 +602,7 @@ check_schema_format(const char *fmt)
  */
 
 static void
-check_basics(AshMapping *m, const AshMappingSink *sink)
+check_basics(AshMappingSpec *m, const AshMappingSink *sink)
 {
 	if (m->sink_name == NULL || m->sink_name[0] == '\0')
 		REJECT("config_invalid", "sink_name is required");
@@ -620,7 +620,7 @@ check_basics(AshMapping *m, const AshMappingSink *sink)
 }
 
 static void
-check_column_lists(AshMapping *m)
+check_column_lists(AshMappingSpec *m)
 {
 	ListCell   *lc;
 
@@ -630,7 +630,7 @@ check_column_lists(AshMapping *m)
 		AshColumnPair *pair = lfirst(lc);
 		ListCell   *lc2;
 
-		if (ash_mapping_is_skipped(m, pair->source))
+		if (ash_mapspec_is_skipped(m, pair->source))
 			REJECT("config_invalid", "column %s is both mapped in column_map and skipped",
 				   qname(pair->source));
 		for_each_cell(lc2, m->column_map, lnext(m->column_map, lc))
@@ -647,15 +647,15 @@ check_column_lists(AshMapping *m)
 	{
 		const char *col = lfirst(lc);
 
-		if (ash_mapping_is_skipped(m, col))
+		if (ash_mapspec_is_skipped(m, col))
 			REJECT("config_invalid", "column %s is both skipped and encrypted", qname(col));
-		if (!ash_mapping_is_sensitive(m, col))
+		if (!ash_mapspec_is_sensitive(m, col))
 			REJECT("config_invalid", "encrypted column %s is not listed in sensitive", qname(col));
 	}
 }
 
 static void
-check_tenancy_options(AshMapping *m, const AshMappingSink *sink)
+check_tenancy_options(AshMappingSpec *m, const AshMappingSink *sink)
 {
 	bool		has_source = (m->tenant_column != NULL || OidIsValid(m->tenant_function));
 
@@ -676,8 +676,8 @@ check_tenancy_options(AshMapping *m, const AshMappingSink *sink)
 
 	if (m->tenant_column != NULL)
 	{
-		if (ash_mapping_is_sensitive(m, m->tenant_column) ||
-			ash_mapping_is_encrypted(m, m->tenant_column))
+		if (ash_mapspec_is_sensitive(m, m->tenant_column) ||
+			ash_mapspec_is_encrypted(m, m->tenant_column))
 			REJECT("tenant_attribute_invalid", "tenant column %s is listed in sensitive",
 				   qname(m->tenant_column));
 	}
@@ -687,7 +687,7 @@ check_tenancy_options(AshMapping *m, const AshMappingSink *sink)
 		if (m->tenant_column == NULL)
 			REJECT("tenant_attribute_invalid",
 				   "tenant_strategy attribute needs tenant_column (the target column that carries the tenant)");
-		if (ash_mapping_is_skipped(m, m->tenant_column))
+		if (ash_mapspec_is_skipped(m, m->tenant_column))
 			REJECT("tenant_attribute_invalid", "tenant column %s is skipped",
 				   qname(m->tenant_column));
 	}
@@ -697,7 +697,7 @@ check_tenancy_options(AshMapping *m, const AshMappingSink *sink)
 }
 
 static void
-check_append_options(AshMapping *m, const AshMappingSink *sink)
+check_append_options(AshMappingSpec *m, const AshMappingSink *sink)
 {
 	const char *names[ASH_APPEND_NAXES];
 	ListCell   *lc;
@@ -770,7 +770,7 @@ check_append_options(AshMapping *m, const AshMappingSink *sink)
 }
 
 static void
-check_history_options(AshMapping *m)
+check_history_options(AshMappingSpec *m)
 {
 	const char *cols[5];
 	const char *labels[5] = {
@@ -830,15 +830,15 @@ check_history_options(AshMapping *m)
 	{
 		const char *bk = lfirst(lc);
 
-		if (ash_mapping_is_skipped(m, bk))
+		if (ash_mapspec_is_skipped(m, bk))
 			REJECT("history_invalid", "business key column %s is skipped", qname(bk));
-		if (ash_mapping_is_encrypted(m, bk))
+		if (ash_mapspec_is_encrypted(m, bk))
 			REJECT("history_invalid", "business key column %s is encrypted", qname(bk));
 	}
 }
 
 static void
-check_provenance_options(AshMapping *m, const AshMappingSink *sink)
+check_provenance_options(AshMappingSpec *m, const AshMappingSink *sink)
 {
 	const char *cols[2] = {ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_SEEN_COLUMN};
 
@@ -1014,7 +1014,7 @@ check_column_map_targets(ValidateCtx *cx)
 static void
 check_tenant_target(ValidateCtx *cx)
 {
-	AshMapping *m = cx->m;
+	AshMappingSpec *m = cx->m;
 	const char *target;
 	Form_pg_attribute att;
 	const char *src;
@@ -1022,7 +1022,7 @@ check_tenant_target(ValidateCtx *cx)
 	if (m->tenant_strategy != ASH_TENANT_ATTRIBUTE)
 		return;
 
-	target = ash_mapping_target_column(m, m->tenant_column);
+	target = ash_mapspec_target_column(m, m->tenant_column);
 	att = find_column(cx->desc, target);
 	if (att == NULL)
 		REJECT("tenant_attribute_invalid", "tenant column %s maps to target column %s, which does not exist",
@@ -1041,13 +1041,13 @@ check_tenant_target(ValidateCtx *cx)
 static void
 check_sensitive_targets(ValidateCtx *cx)
 {
-	AshMapping *m = cx->m;
+	AshMappingSpec *m = cx->m;
 	ListCell   *lc;
 
 	foreach(lc, m->encrypted)
 	{
 		const char *col = lfirst(lc);
-		const char *target = ash_mapping_target_column(m, col);
+		const char *target = ash_mapspec_target_column(m, col);
 		Form_pg_attribute att = find_column(cx->desc, target);
 
 		if (att == NULL)
@@ -1069,9 +1069,9 @@ check_sensitive_targets(ValidateCtx *cx)
 		const char *target;
 		Form_pg_attribute att;
 
-		if (ash_mapping_is_skipped(m, col) || ash_mapping_is_encrypted(m, col))
+		if (ash_mapspec_is_skipped(m, col) || ash_mapspec_is_encrypted(m, col))
 			continue;
-		target = ash_mapping_target_column(m, col);
+		target = ash_mapspec_target_column(m, col);
 		att = find_column(cx->desc, target);
 		if (att == NULL)
 			REJECT("sensitive_unprotected",
@@ -1223,7 +1223,7 @@ check_identity_not_encrypted(ValidateCtx *cx, Oid indexoid)
 	foreach(lc, cx->m->encrypted)
 	{
 		const char *col = lfirst(lc);
-		Form_pg_attribute att = find_column(cx->desc, ash_mapping_target_column(cx->m, col));
+		Form_pg_attribute att = find_column(cx->desc, ash_mapspec_target_column(cx->m, col));
 
 		if (att == NULL)
 			continue;
@@ -1241,7 +1241,7 @@ check_identity_not_encrypted(ValidateCtx *cx, Oid indexoid)
 static void
 check_scd1_identity(ValidateCtx *cx)
 {
-	AshMapping *m = cx->m;
+	AshMappingSpec *m = cx->m;
 
 	if (m->upsert_identity != NULL)
 	{
@@ -1297,7 +1297,7 @@ check_no_before_row_triggers(ValidateCtx *cx, Relation rel)
 static void
 check_append_target(ValidateCtx *cx)
 {
-	AshMapping *m = cx->m;
+	AshMappingSpec *m = cx->m;
 	AttrNumber	axes[ASH_APPEND_NIDENTITY];
 	RuleLock   *rules = cx->rel->rd_rules;
 
@@ -1407,7 +1407,7 @@ is_open_version_index(Relation idx, const AttrNumber *bk, int nbk, AttrNumber va
 static void
 check_history_target(ValidateCtx *cx)
 {
-	AshMapping *m = cx->m;
+	AshMappingSpec *m = cx->m;
 	int			nbk = list_length(m->history_business_key);
 	AttrNumber *bk = palloc((nbk + 1) * sizeof(AttrNumber));
 	Form_pg_attribute from_att;
@@ -1423,7 +1423,7 @@ check_history_target(ValidateCtx *cx)
 	foreach(lc, m->history_business_key)
 	{
 		const char *src = lfirst(lc);
-		const char *target = ash_mapping_target_column(m, src);
+		const char *target = ash_mapspec_target_column(m, src);
 		Form_pg_attribute att = find_column(cx->desc, target);
 
 		if (att == NULL)
@@ -1541,7 +1541,7 @@ check_provenance_target(ValidateCtx *cx)
  */
 
 void
-ash_mapping_validate(AshMapping *m, const AshMappingSink *sink)
+ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink)
 {
 	ValidateCtx cx;
 
@@ -1633,10 +1633,10 @@ get_names(HeapTuple tup, TupleDesc desc, int col, const char *option)
 }
 
 /* Build a mapping from one resources row (in CurrentMemoryContext). */
-static AshMapping *
+static AshMappingSpec *
 mapping_from_row(HeapTuple tup, TupleDesc desc)
 {
-	AshMapping *m = ash_mapping_new();
+	AshMappingSpec *m = ash_mapping_new();
 	bool		isnull;
 	Datum		d;
 	char	   *s;
@@ -1765,13 +1765,13 @@ load_mappings(const char *where, Oid argtype, Datum arg)
 	return result;
 }
 
-AshMapping *
+AshMappingSpec *
 ash_mapping_load(int64 resource_id)
 {
 	List	   *l = load_mappings("resource_id OPERATOR(pg_catalog.=) $1", INT8OID,
 								  Int64GetDatum(resource_id));
 
-	return l == NIL ? NULL : (AshMapping *) linitial(l);
+	return l == NIL ? NULL : (AshMappingSpec *) linitial(l);
 }
 
 List *

@@ -12,13 +12,13 @@
  *	  destination: the option grammar and the target table's shape.  Source
  *	  columns are judged at activation (coverage preflight).
  *
- *	  Names in an AshMapping:
+ *	  Names in an AshMappingSpec:
  *		- sensitive, encrypted, skip, tenant_column, history_business_key and
  *		  the keys of column_map are SOURCE column names;
  *		- the values of column_map, the history_* columns, the append_*
  *		  structural columns and upsert_identity are TARGET names.
  *	  A source column that column_map does not list maps to the target column
- *	  of the same name (ash_mapping_target_column).
+ *	  of the same name (ash_mapspec_target_column).
  *
  *	  ash_mapping_validate raises ash_reject(..., "mapping", <reason>, ...)
  *	  on the first violation; it performs no writes and uses only the
@@ -101,7 +101,7 @@ typedef struct AshMappingSink
 } AshMappingSink;
 
 /* One mapping, as stored in ash_replicant.resources. */
-typedef struct AshMapping
+typedef struct AshMappingSpec
 {
 	int64		resource_id;	/* 0 until stored */
 	char	   *sink_name;
@@ -142,7 +142,7 @@ typedef struct AshMapping
 	/* Filled by ash_mapping_validate. */
 	Oid			identity_index; /* conflict target (PK, upsert_identity,
 								 * SCD2 version index or append index) */
-} AshMapping;
+} AshMappingSpec;
 
 /*
  * Names for messages: always double-quoted, embedded quotes doubled
@@ -156,7 +156,7 @@ extern char *ash_mapping_qualified_relname(Oid relid);
 extern const char *ash_append_axis_default(AshAppendAxis axis);
 
 /* Effective structural column name of an axis in m (rename or default). */
-extern const char *ash_mapping_append_column(const AshMapping *m, AshAppendAxis axis);
+extern const char *ash_mapping_append_column(const AshMappingSpec *m, AshAppendAxis axis);
 
 /* Option grammar: text -> enum; raise config_invalid on anything else. */
 extern AshOnTruncate ash_parse_on_truncate(const char *value);
@@ -172,13 +172,13 @@ extern const char *ash_history_strategy_name(AshHistoryStrategy v);
  * A freshly zeroed mapping with every default of SPEC §6 applied
  * (source_schema/source_table stay NULL until the target is known).
  */
-extern AshMapping *ash_mapping_new(void);
+extern AshMappingSpec *ash_mapping_new(void);
 
 /*
  * Parse column_map (a jsonb object of string values) into m->column_map;
  * raise config_invalid for any other shape.  NULL clears the map.
  */
-extern void ash_mapping_set_column_map(AshMapping *m, Jsonb *column_map);
+extern void ash_mapping_set_column_map(AshMappingSpec *m, Jsonb *column_map);
 
 /*
  * Convert a text[] option into a List of char *; NULL elements, empty
@@ -188,7 +188,7 @@ extern void ash_mapping_set_column_map(AshMapping *m, Jsonb *column_map);
 extern List *ash_mapping_name_list(ArrayType *arr, const char *option);
 
 /* Fill source_schema/source_table from the target where they are NULL. */
-extern void ash_mapping_default_source(AshMapping *m);
+extern void ash_mapping_default_source(AshMappingSpec *m);
 
 /*
  * Validate m against its sink and the destination catalogs: every rule of
@@ -196,13 +196,13 @@ extern void ash_mapping_default_source(AshMapping *m);
  * Raises ash_reject on the first violation; on success sets
  * m->identity_index.
  */
-extern void ash_mapping_validate(AshMapping *m, const AshMappingSink *sink);
+extern void ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink);
 
 /* Column resolution helpers (names are compared exactly). */
-extern const char *ash_mapping_target_column(const AshMapping *m, const char *source_column);
-extern bool ash_mapping_is_skipped(const AshMapping *m, const char *source_column);
-extern bool ash_mapping_is_sensitive(const AshMapping *m, const char *source_column);
-extern bool ash_mapping_is_encrypted(const AshMapping *m, const char *source_column);
+extern const char *ash_mapspec_target_column(const AshMappingSpec *m, const char *source_column);
+extern bool ash_mapspec_is_skipped(const AshMappingSpec *m, const char *source_column);
+extern bool ash_mapspec_is_sensitive(const AshMappingSpec *m, const char *source_column);
+extern bool ash_mapspec_is_encrypted(const AshMappingSpec *m, const char *source_column);
 
 /*
  * Loaders (SPI; results are allocated in the caller's memory context).
@@ -213,7 +213,7 @@ extern bool ash_mapping_is_encrypted(const AshMapping *m, const char *source_col
  * ash_mapping_load_sink: every mapping of a sink, ordered by resource_id.
  */
 extern AshMappingSink *ash_mapping_sink_load(const char *sink_name, bool missing_ok, bool lock);
-extern AshMapping *ash_mapping_load(int64 resource_id);
+extern AshMappingSpec *ash_mapping_load(int64 resource_id);
 extern List *ash_mapping_load_sink(const char *sink_name);
 
 #endif							/* ASH_MAPPING_VALIDATE_H */
