@@ -401,7 +401,9 @@ ash_replicant_unmap_table(PG_FUNCTION_ARGS)
 	sink_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	target = PG_GETARG_OID(1);
 
-	(void) ash_mapping_sink_load(sink_name, false, true);
+	if (ash_mapping_sink_load(sink_name, true, true) == NULL)
+		ash_reject(ERRCODE_UNDEFINED_OBJECT, "unmap", "config_invalid",
+				   "sink %s does not exist", ash_mapping_qname(sink_name));
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");

@@ -529,7 +529,7 @@ check_tenant_function(Oid fn, Oid owner)
 	if (!HeapTupleIsValid(tup))
 		REJECT("config_invalid", "tenant_function with OID %u does not exist", fn);
 	p = (Form_pg_proc) GETSTRUCT(tup);
-	name = format_procedure_qualified(fn);
+	name = format_procedure(fn);
 
 	if (p->prokind != PROKIND_FUNCTION || p->proretset || p->pronargs != 1 ||
 		p->proargtypes.values[0] != JSONBOID || p->prorettype != TEXTOID)
@@ -556,7 +556,7 @@ check_tenant_scope_function(Oid fn, Oid owner)
 		REJECT("snapshot_provenance_invalid",
 			   "tenant_scope_function with OID %u does not exist", fn);
 	p = (Form_pg_proc) GETSTRUCT(tup);
-	name = format_procedure_qualified(fn);
+	name = format_procedure(fn);
 
 	if (p->prokind != PROKIND_FUNCTION || !p->proretset || p->prorettype != TEXTOID ||
 		p->pronargs != p->pronargdefaults)
@@ -686,7 +686,7 @@ check_tenancy_options(AshMappingSpec *m, const AshMappingSink *sink)
 	{
 		if (m->tenant_column == NULL)
 			REJECT("tenant_attribute_invalid",
-				   "tenant_strategy attribute needs tenant_column (the target column that carries the tenant)");
+				   "tenant_strategy attribute needs tenant_column: a tenant_function names no target column to scope by");
 		if (ash_mapspec_is_skipped(m, m->tenant_column))
 			REJECT("tenant_attribute_invalid", "tenant column %s is skipped",
 				   qname(m->tenant_column));
@@ -934,7 +934,7 @@ open_target(ValidateCtx *cx)
 	}
 	if (rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
 		ash_reject(ERRCODE_WRONG_OBJECT_TYPE, MAPPING_STAGE, "destination_not_local",
-				   "target %s is a temporary table", cx->relname);
+				   "target %s is a temporary table", qname(RelationGetRelationName(rel)));
 
 	if (IsCatalogRelation(rel) || IsToastNamespace(RelationGetNamespace(rel)) ||
 		strcmp(nspname, "information_schema") == 0 ||
@@ -1086,6 +1086,31 @@ check_sensitive_targets(ValidateCtx *cx)
 }
 
 /* --- indexes --------------------------------------------------------- */
+
+/*
+ * The primary key index of rel, deferrable or not (the relcache's
+ * RelationGetPrimaryKeyIndex ignores a deferrable one), or InvalidOid.
+ */
+static Oid
+primary_key_index(Relation rel)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+		bool		primary;
+
+		if (!HeapTupleIsValid(tup))
+			continue;
+		primary = ((Form_pg_index) GETSTRUCT(tup))->indisprimary;
+		ReleaseSysCache(tup);
+		if (primary)
+			return lfirst_oid(lc);
+	}
+	return InvalidOid;
+}
 
 /* Why index idx cannot be an ON CONFLICT arbiter, or NULL if it can. */
 static const char *
@@ -1252,7 +1277,7 @@ check_scd1_identity(ValidateCtx *cx)
 	}
 	else
 	{
-		Oid			pk = RelationGetPrimaryKeyIndex(cx->rel);
+		Oid			pk = primary_key_index(cx->rel);
 		Relation	idx;
 		const char *defect;
 
@@ -1444,7 +1469,7 @@ check_history_target(ValidateCtx *cx)
 	}
 
 	/* a surrogate primary key disjoint from the business key */
-	pk = RelationGetPrimaryKeyIndex(cx->rel);
+	pk = primary_key_index(cx->rel);
 	if (!OidIsValid(pk))
 		REJECT("history_invalid", "target %s needs a surrogate primary key", cx->relname);
 	else
