@@ -34,9 +34,15 @@
  *	  length and that many bytes.  "[xid]" is present only inside a
  *	  streaming block, i.e. between S and E; the caller's AshPgoutputState
  *	  carries that flag across messages and we flip it only when an S or E
- *	  message decoded completely.  The two-phase messages of protocol 3
- *	  ('b', 'P', 'K', 'r', 'p') are recognised and refused: we never ask for
- *	  two_phase, so seeing one means the session is not what we set up.
+ *	  message decoded completely.  AshChange.xid is set exactly for the
+ *	  changes that carried that leading xid (it may be a subtransaction's:
+ *	  pgoutput sends the xid of the (sub)transaction that made the change);
+ *	  stream control messages report theirs in u.stream_*, and an Origin
+ *	  message inside a block carries none.
+ *
+ *	  The two-phase messages of protocol 3 ('b', 'P', 'K', 'r', 'p') are
+ *	  recognised and refused: we never ask for two_phase, so seeing one
+ *	  means the session is not what we set up.
  *
  *	  Invariants.  The decoder is a pure function of (state, bytes): no
  *	  ereport/elog, no catalog access, no pq_getmsg* (they raise).  Every
@@ -453,6 +459,15 @@ read_old_tuple(PgoReader *r, uint8 marker, char *oldkind, AshTuple *oldtup)
 	return read_tuple(r, oldtup, true);
 }
 
+/* Streaming messages exist from protocol version 2 on. */
+static bool
+streaming_allowed(PgoReader *r, const AshPgoutputState *state)
+{
+	if (state->proto_version < 2)
+		return reader_fail(r, ERR_STREAM_PROTO);
+	return true;
+}
+
 /* ----------------------------------------------------------------
  * Message handlers.  Each reads the message after its tag byte.
  * ----------------------------------------------------------------
@@ -814,19 +829,20 @@ ash_decode_pgoutput(AshPgoutputState *state, const char *data, int len,
 			ok = decode_message(&reader, state, out);
 			break;
 		case PGO_MSG_STREAM_START:
+			ok = streaming_allowed(&reader, state) &&
+				decode_stream_start(&reader, state, out);
+			break;
 		case PGO_MSG_STREAM_STOP:
+			ok = streaming_allowed(&reader, state) &&
+				decode_stream_stop(&reader, state, out);
+			break;
 		case PGO_MSG_STREAM_COMMIT:
+			ok = streaming_allowed(&reader, state) &&
+				decode_stream_commit(&reader, state, out);
+			break;
 		case PGO_MSG_STREAM_ABORT:
-			if (state->proto_version < 2)
-				ok = reader_fail(&reader, ERR_STREAM_PROTO);
-			else if (tag == PGO_MSG_STREAM_START)
-				ok = decode_stream_start(&reader, state, out);
-			else if (tag == PGO_MSG_STREAM_STOP)
-				ok = decode_stream_stop(&reader, state, out);
-			else if (tag == PGO_MSG_STREAM_COMMIT)
-				ok = decode_stream_commit(&reader, state, out);
-			else
-				ok = decode_stream_abort(&reader, state, out);
+			ok = streaming_allowed(&reader, state) &&
+				decode_stream_abort(&reader, state, out);
 			break;
 		case PGO_MSG_BEGIN_PREPARE:
 		case PGO_MSG_PREPARE:
