@@ -15,7 +15,7 @@ PGFILEDESC = "ash_replicant - fail-closed logical replication mirror"
 
 REGRESS = $(sort $(basename $(notdir $(wildcard test/sql/*.sql))))
 REGRESS_OPTS = --inputdir=test --outputdir=test --temp-instance=test/tmp_instance \
-	--temp-config=test/regress.conf --load-extension=ash_replicant
+	--temp-config=test/regress.conf
 
 TAP_TESTS = 1
 PROVE_TESTS = $(if $(TAP),$(TAP),test/t/*.pl)

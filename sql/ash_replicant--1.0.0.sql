@@ -66,7 +66,7 @@ CREATE TABLE ash_replicant.pipelines (
 	max_pending_chunks integer NOT NULL DEFAULT 4,
 	streaming boolean NOT NULL DEFAULT false,
 	failover boolean NOT NULL DEFAULT false,
-	binary boolean NOT NULL DEFAULT false,
+	binary_transfer boolean NOT NULL DEFAULT false,
 	max_inflight_lag bigint NOT NULL DEFAULT 67108864,
 	max_command_retries integer NOT NULL DEFAULT 3,
 	schema_check_interval_ms integer NOT NULL DEFAULT 60000,
@@ -177,7 +177,7 @@ GRANT SELECT ON ash_replicant.sinks, ash_replicant.resources,
 GRANT SELECT (sink_name, decoder, publication, replication_sets, tables,
 	allow_keyless_tables, source_system_identifier, source_database,
 	go_forward_only, snapshot, chunk_rows, max_pending_chunks, streaming,
-	failover, binary, max_inflight_lag, max_command_retries,
+	failover, binary_transfer, max_inflight_lag, max_command_retries,
 	schema_check_interval_ms, census, enabled, start_generation,
 	halt_generation, halt_reason, halt_class, halt_sqlstate, halted_at,
 	updated_at) ON ash_replicant.pipelines TO ash_replicant_admin;
@@ -316,7 +316,7 @@ CREATE FUNCTION ash_replicant_configure_pipeline(
 	max_command_retries integer DEFAULT 3,
 	schema_check_interval_ms integer DEFAULT 60000,
 	census jsonb DEFAULT '{}',
-	"binary" boolean DEFAULT false)
+	binary_transfer boolean DEFAULT false)
 RETURNS void
 LANGUAGE C SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

@@ -23,5 +23,3 @@
 
 ASH_WEAK_STUB(ash_replicant_map_table)
 ASH_WEAK_STUB(ash_replicant_unmap_table)
-ASH_WEAK_STUB(ash_replicant_status)
-ASH_WEAK_STUB(ash_replicant_stat_pipelines)

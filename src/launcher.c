@@ -405,7 +405,8 @@ ash_launcher_main(Datum main_arg)
 	MemoryContext loop_cxt;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	/* a shutdown request is serviced at the top of the loop: clean exit */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 
 	if (AshShmem == NULL)
@@ -447,6 +448,8 @@ ash_launcher_main(Datum main_arg)
 		MemoryContext old;
 
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;

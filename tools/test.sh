@@ -36,9 +36,10 @@ as_pg make -C "$work" installcheck TAP_TESTS= "${regress_args[@]}" 2>&1 | tee "$
 rc_regress=${PIPESTATUS[0]}
 as_pg make -C "$work" installcheck REGRESS= "${tap_args[@]}" 2>&1 | tee -a "$log"
 rc_tap=${PIPESTATUS[0]}
-set -e
 
-[ -f "$work/test/regression.diffs" ] && { echo "=== regression.diffs ==="; cat "$work/test/regression.diffs"; }
+if [ -f "$work/test/regression.diffs" ]; then
+    echo "=== regression.diffs ==="; cat "$work/test/regression.diffs"
+fi
 if [ $rc_tap -ne 0 ]; then
     for f in "$work"/tmp_check/log/regress_log_*; do
         [ -f "$f" ] || continue

@@ -1,0 +1,358 @@
+/*-------------------------------------------------------------------------
+ *
+ * api_status.c
+ *	  ash_replicant_status() and the stat_pipelines view.
+ *
+ * NOTES
+ *	  Status is derived, never stored: from the pipeline's enabled flag and
+ *	  start generation, the halt recorded for that generation (catalog row,
+ *	  or the in-memory leg in shared memory when the catalog write failed),
+ *	  the checkpoint tombstone, and the live worker's facts (attached,
+ *	  streaming, census verdict, snapshot in flight).
+ *
+ *	  healthy      live worker, streaming, enabled census whose last run
+ *	               passed, no snapshot in flight
+ *	  catching_up  enabled and alive (or about to start) but not all of the
+ *	               above
+ *	  halted / misconfigured   a halt in the current start generation
+ *	  not_started  not configured, not enabled, or stopped deliberately
+ *
+ *	  Nothing printed here carries a value: reason codes, pids and times.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
+
+#include "errors.h"
+#include "shmem.h"
+
+PG_FUNCTION_INFO_V1(ash_replicant_status);
+PG_FUNCTION_INFO_V1(ash_replicant_stat_pipelines);
+
+typedef struct StatusRow
+{
+	const char *state;
+	const char *reason;			/* NULL or a reason code */
+	int			pid;
+	TimestampTz since;			/* 0 when unknown */
+} StatusRow;
+
+/* What the catalogs say about one sink. */
+typedef struct CatalogFacts
+{
+	char	   *sink_name;
+	bool		configured;
+	bool		enabled;
+	int64		start_generation;
+	int64		halt_generation;	/* -1 none */
+	char	   *halt_reason;
+	char	   *halt_class;
+	TimestampTz halted_at;
+	char	   *terminal_cause; /* checkpoint tombstone, may be NULL */
+	char	   *terminal_class;
+} CatalogFacts;
+
+static const char *
+intern_reason(const char *reason, const char **cls)
+{
+	AshReasonClass rc = ash_reason_class(reason);
+
+	if (rc == ASH_REASON_UNKNOWN)
+	{
+		/* a stored cause this version does not know */
+		*cls = "halted";
+		return "tombstone_unknown";
+	}
+	if (*cls == NULL || (strcmp(*cls, "halted") != 0 && strcmp(*cls, "misconfigured") != 0))
+		*cls = (rc == ASH_REASON_MISCONFIGURED) ? "misconfigured" : "halted";
+	return reason;
+}
+
+static void
+derive_status(CatalogFacts *f, StatusRow *row)
+{
+	AshPipelineSlot snap;
+	bool		have_slot = false;
+
+	memset(row, 0, sizeof(*row));
+	row->state = "not_started";
+
+	if (AshShmem != NULL)
+	{
+		AshPipelineSlot *slot;
+
+		LWLockAcquire(AshShmem->lock, LW_SHARED);
+		slot = ash_slot_find(MyDatabaseId, f->sink_name);
+		if (slot != NULL)
+		{
+			SpinLockAcquire(&slot->mutex);
+			memcpy(&snap, slot, sizeof(AshPipelineSlot));
+			SpinLockRelease(&slot->mutex);
+			have_slot = true;
+		}
+		LWLockRelease(AshShmem->lock);
+	}
+
+	if (!f->configured || !f->enabled)
+		return;
+
+	/* a halt of the current start generation wins */
+	if (f->halt_generation >= f->start_generation && f->halt_reason != NULL)
+	{
+		const char *cls = f->halt_class;
+
+		row->reason = intern_reason(f->halt_reason, &cls);
+		row->state = cls;
+		row->since = f->halted_at;
+		return;
+	}
+	if (have_slot && snap.generation == f->start_generation &&
+		snap.halt_reason[0] != '\0' && snap.halt_generation >= f->start_generation)
+	{
+		const char *cls = snap.halt_class;
+
+		row->reason = intern_reason(pstrdup(snap.halt_reason), &cls);
+		row->state = pstrdup(cls);
+		row->since = snap.halted_at;
+		return;
+	}
+
+	if (have_slot && snap.generation == f->start_generation &&
+		snap.state == ASH_SLOT_RUNNING && snap.pid != 0)
+	{
+		AshPipelineStats *st = &snap.stats;
+
+		row->pid = snap.pid;
+		row->since = snap.started_at;
+		if (st->streaming && st->census_enabled &&
+			strcmp(st->last_census_verdict, "pass") == 0 &&
+			!st->snapshot_in_flight)
+			row->state = "healthy";
+		else
+			row->state = "catching_up";
+		return;
+	}
+
+	/* enabled, starting or between restarts */
+	row->state = "catching_up";
+	if (have_slot)
+		row->since = snap.started_at;
+}
+
+/*
+ * Read the catalog facts of every sink (or one).  Returns a List of
+ * CatalogFacts in the caller's memory context.
+ */
+static List *
+read_catalog_facts(text *sink_filter)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	List	   *result = NIL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	char		nulls[1] = {' '};
+	int			ret;
+
+	values[0] = sink_filter ? PointerGetDatum(sink_filter) : (Datum) 0;
+	if (sink_filter == NULL)
+		nulls[0] = 'n';
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	ret = SPI_execute_with_args(
+		"SELECT s.sink_name, p.sink_name IS NOT NULL, coalesce(p.enabled, false),"
+		" coalesce(p.start_generation, 0), coalesce(p.halt_generation, -1),"
+		" p.halt_reason, p.halt_class, p.halted_at,"
+		" c.terminal_cause, c.terminal_class"
+		" FROM ash_replicant.sinks s"
+		" LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
+		" LEFT JOIN ash_replicant.checkpoints c"
+		"   ON c.slot_name = s.slot_name"
+		"  AND c.source_system_id = p.source_system_identifier"
+		"  AND c.source_database = p.source_database"
+		" WHERE $1 IS NULL OR s.sink_name = $1"
+		" ORDER BY s.sink_name",
+		1, argtypes, values, nulls, true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: status query failed");
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		MemoryContext old = MemoryContextSwitchTo(caller);
+		CatalogFacts *f = palloc0(sizeof(CatalogFacts));
+		bool		isnull;
+		char	   *s;
+
+		f->sink_name = SPI_getvalue(tup, desc, 1);
+		f->configured = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
+		f->enabled = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+		f->start_generation = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+		f->halt_generation = DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
+		f->halt_reason = SPI_getvalue(tup, desc, 6);
+		f->halt_class = SPI_getvalue(tup, desc, 7);
+		f->halted_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 8, &isnull));
+		if (isnull)
+			f->halted_at = 0;
+		s = SPI_getvalue(tup, desc, 9);
+		f->terminal_cause = s;
+		f->terminal_class = SPI_getvalue(tup, desc, 10);
+		result = lappend(result, f);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	return result;
+}
+
+Datum
+ash_replicant_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *filter = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
+	List	   *facts;
+	ListCell   *lc;
+
+	InitMaterializedSRF(fcinfo, 0);
+	facts = read_catalog_facts(filter);
+
+	foreach(lc, facts)
+	{
+		CatalogFacts *f = lfirst(lc);
+		StatusRow	row;
+		Datum		values[5];
+		bool		nulls[5] = {false};
+
+		derive_status(f, &row);
+		values[0] = CStringGetTextDatum(f->sink_name);
+		values[1] = CStringGetTextDatum(row.state);
+		if (row.reason)
+			values[2] = CStringGetTextDatum(row.reason);
+		else
+			nulls[2] = true;
+		if (row.pid != 0)
+			values[3] = Int32GetDatum(row.pid);
+		else
+			nulls[3] = true;
+		if (row.since != 0)
+			values[4] = TimestampTzGetDatum(row.since);
+		else
+			nulls[4] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+Datum
+ash_replicant_stat_pipelines(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	List	   *facts;
+	ListCell   *lc;
+
+	InitMaterializedSRF(fcinfo, 0);
+	facts = read_catalog_facts(NULL);
+
+	foreach(lc, facts)
+	{
+		CatalogFacts *f = lfirst(lc);
+		StatusRow	row;
+		AshPipelineSlot snap;
+		bool		have_slot = false;
+		Datum		values[20];
+		bool		nulls[20] = {false};
+		AshPipelineStats *st = &snap.stats;
+
+		if (!f->configured)
+			continue;
+		derive_status(f, &row);
+
+		if (AshShmem != NULL)
+		{
+			AshPipelineSlot *slot;
+
+			LWLockAcquire(AshShmem->lock, LW_SHARED);
+			slot = ash_slot_find(MyDatabaseId, f->sink_name);
+			if (slot != NULL)
+			{
+				SpinLockAcquire(&slot->mutex);
+				memcpy(&snap, slot, sizeof(AshPipelineSlot));
+				SpinLockRelease(&slot->mutex);
+				have_slot = true;
+			}
+			LWLockRelease(AshShmem->lock);
+		}
+		if (!have_slot)
+			memset(&snap, 0, sizeof(snap));
+
+		values[0] = CStringGetTextDatum(f->sink_name);
+		if (row.pid)
+			values[1] = Int32GetDatum(row.pid);
+		else
+			nulls[1] = true;
+		values[2] = CStringGetTextDatum(row.state);
+		if (row.reason)
+			values[3] = CStringGetTextDatum(row.reason);
+		else
+			nulls[3] = true;
+		values[4] = Int64GetDatum((int64) st->received_xacts);
+		values[5] = Int64GetDatum((int64) st->applied_xacts);
+		values[6] = Int64GetDatum((int64) st->skipped_xacts);
+		values[7] = Int64GetDatum((int64) st->received_changes);
+		values[8] = Int64GetDatum((int64) st->applied_changes);
+		values[9] = Int64GetDatum((int64) st->skipped_changes);
+		values[10] = Int64GetDatum((int64) st->missing_row_deletes);
+		values[11] = Int64GetDatum((int64) st->batches);
+		if (st->last_received_lsn != InvalidXLogRecPtr)
+			values[12] = LSNGetDatum(st->last_received_lsn);
+		else
+			nulls[12] = true;
+		if (st->applied_lsn != InvalidXLogRecPtr)
+			values[13] = LSNGetDatum(st->applied_lsn);
+		else
+			nulls[13] = true;
+		if (st->source_end_lsn != InvalidXLogRecPtr && st->applied_lsn != InvalidXLogRecPtr)
+		{
+			int64		lag = (st->source_end_lsn > st->applied_lsn) ?
+				(int64) (st->source_end_lsn - st->applied_lsn) : 0;
+
+			values[14] = DirectFunctionCall1(int8_numeric, Int64GetDatum(lag));
+		}
+		else
+			nulls[14] = true;
+		if (st->last_commit_time != 0 && have_slot && snap.state == ASH_SLOT_RUNNING)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(st->last_commit_time, GetCurrentTimestamp(), &secs, &usecs);
+			values[15] = Float8GetDatum(secs + usecs / 1000000.0);
+		}
+		else
+			nulls[15] = true;
+		values[16] = Int64GetDatum((int64) st->reconnects);
+		if (st->last_census_at != 0)
+			values[17] = TimestampTzGetDatum(st->last_census_at);
+		else
+			nulls[17] = true;
+		if (st->last_census_verdict[0] != '\0')
+			values[18] = CStringGetTextDatum(st->last_census_verdict);
+		else
+			nulls[18] = true;
+		if (have_slot && snap.started_at != 0)
+			values[19] = TimestampTzGetDatum(snap.started_at);
+		else
+			nulls[19] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
