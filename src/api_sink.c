@@ -179,14 +179,14 @@ relation_display_name(Oid relid)
 	return quote_qualified_identifier(nspname, relname);
 }
 
-/* A namespace no route target may live in. */
+/* A namespace no route target may live in (temporary ones are checked apart). */
 static bool
 namespace_is_reserved(Oid nspid)
 {
 	Oid			own = get_namespace_oid("ash_replicant", true);
 
 	return IsCatalogNamespace(nspid) || IsToastNamespace(nspid) ||
-		isAnyTempNamespace(nspid) || nspid == own;
+		nspid == own;
 }
 
 static void
@@ -709,9 +709,13 @@ check_route_table_state_mirror(AshSinkInfo *sink, Oid relid, const char *relname
 		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
 		ash_reject(ERRCODE_WRONG_OBJECT_TYPE, STAGE_ROUTE, "message_route_invalid",
 				   "target %s is not an ordinary or partitioned table", relname);
+	if (isAnyTempNamespace(RelationGetNamespace(rel)))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
+				   "target %s is a temporary table",
+				   quote_identifier(RelationGetRelationName(rel)));
 	if (namespace_is_reserved(RelationGetNamespace(rel)))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
-				   "target %s is in a system, temporary or extension schema", relname);
+				   "target %s is in a system or extension schema", relname);
 
 	desc = RelationGetDescr(rel);
 	for (int i = 0; i < desc->natts; i++)
@@ -846,7 +850,7 @@ check_route_function(AshSinkInfo *sink, Oid funcid)
 		ash_reject(ERRCODE_UNDEFINED_FUNCTION, STAGE_ROUTE, "message_route_invalid",
 				   "target function does not exist");
 	proc = (Form_pg_proc) GETSTRUCT(tup);
-	fname = format_procedure_qualified(funcid);
+	fname = format_procedure(funcid);
 
 	if (sink->append_log)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
@@ -869,9 +873,13 @@ check_route_function(AshSinkInfo *sink, Oid funcid)
 		ash_reject(ERRCODE_DATATYPE_MISMATCH, STAGE_ROUTE, "message_route_invalid",
 				   "target %s must take (text, bytea) or (text, bytea, bytea, bytea)",
 				   fname);
+	if (isAnyTempNamespace(proc->pronamespace))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
+				   "target function %s is temporary",
+				   quote_identifier(NameStr(proc->proname)));
 	if (namespace_is_reserved(proc->pronamespace))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
-				   "target %s is in a system, temporary or extension schema", fname);
+				   "target %s is in a system or extension schema", fname);
 #if PG_VERSION_NUM >= 160000
 	if (object_aclcheck(ProcedureRelationId, funcid, sink->owner, ACL_EXECUTE) != ACLCHECK_OK)
 #else
