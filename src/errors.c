@@ -89,6 +89,7 @@ static const AshReasonEntry reason_table[] = {
 	{"recovery_horizon_invalid", ASH_REASON_REGISTRATION},
 	{"slot_name_invalid", ASH_REASON_REGISTRATION},
 	{"config_invalid", ASH_REASON_REGISTRATION},
+	{"pipeline_running", ASH_REASON_REGISTRATION},
 	/* doctor / preflight */
 	{"source_probe_failed", ASH_REASON_DOCTOR},
 	{"privilege_select_missing", ASH_REASON_DOCTOR},
