@@ -1330,22 +1330,20 @@ check_append_target(ValidateCtx *cx)
 	{
 		const char *name = ash_mapping_append_column(m, i);
 		Form_pg_attribute att = find_column(cx->desc, name);
+		char	   *label = m->append_columns[i] ?
+			psprintf("%s (%s)", qname(name), append_axis_names[i]) : qname(name);
 
 		if (att == NULL)
-			REJECT("append_log_invalid", "structural column %s (%s) is missing",
-				   qname(name), append_axis_names[i]);
+			REJECT("append_log_invalid", "structural column %s is missing", label);
 		if (!column_has_base_type(att, append_axis_types[i]))
-			REJECT("append_log_invalid", "structural column %s (%s) must be of type %s",
-				   qname(name), append_axis_names[i], format_type_be(append_axis_types[i]));
+			REJECT("append_log_invalid", "structural column %s must be of type %s",
+				   label, format_type_be(append_axis_types[i]));
 		if (att->attgenerated)
-			REJECT("append_log_invalid", "structural column %s (%s) is generated",
-				   qname(name), append_axis_names[i]);
+			REJECT("append_log_invalid", "structural column %s is generated", label);
 		if (i <= ASH_APPEND_ORIGIN && !att->attnotnull)
-			REJECT("append_log_invalid", "structural column %s (%s) must be NOT NULL",
-				   qname(name), append_axis_names[i]);
+			REJECT("append_log_invalid", "structural column %s must be NOT NULL", label);
 		if (i == ASH_APPEND_SNAPSHOT_ATTEMPT && att->attnotnull)
-			REJECT("append_log_invalid", "structural column %s (%s) must be nullable",
-				   qname(name), append_axis_names[i]);
+			REJECT("append_log_invalid", "structural column %s must be nullable", label);
 		if (i < ASH_APPEND_NIDENTITY)
 			axes[i] = att->attnum;
 	}
