@@ -343,6 +343,7 @@ apply_row_change(AshChange *c)
 	ash_apply_errctx.relation = rel->target_name;
 	strategy = strategy_for(rel);
 
+	PushActiveSnapshot(GetTransactionSnapshot());
 	as_owner_begin(&save_userid, &save_sec);
 	switch (c->kind)
 	{
@@ -366,6 +367,7 @@ apply_row_change(AshChange *c)
 			break;
 	}
 	as_owner_end(save_userid, save_sec);
+	PopActiveSnapshot();
 	pending.applied_changes++;
 }
 
@@ -392,9 +394,11 @@ apply_truncate(AshChange *c)
 		ash_apply_errctx.relation = rel->target_name;
 		if (strcmp(rel->map->on_truncate, "mirror") == 0)
 		{
+			PushActiveSnapshot(GetTransactionSnapshot());
 			as_owner_begin(&save_userid, &save_sec);
 			strategy_for(rel)->truncate(rel);
 			as_owner_end(save_userid, save_sec);
+			PopActiveSnapshot();
 		}
 		else if (strcmp(rel->map->on_truncate, "halt") == 0)
 			ash_halt("source_truncate", "table %s has on_truncate halt", rel->target_name);
@@ -531,7 +535,9 @@ advance_checkpoint(void)
 	values[4] = LSNGetDatum(batch_end_lsn);
 	ash_apply_errctx.command = "checkpoint";
 	ash_apply_errctx.relation = NULL;
+	PushActiveSnapshot(GetTransactionSnapshot());
 	n = ash_spi_execute(checkpoint_plan, values, NULL, SPI_OK_UPDATE);
+	PopActiveSnapshot();
 	if (n != 1)
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
 }

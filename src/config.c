@@ -19,6 +19,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/varlena.h"
 
 #include "config.h"
@@ -140,6 +141,7 @@ ash_config_load(const char *sink_name)
 	SPITupleTable *mappings_tt;
 
 	values[0] = CStringGetTextDatum(sink_name);
+	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
@@ -277,6 +279,7 @@ ash_config_load(const char *sink_name)
 	}
 
 	SPI_finish();
+	PopActiveSnapshot();
 	return cfg;
 }
 

@@ -246,8 +246,8 @@ send_feedback(bool force, bool request_reply)
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.last_received_lsn = write;
-	if (stream.received_lsn > MySlot->stats.source_end_lsn)
-		MySlot->stats.source_end_lsn = stream.received_lsn;
+	MySlot->stats.source_end_lsn = write;
+	MySlot->stats.flushed_lsn = flush;
 	SpinLockRelease(&MySlot->mutex);
 }
 
