@@ -369,7 +369,7 @@ run_census_if_due(void)
 	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
 		return;
 
-	v = ash_census_run(cfg);
+	v = ash_census_run(cfg, ckey);
 	now = GetCurrentTimestamp();
 	next_census = TimestampTzPlusMilliseconds(now, ash_census_next_delay(cfg));
 	if (v == ASH_CENSUS_FAULT)
