@@ -522,6 +522,13 @@ run_session(void)
 	ensure_slot(conn, &binding);
 
 	ash_apply_init(cfg, ckey, binding.commit_lsn, binding.end_lsn);
+
+	/*
+	 * The watermark we resume from may belong to an asynchronous commit of
+	 * the previous session that is not on disk yet: flush before reporting
+	 * it, or a crash here could lose what the source already forgot.
+	 */
+	XLogFlush(GetXLogInsertRecPtr());
 	flushed_remote = binding.end_lsn;
 	idle_lsn = InvalidXLogRecPtr;
 	while (!dlist_is_empty(&flush_positions))
