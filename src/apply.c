@@ -147,11 +147,15 @@ ash_apply_batch_full(void)
 static void
 begin_batch(void)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+
 	Assert(!batch_open);
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* transaction and SPI switch contexts: per-change work stays ours */
+	MemoryContextSwitchTo(cxt);
 	batch_open = true;
 	batch_xacts = 0;
 	missing_deletes = NIL;
@@ -160,7 +164,11 @@ begin_batch(void)
 uint64
 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_ret)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	int			ret = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	/* SPI returns in its procedure context: per-change work stays ours */
+	MemoryContextSwitchTo(cxt);
 
 	if (ret != expected_ret)
 		elog(ERROR, "ash_replicant: unexpected SPI result %d", ret);
@@ -744,6 +752,7 @@ ash_apply_commit_batch(void)
 {
 	AshBatchResult r = {0};
 	ListCell   *lc;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	Assert(ash_apply_batch_pending());
 	advance_checkpoint();
@@ -760,6 +769,7 @@ ash_apply_commit_batch(void)
 
 	SPI_finish();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 	batch_open = false;
 	missing_deletes = NIL;
 
@@ -779,7 +789,10 @@ ash_apply_commit_batch(void)
 void
 ash_apply_abort(void)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+
 	AbortCurrentTransaction();
+	MemoryContextSwitchTo(cxt);
 	batch_open = false;
 	batch_xacts = 0;
 	in_remote_xact = false;

@@ -390,6 +390,9 @@ run_census_if_due(void)
 static void
 receive_loop(void)
 {
+	MemoryContext loop_cxt = CurrentMemoryContext;
+	MemoryContext msg_cxt = AllocSetContextCreate(loop_cxt, "ash_replicant message",
+												  ALLOCSET_DEFAULT_SIZES);
 	AshPgoutputState dstate = {0};
 	AshStreamMsg msg;
 	AshChange change;
@@ -428,7 +431,8 @@ receive_loop(void)
 				continue;
 			}
 
-			/* DATA */
+			/* DATA: decoded into a per-message context, freed right after */
+			MemoryContextSwitchTo(msg_cxt);
 			if (!ash_decode_pgoutput(&dstate, msg.data, msg.len, &change, &derr))
 				ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
 			ash_apply_change(&change);
@@ -441,8 +445,13 @@ receive_loop(void)
 				record_flush_position(&r);
 				apply_failures = 0;
 			}
+			MemoryContextSwitchTo(loop_cxt);
+			MemoryContextReset(msg_cxt);
+			Assert(CurrentMemoryContext == loop_cxt);
 			CHECK_FOR_INTERRUPTS();
 		}
+
+		Assert(CurrentMemoryContext == loop_cxt);
 
 		/* a batch may still wait for a skipped tail's COMMIT; close it */
 		if (ash_apply_batch_pending())
