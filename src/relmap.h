@@ -70,6 +70,7 @@ typedef struct AshApplyRel
 	List	   *tenant_targets; /* context: AshApplyTarget *, most recent first */
 
 	MemoryContext cxt;			/* resolution products */
+	MemoryContext desc_cxt;		/* remote description and prev_* below */
 
 	/* the remote columns at last resolution, to judge schema changes */
 	int			prev_natts;
