@@ -425,13 +425,15 @@ COMMENT ON FUNCTION ash_replicant_decrypt(bytea, regclass, text)
 
 CREATE FUNCTION ash_replicant_keyring_status()
 RETURNS TABLE (family text, active_version integer, versions integer[])
-LANGUAGE C
+LANGUAGE C SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'ash_replicant_keyring_status';
 COMMENT ON FUNCTION ash_replicant_keyring_status()
 	IS 'per key family: the active version and the versions present in the keyring file (never keys, never the path)';
 
 -- TEST-ONLY (superuser): encrypt as the apply path does, for round-trip tests.
+-- Deliberately SECURITY INVOKER: the C code also checks superuser() of the
+-- caller, which a definer's function would not see.
 CREATE FUNCTION ash_replicant._encrypt_for_test(plaintext text, target regclass, column_name text)
 RETURNS bytea
 LANGUAGE C STRICT

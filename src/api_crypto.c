@@ -34,6 +34,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/array.h"
@@ -50,6 +51,30 @@ PG_FUNCTION_INFO_V1(ash_replicant_encrypt_for_test);
 PG_FUNCTION_INFO_V1(ash_replicant_crypto_selftest);
 
 #define STAGE_DECRYPT	"decrypt"
+
+/* A name for messages, always double-quoted (as in the cipher binding). */
+static char *
+qname(const char *name)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '"');
+	for (const char *p = name; *p; p++)
+	{
+		if (*p == '"')
+			appendStringInfoChar(&buf, '"');
+		appendStringInfoChar(&buf, *p);
+	}
+	appendStringInfoChar(&buf, '"');
+	return buf.data;
+}
+
+static char *
+qrel(Oid nspid, const char *relname)
+{
+	return psprintf("%s.%s", qname(get_namespace_name(nspid)), qname(relname));
+}
 
 /*
  * Resolve (target, column) to the names of the cipher binding, refusing
@@ -75,8 +100,7 @@ resolve_binding(Oid relid, const char *column, const char *stage,
 	if (attnum == InvalidAttrNumber || attnum < 0)
 		ash_reject(ERRCODE_UNDEFINED_COLUMN, stage, "decrypt_binding_invalid",
 				   "column %s does not exist on target %s",
-				   quote_identifier(column),
-				   quote_qualified_identifier(get_namespace_name(nspid), relname));
+				   qname(column), qrel(nspid, relname));
 
 	values[0] = ObjectIdGetDatum(relid);
 	values[1] = CStringGetTextDatum(column);
@@ -103,8 +127,7 @@ resolve_binding(Oid relid, const char *column, const char *stage,
 	if (!found)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, stage, "decrypt_binding_invalid",
 				   "column %s of target %s is not an encrypted column of any mapping",
-				   quote_identifier(column),
-				   quote_qualified_identifier(get_namespace_name(nspid), relname));
+				   qname(column), qrel(nspid, relname));
 
 	*schema = get_namespace_name(nspid);
 	*table = relname;
@@ -134,7 +157,7 @@ ash_replicant_decrypt(PG_FUNCTION_ARGS)
 		explicit_bzero(plain, len);
 		ash_reject(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, STAGE_DECRYPT, "ciphertext_invalid",
 				   "the plaintext of column %s is not valid text in the database encoding",
-				   quote_identifier(column));
+				   ash_crypto_binding(schema, table, column));
 	}
 	result = cstring_to_text_with_len(plain, len);
 	explicit_bzero(plain, len);
