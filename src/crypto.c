@@ -47,8 +47,9 @@ static void crypto_fail(int sqlerrcode, const char *stage, const char *reason,
 						const char *fmt,...) pg_attribute_printf(4, 5) pg_attribute_noreturn();
 
 /*
- * Raise a value-free refusal: a rejection in a backend, a halt in a
- * background worker (a pipeline must stop with the reason, not retry).
+ * Raise a value-free refusal: a rejection in a backend, a halt in one of
+ * the extension's background workers (a pipeline must stop with the
+ * reason, not retry).
  */
 static void
 crypto_fail(int sqlerrcode, const char *stage, const char *reason,
@@ -69,7 +70,7 @@ crypto_fail(int sqlerrcode, const char *stage, const char *reason,
 			break;
 		enlargeStringInfo(&ctx, needed);
 	}
-	if (IsBackgroundWorker)
+	if (ash_in_extension_worker())
 		ash_halt(reason, "%s", ctx.data);
 	ash_reject(sqlerrcode, stage, reason, "%s", ctx.data);
 }

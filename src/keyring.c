@@ -45,8 +45,8 @@
  *	  reload and on every error path (PG_TRY around the parse).
  *
  *	  Errors raise keyring_invalid (SQLSTATE F0000) through ash_reject, or
- *	  through ash_halt inside a background worker, so a pipeline halts with
- *	  the reason rather than retrying.
+ *	  through ash_halt inside one of the extension's background workers, so
+ *	  a pipeline halts with the reason rather than retrying.
  *
  *-------------------------------------------------------------------------
  */
@@ -59,6 +59,7 @@
 #include "common/base64.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "utils/memutils.h"
 
 #include "ash_replicant.h"
@@ -104,6 +105,13 @@ static struct stat loaded_stat;
 
 static void keyring_fail(const char *fmt,...) pg_attribute_printf(1, 2) pg_attribute_noreturn();
 
+bool
+ash_in_extension_worker(void)
+{
+	return IsBackgroundWorker && MyBgworkerEntry != NULL &&
+		strcmp(MyBgworkerEntry->bgw_library_name, "ash_replicant") == 0;
+}
+
 /* Raise keyring_invalid with a structural context (never line text). */
 static void
 keyring_fail(const char *fmt,...)
@@ -123,7 +131,7 @@ keyring_fail(const char *fmt,...)
 			break;
 		enlargeStringInfo(&ctx, needed);
 	}
-	if (IsBackgroundWorker)
+	if (ash_in_extension_worker())
 		ash_halt("keyring_invalid", "%s", ctx.data);
 	ash_reject(ERRCODE_CONFIG_FILE_ERROR, "keyring", "keyring_invalid", "%s", ctx.data);
 }
@@ -544,6 +552,7 @@ read_file(const char *path, MemoryContext scratch, struct stat *st,
 				continue;
 			*err_no = errno;
 			close(fd);
+			explicit_bzero(buf, cap);
 			*problem = "could not read the keyring file";
 			return NULL;
 		}
@@ -554,6 +563,7 @@ read_file(const char *path, MemoryContext scratch, struct stat *st,
 		{
 			/* grew while we read it: refuse rather than read half a file */
 			close(fd);
+			explicit_bzero(buf, cap);
 			*problem = "the keyring file changed while it was read";
 			return NULL;
 		}

@@ -70,4 +70,10 @@ extern bool ash_keyring_has_family(const char *family);
  */
 extern int	ash_keyring_versions(const char *family, int32 **versions);
 
+/*
+ * Whether this process is one of the extension's background workers (where
+ * keyring and crypto refusals are raised as pipeline halts).
+ */
+extern bool ash_in_extension_worker(void);
+
 #endif							/* ASH_KEYRING_H */
