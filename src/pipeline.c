@@ -369,7 +369,7 @@ run_census_if_due(void)
 	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
 		return;
 
-	v = ash_census_run(cfg);
+	v = ash_census_run(cfg, ckey);
 	now = GetCurrentTimestamp();
 	next_census = TimestampTzPlusMilliseconds(now, ash_census_next_delay(cfg));
 	if (v == ASH_CENSUS_FAULT)
@@ -390,6 +390,9 @@ run_census_if_due(void)
 static void
 receive_loop(void)
 {
+	MemoryContext loop_cxt = CurrentMemoryContext;
+	MemoryContext msg_cxt = AllocSetContextCreate(loop_cxt, "ash_replicant message",
+												  ALLOCSET_DEFAULT_SIZES);
 	AshPgoutputState dstate = {0};
 	AshStreamMsg msg;
 	AshChange change;
@@ -428,7 +431,8 @@ receive_loop(void)
 				continue;
 			}
 
-			/* DATA */
+			/* DATA: decoded into a per-message context, freed right after */
+			MemoryContextSwitchTo(msg_cxt);
 			if (!ash_decode_pgoutput(&dstate, msg.data, msg.len, &change, &derr))
 				ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
 			ash_apply_change(&change);
@@ -441,8 +445,13 @@ receive_loop(void)
 				record_flush_position(&r);
 				apply_failures = 0;
 			}
+			MemoryContextSwitchTo(loop_cxt);
+			MemoryContextReset(msg_cxt);
+			Assert(CurrentMemoryContext == loop_cxt);
 			CHECK_FOR_INTERRUPTS();
 		}
+
+		Assert(CurrentMemoryContext == loop_cxt);
 
 		/* a batch may still wait for a skipped tail's COMMIT; close it */
 		if (ash_apply_batch_pending())
@@ -522,6 +531,13 @@ run_session(void)
 	ensure_slot(conn, &binding);
 
 	ash_apply_init(cfg, ckey, binding.commit_lsn, binding.end_lsn);
+
+	/*
+	 * The watermark we resume from may belong to an asynchronous commit of
+	 * the previous session that is not on disk yet: flush before reporting
+	 * it, or a crash here could lose what the source already forgot.
+	 */
+	XLogFlush(GetXLogInsertRecPtr());
 	flushed_remote = binding.end_lsn;
 	idle_lsn = InvalidXLogRecPtr;
 	while (!dlist_is_empty(&flush_positions))
