@@ -50,6 +50,8 @@
 #include "utils/timestamp.h"
 
 #include "apply.h"
+#include "crypto.h"
+#include "keyring.h"
 #include "errors.h"
 #include "shmem.h"
 
@@ -62,6 +64,7 @@ static AshPipelineSlot *apply_slot;
 static XLogRecPtr watermark;		/* durable commit LSN */
 static XLogRecPtr watermark_end;
 
+static bool apply_needs_keys = false;
 static bool batch_open = false;
 static int	batch_xacts = 0;
 static XLogRecPtr batch_commit_lsn;
@@ -109,6 +112,15 @@ ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 		change_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant change",
 										   ALLOCSET_DEFAULT_SIZES);
 	ash_relmap_init(cfg, release_target);
+
+	apply_needs_keys = false;
+	{
+		ListCell   *lc;
+
+		foreach(lc, cfg->mappings)
+			if (((AshMapping *) lfirst(lc))->encrypted != NIL)
+				apply_needs_keys = true;
+	}
 
 	/* the slot of this worker, to publish counters */
 	apply_slot = NULL;
@@ -159,6 +171,10 @@ begin_batch(void)
 	batch_open = true;
 	batch_xacts = 0;
 	missing_deletes = NIL;
+
+	/* no key is held between batches: a rotated keyring is seen here */
+	if (apply_needs_keys)
+		ash_keyring_load();
 }
 
 uint64
@@ -216,6 +232,7 @@ build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 	img->values = palloc0(sizeof(Datum) * Max(rel->ncols, 1));
 	img->nulls = palloc0(sizeof(bool) * Max(rel->ncols, 1));
 	img->present = palloc0(sizeof(bool) * Max(rel->ncols, 1));
+	img->plain = NULL;
 	img->complete = true;
 
 	if (tup->natts != rel->remote.natts)
@@ -239,7 +256,15 @@ build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 				img->complete = false;
 				break;
 			case ASH_COL_TEXT:
-				img->values[c] = convert_value(col, v);
+				if (col->encrypt)
+				{
+					/* sealed once the destination table is known */
+					if (img->plain == NULL)
+						img->plain = palloc0(sizeof(char *) * rel->ncols);
+					img->plain[c] = v->data;
+				}
+				else
+					img->values[c] = convert_value(col, v);
 				img->present[c] = true;
 				break;
 			default:
@@ -429,6 +454,27 @@ resolve_tenant(AshApplyRel *rel, AshTuple *tup, const char *side)
 	return tenant;
 }
 
+/*
+ * Encrypt the sensitive columns of an image for the table it is written
+ * to: the ciphertext is bound to that table's schema.table.column.
+ */
+static void
+seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img)
+{
+	if (img->plain == NULL)
+		return;
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		const char *plain = img->plain[c];
+
+		if (plain == NULL)
+			continue;
+		img->values[c] = PointerGetDatum(ash_encrypt_column(tgt->nspname, tgt->relname,
+															rel->cols[c].name,
+															plain, strlen(plain)));
+	}
+}
+
 static AshApplyTarget *
 target_for(AshApplyRel *rel, const char *tenant)
 {
@@ -516,8 +562,13 @@ apply_row_change(AshChange *c)
 	switch (c->kind)
 	{
 		case ASH_CHANGE_INSERT:
-			build_image(rel, &c->u.insert.newtup, &newrow);
-			strategy->insert(rel, target_for(rel, tnew), &newrow);
+			{
+				AshApplyTarget *to = target_for(rel, tnew);
+
+				build_image(rel, &c->u.insert.newtup, &newrow);
+				seal_image(rel, to, &newrow);
+				strategy->insert(rel, to, &newrow);
+			}
 			break;
 		case ASH_CHANGE_UPDATE:
 			build_image(rel, &c->u.update.newtup, &newrow);
@@ -534,11 +585,17 @@ apply_row_change(AshChange *c)
 				if (!newrow.complete)
 					ash_halt("unchanged_value_unavailable", "relocated row of %s lacks a value",
 							 rel->target_name);
+				seal_image(rel, to, &newrow);
 				strategy->delete(rel, from, &key);
 				strategy->insert(rel, to, &newrow);
 			}
 			else
-				strategy->update(rel, target_for(rel, tnew), &key, &newrow);
+			{
+				AshApplyTarget *to = target_for(rel, tnew);
+
+				seal_image(rel, to, &newrow);
+				strategy->update(rel, to, &key, &newrow);
+			}
 			break;
 		default:
 			build_key(rel, &c->u.delete.oldtup, &key);

@@ -22,6 +22,7 @@ typedef struct AshRowImage
 	Datum	   *values;
 	bool	   *nulls;
 	bool	   *present;		/* false: unchanged TOAST, value not sent */
+	char	  **plain;			/* encrypted columns: text before sealing */
 	bool		complete;		/* every column present */
 } AshRowImage;
 

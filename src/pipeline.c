@@ -61,6 +61,7 @@
 #include "checkpoint.h"
 #include "decode_pgoutput.h"
 #include "errors.h"
+#include "keyring.h"
 #include "libpq_conn.h"
 #include "pipeline.h"
 #include "shmem.h"
@@ -491,6 +492,23 @@ receive_loop(void)
 	}
 }
 
+/* Every key family the mappings need must be in the keyring. */
+static void
+check_key_families(void)
+{
+	ListCell   *lc;
+	bool		encryption = false;
+
+	foreach(lc, cfg->mappings)
+		if (((AshMapping *) lfirst(lc))->encrypted != NIL)
+			encryption = true;
+	if (!encryption)
+		return;
+	ash_keyring_load();
+	if (!ash_keyring_has_family(ASH_KEYS_COLUMN_ENCRYPTION))
+		ash_halt("keyring_missing_family", "family %s", ASH_KEYS_COLUMN_ENCRYPTION);
+}
+
 static void
 run_session(void)
 {
@@ -502,6 +520,8 @@ run_session(void)
 
 	MemoryContextReset(session_cxt);
 	MemoryContextSwitchTo(session_cxt);
+
+	check_key_families();
 
 	step = STEP_CONNECT;
 	ash_conn_last_sqlstate[0] = '\0';

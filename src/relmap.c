@@ -405,9 +405,7 @@ refuse_unsupported(AshApplyRel *rel, AshMapping *map)
 {
 	const char *what = NULL;
 
-	if (map->encrypted != NIL)
-		what = "encrypted columns";
-	else if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0)
+	if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0)
 		what = "history_strategy";
 	else if (map->append_log)
 		what = "append_log";
@@ -559,6 +557,8 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	}
 	t->relid = relid;
 	t->name = quote_qualified_identifier(schema, relname);
+	t->nspname = pstrdup(schema);
+	t->relname = pstrdup(relname);
 	t->tenant = pstrdup(tenant);
 	MemoryContextSwitchTo(rel->cxt);
 	rel->tenant_targets = lcons(t, rel->tenant_targets);
@@ -615,6 +615,8 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->target_default = palloc0(sizeof(AshApplyTarget));
 	rel->target_default->relid = rel->target;
 	rel->target_default->name = rel->target_name;
+	rel->target_default->nspname = get_namespace_name(RelationGetNamespace(target));
+	rel->target_default->relname = pstrdup(RelationGetRelationName(target));
 	rel->target_default->cxt = rel->cxt;
 	rel->tenant_col = -1;
 	rel->tenant_remote_idx = -1;
@@ -658,12 +660,22 @@ ash_relmap_resolve(AshApplyRel *rel)
 			append_name(&unmapped, rc->name);
 			continue;
 		}
-		if (!types_compatible(rc->type_oid, att->atttypid))
+		if (ash_list_contains_str(map->encrypted, rc->name))
+		{
+			/* any source type: its text form is sealed into bytea */
+			if (att->atttypid != BYTEAOID)
+			{
+				append_name(&badtype, rc->name);
+				continue;
+			}
+		}
+		else if (!types_compatible(rc->type_oid, att->atttypid))
 		{
 			append_name(&badtype, rc->name);
 			continue;
 		}
 		tc = &rel->cols[ncols++];
+		tc->encrypt = ash_list_contains_str(map->encrypted, rc->name);
 		tc->name = pstrdup(tname);
 		tc->attnum = attnum;
 		tc->remote_idx = i;
