@@ -76,6 +76,7 @@ static bool skip_xact = false;
 static XLogRecPtr xact_final_lsn;
 
 static MemoryContext change_cxt = NULL;
+static AshChangeMeta meta;
 static SPIPlanPtr checkpoint_plan = NULL;
 
 /* counters published at batch end */
@@ -130,6 +131,12 @@ ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 		apply_slot = ash_slot_find(MyDatabaseId, cfg->sink_name);
 		LWLockRelease(AshShmem->lock);
 	}
+}
+
+const AshChangeMeta *
+ash_apply_current(void)
+{
+	return &meta;
 }
 
 XLogRecPtr
@@ -512,6 +519,7 @@ apply_row_change(AshChange *c)
 			break;
 	}
 	require_xact(ash_apply_errctx.command);
+	meta.ordinal++;
 	pending.received_changes++;
 	if (skip_xact)
 	{
@@ -614,6 +622,7 @@ apply_truncate(AshChange *c)
 	int			save_sec;
 
 	require_xact("truncate");
+	meta.ordinal++;
 	ash_apply_errctx.command = "truncate";
 	pending.received_changes++;
 	if (skip_xact)
@@ -659,6 +668,7 @@ apply_message(AshChange *c)
 	if (c->u.message.transactional)
 	{
 		require_xact("transactional message");
+		meta.ordinal++;
 		if (skip_xact)
 			return;
 	}
@@ -680,6 +690,11 @@ ash_apply_change(AshChange *c)
 				ash_halt("protocol_violation", "BEGIN inside a transaction");
 			in_remote_xact = true;
 			xact_final_lsn = c->u.begin.final_lsn;
+			meta.commit_lsn = c->u.begin.final_lsn;
+			meta.commit_time = c->u.begin.commit_time;
+			meta.xid = c->u.begin.xid;
+			meta.ordinal = 0;
+			meta.origin = "stream";
 			ash_apply_errctx.commit_lsn = xact_final_lsn;
 			ash_apply_errctx.xid = c->u.begin.xid;
 			ash_apply_errctx.relation = NULL;
