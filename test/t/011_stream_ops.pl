@@ -97,7 +97,7 @@ INSERT INTO um_mapped VALUES (3, 'c');
 });
 AshTest::wait_caught_up($src, $dst, 'ign');
 AshTest::assert_mirror_equal($src, $dst, ['um_mapped'], name => 'ign');
-is(AshTest::status_row($dst, 'ign')->{state} =~ /^(healthy|catching_up)$/ ? 'running' : 'not running',
+is(((AshTest::status_row($dst, 'ign') // {})->{state} // '') =~ /^(healthy|catching_up)$/ ? 'running' : 'not running',
 	'running', 'ign: not halted by the ignored table or its truncate');
 
 ########################################################################
@@ -195,7 +195,8 @@ my $so = AshTest::stat_row($dst, 'one') // {};
 note "main: batches=" . ($sm->{batches} // 'NULL') . " applied_transactions=" . ($sm->{applied_transactions} // 'NULL');
 note "one: batches=" . ($so->{batches} // 'NULL') . " applied_transactions=" . ($so->{applied_transactions} // 'NULL');
 cmp_ok($so->{applied_transactions} // 0, '>=', 599, 'one: every source transaction applied');
-is($so->{batches}, $so->{applied_transactions}, 'one: one destination transaction per source transaction');
+ok(defined $so->{batches} && $so->{batches} == ($so->{applied_transactions} // -1),
+	'one: one destination transaction per source transaction');
 cmp_ok($sm->{batches} // 0, '<=', $sm->{applied_transactions} // -1, 'main: batches <= applied transactions');
 cmp_ok($sm->{batches} // 0, '>', 0, 'main: batches counted');
 

@@ -48,7 +48,7 @@ my %marker_seq;
 ##############################################################################
 
 # start_pair(%opts) -> ($src, $dst)
-#   name_prefix      node name prefix [test file base name]
+#   name_prefix      node name prefix ['']: nodes are "<prefix>src", "<prefix>dst"
 #   log_statement    for both nodes ['all']; 'none' when a test greps logs for
 #                    values it sent to the source itself
 #   src_conf, dst_conf  extra postgresql.conf text
@@ -56,11 +56,10 @@ my %marker_seq;
 sub start_pair
 {
 	my (%o) = @_;
-	my $prefix = $o{name_prefix} // basename($0, '.pl');
-	$prefix =~ s/[^A-Za-z0-9_]/_/g;
+	my $prefix = $o{name_prefix} // '';
 	my $log_statement = $o{log_statement} // 'all';
 
-	my $src = PostgreSQL::Test::Cluster->new("${prefix}_src");
+	my $src = PostgreSQL::Test::Cluster->new("${prefix}src");
 	$src->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
 	$src->append_conf('postgresql.conf', qq{
 listen_addresses = '127.0.0.1'
@@ -79,7 +78,7 @@ host replication all 127.0.0.1/32 trust
 	$src->start;
 	$src->safe_psql($DB, 'CREATE EXTENSION IF NOT EXISTS pg_walinspect');
 
-	my $dst = PostgreSQL::Test::Cluster->new("${prefix}_dst");
+	my $dst = PostgreSQL::Test::Cluster->new("${prefix}dst");
 	$dst->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
 	$dst->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'ash_replicant'
