@@ -31,3 +31,27 @@ EXTRA_CLEAN = test/results test/regression.diffs test/regression.out \
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# ---------------------------------------------------------------------------
+# Decoder unit tests (branch "decoder"): `make unit` builds
+# test/unit/decode_test, a frontend TAP program over the pure decoder,
+# under AddressSanitizer + UBSan (clang when available, else gcc).  Run by
+# test/t/001_decoder_unit.pl; needs no server.
+# ---------------------------------------------------------------------------
+UNIT_CC := $(if $(shell command -v clang 2>/dev/null),clang,gcc)
+UNIT_SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+UNIT_CFLAGS = -g -O1 -DFRONTEND $(UNIT_SANITIZE) -Wall -Wextra -Werror \
+	-Wno-unused-parameter -Wno-ignored-attributes -Wno-missing-field-initializers
+UNIT_CPPFLAGS = -Isrc -I$(shell $(PG_CONFIG) --includedir-server)
+UNIT_LDLIBS = -L$(shell $(PG_CONFIG) --pkglibdir) -L$(shell $(PG_CONFIG) --libdir) \
+	-lpgcommon -lpgport
+UNIT_SRCS = test/unit/decode_test.c src/decode_pgoutput.c src/change.c
+
+.PHONY: unit
+unit: test/unit/decode_test
+
+test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h
+	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
+
+EXTRA_CLEAN += test/unit/decode_test

@@ -320,25 +320,29 @@ ash_replicant_stat_pipelines(PG_FUNCTION_ARGS)
 			values[13] = LSNGetDatum(st->applied_lsn);
 		else
 			nulls[13] = true;
-		if (st->source_end_lsn != InvalidXLogRecPtr && st->applied_lsn != InvalidXLogRecPtr)
+		if (have_slot && snap.state == ASH_SLOT_RUNNING && st->streaming)
 		{
-			int64		lag = (st->source_end_lsn > st->applied_lsn) ?
-				(int64) (st->source_end_lsn - st->applied_lsn) : 0;
+			/* received but not yet durably applied and acknowledged */
+			int64		lag = (st->source_end_lsn > st->flushed_lsn) ?
+				(int64) (st->source_end_lsn - st->flushed_lsn) : 0;
 
 			values[14] = DirectFunctionCall1(int8_numeric, Int64GetDatum(lag));
-		}
-		else
-			nulls[14] = true;
-		if (st->last_commit_time != 0 && have_slot && snap.state == ASH_SLOT_RUNNING)
-		{
-			long		secs;
-			int			usecs;
+			if (lag > 0 && st->last_commit_time != 0)
+			{
+				long		secs;
+				int			usecs;
 
-			TimestampDifference(st->last_commit_time, GetCurrentTimestamp(), &secs, &usecs);
-			values[15] = Float8GetDatum(secs + usecs / 1000000.0);
+				TimestampDifference(st->last_commit_time, GetCurrentTimestamp(), &secs, &usecs);
+				values[15] = Float8GetDatum(secs + usecs / 1000000.0);
+			}
+			else
+				values[15] = Float8GetDatum(0.0);
 		}
 		else
+		{
+			nulls[14] = true;
 			nulls[15] = true;
+		}
 		values[16] = Int64GetDatum((int64) st->reconnects);
 		if (st->last_census_at != 0)
 			values[17] = TimestampTzGetDatum(st->last_census_at);

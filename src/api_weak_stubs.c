@@ -21,12 +21,5 @@
 		PG_RETURN_VOID(); \
 	}
 
-ASH_WEAK_STUB(ash_replicant_create_sink)
-ASH_WEAK_STUB(ash_replicant_drop_sink)
 ASH_WEAK_STUB(ash_replicant_map_table)
 ASH_WEAK_STUB(ash_replicant_unmap_table)
-ASH_WEAK_STUB(ash_replicant_add_message_route)
-ASH_WEAK_STUB(ash_replicant_drop_message_route)
-ASH_WEAK_STUB(ash_replicant_configure_pipeline)
-ASH_WEAK_STUB(ash_replicant_start)
-ASH_WEAK_STUB(ash_replicant_stop)

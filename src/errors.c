@@ -45,6 +45,10 @@ static const AshReasonEntry reason_table[] = {
 	{"unchanged_value_unavailable", ASH_REASON_HALTED},
 	{"tombstone_unknown", ASH_REASON_HALTED},
 	{"protocol_violation", ASH_REASON_HALTED},
+	{"source_truncate", ASH_REASON_HALTED},
+	{"source_publication_missing", ASH_REASON_MISCONFIGURED},
+	{"mapping_unsupported", ASH_REASON_MISCONFIGURED},
+	{"destination_table_missing", ASH_REASON_MISCONFIGURED},
 	/* misconfigured */
 	{"source_table_unmapped", ASH_REASON_MISCONFIGURED},
 	{"source_column_unmapped", ASH_REASON_MISCONFIGURED},
@@ -65,7 +69,6 @@ static const AshReasonEntry reason_table[] = {
 	{"decoder_capability_unsupported", ASH_REASON_MISCONFIGURED},
 	{"append_frontier_unavailable", ASH_REASON_MISCONFIGURED},
 	{"source_slot_in_use", ASH_REASON_MISCONFIGURED},
-	{"source_publication_missing", ASH_REASON_MISCONFIGURED},
 	{"source_not_logical", ASH_REASON_MISCONFIGURED},
 	{"source_unreachable", ASH_REASON_MISCONFIGURED},
 	{"privilege_replication_missing", ASH_REASON_MISCONFIGURED},
@@ -86,6 +89,7 @@ static const AshReasonEntry reason_table[] = {
 	{"recovery_horizon_invalid", ASH_REASON_REGISTRATION},
 	{"slot_name_invalid", ASH_REASON_REGISTRATION},
 	{"config_invalid", ASH_REASON_REGISTRATION},
+	{"pipeline_running", ASH_REASON_REGISTRATION},
 	/* doctor / preflight */
 	{"source_probe_failed", ASH_REASON_DOCTOR},
 	{"privilege_select_missing", ASH_REASON_DOCTOR},
@@ -128,33 +132,70 @@ ash_reason_class_name(AshReasonClass cls)
 	return "unknown";
 }
 
-void
-ash_reject(int sqlerrcode, const char *stage, const char *reason,
-		   const char *ctxfmt,...)
+const char *ash_pending_halt = NULL;
+
+/* Format a structural context string (never values). */
+static char *format_context(const char *ctxfmt, va_list args_in) pg_attribute_printf(1, 0);
+
+static char *
+format_context(const char *ctxfmt, va_list args_in)
 {
 	StringInfoData ctx;
 
 	initStringInfo(&ctx);
-	if (ctxfmt != NULL)
+	if (ctxfmt == NULL)
+		return ctx.data;
+	for (;;)
 	{
-		for (;;)
-		{
-			va_list		args;
-			int			needed;
+		va_list		args;
+		int			needed;
 
-			va_start(args, ctxfmt);
-			needed = appendStringInfoVA(&ctx, ctxfmt, args);
-			va_end(args);
-			if (needed == 0)
-				break;
-			enlargeStringInfo(&ctx, needed);
-		}
+		va_copy(args, args_in);
+		needed = appendStringInfoVA(&ctx, ctxfmt, args);
+		va_end(args);
+		if (needed == 0)
+			break;
+		enlargeStringInfo(&ctx, needed);
 	}
+	return ctx.data;
+}
 
-	if (ctx.len > 0)
+void
+ash_halt(const char *reason, const char *ctxfmt,...)
+{
+	va_list		args;
+	char	   *ctx;
+
+	va_start(args, ctxfmt);
+	ctx = format_context(ctxfmt, args);
+	va_end(args);
+	ash_pending_halt = reason;
+	if (ctx[0] != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ash_replicant: pipeline halted: %s (%s)", reason, ctx)));
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ash_replicant: pipeline halted: %s", reason)));
+	pg_unreachable();
+}
+
+void
+ash_reject(int sqlerrcode, const char *stage, const char *reason,
+		   const char *ctxfmt,...)
+{
+	va_list		args;
+	char	   *ctx;
+
+	va_start(args, ctxfmt);
+	ctx = format_context(ctxfmt, args);
+	va_end(args);
+
+	if (ctx[0] != '\0')
 		ereport(ERROR,
 				(errcode(sqlerrcode),
-				 errmsg("ash_replicant: %s rejected: %s (%s)", stage, reason, ctx.data)));
+				 errmsg("ash_replicant: %s rejected: %s (%s)", stage, reason, ctx)));
 	else
 		ereport(ERROR,
 				(errcode(sqlerrcode),

@@ -245,7 +245,7 @@ reconcile(EnabledPipeline *pipes, int npipes)
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
-		if (slot->state != ASH_SLOT_EXITED && worker_gone(i))
+		if (workers[i].handle != NULL && worker_gone(i))
 		{
 			/*
 			 * The worker vanished.  If it did not say it left on purpose it

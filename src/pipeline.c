@@ -1,14 +1,693 @@
+/*-------------------------------------------------------------------------
+ *
+ * pipeline.c
+ *	  The pipeline background worker: one per running sink.
+ *
+ * NOTES
+ *	  Life of a worker (started by the launcher for one start generation):
+ *
+ *	  attach to its shared-memory slot -> connect to the destination
+ *	  database -> read the configuration -> sessions until a halt or a stop.
+ *
+ *	  A session: connect to the source (replication=database) ->
+ *	  IDENTIFY_SYSTEM and verify the source identity -> bind the checkpoint
+ *	  (checkpoint.c) -> check or create the slot -> START_REPLICATION from
+ *	  the end of the last applied commit -> receive loop.
+ *
+ *	  The receive loop drains every message already received, applying each
+ *	  (apply.c).  After a source COMMIT the open batch is committed when it is
+ *	  full or when no further message is already here.  Feedback reports as
+ *	  flushed only remote end LSNs whose local commit record is flushed
+ *	  (synchronous_commit is off for apply, as in core); with nothing in
+ *	  flight the keepalive position is acknowledged so quiet publications do
+ *	  not pin WAL.  A receive timeout, with a keepalive request at half of
+ *	  it, detects a silent source.
+ *
+ *	  Errors are classified at the session boundary:
+ *	  - a halt (ash_halt): tombstone + clean exit; not restarted until the
+ *		operator starts the pipeline again;
+ *	  - a source/transport fault: reconnect with capped exponential
+ *		back-off and resume from the durable watermark;
+ *	  - a destination apply error: roll back, retry from the watermark up to
+ *		max_command_retries times, then halt apply_failed.
+ *	  The error text is never logged: it can carry row values (constraint
+ *	  DETAIL, input syntax errors).  Only SQLSTATE, command, relation and
+ *	  LSN are.
+ *
+ *-------------------------------------------------------------------------
+ */
 #include "postgres.h"
-#include "fmgr.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "lib/ilist.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
+
+#include "apply.h"
+#include "ash_replicant.h"
+#include "census.h"
+#include "checkpoint.h"
+#include "decode_pgoutput.h"
+#include "errors.h"
+#include "libpq_conn.h"
 #include "pipeline.h"
 #include "shmem.h"
+#include "walproto.h"
+
+/* Where a session is, to classify source errors. */
+typedef enum SessionStep
+{
+	STEP_CONNECT,
+	STEP_IDENTIFY,
+	STEP_BIND,
+	STEP_SLOT,
+	STEP_START,
+	STEP_STREAM
+} SessionStep;
+
+static const char *const step_names[] = {
+	"connect", "identify", "bind", "slot", "start", "stream"
+};
+
+typedef struct FlushPosition
+{
+	dlist_node	node;
+	XLogRecPtr	local_end;
+	XLogRecPtr	remote_end;
+} FlushPosition;
+
+static AshPipelineSlot *MySlot = NULL;
+static int64 my_generation;
+static AshPipelineConfig *cfg = NULL;
+static MemoryContext pipeline_cxt = NULL;
+static MemoryContext session_cxt = NULL;
+
+static AshStream stream;
+static bool stream_open = false;
+static SessionStep step;
+static AshCheckpointKey *ckey = NULL;
+
+static dlist_head flush_positions = DLIST_STATIC_INIT(flush_positions);
+static XLogRecPtr flushed_remote = InvalidXLogRecPtr;
+static XLogRecPtr idle_lsn = InvalidXLogRecPtr;
+
+static int	apply_failures = 0;
+static int	slot_busy_failures = 0;
+static int	census_faults = 0;
+static TimestampTz next_census = 0;
+static long backoff = 0;
+
+/* ---------------------------------------------------------------------
+ * Slot attachment.
+ * ---------------------------------------------------------------------
+ */
+static void
+pipeline_detach(int code, Datum arg)
+{
+	if (MySlot == NULL || AshShmem == NULL)
+		return;
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	if (MySlot->generation == my_generation && MySlot->pid == MyProcPid)
+	{
+		MySlot->pid = 0;
+		MySlot->state = ASH_SLOT_EXITED;
+		SpinLockAcquire(&MySlot->mutex);
+		MySlot->stats.streaming = false;
+		SpinLockRelease(&MySlot->mutex);
+	}
+	LWLockRelease(AshShmem->lock);
+}
+
+static bool
+attach_slot(int slotno)
+{
+	AshPipelineSlot *slot;
+
+	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots)
+		return false;
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	slot = &AshShmem->slots[slotno];
+	if (!slot->in_use || slot->generation != my_generation ||
+		slot->state != ASH_SLOT_STARTING || slot->stop_requested)
+	{
+		LWLockRelease(AshShmem->lock);
+		return false;
+	}
+	slot->pid = MyProcPid;
+	slot->state = ASH_SLOT_RUNNING;
+	slot->exit_clean = false;
+	MySlot = slot;
+	LWLockRelease(AshShmem->lock);
+	before_shmem_exit(pipeline_detach, (Datum) 0);
+	return true;
+}
+
+static void
+leave_cleanly(void)
+{
+	if (MySlot)
+	{
+		LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+		MySlot->exit_clean = true;
+		LWLockRelease(AshShmem->lock);
+	}
+	proc_exit(0);
+}
+
+/* ---------------------------------------------------------------------
+ * Halts.
+ * ---------------------------------------------------------------------
+ */
+static void
+do_halt(const char *reason, const char *sqlstate)
+{
+	AshReasonClass rc = ash_reason_class(reason);
+	const char *cls = (rc == ASH_REASON_MISCONFIGURED) ? "misconfigured" : "halted";
+
+	ereport(LOG,
+			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s",
+					cfg->sink_name, reason, cls,
+					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : "")));
+
+	/* in-memory leg first: it survives a failed catalog write */
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	strlcpy(MySlot->halt_reason, reason, ASH_REASON_LEN);
+	strlcpy(MySlot->halt_class, cls, sizeof(MySlot->halt_class));
+	MySlot->halt_generation = my_generation;
+	MySlot->halted_at = GetCurrentTimestamp();
+	LWLockRelease(AshShmem->lock);
+
+	(void) ash_checkpoint_record_halt(cfg->sink_name, my_generation, ckey, reason, cls,
+									  sqlstate);
+	if (stream_open)
+		ash_stream_close(&stream);
+	stream_open = false;
+	leave_cleanly();
+}
+
+/* ---------------------------------------------------------------------
+ * Feedback.
+ * ---------------------------------------------------------------------
+ */
+static void
+record_flush_position(AshBatchResult *r)
+{
+	FlushPosition *fp = MemoryContextAlloc(pipeline_cxt, sizeof(FlushPosition));
+
+	fp->local_end = r->local_end;
+	fp->remote_end = r->remote_end;
+	dlist_push_tail(&flush_positions, &fp->node);
+}
+
+static void
+send_feedback(bool force, bool request_reply)
+{
+	XLogRecPtr	local_flush = GetFlushRecPtr(NULL);
+	dlist_mutable_iter iter;
+	XLogRecPtr	flush = flushed_remote;
+	XLogRecPtr	write;
+	TimestampTz now = GetCurrentTimestamp();
+
+	dlist_foreach_modify(iter, &flush_positions)
+	{
+		FlushPosition *fp = dlist_container(FlushPosition, node, iter.cur);
+
+		if (fp->local_end > local_flush)
+			break;
+		if (fp->remote_end > flush)
+			flush = fp->remote_end;
+		dlist_delete(iter.cur);
+		pfree(fp);
+	}
+
+	/* nothing in flight: acknowledge the keepalive position */
+	if (dlist_is_empty(&flush_positions) && !ash_apply_in_remote_xact() &&
+		!ash_apply_batch_pending() && idle_lsn > flush)
+		flush = idle_lsn;
+	flushed_remote = flush;
+
+	write = Max(stream.received_lsn, flush);
+	if (!force && write == stream.last_write_sent && flush == stream.last_flush_sent &&
+		!TimestampDifferenceExceeds(stream.last_send_time, now, 10000))
+		return;
+	ash_stream_send_feedback(&stream, write, flush, request_reply);
+
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.last_received_lsn = write;
+	MySlot->stats.source_end_lsn = write;
+	MySlot->stats.flushed_lsn = flush;
+	SpinLockRelease(&MySlot->mutex);
+}
+
+/* ---------------------------------------------------------------------
+ * Session.
+ * ---------------------------------------------------------------------
+ */
+static void
+verify_identity(AshConn *conn, uint32 *timeline, XLogRecPtr *xlogpos)
+{
+	PGresult   *res = ash_conn_exec(conn, "IDENTIFY_SYSTEM", false);
+	uint32		hi,
+				lo;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < 4)
+		ash_conn_report_result(res, "IDENTIFY_SYSTEM");
+
+	if (strcmp(PQgetvalue(res, 0, 0), cfg->source_system_identifier) != 0 ||
+		PQgetisnull(res, 0, 3) ||
+		strcmp(PQgetvalue(res, 0, 3), cfg->source_database) != 0)
+	{
+		PQclear(res);
+		ash_halt("source_identity_mismatch", "the source is not the configured system and database");
+	}
+	*timeline = (uint32) strtoul(PQgetvalue(res, 0, 1), NULL, 10);
+	if (sscanf(PQgetvalue(res, 0, 2), "%X/%X", &hi, &lo) != 2)
+	{
+		PQclear(res);
+		ash_halt("protocol_violation", "IDENTIFY_SYSTEM position");
+	}
+	*xlogpos = ((uint64) hi << 32) | lo;
+	PQclear(res);
+
+	if (conn->server_version < 120000)
+		ash_halt("source_release_unsupported", "pgoutput needs a source of PostgreSQL 12 or later");
+}
+
+static void
+ensure_slot(AshConn *conn, AshBinding *binding)
+{
+	StringInfoData q;
+	PGresult   *res;
+
+	initStringInfo(&q);
+	appendStringInfo(&q,
+					 "SELECT plugin, slot_type, database, %s FROM pg_catalog.pg_replication_slots"
+					 " WHERE slot_name = %s",
+					 conn->server_version >= 130000 ? "wal_status" : "NULL::text",
+					 ash_conn_quote_literal(conn, cfg->slot_name));
+	res = ash_conn_exec(conn, q.data, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "slot lookup");
+
+	if (PQntuples(res) == 0)
+	{
+		PQclear(res);
+		if (binding->commit_lsn != InvalidXLogRecPtr)
+			ash_halt("retention_lost", "the slot is gone while a watermark exists");
+		resetStringInfo(&q);
+		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
+						 ash_conn_quote_ident(conn, cfg->slot_name),
+						 conn->server_version >= 150000 ? "(SNAPSHOT 'nothing')" : "NOEXPORT_SNAPSHOT");
+		res = ash_conn_exec(conn, q.data, false);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			ash_conn_report_result(res, "CREATE_REPLICATION_SLOT");
+		PQclear(res);
+		ereport(LOG,
+				(errmsg("ash_replicant event=slot.created sink=%s", cfg->sink_name)));
+		return;
+	}
+
+	if (strcmp(PQgetvalue(res, 0, 1), "logical") != 0 ||
+		strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0)
+	{
+		PQclear(res);
+		ash_halt("decoder_contract_incompatible", "the slot exists with another type or plugin");
+	}
+	if (strcmp(PQgetvalue(res, 0, 2), cfg->source_database) != 0)
+	{
+		PQclear(res);
+		ash_halt("checkpoint_identity_conflict", "the slot belongs to another source database");
+	}
+	if (!PQgetisnull(res, 0, 3) && strcmp(PQgetvalue(res, 0, 3), "lost") == 0)
+	{
+		PQclear(res);
+		ash_halt("retention_lost", "the slot's WAL was removed");
+	}
+	PQclear(res);
+}
+
+static char *
+plugin_options(AshConn *conn)
+{
+	StringInfoData o;
+	int			proto;
+
+	if (conn->server_version >= 150000)
+		proto = 3;
+	else if (conn->server_version >= 140000)
+		proto = 2;
+	else
+		proto = 1;
+	initStringInfo(&o);
+	appendStringInfo(&o, "proto_version '%d', publication_names %s", proto,
+					 ash_conn_quote_literal(conn, quote_identifier(cfg->publication)));
+	if (conn->server_version >= 140000)
+		appendStringInfoString(&o, ", messages 'true'");
+	return o.data;
+}
+
+static void
+run_census_if_due(void)
+{
+	AshCensusVerdict v;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!cfg->census.enabled || now < next_census)
+		return;
+	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
+		return;
+
+	v = ash_census_run(cfg);
+	now = GetCurrentTimestamp();
+	next_census = TimestampTzPlusMilliseconds(now, ash_census_next_delay(cfg));
+	if (v == ASH_CENSUS_FAULT)
+		census_faults++;
+	else
+		census_faults = 0;
+
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.last_census_at = now;
+	strlcpy(MySlot->stats.last_census_verdict, v == ASH_CENSUS_PASS ? "pass" : "fault",
+			sizeof(MySlot->stats.last_census_verdict));
+	SpinLockRelease(&MySlot->mutex);
+
+	if (census_faults >= cfg->census.max_consecutive_faults)
+		ash_halt("census_unverifiable", "%d consecutive census faults", census_faults);
+}
+
+static void
+receive_loop(void)
+{
+	AshPgoutputState dstate = {0};
+	AshStreamMsg msg;
+	AshChange change;
+	const char *derr;
+
+	dstate.proto_version = stream.conn->server_version >= 150000 ? 3 :
+		stream.conn->server_version >= 140000 ? 2 : 1;
+
+	for (;;)
+	{
+		TimestampTz now;
+		long		wait_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		for (;;)
+		{
+			ash_stream_receive(&stream, &msg);
+			if (msg.kind == ASH_STREAM_NONE)
+				break;
+			if (msg.kind == ASH_STREAM_END)
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ash_replicant: the source ended the replication stream")));
+			if (msg.kind == ASH_STREAM_KEEPALIVE)
+			{
+				if (msg.wal_end > idle_lsn)
+					idle_lsn = msg.wal_end;
+				if (msg.reply_requested)
+					send_feedback(true, false);
+				continue;
+			}
+
+			/* DATA */
+			if (!ash_decode_pgoutput(&dstate, msg.data, msg.len, &change, &derr))
+				ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
+			ash_apply_change(&change);
+
+			if (change.kind == ASH_CHANGE_COMMIT && ash_apply_batch_pending() &&
+				(ash_apply_batch_full() || !ash_stream_more_buffered(&stream)))
+			{
+				AshBatchResult r = ash_apply_commit_batch();
+
+				record_flush_position(&r);
+				apply_failures = 0;
+			}
+			CHECK_FOR_INTERRUPTS();
+		}
+
+		/* a batch may still wait for a skipped tail's COMMIT; close it */
+		if (ash_apply_batch_pending())
+		{
+			AshBatchResult r = ash_apply_commit_batch();
+
+			record_flush_position(&r);
+			apply_failures = 0;
+		}
+		else if (!ash_apply_in_remote_xact())
+			ash_apply_publish_idle();
+
+		send_feedback(false, false);
+		run_census_if_due();
+
+		/* silent source detection */
+		now = GetCurrentTimestamp();
+		if (TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms))
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: the source sent nothing within receive_timeout")));
+		if (!stream.ping_sent &&
+			TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms / 2))
+		{
+			send_feedback(true, true);
+			stream.ping_sent = true;
+		}
+
+		wait_ms = 1000;
+		if (cfg->census.enabled)
+		{
+			long		until = TimestampDifferenceMilliseconds(now, next_census);
+
+			wait_ms = Min(wait_ms, Max(until, 1));
+		}
+		ash_stream_wait(&stream, wait_ms);
+	}
+}
+
+static void
+run_session(void)
+{
+	AshConn    *conn;
+	uint32		timeline;
+	XLogRecPtr	xlogpos;
+	AshBinding	binding;
+	char		appname[NAMEDATALEN];
+
+	MemoryContextReset(session_cxt);
+	MemoryContextSwitchTo(session_cxt);
+
+	step = STEP_CONNECT;
+	ash_conn_last_sqlstate[0] = '\0';
+	snprintf(appname, sizeof(appname), "ash_replicant %s", cfg->sink_name);
+	conn = ash_conn_open(cfg->connection, ASH_CONN_REPLICATION, appname);
+	stream.conn = conn;
+	stream_open = true;
+
+	step = STEP_IDENTIFY;
+	verify_identity(conn, &timeline, &xlogpos);
+
+	if (ckey == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(pipeline_cxt);
+
+		ckey = palloc(sizeof(AshCheckpointKey));
+		ckey->system_id = pstrdup(cfg->source_system_identifier);
+		ckey->database = pstrdup(cfg->source_database);
+		ckey->slot_name = pstrdup(cfg->slot_name);
+		MemoryContextSwitchTo(old);
+	}
+
+	step = STEP_BIND;
+	ash_checkpoint_bind(cfg->sink_name, ckey, timeline, xlogpos, cfg->decoder, &binding);
+
+	step = STEP_SLOT;
+	ensure_slot(conn, &binding);
+
+	ash_apply_init(cfg, ckey, binding.commit_lsn, binding.end_lsn);
+	flushed_remote = binding.end_lsn;
+	idle_lsn = InvalidXLogRecPtr;
+	while (!dlist_is_empty(&flush_positions))
+		pfree(dlist_container(FlushPosition, node, dlist_pop_head_node(&flush_positions)));
+
+	step = STEP_START;
+	ash_stream_start(&stream, conn, cfg->slot_name, binding.end_lsn, plugin_options(conn));
+	slot_busy_failures = 0;
+	backoff = ash_reconnect_min_ms;
+
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.streaming = true;
+	MySlot->stats.census_enabled = cfg->census.enabled;
+	MySlot->stats.applied_lsn = binding.commit_lsn;
+	SpinLockRelease(&MySlot->mutex);
+	ereport(LOG,
+			(errmsg("ash_replicant event=pipeline.streaming sink=%s start_lsn=%X/%X",
+					cfg->sink_name, LSN_FORMAT_ARGS(binding.end_lsn))));
+
+	step = STEP_STREAM;
+	next_census = GetCurrentTimestamp();	/* first census right away */
+	receive_loop();
+}
+
+/*
+ * Classify a caught error.  Returns the reconnect delay in ms; halts (and
+ * exits) when the error is terminal.
+ */
+static long
+handle_error(ErrorData *edata, long backoff)
+{
+	const char *halt = ash_pending_halt;
+	char		sqlstate[6];
+
+	ash_pending_halt = NULL;
+	strlcpy(sqlstate, unpack_sql_state(edata->sqlerrcode), sizeof(sqlstate));
+
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.streaming = false;
+	SpinLockRelease(&MySlot->mutex);
+
+	if (halt != NULL)
+		do_halt(halt, NULL);
+
+	if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
+		edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
+	{
+		const char *src = ash_conn_last_sqlstate;
+
+		/* a source refusal that waiting cannot fix */
+		if (src[0] != '\0')
+		{
+			if (strcmp(src, "42704") == 0 && step >= STEP_START)
+				do_halt("source_publication_missing", src);
+			if (strcmp(src, "55000") == 0 && step == STEP_SLOT)
+				do_halt("source_not_logical", src);
+			if (strcmp(src, "55000") == 0 && step >= STEP_START)
+				do_halt("retention_lost", src);
+			if (strcmp(src, "42501") == 0 || strcmp(src, "28000") == 0)
+				do_halt("privilege_replication_missing", src);
+			if (strcmp(src, "55006") == 0 && ++slot_busy_failures > 10)
+				do_halt("source_slot_in_use", src);
+		}
+		ereport(LOG,
+				(errmsg("ash_replicant event=source.fault sink=%s step=%s source_sqlstate=%s retry_in_ms=%ld",
+						cfg->sink_name, step_names[step], src[0] ? src : "none", backoff)));
+		SpinLockAcquire(&MySlot->mutex);
+		MySlot->stats.reconnects++;
+		SpinLockRelease(&MySlot->mutex);
+		return backoff;
+	}
+
+	/* a destination error while applying: never print its text */
+	apply_failures++;
+	ereport(LOG,
+			(errmsg("ash_replicant event=apply.error sink=%s sqlstate=%s step=%s command=%s table=%s commit_lsn=%X/%X attempt=%d/%d",
+					cfg->sink_name, sqlstate, step_names[step],
+					ash_apply_errctx.command ? ash_apply_errctx.command : "none",
+					ash_apply_errctx.relation ? ash_apply_errctx.relation : "none",
+					LSN_FORMAT_ARGS(ash_apply_errctx.commit_lsn),
+					apply_failures, cfg->max_command_retries + 1),
+			 edata->sqlerrcode == ERRCODE_INTERNAL_ERROR ?
+			 errdetail_internal("at %s:%d", edata->filename ? edata->filename : "?", edata->lineno) : 0));
+	if (apply_failures > cfg->max_command_retries)
+		do_halt("apply_failed", sqlstate);
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.reconnects++;
+	SpinLockRelease(&MySlot->mutex);
+	return Min(backoff, 1000);
+}
 
 void
 ash_pipeline_main(Datum main_arg)
 {
+	int			slotno = DatumGetInt32(main_arg);
+	char	   *sink_name;
+
+	memcpy(&my_generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	proc_exit(0);
+
+	if (!attach_slot(slotno))
+		proc_exit(0);			/* superseded before we started */
+
+	BackgroundWorkerInitializeConnectionByOid(MySlot->dboid, InvalidOid, 0);
+
+	/* apply commits asynchronously; feedback waits for the local flush */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
+
+	pipeline_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant pipeline",
+										 ALLOCSET_DEFAULT_SIZES);
+	session_cxt = AllocSetContextCreate(pipeline_cxt, "ash_replicant session",
+										ALLOCSET_DEFAULT_SIZES);
+
+	sink_name = pstrdup(MySlot->sink_name);
+	pgstat_report_appname(psprintf("ash_replicant %s", sink_name));
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	{
+		MemoryContext old = MemoryContextSwitchTo(pipeline_cxt);
+
+		cfg = ash_config_load(sink_name);
+		MemoryContextSwitchTo(old);
+	}
+	CommitTransactionCommand();
+
+	if (cfg->start_generation != my_generation)
+		leave_cleanly();		/* a newer start is on its way */
+
+	ereport(LOG, (errmsg("ash_replicant event=pipeline.started sink=%s", cfg->sink_name)));
+
+	backoff = ash_reconnect_min_ms;
+	for (;;)
+	{
+		long		delay;
+
+		PG_TRY();
+		{
+			run_session();
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			HOLD_INTERRUPTS();
+			MemoryContextSwitchTo(pipeline_cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			ash_apply_abort();
+			if (stream_open)
+				ash_stream_close(&stream);
+			stream_open = false;
+			RESUME_INTERRUPTS();
+
+			delay = handle_error(edata, backoff);
+			FreeErrorData(edata);
+			backoff = Min(backoff * 2, ash_reconnect_max_ms);
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 delay, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+		PG_END_TRY();
+	}
 }

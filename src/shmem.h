@@ -32,7 +32,8 @@ typedef struct AshPipelineStats
 	uint64		reconnects;
 	XLogRecPtr	last_received_lsn;
 	XLogRecPtr	applied_lsn;	/* durable watermark (commit LSN) */
-	XLogRecPtr	source_end_lsn; /* last wal end reported by the source */
+	XLogRecPtr	source_end_lsn; /* last wal position received from the source */
+	XLogRecPtr	flushed_lsn;	/* last position acknowledged as flushed */
 	TimestampTz last_commit_time;	/* source commit time of last applied */
 	TimestampTz last_census_at;
 	char		last_census_verdict[16];	/* "", pass, drift, fault */

@@ -1,0 +1,622 @@
+/*-------------------------------------------------------------------------
+ *
+ * apply.c
+ *	  The transaction driver: decoded changes -> destination transactions.
+ *
+ * NOTES
+ *	  Effect-once rests on three rules enforced here:
+ *
+ *	  1. A source transaction whose commit LSN is at or below the watermark
+ *		 (durable, or already part of the open batch) is skipped whole: its
+ *		 Begin carries the commit LSN (final_lsn), so we know before the
+ *		 first change.
+ *	  2. The rows of a source transaction and the checkpoint row that
+ *		 advances the watermark past it commit in the SAME destination
+ *		 transaction.  Several source transactions may share one
+ *		 destination transaction (a batch); the checkpoint is written once,
+ *		 at the end, with the last commit LSN of the batch.
+ *	  3. Any error rolls back the whole destination transaction; nothing of
+ *		 it is visible and the checkpoint is unchanged.  The caller decides
+ *		 whether to retry (reconnect and re-stream from the watermark) or
+ *		 halt.
+ *
+ *	  The caller (pipeline.c) decides when to close a batch: when the batch
+ *	  is full (batch_max_transactions) or when no further message is already
+ *	  received — so batching adds no latency.  It reports the batch's remote
+ *	  end LSN as flushed only after our commit record is flushed locally.
+ *
+ *	  Rows are written as the sink owner (SetUserIdAndSecContext), so grants
+ *	  and triggers apply as for any ordinary write by that role; the
+ *	  checkpoint is written as the extension owner.  Each change is
+ *	  converted in a per-change memory context reset after the change.
+ *
+ *	  Strategies (SCD1 here; SCD2 and append log later) only see mapped,
+ *	  resolved relations and row images; they never see protocol records.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "apply.h"
+#include "errors.h"
+#include "shmem.h"
+
+AshApplyErrorContext ash_apply_errctx;
+
+static AshPipelineConfig *apply_cfg;
+static AshCheckpointKey *apply_key;
+static AshPipelineSlot *apply_slot;
+
+static XLogRecPtr watermark;		/* durable commit LSN */
+static XLogRecPtr watermark_end;
+
+static bool batch_open = false;
+static int	batch_xacts = 0;
+static XLogRecPtr batch_commit_lsn;
+static XLogRecPtr batch_end_lsn;
+static TimestampTz batch_commit_time;
+
+static bool in_remote_xact = false;
+static bool skip_xact = false;
+static XLogRecPtr xact_final_lsn;
+
+static MemoryContext change_cxt = NULL;
+static SPIPlanPtr checkpoint_plan = NULL;
+
+/* counters published at batch end */
+static AshPipelineStats pending;
+
+/* deletes of rows the mirror does not have, per target, in this batch */
+typedef struct MissingDelete
+{
+	char	   *relation;
+	uint64		count;
+} MissingDelete;
+static List *missing_deletes = NIL;
+
+static void
+release_rel(AshApplyRel *rel)
+{
+	if (rel->strategy_state && !rel->ignored)
+		ash_scd1_strategy.release(rel);
+}
+
+void
+ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
+			   XLogRecPtr wm, XLogRecPtr wm_end)
+{
+	apply_cfg = cfg;
+	apply_key = key;
+	watermark = wm;
+	watermark_end = wm_end;
+	batch_open = false;
+	batch_xacts = 0;
+	in_remote_xact = false;
+	skip_xact = false;
+	memset(&pending, 0, sizeof(pending));
+	if (change_cxt == NULL)
+		change_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant change",
+										   ALLOCSET_DEFAULT_SIZES);
+	ash_relmap_init(cfg, release_rel);
+
+	/* the slot of this worker, to publish counters */
+	apply_slot = NULL;
+	if (AshShmem)
+	{
+		LWLockAcquire(AshShmem->lock, LW_SHARED);
+		apply_slot = ash_slot_find(MyDatabaseId, cfg->sink_name);
+		LWLockRelease(AshShmem->lock);
+	}
+}
+
+XLogRecPtr
+ash_apply_watermark(void)
+{
+	return watermark;
+}
+
+bool
+ash_apply_in_remote_xact(void)
+{
+	return in_remote_xact;
+}
+
+bool
+ash_apply_batch_pending(void)
+{
+	return batch_open && batch_xacts > 0 && !in_remote_xact;
+}
+
+bool
+ash_apply_batch_full(void)
+{
+	return batch_xacts >= apply_cfg->batch_max_transactions;
+}
+
+static void
+begin_batch(void)
+{
+	Assert(!batch_open);
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	batch_open = true;
+	batch_xacts = 0;
+	missing_deletes = NIL;
+}
+
+uint64
+ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_ret)
+{
+	int			ret = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	if (ret != expected_ret)
+		elog(ERROR, "ash_replicant: unexpected SPI result %d", ret);
+	return SPI_processed;
+}
+
+void
+ash_apply_count_missing_delete(AshApplyRel *rel)
+{
+	ListCell   *lc;
+	MissingDelete *md;
+	MemoryContext old;
+
+	pending.missing_row_deletes++;
+	foreach(lc, missing_deletes)
+	{
+		md = lfirst(lc);
+		if (strcmp(md->relation, rel->target_name) == 0)
+		{
+			md->count++;
+			return;
+		}
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	md = palloc(sizeof(MissingDelete));
+	md->relation = pstrdup(rel->target_name);
+	md->count = 1;
+	missing_deletes = lappend(missing_deletes, md);
+	MemoryContextSwitchTo(old);
+}
+
+/* ---------------------------------------------------------------------
+ * Row images.
+ * ---------------------------------------------------------------------
+ */
+static Datum
+convert_value(AshTargetCol *col, AshColumnValue *v)
+{
+	return InputFunctionCall(&col->infunc, v->data, col->ioparam, col->typmod);
+}
+
+static void
+build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
+{
+	img->values = palloc0(sizeof(Datum) * Max(rel->ncols, 1));
+	img->nulls = palloc0(sizeof(bool) * Max(rel->ncols, 1));
+	img->present = palloc0(sizeof(bool) * Max(rel->ncols, 1));
+	img->complete = true;
+
+	if (tup->natts != rel->remote.natts)
+		ash_halt("protocol_violation", "tuple of %s does not match its relation description",
+				 rel->target_name);
+
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		AshTargetCol *col = &rel->cols[c];
+		AshColumnValue *v = &tup->cols[col->remote_idx];
+
+		ash_apply_errctx.relation = rel->target_name;
+		switch (v->status)
+		{
+			case ASH_COL_NULL:
+				img->nulls[c] = true;
+				img->present[c] = true;
+				break;
+			case ASH_COL_UNCHANGED:
+				img->present[c] = false;
+				img->complete = false;
+				break;
+			case ASH_COL_TEXT:
+				img->values[c] = convert_value(col, v);
+				img->present[c] = true;
+				break;
+			default:
+				ash_halt("protocol_violation", "unsupported tuple data format for %s",
+						 rel->target_name);
+		}
+	}
+}
+
+/* Key image: identity columns from the old tuple (or the new one). */
+static void
+build_key(AshApplyRel *rel, AshTuple *tup, AshRowImage *key)
+{
+	build_image(rel, tup, key);
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		int			c = rel->keys[k];
+
+		if (!key->present[c])
+			ash_halt("unchanged_value_unavailable", "identity column %s of %s not sent",
+					 quote_identifier(rel->cols[c].name), rel->target_name);
+		if (key->nulls[c])
+			ash_halt("source_replica_identity", "identity column %s of %s is NULL in the change",
+					 quote_identifier(rel->cols[c].name), rel->target_name);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Dispatch.
+ * ---------------------------------------------------------------------
+ */
+static const AshApplyStrategy *
+strategy_for(AshApplyRel *rel)
+{
+	/* relmap refuses mappings whose strategy this version lacks */
+	return &ash_scd1_strategy;
+}
+
+/* Resolve the relation of a row change; NULL when it is ignored. */
+static AshApplyRel *
+rel_for_change(uint32 relid)
+{
+	AshApplyRel *rel = ash_relmap_get(relid);
+
+	ash_relmap_resolve(rel);
+	if (rel->ignored)
+		return NULL;
+	return rel;
+}
+
+static void
+require_xact(const char *what)
+{
+	if (!in_remote_xact)
+		ash_halt("protocol_violation", "%s outside a transaction", what);
+}
+
+static void
+as_owner_begin(Oid *save_userid, int *save_sec)
+{
+	GetUserIdAndSecContext(save_userid, save_sec);
+	SetUserIdAndSecContext(apply_cfg->owner, *save_sec | SECURITY_LOCAL_USERID_CHANGE);
+}
+
+static void
+as_owner_end(Oid save_userid, int save_sec)
+{
+	SetUserIdAndSecContext(save_userid, save_sec);
+}
+
+static void
+apply_row_change(AshChange *c)
+{
+	AshApplyRel *rel;
+	const AshApplyStrategy *strategy;
+	AshRowImage newrow;
+	AshRowImage key;
+	Oid			save_userid;
+	int			save_sec;
+	uint32		relid;
+
+	switch (c->kind)
+	{
+		case ASH_CHANGE_INSERT:
+			relid = c->u.insert.relid;
+			ash_apply_errctx.command = "insert";
+			break;
+		case ASH_CHANGE_UPDATE:
+			relid = c->u.update.relid;
+			ash_apply_errctx.command = "update";
+			break;
+		default:
+			relid = c->u.delete.relid;
+			ash_apply_errctx.command = "delete";
+			break;
+	}
+	require_xact(ash_apply_errctx.command);
+	pending.received_changes++;
+	if (skip_xact)
+	{
+		pending.skipped_changes++;
+		return;
+	}
+	rel = rel_for_change(relid);
+	if (rel == NULL)
+	{
+		pending.skipped_changes++;
+		return;
+	}
+	ash_apply_errctx.relation = rel->target_name;
+	strategy = strategy_for(rel);
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	as_owner_begin(&save_userid, &save_sec);
+	switch (c->kind)
+	{
+		case ASH_CHANGE_INSERT:
+			build_image(rel, &c->u.insert.newtup, &newrow);
+			strategy->insert(rel, &newrow);
+			break;
+		case ASH_CHANGE_UPDATE:
+			build_image(rel, &c->u.update.newtup, &newrow);
+			if (c->u.update.oldkind != 0)
+				build_key(rel, &c->u.update.oldtup, &key);
+			else
+				build_key(rel, &c->u.update.newtup, &key);
+			strategy->update(rel, &key, &newrow);
+			break;
+		default:
+			if (c->u.delete.oldkind == 0)
+				ash_halt("protocol_violation", "delete without an old key");
+			build_key(rel, &c->u.delete.oldtup, &key);
+			strategy->delete(rel, &key);
+			break;
+	}
+	as_owner_end(save_userid, save_sec);
+	PopActiveSnapshot();
+	pending.applied_changes++;
+}
+
+static void
+apply_truncate(AshChange *c)
+{
+	Oid			save_userid;
+	int			save_sec;
+
+	require_xact("truncate");
+	ash_apply_errctx.command = "truncate";
+	pending.received_changes++;
+	if (skip_xact)
+	{
+		pending.skipped_changes++;
+		return;
+	}
+	for (int i = 0; i < c->u.truncate.nrelids; i++)
+	{
+		AshApplyRel *rel = rel_for_change(c->u.truncate.relids[i]);
+
+		if (rel == NULL)
+			continue;			/* ignored source: truncate ignored too */
+		ash_apply_errctx.relation = rel->target_name;
+		if (strcmp(rel->map->on_truncate, "mirror") == 0)
+		{
+			PushActiveSnapshot(GetTransactionSnapshot());
+			as_owner_begin(&save_userid, &save_sec);
+			strategy_for(rel)->truncate(rel);
+			as_owner_end(save_userid, save_sec);
+			PopActiveSnapshot();
+		}
+		else if (strcmp(rel->map->on_truncate, "halt") == 0)
+			ash_halt("source_truncate", "table %s has on_truncate halt", rel->target_name);
+		else
+			ash_halt("mapping_unsupported", "on_truncate %s on %s",
+					 rel->map->on_truncate, rel->target_name);
+	}
+	pending.applied_changes++;
+}
+
+static void
+apply_message(AshChange *c)
+{
+	const char *prefix = c->u.message.prefix;
+
+	ash_apply_errctx.command = "message";
+	if (c->u.message.transactional)
+	{
+		require_xact("transactional message");
+		if (skip_xact)
+			return;
+	}
+	if (ash_list_contains_str(apply_cfg->ignored_prefixes, prefix))
+		return;					/* acknowledged, no effect */
+	/* the prefix itself is message content: never printed */
+	ash_halt("message_prefix_unmapped", "a logical message with an unrouted prefix");
+}
+
+void
+ash_apply_change(AshChange *c)
+{
+	MemoryContext old = MemoryContextSwitchTo(change_cxt);
+
+	switch (c->kind)
+	{
+		case ASH_CHANGE_BEGIN:
+			if (in_remote_xact)
+				ash_halt("protocol_violation", "BEGIN inside a transaction");
+			in_remote_xact = true;
+			xact_final_lsn = c->u.begin.final_lsn;
+			ash_apply_errctx.commit_lsn = xact_final_lsn;
+			ash_apply_errctx.xid = c->u.begin.xid;
+			ash_apply_errctx.relation = NULL;
+			ash_apply_errctx.command = "begin";
+			pending.received_xacts++;
+			skip_xact = (xact_final_lsn <= watermark ||
+						 (batch_open && batch_xacts > 0 && xact_final_lsn <= batch_commit_lsn));
+			if (!skip_xact && !batch_open)
+				begin_batch();
+			break;
+
+		case ASH_CHANGE_COMMIT:
+			require_xact("COMMIT");
+			if (c->u.commit.commit_lsn != xact_final_lsn)
+				ash_halt("protocol_violation", "COMMIT does not match its BEGIN");
+			in_remote_xact = false;
+			if (skip_xact)
+			{
+				pending.skipped_xacts++;
+				skip_xact = false;
+				break;
+			}
+			batch_commit_lsn = c->u.commit.commit_lsn;
+			batch_end_lsn = c->u.commit.end_lsn;
+			batch_commit_time = c->u.commit.commit_time;
+			batch_xacts++;
+			break;
+
+		case ASH_CHANGE_RELATION:
+			ash_relmap_update_relation(&c->u.relation);
+			break;
+
+		case ASH_CHANGE_TYPE:
+			ash_relmap_update_type(c->u.type.type_oid, c->u.type.nspname, c->u.type.typname);
+			break;
+
+		case ASH_CHANGE_ORIGIN:
+			break;
+
+		case ASH_CHANGE_INSERT:
+		case ASH_CHANGE_UPDATE:
+		case ASH_CHANGE_DELETE:
+			apply_row_change(c);
+			break;
+
+		case ASH_CHANGE_TRUNCATE:
+			apply_truncate(c);
+			break;
+
+		case ASH_CHANGE_MESSAGE:
+			apply_message(c);
+			break;
+
+		case ASH_CHANGE_STREAM_START:
+		case ASH_CHANGE_STREAM_STOP:
+		case ASH_CHANGE_STREAM_COMMIT:
+		case ASH_CHANGE_STREAM_ABORT:
+			/* streaming of in-progress transactions is never requested */
+			ash_halt("protocol_violation", "unrequested streamed transaction");
+	}
+
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(change_cxt);
+}
+
+/* ---------------------------------------------------------------------
+ * Batch end.
+ * ---------------------------------------------------------------------
+ */
+static void
+advance_checkpoint(void)
+{
+	Datum		values[5];
+	uint64		n;
+
+	if (checkpoint_plan == NULL)
+	{
+		Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, LSNOID, LSNOID};
+		SPIPlanPtr	p;
+
+		p = SPI_prepare("UPDATE ash_replicant.checkpoints"
+						" SET commit_lsn = $4, end_lsn = $5, updated_at = pg_catalog.now()"
+						" WHERE source_system_id = $1 AND source_database = $2"
+						" AND slot_name = $3 AND commit_lsn OPERATOR(pg_catalog.<) $4",
+						5, types);
+		if (p == NULL || SPI_keepplan(p) != 0)
+			elog(ERROR, "ash_replicant: could not prepare the checkpoint update");
+		checkpoint_plan = p;
+	}
+	values[0] = CStringGetTextDatum(apply_key->system_id);
+	values[1] = CStringGetTextDatum(apply_key->database);
+	values[2] = CStringGetTextDatum(apply_key->slot_name);
+	values[3] = LSNGetDatum(batch_commit_lsn);
+	values[4] = LSNGetDatum(batch_end_lsn);
+	ash_apply_errctx.command = "checkpoint";
+	ash_apply_errctx.relation = NULL;
+	PushActiveSnapshot(GetTransactionSnapshot());
+	n = ash_spi_execute(checkpoint_plan, values, NULL, SPI_OK_UPDATE);
+	PopActiveSnapshot();
+	if (n != 1)
+		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
+}
+
+static void
+publish_stats(void)
+{
+	if (apply_slot == NULL)
+		return;
+	SpinLockAcquire(&apply_slot->mutex);
+	apply_slot->stats.received_xacts += pending.received_xacts;
+	apply_slot->stats.applied_xacts += pending.applied_xacts;
+	apply_slot->stats.skipped_xacts += pending.skipped_xacts;
+	apply_slot->stats.received_changes += pending.received_changes;
+	apply_slot->stats.applied_changes += pending.applied_changes;
+	apply_slot->stats.skipped_changes += pending.skipped_changes;
+	apply_slot->stats.missing_row_deletes += pending.missing_row_deletes;
+	apply_slot->stats.batches += pending.batches;
+	apply_slot->stats.applied_lsn = watermark;
+	if (pending.last_commit_time)
+		apply_slot->stats.last_commit_time = pending.last_commit_time;
+	SpinLockRelease(&apply_slot->mutex);
+	memset(&pending, 0, sizeof(pending));
+}
+
+AshBatchResult
+ash_apply_commit_batch(void)
+{
+	AshBatchResult r = {0};
+	ListCell   *lc;
+
+	Assert(ash_apply_batch_pending());
+	advance_checkpoint();
+
+	foreach(lc, missing_deletes)
+	{
+		MissingDelete *md = lfirst(lc);
+
+		ereport(LOG,
+				(errmsg("ash_replicant event=apply.delete_missing sink=%s table=%s count=" UINT64_FORMAT " commit_lsn=%X/%X",
+						apply_cfg->sink_name, md->relation, md->count,
+						LSN_FORMAT_ARGS(batch_commit_lsn))));
+	}
+
+	SPI_finish();
+	CommitTransactionCommand();
+	batch_open = false;
+	missing_deletes = NIL;
+
+	r.committed = true;
+	r.remote_end = batch_end_lsn;
+	r.local_end = XactLastCommitEnd;
+	watermark = batch_commit_lsn;
+	watermark_end = batch_end_lsn;
+	pending.applied_xacts += batch_xacts;
+	pending.batches++;
+	pending.last_commit_time = batch_commit_time;
+	batch_xacts = 0;
+	publish_stats();
+	return r;
+}
+
+void
+ash_apply_abort(void)
+{
+	AbortCurrentTransaction();
+	batch_open = false;
+	batch_xacts = 0;
+	in_remote_xact = false;
+	skip_xact = false;
+	missing_deletes = NIL;
+	ash_relmap_invalidate_all();
+	memset(&pending, 0, sizeof(pending));
+	MemoryContextReset(change_cxt);
+}
+
+void
+ash_apply_publish_idle(void)
+{
+	if (!batch_open)
+		publish_stats();
+}

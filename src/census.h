@@ -1,0 +1,30 @@
+/*-------------------------------------------------------------------------
+ *
+ * census.h
+ *	  Periodic re-verification of mapping and source coverage.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_CENSUS_H
+#define ASH_CENSUS_H
+
+#include "config.h"
+
+typedef enum AshCensusVerdict
+{
+	ASH_CENSUS_PASS,
+	ASH_CENSUS_FAULT			/* could not verify (source unreachable...) */
+	/* drift never returns: it halts */
+} AshCensusVerdict;
+
+/*
+ * Run one census: destination mapping and source coverage on a short-lived
+ * read-only probe connection.  Halts on drift.  Must run outside a
+ * destination transaction.
+ */
+extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg);
+
+/* Milliseconds until the next run: interval_ms +- jitter_ratio. */
+extern long ash_census_next_delay(AshPipelineConfig *cfg);
+
+#endif							/* ASH_CENSUS_H */

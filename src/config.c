@@ -1,0 +1,333 @@
+/*-------------------------------------------------------------------------
+ *
+ * config.c
+ *	  Read a pipeline's configuration from the ash_replicant catalogs.
+ *
+ * NOTES
+ *	  The worker reads its configuration once, at start, inside a
+ *	  transaction; any later change bumps sinks.config_version and the
+ *	  launcher restarts the worker, so a running worker never sees a
+ *	  half-changed configuration.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/varlena.h"
+
+#include "config.h"
+
+bool
+ash_list_contains_str(List *l, const char *s)
+{
+	ListCell   *lc;
+
+	foreach(lc, l)
+	{
+		if (strcmp((const char *) lfirst(lc), s) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* text[] datum -> List of char * */
+static List *
+text_array_to_list(Datum d, bool isnull)
+{
+	List	   *result = NIL;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (isnull)
+		return NIL;
+	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		if (!nulls[i])
+			result = lappend(result, TextDatumGetCString(elems[i]));
+	}
+	return result;
+}
+
+static char *
+get_text(HeapTuple tup, TupleDesc desc, const char *col)
+{
+	int			attno = SPI_fnumber(desc, col);
+	bool		isnull;
+
+	if (attno <= 0)
+		elog(ERROR, "ash_replicant: catalog column \"%s\" missing", col);
+	(void) SPI_getbinval(tup, desc, attno, &isnull);
+	if (isnull)
+		return NULL;
+	return SPI_getvalue(tup, desc, attno);
+}
+
+static Datum
+get_datum(HeapTuple tup, TupleDesc desc, const char *col, bool *isnull)
+{
+	int			attno = SPI_fnumber(desc, col);
+
+	if (attno <= 0)
+		elog(ERROR, "ash_replicant: catalog column \"%s\" missing", col);
+	return SPI_getbinval(tup, desc, attno, isnull);
+}
+
+/* Census options from the normalised jsonb (missing keys: defaults). */
+static void
+parse_census(AshCensusOptions *c, const char *json)
+{
+	c->enabled = true;
+	c->interval_ms = 60000;
+	c->jitter_ratio = 0.1;
+	c->timeout_ms = 10000;
+	c->max_consecutive_faults = 3;
+	if (json == NULL)
+		return;
+
+	/* the catalog holds a validated, normalised object; read it via SPI */
+	{
+		Oid			argtypes[1] = {JSONBOID};
+		Datum		values[1];
+		int			ret;
+
+		values[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(json));
+		ret = SPI_execute_with_args(
+			"SELECT coalesce(($1->>'enabled')::boolean, true),"
+			" coalesce(($1->>'interval_ms')::int, 60000),"
+			" coalesce(($1->>'jitter_ratio')::float8, 0.1),"
+			" coalesce(($1->>'timeout_ms')::int, 10000),"
+			" coalesce(($1->>'max_consecutive_faults')::int, 3)",
+			1, argtypes, values, NULL, true, 1);
+		if (ret == SPI_OK_SELECT && SPI_processed == 1)
+		{
+			HeapTuple	t = SPI_tuptable->vals[0];
+			TupleDesc	d = SPI_tuptable->tupdesc;
+			bool		isnull;
+
+			c->enabled = DatumGetBool(SPI_getbinval(t, d, 1, &isnull));
+			c->interval_ms = DatumGetInt32(SPI_getbinval(t, d, 2, &isnull));
+			c->jitter_ratio = DatumGetFloat8(SPI_getbinval(t, d, 3, &isnull));
+			c->timeout_ms = DatumGetInt32(SPI_getbinval(t, d, 4, &isnull));
+			c->max_consecutive_faults = DatumGetInt32(SPI_getbinval(t, d, 5, &isnull));
+		}
+	}
+}
+
+AshPipelineConfig *
+ash_config_load(const char *sink_name)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	AshPipelineConfig *cfg;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	int			ret;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	List	   *ignored;
+	ListCell   *lc;
+	char	   *census_json;
+	uint64		nmappings;
+	SPITupleTable *mappings_tt;
+
+	values[0] = CStringGetTextDatum(sink_name);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	ret = SPI_execute_with_args(
+		"SELECT s.sink_name, s.slot_name, s.sink_kind, s.ignored_sources,"
+		" s.ignored_message_prefixes, s.batch_max_transactions, s.owner::oid AS owner,"
+		" s.config_version, p.connection, p.decoder, p.publication,"
+		" p.source_system_identifier, p.source_database, p.streaming,"
+		" p.binary_transfer, p.max_inflight_lag, p.max_command_retries,"
+		" p.census::text AS census, p.start_generation"
+		" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
+		" WHERE s.sink_name = $1",
+		1, argtypes, values, NULL, true, 0);
+	if (ret != SPI_OK_SELECT || SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("ash_replicant: pipeline of sink \"%s\" is not configured", sink_name)));
+
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller);
+
+		cfg = palloc0(sizeof(AshPipelineConfig));
+		cfg->sink_name = get_text(tup, desc, "sink_name");
+		cfg->slot_name = get_text(tup, desc, "slot_name");
+		cfg->sink_kind = get_text(tup, desc, "sink_kind");
+		ignored = text_array_to_list(get_datum(tup, desc, "ignored_sources", &isnull), isnull);
+		cfg->ignored_prefixes = text_array_to_list(get_datum(tup, desc, "ignored_message_prefixes", &isnull), isnull);
+		cfg->batch_max_transactions = DatumGetInt32(get_datum(tup, desc, "batch_max_transactions", &isnull));
+		cfg->owner = DatumGetObjectId(get_datum(tup, desc, "owner", &isnull));
+		cfg->config_version = DatumGetInt64(get_datum(tup, desc, "config_version", &isnull));
+		cfg->connection = get_text(tup, desc, "connection");
+		cfg->decoder = get_text(tup, desc, "decoder");
+		cfg->publication = get_text(tup, desc, "publication");
+		cfg->source_system_identifier = get_text(tup, desc, "source_system_identifier");
+		cfg->source_database = get_text(tup, desc, "source_database");
+		cfg->streaming = DatumGetBool(get_datum(tup, desc, "streaming", &isnull));
+		cfg->binary_transfer = DatumGetBool(get_datum(tup, desc, "binary_transfer", &isnull));
+		cfg->max_inflight_lag = DatumGetInt64(get_datum(tup, desc, "max_inflight_lag", &isnull));
+		cfg->max_command_retries = DatumGetInt32(get_datum(tup, desc, "max_command_retries", &isnull));
+		cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));
+		census_json = get_text(tup, desc, "census");
+
+		/* ignored sources: "schema.table" with SQL identifier rules */
+		foreach(lc, ignored)
+		{
+			List	   *parts = NIL;
+			char	   *raw = pstrdup((char *) lfirst(lc));
+
+			if (SplitIdentifierString(raw, '.', &parts) && list_length(parts) == 2)
+				cfg->ignored_sources = lappend(cfg->ignored_sources, parts);
+		}
+		MemoryContextSwitchTo(old);
+	}
+
+	parse_census(&cfg->census, census_json);
+
+	ret = SPI_execute_with_args(
+		"SELECT resource_id, target::oid AS target_oid, source_schema, source_table,"
+		" column_map::text AS column_map, skip, sensitive, encrypted, tenant_column,"
+		" tenant_function::oid AS tenant_function, tenant_strategy, tenant_schema_format,"
+		" on_truncate, on_schema_change, upsert_identity, history_strategy,"
+		" append_log, snapshot_provenance"
+		" FROM ash_replicant.resources WHERE sink_name = $1 ORDER BY resource_id",
+		1, argtypes, values, NULL, true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: could not read mappings");
+
+	nmappings = SPI_processed;
+	mappings_tt = SPI_tuptable;
+	for (uint64 i = 0; i < nmappings; i++)
+	{
+		MemoryContext old;
+		AshMapping *m;
+		SPITupleTable *tt = mappings_tt;
+
+		tup = tt->vals[i];
+		desc = tt->tupdesc;
+		old = MemoryContextSwitchTo(caller);
+		m = palloc0(sizeof(AshMapping));
+		m->resource_id = DatumGetInt64(get_datum(tup, desc, "resource_id", &isnull));
+		m->target_relid = DatumGetObjectId(get_datum(tup, desc, "target_oid", &isnull));
+		m->source_schema = get_text(tup, desc, "source_schema");
+		m->source_table = get_text(tup, desc, "source_table");
+		m->skip = text_array_to_list(get_datum(tup, desc, "skip", &isnull), isnull);
+		m->sensitive = text_array_to_list(get_datum(tup, desc, "sensitive", &isnull), isnull);
+		m->encrypted = text_array_to_list(get_datum(tup, desc, "encrypted", &isnull), isnull);
+		m->tenant_column = get_text(tup, desc, "tenant_column");
+		m->tenant_function = DatumGetObjectId(get_datum(tup, desc, "tenant_function", &isnull));
+		if (isnull)
+			m->tenant_function = InvalidOid;
+		m->tenant_strategy = get_text(tup, desc, "tenant_strategy");
+		m->tenant_schema_format = get_text(tup, desc, "tenant_schema_format");
+		m->on_truncate = get_text(tup, desc, "on_truncate");
+		m->on_schema_change = get_text(tup, desc, "on_schema_change");
+		m->upsert_identity = get_text(tup, desc, "upsert_identity");
+		m->history_strategy = get_text(tup, desc, "history_strategy");
+		m->append_log = DatumGetBool(get_datum(tup, desc, "append_log", &isnull));
+		m->snapshot_provenance = DatumGetBool(get_datum(tup, desc, "snapshot_provenance", &isnull));
+		MemoryContextSwitchTo(old);
+
+		/* column_map: {"source": "target"} */
+		{
+			char	   *cm = get_text(tup, desc, "column_map");
+
+			if (cm != NULL && strcmp(cm, "{}") != 0)
+			{
+				Oid			jt[1] = {JSONBOID};
+				Datum		jv[1];
+
+				jv[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(cm));
+				ret = SPI_execute_with_args("SELECT key, value FROM jsonb_each_text($1)",
+											1, jt, jv, NULL, true, 0);
+				if (ret != SPI_OK_SELECT)
+					elog(ERROR, "ash_replicant: could not read a column map");
+				for (uint64 j = 0; j < SPI_processed; j++)
+				{
+					AshColumnRename *r;
+
+					old = MemoryContextSwitchTo(caller);
+					r = palloc(sizeof(AshColumnRename));
+					r->source = SPI_getvalue(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 1);
+					r->target = SPI_getvalue(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 2);
+					m->renames = lappend(m->renames, r);
+					MemoryContextSwitchTo(old);
+				}
+				SPI_freetuptable(SPI_tuptable);
+			}
+		}
+		old = MemoryContextSwitchTo(caller);
+		cfg->mappings = lappend(cfg->mappings, m);
+		MemoryContextSwitchTo(old);
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	return cfg;
+}
+
+AshMapping *
+ash_config_find_mapping(AshPipelineConfig *cfg, const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, cfg->mappings)
+	{
+		AshMapping *m = lfirst(lc);
+
+		if (strcmp(m->source_schema, nspname) == 0 &&
+			strcmp(m->source_table, relname) == 0)
+			return m;
+	}
+	return NULL;
+}
+
+bool
+ash_config_is_ignored(AshPipelineConfig *cfg, const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, cfg->ignored_sources)
+	{
+		List	   *parts = lfirst(lc);
+
+		if (strcmp(linitial(parts), nspname) == 0 &&
+			strcmp(lsecond(parts), relname) == 0)
+			return true;
+	}
+	return false;
+}
+
+const char *
+ash_mapping_target_column(AshMapping *m, const char *source_col)
+{
+	ListCell   *lc;
+
+	if (ash_list_contains_str(m->skip, source_col))
+		return NULL;
+	foreach(lc, m->renames)
+	{
+		AshColumnRename *r = lfirst(lc);
+
+		if (strcmp(r->source, source_col) == 0)
+			return r->target;
+	}
+	return source_col;
+}

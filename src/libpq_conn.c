@@ -1,0 +1,305 @@
+/*-------------------------------------------------------------------------
+ *
+ * libpq_conn.c
+ *	  Latch-aware, asynchronous libpq for background workers.
+ *
+ * NOTES
+ *	  Every wait goes through WaitLatchOrSocket with WL_EXIT_ON_PM_DEATH, and
+ *	  the latch path runs CHECK_FOR_INTERRUPTS, so SIGTERM is serviced while
+ *	  connecting or waiting for a result (modelled on core's
+ *	  libpqwalreceiver, which is not used directly because its API cannot
+ *	  pass pgoutput's messages option or other plugins' options).
+ *
+ *	  Sessions are set up so that text values parse identically on the
+ *	  destination: DateStyle ISO, IntervalStyle postgres, extra_float_digits
+ *	  3 and the destination database's encoding as client encoding.
+ *
+ *	  No error raised here carries the conninfo or any server message text:
+ *	  libpq messages contain host and user names, and server messages can
+ *	  quote values.  The SQLSTATE is kept in ash_conn_last_sqlstate for the
+ *	  caller to classify.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+
+#include "ash_replicant.h"
+#include "libpq_conn.h"
+
+char		ash_conn_last_sqlstate[6] = "";
+
+static void
+set_sqlstate(const char *s)
+{
+	if (s != NULL && strlen(s) == 5)
+		memcpy(ash_conn_last_sqlstate, s, 6);
+	else
+		ash_conn_last_sqlstate[0] = '\0';
+}
+
+/* Wait for the socket (or latch / timeout).  Returns false on timeout. */
+static bool
+wait_socket(PGconn *conn, int io_events, TimestampTz deadline)
+{
+	for (;;)
+	{
+		long		timeout;
+		int			rc;
+
+		timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (timeout <= 0)
+			return false;
+		rc = WaitLatchOrSocket(MyLatch,
+							   WL_EXIT_ON_PM_DEATH | WL_LATCH_SET | WL_TIMEOUT | io_events,
+							   PQsocket(conn), timeout, PG_WAIT_EXTENSION);
+		if (rc & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+			return true;
+	}
+}
+
+AshConn *
+ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
+{
+	const char *keys[8];
+	const char *vals[8];
+	int			i = 0;
+	PGconn	   *conn;
+	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+	TimestampTz deadline;
+	AshConn    *c;
+
+	set_sqlstate(NULL);
+
+	keys[i] = "dbname";
+	vals[i++] = conninfo;
+	if (kind == ASH_CONN_REPLICATION)
+	{
+		keys[i] = "replication";
+		vals[i++] = "database";
+	}
+	keys[i] = "fallback_application_name";
+	vals[i++] = appname;
+	keys[i] = "client_encoding";
+	vals[i++] = GetDatabaseEncodingName();
+	keys[i] = "options";
+	vals[i++] = (kind == ASH_CONN_PROBE) ?
+		"-c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3 -c default_transaction_read_only=on -c statement_timeout=60000" :
+		"-c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3";
+	keys[i] = NULL;
+	vals[i] = NULL;
+
+	conn = PQconnectStartParams(keys, vals, true);
+	if (conn == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("ash_replicant: could not allocate a source connection")));
+	if (PQstatus(conn) == CONNECTION_BAD)
+	{
+		PQfinish(conn);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: source connection rejected: invalid connection settings")));
+	}
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ash_connect_timeout_ms);
+	while (status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+	{
+		int			events = (status == PGRES_POLLING_READING) ?
+			WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE;
+
+		if (!wait_socket(conn, events, deadline))
+		{
+			PQfinish(conn);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: source connection timed out")));
+		}
+		status = PQconnectPoll(conn);
+	}
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		/*
+		 * libpq gives no SQLSTATE for a failed connection; tell the common
+		 * classes apart without echoing the message.
+		 */
+		const char *msg = PQerrorMessage(conn);
+		const char *cls = "unreachable";
+
+		if (strstr(msg, "password") != NULL || strstr(msg, "authentication") != NULL)
+			cls = "authentication failed";
+		else if (strstr(msg, "does not exist") != NULL)
+			cls = "database or role does not exist";
+		else if (strstr(msg, "no pg_hba.conf entry") != NULL)
+			cls = "not permitted by the source's pg_hba.conf";
+		else if (strstr(msg, "replication") != NULL)
+			cls = "replication connection refused";
+		PQfinish(conn);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: could not connect to the source: %s", cls)));
+	}
+
+	c = palloc0(sizeof(AshConn));
+	c->conn = conn;
+	c->kind = kind;
+	c->server_version = PQserverVersion(conn);
+	return c;
+}
+
+void
+ash_conn_close(AshConn *c)
+{
+	if (c == NULL)
+		return;
+	if (c->conn)
+		PQfinish(c->conn);
+	c->conn = NULL;
+	pfree(c);
+}
+
+void
+ash_conn_report_result(PGresult *res, const char *what)
+{
+	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	set_sqlstate(sqlstate);
+	if (res)
+		PQclear(res);
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("ash_replicant: source command failed: %s (source sqlstate %s)",
+					what, ash_conn_last_sqlstate[0] ? ash_conn_last_sqlstate : "none")));
+	pg_unreachable();
+}
+
+/* Collect the results of a sent command; returns the last one. */
+static PGresult *
+collect_result(AshConn *c, const char *what)
+{
+	PGresult   *last = NULL;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   ash_connect_timeout_ms);
+
+	for (;;)
+	{
+		PGresult   *res;
+
+		while (PQisBusy(c->conn))
+		{
+			if (!wait_socket(c->conn, WL_SOCKET_READABLE, deadline))
+			{
+				if (last)
+					PQclear(last);
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ash_replicant: source command timed out: %s", what)));
+			}
+			if (PQconsumeInput(c->conn) == 0)
+			{
+				if (last)
+					PQclear(last);
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ash_replicant: source connection lost during %s", what)));
+			}
+		}
+		res = PQgetResult(c->conn);
+		if (res == NULL)
+			break;
+		if (last)
+			PQclear(last);
+		last = res;
+		/* COPY states end the command from the client's point of view */
+		if (PQresultStatus(res) == PGRES_COPY_BOTH ||
+			PQresultStatus(res) == PGRES_COPY_OUT ||
+			PQresultStatus(res) == PGRES_COPY_IN)
+			break;
+		if (PQstatus(c->conn) == CONNECTION_BAD)
+			break;
+	}
+	return last;
+}
+
+static PGresult *
+finish_exec(AshConn *c, PGresult *res, const char *what, bool allow_error)
+{
+	ExecStatusType st;
+
+	if (res == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: source connection lost during %s", what)));
+	st = PQresultStatus(res);
+	if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR)
+	{
+		set_sqlstate(PQresultErrorField(res, PG_DIAG_SQLSTATE));
+		if (!allow_error)
+			ash_conn_report_result(res, what);
+	}
+	return res;
+}
+
+PGresult *
+ash_conn_exec(AshConn *c, const char *query, bool allow_error)
+{
+	set_sqlstate(NULL);
+	if (!PQsendQuery(c->conn, query))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: could not send a command to the source")));
+	return finish_exec(c, collect_result(c, "command"), "command", allow_error);
+}
+
+PGresult *
+ash_conn_exec_params(AshConn *c, const char *query, int nparams,
+					 const char *const *values, bool allow_error)
+{
+	set_sqlstate(NULL);
+	if (!PQsendQueryParams(c->conn, query, nparams, NULL, values, NULL, NULL, 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: could not send a probe to the source")));
+	return finish_exec(c, collect_result(c, "probe"), "probe", allow_error);
+}
+
+char *
+ash_conn_quote_literal(AshConn *c, const char *s)
+{
+	char	   *q = PQescapeLiteral(c->conn, s, strlen(s));
+	char	   *r;
+
+	if (q == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ash_replicant: could not quote a setting for the source")));
+	r = pstrdup(q);
+	PQfreemem(q);
+	return r;
+}
+
+char *
+ash_conn_quote_ident(AshConn *c, const char *s)
+{
+	char	   *q = PQescapeIdentifier(c->conn, s, strlen(s));
+	char	   *r;
+
+	if (q == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ash_replicant: could not quote a name for the source")));
+	r = pstrdup(q);
+	PQfreemem(q);
+	return r;
+}

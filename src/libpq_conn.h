@@ -1,0 +1,69 @@
+/*-------------------------------------------------------------------------
+ *
+ * libpq_conn.h
+ *	  Latch-aware, asynchronous libpq for background workers.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_LIBPQ_CONN_H
+#define ASH_LIBPQ_CONN_H
+
+#include "libpq-fe.h"
+
+typedef enum AshConnKind
+{
+	ASH_CONN_REPLICATION,		/* replication=database, streaming */
+	ASH_CONN_PROBE				/* ordinary, default_transaction_read_only */
+} AshConnKind;
+
+typedef struct AshConn
+{
+	PGconn	   *conn;
+	AshConnKind kind;
+	int			server_version;
+} AshConn;
+
+/*
+ * Errors from the source are reported without any value: the libpq message
+ * can carry host names, user names or row values, so callers get a class
+ * (and the server's SQLSTATE when it sent one) instead.
+ */
+typedef enum AshConnFailure
+{
+	ASH_CONN_OK = 0,
+	ASH_CONN_UNREACHABLE,		/* could not connect / connection lost */
+	ASH_CONN_TIMEOUT,
+	ASH_CONN_COMMAND_FAILED		/* server returned an error; see sqlstate */
+} AshConnFailure;
+
+/* Set by every ash_conn_* call that fails; cleared by ash_conn_open. */
+extern char ash_conn_last_sqlstate[6];
+
+/*
+ * Connect asynchronously, waiting on the latch so that SIGTERM is serviced.
+ * On failure raises ERROR with ERRCODE_CONNECTION_FAILURE and a value-free
+ * message.  The conninfo is never printed.
+ */
+extern AshConn *ash_conn_open(const char *conninfo, AshConnKind kind,
+							  const char *appname);
+extern void ash_conn_close(AshConn *c);
+
+/*
+ * Run one command (simple query protocol) and return its last result;
+ * raises (value-free) when the command fails and !allow_error.  The caller
+ * PQclear()s the result.
+ */
+extern PGresult *ash_conn_exec(AshConn *c, const char *query, bool allow_error);
+
+/* Same with out-of-line $n text parameters (probe connections only). */
+extern PGresult *ash_conn_exec_params(AshConn *c, const char *query, int nparams,
+									  const char *const *values, bool allow_error);
+
+/* Raise the value-free error for a failed command result. */
+extern void ash_conn_report_result(PGresult *res, const char *what) pg_attribute_noreturn();
+
+/* Quote a string literal / identifier for the replication grammar. */
+extern char *ash_conn_quote_literal(AshConn *c, const char *s);
+extern char *ash_conn_quote_ident(AshConn *c, const char *s);
+
+#endif							/* ASH_LIBPQ_CONN_H */

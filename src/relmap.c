@@ -1,0 +1,567 @@
+/*-------------------------------------------------------------------------
+ *
+ * relmap.c
+ *	  Remote relation cache and its resolution against the destination.
+ *
+ * NOTES
+ *	  Entries are keyed by the SOURCE relation OID of Relation messages.  A
+ *	  Relation message (re)describes a relation; the first change of a
+ *	  relation in a transaction resolves the entry:
+ *
+ *	  1. mapping: the resource mapping schema.table, or ignored_sources
+ *		 (changes are then dropped, counted as skipped); neither halts
+ *		 source_table_unmapped;
+ *	  2. columns: every remote column is mapped (column_map or the same
+ *		 name) to an existing target column or skipped, else
+ *		 source_column_unmapped; a column_map/skip entry naming no remote
+ *		 column is source_column_missing; all offenders are named at once;
+ *	  3. types: the source type must parse into the target type
+ *		 (source_type_invalid);
+ *	  4. identity: the target's primary key (or upsert_identity) columns must
+ *		 be mapped and be in the source's replica identity (or the source
+ *		 has REPLICA IDENTITY FULL), else source_replica_identity.
+ *
+ *	  A later Relation message for a resolved entry is compared with the
+ *	  columns it was resolved with: a type change always halts; a dropped
+ *	  mapped column halts unless on_schema_change = 'ignore'; an added
+ *	  column is judged by step 2 again.
+ *
+ *	  Nothing here writes; apply strategies hang their prepared plans off
+ *	  strategy_state and release them through the release hook.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "access/table.h"
+#include "catalog/dependency.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "lib/stringinfo.h"
+#include "parser/parse_coerce.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/syscache.h"
+
+#include "errors.h"
+#include "relmap.h"
+
+typedef struct RemoteType
+{
+	uint32		oid;			/* hash key */
+	char		nspname[NAMEDATALEN];
+	char		typname[NAMEDATALEN];
+} RemoteType;
+
+static HTAB *relmap = NULL;
+static HTAB *remote_types = NULL;
+static MemoryContext relmap_cxt = NULL;
+static AshPipelineConfig *relmap_cfg = NULL;
+static AshRelReleaseHook release_hook = NULL;
+
+void
+ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
+{
+	HASHCTL		ctl;
+
+	relmap_cfg = cfg;
+	release_hook = release;
+	if (relmap_cxt == NULL)
+		relmap_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant relmap",
+										   ALLOCSET_DEFAULT_SIZES);
+	else
+	{
+		ash_relmap_invalidate_all();
+		MemoryContextReset(relmap_cxt);
+	}
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(uint32);
+	ctl.entrysize = sizeof(AshApplyRel);
+	ctl.hcxt = relmap_cxt;
+	relmap = hash_create("ash_replicant remote relations", 64, &ctl,
+						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(uint32);
+	ctl.entrysize = sizeof(RemoteType);
+	ctl.hcxt = relmap_cxt;
+	remote_types = hash_create("ash_replicant remote types", 16, &ctl,
+							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+static void
+release_resolution(AshApplyRel *rel)
+{
+	if (rel->resolved && release_hook)
+		release_hook(rel);
+	rel->strategy_state = NULL;
+	rel->resolved = false;
+	rel->ignored = false;
+	rel->map = NULL;
+	rel->cols = NULL;
+	rel->keys = NULL;
+	rel->ncols = rel->nkeys = 0;
+	if (rel->cxt)
+		MemoryContextReset(rel->cxt);
+}
+
+void
+ash_relmap_invalidate_all(void)
+{
+	HASH_SEQ_STATUS seq;
+	AshApplyRel *rel;
+
+	if (relmap == NULL)
+		return;
+	hash_seq_init(&seq, relmap);
+	while ((rel = hash_seq_search(&seq)) != NULL)
+		release_resolution(rel);
+}
+
+void
+ash_relmap_update_type(uint32 type_oid, const char *nspname, const char *typname)
+{
+	RemoteType *t;
+	bool		found;
+
+	t = hash_search(remote_types, &type_oid, HASH_ENTER, &found);
+	strlcpy(t->nspname, nspname, NAMEDATALEN);
+	strlcpy(t->typname, typname, NAMEDATALEN);
+}
+
+void
+ash_relmap_update_relation(const AshRelation *in)
+{
+	AshApplyRel *rel;
+	bool		found;
+	MemoryContext old;
+
+	rel = hash_search(relmap, &in->relid, HASH_ENTER, &found);
+	if (!found)
+	{
+		memset(((char *) rel) + sizeof(uint32), 0, sizeof(AshApplyRel) - sizeof(uint32));
+		rel->cxt = AllocSetContextCreate(relmap_cxt, "ash_replicant remote relation",
+										 ALLOCSET_SMALL_SIZES);
+	}
+	else
+	{
+		/* keep what it was resolved with, to judge the change */
+		if (rel->resolved && rel->prev_natts == 0)
+		{
+			old = MemoryContextSwitchTo(relmap_cxt);
+			rel->prev_natts = rel->remote.natts;
+			rel->prev_names = palloc(sizeof(char *) * Max(rel->remote.natts, 1));
+			rel->prev_types = palloc(sizeof(uint32) * Max(rel->remote.natts, 1));
+			for (int i = 0; i < rel->remote.natts; i++)
+			{
+				rel->prev_names[i] = pstrdup(rel->remote.cols[i].name);
+				rel->prev_types[i] = rel->remote.cols[i].type_oid;
+			}
+			MemoryContextSwitchTo(old);
+		}
+		release_resolution(rel);
+	}
+
+	old = MemoryContextSwitchTo(relmap_cxt);
+	rel->remote.relid = in->relid;
+	rel->remote.nspname = pstrdup(in->nspname);
+	rel->remote.relname = pstrdup(in->relname);
+	rel->remote.replident = in->replident;
+	rel->remote.natts = in->natts;
+	rel->remote.cols = palloc0(sizeof(AshRelColumn) * Max(in->natts, 1));
+	for (int i = 0; i < in->natts; i++)
+	{
+		rel->remote.cols[i] = in->cols[i];
+		rel->remote.cols[i].name = pstrdup(in->cols[i].name);
+	}
+	MemoryContextSwitchTo(old);
+}
+
+AshApplyRel *
+ash_relmap_get(uint32 relid)
+{
+	AshApplyRel *rel = hash_search(relmap, &relid, HASH_FIND, NULL);
+
+	if (rel == NULL)
+		ash_halt("protocol_violation", "change for a relation the source never described");
+	return rel;
+}
+
+/* Can text output of the remote type be read by the target type? */
+static bool
+types_compatible(uint32 remote_oid, Oid target_oid)
+{
+	Oid			target_base = getBaseType(target_oid);
+	char		tcat;
+	bool		tpref;
+
+	if (remote_oid == target_oid || remote_oid == target_base)
+		return true;
+
+	get_type_category_preferred(target_base, &tcat, &tpref);
+	/* any value renders as text */
+	if (tcat == TYPCATEGORY_STRING)
+		return true;
+
+	if (remote_oid < FirstGenbkiObjectId)
+	{
+		/* a built-in source type: same OID here; accept implicit casts */
+		if (!OidIsValid(get_base_element_type(remote_oid)) &&
+			!OidIsValid(get_base_element_type(target_base)) &&
+			can_coerce_type(1, (Oid *) &remote_oid, &target_base, COERCION_IMPLICIT))
+			return true;
+		return false;
+	}
+	else
+	{
+		/* a user type: compare by name with the target type (or its base) */
+		RemoteType *rt = hash_search(remote_types, &remote_oid, HASH_FIND, NULL);
+		HeapTuple	tup;
+		bool		match = false;
+
+		if (rt == NULL)
+			return false;
+		for (int pass = 0; pass < 2 && !match; pass++)
+		{
+			Oid			t = pass == 0 ? target_oid : target_base;
+			Form_pg_type typ;
+
+			tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(t));
+			if (!HeapTupleIsValid(tup))
+				continue;
+			typ = (Form_pg_type) GETSTRUCT(tup);
+			if (strcmp(NameStr(typ->typname), rt->typname) == 0)
+				match = true;
+			ReleaseSysCache(tup);
+		}
+		return match;
+	}
+}
+
+static void
+append_name(StringInfo buf, const char *name)
+{
+	if (buf->len > 0)
+		appendStringInfoString(buf, ", ");
+	appendStringInfoString(buf, quote_identifier(name));
+}
+
+/* Identity columns (attnums) of the target: upsert_identity or the PK. */
+static List *
+identity_attnums(Relation target, AshMapping *map)
+{
+	List	   *indexes = RelationGetIndexList(target);
+	ListCell   *lc;
+	Oid			chosen = InvalidOid;
+	List	   *attnums = NIL;
+
+	foreach(lc, indexes)
+	{
+		Oid			idx = lfirst_oid(lc);
+
+		if (map->upsert_identity != NULL)
+		{
+			char	   *idxname = get_rel_name(idx);
+			Oid			conoid = get_index_constraint(idx);
+			char	   *conname = OidIsValid(conoid) ? get_constraint_name(conoid) : NULL;
+
+			if ((idxname && strcmp(idxname, map->upsert_identity) == 0) ||
+				(conname && strcmp(conname, map->upsert_identity) == 0))
+			{
+				chosen = idx;
+				break;
+			}
+		}
+		else
+		{
+			HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(idx));
+
+			if (HeapTupleIsValid(tup))
+			{
+				bool		isprimary = ((Form_pg_index) GETSTRUCT(tup))->indisprimary;
+
+				ReleaseSysCache(tup);
+				if (isprimary)
+				{
+					chosen = idx;
+					break;
+				}
+			}
+		}
+	}
+	if (OidIsValid(chosen))
+	{
+		HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(chosen));
+		Form_pg_index ind;
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for index %u", chosen);
+		ind = (Form_pg_index) GETSTRUCT(tup);
+		for (int i = 0; i < ind->indnkeyatts; i++)
+		{
+			if (ind->indkey.values[i] <= 0)
+			{
+				attnums = NIL;
+				break;
+			}
+			attnums = lappend_int(attnums, ind->indkey.values[i]);
+		}
+		ReleaseSysCache(tup);
+	}
+	list_free(indexes);
+	return attnums;
+}
+
+/* Judge a re-described relation against what it was resolved with. */
+static void
+judge_schema_change(AshApplyRel *rel)
+{
+	AshMapping *map = rel->map;
+	StringInfoData dropped;
+
+	initStringInfo(&dropped);
+	for (int p = 0; p < rel->prev_natts; p++)
+	{
+		bool		still = false;
+
+		for (int i = 0; i < rel->remote.natts; i++)
+		{
+			if (strcmp(rel->remote.cols[i].name, rel->prev_names[p]) == 0)
+			{
+				still = true;
+				if (rel->remote.cols[i].type_oid != rel->prev_types[p])
+					ash_halt("source_type_invalid", "table %s.%s column %s changed type",
+							 quote_identifier(rel->remote.nspname),
+							 quote_identifier(rel->remote.relname),
+							 quote_identifier(rel->prev_names[p]));
+				break;
+			}
+		}
+		if (!still && ash_mapping_target_column(map, rel->prev_names[p]) != NULL)
+			append_name(&dropped, rel->prev_names[p]);
+	}
+	if (dropped.len > 0 && strcmp(map->on_schema_change, "ignore") != 0)
+		ash_halt("source_column_missing", "table %s.%s dropped mapped columns: %s",
+				 quote_identifier(rel->remote.nspname),
+				 quote_identifier(rel->remote.relname), dropped.data);
+	rel->prev_natts = 0;
+}
+
+static void
+refuse_unsupported(AshApplyRel *rel, AshMapping *map)
+{
+	const char *what = NULL;
+
+	if (map->tenant_strategy != NULL)
+		what = "tenancy";
+	else if (map->encrypted != NIL)
+		what = "encrypted columns";
+	else if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0)
+		what = "history_strategy";
+	else if (map->append_log)
+		what = "append_log";
+	else if (map->snapshot_provenance)
+		what = "snapshot_provenance";
+	if (what)
+		ash_halt("mapping_unsupported", "table %s: %s is not supported by this apply path yet",
+				 rel->target_name, what);
+}
+
+void
+ash_relmap_resolve(AshApplyRel *rel)
+{
+	AshMapping *map;
+	Relation	target;
+	TupleDesc	desc;
+	MemoryContext old;
+	StringInfoData unmapped;
+	StringInfoData missing;
+	StringInfoData badtype;
+	ListCell   *lc;
+	List	   *idattnums;
+	int			ncols = 0;
+
+	if (rel->resolved)
+		return;
+
+	map = ash_config_find_mapping(relmap_cfg, rel->remote.nspname, rel->remote.relname);
+	if (map == NULL)
+	{
+		if (ash_config_is_ignored(relmap_cfg, rel->remote.nspname, rel->remote.relname))
+		{
+			rel->ignored = true;
+			rel->resolved = true;
+			return;
+		}
+		ash_halt("source_table_unmapped", "table %s.%s",
+				 quote_identifier(rel->remote.nspname),
+				 quote_identifier(rel->remote.relname));
+	}
+	rel->map = map;
+	if (rel->prev_natts > 0)
+		judge_schema_change(rel);
+
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->target_relid)))
+		ash_halt("destination_table_missing", "mapping of %s.%s",
+				 quote_identifier(rel->remote.nspname),
+				 quote_identifier(rel->remote.relname));
+
+	target = table_open(map->target_relid, RowExclusiveLock);
+	desc = RelationGetDescr(target);
+
+	old = MemoryContextSwitchTo(rel->cxt);
+	rel->target = map->target_relid;
+	rel->target_name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(target)),
+												  RelationGetRelationName(target));
+	refuse_unsupported(rel, map);
+
+	initStringInfo(&unmapped);
+	initStringInfo(&missing);
+	initStringInfo(&badtype);
+	rel->cols = palloc0(sizeof(AshTargetCol) * Max(rel->remote.natts, 1));
+
+	for (int i = 0; i < rel->remote.natts; i++)
+	{
+		AshRelColumn *rc = &rel->remote.cols[i];
+		const char *tname = ash_mapping_target_column(map, rc->name);
+		AttrNumber	attnum;
+		Form_pg_attribute att;
+		AshTargetCol *tc;
+		Oid			infunc;
+
+		if (tname == NULL)
+			continue;			/* skipped */
+		attnum = InvalidAttrNumber;
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute ta = TupleDescAttr(desc, a);
+
+			if (!ta->attisdropped && strcmp(NameStr(ta->attname), tname) == 0)
+			{
+				attnum = ta->attnum;
+				break;
+			}
+		}
+		if (attnum == InvalidAttrNumber)
+		{
+			append_name(&unmapped, rc->name);
+			continue;
+		}
+		att = TupleDescAttr(desc, attnum - 1);
+		if (att->attgenerated)
+		{
+			append_name(&unmapped, rc->name);
+			continue;
+		}
+		if (!types_compatible(rc->type_oid, att->atttypid))
+		{
+			append_name(&badtype, rc->name);
+			continue;
+		}
+		tc = &rel->cols[ncols++];
+		tc->name = pstrdup(tname);
+		tc->attnum = attnum;
+		tc->remote_idx = i;
+		tc->typid = att->atttypid;
+		tc->typmod = att->atttypmod;
+		getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
+		fmgr_info_cxt(infunc, &tc->infunc, rel->cxt);
+	}
+	rel->ncols = ncols;
+
+	/* column_map and skip entries must name remote columns */
+	foreach(lc, map->renames)
+	{
+		AshColumnRename *r = lfirst(lc);
+		bool		found = false;
+
+		for (int i = 0; i < rel->remote.natts && !found; i++)
+			found = strcmp(rel->remote.cols[i].name, r->source) == 0;
+		if (!found)
+			append_name(&missing, r->source);
+	}
+	foreach(lc, map->skip)
+	{
+		const char *s = lfirst(lc);
+		bool		found = false;
+
+		for (int i = 0; i < rel->remote.natts && !found; i++)
+			found = strcmp(rel->remote.cols[i].name, s) == 0;
+		if (!found)
+			append_name(&missing, s);
+	}
+	MemoryContextSwitchTo(old);
+
+	if (unmapped.len > 0)
+	{
+		table_close(target, RowExclusiveLock);
+		ash_halt("source_column_unmapped", "table %s.%s columns: %s",
+				 quote_identifier(rel->remote.nspname),
+				 quote_identifier(rel->remote.relname), unmapped.data);
+	}
+	if (missing.len > 0 && strcmp(map->on_schema_change, "ignore") != 0)
+	{
+		table_close(target, RowExclusiveLock);
+		ash_halt("source_column_missing", "table %s.%s columns: %s",
+				 quote_identifier(rel->remote.nspname),
+				 quote_identifier(rel->remote.relname), missing.data);
+	}
+	if (badtype.len > 0)
+	{
+		table_close(target, RowExclusiveLock);
+		ash_halt("source_type_invalid", "table %s.%s columns: %s",
+				 quote_identifier(rel->remote.nspname),
+				 quote_identifier(rel->remote.relname), badtype.data);
+	}
+
+	/* identity */
+	idattnums = identity_attnums(target, map);
+	table_close(target, RowExclusiveLock);
+	if (idattnums == NIL)
+		ash_halt("destination_table_missing", "table %s has no usable identity (primary key or upsert_identity)",
+				 rel->target_name);
+
+	old = MemoryContextSwitchTo(rel->cxt);
+	rel->keys = palloc(sizeof(int) * list_length(idattnums));
+	rel->nkeys = 0;
+	foreach(lc, idattnums)
+	{
+		AttrNumber	attnum = lfirst_int(lc);
+		int			found = -1;
+
+		for (int c = 0; c < rel->ncols; c++)
+		{
+			if (rel->cols[c].attnum == attnum)
+			{
+				found = c;
+				break;
+			}
+		}
+		if (found < 0)
+		{
+			MemoryContextSwitchTo(old);
+			ash_halt("source_replica_identity", "identity column of %s is not mapped from the source",
+					 rel->target_name);
+		}
+		if (rel->remote.replident != 'f' &&
+			!rel->remote.cols[rel->cols[found].remote_idx].is_key)
+		{
+			MemoryContextSwitchTo(old);
+			ash_halt("source_replica_identity",
+					 "identity column %s of %s is not in the source's replica identity",
+					 quote_identifier(rel->cols[found].name), rel->target_name);
+		}
+		rel->cols[found].is_identity = true;
+		rel->keys[rel->nkeys++] = found;
+	}
+	MemoryContextSwitchTo(old);
+	rel->resolved = true;
+}

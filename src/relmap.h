@@ -1,0 +1,71 @@
+/*-------------------------------------------------------------------------
+ *
+ * relmap.h
+ *	  Remote relation cache: source relation (by the source's OID, as sent
+ *	  in Relation messages) -> mapping, target table and column plan.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_RELMAP_H
+#define ASH_RELMAP_H
+
+#include "fmgr.h"
+
+#include "change.h"
+#include "config.h"
+
+typedef struct AshTargetCol
+{
+	char	   *name;			/* target column name */
+	AttrNumber	attnum;
+	int			remote_idx;		/* index in the remote relation's columns */
+	Oid			typid;
+	int32		typmod;
+	FmgrInfo	infunc;
+	Oid			ioparam;
+	bool		is_identity;
+} AshTargetCol;
+
+typedef struct AshApplyRel
+{
+	uint32		remote_relid;	/* hash key */
+	AshRelation remote;			/* latest Relation message (deep copy) */
+	bool		resolved;
+	bool		ignored;		/* listed in ignored_sources */
+	AshMapping *map;
+	Oid			target;
+	char	   *target_name;	/* quoted schema-qualified name */
+	int			ncols;			/* mapped, non-skipped columns */
+	AshTargetCol *cols;
+	int			nkeys;
+	int		   *keys;			/* indexes into cols of the identity */
+	void	   *strategy_state; /* owned by the apply strategy */
+	MemoryContext cxt;			/* resolution products */
+
+	/* the remote columns at last resolution, to judge schema changes */
+	int			prev_natts;
+	char	  **prev_names;
+	uint32	   *prev_types;
+} AshApplyRel;
+
+/* Called before an entry's resolution products are discarded. */
+typedef void (*AshRelReleaseHook) (AshApplyRel *rel);
+
+extern void ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release);
+extern void ash_relmap_update_relation(const AshRelation *rel);
+extern void ash_relmap_update_type(uint32 type_oid, const char *nspname,
+								   const char *typname);
+
+/* Entry for a remote relid; halts if the source never described it. */
+extern AshApplyRel *ash_relmap_get(uint32 relid);
+
+/*
+ * Resolve mapping, target and columns (needs a transaction).  Halts with
+ * the reason code of the first problem, naming every offending column.
+ */
+extern void ash_relmap_resolve(AshApplyRel *rel);
+
+/* Drop every resolution (e.g. after a destination transaction abort). */
+extern void ash_relmap_invalidate_all(void);
+
+#endif							/* ASH_RELMAP_H */

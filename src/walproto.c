@@ -1,0 +1,260 @@
+/*-------------------------------------------------------------------------
+ *
+ * walproto.c
+ *	  CopyBoth framing of a logical replication stream.
+ *
+ * NOTES
+ *	  After START_REPLICATION the connection is in CopyBoth mode.  The source
+ *	  sends 'w' (XLogData: dataStart, walEnd, sendTime, payload) and 'k'
+ *	  (keepalive: walEnd, sendTime, replyRequested); we send 'r' (standby
+ *	  status update: write, flush, apply, sendTime, replyRequested).
+ *
+ *	  Reads never block: PQgetCopyData in async mode after PQconsumeInput.
+ *	  One message may be read ahead (ash_stream_more_buffered) so the apply
+ *	  loop can tell whether another complete transaction is already here —
+ *	  that is what closes a batch without adding latency.
+ *
+ *	  This module knows nothing of what the payload means or of durability:
+ *	  the caller decides which positions are safe to report as flushed.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "libpq/pqformat.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+
+#include "walproto.h"
+
+static int64
+get_int64(const char *p)
+{
+	uint64		v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | (unsigned char) p[i];
+	return (int64) v;
+}
+
+static void
+put_int64(char *p, int64 v)
+{
+	uint64		u = (uint64) v;
+
+	for (int i = 7; i >= 0; i--)
+	{
+		p[i] = (char) (u & 0xff);
+		u >>= 8;
+	}
+}
+
+void
+ash_stream_start(AshStream *s, AshConn *conn, const char *slot_name,
+				 XLogRecPtr startpoint, const char *plugin_options)
+{
+	StringInfoData cmd;
+	PGresult   *res;
+
+	memset(s, 0, sizeof(*s));
+	s->conn = conn;
+	initStringInfo(&cmd);
+	appendStringInfo(&cmd, "START_REPLICATION SLOT %s LOGICAL %X/%X (%s)",
+					 ash_conn_quote_ident(conn, slot_name),
+					 LSN_FORMAT_ARGS(startpoint), plugin_options);
+	res = ash_conn_exec(conn, cmd.data, false);
+	if (PQresultStatus(res) != PGRES_COPY_BOTH)
+		ash_conn_report_result(res, "START_REPLICATION");
+	PQclear(res);
+	pfree(cmd.data);
+	s->received_lsn = startpoint;
+	s->last_recv_time = GetCurrentTimestamp();
+	s->last_send_time = 0;
+}
+
+/* Raw read of one CopyData message; returns its length, 0 none, -1 end. */
+static int
+raw_receive(AshStream *s, char **buf)
+{
+	int			len;
+
+	*buf = NULL;
+	len = PQgetCopyData(s->conn->conn, buf, 1);
+	if (len == 0)
+	{
+		if (PQconsumeInput(s->conn->conn) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: source connection lost")));
+		len = PQgetCopyData(s->conn->conn, buf, 1);
+	}
+	if (len == -1)
+	{
+		PGresult   *res = PQgetResult(s->conn->conn);
+
+		/* the server ended the COPY: end of stream (e.g. shutdown) */
+		if (res)
+		{
+			if (PQresultStatus(res) == PGRES_FATAL_ERROR)
+				ash_conn_report_result(res, "replication stream");
+			PQclear(res);
+		}
+		return -1;
+	}
+	if (len < -1)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: source connection lost while streaming")));
+	return len;
+}
+
+void
+ash_stream_receive(AshStream *s, AshStreamMsg *msg)
+{
+	char	   *buf;
+	int			len;
+
+	memset(msg, 0, sizeof(*msg));
+	if (s->buf)
+	{
+		PQfreemem(s->buf);
+		s->buf = NULL;
+	}
+	if (s->ended)
+		len = -1;
+	else if (s->peeked)
+	{
+		buf = s->peeked;
+		len = s->peeked_len;
+		s->peeked = NULL;
+	}
+	else
+		len = raw_receive(s, &buf);
+
+	if (len == 0)
+	{
+		msg->kind = ASH_STREAM_NONE;
+		return;
+	}
+	if (len < 0)
+	{
+		s->ended = true;
+		msg->kind = ASH_STREAM_END;
+		return;
+	}
+	s->buf = buf;
+	s->last_recv_time = GetCurrentTimestamp();
+	s->ping_sent = false;
+
+	switch (buf[0])
+	{
+		case 'w':
+			if (len < 1 + 24)
+				ereport(ERROR,
+						(errcode(ERRCODE_PROTOCOL_VIOLATION),
+						 errmsg("ash_replicant: short XLogData message from the source")));
+			msg->kind = ASH_STREAM_DATA;
+			msg->data_start = (XLogRecPtr) get_int64(buf + 1);
+			msg->wal_end = (XLogRecPtr) get_int64(buf + 9);
+			msg->send_time = (TimestampTz) get_int64(buf + 17);
+			msg->data = buf + 25;
+			msg->len = len - 25;
+			if (msg->data_start > s->received_lsn)
+				s->received_lsn = msg->data_start;
+			break;
+		case 'k':
+			if (len < 1 + 17)
+				ereport(ERROR,
+						(errcode(ERRCODE_PROTOCOL_VIOLATION),
+						 errmsg("ash_replicant: short keepalive message from the source")));
+			msg->kind = ASH_STREAM_KEEPALIVE;
+			msg->wal_end = (XLogRecPtr) get_int64(buf + 1);
+			msg->send_time = (TimestampTz) get_int64(buf + 9);
+			msg->reply_requested = buf[17] != 0;
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("ash_replicant: unexpected streaming message type 0x%02x from the source",
+							(unsigned char) buf[0])));
+	}
+}
+
+bool
+ash_stream_more_buffered(AshStream *s)
+{
+	if (s->peeked)
+		return true;
+	if (s->ended)
+		return false;
+	s->peeked_len = raw_receive(s, &s->peeked);
+	if (s->peeked_len < 0)
+		s->ended = true;	/* reported by the next receive */
+	if (s->peeked_len <= 0)
+	{
+		s->peeked = NULL;
+		return false;
+	}
+	return true;
+}
+
+void
+ash_stream_send_feedback(AshStream *s, XLogRecPtr write, XLogRecPtr flush,
+						 bool request_reply)
+{
+	char		reply[1 + 8 * 4 + 1];
+	TimestampTz now = GetCurrentTimestamp();
+
+	reply[0] = 'r';
+	put_int64(reply + 1, (int64) write);
+	put_int64(reply + 9, (int64) flush);
+	put_int64(reply + 17, (int64) flush);	/* applied == durably applied */
+	put_int64(reply + 25, (int64) now);
+	reply[33] = request_reply ? 1 : 0;
+
+	if (PQputCopyData(s->conn->conn, reply, sizeof(reply)) <= 0 ||
+		PQflush(s->conn->conn) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: could not send feedback to the source")));
+	s->last_write_sent = write;
+	s->last_flush_sent = flush;
+	s->last_send_time = now;
+}
+
+void
+ash_stream_wait(AshStream *s, long timeout_ms)
+{
+	int			rc;
+
+	rc = WaitLatchOrSocket(MyLatch,
+						   WL_EXIT_ON_PM_DEATH | WL_LATCH_SET | WL_TIMEOUT | WL_SOCKET_READABLE,
+						   PQsocket(s->conn->conn), Max(timeout_ms, 1),
+						   PG_WAIT_EXTENSION);
+	if (rc & WL_LATCH_SET)
+	{
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+void
+ash_stream_close(AshStream *s)
+{
+	if (s->buf)
+		PQfreemem(s->buf);
+	if (s->peeked)
+		PQfreemem(s->peeked);
+	s->buf = s->peeked = NULL;
+	if (s->conn)
+	{
+		/* best effort: tell the source we are done */
+		if (PQstatus(s->conn->conn) == CONNECTION_OK)
+			(void) PQputCopyEnd(s->conn->conn, NULL);
+		ash_conn_close(s->conn);
+	}
+	s->conn = NULL;
+}
