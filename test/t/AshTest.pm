@@ -424,6 +424,21 @@ sub wait_lsn
 	return $ok;
 }
 
+# wait_slot_consistent($src, $dst, $sink): the sink's slot exists at the
+# source and has reached its consistent point (confirmed_flush_lsn is set only
+# then).  ash_replicant_start returns before the worker has created the slot; a
+# go-forward mirror never sees what commits before that point, so a marker
+# must not be committed earlier.  Cheap when the slot is long there.
+sub wait_slot_consistent
+{
+	my ($src, $dst, $sink, %o) = @_;
+	my $slot = $dst->safe_psql($DB, "SELECT slot_name FROM ash_replicant.sinks WHERE sink_name = " . lit($sink));
+	return poll($src,
+		"SELECT count(*) = 1 FROM pg_replication_slots WHERE slot_name = " . lit($slot)
+		  . " AND confirmed_flush_lsn IS NOT NULL",
+		't', timeout => $o{timeout} // 30);
+}
+
 # wait_caught_up($src, $dst, $sink): everything committed at the source before
 # this call is applied at the destination.
 #
@@ -442,6 +457,7 @@ sub wait_caught_up
 	my ($src, $dst, $sink, %o) = @_;
 	my $mt = marker_table($sink);
 	my $id = ++$marker_seq{$sink};
+	wait_slot_consistent($src, $dst, $sink);
 	my ($commit) = commit_tracked($src, "INSERT INTO $mt VALUES ($id, 'marker')");
 	my $ok = wait_lsn($src, $dst, $sink, $commit, %o)
 	  && $dst->safe_psql($DB, "SELECT count(*) FROM $mt WHERE id = $id") eq '1';
