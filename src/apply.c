@@ -53,6 +53,7 @@
 #include "crypto.h"
 #include "keyring.h"
 #include "errors.h"
+#include "messages.h"
 #include "shmem.h"
 
 AshApplyErrorContext ash_apply_errctx;
@@ -93,7 +94,10 @@ static List *missing_deletes = NIL;
 static void
 release_target(AshApplyTarget *tgt)
 {
-	ash_scd1_strategy.release(tgt);
+	if (tgt->plans_owner != NULL)
+		((const AshApplyStrategy *) tgt->plans_owner)->release(tgt);
+	else
+		ash_scd1_strategy.release(tgt);
 }
 
 void
@@ -121,6 +125,9 @@ ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 		foreach(lc, cfg->mappings)
 			if (((AshMapping *) lfirst(lc))->encrypted != NIL)
 				apply_needs_keys = true;
+		/* claims use the message_digest keys of the moment */
+		if (ash_messages_need_keys(cfg))
+			apply_needs_keys = true;
 	}
 
 	/* the slot of this worker, to publish counters */
@@ -137,6 +144,18 @@ const AshChangeMeta *
 ash_apply_current(void)
 {
 	return &meta;
+}
+
+const AshCheckpointKey *
+ash_apply_checkpoint_key(void)
+{
+	return apply_key;
+}
+
+AshPipelineConfig *
+ash_apply_config(void)
+{
+	return apply_cfg;
 }
 
 XLogRecPtr
@@ -307,6 +326,11 @@ static const AshApplyStrategy *
 strategy_for(AshApplyRel *rel)
 {
 	/* relmap refuses mappings whose strategy this version lacks */
+	if (rel->map->append_log)
+		return &ash_append_strategy;
+	if (rel->map->history_strategy != NULL &&
+		strcmp(rel->map->history_strategy, "scd2") == 0)
+		return &ash_scd2_strategy;
 	return &ash_scd1_strategy;
 }
 
@@ -482,6 +506,12 @@ seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img)
 	}
 }
 
+void
+ash_apply_seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img)
+{
+	seal_image(rel, tgt, img);
+}
+
 static AshApplyTarget *
 target_for(AshApplyRel *rel, const char *tenant)
 {
@@ -584,7 +614,8 @@ apply_row_change(AshChange *c)
 				build_key(rel, &c->u.update.oldtup, &key);
 			else
 				build_key(rel, &c->u.update.newtup, &key);
-			if (told != NULL && strcmp(told, tnew) != 0)
+			if (told != NULL && strcmp(told, tnew) != 0 &&
+				!(strategy->update_relocates && target_for(rel, told) == target_for(rel, tnew)))
 			{
 				/* relocation across tenants: delete under old, insert under new */
 				AshApplyTarget *from = target_for(rel, told);
@@ -637,12 +668,15 @@ apply_truncate(AshChange *c)
 		if (rel == NULL)
 			continue;			/* ignored source: truncate ignored too */
 		ash_apply_errctx.relation = rel->target_name;
-		if (strcmp(rel->map->on_truncate, "mirror") == 0 &&
+		if (strcmp(rel->map->on_truncate, "halt") != 0 &&
 			rel->tenant_mode == ASH_TENANT_CONTEXT)
 			ash_halt("mapping_unsupported",
-					 "on_truncate mirror of %s under context tenancy (tenant tables are not enumerable)",
-					 rel->target_name);
-		if (strcmp(rel->map->on_truncate, "mirror") == 0)
+					 "on_truncate %s of %s under context tenancy (tenant tables are not enumerable)",
+					 rel->map->on_truncate, rel->target_name);
+		/* mirror (SCD1, SCD2), close (SCD2), append (append log) */
+		if (strcmp(rel->map->on_truncate, "mirror") == 0 ||
+			strcmp(rel->map->on_truncate, "close") == 0 ||
+			strcmp(rel->map->on_truncate, "append") == 0)
 		{
 			PushActiveSnapshot(GetTransactionSnapshot());
 			as_owner_begin(&save_userid, &save_sec);
@@ -659,23 +693,70 @@ apply_truncate(AshChange *c)
 	pending.applied_changes++;
 }
 
+/*
+ * A logical message (messages.c).  A transactional one rides its
+ * transaction (commit LSN, shared ordinal).  A non-transactional one
+ * arrives between transactions and is applied at its own position (its
+ * LSN, ordinal 0) in a batch of its own, whose watermark is that LSN:
+ * effect, claim and watermark commit together (pipeline.c commits the
+ * batch right after it); a position at or below the watermark was
+ * applied before.
+ */
 static void
 apply_message(AshChange *c)
 {
 	const char *prefix = c->u.message.prefix;
+	bool		transactional = c->u.message.transactional;
+	AshMessageRoute *route;
 
 	ash_apply_errctx.command = "message";
-	if (c->u.message.transactional)
+	ash_apply_errctx.relation = NULL;
+	if (transactional)
 	{
 		require_xact("transactional message");
 		meta.ordinal++;
 		if (skip_xact)
 			return;
 	}
+	else
+	{
+		if (in_remote_xact)
+			ash_halt("protocol_violation", "non-transactional message inside a transaction");
+		if (c->u.message.lsn <= watermark ||
+			(batch_open && batch_xacts > 0 && c->u.message.lsn <= batch_commit_lsn))
+			return;				/* applied before */
+	}
 	if (ash_list_contains_str(apply_cfg->ignored_prefixes, prefix))
 		return;					/* acknowledged, no effect */
+	route = ash_message_route(apply_cfg, prefix);
 	/* the prefix itself is message content: never printed */
-	ash_halt("message_prefix_unmapped", "a logical message with an unrouted prefix");
+	if (route == NULL)
+		ash_halt("message_prefix_unmapped", "a logical message with an unrouted prefix");
+
+	if (!transactional)
+	{
+		if (!batch_open)
+			begin_batch();
+		meta.commit_lsn = c->u.message.lsn;
+		meta.commit_time = GetCurrentTimestamp();
+		meta.xid = InvalidTransactionId;
+		meta.ordinal = 0;
+		meta.origin = "stream";
+		ash_apply_errctx.commit_lsn = c->u.message.lsn;
+		ash_apply_errctx.xid = InvalidTransactionId;
+		pending.received_xacts++;
+		pending.received_changes++;
+	}
+	ash_message_apply(apply_cfg, apply_key, route, prefix,
+					  c->u.message.content, c->u.message.content_len);
+	pending.applied_changes++;
+	if (!transactional)
+	{
+		batch_commit_lsn = c->u.message.lsn;
+		batch_end_lsn = c->u.message.lsn;
+		batch_commit_time = meta.commit_time;
+		batch_xacts++;
+	}
 }
 
 void

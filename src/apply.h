@@ -46,9 +46,17 @@ typedef struct AshApplyStrategy
 	void		(*delete) (AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key);
 	void		(*truncate) (AshApplyRel *rel, AshApplyTarget *tgt);
 	void		(*release) (AshApplyTarget *tgt);
+
+	/*
+	 * A tenant change within ONE destination table is an update for this
+	 * strategy (append log: one event per change), not delete + insert.
+	 */
+	bool		update_relocates;
 } AshApplyStrategy;
 
 extern const AshApplyStrategy ash_scd1_strategy;
+extern const AshApplyStrategy ash_scd2_strategy;	/* apply_scd2.c */
+extern const AshApplyStrategy ash_append_strategy;	/* apply_append.c */
 
 /*
  * Where the change being applied sits in the source's history.  Ordinals
@@ -97,6 +105,10 @@ extern AshApplyErrorContext ash_apply_errctx;
 extern void ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 						   XLogRecPtr watermark, XLogRecPtr watermark_end);
 
+/* The checkpoint identity and configuration the driver applies under. */
+extern const AshCheckpointKey *ash_apply_checkpoint_key(void);
+extern AshPipelineConfig *ash_apply_config(void);
+
 /* Handle one decoded change. */
 extern void ash_apply_change(AshChange *change);
 
@@ -121,7 +133,15 @@ extern XLogRecPtr ash_apply_watermark(void);
 /* Publish counters of skipped work when no batch is open. */
 extern void ash_apply_publish_idle(void);
 
+/* Append logs (apply_append.c). */
+extern void ash_append_message(AshPipelineConfig *cfg, Oid target, const char *prefix,
+							   const char *content, int len);
+extern void ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key,
+								XLogRecPtr watermark, XLogRecPtr watermark_end,
+								bool slot_created, XLogRecPtr slot_position);
+
 /* Called by strategies. */
+extern void ash_apply_seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img);
 extern void ash_apply_count_missing_delete(AshApplyTarget *tgt);
 extern uint64 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
 							  int expected_ret);

@@ -15,14 +15,25 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/varlena.h"
 
 #include "config.h"
+#include "mapping_validate.h"
+
+StaticAssertDecl(ASH_APPEND_COL_COUNT == ASH_APPEND_NAXES &&
+				 ASH_APPEND_COL_NIDENTITY == ASH_APPEND_NIDENTITY &&
+				 ASH_APPEND_COL_COMMIT_LSN == ASH_APPEND_COMMIT_LSN &&
+				 ASH_APPEND_COL_ORDINAL == ASH_APPEND_ORDINAL &&
+				 ASH_APPEND_COL_OPERATION == ASH_APPEND_OPERATION &&
+				 ASH_APPEND_COL_MESSAGE_CONTENT == ASH_APPEND_MESSAGE_CONTENT,
+				 "append column indexes must follow AshAppendAxis");
 
 bool
 ash_list_contains_str(List *l, const char *s)
@@ -146,7 +157,7 @@ ash_config_load(const char *sink_name)
 		elog(ERROR, "SPI_connect failed");
 
 	ret = SPI_execute_with_args(
-		"SELECT s.sink_name, s.slot_name, s.sink_kind, s.ignored_sources,"
+		"SELECT s.sink_name, s.slot_name, s.sink_kind, s.initial_state, s.ignored_sources,"
 		" s.ignored_message_prefixes, s.batch_max_transactions, s.owner::oid AS owner,"
 		" s.config_version, p.connection, p.decoder, p.publication,"
 		" p.source_system_identifier, p.source_database, p.streaming,"
@@ -170,6 +181,7 @@ ash_config_load(const char *sink_name)
 		cfg->sink_name = get_text(tup, desc, "sink_name");
 		cfg->slot_name = get_text(tup, desc, "slot_name");
 		cfg->sink_kind = get_text(tup, desc, "sink_kind");
+		cfg->initial_state = get_text(tup, desc, "initial_state");
 		ignored = text_array_to_list(get_datum(tup, desc, "ignored_sources", &isnull), isnull);
 		cfg->ignored_prefixes = text_array_to_list(get_datum(tup, desc, "ignored_message_prefixes", &isnull), isnull);
 		cfg->batch_max_transactions = DatumGetInt32(get_datum(tup, desc, "batch_max_transactions", &isnull));
@@ -201,14 +213,29 @@ ash_config_load(const char *sink_name)
 
 	parse_census(&cfg->census, census_json);
 
-	ret = SPI_execute_with_args(
-		"SELECT resource_id, target::oid AS target_oid, source_schema, source_table,"
-		" column_map::text AS column_map, skip, sensitive, encrypted, tenant_column,"
-		" tenant_function::oid AS tenant_function, tenant_strategy, tenant_schema_format,"
-		" on_truncate, on_schema_change, upsert_identity, history_strategy,"
-		" append_log, snapshot_provenance"
-		" FROM ash_replicant.resources WHERE sink_name = $1 ORDER BY resource_id",
-		1, argtypes, values, NULL, true, 0);
+	{
+		StringInfoData q;
+
+		initStringInfo(&q);
+		appendStringInfoString(&q,
+							   "SELECT resource_id, target::oid AS target_oid, source_schema, source_table,"
+							   " column_map::text AS column_map, skip, sensitive, encrypted, tenant_column,"
+							   " tenant_function::oid AS tenant_function, tenant_strategy, tenant_schema_format,"
+							   " on_truncate, on_schema_change, upsert_identity, history_strategy,"
+							   " append_log, snapshot_provenance, history_business_key,"
+							   " coalesce(history_valid_from_lsn_column, 'valid_from_lsn') AS h_from_lsn,"
+							   " coalesce(history_valid_to_lsn_column, 'valid_to_lsn') AS h_to_lsn,"
+							   " history_valid_from_ts_column AS h_from_ts,"
+							   " history_valid_to_ts_column AS h_to_ts,"
+							   " history_current_column AS h_current");
+		/* append_columns holds the effective name of every axis */
+		for (int i = 0; i < ASH_APPEND_NAXES; i++)
+			appendStringInfo(&q, ", coalesce(append_columns OPERATOR(pg_catalog.->>) %s, %s) AS ac%d",
+							 quote_literal_cstr(ash_append_axis_default(i)),
+							 quote_literal_cstr(ash_append_axis_default(i)), i);
+		appendStringInfoString(&q, " FROM ash_replicant.resources WHERE sink_name = $1 ORDER BY resource_id");
+		ret = SPI_execute_with_args(q.data, 1, argtypes, values, NULL, true, 0);
+	}
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "ash_replicant: could not read mappings");
 
@@ -243,6 +270,24 @@ ash_config_load(const char *sink_name)
 		m->history_strategy = get_text(tup, desc, "history_strategy");
 		m->append_log = DatumGetBool(get_datum(tup, desc, "append_log", &isnull));
 		m->snapshot_provenance = DatumGetBool(get_datum(tup, desc, "snapshot_provenance", &isnull));
+		{
+			/* (isnull must be read after get_datum set it) */
+			Datum		bk = get_datum(tup, desc, "history_business_key", &isnull);
+
+			m->history_business_key = text_array_to_list(bk, isnull);
+		}
+		m->history_valid_from_lsn_column = get_text(tup, desc, "h_from_lsn");
+		m->history_valid_to_lsn_column = get_text(tup, desc, "h_to_lsn");
+		m->history_valid_from_ts_column = get_text(tup, desc, "h_from_ts");
+		m->history_valid_to_ts_column = get_text(tup, desc, "h_to_ts");
+		m->history_current_column = get_text(tup, desc, "h_current");
+		for (int a = 0; a < ASH_APPEND_COL_COUNT; a++)
+		{
+			char		col[16];
+
+			snprintf(col, sizeof(col), "ac%d", a);
+			m->append_columns[a] = get_text(tup, desc, col);
+		}
 		MemoryContextSwitchTo(old);
 
 		/* column_map: {"source": "target"} */
@@ -278,9 +323,43 @@ ash_config_load(const char *sink_name)
 		MemoryContextSwitchTo(old);
 	}
 
+	/* message routes */
+	ret = SPI_execute_with_args(
+		"SELECT prefix, target::oid AS target_oid, target_function::oid AS function_oid,"
+		" retention, (extract(epoch FROM retention) * 1000000)::int8 AS retention_us"
+		" FROM ash_replicant.message_routes WHERE sink_name = $1 ORDER BY prefix",
+		1, argtypes, values, NULL, true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: could not read message routes");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller);
+		AshMessageRoute *r = palloc0(sizeof(AshMessageRoute));
+		Datum		d;
+
+		tup = SPI_tuptable->vals[i];
+		desc = SPI_tuptable->tupdesc;
+		r->prefix = get_text(tup, desc, "prefix");
+		d = get_datum(tup, desc, "target_oid", &isnull);
+		r->target = isnull ? InvalidOid : DatumGetObjectId(d);
+		d = get_datum(tup, desc, "function_oid", &isnull);
+		r->function = isnull ? InvalidOid : DatumGetObjectId(d);
+		d = get_datum(tup, desc, "retention", &isnull);
+		r->retention = *DatumGetIntervalP(d);
+		r->retention_us = DatumGetInt64(get_datum(tup, desc, "retention_us", &isnull));
+		cfg->message_routes = lappend(cfg->message_routes, r);
+		MemoryContextSwitchTo(old);
+	}
+
 	SPI_finish();
 	PopActiveSnapshot();
 	return cfg;
+}
+
+bool
+ash_config_is_append_log(AshPipelineConfig *cfg)
+{
+	return cfg->sink_kind != NULL && strcmp(cfg->sink_kind, "append_log") == 0;
 }
 
 AshMapping *

@@ -8,6 +8,7 @@
 #ifndef ASH_CONFIG_H
 #define ASH_CONFIG_H
 
+#include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
 typedef struct AshColumnRename
@@ -15,6 +16,24 @@ typedef struct AshColumnRename
 	char	   *source;
 	char	   *target;
 } AshColumnRename;
+
+/*
+ * Append-log structural columns, indexed in the order of AshAppendAxis
+ * (mapping_validate.h; config.c asserts the correspondence).  The first
+ * ASH_APPEND_COL_NIDENTITY form the identity of an event.
+ */
+#define ASH_APPEND_COL_SOURCE_SYSTEM_ID	0
+#define ASH_APPEND_COL_SOURCE_DATABASE	1
+#define ASH_APPEND_COL_SLOT_NAME		2
+#define ASH_APPEND_COL_COMMIT_LSN		3
+#define ASH_APPEND_COL_ORDINAL			4
+#define ASH_APPEND_COL_OPERATION		5
+#define ASH_APPEND_COL_ORIGIN			6
+#define ASH_APPEND_COL_SNAPSHOT_ATTEMPT	7
+#define ASH_APPEND_COL_MESSAGE_PREFIX	8
+#define ASH_APPEND_COL_MESSAGE_CONTENT	9
+#define ASH_APPEND_COL_COUNT			10
+#define ASH_APPEND_COL_NIDENTITY		5
 
 typedef struct AshMapping
 {
@@ -36,7 +55,28 @@ typedef struct AshMapping
 	char	   *history_strategy;
 	bool		append_log;
 	bool		snapshot_provenance;
+
+	/* SCD2 (history_strategy = 'scd2'); target column names, defaults applied */
+	List	   *history_business_key;	/* char *, SOURCE column names */
+	char	   *history_valid_from_lsn_column;
+	char	   *history_valid_to_lsn_column;
+	char	   *history_valid_from_ts_column;	/* NULL: none */
+	char	   *history_valid_to_ts_column; /* NULL: none */
+	char	   *history_current_column; /* NULL: none */
+
+	/* append log: effective structural column names (ASH_APPEND_COL_*) */
+	char	   *append_columns[ASH_APPEND_COL_COUNT];
 } AshMapping;
+
+/* A logical-message route (ash_replicant.message_routes). */
+typedef struct AshMessageRoute
+{
+	char	   *prefix;			/* never logged */
+	Oid			target;			/* table target, or InvalidOid */
+	Oid			function;		/* function target, or InvalidOid */
+	Interval	retention;
+	int64		retention_us;	/* approximate, for horizon arithmetic */
+} AshMessageRoute;
 
 typedef struct AshCensusOptions
 {
@@ -52,6 +92,7 @@ typedef struct AshPipelineConfig
 	char	   *sink_name;
 	char	   *slot_name;
 	char	   *sink_kind;
+	char	   *initial_state;	/* NULL, "go_forward", "snapshot" */
 	List	   *ignored_sources;	/* List of List of char* (schema, table) */
 	List	   *ignored_prefixes;	/* char * */
 	int			batch_max_transactions;
@@ -71,6 +112,7 @@ typedef struct AshPipelineConfig
 	AshCensusOptions census;
 
 	List	   *mappings;		/* AshMapping * */
+	List	   *message_routes; /* AshMessageRoute *, by prefix */
 } AshPipelineConfig;
 
 /* Load the configuration of one sink (in CurrentMemoryContext). */
@@ -88,5 +130,8 @@ extern bool ash_config_is_ignored(AshPipelineConfig *cfg,
 extern const char *ash_mapping_target_column(AshMapping *m, const char *source_col);
 
 extern bool ash_list_contains_str(List *l, const char *s);
+
+/* sink_kind = 'append_log'? */
+extern bool ash_config_is_append_log(AshPipelineConfig *cfg);
 
 #endif							/* ASH_CONFIG_H */

@@ -20,7 +20,8 @@
  *	  flushed only remote end LSNs whose local commit record is flushed
  *	  (synchronous_commit is off for apply, as in core); with nothing in
  *	  flight the keepalive position is acknowledged so quiet publications do
- *	  not pin WAL.  A receive timeout, with a keepalive request at half of
+ *	  not pin WAL (state mirrors only: an append log never acknowledges past
+ *	  its durable watermark, see apply_append.c).  A receive timeout, with a keepalive request at half of
  *	  it, detects a silent source.
  *
  *	  Errors are classified at the session boundary:
@@ -63,6 +64,7 @@
 #include "errors.h"
 #include "keyring.h"
 #include "libpq_conn.h"
+#include "messages.h"
 #include "pipeline.h"
 #include "shmem.h"
 #include "walproto.h"
@@ -233,9 +235,14 @@ send_feedback(bool force, bool request_reply)
 		pfree(fp);
 	}
 
-	/* nothing in flight: acknowledge the keepalive position */
+	/*
+	 * nothing in flight: acknowledge the keepalive position -- but an append
+	 * log never acknowledges past its durable watermark (its origin checks
+	 * compare the slot's position with the watermark)
+	 */
 	if (dlist_is_empty(&flush_positions) && !ash_apply_in_remote_xact() &&
-		!ash_apply_batch_pending() && idle_lsn > flush)
+		!ash_apply_batch_pending() && idle_lsn > flush &&
+		!ash_config_is_append_log(cfg))
 		flush = idle_lsn;
 	flushed_remote = flush;
 
@@ -287,14 +294,15 @@ verify_identity(AshConn *conn, uint32 *timeline, XLogRecPtr *xlogpos)
 }
 
 static void
-ensure_slot(AshConn *conn, AshBinding *binding)
+ensure_slot(AshConn *conn, AshBinding *binding, bool *created, XLogRecPtr *position)
 {
 	StringInfoData q;
 	PGresult   *res;
 
 	initStringInfo(&q);
 	appendStringInfo(&q,
-					 "SELECT plugin, slot_type, database, %s FROM pg_catalog.pg_replication_slots"
+					 "SELECT plugin, slot_type, database, %s, confirmed_flush_lsn"
+					 " FROM pg_catalog.pg_replication_slots"
 					 " WHERE slot_name = %s",
 					 conn->server_version >= 130000 ? "wal_status" : "NULL::text",
 					 ash_conn_quote_literal(conn, cfg->slot_name));
@@ -314,6 +322,10 @@ ensure_slot(AshConn *conn, AshBinding *binding)
 		res = ash_conn_exec(conn, q.data, false);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			ash_conn_report_result(res, "CREATE_REPLICATION_SLOT");
+		*created = true;
+		*position = PQntuples(res) == 1 && !PQgetisnull(res, 0, 1) ?
+			DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 1)))) :
+			InvalidXLogRecPtr;
 		PQclear(res);
 		ereport(LOG,
 				(errmsg("ash_replicant event=slot.created sink=%s", cfg->sink_name)));
@@ -336,6 +348,9 @@ ensure_slot(AshConn *conn, AshBinding *binding)
 		PQclear(res);
 		ash_halt("retention_lost", "the slot's WAL was removed");
 	}
+	*created = false;
+	*position = PQgetisnull(res, 0, 4) ? InvalidXLogRecPtr :
+		DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 4))));
 	PQclear(res);
 }
 
@@ -398,6 +413,7 @@ receive_loop(void)
 	AshStreamMsg msg;
 	AshChange change;
 	const char *derr;
+	bool		nontx_message;
 
 	dstate.proto_version = stream.conn->server_version >= 150000 ? 3 :
 		stream.conn->server_version >= 140000 ? 2 : 1;
@@ -436,10 +452,20 @@ receive_loop(void)
 			MemoryContextSwitchTo(msg_cxt);
 			if (!ash_decode_pgoutput(&dstate, msg.data, msg.len, &change, &derr))
 				ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
+
+			/* a non-transactional message commits in a batch of its own */
+			nontx_message = change.kind == ASH_CHANGE_MESSAGE && !change.u.message.transactional;
+			if (nontx_message && ash_apply_batch_pending())
+			{
+				AshBatchResult r = ash_apply_commit_batch();
+
+				record_flush_position(&r);
+				apply_failures = 0;
+			}
 			ash_apply_change(&change);
 
-			if (change.kind == ASH_CHANGE_COMMIT && ash_apply_batch_pending() &&
-				(ash_apply_batch_full() || !ash_stream_more_buffered(&stream)))
+			if ((change.kind == ASH_CHANGE_COMMIT || nontx_message) && ash_apply_batch_pending() &&
+				(ash_apply_batch_full() || !ash_stream_more_buffered(&stream) || nontx_message))
 			{
 				AshBatchResult r = ash_apply_commit_batch();
 
@@ -517,6 +543,8 @@ run_session(void)
 	XLogRecPtr	xlogpos;
 	AshBinding	binding;
 	char		appname[NAMEDATALEN];
+	bool		slot_created = false;
+	XLogRecPtr	slot_position = InvalidXLogRecPtr;
 
 	MemoryContextReset(session_cxt);
 	MemoryContextSwitchTo(session_cxt);
@@ -548,9 +576,12 @@ run_session(void)
 	ash_checkpoint_bind(cfg->sink_name, ckey, timeline, xlogpos, cfg->decoder, &binding);
 
 	step = STEP_SLOT;
-	ensure_slot(conn, &binding);
+	ensure_slot(conn, &binding, &slot_created, &slot_position);
 
 	ash_apply_init(cfg, ckey, binding.commit_lsn, binding.end_lsn);
+	ash_append_activate(cfg, ckey, binding.commit_lsn, binding.end_lsn,
+						slot_created, slot_position);
+	ash_messages_activate(cfg, ckey);
 
 	/*
 	 * The watermark we resume from may belong to an asynchronous commit of

@@ -26,6 +26,12 @@
  *	  mapped column halts unless on_schema_change = 'ignore'; an added
  *	  column is judged by step 2 again.
  *
+ *	  4a. SCD2 mappings take the business key as identity (the target's
+ *		 primary key is a surrogate no source column may write); append-log
+ *		 mappings have no identity and need REPLICA IDENTITY FULL.  A source
+ *		 column landing on a window/current or structural column halts
+ *		 delivery_config_invalid.
+ *
  *	  5. tenancy: the tenant source column (tenant_column) and, under the
  *		 attribute strategy, its target column; a tenant-scoped source must
  *		 have REPLICA IDENTITY FULL so deletes and updates carry the old
@@ -400,20 +406,107 @@ judge_schema_change(AshApplyRel *rel)
 	rel->prev_natts = 0;
 }
 
+static bool
+is_scd2(AshMapping *map)
+{
+	return map->history_strategy != NULL && strcmp(map->history_strategy, "scd2") == 0;
+}
+
 static void
 refuse_unsupported(AshApplyRel *rel, AshMapping *map)
 {
 	const char *what = NULL;
 
-	if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0)
+	if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0 && !is_scd2(map))
 		what = "history_strategy";
-	else if (map->append_log)
-		what = "append_log";
 	else if (map->snapshot_provenance)
 		what = "snapshot_provenance";
 	if (what)
 		ash_halt("mapping_unsupported", "table %s: %s is not supported by this apply path yet",
 				 rel->target_name, what);
+}
+
+/*
+ * Is a target column one the strategy writes itself (SCD2 window/current
+ * columns, append-log structural columns)?  A source column landing on one
+ * would be ambiguous: delivery_config_invalid.
+ */
+static bool
+is_structural_column(AshMapping *map, const char *tname)
+{
+	if (map->append_log)
+	{
+		for (int i = 0; i < ASH_APPEND_COL_COUNT; i++)
+			if (map->append_columns[i] && strcmp(map->append_columns[i], tname) == 0)
+				return true;
+	}
+	if (is_scd2(map))
+	{
+		const char *h[5] = {map->history_valid_from_lsn_column, map->history_valid_to_lsn_column,
+			map->history_valid_from_ts_column, map->history_valid_to_ts_column,
+		map->history_current_column};
+
+		for (int i = 0; i < 5; i++)
+			if (h[i] && strcmp(h[i], tname) == 0)
+				return true;
+	}
+	return false;
+}
+
+/*
+ * SCD2: the identity of a change is the business key (source columns); the
+ * target's primary key is a surrogate no source column may write.  Unless
+ * the source logs full old rows, its replica identity must be exactly the
+ * business key, so that the old key of an update or delete is the business
+ * key.
+ */
+static void
+resolve_history_identity(AshApplyRel *rel, AshMapping *map, List *pk_attnums)
+{
+	ListCell   *lc;
+	bool		exact = true;
+	MemoryContext old = MemoryContextSwitchTo(rel->cxt);
+
+	rel->keys = palloc(sizeof(int) * Max(list_length(map->history_business_key), 1));
+	rel->nkeys = 0;
+	MemoryContextSwitchTo(old);
+	foreach(lc, map->history_business_key)
+	{
+		const char *bk = lfirst(lc);
+		int			found = -1;
+
+		for (int c = 0; c < rel->ncols && found < 0; c++)
+			if (strcmp(rel->remote.cols[rel->cols[c].remote_idx].name, bk) == 0)
+				found = c;
+		if (found < 0)
+			ash_halt("source_column_missing", "business key column %s of %s.%s",
+					 quote_identifier(bk), quote_identifier(rel->remote.nspname),
+					 quote_identifier(rel->remote.relname));
+		rel->cols[found].is_identity = true;
+		rel->keys[rel->nkeys++] = found;
+		if (!rel->remote.cols[rel->cols[found].remote_idx].is_key)
+			exact = false;
+	}
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		if (list_member_int(pk_attnums, rel->cols[c].attnum))
+			ash_halt("delivery_config_invalid",
+					 "source column %s of %s.%s lands on the surrogate key of %s",
+					 quote_identifier(rel->remote.cols[rel->cols[c].remote_idx].name),
+					 quote_identifier(rel->remote.nspname),
+					 quote_identifier(rel->remote.relname), rel->target_name);
+	}
+	for (int i = 0; i < rel->remote.natts && exact; i++)
+	{
+		if (rel->remote.cols[i].is_key &&
+			!ash_list_contains_str(map->history_business_key, rel->remote.cols[i].name))
+			exact = false;
+	}
+	if (rel->remote.replident != 'f' && !exact)
+		ash_halt("source_replica_identity",
+				 "SCD2 source %s.%s: the business key is not its replica identity (needs REPLICA IDENTITY FULL)",
+				 quote_identifier(rel->remote.nspname),
+				 quote_identifier(rel->remote.relname));
 }
 
 static void
@@ -638,6 +731,15 @@ ash_relmap_resolve(AshApplyRel *rel)
 
 		if (tname == NULL)
 			continue;			/* skipped */
+		if (is_structural_column(map, tname))
+		{
+			table_close(target, RowExclusiveLock);
+			MemoryContextSwitchTo(old);
+			ash_halt("delivery_config_invalid",
+					 "source column %s of %s.%s is named like a structural column of %s",
+					 quote_identifier(rc->name), quote_identifier(rel->remote.nspname),
+					 quote_identifier(rel->remote.relname), rel->target_name);
+		}
 		attnum = InvalidAttrNumber;
 		for (int a = 0; a < desc->natts; a++)
 		{
@@ -729,6 +831,35 @@ ash_relmap_resolve(AshApplyRel *rel)
 		ash_halt("source_type_invalid", "table %s.%s columns: %s",
 				 quote_identifier(rel->remote.nspname),
 				 quote_identifier(rel->remote.relname), badtype.data);
+	}
+
+	/* append log: events have no source identity; every old row is full */
+	if (map->append_log)
+	{
+		table_close(target, RowExclusiveLock);
+		if (rel->remote.replident != 'f')
+			ash_halt("source_replica_identity",
+					 "append-log source %s.%s needs REPLICA IDENTITY FULL",
+					 quote_identifier(rel->remote.nspname),
+					 quote_identifier(rel->remote.relname));
+		rel->nkeys = 0;
+		resolve_tenancy(rel, map);
+		rel->resolved = true;
+		return;
+	}
+
+	/* SCD2: the business key */
+	if (is_scd2(map))
+	{
+		AshMapping	pkonly = *map;
+
+		pkonly.upsert_identity = NULL;
+		idattnums = identity_attnums(target, &pkonly);
+		table_close(target, RowExclusiveLock);
+		resolve_history_identity(rel, map, idattnums);
+		resolve_tenancy(rel, map);
+		rel->resolved = true;
+		return;
 	}
 
 	/* identity */

@@ -40,6 +40,7 @@ typedef struct AshApplyTarget
 	char	   *relname;
 	char	   *tenant;			/* context tenancy: the tenant served */
 	void	   *plans;			/* owned by the apply strategy */
+	const void *plans_owner;	/* its AshApplyStrategy; NULL: SCD1 */
 	MemoryContext cxt;
 } AshApplyTarget;
 

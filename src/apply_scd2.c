@@ -1,0 +1,811 @@
+/*-------------------------------------------------------------------------
+ *
+ * apply_scd2.c
+ *	  SCD2 apply strategy: the mirror keeps every version of each row.
+ *
+ * NOTES
+ *	  A version is a target row with a window [valid_from, valid_to) of
+ *	  source commit LSNs (bigint), optionally the commit times of both ends
+ *	  and a "current" flag.  The identity of a change is the business key
+ *	  (relmap.c); the target's primary key is a surrogate the table fills.
+ *	  At most one version per business key is open (valid_to IS NULL): the
+ *	  partial unique index registration demands.  With L the commit LSN of
+ *	  the source transaction (ash_apply_current()):
+ *
+ *	  insert   -> open a version (valid_from = L, current = true);
+ *	  update   -> close the open version (valid_to = L, current = false)
+ *				  and open a new one with the complete new row; a changed
+ *				  business key closes the old key's version and opens the
+ *				  new key's;
+ *	  delete   -> close the open version (history is never erased);
+ *	  truncate -> on_truncate 'close': close every open version;
+ *				  'mirror': delete the history rows.
+ *	  A tenant change is the driver's relocation: delete (close under the
+ *	  old tenant) then insert (open under the new one).
+ *
+ *	  Idempotent by LSN.  Each statement only acts on the state a first
+ *	  delivery would meet, so a re-delivered change (already applied, e.g.
+ *	  after a checkpoint was moved back) never double-closes or
+ *	  double-opens:
+ *
+ *	  close = UPDATE ... WHERE key AND valid_to IS NULL AND valid_from < L
+ *	  open  = INSERT ... SELECT ... WHERE NOT EXISTS (a version of the key
+ *			  that is open or starts at or after L)
+ *			  ON CONFLICT (business key, valid_from) DO NOTHING
+ *
+ *	  When a close finds nothing, one probe of the key tells the cases
+ *	  apart: a version starting after L, or at L but written by an earlier
+ *	  destination transaction, means this change was applied before
+ *	  (nothing to do); an open version starting at L written by THIS
+ *	  destination transaction was opened by an earlier change of the same
+ *	  source transaction.
+ *
+ *	  Several changes of one key in one source transaction: versions are
+ *	  kept at commit granularity.  A version opened at L and changed again
+ *	  at L never existed at any commit boundary: it is replaced (update) or
+ *	  removed (delete, truncate close) rather than left as an empty window
+ *	  [L, L).  So insert+update at L leaves one version from L; update+delete
+ *	  at L leaves the previous version closed at L.
+ *
+ *	  Full images.  A new version needs every column.  Unchanged-TOAST
+ *	  columns come from the old tuple under REPLICA IDENTITY FULL (the
+ *	  driver merges them), else from the version being closed (the close
+ *	  RETURNs the mapped columns), else the pipeline halts
+ *	  unchanged_value_unavailable.
+ *
+ *	  Attribute tenancy scopes the close by the tenant (as SCD1 scopes its
+ *	  writes); an open version of another tenant under the same business
+ *	  key halts tenant_conflict.
+ *
+ *	  Plans are prepared once per target and kept; row counts are checked.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "apply.h"
+#include "errors.h"
+
+typedef struct Scd2Plans
+{
+	SPIPlanPtr	close;			/* close the open version */
+	SPIPlanPtr	close_returning;	/* same, RETURNING the mapped columns */
+	SPIPlanPtr	open;			/* guarded insert of a version */
+	SPIPlanPtr	probe;			/* versions of a key that are open or >= L */
+	SPIPlanPtr	erase;			/* remove the version opened at L */
+	SPIPlanPtr	erase_returning;
+	SPIPlanPtr	truncate_close;
+	SPIPlanPtr	truncate_transient;
+	SPIPlanPtr	truncate_erase;
+	int			nkeyparams;		/* business key (+ tenant) parameters */
+} Scd2Plans;
+
+/* What a probe found for one key. */
+typedef enum Scd2State
+{
+	SCD2_NONE,					/* no version of the key is open */
+	SCD2_OPEN_EARLIER,			/* open since before L (another tenant's) */
+	SCD2_TRANSIENT,				/* open since L, opened by this transaction */
+	SCD2_REPLAYED				/* history already past this change */
+} Scd2State;
+
+static Scd2Plans *
+plans_of(AshApplyTarget *tgt)
+{
+	if (tgt->plans == NULL)
+	{
+		tgt->plans_owner = &ash_scd2_strategy;
+		tgt->plans = MemoryContextAllocZero(tgt->cxt, sizeof(Scd2Plans));
+	}
+	return (Scd2Plans *) tgt->plans;
+}
+
+static SPIPlanPtr
+prepare_kept(const char *sql, int nargs, Oid *types)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+	if (plan == NULL)
+		elog(ERROR, "ash_replicant: could not prepare a history statement (%s)",
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "ash_replicant: could not keep a history plan");
+	MemoryContextSwitchTo(cxt);
+	return plan;
+}
+
+static bool
+tenant_scoped(AshApplyRel *rel)
+{
+	return rel->tenant_col >= 0 && !rel->cols[rel->tenant_col].is_identity;
+}
+
+static const char *
+qcol(const char *name)
+{
+	return quote_identifier(name);
+}
+
+/* "k1 = $n AND ..." over the business key; returns the next parameter */
+static int
+append_bk(StringInfo sql, AshApplyRel *rel, int first, Oid *types)
+{
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		AshTargetCol *col = &rel->cols[rel->keys[k]];
+
+		appendStringInfo(sql, "%s%s OPERATOR(pg_catalog.=) $%d", k ? " AND " : "",
+						 qcol(col->name), first);
+		if (types)
+			types[first - 1] = col->typid;
+		first++;
+	}
+	return first;
+}
+
+/* " AND tenant = $n" under attribute tenancy; returns the next parameter */
+static int
+append_tenant(StringInfo sql, AshApplyRel *rel, int first, Oid *types)
+{
+	if (!tenant_scoped(rel))
+		return first;
+	appendStringInfo(sql, " AND %s OPERATOR(pg_catalog.=) $%d",
+					 qcol(rel->cols[rel->tenant_col].name), first);
+	types[first - 1] = rel->cols[rel->tenant_col].typid;
+	return first + 1;
+}
+
+/* Key (+ tenant) parameter values of an image. */
+static int
+key_values(AshApplyRel *rel, AshRowImage *img, Datum *values, char *nulls)
+{
+	int			n = 0;
+
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		int			c = rel->keys[k];
+
+		if (!img->present[c] || img->nulls[c])
+			ash_halt("source_replica_identity", "business key column %s of %s is NULL or not sent",
+					 qcol(rel->cols[c].name), rel->target_name);
+		values[n] = img->values[c];
+		nulls[n++] = ' ';
+	}
+	if (tenant_scoped(rel))
+	{
+		values[n] = img->values[rel->tenant_col];
+		nulls[n++] = img->nulls[rel->tenant_col] ? 'n' : ' ';
+	}
+	return n;
+}
+
+static void
+append_returning(StringInfo sql, AshApplyRel *rel)
+{
+	appendStringInfoString(sql, " RETURNING ");
+	for (int c = 0; c < rel->ncols; c++)
+		appendStringInfo(sql, "%s%s", c ? ", " : "", qcol(rel->cols[c].name));
+}
+
+/*
+ * UPDATE t SET valid_to = $L[, valid_to_ts = $ts][, current = false]
+ * WHERE key [AND tenant] AND valid_to IS NULL AND valid_from < $L
+ * Parameters: key..., [tenant], L, ts (declared even when unused).
+ */
+static SPIPlanPtr
+close_plan(AshApplyRel *rel, AshApplyTarget *tgt, bool returning)
+{
+	Scd2Plans  *st = plans_of(tgt);
+	AshMapping *m = rel->map;
+	StringInfoData sql;
+	StringInfoData where;
+	Oid		   *types;
+	int			lsn_param;
+	SPIPlanPtr	plan;
+
+	if (returning ? st->close_returning : st->close)
+		return returning ? st->close_returning : st->close;
+
+	types = palloc(sizeof(Oid) * (rel->nkeys + 3));
+	initStringInfo(&where);
+	lsn_param = append_bk(&where, rel, 1, types);
+	lsn_param = append_tenant(&where, rel, lsn_param, types);
+	st->nkeyparams = lsn_param - 1;
+	types[lsn_param - 1] = INT8OID;
+	types[lsn_param] = TIMESTAMPTZOID;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "UPDATE %s SET %s = $%d", tgt->name,
+					 qcol(m->history_valid_to_lsn_column), lsn_param);
+	if (m->history_valid_to_ts_column)
+		appendStringInfo(&sql, ", %s = $%d", qcol(m->history_valid_to_ts_column), lsn_param + 1);
+	if (m->history_current_column)
+		appendStringInfo(&sql, ", %s = false", qcol(m->history_current_column));
+	appendStringInfo(&sql, " WHERE %s AND %s IS NULL AND %s OPERATOR(pg_catalog.<) $%d",
+					 where.data, qcol(m->history_valid_to_lsn_column),
+					 qcol(m->history_valid_from_lsn_column), lsn_param);
+	if (returning)
+		append_returning(&sql, rel);
+	plan = prepare_kept(sql.data, lsn_param + 1, types);
+	if (returning)
+		st->close_returning = plan;
+	else
+		st->close = plan;
+	return plan;
+}
+
+/*
+ * INSERT INTO t (cols, valid_from[, valid_from_ts][, current])
+ * SELECT $1.., $L[, $ts][, true]
+ * WHERE NOT EXISTS (a version of the key open or starting at/after L)
+ * ON CONFLICT (business key, valid_from) DO NOTHING
+ */
+static SPIPlanPtr
+open_plan(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	Scd2Plans  *st = plans_of(tgt);
+	AshMapping *m = rel->map;
+	StringInfoData sql;
+	Oid		   *types;
+	int			lsn_param = rel->ncols + 1;
+
+	if (st->open)
+		return st->open;
+	types = palloc(sizeof(Oid) * (rel->ncols + 2));
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s (", tgt->name);
+	for (int c = 0; c < rel->ncols; c++)
+		appendStringInfo(&sql, "%s, ", qcol(rel->cols[c].name));
+	appendStringInfoString(&sql, qcol(m->history_valid_from_lsn_column));
+	if (m->history_valid_from_ts_column)
+		appendStringInfo(&sql, ", %s", qcol(m->history_valid_from_ts_column));
+	if (m->history_current_column)
+		appendStringInfo(&sql, ", %s", qcol(m->history_current_column));
+	appendStringInfoString(&sql, ") SELECT ");
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		appendStringInfo(&sql, "$%d, ", c + 1);
+		types[c] = rel->cols[c].typid;
+	}
+	types[lsn_param - 1] = INT8OID;
+	types[lsn_param] = TIMESTAMPTZOID;
+	appendStringInfo(&sql, "$%d", lsn_param);
+	if (m->history_valid_from_ts_column)
+		appendStringInfo(&sql, ", $%d", lsn_param + 1);
+	if (m->history_current_column)
+		appendStringInfoString(&sql, ", true");
+	appendStringInfo(&sql, " WHERE NOT EXISTS (SELECT 1 FROM %s v WHERE ", tgt->name);
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		int			c = rel->keys[k];
+
+		appendStringInfo(&sql, "v.%s OPERATOR(pg_catalog.=) $%d AND ", qcol(rel->cols[c].name), c + 1);
+	}
+	appendStringInfo(&sql, "(v.%s IS NULL OR v.%s OPERATOR(pg_catalog.>=) $%d))",
+					 qcol(m->history_valid_to_lsn_column),
+					 qcol(m->history_valid_from_lsn_column), lsn_param);
+	appendStringInfoString(&sql, " ON CONFLICT (");
+	for (int k = 0; k < rel->nkeys; k++)
+		appendStringInfo(&sql, "%s, ", qcol(rel->cols[rel->keys[k]].name));
+	appendStringInfo(&sql, "%s) DO NOTHING", qcol(m->history_valid_from_lsn_column));
+	st->open = prepare_kept(sql.data, lsn_param + 1, types);
+	return st->open;
+}
+
+/*
+ * SELECT valid_from, valid_to, xmin, same tenant
+ * FROM t WHERE business key
+ *   AND (valid_to IS NULL OR valid_to >= $L OR valid_from >= $L)
+ */
+static SPIPlanPtr
+probe_plan(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	Scd2Plans  *st = plans_of(tgt);
+	AshMapping *m = rel->map;
+	StringInfoData sql;
+	StringInfoData where;
+	Oid		   *types;
+	int			next;
+
+	if (st->probe)
+		return st->probe;
+	types = palloc(sizeof(Oid) * (rel->nkeys + 2));
+	initStringInfo(&where);
+	next = append_bk(&where, rel, 1, types);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT %s, %s, xmin, ",
+					 qcol(m->history_valid_from_lsn_column), qcol(m->history_valid_to_lsn_column));
+	if (tenant_scoped(rel))
+	{
+		appendStringInfo(&sql, "%s IS NOT DISTINCT FROM $%d", qcol(rel->cols[rel->tenant_col].name),
+						 next + 1);
+		types[next] = rel->cols[rel->tenant_col].typid;
+	}
+	else
+		appendStringInfoString(&sql, "true");
+	appendStringInfo(&sql, " FROM %s WHERE %s AND (%s IS NULL OR %s OPERATOR(pg_catalog.>=) $%d"
+					 " OR %s OPERATOR(pg_catalog.>=) $%d)",
+					 tgt->name, where.data, qcol(m->history_valid_to_lsn_column),
+					 qcol(m->history_valid_to_lsn_column), next,
+					 qcol(m->history_valid_from_lsn_column), next);
+	types[next - 1] = INT8OID;
+	st->probe = prepare_kept(sql.data, tenant_scoped(rel) ? next + 1 : next, types);
+	return st->probe;
+}
+
+/* DELETE the version of a key opened at L [RETURNING the mapped columns] */
+static SPIPlanPtr
+erase_plan(AshApplyRel *rel, AshApplyTarget *tgt, bool returning)
+{
+	Scd2Plans  *st = plans_of(tgt);
+	AshMapping *m = rel->map;
+	StringInfoData sql;
+	Oid		   *types;
+	int			next;
+
+	if (returning ? st->erase_returning : st->erase)
+		return returning ? st->erase_returning : st->erase;
+	types = palloc(sizeof(Oid) * (rel->nkeys + 1));
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s WHERE ", tgt->name);
+	next = append_bk(&sql, rel, 1, types);
+	appendStringInfo(&sql, " AND %s IS NULL AND %s OPERATOR(pg_catalog.=) $%d",
+					 qcol(m->history_valid_to_lsn_column),
+					 qcol(m->history_valid_from_lsn_column), next);
+	types[next - 1] = INT8OID;
+	if (returning)
+		append_returning(&sql, rel);
+	if (returning)
+		st->erase_returning = prepare_kept(sql.data, next, types);
+	else
+		st->erase = prepare_kept(sql.data, next, types);
+	return returning ? st->erase_returning : st->erase;
+}
+
+/* Commit LSN and time of the change, as statement parameters. */
+static void
+window_values(Datum *values, char *nulls)
+{
+	const AshChangeMeta *meta = ash_apply_current();
+
+	values[0] = Int64GetDatum((int64) meta->commit_lsn);
+	nulls[0] = ' ';
+	values[1] = TimestampTzGetDatum(meta->commit_time);
+	nulls[1] = ' ';
+}
+
+/* Fill the columns an image lacks (unchanged TOAST) from a returned row. */
+static void
+fill_from_returned(AshApplyRel *rel, AshRowImage *img)
+{
+	HeapTuple	tup;
+	TupleDesc	desc;
+
+	if (SPI_processed != 1 || SPI_tuptable == NULL)
+		return;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	img->complete = true;
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		bool		isnull;
+		Datum		d;
+		int16		typlen;
+		bool		typbyval;
+
+		if (img->present[c])
+			continue;
+		d = SPI_getbinval(tup, desc, c + 1, &isnull);
+		get_typlenbyval(rel->cols[c].typid, &typlen, &typbyval);
+		img->values[c] = isnull ? (Datum) 0 : datumCopy(d, typbyval, typlen);
+		img->nulls[c] = isnull;
+		img->present[c] = true;
+	}
+}
+
+/* Is the business key of the new row the one of the old key image? */
+static bool
+same_business_key(AshApplyRel *rel, AshRowImage *key, AshRowImage *newrow)
+{
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		int			c = rel->keys[k];
+		int16		typlen;
+		bool		typbyval;
+
+		if (!newrow->present[c])
+			continue;			/* an unchanged key column */
+		if (newrow->nulls[c] != key->nulls[c])
+			return false;
+		if (newrow->nulls[c])
+			continue;
+		get_typlenbyval(rel->cols[c].typid, &typlen, &typbyval);
+		if (!datumIsEqual(newrow->values[c], key->values[c], typbyval, typlen))
+			return false;
+	}
+	return true;
+}
+
+/* What the mirror holds for a key, when a close found nothing. */
+static Scd2State
+probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
+{
+	const AshChangeMeta *meta = ash_apply_current();
+	SPIPlanPtr	plan = probe_plan(rel, tgt);
+	Datum	   *values = palloc(sizeof(Datum) * (rel->nkeys + 2));
+	char	   *nulls = palloc(rel->nkeys + 3);
+	int			n = 0;
+	Scd2State	state = SCD2_NONE;
+	bool		other_tenant = false;
+	bool		later = false;
+	bool		transient = false;
+	bool		closed_at_lsn = false;
+	bool		open_earlier = false;
+	int64		lsn = (int64) meta->commit_lsn;
+	uint64		rows;
+
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		values[n] = key->values[rel->keys[k]];
+		nulls[n++] = ' ';
+	}
+	values[n] = Int64GetDatum((int64) meta->commit_lsn);
+	nulls[n++] = ' ';
+	if (tenant_scoped(rel))
+	{
+		values[n] = key->values[rel->tenant_col];
+		nulls[n++] = key->nulls[rel->tenant_col] ? 'n' : ' ';
+	}
+	nulls[n] = '\0';
+
+	rows = ash_spi_execute(plan, values, nulls, SPI_OK_SELECT);
+	for (uint64 i = 0; i < rows; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		int64		from = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		Datum		to_d = SPI_getbinval(tup, desc, 2, &isnull);
+		bool		open = isnull;
+		int64		to = open ? 0 : DatumGetInt64(to_d);
+		TransactionId xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 3, &isnull));
+
+		if (!DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull)))
+			other_tenant = true;
+		if (from > lsn || (!open && to > lsn))
+			later = true;		/* history past this change */
+		else if (from == lsn && open && TransactionIdIsCurrentTransactionId(xmin))
+			transient = true;	/* opened by this source transaction */
+		else if (from == lsn)
+			later = true;		/* written at L by an earlier delivery */
+		else if (!open)
+			closed_at_lsn = true;
+		else
+			open_earlier = true;
+	}
+
+	/*
+	 * A version closed at L with nothing opened at L by this transaction:
+	 * the change was applied before (a first delivery updates or deletes
+	 * only rows the source has, whose version is open or transient).
+	 */
+	if (later)
+		state = SCD2_REPLAYED;
+	else if (transient)
+		state = SCD2_TRANSIENT;
+	else if (closed_at_lsn)
+		state = SCD2_REPLAYED;
+	else if (open_earlier)
+		state = SCD2_OPEN_EARLIER;
+	if (other_tenant && state != SCD2_REPLAYED)
+		ash_halt("tenant_conflict", "a version of another tenant holds the business key in %s",
+				 tgt->name);
+	return state;
+}
+
+/* Close the open version of key at L; RETURNED columns fill *fill. */
+static uint64
+close_version(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage *fill)
+{
+	bool		returning = fill != NULL && !fill->complete;
+	SPIPlanPtr	plan = close_plan(rel, tgt, returning);
+	Scd2Plans  *st = plans_of(tgt);
+	Datum	   *values = palloc(sizeof(Datum) * (st->nkeyparams + 2));
+	char	   *nulls = palloc(st->nkeyparams + 3);
+	int			n;
+	uint64		rows;
+
+	n = key_values(rel, key, values, nulls);
+	window_values(values + n, nulls + n);
+	nulls[n + 2] = '\0';
+	rows = ash_spi_execute(plan, values, nulls, returning ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE);
+	if (rows > 1)
+		elog(ERROR, "ash_replicant: more than one open version of a business key");
+	if (rows == 1 && returning)
+		fill_from_returned(rel, fill);
+	return rows;
+}
+
+/* Remove the version of key this source transaction opened at L. */
+static void
+erase_transient(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage *fill)
+{
+	bool		returning = fill != NULL && !fill->complete;
+	SPIPlanPtr	plan = erase_plan(rel, tgt, returning);
+	Datum	   *values = palloc(sizeof(Datum) * (rel->nkeys + 1));
+	char	   *nulls = palloc(rel->nkeys + 2);
+	uint64		rows;
+
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		values[k] = key->values[rel->keys[k]];
+		nulls[k] = ' ';
+	}
+	values[rel->nkeys] = Int64GetDatum((int64) ash_apply_current()->commit_lsn);
+	nulls[rel->nkeys] = ' ';
+	nulls[rel->nkeys + 1] = '\0';
+	rows = ash_spi_execute(plan, values, nulls, returning ? SPI_OK_DELETE_RETURNING : SPI_OK_DELETE);
+	if (rows != 1)
+		elog(ERROR, "ash_replicant: the version opened by this transaction vanished");
+	if (returning)
+		fill_from_returned(rel, fill);
+}
+
+/* Open a version with a complete image; false when history is past L. */
+static bool
+open_version(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img)
+{
+	SPIPlanPtr	plan;
+	Datum	   *values;
+	char	   *nulls;
+	uint64		rows;
+
+	if (!img->complete)
+		ash_halt("unchanged_value_unavailable", "a new version of %s lacks a column value",
+				 tgt->name);
+	for (int k = 0; k < rel->nkeys; k++)
+		if (img->nulls[rel->keys[k]])
+			ash_halt("source_replica_identity", "business key column %s of %s is NULL",
+					 qcol(rel->cols[rel->keys[k]].name), rel->target_name);
+	plan = open_plan(rel, tgt);
+	values = palloc(sizeof(Datum) * (rel->ncols + 2));
+	nulls = palloc(rel->ncols + 3);
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		values[c] = img->values[c];
+		nulls[c] = img->nulls[c] ? 'n' : ' ';
+	}
+	window_values(values + rel->ncols, nulls + rel->ncols);
+	nulls[rel->ncols + 2] = '\0';
+	rows = ash_spi_execute(plan, values, nulls, SPI_OK_INSERT);
+	if (rows > 1)
+		elog(ERROR, "ash_replicant: a version insert affected more than one row");
+	return rows == 1;
+}
+
+/*
+ * Retire the open version of a key at L: close it, or remove the one this
+ * source transaction opened.  Returns the probe state when nothing was
+ * closed (SCD2_NONE: the mirror lacks the row), else SCD2_OPEN_EARLIER.
+ */
+static Scd2State
+retire(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage *fill)
+{
+	Scd2State	state;
+
+	if (close_version(rel, tgt, key, fill) == 1)
+		return SCD2_OPEN_EARLIER;
+	state = probe_key(rel, tgt, key);
+	if (state == SCD2_TRANSIENT)
+		erase_transient(rel, tgt, key, fill);
+	else if (state == SCD2_OPEN_EARLIER)
+		elog(ERROR, "ash_replicant: an open version escaped its close");
+	return state;
+}
+
+static void
+scd2_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
+{
+	Scd2State	state;
+
+	if (open_version(rel, tgt, newrow))
+		return;
+	/* the key has a version open or at/after L: what is it? */
+	state = probe_key(rel, tgt, newrow);
+	switch (state)
+	{
+		case SCD2_REPLAYED:
+			return;
+		case SCD2_OPEN_EARLIER:
+			/* the mirror holds a row the source inserts again: supersede it */
+			if (close_version(rel, tgt, newrow, NULL) != 1)
+				elog(ERROR, "ash_replicant: an open version escaped its close");
+			break;
+		case SCD2_TRANSIENT:
+			erase_transient(rel, tgt, newrow, NULL);
+			break;
+		case SCD2_NONE:
+			break;
+	}
+	if (!open_version(rel, tgt, newrow))
+		elog(ERROR, "ash_replicant: a version could not be opened");
+}
+
+static void
+scd2_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage *newrow)
+{
+	bool		same_key = same_business_key(rel, key, newrow);
+	Scd2State	state;
+
+	/* an unchanged key column keeps the old key's value */
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		int			c = rel->keys[k];
+
+		if (!newrow->present[c])
+		{
+			newrow->values[c] = key->values[c];
+			newrow->nulls[c] = key->nulls[c];
+			newrow->present[c] = true;
+		}
+	}
+	newrow->complete = true;
+	for (int c = 0; c < rel->ncols; c++)
+		if (!newrow->present[c])
+			newrow->complete = false;
+
+	state = retire(rel, tgt, key, newrow);
+	if (state == SCD2_REPLAYED)
+		return;
+	if (state == SCD2_NONE && !newrow->complete)
+		ash_halt("unchanged_value_unavailable",
+				 "update of a row %s has no open version of, with unchanged TOAST columns",
+				 tgt->name);
+	if (same_key)
+	{
+		if (!open_version(rel, tgt, newrow))
+			elog(ERROR, "ash_replicant: a version could not be opened");
+	}
+	else
+		scd2_insert(rel, tgt, newrow);
+}
+
+static void
+scd2_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
+{
+	if (retire(rel, tgt, key, NULL) == SCD2_NONE)
+		ash_apply_count_missing_delete(tgt);
+}
+
+static void
+scd2_truncate(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	Scd2Plans  *st = plans_of(tgt);
+	AshMapping *m = rel->map;
+	Datum		values[2];
+	char		nulls[3] = "  ";
+	uint64		rows;
+
+	if (strcmp(m->on_truncate, "mirror") == 0)
+	{
+		StringInfoData sql;
+		MemoryContext cxt = CurrentMemoryContext;
+		int			ret;
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "DELETE FROM %s", tgt->name);
+		ret = SPI_execute(sql.data, false, 0);
+		MemoryContextSwitchTo(cxt);
+		if (ret != SPI_OK_DELETE)
+			elog(ERROR, "ash_replicant: truncate mirror failed");
+		return;
+	}
+	if (strcmp(m->on_truncate, "close") != 0)
+		ash_halt("mapping_unsupported", "on_truncate %s on SCD2 table %s", m->on_truncate,
+				 rel->target_name);
+
+	if (st->truncate_close == NULL)
+	{
+		StringInfoData sql;
+		Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "UPDATE %s SET %s = $1", tgt->name, qcol(m->history_valid_to_lsn_column));
+		if (m->history_valid_to_ts_column)
+			appendStringInfo(&sql, ", %s = $2", qcol(m->history_valid_to_ts_column));
+		if (m->history_current_column)
+			appendStringInfo(&sql, ", %s = false", qcol(m->history_current_column));
+		appendStringInfo(&sql, " WHERE %s IS NULL AND %s OPERATOR(pg_catalog.<) $1",
+						 qcol(m->history_valid_to_lsn_column), qcol(m->history_valid_from_lsn_column));
+		st->truncate_close = prepare_kept(sql.data, 2, types);
+
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT ctid, xmin FROM %s WHERE %s IS NULL AND %s OPERATOR(pg_catalog.=) $1",
+						 tgt->name, qcol(m->history_valid_to_lsn_column),
+						 qcol(m->history_valid_from_lsn_column));
+		st->truncate_transient = prepare_kept(sql.data, 1, types);
+
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) $1", tgt->name);
+		types[0] = TIDOID;
+		st->truncate_erase = prepare_kept(sql.data, 1, types);
+	}
+	window_values(values, nulls);
+	(void) ash_spi_execute(st->truncate_close, values, nulls, SPI_OK_UPDATE);
+
+	/* versions opened earlier in this source transaction never existed */
+	rows = ash_spi_execute(st->truncate_transient, values, nulls, SPI_OK_SELECT);
+	if (rows > 0)
+	{
+		SPITupleTable *tt = SPI_tuptable;
+		List	   *tids = NIL;
+		ListCell   *lc;
+
+		for (uint64 i = 0; i < rows; i++)
+		{
+			bool		isnull;
+			ItemPointer tid = (ItemPointer) DatumGetPointer(SPI_getbinval(tt->vals[i], tt->tupdesc, 1, &isnull));
+			TransactionId xmin = DatumGetTransactionId(SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull));
+
+			if (TransactionIdIsCurrentTransactionId(xmin))
+			{
+				ItemPointer copy = palloc(sizeof(ItemPointerData));
+
+				ItemPointerCopy(tid, copy);
+				tids = lappend(tids, copy);
+			}
+		}
+		foreach(lc, tids)
+		{
+			Datum		v[1] = {PointerGetDatum(lfirst(lc))};
+
+			if (ash_spi_execute(st->truncate_erase, v, NULL, SPI_OK_DELETE) != 1)
+				elog(ERROR, "ash_replicant: a version opened by this transaction vanished");
+		}
+	}
+}
+
+static void
+scd2_release(AshApplyTarget *tgt)
+{
+	Scd2Plans  *st = tgt->plans;
+	SPIPlanPtr	plans[9];
+
+	if (st == NULL)
+		return;
+	plans[0] = st->close;
+	plans[1] = st->close_returning;
+	plans[2] = st->open;
+	plans[3] = st->probe;
+	plans[4] = st->erase;
+	plans[5] = st->erase_returning;
+	plans[6] = st->truncate_close;
+	plans[7] = st->truncate_transient;
+	plans[8] = st->truncate_erase;
+	for (int i = 0; i < lengthof(plans); i++)
+		if (plans[i])
+			SPI_freeplan(plans[i]);
+	tgt->plans = NULL;
+	tgt->plans_owner = NULL;
+}
+
+const AshApplyStrategy ash_scd2_strategy = {
+	.name = "scd2",
+	.insert = scd2_insert,
+	.update = scd2_update,
+	.delete = scd2_delete,
+	.truncate = scd2_truncate,
+	.release = scd2_release,
+	.update_relocates = false,
+};

@@ -1,0 +1,45 @@
+/*-------------------------------------------------------------------------
+ *
+ * messages.h
+ *	  Logical messages (pg_logical_emit_message): prefix routes, claims,
+ *	  the digest key witness.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_MESSAGES_H
+#define ASH_MESSAGES_H
+
+#include "apply.h"
+#include "config.h"
+
+/* Format byte of operation keys, content digests and the key witness. */
+#define ASH_MESSAGE_DIGEST_FORMAT_V1	1
+
+/* The route of a prefix (exact match), NULL when unrouted. */
+extern AshMessageRoute *ash_message_route(AshPipelineConfig *cfg, const char *prefix);
+
+/*
+ * Apply one routed message inside the open destination transaction, at
+ * the position ash_apply_current() gives (commit LSN and shared ordinal of
+ * a transactional message; its own LSN and ordinal 0 otherwise):
+ * - state mirror: the route's effect (table insert or function call, as
+ *   the sink owner) plus its claim in ash_replicant.message_claims; a
+ *   claimed position with the same content applies nothing, with other
+ *   content halts message_claim_conflict;
+ * - append log: an operation = 'message' event in the route's target.
+ */
+extern void ash_message_apply(AshPipelineConfig *cfg, const AshCheckpointKey *key,
+							  AshMessageRoute *route, const char *prefix,
+							  const char *content, int len);
+
+/*
+ * Activation of a state mirror with routes (own transaction, after the
+ * checkpoint binding): key families, the digest key witness, expired
+ * claims.  No-op for other sinks.
+ */
+extern void ash_messages_activate(AshPipelineConfig *cfg, AshCheckpointKey *key);
+
+/* Must the keyring be (re)loaded at every batch? */
+extern bool ash_messages_need_keys(AshPipelineConfig *cfg);
+
+#endif							/* ASH_MESSAGES_H */
