@@ -25,18 +25,18 @@
  *	  row) halts unchanged_value_unavailable: an event is never invented.
  *
  *	  Activation (ash_append_activate, after the checkpoint binding and the
- *	  slot check, before streaming):
+ *	  slot check, before streaming), in this order:
+ *	  - frontier: an event of this identity above the durable watermark in
+ *		any append target halts append_frontier_divergent (the checkpoint
+ *		was moved back or the log was written by someone else: re-delivery
+ *		would interleave two histories);
  *	  - origin floor: the first activation writes checkpoints.origin_floor
  *		once (the slot's consistent point); a slot created in this session
  *		on a log that already has a floor halts append_origin_gap (the
  *		events between the old slot's end and the new slot's start are
  *		lost), and so does a reused slot whose confirmed position is above
  *		both the durable watermark and the floor (someone acknowledged WAL
- *		this log never stored);
- *	  - frontier: an event of this identity above the durable watermark in
- *		any append target halts append_frontier_divergent (the checkpoint
- *		was moved back or the log was written by someone else: re-delivery
- *		would interleave two histories).
+ *		this log never stored).
  *	  An append log never acknowledges past its durable watermark
  *	  (pipeline.c does not idle-advance append sinks), so the slot's
  *	  confirmed position stays at or below the watermark.
@@ -354,6 +354,7 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 	Datum		values[4];
 	int			ret;
 	bool		isnull = true;
+	bool		floor_missing;
 	XLogRecPtr	floor = InvalidXLogRecPtr;
 	ListCell   *lc;
 
@@ -386,24 +387,7 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 			floor = DatumGetLSN(d);
 	}
 
-	if (!isnull && slot_created)
-		ash_halt("append_origin_gap", "the slot was created anew for a log that already has an origin floor");
-	if (!isnull && slot_position > Max(watermark_end, floor))
-		ash_halt("append_origin_gap", "the slot's confirmed position is above the log's durable watermark");
-	if (isnull)
-	{
-		/* first activation of this log: its history starts here */
-		ret = SPI_execute_with_args("UPDATE ash_replicant.checkpoints SET origin_floor = $4"
-									" WHERE source_system_id = $1 AND source_database = $2"
-									" AND slot_name = $3 AND origin_floor IS NULL",
-									4, types, values, NULL, false, 0);
-		MemoryContextSwitchTo(cxt);
-		if (ret != SPI_OK_UPDATE || SPI_processed != 1)
-			elog(ERROR, "ash_replicant: could not write the origin floor");
-		ereport(LOG,
-				(errmsg("ash_replicant event=append.origin_floor sink=%s origin_floor=%X/%X",
-						cfg->sink_name, LSN_FORMAT_ARGS(slot_position))));
-	}
+	floor_missing = isnull;
 
 	/* frontier: no stored event of this identity above the watermark */
 	foreach(lc, cfg->mappings)
@@ -437,6 +421,26 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 			ash_halt("append_frontier_divergent", "table %s holds events above the durable watermark",
 					 quote_qualified_identifier(nspname, get_rel_name(m->target_relid)));
 		}
+	}
+
+	/* origin: the slot must continue this log's history without a gap */
+	if (!floor_missing && slot_created)
+		ash_halt("append_origin_gap", "the slot was created anew for a log that already has an origin floor");
+	if (!floor_missing && slot_position > Max(watermark_end, floor))
+		ash_halt("append_origin_gap", "the slot's confirmed position is above the log's durable watermark");
+	if (floor_missing)
+	{
+		/* first activation of this log: its history starts here */
+		ret = SPI_execute_with_args("UPDATE ash_replicant.checkpoints SET origin_floor = $4"
+									" WHERE source_system_id = $1 AND source_database = $2"
+									" AND slot_name = $3 AND origin_floor IS NULL",
+									4, types, values, NULL, false, 0);
+		MemoryContextSwitchTo(cxt);
+		if (ret != SPI_OK_UPDATE || SPI_processed != 1)
+			elog(ERROR, "ash_replicant: could not write the origin floor");
+		ereport(LOG,
+				(errmsg("ash_replicant event=append.origin_floor sink=%s origin_floor=%X/%X",
+						cfg->sink_name, LSN_FORMAT_ARGS(slot_position))));
 	}
 
 	SPI_finish();
