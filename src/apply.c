@@ -678,10 +678,22 @@ apply_message(AshChange *c)
 	ash_halt("message_prefix_unmapped", "a logical message with an unrouted prefix");
 }
 
+/* Execute what strategies deferred (multi-row inserts). */
+static void
+flush_deferred(void)
+{
+	if (batch_open && ash_scd1_strategy.flush)
+		ash_scd1_strategy.flush();
+}
+
 void
 ash_apply_change(AshChange *c)
 {
 	MemoryContext old = MemoryContextSwitchTo(change_cxt);
+
+	/* only a run of inserts may stay deferred */
+	if (c->kind != ASH_CHANGE_INSERT)
+		flush_deferred();
 
 	switch (c->kind)
 	{
@@ -827,6 +839,7 @@ ash_apply_commit_batch(void)
 	MemoryContext cxt = CurrentMemoryContext;
 
 	Assert(ash_apply_batch_pending());
+	flush_deferred();
 	advance_checkpoint();
 
 	foreach(lc, missing_deletes)
@@ -863,6 +876,8 @@ ash_apply_abort(void)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
+	if (ash_scd1_strategy.discard)
+		ash_scd1_strategy.discard();
 	AbortCurrentTransaction();
 	MemoryContextSwitchTo(cxt);
 	batch_open = false;
@@ -872,7 +887,8 @@ ash_apply_abort(void)
 	missing_deletes = NIL;
 	ash_relmap_invalidate_all();
 	memset(&pending, 0, sizeof(pending));
-	MemoryContextReset(change_cxt);
+	if (change_cxt)				/* a halt may come before ash_apply_init */
+		MemoryContextReset(change_cxt);
 }
 
 void
