@@ -264,6 +264,7 @@ ash_replicant_reset_checkpoint(PG_FUNCTION_ARGS)
 static int32
 probe_timeline(RecoveryTarget *t)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	AshConn    *volatile conn = NULL;
 	volatile int32 tli = 0;
 
@@ -299,12 +300,24 @@ probe_timeline(RecoveryTarget *t)
 					   "the source reached through the connection of sink \"%s\" is not its configured source",
 					   t->sink_name);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
 		if (conn != NULL)
 			ash_conn_close(conn);
+		/* the libpq layer's errors are value-free; give them a reason code */
+		if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE)
+			ash_reject(ERRCODE_CONNECTION_FAILURE, STAGE_RECOVERY, "source_unreachable",
+					   "could not probe the source of sink \"%s\" for its timeline",
+					   t->sink_name);
+		ReThrowError(edata);
 	}
 	PG_END_TRY();
+	ash_conn_close(conn);
 	if (tli <= 0)
 		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_RECOVERY,
 				   "source_probe_failed", "could not read the source's timeline");
