@@ -8,7 +8,9 @@
  *	  (with jitter, scheduled only after the previous run ended) the
  *	  pipeline re-checks, without writing anywhere:
  *
- *	  - destination: every mapped target still exists;
+ *	  - destination: every mapped target still exists, and the contract
+ *		manifest rebuilt now has the fingerprint recorded at admission
+ *		(a target column retyped or dropped is drift);
  *	  - source (read-only probe connection, default_transaction_read_only):
  *		the source identity, the publication exists, and every table of the
  *		publication is mapped or ignored.
@@ -30,6 +32,7 @@
 
 #include "ash_replicant.h"
 #include "census.h"
+#include "contract.h"
 #include "errors.h"
 #include "libpq_conn.h"
 
@@ -43,7 +46,7 @@ ash_census_next_delay(AshPipelineConfig *cfg)
 }
 
 static void
-check_destination(AshPipelineConfig *cfg)
+check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
 	ListCell   *lc;
 
@@ -57,6 +60,10 @@ check_destination(AshPipelineConfig *cfg)
 					 quote_identifier(m->source_schema), quote_identifier(m->source_table));
 	}
 	CommitTransactionCommand();
+
+	/* the mapping as admitted: rebuilt contract vs recorded fingerprint */
+	if (key != NULL)
+		ash_contract_recheck(cfg->sink_name, key->system_id, key->database, key->slot_name);
 }
 
 static void
@@ -113,14 +120,14 @@ check_source(AshPipelineConfig *cfg, AshConn *c)
 }
 
 AshCensusVerdict
-ash_census_run(AshPipelineConfig *cfg)
+ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile AshCensusVerdict verdict = ASH_CENSUS_PASS;
 	AshConn    *volatile conn = NULL;
 	int			saved_timeout = ash_connect_timeout_ms;
 
-	check_destination(cfg);
+	check_destination(cfg, key);
 
 	ash_connect_timeout_ms = cfg->census.timeout_ms;
 	PG_TRY();

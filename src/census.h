@@ -8,6 +8,7 @@
 #ifndef ASH_CENSUS_H
 #define ASH_CENSUS_H
 
+#include "apply.h"
 #include "config.h"
 
 typedef enum AshCensusVerdict
@@ -22,7 +23,7 @@ typedef enum AshCensusVerdict
  * read-only probe connection.  Halts on drift.  Must run outside a
  * destination transaction.
  */
-extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg);
+extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key);
 
 /* Milliseconds until the next run: interval_ms +- jitter_ratio. */
 extern long ash_census_next_delay(AshPipelineConfig *cfg);

@@ -18,8 +18,12 @@
  *		checkpoint_ahead_of_source (the source was restored or replaced);
  *	  - another decoder recorded: decoder_contract_incompatible.
  *
+ *	  - the contract manifest must be the recorded one or a pure addition
+ *		(contract.c).
+ *
  *	  Each conflict logs one checkpoint.conflict event.  An admitted binding
- *	  clears an earlier tombstone.
+ *	  clears an earlier tombstone; the whole binding is one transaction, so
+ *	  a halt leaves the row as it was.
  *
  *-------------------------------------------------------------------------
  */
@@ -36,6 +40,7 @@
 #include "utils/snapmgr.h"
 
 #include "checkpoint.h"
+#include "contract.h"
 #include "errors.h"
 
 static void
@@ -149,6 +154,9 @@ ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key, uint32 timelin
 	}
 	if (ret != SPI_OK_UPDATE && ret != SPI_OK_INSERT)
 		elog(ERROR, "ash_replicant: checkpoint binding write failed");
+
+	/* the contract manifest: first, unchanged, or a pure addition */
+	ash_contract_admit(sink_name, key->system_id, key->database, key->slot_name);
 
 	SPI_finish();
 	PopActiveSnapshot();

@@ -369,7 +369,7 @@ run_census_if_due(void)
 	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
 		return;
 
-	v = ash_census_run(cfg);
+	v = ash_census_run(cfg, ckey);
 	now = GetCurrentTimestamp();
 	next_census = TimestampTzPlusMilliseconds(now, ash_census_next_delay(cfg));
 	if (v == ASH_CENSUS_FAULT)
@@ -522,6 +522,13 @@ run_session(void)
 	ensure_slot(conn, &binding);
 
 	ash_apply_init(cfg, ckey, binding.commit_lsn, binding.end_lsn);
+
+	/*
+	 * The watermark we resume from may belong to an asynchronous commit of
+	 * the previous session that is not on disk yet: flush before reporting
+	 * it, or a crash here could lose what the source already forgot.
+	 */
+	XLogFlush(GetXLogInsertRecPtr());
 	flushed_remote = binding.end_lsn;
 	idle_lsn = InvalidXLogRecPtr;
 	while (!dlist_is_empty(&flush_positions))

@@ -1,0 +1,189 @@
+/*-------------------------------------------------------------------------
+ *
+ * contract.c
+ *	  The contract manifest and its set-monotone transitions.
+ *
+ * NOTES
+ *	  The manifest is a jsonb document built from the catalogs:
+ *
+ *	  { "version": 1, "decoder": ..., "table_set": {...}, "ignores": [...],
+ *		"relations": { "<schema>.<table>": { "target", "strategy",
+ *			"append_log", "tenant": null | {...}, "skips": [...],
+ *			"columns": { "<source column>": { "target", "type",
+ *						 "protect": plain | encrypted | bytea } } } } }
+ *
+ *	  Transitions are set-monotone, which is exactly jsonb containment:
+ *	  the new manifest must contain the recorded one (new @> old).  Adding
+ *	  a relation, a column (a new key) or an ignore / skip (a new array
+ *	  element) keeps containment; re-targeting a column, changing a type, a
+ *	  protection or the tenant source, un-skipping, or removing anything
+ *	  breaks it.  A decoder or table-set change is reported with its own
+ *	  code.  The census re-judges the manifest the same way while streaming:
+ *	  an addition (say a target column added ahead of a source column) is
+ *	  admitted, anything else halts census_drift.  The fingerprint is SHA-256 of the manifest's canonical text
+ *	  (jsonb output is canonical: keys sorted, whitespace normalised).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+
+#include "contract.h"
+#include "errors.h"
+
+/* $1 = sink name; one row, one jsonb column. */
+static const char *manifest_sql =
+"SELECT pg_catalog.jsonb_build_object("
+"  'version', 1,"
+"  'decoder', p.decoder,"
+"  'table_set', CASE p.decoder"
+"     WHEN 'pgoutput' THEN pg_catalog.jsonb_build_object('publication', p.publication)"
+"     WHEN 'wal2json' THEN pg_catalog.jsonb_build_object('tables', pg_catalog.to_jsonb(p.tables))"
+"     ELSE pg_catalog.jsonb_build_object('replication_sets', pg_catalog.to_jsonb(p.replication_sets)) END,"
+"  'ignores', pg_catalog.to_jsonb(s.ignored_sources),"
+"  'relations', coalesce((SELECT pg_catalog.jsonb_object_agg("
+"       pg_catalog.quote_ident(r.source_schema) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.source_table),"
+"       pg_catalog.jsonb_build_object("
+"         'target', pg_catalog.format('%I.%I', n.nspname, c.relname),"
+"         'strategy', r.history_strategy,"
+"         'append_log', r.append_log,"
+"         'tenant', CASE WHEN r.tenant_strategy IS NULL THEN NULL ELSE pg_catalog.jsonb_build_object("
+"              'strategy', r.tenant_strategy, 'column', r.tenant_column,"
+"              'function', r.tenant_function::pg_catalog.text, 'schema_format', r.tenant_schema_format) END,"
+"         'skips', pg_catalog.to_jsonb(r.skip),"
+"         'columns', coalesce((SELECT pg_catalog.jsonb_object_agg(m.src, pg_catalog.jsonb_build_object("
+"              'target', a.attname,"
+"              'type', pg_catalog.format_type(a.atttypid, a.atttypmod),"
+"              'protect', CASE WHEN m.src OPERATOR(pg_catalog.=) ANY (r.encrypted) THEN 'encrypted'"
+"                              WHEN m.src OPERATOR(pg_catalog.=) ANY (r.sensitive) THEN 'bytea'"
+"                              ELSE 'plain' END))"
+"            FROM pg_catalog.pg_attribute a,"
+"            LATERAL (SELECT coalesce((SELECT e.key FROM pg_catalog.jsonb_each_text(r.column_map) e"
+"                                       WHERE e.value OPERATOR(pg_catalog.=) a.attname::pg_catalog.text"
+"                                       ORDER BY e.key LIMIT 1),"
+"                                     a.attname::pg_catalog.text) AS src) m"
+"           WHERE a.attrelid OPERATOR(pg_catalog.=) r.target AND a.attnum OPERATOR(pg_catalog.>) 0"
+"             AND NOT a.attisdropped AND a.attgenerated OPERATOR(pg_catalog.=) ''), '{}'::pg_catalog.jsonb)))"
+"     FROM ash_replicant.resources r"
+"     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.target"
+"     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
+"    WHERE r.sink_name OPERATOR(pg_catalog.=) s.sink_name), '{}'::pg_catalog.jsonb))"
+" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
+" WHERE s.sink_name OPERATOR(pg_catalog.=) $1";
+
+/*
+ * Judge the rebuilt manifest against the stored one, in one statement:
+ * returns (stored_present, same_fingerprint, decoder_switch, contained).
+ */
+static const char *judge_sql =
+"WITH m AS (SELECT (%s) AS doc),"
+" cur AS (SELECT contract, contract_fingerprint FROM ash_replicant.checkpoints"
+"          WHERE source_system_id = $2 AND source_database = $3 AND slot_name = $4)"
+" SELECT cur.contract IS NOT NULL,"
+"        cur.contract_fingerprint IS NOT DISTINCT FROM pg_catalog.sha256(pg_catalog.convert_to(m.doc::pg_catalog.text, 'UTF8')),"
+"        cur.contract IS NOT NULL AND (cur.contract->'decoder' IS DISTINCT FROM m.doc->'decoder'"
+"             OR cur.contract->'table_set' IS DISTINCT FROM m.doc->'table_set'),"
+"        cur.contract IS NULL OR m.doc OPERATOR(pg_catalog.@>) cur.contract,"
+"        m.doc"
+" FROM m LEFT JOIN cur ON true";
+
+static char *
+judge_query(void)
+{
+	char	   *inner = psprintf("%s", manifest_sql);
+
+	return psprintf(judge_sql, inner);
+}
+
+static void
+contract_judge(const char *sink_name, const char *system_id,
+			   const char *database, const char *slot_name, const char *drift_reason)
+{
+	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+	Datum		values[5];
+	int			ret;
+	bool		isnull;
+	bool		stored,
+				same,
+				decoder_switch,
+				contained;
+	HeapTuple	tup;
+	TupleDesc	desc;
+
+	values[0] = CStringGetTextDatum(sink_name);
+	values[1] = CStringGetTextDatum(system_id);
+	values[2] = CStringGetTextDatum(database);
+	values[3] = CStringGetTextDatum(slot_name);
+
+	ret = SPI_execute_with_args(judge_query(), 4, types, values, NULL, false, 1);
+	if (ret != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "ash_replicant: could not build the contract manifest");
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	stored = DatumGetBool(SPI_getbinval(tup, desc, 1, &isnull));
+	same = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
+	decoder_switch = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	contained = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+	values[4] = SPI_getbinval(tup, desc, 5, &isnull);
+	if (isnull)
+		elog(ERROR, "ash_replicant: empty contract manifest");
+
+	if (stored && same)
+		return;
+	if (decoder_switch)
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=checkpoint.conflict sink=%s reason=decoder_contract_incompatible",
+						sink_name)));
+		ash_halt("decoder_contract_incompatible", "the decoder or table set differs from the recorded contract");
+	}
+	if (!stored && strcmp(drift_reason, "census_drift") == 0)
+		ash_halt("census_drift", "the admitted contract vanished from the checkpoint");
+	if (!contained)
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=checkpoint.conflict sink=%s reason=%s",
+						sink_name, drift_reason)));
+		ash_halt(drift_reason,
+				 "the mapping changes or removes something the recorded contract holds; reset the checkpoint to accept it");
+	}
+
+	ret = SPI_execute_with_args(
+		"UPDATE ash_replicant.checkpoints SET contract = $5,"
+		" contract_fingerprint = pg_catalog.sha256(pg_catalog.convert_to($5::pg_catalog.text, 'UTF8')),"
+		" updated_at = pg_catalog.now()"
+		" WHERE source_system_id = $2 AND source_database = $3 AND slot_name = $4",
+		5, types, values, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "ash_replicant: could not record the contract manifest");
+	ereport(LOG,
+			(errmsg("ash_replicant event=contract.%s sink=%s", stored ? "extended" : "recorded",
+					sink_name)));
+}
+
+void
+ash_contract_recheck(const char *sink_name, const char *system_id,
+					 const char *database, const char *slot_name)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	contract_judge(sink_name, system_id, database, slot_name, "census_drift");
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+void
+ash_contract_admit(const char *sink_name, const char *system_id,
+				   const char *database, const char *slot_name)
+{
+	contract_judge(sink_name, system_id, database, slot_name, "contract_incompatible");
+}
