@@ -50,12 +50,14 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/resowner.h"
 
 #include "api_sink.h"
 #include "ash_replicant.h"
+#include "contract.h"
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
@@ -142,6 +144,7 @@ typedef struct Doctor
 	List	   *rels;			/* SourceRel * */
 
 	CheckpointFacts cp;
+	bool		contract_unchanged; /* set by contract_fn */
 } Doctor;
 
 /* ---------------------------------------------------------------------
@@ -805,7 +808,16 @@ check_output_plugin(Doctor *d)
 				0, NULL, NULL, &why);
 	if (res == NULL)
 	{
-		probe_failed(d, "output_plugin", why);
+		/* a superuser-only setting: unreadable is unverifiable, not failed */
+		if (strcmp(why, "privilege_probe_missing") == 0)
+		{
+			ereport(NOTICE,
+					(errmsg("ash_replicant: output_plugin skipped: the source role cannot read output_plugin_libraries"),
+					 errhint("Grant pg_read_all_settings to the source role to let the doctor verify it.")));
+			emit(d, "output_plugin", V_SKIPPED, why);
+		}
+		else
+			probe_failed(d, "output_plugin", why);
 		return;
 	}
 	if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
@@ -1418,18 +1430,64 @@ check_watermark(Doctor *d)
 }
 
 /*
- * The contract manifest is not recorded by this version: with none stored
- * there is nothing to drift from.  A stored one cannot be judged yet.
+ * The contract manifest is judged by contract.c exactly as the next binding
+ * would judge it, but under a guard that makes the judgement read-only:
+ * in a subtransaction that is always rolled back, with
+ * transaction_read_only on (an admission's write fails before it can take
+ * a transaction id) and log_min_messages at PANIC (the binding's
+ * checkpoint.conflict event is the worker's to log, not the doctor's).
+ *
+ *	 returns normally             the recorded manifest is unchanged: pass
+ *	 read-only write refused      a first manifest or a pure addition, which
+ *								  the next binding admits: pass
+ *	 a halt                       contract_incompatible or
+ *								  decoder_contract_incompatible: fail
  */
+static void
+contract_fn(Doctor *d, void *arg)
+{
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("transaction_read_only", "on", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("log_min_messages", "panic", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	ash_contract_admit(d->sink_name, d->f.sysid, d->f.database, d->f.slot_name);
+	SPI_finish();
+	AtEOXact_GUC(false, nest);
+	/* never keep anything: roll the subtransaction back */
+	d->contract_unchanged = true;
+	elog(ERROR, "ash_replicant: contract judgement rolled back");
+}
+
 static void
 check_contract(Doctor *d)
 {
+	ErrorData  *e;
+
 	if (skip_checkpoint(d, "contract"))
 		return;
-	if (d->cp.ours && d->cp.has_contract)
-		emit(d, "contract", V_SKIPPED, NULL);
-	else
+	if (!d->f.configured)
+	{
+		emit(d, "contract", V_SKIPPED, "config_invalid");
+		return;
+	}
+	d->contract_unchanged = false;
+	e = guarded(d, contract_fn, NULL);
+	if (e == NULL || d->contract_unchanged ||
+		e->sqlerrcode == ERRCODE_READ_ONLY_SQL_TRANSACTION)
 		emit(d, "contract", V_PASS, NULL);
+	else
+	{
+		const char *reason = reason_of(e, NULL);
+
+		if (reason != NULL)
+			emit_judged(d, "contract", V_FAIL, reason, context_of(e));
+		else
+			emit(d, "contract", V_SKIPPED, NULL);	/* could not be judged */
+	}
 }
 
 static void
