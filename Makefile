@@ -33,6 +33,10 @@ EXTRA_CLEAN = test/results test/regression.diffs test/regression.out \
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: rebuild every object when any of our
+# headers changes (a stale struct layout is a crash, not a warning).
+$(OBJS): $(wildcard src/*.h)
+
 # ---------------------------------------------------------------------------
 # Decoder unit tests (branch "decoder"): `make unit` builds
 # test/unit/decode_test, a frontend TAP program over the pure decoder,

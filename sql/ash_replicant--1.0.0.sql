@@ -412,6 +412,57 @@ REVOKE ALL ON ash_replicant.stat_pipelines FROM PUBLIC;
 GRANT SELECT ON ash_replicant.stat_pipelines TO ash_replicant_monitor, ash_replicant_admin;
 
 ------------------------------------------------------------------------------
+-- Keys and sensitive data (SPEC §9; docs/keys.md).
+------------------------------------------------------------------------------
+
+CREATE FUNCTION ash_replicant_decrypt(value bytea, target regclass, column_name text)
+RETURNS text
+LANGUAGE C STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_decrypt';
+COMMENT ON FUNCTION ash_replicant_decrypt(bytea, regclass, text)
+	IS 'decrypt one value of an extension-encrypted column (the column must be an encrypted column of a mapping of the target); fails closed';
+
+CREATE FUNCTION ash_replicant_keyring_status()
+RETURNS TABLE (family text, active_version integer, versions integer[])
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_keyring_status';
+COMMENT ON FUNCTION ash_replicant_keyring_status()
+	IS 'per key family: the active version and the versions present in the keyring file (never keys, never the path)';
+
+-- TEST-ONLY (superuser): encrypt as the apply path does, for round-trip tests.
+-- Deliberately SECURITY INVOKER: the C code also checks superuser() of the
+-- caller, which a definer's function would not see.
+CREATE FUNCTION ash_replicant._encrypt_for_test(plaintext text, target regclass, column_name text)
+RETURNS bytea
+LANGUAGE C STRICT
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_encrypt_for_test';
+COMMENT ON FUNCTION ash_replicant._encrypt_for_test(text, regclass, text)
+	IS 'test-only, superuser-only: encrypt a value for an encrypted column of a mapping';
+
+-- TEST-ONLY (superuser): known-answer tests of the HMAC-SHA-256 helper.
+CREATE FUNCTION ash_replicant._crypto_selftest()
+RETURNS TABLE (test text, passed boolean)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_crypto_selftest';
+COMMENT ON FUNCTION ash_replicant._crypto_selftest()
+	IS 'test-only, superuser-only: known-answer tests of the HMAC-SHA-256 helper';
+
+REVOKE ALL ON FUNCTION
+	ash_replicant_decrypt(bytea, regclass, text),
+	ash_replicant_keyring_status(),
+	ash_replicant._encrypt_for_test(text, regclass, text),
+	ash_replicant._crypto_selftest()
+	FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ash_replicant_decrypt(bytea, regclass, text)
+	TO ash_replicant_decrypt;
+GRANT EXECUTE ON FUNCTION ash_replicant_keyring_status()
+	TO ash_replicant_monitor, ash_replicant_admin;
+
+------------------------------------------------------------------------------
 -- Preflight and doctor (monitor/admin), recovery (admin).
 ------------------------------------------------------------------------------
 

@@ -60,16 +60,11 @@
 #include "contract.h"
 #include "coverage.h"
 #include "errors.h"
+#include "keyring.h"
 #include "libpq_conn.h"
 #include "mapping_validate.h"
 #include "shmem.h"
 
-#if defined(__has_include)
-#if __has_include("keyring.h")
-#include "keyring.h"
-#define ASH_HAVE_KEYRING 1
-#endif
-#endif
 
 PG_FUNCTION_INFO_V1(ash_replicant_preflight);
 PG_FUNCTION_INFO_V1(ash_replicant_doctor);
@@ -516,13 +511,11 @@ check_destination_mappings(Doctor *d)
 	emit(d, "destination_mappings", V_PASS, NULL);
 }
 
-#ifdef ASH_HAVE_KEYRING
 static void
 keyring_load_fn(Doctor *d, void *arg)
 {
 	ash_keyring_load();
 }
-#endif
 
 static void
 check_keyring(Doctor *d)
@@ -541,13 +534,13 @@ check_keyring(Doctor *d)
 		provenance |= m->snapshot_provenance;
 	}
 	if (encryption)
-		needed[nneeded++] = "column_encryption";
+		needed[nneeded++] = ASH_KEYS_COLUMN_ENCRYPTION;
 	if (provenance)
-		needed[nneeded++] = "snapshot_provenance";
+		needed[nneeded++] = ASH_KEYS_SNAPSHOT_PROVENANCE;
 	if (!d->f.append_log && d->f.nroutes > 0)
 	{
-		needed[nneeded++] = "message_digest";
-		needed[nneeded++] = "horizon_provenance";
+		needed[nneeded++] = ASH_KEYS_MESSAGE_DIGEST;
+		needed[nneeded++] = ASH_KEYS_HORIZON_PROVENANCE;
 	}
 
 	if (nneeded == 0)
@@ -555,14 +548,14 @@ check_keyring(Doctor *d)
 		emit(d, "keyring_families", V_PASS, NULL);
 		return;
 	}
-#ifdef ASH_HAVE_KEYRING
 	{
 		ErrorData  *e = guarded(d, keyring_load_fn, NULL);
 		StringInfoData missing;
 
 		if (e != NULL)
 		{
-			emit(d, "keyring_families", V_FAIL, reason_of(e, "keyring_missing_family"));
+			/* the context may describe the file: only the reason is shown */
+			emit(d, "keyring_families", V_FAIL, reason_of(e, "keyring_invalid"));
 			return;
 		}
 		initStringInfo(&missing);
@@ -577,13 +570,6 @@ check_keyring(Doctor *d)
 		else
 			emit(d, "keyring_families", V_PASS, NULL);
 	}
-#else
-	/* this build has no keyring: the families cannot be verified */
-	ereport(NOTICE,
-			(errmsg("ash_replicant: keyring_families skipped: this build cannot verify families (first needed: %s)",
-					needed[0])));
-	emit(d, "keyring_families", V_SKIPPED, "keyring_missing_family");
-#endif
 }
 
 /* ---------------------------------------------------------------------

@@ -58,9 +58,14 @@ plans_of(AshApplyTarget *tgt)
 	return (Scd1Plans *) tgt->plans;
 }
 
+/*
+ * SPI returns in its own procedure context; keep the caller's context so
+ * nothing of ours lands there (it lives until SPI_finish, i.e. the batch).
+ */
 static SPIPlanPtr
 prepare_kept(const char *sql, int nargs, Oid *types)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
 
 	if (plan == NULL)
@@ -68,6 +73,7 @@ prepare_kept(const char *sql, int nargs, Oid *types)
 			 SPI_result_code_string(SPI_result));
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "ash_replicant: could not keep an apply plan");
+	MemoryContextSwitchTo(cxt);
 	return plan;
 }
 
@@ -324,10 +330,12 @@ scd1_truncate(AshApplyRel *rel, AshApplyTarget *tgt)
 {
 	StringInfoData sql;
 	int			ret;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "DELETE FROM %s", tgt->name);
 	ret = SPI_execute(sql.data, false, 0);
+	MemoryContextSwitchTo(cxt);
 	if (ret != SPI_OK_DELETE)
 		elog(ERROR, "ash_replicant: truncate mirror failed");
 }

@@ -134,6 +134,14 @@ VALUES ('7301234567890123456', 'app', 'rc_slot', 1);
 SELECT * FROM ash_replicant_doctor('rc');
 -- a sink without configuration: nothing on the source can be judged
 SELECT * FROM ash_replicant_preflight('rc_bare');
+-- encrypted columns need the column_encryption family: no keyring here
+CREATE TABLE regress_rc_enc (id int PRIMARY KEY, pan bytea);
+SELECT ash_replicant_create_sink('rc_enc');
+SELECT ash_replicant_map_table('rc_enc', 'regress_rc_enc', sensitive => ARRAY['pan'],
+    encrypted => ARRAY['pan']) > 0 AS mapped;
+SELECT * FROM ash_replicant_preflight('rc_enc') WHERE check_name = 'keyring_families';
+SELECT ash_replicant_drop_sink('rc_enc');
+DROP TABLE regress_rc_enc;
 SELECT * FROM ash_replicant_doctor('no_such_sink');
 SELECT * FROM ash_replicant_preflight(NULL);
 -- neither writes anything: no transaction id is ever assigned
