@@ -436,8 +436,23 @@ check_configuration(Doctor *d)
 	else if (empty(f->connection) || !table_set_present(f) ||
 			 empty(f->sysid) || empty(f->database))
 	{
+		StringInfoData missing;
+
+		/* by name, as ash_replicant_start says it; never a value */
+		initStringInfo(&missing);
+		if (empty(f->connection))
+			appendStringInfoString(&missing, "connection");
+		if (!table_set_present(f))
+			appendStringInfo(&missing, "%s%s", missing.len ? ", " : "",
+							 strcmp(f->decoder, "wal2json") == 0 ? "tables" :
+							 strcmp(f->decoder, "pglogical") == 0 ? "replication_sets" :
+							 "publication");
+		if (empty(f->sysid))
+			appendStringInfo(&missing, "%s%s", missing.len ? ", " : "", "source_system_identifier");
+		if (empty(f->database))
+			appendStringInfo(&missing, "%s%s", missing.len ? ", " : "", "source_database");
 		reason = "config_invalid";
-		context = "missing settings";
+		context = psprintf("missing settings: %s", missing.data);
 	}
 	else if (strcmp(f->decoder, "pgoutput") != 0 &&
 			 (f->streaming || f->failover || f->binary_transfer))

@@ -134,6 +134,10 @@ VALUES ('7301234567890123456', 'app', 'rc_slot', 1);
 SELECT * FROM ash_replicant_doctor('rc');
 -- a sink without configuration: nothing on the source can be judged
 SELECT * FROM ash_replicant_preflight('rc_bare');
+-- missing settings are named, never their values
+SELECT ash_replicant_configure_pipeline('rc_bare', 'host=127.0.0.1 port=1', publication => 'pub_bare');
+SELECT check_name, verdict, reason FROM ash_replicant_preflight('rc_bare')
+ WHERE check_name IN ('configuration_complete', 'source_reachable');
 -- encrypted columns need the column_encryption family: no keyring here
 CREATE TABLE regress_rc_enc (id int PRIMARY KEY, pan bytea);
 SELECT ash_replicant_create_sink('rc_enc');
