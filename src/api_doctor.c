@@ -27,7 +27,10 @@
  *	  default_transaction_read_only = on, the catalogs (checkpoint included)
  *	  with plain SELECTs.  Checks that may raise (mapping validation, the
  *	  probe, the checkpoint read) run in subtransactions, which take no
- *	  transaction id because they write nothing.
+ *	  transaction id because they write nothing.  The contract check reuses
+ *	  the binding's own judgement (contract.c), which would record an
+ *	  admissible manifest: it runs read-only and is always rolled back (see
+ *	  check_contract).
  *
  *	  Rows are value- and name-free: check names and reason codes only —
  *	  never the conninfo, publication, identity, slot name, an LSN, or a
