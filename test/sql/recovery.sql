@@ -153,7 +153,10 @@ BEGIN;
 SELECT count(*) AS preflight_rows FROM ash_replicant_preflight('rc');
 SELECT count(*) AS doctor_rows FROM ash_replicant_doctor('rc');
 SELECT pg_current_xact_id_if_assigned() IS NULL AS wrote_nothing;
+-- and the caller's transaction is still writable afterwards
+CREATE TEMP TABLE regress_still_writable (i int);
 COMMIT;
+DROP TABLE regress_still_writable;
 
 -- privileges ----------------------------------------------------------------------
 CREATE ROLE regress_rc_plain;
