@@ -98,8 +98,9 @@ sub sink
 	my @sql = ("SELECT ash_replicant_create_sink('$name', slot_name => 'slotsecret_$name'$ign)");
 	push @sql, "SELECT ash_replicant_map_table('$name', $_)" for @$maps;
 	my $conn = $o{conn} // conninfo();
+	my $id = $o{sysid} // $sysid;
 	push @sql, "SELECT ash_replicant_configure_pipeline('$name', '$conn', publication => '$pub',"
-	  . " source_system_identifier => '$sysid', source_database => '$srcdb',"
+	  . " source_system_identifier => '$id', source_database => '$srcdb',"
 	  . " census => '{\"interval_ms\": 500}')";
 	$dst->safe_psql($db, join(";\n", @sql));
 	return;
@@ -246,10 +247,17 @@ verdict_is($c, 'coverage', 'warn', 'ignore_never_matches', 'an ignore that match
 ($rc) = ctl('preflight', '--sink', 's_warn', @dstconn);
 is($rc, 2, 'ctl exits 2 on warnings only');
 
+my $wrongid = ($sysid =~ /^7/ ? '6' : '7') . substr($sysid, 1);
+sink('s_wrongid', 'pubsecret_main', [q{'t'}], sysid => $wrongid);
+my $order;
+($c, $order) = checks('doctor', 's_wrongid');
+verdict_is($c, 'source_identity', 'fail', 'source_identity_mismatch', 'a foreign source fails its identity');
+is(join(',', map { $c->{$_}[0] } qw(source_release coverage columns slot timeline)),
+	'skipped,skipped,skipped,skipped,skipped', '... and nothing else is judged on it');
+
 my $closed = PostgreSQL::Test::Cluster::get_free_port();
 sink('s_unreach', 'pubsecret_main', [q{'t'}],
 	conn => "host=127.0.0.1 port=$closed dbname=$db user=$superuser");
-my $order;
 ($c, $order) = checks('preflight', 's_unreach');
 verdict_is($c, 'source_reachable', 'fail', 'source_unreachable', 'unreachable source fails');
 my @after = @$order[ (grep { $order->[$_] eq 'source_reachable' } 0 .. $#$order)[0] + 1 .. $#$order ];
@@ -276,6 +284,14 @@ verdict_is($c, 'slot', 'fail', 'retention_lost', 'slot gone under a watermark: r
 verdict_is($c, 'checkpoint_state', 'pass', '', '... the checkpoint itself is fine');
 ($c) = checks('preflight', 'dr');
 ok(!exists $c->{slot}, 'preflight does not judge the slot');
+
+# a change the recorded contract does not contain: a target column retyped
+$dst->safe_psql($db, "ALTER TABLE t ALTER COLUMN v TYPE varchar(100)");
+($c) = checks('doctor', 'dr');
+verdict_is($c, 'contract', 'fail', 'contract_incompatible', 'a retyped target column: contract_incompatible');
+verdict_is($c, 'columns', 'pass', '', '... while the source still covers the mapping');
+unlike(slurp_file($dst->logfile), qr/event=checkpoint\.conflict/,
+	'... and the doctor logs no checkpoint.conflict event (that is the binding\'s)');
 
 ########################################################################
 # undiagnosable: exit 3

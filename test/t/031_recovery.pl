@@ -194,6 +194,11 @@ mirror_exact('C before');
 stop_wait();
 my $commit = $dst->safe_psql($db,
 	"SELECT commit_lsn FROM ash_replicant.checkpoints WHERE slot_name = 'rv_slot'");
+# a watermark beyond the source's WAL shows in the doctor
+$dst->safe_psql($db, "UPDATE ash_replicant.checkpoints SET commit_lsn = '1000/0' WHERE slot_name = 'rv_slot'");
+is(doctor()->{watermark}, 'fail/checkpoint_ahead_of_source', 'C: doctor sees a watermark ahead of the source');
+is(call("SELECT ash_replicant_adopt_checkpoint($key, '$commit')"), 't', 'C: adopt puts it back');
+is(doctor()->{watermark}, 'pass/', 'C: doctor watermark passes again');
 is(call("SELECT ash_replicant_reset_checkpoint($key)"), 't', 'C: reset');
 is(call("SELECT ash_replicant_adopt_checkpoint($key, '$commit')"), 't', 'C: adopted into a new row');
 is(call("SELECT ash_replicant_adopt_checkpoint($key, '$commit')"), 'f', 'C: idempotent');
