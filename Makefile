@@ -10,6 +10,7 @@ MODULE_big = ash_replicant
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 
 DATA = $(wildcard sql/ash_replicant--*.sql)
+SCRIPTS = tools/ash_replicant_ctl
 
 PGFILEDESC = "ash_replicant - fail-closed logical replication mirror"
 

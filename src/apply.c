@@ -242,6 +242,8 @@ ash_apply_count_missing_delete(AshApplyTarget *tgt)
 	MemoryContextSwitchTo(old);
 }
 
+static void flush_deferred(void);
+
 /* ---------------------------------------------------------------------
  * Row images.
  * ---------------------------------------------------------------------
@@ -564,6 +566,9 @@ apply_row_change(AshChange *c)
 	}
 	ash_apply_errctx.relation = rel->target_name;
 	strategy = strategy_for(rel);
+	/* only SCD1 defers inserts: anything else keeps the source's order */
+	if (strategy != &ash_scd1_strategy)
+		flush_deferred();
 
 	if (c->kind == ASH_CHANGE_UPDATE && c->u.update.oldkind == 'O')
 		merge_unchanged(&c->u.update.newtup, &c->u.update.oldtup);
@@ -759,10 +764,22 @@ apply_message(AshChange *c)
 	}
 }
 
+/* Execute what strategies deferred (multi-row inserts). */
+static void
+flush_deferred(void)
+{
+	if (batch_open && ash_scd1_strategy.flush)
+		ash_scd1_strategy.flush();
+}
+
 void
 ash_apply_change(AshChange *c)
 {
 	MemoryContext old = MemoryContextSwitchTo(change_cxt);
+
+	/* only a run of inserts may stay deferred */
+	if (c->kind != ASH_CHANGE_INSERT)
+		flush_deferred();
 
 	switch (c->kind)
 	{
@@ -908,6 +925,7 @@ ash_apply_commit_batch(void)
 	MemoryContext cxt = CurrentMemoryContext;
 
 	Assert(ash_apply_batch_pending());
+	flush_deferred();
 	advance_checkpoint();
 
 	foreach(lc, missing_deletes)
@@ -944,6 +962,8 @@ ash_apply_abort(void)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
+	if (ash_scd1_strategy.discard)
+		ash_scd1_strategy.discard();
 	AbortCurrentTransaction();
 	MemoryContextSwitchTo(cxt);
 	batch_open = false;
@@ -953,7 +973,8 @@ ash_apply_abort(void)
 	missing_deletes = NIL;
 	ash_relmap_invalidate_all();
 	memset(&pending, 0, sizeof(pending));
-	MemoryContextReset(change_cxt);
+	if (change_cxt)				/* a halt may come before ash_apply_init */
+		MemoryContextReset(change_cxt);
 }
 
 void

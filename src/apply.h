@@ -52,6 +52,16 @@ typedef struct AshApplyStrategy
 	 * strategy (append log: one event per change), not delete + insert.
 	 */
 	bool		update_relocates;
+
+	/*
+	 * A strategy may defer writes (e.g. gather consecutive inserts into one
+	 * multi-row statement).  flush executes what is deferred; the driver
+	 * calls it before any other kind of change, message or truncate, and
+	 * before the batch commits.  discard drops it after an abort.  Either
+	 * may be NULL.
+	 */
+	void		(*flush) (void);
+	void		(*discard) (void);
 } AshApplyStrategy;
 
 extern const AshApplyStrategy ash_scd1_strategy;

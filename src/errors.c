@@ -104,6 +104,15 @@ static const AshReasonEntry reason_table[] = {
 	{"retention_at_risk", ASH_REASON_DOCTOR},
 	{"ignore_never_matches", ASH_REASON_DOCTOR},
 	{"extension_version_mismatch", ASH_REASON_DOCTOR},
+	{"mapping_never_matches", ASH_REASON_DOCTOR},
+	{"library_not_preloaded", ASH_REASON_DOCTOR},
+	{"launcher_not_running", ASH_REASON_DOCTOR},
+	{"launcher_database_mismatch", ASH_REASON_DOCTOR},
+	/* source refuses the decoder's output plugin (output_plugin_libraries) */
+	{"decoder_plugin_not_allowed", ASH_REASON_MISCONFIGURED},
+	/* recovery refusals */
+	{"history_redelivery_unsafe", ASH_REASON_REGISTRATION},
+	{"checkpoint_missing", ASH_REASON_REGISTRATION},
 };
 
 AshReasonClass

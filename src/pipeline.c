@@ -550,6 +550,9 @@ run_session(void)
 	MemoryContextSwitchTo(session_cxt);
 
 	check_key_families();
+	if (strcmp(cfg->decoder, "pgoutput") != 0)
+		ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
+				 cfg->decoder);
 
 	step = STEP_CONNECT;
 	ash_conn_last_sqlstate[0] = '\0';
