@@ -702,10 +702,15 @@ apply_truncate(AshChange *c)
  * A logical message (messages.c).  A transactional one rides its
  * transaction (commit LSN, shared ordinal).  A non-transactional one
  * arrives between transactions and is applied at its own position (its
- * LSN, ordinal 0) in a batch of its own, whose watermark is that LSN:
- * effect, claim and watermark commit together (pipeline.c commits the
- * batch right after it); a position at or below the watermark was
- * applied before.
+ * LSN, ordinal 0) in a batch of its own: effect, claim and watermark
+ * commit together (pipeline.c commits the batch right after it).
+ *
+ * Its LSN is the END of its WAL record, which is also where the next
+ * record starts -- possibly the commit record of a transaction that is
+ * delivered next and whose commit LSN is then equal.  So the watermark of
+ * a message at LSN E is E - 1: below every later commit, above every
+ * earlier one; a message with E - 1 at or below the watermark was applied
+ * before.
  */
 static void
 apply_message(AshChange *c)
@@ -727,8 +732,8 @@ apply_message(AshChange *c)
 	{
 		if (in_remote_xact)
 			ash_halt("protocol_violation", "non-transactional message inside a transaction");
-		if (c->u.message.lsn <= watermark ||
-			(batch_open && batch_xacts > 0 && c->u.message.lsn <= batch_commit_lsn))
+		if (c->u.message.lsn - 1 <= watermark ||
+			(batch_open && batch_xacts > 0 && c->u.message.lsn - 1 <= batch_commit_lsn))
 			return;				/* applied before */
 	}
 	if (ash_list_contains_str(apply_cfg->ignored_prefixes, prefix))
@@ -757,8 +762,8 @@ apply_message(AshChange *c)
 	pending.applied_changes++;
 	if (!transactional)
 	{
-		batch_commit_lsn = c->u.message.lsn;
-		batch_end_lsn = c->u.message.lsn;
+		batch_commit_lsn = c->u.message.lsn - 1;
+		batch_end_lsn = c->u.message.lsn - 1;
 		batch_commit_time = meta.commit_time;
 		batch_xacts++;
 	}

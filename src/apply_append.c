@@ -352,6 +352,8 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 	MemoryContext cxt = CurrentMemoryContext;
 	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, LSNOID};
 	Datum		values[4];
+	Oid			ftypes[4] = {TEXTOID, TEXTOID, TEXTOID, INT8OID};
+	Datum		fvalues[4];
 	int			ret;
 	bool		isnull = true;
 	bool		floor_missing;
@@ -372,6 +374,8 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 	values[1] = CStringGetTextDatum(key->database);
 	values[2] = CStringGetTextDatum(key->slot_name);
 	values[3] = LSNGetDatum(slot_position);
+	memcpy(fvalues, values, sizeof(Datum) * 3);
+	fvalues[3] = Int64GetDatum((int64) watermark);
 
 	ret = SPI_execute_with_args("SELECT origin_floor FROM ash_replicant.checkpoints"
 								" WHERE source_system_id = $1 AND source_database = $2"
@@ -394,25 +398,28 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 	{
 		AshMapping *m = lfirst(lc);
 		StringInfoData sql;
-		Datum		d;
 		char	   *nspname;
 
 		if (!m->append_log || !OidIsValid(get_rel_namespace(m->target_relid)))
 			continue;
 		nspname = get_namespace_name(get_rel_namespace(m->target_relid));
 		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT max(%s) FROM %s WHERE %s = $1 AND %s = $2 AND %s = $3",
-						 quote_identifier(m->append_columns[ASH_APPEND_COL_COMMIT_LSN]),
+		/* a non-transactional message at E is covered by a watermark E - 1 */
+		appendStringInfo(&sql, "SELECT EXISTS (SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 AND %s = $3"
+						 " AND %s OPERATOR(pg_catalog.>) $4 AND NOT (%s OPERATOR(pg_catalog.=) 0"
+						 " AND %s OPERATOR(pg_catalog.=) ($4 OPERATOR(pg_catalog.+) 1)))",
 						 quote_qualified_identifier(nspname, get_rel_name(m->target_relid)),
 						 quote_identifier(m->append_columns[ASH_APPEND_COL_SOURCE_SYSTEM_ID]),
 						 quote_identifier(m->append_columns[ASH_APPEND_COL_SOURCE_DATABASE]),
-						 quote_identifier(m->append_columns[ASH_APPEND_COL_SLOT_NAME]));
-		ret = SPI_execute_with_args(sql.data, 3, types, values, NULL, true, 1);
+						 quote_identifier(m->append_columns[ASH_APPEND_COL_SLOT_NAME]),
+						 quote_identifier(m->append_columns[ASH_APPEND_COL_COMMIT_LSN]),
+						 quote_identifier(m->append_columns[ASH_APPEND_COL_ORDINAL]),
+						 quote_identifier(m->append_columns[ASH_APPEND_COL_COMMIT_LSN]));
+		ret = SPI_execute_with_args(sql.data, 4, ftypes, fvalues, NULL, true, 1);
 		MemoryContextSwitchTo(cxt);
 		if (ret != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "ash_replicant: could not read an append frontier");
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (!isnull && DatumGetInt64(d) > (int64) watermark)
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 		{
 			ereport(LOG,
 					(errmsg("ash_replicant event=append.frontier_divergent sink=%s table=%s",

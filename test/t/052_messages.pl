@@ -128,9 +128,25 @@ sub effects_equal
 workload(1, 20);
 my ($nt_lsn) = $src->safe_psql('postgres',
 	"INSERT INTO emitted (prefix, content, tx, lsn) SELECT 'audit', 'nt-last', false, pg_logical_emit_message(false, 'audit', 'nt-last') RETURNING lsn");
+# its LSN is the end of its WAL record: the watermark is one below, so a
+# commit record right after it (same LSN) is still applied
 ok(AshTest::poll($dst, qq{SELECT count(*) = 1 FROM msg_audit WHERE content = 'nt-last'}, 't')
-	&& $dst->safe_psql('postgres', AshTest::checkpoint_sql($sink, "c.commit_lsn = '$nt_lsn' AND c.end_lsn = '$nt_lsn'")) eq 't',
+	&& $dst->safe_psql('postgres', AshTest::checkpoint_sql($sink,
+		"c.commit_lsn = '$nt_lsn'::pg_lsn - 1 AND c.end_lsn = '$nt_lsn'::pg_lsn - 1")) eq 't',
 	'a non-transactional message commits with the watermark at its own LSN');
+# a non-transactional message emitted inside a transaction: decoded before
+# the transaction, whose commit record usually starts where it ends
+my ($nt_in, $commit_after) = split /\|/, $src->safe_psql('postgres', q{BEGIN;
+	INSERT INTO orders VALUES (500, 'after a non-transactional message');
+	INSERT INTO emitted (prefix, content, tx) VALUES ('audit', 'nt-in-tx', false);
+	SELECT pg_logical_emit_message(false, 'audit', 'nt-in-tx')::text || '|' || pg_current_xact_id()::text;
+	COMMIT;});
+my $commit_at = $src->safe_psql('postgres', "SELECT start_lsn FROM pg_get_wal_records_info('$nt_in', pg_current_wal_flush_lsn())"
+	. " WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' AND xid::text = '$commit_after'");
+note "non-transactional message ends at $nt_in, the transaction commits at $commit_at";
+AshTest::wait_caught_up($src, $dst, $sink, name => 'caught up after a message inside a transaction');
+is($dst->safe_psql('postgres', q{SELECT count(*) FROM orders WHERE id = 500}), '1',
+	'the transaction committed right after a non-transactional message is applied');
 AshTest::wait_caught_up($src, $dst, $sink, name => 'phase 1 applied');
 effects_equal('phase 1');
 is($dst->safe_psql('postgres', q{SELECT count(*) FROM mail_log WHERE saw_before AND NOT saw_after}),
