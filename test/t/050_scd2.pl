@@ -43,7 +43,9 @@ CREATE TABLE acct (id integer PRIMARY KEY, grp integer, val text, big text);
 ALTER TABLE acct ALTER COLUMN big SET STORAGE EXTERNAL;
 CREATE TABLE people (pid integer PRIMARY KEY, email text NOT NULL UNIQUE, name text);
 ALTER TABLE people REPLICA IDENTITY FULL;
-CREATE PUBLICATION pub_hist FOR TABLE acct, people;
+CREATE TABLE tacct (id integer PRIMARY KEY, tenant text NOT NULL, val text);
+ALTER TABLE tacct REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_hist FOR TABLE acct, people, tacct;
 
 CREATE TABLE audit (seq bigserial PRIMARY KEY, tbl text, key text, xid text, op text, img text);
 CREATE FUNCTION audit_acct() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -79,6 +81,18 @@ BEGIN
 END $$;
 CREATE TRIGGER audit_people AFTER INSERT OR UPDATE OR DELETE ON people
 	FOR EACH ROW EXECUTE FUNCTION audit_people();
+CREATE FUNCTION audit_tacct() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		INSERT INTO audit (tbl, key, xid, op) VALUES ('tacct', OLD.id::text, pg_current_xact_id()::text, 'D');
+	ELSE
+		INSERT INTO audit (tbl, key, xid, op, img)
+		VALUES ('tacct', NEW.id::text, pg_current_xact_id()::text, 'U', md5(row(NEW.tenant, NEW.val)::text));
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER audit_tacct AFTER INSERT OR UPDATE OR DELETE ON tacct
+	FOR EACH ROW EXECUTE FUNCTION audit_tacct();
 });
 
 $dst->safe_psql('postgres', q{
@@ -95,6 +109,10 @@ CREATE TABLE people_hist (
 	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint,
 	UNIQUE (email, valid_from_lsn));
 CREATE UNIQUE INDEX people_hist_open ON people_hist (email) WHERE valid_to_lsn IS NULL;
+CREATE TABLE tacct_hist (
+	vid bigserial PRIMARY KEY, id integer NOT NULL, tenant text NOT NULL, val text,
+	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint, UNIQUE (id, valid_from_lsn));
+CREATE UNIQUE INDEX tacct_hist_open ON tacct_hist (id) WHERE valid_to_lsn IS NULL;
 });
 
 AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_hist',
@@ -104,7 +122,9 @@ AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_hist',
 		  history_valid_to_ts_column => 'valid_to_ts', history_current_column => 'is_current',
 		  on_truncate => 'close' ],
 		[ 'people_hist', source_table => 'people', history_strategy => 'scd2',
-		  history_business_key => ['email'] ] ]);
+		  history_business_key => ['email'] ],
+		[ 'tacct_hist', source_table => 'tacct', history_strategy => 'scd2',
+		  history_business_key => ['id'], tenant_column => 'tenant', tenant_strategy => 'attribute' ] ]);
 AshTest::wait_caught_up($src, $dst, $sink, name => 'SCD2 pipeline streams')
   or BAIL_OUT('pipeline never streamed');
 
@@ -171,6 +191,15 @@ for my $x (1 .. 260)
 			push @s, "INSERT INTO acct VALUES ($id, 0, 'back', " . $big->($id) . ") ON CONFLICT (id) DO UPDATE SET val = 'back again'";
 			$acct{$id} = 1;
 		}
+		elsif ($r < 0.9)
+		{
+			# attribute tenancy: a tenant change closes under the old tenant
+			# and opens under the new one
+			my $id = 1 + int(rand(40));
+			my $t = 't' . int(rand(3));
+			push @s, "INSERT INTO tacct VALUES ($id, '$t', 'v') ON CONFLICT (id) DO UPDATE SET tenant = EXCLUDED.tenant, val = tacct.val || '.'";
+			push @s, "DELETE FROM tacct WHERE id = " . (1 + int(rand(40))) if rand() < 0.15;
+		}
 		else
 		{
 			my @pl = sort { $a <=> $b } keys %people;
@@ -222,6 +251,9 @@ sub actual_history
 	my $sql = $tbl eq 'acct'
 	  ? q{SELECT id::text || '|' || valid_from_lsn || '|' || coalesce(valid_to_lsn::text, '-') || '|' || md5(row(grp, val, big)::text)
 	      FROM acct_hist ORDER BY id::text COLLATE "C", valid_from_lsn}
+	  : $tbl eq 'tacct'
+	  ? q{SELECT id::text || '|' || valid_from_lsn || '|' || coalesce(valid_to_lsn::text, '-') || '|' || md5(row(tenant, val)::text)
+	      FROM tacct_hist ORDER BY id::text COLLATE "C", valid_from_lsn}
 	  : q{SELECT email || '|' || valid_from_lsn || '|' || coalesce(valid_to_lsn::text, '-') || '|' || md5(row(pid, name)::text)
 	      FROM people_hist ORDER BY email COLLATE "C", valid_from_lsn};
 	return $dst->safe_psql('postgres', $sql);
@@ -230,7 +262,7 @@ sub actual_history
 sub check_history
 {
 	my ($label) = @_;
-	for my $tbl (qw(acct people))
+	for my $tbl (qw(acct people tacct))
 	{
 		my @exp = split /\n/, expected_history($tbl);
 		my @act = split /\n/, actual_history($tbl);
@@ -271,6 +303,9 @@ sub check_history
 }
 
 check_history('after crash');
+ok($dst->safe_psql('postgres', q{SELECT count(*) FROM (SELECT id, tenant, lag(tenant) OVER (PARTITION BY id ORDER BY valid_from_lsn) AS prev,
+	lag(valid_to_lsn) OVER (PARTITION BY id ORDER BY valid_from_lsn) AS prev_to, valid_from_lsn FROM tacct_hist) x
+	WHERE prev <> tenant AND prev_to = valid_from_lsn}) > 0, 'tenant changes closed one version and opened the next at the same commit');
 ok($dst->safe_psql('postgres', q{SELECT max(c) FROM (SELECT count(*) c FROM acct_hist GROUP BY valid_to_lsn) x}) > 5,
 	'the TRUNCATE closed many versions at one commit');
 my $st = AshTest::status_row($dst, $sink) // {};
