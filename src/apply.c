@@ -30,8 +30,9 @@
  *	  checkpoint is written as the extension owner.  Each change is
  *	  converted in a per-change memory context reset after the change.
  *
- *	  Strategies (SCD1 here; SCD2 and append log later) only see mapped,
- *	  resolved relations and row images; they never see protocol records.
+ *	  Strategies (SCD1 apply_scd1.c, SCD2 apply_scd2.c, append log
+ *	  apply_append.c) only see mapped, resolved relations and row images;
+ *	  they never see protocol records.  Logical messages go to messages.c.
  *
  *-------------------------------------------------------------------------
  */
