@@ -680,9 +680,12 @@ apply_truncate(AshChange *c)
 					 "on_truncate %s of %s under context tenancy (tenant tables are not enumerable)",
 					 rel->map->on_truncate, rel->target_name);
 		/* mirror (SCD1, SCD2), close (SCD2), append (append log) */
-		if (strcmp(rel->map->on_truncate, "mirror") == 0 ||
-			strcmp(rel->map->on_truncate, "close") == 0 ||
-			strcmp(rel->map->on_truncate, "append") == 0)
+		if ((strcmp(rel->map->on_truncate, "mirror") == 0 &&
+			 strategy_for(rel) != &ash_append_strategy) ||
+			(strcmp(rel->map->on_truncate, "close") == 0 &&
+			 strategy_for(rel) == &ash_scd2_strategy) ||
+			(strcmp(rel->map->on_truncate, "append") == 0 &&
+			 strategy_for(rel) == &ash_append_strategy))
 		{
 			PushActiveSnapshot(GetTransactionSnapshot());
 			as_owner_begin(&save_userid, &save_sec);

@@ -71,6 +71,7 @@ typedef struct AppendPlans
 typedef struct MessagePlan
 {
 	Oid			relid;
+	char	   *name;			/* quoted, for error context */
 	SPIPlanPtr	plan;
 } MessagePlan;
 
@@ -333,12 +334,12 @@ ash_append_message(AshPipelineConfig *cfg, Oid target, const char *prefix,
 		old = MemoryContextSwitchTo(append_cxt);
 		mp = palloc0(sizeof(MessagePlan));
 		mp->relid = target;
+		mp->name = quote_qualified_identifier(nspname, relname);
 		message_plans = lappend(message_plans, mp);
 		MemoryContextSwitchTo(old);
 	}
-	ash_apply_errctx.relation = quote_qualified_identifier(nspname, relname);
-	write_structural(m, quote_qualified_identifier(nspname, relname), &mp->plan, "message",
-					 prefix, content, len);
+	ash_apply_errctx.relation = mp->name;
+	write_structural(m, mp->name, &mp->plan, "message", prefix, content, len);
 }
 
 /* ---------------------------------------------------------------------
