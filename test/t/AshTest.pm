@@ -161,7 +161,7 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 #                     ash_replicant_map_table(sink, 'target'::regclass, ...)
 #   connection        [conninfo($src)]
 #   source_system_identifier, source_database  [source_identity($src)]
-#   census            jsonb text ['{"interval_ms": 1000}']
+#   census            jsonb text [$ENV{ASH_TEST_CENSUS} or '{"interval_ms": 1000}']
 #   batch_max_transactions, ignored_sources (array ref), slot
 #   marker            create/publish/map the marker table [1]
 #   start             call ash_replicant_start [1]
@@ -176,7 +176,8 @@ sub setup_pipeline
 	$sysid = $o{source_system_identifier} if exists $o{source_system_identifier};
 	$db    = $o{source_database}          if exists $o{source_database};
 	my $conn   = $o{connection} // conninfo($src);
-	my $census = $o{census} // '{"interval_ms": 1000}';
+	# ASH_TEST_CENSUS overrides the default census options (debugging only)
+	my $census = $o{census} // ($ENV{ASH_TEST_CENSUS} || '{"interval_ms": 1000}');
 	my $marker = $o{marker} // 1;
 
 	if ($marker)
