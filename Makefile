@@ -10,6 +10,7 @@ MODULE_big = ash_replicant
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 
 DATA = $(wildcard sql/ash_replicant--*.sql)
+SCRIPTS = tools/ash_replicant_ctl
 
 PGFILEDESC = "ash_replicant - fail-closed logical replication mirror"
 
@@ -31,6 +32,10 @@ EXTRA_CLEAN = test/results test/regression.diffs test/regression.out \
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PGXS tracks no header dependencies: rebuild every object when any of our
+# headers changes (a stale struct layout is a crash, not a warning).
+$(OBJS): $(wildcard src/*.h)
 
 # ---------------------------------------------------------------------------
 # Decoder unit tests (branch "decoder"): `make unit` builds

@@ -410,3 +410,127 @@ GRANT EXECUTE ON FUNCTION ash_replicant_status(text), ash_replicant._stat_pipeli
 	TO ash_replicant_monitor, ash_replicant_admin;
 REVOKE ALL ON ash_replicant.stat_pipelines FROM PUBLIC;
 GRANT SELECT ON ash_replicant.stat_pipelines TO ash_replicant_monitor, ash_replicant_admin;
+
+------------------------------------------------------------------------------
+-- Keys and sensitive data (SPEC §9; docs/keys.md).
+------------------------------------------------------------------------------
+
+CREATE FUNCTION ash_replicant_decrypt(value bytea, target regclass, column_name text)
+RETURNS text
+LANGUAGE C STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_decrypt';
+COMMENT ON FUNCTION ash_replicant_decrypt(bytea, regclass, text)
+	IS 'decrypt one value of an extension-encrypted column (the column must be an encrypted column of a mapping of the target); fails closed';
+
+CREATE FUNCTION ash_replicant_keyring_status()
+RETURNS TABLE (family text, active_version integer, versions integer[])
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_keyring_status';
+COMMENT ON FUNCTION ash_replicant_keyring_status()
+	IS 'per key family: the active version and the versions present in the keyring file (never keys, never the path)';
+
+-- TEST-ONLY (superuser): encrypt as the apply path does, for round-trip tests.
+-- Deliberately SECURITY INVOKER: the C code also checks superuser() of the
+-- caller, which a definer's function would not see.
+CREATE FUNCTION ash_replicant._encrypt_for_test(plaintext text, target regclass, column_name text)
+RETURNS bytea
+LANGUAGE C STRICT
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_encrypt_for_test';
+COMMENT ON FUNCTION ash_replicant._encrypt_for_test(text, regclass, text)
+	IS 'test-only, superuser-only: encrypt a value for an encrypted column of a mapping';
+
+-- TEST-ONLY (superuser): known-answer tests of the HMAC-SHA-256 helper.
+CREATE FUNCTION ash_replicant._crypto_selftest()
+RETURNS TABLE (test text, passed boolean)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_crypto_selftest';
+COMMENT ON FUNCTION ash_replicant._crypto_selftest()
+	IS 'test-only, superuser-only: known-answer tests of the HMAC-SHA-256 helper';
+
+REVOKE ALL ON FUNCTION
+	ash_replicant_decrypt(bytea, regclass, text),
+	ash_replicant_keyring_status(),
+	ash_replicant._encrypt_for_test(text, regclass, text),
+	ash_replicant._crypto_selftest()
+	FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ash_replicant_decrypt(bytea, regclass, text)
+	TO ash_replicant_decrypt;
+GRANT EXECUTE ON FUNCTION ash_replicant_keyring_status()
+	TO ash_replicant_monitor, ash_replicant_admin;
+
+------------------------------------------------------------------------------
+-- Preflight and doctor (monitor/admin), recovery (admin).
+------------------------------------------------------------------------------
+
+CREATE FUNCTION ash_replicant_preflight(sink_name text)
+RETURNS TABLE (check_name text, verdict text, reason text)
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_preflight';
+COMMENT ON FUNCTION ash_replicant_preflight(text)
+	IS 'may this pipeline start? one row per check (pass, fail, warn, skipped) with a value-free reason code; reads no checkpoint, writes nothing';
+
+CREATE FUNCTION ash_replicant_doctor(sink_name text)
+RETURNS TABLE (check_name text, verdict text, reason text)
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_doctor';
+COMMENT ON FUNCTION ash_replicant_doctor(text)
+	IS 'every preflight check plus checkpoint state, slot and WAL retention, timeline, watermark, contract and runtime readiness; writes nothing';
+
+CREATE FUNCTION ash_replicant_reset_checkpoint(
+	sink_name text,
+	source_system_identifier text,
+	source_database text,
+	accept_redelivery boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_reset_checkpoint';
+COMMENT ON FUNCTION ash_replicant_reset_checkpoint(text, text, text, boolean)
+	IS 'offline recovery: delete the checkpoint row of the sink''s configured source identity; true when a row was deleted';
+
+CREATE FUNCTION ash_replicant_adopt_checkpoint(
+	sink_name text,
+	source_system_identifier text,
+	source_database text,
+	commit_lsn pg_lsn)
+RETURNS boolean
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_adopt_checkpoint';
+COMMENT ON FUNCTION ash_replicant_adopt_checkpoint(text, text, text, pg_lsn)
+	IS 'offline recovery: set (or create) the checkpoint watermark of the sink''s configured source identity; true when it changed';
+
+CREATE FUNCTION ash_replicant_acknowledge_checkpoint_timeline(
+	sink_name text,
+	source_system_identifier text,
+	source_database text,
+	timeline_id integer)
+RETURNS boolean
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_acknowledge_checkpoint_timeline';
+COMMENT ON FUNCTION ash_replicant_acknowledge_checkpoint_timeline(text, text, text, integer)
+	IS 'offline recovery: re-bind the recorded source timeline, watermark untouched; true when it changed';
+
+REVOKE ALL ON FUNCTION
+	ash_replicant_preflight(text),
+	ash_replicant_doctor(text),
+	ash_replicant_reset_checkpoint(text, text, text, boolean),
+	ash_replicant_adopt_checkpoint(text, text, text, pg_lsn),
+	ash_replicant_acknowledge_checkpoint_timeline(text, text, text, integer)
+	FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION ash_replicant_preflight(text), ash_replicant_doctor(text)
+	TO ash_replicant_monitor, ash_replicant_admin;
+
+GRANT EXECUTE ON FUNCTION
+	ash_replicant_reset_checkpoint(text, text, text, boolean),
+	ash_replicant_adopt_checkpoint(text, text, text, pg_lsn),
+	ash_replicant_acknowledge_checkpoint_timeline(text, text, text, integer)
+	TO ash_replicant_admin;

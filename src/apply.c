@@ -50,6 +50,8 @@
 #include "utils/timestamp.h"
 
 #include "apply.h"
+#include "crypto.h"
+#include "keyring.h"
 #include "errors.h"
 #include "shmem.h"
 
@@ -62,6 +64,7 @@ static AshPipelineSlot *apply_slot;
 static XLogRecPtr watermark;		/* durable commit LSN */
 static XLogRecPtr watermark_end;
 
+static bool apply_needs_keys = false;
 static bool batch_open = false;
 static int	batch_xacts = 0;
 static XLogRecPtr batch_commit_lsn;
@@ -73,6 +76,7 @@ static bool skip_xact = false;
 static XLogRecPtr xact_final_lsn;
 
 static MemoryContext change_cxt = NULL;
+static AshChangeMeta meta;
 static SPIPlanPtr checkpoint_plan = NULL;
 
 /* counters published at batch end */
@@ -110,6 +114,15 @@ ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 										   ALLOCSET_DEFAULT_SIZES);
 	ash_relmap_init(cfg, release_target);
 
+	apply_needs_keys = false;
+	{
+		ListCell   *lc;
+
+		foreach(lc, cfg->mappings)
+			if (((AshMapping *) lfirst(lc))->encrypted != NIL)
+				apply_needs_keys = true;
+	}
+
 	/* the slot of this worker, to publish counters */
 	apply_slot = NULL;
 	if (AshShmem)
@@ -118,6 +131,12 @@ ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 		apply_slot = ash_slot_find(MyDatabaseId, cfg->sink_name);
 		LWLockRelease(AshShmem->lock);
 	}
+}
+
+const AshChangeMeta *
+ash_apply_current(void)
+{
+	return &meta;
 }
 
 XLogRecPtr
@@ -147,20 +166,32 @@ ash_apply_batch_full(void)
 static void
 begin_batch(void)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+
 	Assert(!batch_open);
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* transaction and SPI switch contexts: per-change work stays ours */
+	MemoryContextSwitchTo(cxt);
 	batch_open = true;
 	batch_xacts = 0;
 	missing_deletes = NIL;
+
+	/* no key is held between batches: a rotated keyring is seen here */
+	if (apply_needs_keys)
+		ash_keyring_load();
 }
 
 uint64
 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_ret)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	int			ret = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	/* SPI returns in its procedure context: per-change work stays ours */
+	MemoryContextSwitchTo(cxt);
 
 	if (ret != expected_ret)
 		elog(ERROR, "ash_replicant: unexpected SPI result %d", ret);
@@ -208,6 +239,7 @@ build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 	img->values = palloc0(sizeof(Datum) * Max(rel->ncols, 1));
 	img->nulls = palloc0(sizeof(bool) * Max(rel->ncols, 1));
 	img->present = palloc0(sizeof(bool) * Max(rel->ncols, 1));
+	img->plain = NULL;
 	img->complete = true;
 
 	if (tup->natts != rel->remote.natts)
@@ -231,7 +263,15 @@ build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 				img->complete = false;
 				break;
 			case ASH_COL_TEXT:
-				img->values[c] = convert_value(col, v);
+				if (col->encrypt)
+				{
+					/* sealed once the destination table is known */
+					if (img->plain == NULL)
+						img->plain = palloc0(sizeof(char *) * rel->ncols);
+					img->plain[c] = v->data;
+				}
+				else
+					img->values[c] = convert_value(col, v);
 				img->present[c] = true;
 				break;
 			default:
@@ -421,6 +461,27 @@ resolve_tenant(AshApplyRel *rel, AshTuple *tup, const char *side)
 	return tenant;
 }
 
+/*
+ * Encrypt the sensitive columns of an image for the table it is written
+ * to: the ciphertext is bound to that table's schema.table.column.
+ */
+static void
+seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img)
+{
+	if (img->plain == NULL)
+		return;
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		const char *plain = img->plain[c];
+
+		if (plain == NULL)
+			continue;
+		img->values[c] = PointerGetDatum(ash_encrypt_column(tgt->nspname, tgt->relname,
+															rel->cols[c].name,
+															plain, strlen(plain)));
+	}
+}
+
 static AshApplyTarget *
 target_for(AshApplyRel *rel, const char *tenant)
 {
@@ -458,6 +519,7 @@ apply_row_change(AshChange *c)
 			break;
 	}
 	require_xact(ash_apply_errctx.command);
+	meta.ordinal++;
 	pending.received_changes++;
 	if (skip_xact)
 	{
@@ -508,8 +570,13 @@ apply_row_change(AshChange *c)
 	switch (c->kind)
 	{
 		case ASH_CHANGE_INSERT:
-			build_image(rel, &c->u.insert.newtup, &newrow);
-			strategy->insert(rel, target_for(rel, tnew), &newrow);
+			{
+				AshApplyTarget *to = target_for(rel, tnew);
+
+				build_image(rel, &c->u.insert.newtup, &newrow);
+				seal_image(rel, to, &newrow);
+				strategy->insert(rel, to, &newrow);
+			}
 			break;
 		case ASH_CHANGE_UPDATE:
 			build_image(rel, &c->u.update.newtup, &newrow);
@@ -526,11 +593,17 @@ apply_row_change(AshChange *c)
 				if (!newrow.complete)
 					ash_halt("unchanged_value_unavailable", "relocated row of %s lacks a value",
 							 rel->target_name);
+				seal_image(rel, to, &newrow);
 				strategy->delete(rel, from, &key);
 				strategy->insert(rel, to, &newrow);
 			}
 			else
-				strategy->update(rel, target_for(rel, tnew), &key, &newrow);
+			{
+				AshApplyTarget *to = target_for(rel, tnew);
+
+				seal_image(rel, to, &newrow);
+				strategy->update(rel, to, &key, &newrow);
+			}
 			break;
 		default:
 			build_key(rel, &c->u.delete.oldtup, &key);
@@ -549,6 +622,7 @@ apply_truncate(AshChange *c)
 	int			save_sec;
 
 	require_xact("truncate");
+	meta.ordinal++;
 	ash_apply_errctx.command = "truncate";
 	pending.received_changes++;
 	if (skip_xact)
@@ -594,6 +668,7 @@ apply_message(AshChange *c)
 	if (c->u.message.transactional)
 	{
 		require_xact("transactional message");
+		meta.ordinal++;
 		if (skip_xact)
 			return;
 	}
@@ -603,10 +678,22 @@ apply_message(AshChange *c)
 	ash_halt("message_prefix_unmapped", "a logical message with an unrouted prefix");
 }
 
+/* Execute what strategies deferred (multi-row inserts). */
+static void
+flush_deferred(void)
+{
+	if (batch_open && ash_scd1_strategy.flush)
+		ash_scd1_strategy.flush();
+}
+
 void
 ash_apply_change(AshChange *c)
 {
 	MemoryContext old = MemoryContextSwitchTo(change_cxt);
+
+	/* only a run of inserts may stay deferred */
+	if (c->kind != ASH_CHANGE_INSERT)
+		flush_deferred();
 
 	switch (c->kind)
 	{
@@ -615,6 +702,11 @@ ash_apply_change(AshChange *c)
 				ash_halt("protocol_violation", "BEGIN inside a transaction");
 			in_remote_xact = true;
 			xact_final_lsn = c->u.begin.final_lsn;
+			meta.commit_lsn = c->u.begin.final_lsn;
+			meta.commit_time = c->u.begin.commit_time;
+			meta.xid = c->u.begin.xid;
+			meta.ordinal = 0;
+			meta.origin = "stream";
 			ash_apply_errctx.commit_lsn = xact_final_lsn;
 			ash_apply_errctx.xid = c->u.begin.xid;
 			ash_apply_errctx.relation = NULL;
@@ -744,8 +836,10 @@ ash_apply_commit_batch(void)
 {
 	AshBatchResult r = {0};
 	ListCell   *lc;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	Assert(ash_apply_batch_pending());
+	flush_deferred();
 	advance_checkpoint();
 
 	foreach(lc, missing_deletes)
@@ -760,6 +854,7 @@ ash_apply_commit_batch(void)
 
 	SPI_finish();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 	batch_open = false;
 	missing_deletes = NIL;
 
@@ -779,7 +874,12 @@ ash_apply_commit_batch(void)
 void
 ash_apply_abort(void)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (ash_scd1_strategy.discard)
+		ash_scd1_strategy.discard();
 	AbortCurrentTransaction();
+	MemoryContextSwitchTo(cxt);
 	batch_open = false;
 	batch_xacts = 0;
 	in_remote_xact = false;
@@ -787,7 +887,8 @@ ash_apply_abort(void)
 	missing_deletes = NIL;
 	ash_relmap_invalidate_all();
 	memset(&pending, 0, sizeof(pending));
-	MemoryContextReset(change_cxt);
+	if (change_cxt)				/* a halt may come before ash_apply_init */
+		MemoryContextReset(change_cxt);
 }
 
 void

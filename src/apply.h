@@ -10,6 +10,7 @@
 #define ASH_APPLY_H
 
 #include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
 #include "executor/spi.h"
 
 #include "change.h"
@@ -22,6 +23,7 @@ typedef struct AshRowImage
 	Datum	   *values;
 	bool	   *nulls;
 	bool	   *present;		/* false: unchanged TOAST, value not sent */
+	char	  **plain;			/* encrypted columns: text before sealing */
 	bool		complete;		/* every column present */
 } AshRowImage;
 
@@ -44,9 +46,36 @@ typedef struct AshApplyStrategy
 	void		(*delete) (AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key);
 	void		(*truncate) (AshApplyRel *rel, AshApplyTarget *tgt);
 	void		(*release) (AshApplyTarget *tgt);
+
+	/*
+	 * A strategy may defer writes (e.g. gather consecutive inserts into one
+	 * multi-row statement).  flush executes what is deferred; the driver
+	 * calls it before any other kind of change, message or truncate, and
+	 * before the batch commits.  discard drops it after an abort.  Either
+	 * may be NULL.
+	 */
+	void		(*flush) (void);
+	void		(*discard) (void);
 } AshApplyStrategy;
 
 extern const AshApplyStrategy ash_scd1_strategy;
+
+/*
+ * Where the change being applied sits in the source's history.  Ordinals
+ * count every row change, truncate and transactional message of the source
+ * transaction from 1, mapped or not, so re-delivery yields the same
+ * ordinals; a non-transactional message has its own LSN and ordinal 0.
+ */
+typedef struct AshChangeMeta
+{
+	XLogRecPtr	commit_lsn;
+	TimestampTz commit_time;
+	TransactionId xid;
+	int32		ordinal;
+	const char *origin;			/* "stream" (or "snapshot") */
+} AshChangeMeta;
+
+extern const AshChangeMeta *ash_apply_current(void);
 
 /* Identity of the checkpoint row this pipeline writes. */
 typedef struct AshCheckpointKey

@@ -19,6 +19,15 @@
  *	  DO UPDATE: an upsert that affects no row met another tenant's row
  *	  under the same identity and halts tenant_conflict.
  *
+ *	  Consecutive inserts into one target are gathered (up to
+ *	  INSERT_BUFFER_ROWS) and written by one statement,
+ *	  INSERT ... SELECT * FROM ROWS FROM (unnest($1), ...) ON CONFLICT ..., with one
+ *	  array parameter per column: one executor run instead of one per row.
+ *	  Anything else that is applied first flushes the buffer (the driver
+ *	  calls flush), so the order of effects is the source's.  A second row
+ *	  with the same identity in one statement is impossible for ON CONFLICT,
+ *	  so a row whose identity may already be buffered flushes first.
+ *
  *	  Plans are prepared once per target table and operation (and per set
  *	  of sent columns for updates, since unchanged TOAST columns are left
  *	  out) and kept across transactions.  Row counts are checked exactly.
@@ -30,7 +39,12 @@
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "nodes/bitmapset.h"
+#include "common/hashfn.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/memutils.h"
 
 #include "apply.h"
@@ -46,6 +60,8 @@ typedef struct Scd1Plans
 {
 	SPIPlanPtr	upsert;
 	bool		upsert_checks_tenant;
+	SPIPlanPtr	upsert_many;	/* unnest form; NULL until first needed */
+	bool		many_unsupported;	/* a column type has no array type */
 	SPIPlanPtr	delete;
 	List	   *updates;		/* UpdatePlan * */
 } Scd1Plans;
@@ -58,9 +74,14 @@ plans_of(AshApplyTarget *tgt)
 	return (Scd1Plans *) tgt->plans;
 }
 
+/*
+ * SPI returns in its own procedure context; keep the caller's context so
+ * nothing of ours lands there (it lives until SPI_finish, i.e. the batch).
+ */
 static SPIPlanPtr
 prepare_kept(const char *sql, int nargs, Oid *types)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
 
 	if (plan == NULL)
@@ -68,6 +89,7 @@ prepare_kept(const char *sql, int nargs, Oid *types)
 			 SPI_result_code_string(SPI_result));
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "ash_replicant: could not keep an apply plan");
+	MemoryContextSwitchTo(cxt);
 	return plan;
 }
 
@@ -187,6 +209,217 @@ nulls_of(AshApplyRel *rel, AshRowImage *img)
 	return nulls;
 }
 
+/* ---------------------------------------------------------------------
+ * Multi-row inserts.
+ * ---------------------------------------------------------------------
+ */
+#define INSERT_BUFFER_ROWS 1000
+
+typedef struct InsertBuffer
+{
+	AshApplyRel *rel;			/* NULL when empty */
+	AshApplyTarget *tgt;
+	int			nrows;
+	ArrayBuildState **cols;
+	uint32	   *key_hashes;		/* open-addressing set of identity hashes */
+	MemoryContext cxt;
+} InsertBuffer;
+
+static InsertBuffer ibuf;
+
+static SPIPlanPtr
+upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	Scd1Plans  *st = plans_of(tgt);
+	StringInfoData sql;
+	Oid		   *types;
+	bool		any_set = false;
+
+	if (st->upsert_many || st->many_unsupported)
+		return st->upsert_many;
+	types = palloc(sizeof(Oid) * rel->ncols);
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		types[c] = get_array_type(rel->cols[c].typid);
+		if (!OidIsValid(types[c]))
+		{
+			st->many_unsupported = true;
+			return NULL;
+		}
+	}
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s AS t (", tgt->name);
+	for (int c = 0; c < rel->ncols; c++)
+		appendStringInfo(&sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
+	appendStringInfoString(&sql, ") SELECT * FROM ROWS FROM (");
+	for (int c = 0; c < rel->ncols; c++)
+		appendStringInfo(&sql, "%spg_catalog.unnest($%d)", c ? ", " : "", c + 1);
+	appendStringInfoString(&sql, ") ON CONFLICT (");
+	for (int k = 0; k < rel->nkeys; k++)
+		appendStringInfo(&sql, "%s%s", k ? ", " : "",
+						 quote_identifier(rel->cols[rel->keys[k]].name));
+	appendStringInfoChar(&sql, ')');
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		const char *n;
+
+		if (rel->cols[c].is_identity)
+			continue;
+		n = quote_identifier(rel->cols[c].name);
+		appendStringInfo(&sql, "%s%s = EXCLUDED.%s", any_set ? ", " : " DO UPDATE SET ", n, n);
+		any_set = true;
+	}
+	if (!any_set)
+		appendStringInfoString(&sql, " DO NOTHING");
+	else if (tenant_scoped(rel))
+	{
+		const char *n = quote_identifier(rel->cols[rel->tenant_col].name);
+
+		appendStringInfo(&sql, " WHERE t.%s OPERATOR(pg_catalog.=) EXCLUDED.%s", n, n);
+	}
+	st->upsert_many = prepare_kept(sql.data, rel->ncols, types);
+	return st->upsert_many;
+}
+
+/* 2 x INSERT_BUFFER_ROWS slots, power of two; 0 marks an empty slot */
+#define KEY_SET_SIZE 2048
+
+static bool
+hash_set_contains(uint32 h)
+{
+	h = h ? h : 1;
+	for (uint32 i = h & (KEY_SET_SIZE - 1);; i = (i + 1) & (KEY_SET_SIZE - 1))
+	{
+		if (ibuf.key_hashes[i] == 0)
+			return false;
+		if (ibuf.key_hashes[i] == h)
+			return true;
+	}
+}
+
+static void
+hash_set_add(uint32 h)
+{
+	h = h ? h : 1;
+	for (uint32 i = h & (KEY_SET_SIZE - 1);; i = (i + 1) & (KEY_SET_SIZE - 1))
+	{
+		if (ibuf.key_hashes[i] == 0 || ibuf.key_hashes[i] == h)
+		{
+			ibuf.key_hashes[i] = h;
+			return;
+		}
+	}
+}
+
+static uint32
+identity_hash(AshApplyRel *rel, AshRowImage *row)
+{
+	uint32		h = 0;
+
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		AshTargetCol *col = &rel->cols[rel->keys[k]];
+		int16		typlen;
+		bool		typbyval;
+
+		get_typlenbyval(col->typid, &typlen, &typbyval);
+		h = hash_combine(h, row->nulls[rel->keys[k]] ? 0 :
+						 datum_image_hash(row->values[rel->keys[k]], typbyval, typlen));
+	}
+	return h;
+}
+
+static void
+scd1_discard(void)
+{
+	ibuf.rel = NULL;
+	ibuf.tgt = NULL;
+	ibuf.nrows = 0;
+	ibuf.cols = NULL;
+	ibuf.key_hashes = NULL;
+	if (ibuf.cxt)
+		MemoryContextReset(ibuf.cxt);
+}
+
+static void
+scd1_flush(void)
+{
+	AshApplyRel *rel = ibuf.rel;
+	AshApplyTarget *tgt = ibuf.tgt;
+	Datum	   *values;
+	uint64		n;
+	int			nrows = ibuf.nrows;
+	const char *saved_command = ash_apply_errctx.command;
+	const char *saved_relation = ash_apply_errctx.relation;
+
+	if (rel == NULL || nrows == 0)
+	{
+		scd1_discard();
+		return;
+	}
+	values = palloc(sizeof(Datum) * rel->ncols);
+	for (int c = 0; c < rel->ncols; c++)
+		values[c] = makeArrayResult(ibuf.cols[c], CurrentMemoryContext);
+
+	ash_apply_errctx.command = "insert";
+	ash_apply_errctx.relation = tgt->name;
+	PushActiveSnapshot(GetTransactionSnapshot());
+	n = ash_spi_execute(upsert_many_plan(rel, tgt), values, NULL, SPI_OK_INSERT);
+	PopActiveSnapshot();
+	ash_apply_errctx.command = saved_command;
+	ash_apply_errctx.relation = saved_relation;
+
+	if (n < nrows && plans_of(tgt)->upsert_checks_tenant)
+		ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s", tgt->name);
+	if (n > nrows)
+		elog(ERROR, "ash_replicant: multi-row upsert affected more rows than it wrote");
+	scd1_discard();
+}
+
+/* Gather the row for a multi-row insert; false when it cannot be. */
+static bool
+buffer_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
+{
+	uint32		h;
+	MemoryContext old;
+
+	/* the first statement of a target tells whether its types allow it */
+	(void) upsert_plan(rel, tgt);
+	if (upsert_many_plan(rel, tgt) == NULL)
+		return false;
+
+	if (ibuf.rel != NULL && (ibuf.rel != rel || ibuf.tgt != tgt))
+		scd1_flush();
+	h = identity_hash(rel, newrow);
+	if (ibuf.rel != NULL && hash_set_contains(h))
+		scd1_flush();
+
+	if (ibuf.cxt == NULL)
+		ibuf.cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant insert buffer",
+										 ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(ibuf.cxt);
+	if (ibuf.rel == NULL)
+	{
+		ibuf.rel = rel;
+		ibuf.tgt = tgt;
+		ibuf.nrows = 0;
+		ibuf.cols = palloc0(sizeof(ArrayBuildState *) * rel->ncols);
+		for (int c = 0; c < rel->ncols; c++)
+			ibuf.cols[c] = initArrayResult(rel->cols[c].typid, ibuf.cxt, false);
+		ibuf.key_hashes = palloc0(sizeof(uint32) * KEY_SET_SIZE);
+	}
+	for (int c = 0; c < rel->ncols; c++)
+		accumArrayResult(ibuf.cols[c], newrow->values[c], newrow->nulls[c],
+						 rel->cols[c].typid, ibuf.cxt);
+	hash_set_add(h);
+	ibuf.nrows++;
+	MemoryContextSwitchTo(old);
+
+	if (ibuf.nrows >= INSERT_BUFFER_ROWS)
+		scd1_flush();
+	return true;
+}
+
 static void
 scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 {
@@ -196,6 +429,8 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 	if (!newrow->complete)
 		ash_halt("unchanged_value_unavailable", "insert into %s lacks a column value",
 				 tgt->name);
+	if (buffer_insert(rel, tgt, newrow))
+		return;
 	plan = upsert_plan(rel, tgt);
 	n = ash_spi_execute(plan, newrow->values, nulls_of(rel, newrow), SPI_OK_INSERT);
 	if (n == 0 && plans_of(tgt)->upsert_checks_tenant)
@@ -324,10 +559,12 @@ scd1_truncate(AshApplyRel *rel, AshApplyTarget *tgt)
 {
 	StringInfoData sql;
 	int			ret;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "DELETE FROM %s", tgt->name);
 	ret = SPI_execute(sql.data, false, 0);
+	MemoryContextSwitchTo(cxt);
 	if (ret != SPI_OK_DELETE)
 		elog(ERROR, "ash_replicant: truncate mirror failed");
 }
@@ -340,8 +577,13 @@ scd1_release(AshApplyTarget *tgt)
 
 	if (st == NULL)
 		return;
+	/* on abort the driver discarded the buffer first; otherwise write it */
+	if (ibuf.tgt == tgt)
+		scd1_flush();
 	if (st->upsert)
 		SPI_freeplan(st->upsert);
+	if (st->upsert_many)
+		SPI_freeplan(st->upsert_many);
 	if (st->delete)
 		SPI_freeplan(st->delete);
 	foreach(lc, st->updates)
@@ -356,4 +598,6 @@ const AshApplyStrategy ash_scd1_strategy = {
 	.delete = scd1_delete,
 	.truncate = scd1_truncate,
 	.release = scd1_release,
+	.flush = scd1_flush,
+	.discard = scd1_discard,
 };

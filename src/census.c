@@ -49,6 +49,7 @@ static void
 check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
 	ListCell   *lc;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	StartTransactionCommand();
 	foreach(lc, cfg->mappings)
@@ -60,6 +61,7 @@ check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 					 quote_identifier(m->source_schema), quote_identifier(m->source_table));
 	}
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 
 	/* the mapping as admitted: rebuilt contract vs recorded fingerprint */
 	if (key != NULL)

@@ -61,6 +61,7 @@ ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key, uint32 timelin
 	int			ret;
 	bool		found = false;
 	bool		locked = false;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	memset(out, 0, sizeof(*out));
 	SetCurrentStatementStartTimestamp();
@@ -161,6 +162,7 @@ ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key, uint32 timelin
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 }
 
 bool
@@ -221,6 +223,7 @@ ash_checkpoint_record_halt(const char *sink_name, int64 generation, AshCheckpoin
 		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
 	}
 	PG_CATCH();
 	{
@@ -230,6 +233,7 @@ ash_checkpoint_record_halt(const char *sink_name, int64 generation, AshCheckpoin
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
 		ereport(LOG,
 				(errmsg("ash_replicant event=status.tombstone_write_failed sink=%s reason=%s cause=%s sqlstate=%s",
 						sink_name, reason,

@@ -170,6 +170,8 @@ void
 ash_contract_recheck(const char *sink_name, const char *system_id,
 					 const char *database, const char *slot_name)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -179,6 +181,7 @@ ash_contract_recheck(const char *sink_name, const char *system_id,
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 }
 
 void

@@ -37,6 +37,7 @@ static const AshReasonEntry reason_table[] = {
 	{"snapshot_scope_incomplete", ASH_REASON_HALTED},
 	{"snapshot_contention_exhausted", ASH_REASON_HALTED},
 	{"keyring_version_missing", ASH_REASON_HALTED},
+	{"ciphertext_invalid", ASH_REASON_HALTED},
 	{"digest_key_horizon_violated", ASH_REASON_HALTED},
 	{"decoder_table_missing", ASH_REASON_HALTED},
 	{"decoder_extension_missing", ASH_REASON_HALTED},
@@ -64,6 +65,7 @@ static const AshReasonEntry reason_table[] = {
 	{"decoder_contract_incompatible", ASH_REASON_MISCONFIGURED},
 	{"source_release_unsupported", ASH_REASON_MISCONFIGURED},
 	{"keyring_missing_family", ASH_REASON_MISCONFIGURED},
+	{"keyring_invalid", ASH_REASON_MISCONFIGURED},
 	{"retention_below_recovery_horizon", ASH_REASON_MISCONFIGURED},
 	{"initial_state_mismatch", ASH_REASON_MISCONFIGURED},
 	{"decoder_capability_unsupported", ASH_REASON_MISCONFIGURED},
@@ -89,6 +91,7 @@ static const AshReasonEntry reason_table[] = {
 	{"recovery_horizon_invalid", ASH_REASON_REGISTRATION},
 	{"slot_name_invalid", ASH_REASON_REGISTRATION},
 	{"config_invalid", ASH_REASON_REGISTRATION},
+	{"decrypt_binding_invalid", ASH_REASON_REGISTRATION},
 	{"pipeline_running", ASH_REASON_REGISTRATION},
 	/* doctor / preflight */
 	{"source_probe_failed", ASH_REASON_DOCTOR},
@@ -98,6 +101,15 @@ static const AshReasonEntry reason_table[] = {
 	{"retention_at_risk", ASH_REASON_DOCTOR},
 	{"ignore_never_matches", ASH_REASON_DOCTOR},
 	{"extension_version_mismatch", ASH_REASON_DOCTOR},
+	{"mapping_never_matches", ASH_REASON_DOCTOR},
+	{"library_not_preloaded", ASH_REASON_DOCTOR},
+	{"launcher_not_running", ASH_REASON_DOCTOR},
+	{"launcher_database_mismatch", ASH_REASON_DOCTOR},
+	/* source refuses the decoder's output plugin (output_plugin_libraries) */
+	{"decoder_plugin_not_allowed", ASH_REASON_MISCONFIGURED},
+	/* recovery refusals */
+	{"history_redelivery_unsafe", ASH_REASON_REGISTRATION},
+	{"checkpoint_missing", ASH_REASON_REGISTRATION},
 };
 
 AshReasonClass

@@ -61,6 +61,7 @@
 #include "checkpoint.h"
 #include "decode_pgoutput.h"
 #include "errors.h"
+#include "keyring.h"
 #include "libpq_conn.h"
 #include "pipeline.h"
 #include "shmem.h"
@@ -390,6 +391,9 @@ run_census_if_due(void)
 static void
 receive_loop(void)
 {
+	MemoryContext loop_cxt = CurrentMemoryContext;
+	MemoryContext msg_cxt = AllocSetContextCreate(loop_cxt, "ash_replicant message",
+												  ALLOCSET_DEFAULT_SIZES);
 	AshPgoutputState dstate = {0};
 	AshStreamMsg msg;
 	AshChange change;
@@ -428,7 +432,8 @@ receive_loop(void)
 				continue;
 			}
 
-			/* DATA */
+			/* DATA: decoded into a per-message context, freed right after */
+			MemoryContextSwitchTo(msg_cxt);
 			if (!ash_decode_pgoutput(&dstate, msg.data, msg.len, &change, &derr))
 				ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
 			ash_apply_change(&change);
@@ -441,8 +446,13 @@ receive_loop(void)
 				record_flush_position(&r);
 				apply_failures = 0;
 			}
+			MemoryContextSwitchTo(loop_cxt);
+			MemoryContextReset(msg_cxt);
+			Assert(CurrentMemoryContext == loop_cxt);
 			CHECK_FOR_INTERRUPTS();
 		}
+
+		Assert(CurrentMemoryContext == loop_cxt);
 
 		/* a batch may still wait for a skipped tail's COMMIT; close it */
 		if (ash_apply_batch_pending())
@@ -482,6 +492,23 @@ receive_loop(void)
 	}
 }
 
+/* Every key family the mappings need must be in the keyring. */
+static void
+check_key_families(void)
+{
+	ListCell   *lc;
+	bool		encryption = false;
+
+	foreach(lc, cfg->mappings)
+		if (((AshMapping *) lfirst(lc))->encrypted != NIL)
+			encryption = true;
+	if (!encryption)
+		return;
+	ash_keyring_load();
+	if (!ash_keyring_has_family(ASH_KEYS_COLUMN_ENCRYPTION))
+		ash_halt("keyring_missing_family", "family %s", ASH_KEYS_COLUMN_ENCRYPTION);
+}
+
 static void
 run_session(void)
 {
@@ -493,6 +520,11 @@ run_session(void)
 
 	MemoryContextReset(session_cxt);
 	MemoryContextSwitchTo(session_cxt);
+
+	check_key_families();
+	if (strcmp(cfg->decoder, "pgoutput") != 0)
+		ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
+				 cfg->decoder);
 
 	step = STEP_CONNECT;
 	ash_conn_last_sqlstate[0] = '\0';

@@ -167,6 +167,7 @@ ash_relmap_update_relation(const AshRelation *in)
 	AshApplyRel *rel;
 	bool		found;
 	MemoryContext old;
+	MemoryContext desc_cxt;
 
 	rel = hash_search(relmap, &in->relid, HASH_ENTER, &found);
 	if (!found)
@@ -175,12 +176,17 @@ ash_relmap_update_relation(const AshRelation *in)
 		rel->cxt = AllocSetContextCreate(relmap_cxt, "ash_replicant remote relation",
 										 ALLOCSET_SMALL_SIZES);
 	}
-	else
+
+	/* each description lives in its own context, replaced as a whole */
+	desc_cxt = AllocSetContextCreate(relmap_cxt, "ash_replicant relation description",
+									 ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(desc_cxt);
+
+	if (found)
 	{
 		/* keep what it was resolved with, to judge the change */
-		if (rel->resolved && rel->prev_natts == 0)
+		if (rel->resolved && !rel->ignored)
 		{
-			old = MemoryContextSwitchTo(relmap_cxt);
 			rel->prev_natts = rel->remote.natts;
 			rel->prev_names = palloc(sizeof(char *) * Max(rel->remote.natts, 1));
 			rel->prev_types = palloc(sizeof(uint32) * Max(rel->remote.natts, 1));
@@ -189,12 +195,24 @@ ash_relmap_update_relation(const AshRelation *in)
 				rel->prev_names[i] = pstrdup(rel->remote.cols[i].name);
 				rel->prev_types[i] = rel->remote.cols[i].type_oid;
 			}
-			MemoryContextSwitchTo(old);
+		}
+		else if (rel->prev_natts > 0)
+		{
+			/* not judged yet: carry the earlier baseline over */
+			char	  **names = palloc(sizeof(char *) * rel->prev_natts);
+			uint32	   *types = palloc(sizeof(uint32) * rel->prev_natts);
+
+			for (int i = 0; i < rel->prev_natts; i++)
+			{
+				names[i] = pstrdup(rel->prev_names[i]);
+				types[i] = rel->prev_types[i];
+			}
+			rel->prev_names = names;
+			rel->prev_types = types;
 		}
 		release_resolution(rel);
 	}
 
-	old = MemoryContextSwitchTo(relmap_cxt);
 	rel->remote.relid = in->relid;
 	rel->remote.nspname = pstrdup(in->nspname);
 	rel->remote.relname = pstrdup(in->relname);
@@ -207,6 +225,9 @@ ash_relmap_update_relation(const AshRelation *in)
 		rel->remote.cols[i].name = pstrdup(in->cols[i].name);
 	}
 	MemoryContextSwitchTo(old);
+	if (rel->desc_cxt)
+		MemoryContextDelete(rel->desc_cxt);
+	rel->desc_cxt = desc_cxt;
 }
 
 AshApplyRel *
@@ -384,9 +405,7 @@ refuse_unsupported(AshApplyRel *rel, AshMapping *map)
 {
 	const char *what = NULL;
 
-	if (map->encrypted != NIL)
-		what = "encrypted columns";
-	else if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0)
+	if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0)
 		what = "history_strategy";
 	else if (map->append_log)
 		what = "append_log";
@@ -538,6 +557,8 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	}
 	t->relid = relid;
 	t->name = quote_qualified_identifier(schema, relname);
+	t->nspname = pstrdup(schema);
+	t->relname = pstrdup(relname);
 	t->tenant = pstrdup(tenant);
 	MemoryContextSwitchTo(rel->cxt);
 	rel->tenant_targets = lcons(t, rel->tenant_targets);
@@ -594,6 +615,8 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->target_default = palloc0(sizeof(AshApplyTarget));
 	rel->target_default->relid = rel->target;
 	rel->target_default->name = rel->target_name;
+	rel->target_default->nspname = get_namespace_name(RelationGetNamespace(target));
+	rel->target_default->relname = pstrdup(RelationGetRelationName(target));
 	rel->target_default->cxt = rel->cxt;
 	rel->tenant_col = -1;
 	rel->tenant_remote_idx = -1;
@@ -637,12 +660,22 @@ ash_relmap_resolve(AshApplyRel *rel)
 			append_name(&unmapped, rc->name);
 			continue;
 		}
-		if (!types_compatible(rc->type_oid, att->atttypid))
+		if (ash_list_contains_str(map->encrypted, rc->name))
+		{
+			/* any source type: its text form is sealed into bytea */
+			if (att->atttypid != BYTEAOID)
+			{
+				append_name(&badtype, rc->name);
+				continue;
+			}
+		}
+		else if (!types_compatible(rc->type_oid, att->atttypid))
 		{
 			append_name(&badtype, rc->name);
 			continue;
 		}
 		tc = &rel->cols[ncols++];
+		tc->encrypt = ash_list_contains_str(map->encrypted, rc->name);
 		tc->name = pstrdup(tname);
 		tc->attnum = attnum;
 		tc->remote_idx = i;

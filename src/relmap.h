@@ -24,6 +24,7 @@ typedef struct AshTargetCol
 	FmgrInfo	infunc;
 	Oid			ioparam;
 	bool		is_identity;
+	bool		encrypt;		/* sealed with column encryption (bytea) */
 } AshTargetCol;
 
 /*
@@ -35,6 +36,8 @@ typedef struct AshApplyTarget
 {
 	Oid			relid;
 	char	   *name;			/* quoted schema-qualified name */
+	char	   *nspname;		/* unquoted, for encryption bindings */
+	char	   *relname;
 	char	   *tenant;			/* context tenancy: the tenant served */
 	void	   *plans;			/* owned by the apply strategy */
 	MemoryContext cxt;
@@ -70,6 +73,7 @@ typedef struct AshApplyRel
 	List	   *tenant_targets; /* context: AshApplyTarget *, most recent first */
 
 	MemoryContext cxt;			/* resolution products */
+	MemoryContext desc_cxt;		/* remote description and prev_* below */
 
 	/* the remote columns at last resolution, to judge schema changes */
 	int			prev_natts;

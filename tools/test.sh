@@ -11,6 +11,12 @@ root=$(pwd)
 bash tools/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
 export PATH="/usr/lib/postgresql/15/bin:$PATH"
 
+# The server's extension directory is shared by everything on this machine:
+# hold the install lock for the whole run so nothing replaces our library
+# while the tests use it.
+exec 9>/tmp/ash_install.lock
+flock 9
+
 # initdb refuses root: build and test as postgres in a copy it owns.
 work=${ASH_TEST_DIR:-/tmp/ash_replicant_test}
 rm -rf "$work"
@@ -24,7 +30,7 @@ as_pg() { runuser -u postgres -- env PATH="$PATH" ASH_LONG="${ASH_LONG:-}" "$@";
 if ! as_pg make -C "$work" -s -j2 >"$work/build.log" 2>&1; then
     cat "$work/build.log"; echo "build failed"; echo "0 passed, 1 failed"; exit 1
 fi
-flock /tmp/ash_install.lock make -C "$work" -s install >/dev/null || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
+make -C "$work" -s install >/dev/null || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
 
 regress_args=()
 [ -n "${REGRESS:-}" ] && regress_args+=("REGRESS=$REGRESS")

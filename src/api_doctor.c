@@ -1,0 +1,1623 @@
+/*-------------------------------------------------------------------------
+ *
+ * api_doctor.c
+ *	  ash_replicant_preflight(sink) and ash_replicant_doctor(sink).
+ *
+ * NOTES
+ *	  preflight answers "may this pipeline start?" without reading a
+ *	  checkpoint (it works on a fresh install); doctor adds the state a
+ *	  running or halted pipeline depends on.  Both return one row per check,
+ *	  always the same checks in the same order:
+ *
+ *		configuration_complete, destination_mappings, keyring_families,
+ *		source_reachable, source_identity, source_release, source_wal_level,
+ *		privilege_replication, output_plugin, publication, privilege_select,
+ *		coverage, columns
+ *		[doctor:] checkpoint_state, slot, timeline, watermark, contract,
+ *		runtime
+ *
+ *	  verdict is pass, fail, warn or skipped; reason is a SPEC §15 code (for
+ *	  skipped: the code of the failure that made the check impossible).
+ *	  skipped is never pass.  Gating: the source checks need a complete
+ *	  configuration and a reachable source, and the probe verifies the
+ *	  source identity before anything else is judged on it; a failed gate
+ *	  skips every later check that depends on it.
+ *
+ *	  No writes anywhere: the source is read on a probe connection with
+ *	  default_transaction_read_only = on, the catalogs (checkpoint included)
+ *	  with plain SELECTs.  Checks that may raise (mapping validation, the
+ *	  probe, the checkpoint read) run in subtransactions, which take no
+ *	  transaction id because they write nothing.  The contract check reuses
+ *	  the binding's own judgement (contract.c), which would record an
+ *	  admissible manifest: it runs read-only and is always rolled back (see
+ *	  check_contract).
+ *
+ *	  Rows are value- and name-free: check names and reason codes only —
+ *	  never the conninfo, publication, identity, slot name, an LSN, or a
+ *	  table or column name.  The structural context of a failure (names of
+ *	  tables and columns, as SPEC §5 allows in messages) goes to a NOTICE.
+ *	  Error messages of failed probes are never shown: only their class.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "access/xlogdefs.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/resowner.h"
+
+#include "api_sink.h"
+#include "ash_replicant.h"
+#include "contract.h"
+#include "coverage.h"
+#include "errors.h"
+#include "keyring.h"
+#include "libpq_conn.h"
+#include "mapping_validate.h"
+#include "shmem.h"
+
+
+PG_FUNCTION_INFO_V1(ash_replicant_preflight);
+PG_FUNCTION_INFO_V1(ash_replicant_doctor);
+
+#define V_PASS		"pass"
+#define V_FAIL		"fail"
+#define V_WARN		"warn"
+#define V_SKIPPED	"skipped"
+
+/* What the catalogs say about the sink (conninfo included: never shown). */
+typedef struct SinkFacts
+{
+	char	   *slot_name;
+	bool		append_log;
+	char	   *initial_state;
+	List	   *ignored;		/* List of (schema, table) Lists */
+	bool		has_horizon;
+	bool		configured;		/* a pipelines row exists */
+	char	   *connection;
+	char	   *decoder;
+	char	   *publication;
+	char	   *replication_sets;	/* text[] literal or NULL */
+	List	   *tables;			/* wal2json: AshSourceName * */
+	char	   *sysid;
+	char	   *database;
+	char	   *snapshot;
+	bool		streaming;
+	bool		failover;
+	bool		binary_transfer;
+	int64		nroutes;
+	int64		nroutes_below;
+} SinkFacts;
+
+/* A table of the decoder's table set, as the source describes it. */
+typedef struct SourceRel
+{
+	AshSourceName name;
+	char	   *attnames;		/* publication column list (text[] literal) or NULL */
+	bool		exists;
+	bool		has_select;
+	AshSourceTable desc;
+} SourceRel;
+
+/* The checkpoint rows under the sink's slot name. */
+typedef struct CheckpointFacts
+{
+	bool		read;			/* the read succeeded */
+	bool		ours;			/* a row of the configured identity exists */
+	bool		foreign;		/* a row of another identity exists */
+	int32		timeline;
+	XLogRecPtr	commit_lsn;
+	char	   *terminal_cause;
+	char	   *decoder;
+	bool		has_contract;
+} CheckpointFacts;
+
+typedef struct Doctor
+{
+	ReturnSetInfo *rsinfo;
+	MemoryContext cxt;
+	char	   *sink_name;
+	SinkFacts	f;
+	bool		mappings_known;
+	List	   *specs;			/* AshMappingSpec * */
+	List	   *mappings;		/* AshMapping *, same order */
+	AshMappingSink *sink;
+
+	/* the source */
+	AshConn    *conn;
+	const char *source_skip;	/* why source checks are skipped, NULL: go */
+	const char *tableset_skip;	/* why table-set checks are skipped */
+	List	   *rels;			/* SourceRel * */
+
+	CheckpointFacts cp;
+	bool		contract_unchanged; /* set by contract_fn */
+} Doctor;
+
+/* ---------------------------------------------------------------------
+ * Rows, errors and subtransactions.
+ * ---------------------------------------------------------------------
+ */
+
+static void
+emit(Doctor *d, const char *check, const char *verdict, const char *reason)
+{
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	values[0] = CStringGetTextDatum(check);
+	values[1] = CStringGetTextDatum(verdict);
+	if (reason != NULL)
+		values[2] = CStringGetTextDatum(reason);
+	else
+		nulls[2] = true;
+	tuplestore_putvalues(d->rsinfo->setResult, d->rsinfo->setDesc, values, nulls);
+}
+
+/* A failure or warning with its structural context (names only). */
+static void
+emit_judged(Doctor *d, const char *check, const char *verdict, const char *reason,
+			const char *context)
+{
+	if (context != NULL && context[0] != '\0')
+		ereport(NOTICE,
+				(errmsg("ash_replicant: %s %s: %s (%s)", check, verdict, reason, context)));
+	emit(d, check, verdict, reason);
+}
+
+/*
+ * The reason code of an error raised by ash_reject or ash_halt (their
+ * messages read "ash_replicant: <stage> rejected: <reason> ..." and
+ * "ash_replicant: pipeline halted: <reason> ..."), else the fallback.
+ */
+static const char *
+reason_of(ErrorData *edata, const char *fallback)
+{
+	static const char *const markers[] = {" rejected: ", " halted: "};
+	const char *msg = edata->message;
+
+	if (msg == NULL || strncmp(msg, "ash_replicant: ", 15) != 0)
+		return fallback;
+	for (int i = 0; i < lengthof(markers); i++)
+	{
+		const char *p = strstr(msg, markers[i]);
+		size_t		n;
+		char	   *code;
+
+		if (p == NULL)
+			continue;
+		p += strlen(markers[i]);
+		n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+		code = pnstrdup(p, n);
+		if (ash_reason_class(code) != ASH_REASON_UNKNOWN)
+			return code;
+	}
+	return fallback;
+}
+
+/* The structural context of an ash_reject/ash_halt message, or NULL. */
+static const char *
+context_of(ErrorData *edata)
+{
+	const char *msg = edata->message;
+	const char *open;
+	size_t		len;
+
+	if (msg == NULL || strncmp(msg, "ash_replicant: ", 15) != 0)
+		return NULL;
+	open = strchr(msg, '(');
+	len = strlen(msg);
+	if (open == NULL || len == 0 || msg[len - 1] != ')')
+		return NULL;
+	return pnstrdup(open + 1, msg + len - 1 - (open + 1));
+}
+
+typedef void (*GuardedFn) (Doctor *d, void *arg);
+
+/*
+ * Run fn in a subtransaction.  Returns NULL on success, else the error
+ * (copied, flushed, rolled back).  Cancels and shutdowns are re-raised.
+ */
+static ErrorData *
+guarded(Doctor *d, GuardedFn fn, void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fn(d, arg);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	ash_pending_halt = NULL;
+
+	if (edata != NULL &&
+		(edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+		 edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
+		 edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY))
+		ReThrowError(edata);
+	return edata;
+}
+
+/* ---------------------------------------------------------------------
+ * Catalog facts.
+ * ---------------------------------------------------------------------
+ */
+
+static bool
+empty(const char *s)
+{
+	return s == NULL || s[0] == '\0';
+}
+
+/* text[] of canonical "schema"."table" -> List of (schema, table) Lists */
+static List *
+qualified_list(Datum d, bool isnull, bool as_names)
+{
+	List	   *result = NIL;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (isnull)
+		return NIL;
+	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *schema;
+		char	   *table;
+
+		if (nulls[i] || !ash_parse_qualified_name(TextDatumGetCString(elems[i]), &schema, &table))
+			continue;			/* the API stores only well-formed entries */
+		if (as_names)
+		{
+			AshSourceName *nm = palloc(sizeof(AshSourceName));
+
+			nm->nspname = schema;
+			nm->relname = table;
+			result = lappend(result, nm);
+		}
+		else
+			result = lappend(result, list_make2(schema, table));
+	}
+	return result;
+}
+
+static char *
+copy_text(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+
+	(void) SPI_getbinval(tup, desc, col, &isnull);
+	return isnull ? NULL : SPI_getvalue(tup, desc, col);
+}
+
+static bool
+get_bool(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		v = SPI_getbinval(tup, desc, col, &isnull);
+
+	return !isnull && DatumGetBool(v);
+}
+
+/* Load the sink and pipeline rows; an unknown sink is an error. */
+static void
+load_sink_facts(Doctor *d)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	HeapTuple	tup;
+	TupleDesc	desc;
+	SinkFacts  *f = &d->f;
+	MemoryContext old;
+	bool		isnull;
+	Datum		v;
+	int			ret;
+
+	values[0] = CStringGetTextDatum(d->sink_name);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	ret = SPI_execute_with_args(
+		"SELECT s.slot_name, s.sink_kind = 'append_log', s.initial_state,"
+		"  s.ignored_sources, s.recovery_horizon IS NOT NULL,"
+		"  p.sink_name IS NOT NULL, p.connection, p.decoder, p.publication,"
+		"  p.replication_sets, p.tables, p.source_system_identifier,"
+		"  p.source_database, p.snapshot, coalesce(p.streaming, false),"
+		"  coalesce(p.failover, false), coalesce(p.binary_transfer, false),"
+		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
+		"    WHERE r.sink_name = s.sink_name),"
+		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
+		"    WHERE r.sink_name = s.sink_name AND r.retention < s.recovery_horizon)"
+		" FROM ash_replicant.sinks s"
+		" LEFT JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
+		" WHERE s.sink_name = $1",
+		1, types, values, NULL, true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the sink failed");
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("ash_replicant: sink \"%s\" does not exist", d->sink_name)));
+
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	old = MemoryContextSwitchTo(d->cxt);
+	f->slot_name = copy_text(tup, desc, 1);
+	f->append_log = get_bool(tup, desc, 2);
+	f->initial_state = copy_text(tup, desc, 3);
+	v = SPI_getbinval(tup, desc, 4, &isnull);
+	f->ignored = qualified_list(v, isnull, false);
+	f->has_horizon = get_bool(tup, desc, 5);
+	f->configured = get_bool(tup, desc, 6);
+	f->connection = copy_text(tup, desc, 7);
+	f->decoder = copy_text(tup, desc, 8);
+	f->publication = copy_text(tup, desc, 9);
+	f->replication_sets = copy_text(tup, desc, 10);
+	v = SPI_getbinval(tup, desc, 11, &isnull);
+	f->tables = qualified_list(v, isnull, true);
+	f->sysid = copy_text(tup, desc, 12);
+	f->database = copy_text(tup, desc, 13);
+	f->snapshot = copy_text(tup, desc, 14);
+	f->streaming = get_bool(tup, desc, 15);
+	f->failover = get_bool(tup, desc, 16);
+	f->binary_transfer = get_bool(tup, desc, 17);
+	f->nroutes = DatumGetInt64(SPI_getbinval(tup, desc, 18, &isnull));
+	f->nroutes_below = DatumGetInt64(SPI_getbinval(tup, desc, 19, &isnull));
+	if (f->decoder == NULL)
+		f->decoder = "pgoutput";
+	if (f->snapshot == NULL)
+		f->snapshot = "off";
+	MemoryContextSwitchTo(old);
+	SPI_finish();
+}
+
+static bool
+table_set_present(SinkFacts *f)
+{
+	if (strcmp(f->decoder, "wal2json") == 0)
+		return f->tables != NIL;
+	if (strcmp(f->decoder, "pglogical") == 0)
+		return !empty(f->replication_sets) && strcmp(f->replication_sets, "{}") != 0;
+	return !empty(f->publication);
+}
+
+/* The output plugin a decoder's slot uses. */
+static const char *
+decoder_plugin(const char *decoder)
+{
+	if (strcmp(decoder, "wal2json") == 0)
+		return "wal2json";
+	if (strcmp(decoder, "pglogical") == 0)
+		return "pglogical_output";
+	return "pgoutput";
+}
+
+/* ---------------------------------------------------------------------
+ * Destination checks.
+ * ---------------------------------------------------------------------
+ */
+
+/* The rules of ash_replicant_start, read-only. */
+static void
+check_configuration(Doctor *d)
+{
+	SinkFacts  *f = &d->f;
+	const char *reason = NULL;
+	const char *context = NULL;
+
+	if (!f->configured)
+	{
+		reason = "config_invalid";
+		context = "the pipeline is not configured";
+	}
+	else if (empty(f->connection) || !table_set_present(f) ||
+			 empty(f->sysid) || empty(f->database))
+	{
+		StringInfoData missing;
+
+		/* by name, as ash_replicant_start says it; never a value */
+		initStringInfo(&missing);
+		if (empty(f->connection))
+			appendStringInfoString(&missing, "connection");
+		if (!table_set_present(f))
+			appendStringInfo(&missing, "%s%s", missing.len ? ", " : "",
+							 strcmp(f->decoder, "wal2json") == 0 ? "tables" :
+							 strcmp(f->decoder, "pglogical") == 0 ? "replication_sets" :
+							 "publication");
+		if (empty(f->sysid))
+			appendStringInfo(&missing, "%s%s", missing.len ? ", " : "", "source_system_identifier");
+		if (empty(f->database))
+			appendStringInfo(&missing, "%s%s", missing.len ? ", " : "", "source_database");
+		reason = "config_invalid";
+		context = psprintf("missing settings: %s", missing.data);
+	}
+	else if (strcmp(f->decoder, "pgoutput") != 0 &&
+			 (f->streaming || f->failover || f->binary_transfer))
+		reason = "decoder_capability_unsupported";
+	else if (f->initial_state != NULL &&
+			 (strcmp(f->initial_state, "go_forward") == 0) != (strcmp(f->snapshot, "off") == 0))
+		reason = "initial_state_mismatch";
+	else if (f->has_horizon && f->nroutes == 0)
+		reason = "recovery_horizon_invalid";
+	else if (!f->append_log && f->nroutes > 0 && !f->has_horizon)
+		reason = "recovery_horizon_invalid";
+	else if (f->nroutes_below > 0)
+		reason = "retention_below_recovery_horizon";
+	else if (f->nroutes > 0 && strcmp(f->decoder, "pglogical") == 0)
+		reason = "decoder_capability_unsupported";
+
+	if (reason != NULL)
+		emit_judged(d, "configuration_complete", V_FAIL, reason, context);
+	else
+		emit(d, "configuration_complete", V_PASS, NULL);
+
+	/* what the source checks need */
+	if (!f->configured || empty(f->connection) || !table_set_present(f) ||
+		empty(f->sysid) || empty(f->database))
+		d->source_skip = "config_invalid";
+}
+
+static void
+load_mappings_fn(Doctor *d, void *arg)
+{
+	ListCell   *lc;
+
+	d->sink = ash_mapping_sink_load(d->sink_name, false, false);
+	d->specs = ash_mapping_load_sink(d->sink_name);
+	foreach(lc, d->specs)
+		d->mappings = lappend(d->mappings, ash_coverage_mapping_from_spec(lfirst(lc)));
+}
+
+static void
+validate_fn(Doctor *d, void *arg)
+{
+	ash_mapping_validate((AshMappingSpec *) arg, d->sink);
+}
+
+static void
+check_destination_mappings(Doctor *d)
+{
+	ErrorData  *e;
+	ListCell   *lc;
+
+	e = guarded(d, load_mappings_fn, NULL);
+	if (e != NULL)
+	{
+		d->specs = NIL;
+		d->mappings = NIL;
+		emit_judged(d, "destination_mappings", V_FAIL, reason_of(e, "config_invalid"),
+					context_of(e));
+		return;
+	}
+	d->mappings_known = true;
+	foreach(lc, d->specs)
+	{
+		e = guarded(d, validate_fn, lfirst(lc));
+		if (e != NULL)
+		{
+			emit_judged(d, "destination_mappings", V_FAIL, reason_of(e, "config_invalid"),
+						context_of(e));
+			return;
+		}
+	}
+	emit(d, "destination_mappings", V_PASS, NULL);
+}
+
+static void
+keyring_load_fn(Doctor *d, void *arg)
+{
+	ash_keyring_load();
+}
+
+static void
+check_keyring(Doctor *d)
+{
+	const char *needed[4];
+	int			nneeded = 0;
+	bool		encryption = false;
+	bool		provenance = false;
+	ListCell   *lc;
+
+	foreach(lc, d->specs)
+	{
+		AshMappingSpec *m = lfirst(lc);
+
+		encryption |= m->encrypted != NIL;
+		provenance |= m->snapshot_provenance;
+	}
+	if (encryption)
+		needed[nneeded++] = ASH_KEYS_COLUMN_ENCRYPTION;
+	if (provenance)
+		needed[nneeded++] = ASH_KEYS_SNAPSHOT_PROVENANCE;
+	if (!d->f.append_log && d->f.nroutes > 0)
+	{
+		needed[nneeded++] = ASH_KEYS_MESSAGE_DIGEST;
+		needed[nneeded++] = ASH_KEYS_HORIZON_PROVENANCE;
+	}
+
+	if (nneeded == 0)
+	{
+		emit(d, "keyring_families", V_PASS, NULL);
+		return;
+	}
+	{
+		ErrorData  *e = guarded(d, keyring_load_fn, NULL);
+		StringInfoData missing;
+
+		if (e != NULL)
+		{
+			/* the context may describe the file: only the reason is shown */
+			emit(d, "keyring_families", V_FAIL, reason_of(e, "keyring_invalid"));
+			return;
+		}
+		initStringInfo(&missing);
+		for (int i = 0; i < nneeded; i++)
+		{
+			if (!ash_keyring_has_family(needed[i]))
+				appendStringInfo(&missing, "%s%s", missing.len ? ", " : "", needed[i]);
+		}
+		if (missing.len > 0)
+			emit_judged(d, "keyring_families", V_FAIL, "keyring_missing_family",
+						psprintf("families: %s", missing.data));
+		else
+			emit(d, "keyring_families", V_PASS, NULL);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * The source.
+ * ---------------------------------------------------------------------
+ */
+
+static void
+open_probe_fn(Doctor *d, void *arg)
+{
+	MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+	d->conn = ash_conn_open(d->f.connection, ASH_CONN_PROBE, "ash_replicant doctor");
+	MemoryContextSwitchTo(old);
+}
+
+/* Arguments and result of one probe query. */
+typedef struct Probe
+{
+	const char *query;
+	int			nparams;
+	const char *params[3];
+	PGresult   *res;			/* TUPLES_OK only */
+} Probe;
+
+static void
+probe_fn(Doctor *d, void *arg)
+{
+	Probe	   *p = arg;
+	PGresult   *res;
+
+	res = ash_conn_exec_params(d->conn, p->query, p->nparams, p->params, true);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "probe");
+	p->res = res;
+}
+
+/*
+ * Run a probe query.  On failure returns NULL and the reason of the
+ * failure: privilege_probe_missing when the source refused for lack of
+ * privilege, else source_probe_failed; a broken connection also skips
+ * every later source check.
+ */
+static PGresult *
+probe(Doctor *d, const char *query, int nparams, const char *p1, const char *p2,
+	  const char **why)
+{
+	Probe		p;
+	ErrorData  *e;
+
+	memset(&p, 0, sizeof(p));
+	p.query = query;
+	p.nparams = nparams;
+	p.params[0] = p1;
+	p.params[1] = p2;
+	e = guarded(d, probe_fn, &p);
+	if (e == NULL)
+		return p.res;
+
+	if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
+		ReThrowError(e);
+	if (strcmp(ash_conn_last_sqlstate, "42501") == 0)
+		*why = "privilege_probe_missing";
+	else
+		*why = "source_probe_failed";
+	if (ash_conn_last_sqlstate[0] == '\0' || PQstatus(d->conn->conn) != CONNECTION_OK)
+	{
+		/* transport failure: the connection is unusable */
+		ash_conn_close(d->conn);
+		d->conn = NULL;
+		d->source_skip = "source_probe_failed";
+	}
+	return NULL;
+}
+
+static bool
+skip_source(Doctor *d, const char *check)
+{
+	if (d->source_skip == NULL)
+		return false;
+	emit(d, check, V_SKIPPED, d->source_skip);
+	return true;
+}
+
+static void
+check_reachable(Doctor *d)
+{
+	ErrorData  *e;
+
+	if (skip_source(d, "source_reachable"))
+		return;
+	e = guarded(d, open_probe_fn, NULL);
+	if (e != NULL)
+	{
+		if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
+			ReThrowError(e);
+		d->conn = NULL;
+		emit(d, "source_reachable", V_FAIL, "source_unreachable");
+		d->source_skip = "source_unreachable";
+		return;
+	}
+	emit(d, "source_reachable", V_PASS, NULL);
+}
+
+/* Fail a source check with a reason; a failed probe may skip the rest. */
+static void
+probe_failed(Doctor *d, const char *check, const char *why)
+{
+	emit(d, check, V_FAIL, why);
+}
+
+static void
+check_identity(Doctor *d)
+{
+	PGresult   *res;
+	const char *why = NULL;
+	bool		same;
+
+	if (skip_source(d, "source_identity"))
+		return;
+	res = probe(d, "SELECT system_identifier::pg_catalog.text, pg_catalog.current_database()"
+				" FROM pg_catalog.pg_control_system()", 0, NULL, NULL, &why);
+	if (res == NULL)
+	{
+		probe_failed(d, "source_identity", why);
+		/* judge nothing of a source whose identity is unknown */
+		d->source_skip = why;
+		return;
+	}
+	same = PQntuples(res) == 1 &&
+		strcmp(PQgetvalue(res, 0, 0), d->f.sysid) == 0 &&
+		strcmp(PQgetvalue(res, 0, 1), d->f.database) == 0;
+	PQclear(res);
+	if (!same)
+	{
+		emit(d, "source_identity", V_FAIL, "source_identity_mismatch");
+		d->source_skip = "source_identity_mismatch";
+		return;
+	}
+	emit(d, "source_identity", V_PASS, NULL);
+}
+
+static void
+check_release(Doctor *d)
+{
+	int			floor = strcmp(d->f.decoder, "pgoutput") == 0 ? 120000 : 90600;
+
+	if (skip_source(d, "source_release"))
+		return;
+	if (d->conn->server_version < floor)
+	{
+		emit(d, "source_release", V_FAIL, "source_release_unsupported");
+		d->source_skip = "source_release_unsupported";
+		return;
+	}
+	emit(d, "source_release", V_PASS, NULL);
+}
+
+/* A probe returning one boolean: pass when true, else fail with reason. */
+static void
+check_boolean(Doctor *d, const char *check, const char *query, const char *param,
+			  const char *reason)
+{
+	PGresult   *res;
+	const char *why = NULL;
+	bool		ok;
+
+	if (skip_source(d, check))
+		return;
+	res = probe(d, query, param ? 1 : 0, param, NULL, &why);
+	if (res == NULL)
+	{
+		probe_failed(d, check, why);
+		return;
+	}
+	ok = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	emit(d, check, ok ? V_PASS : V_FAIL, ok ? NULL : reason);
+}
+
+/* Is name listed in a comma-separated list of (possibly quoted) names? */
+static bool
+listed(const char *list, const char *name)
+{
+	const char *p = list;
+
+	while (*p)
+	{
+		const char *start;
+		const char *end;
+
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		start = p;
+		while (*p && *p != ',')
+			p++;
+		end = p;
+		while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		if (end - start >= 2 && *start == '"' && end[-1] == '"')
+		{
+			start++;
+			end--;
+		}
+		if ((size_t) (end - start) == strlen(name) && strncmp(start, name, end - start) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void
+check_output_plugin(Doctor *d)
+{
+	PGresult   *res;
+	const char *why = NULL;
+	bool		ok = true;
+
+	if (skip_source(d, "output_plugin"))
+		return;
+	/* output_plugin_libraries exists from 15.19 on; absent means unrestricted */
+	res = probe(d, "SELECT pg_catalog.current_setting('output_plugin_libraries', true)",
+				0, NULL, NULL, &why);
+	if (res == NULL)
+	{
+		/* a superuser-only setting: unreadable is unverifiable, not failed */
+		if (strcmp(why, "privilege_probe_missing") == 0)
+		{
+			ereport(NOTICE,
+					(errmsg("ash_replicant: output_plugin skipped: the source role cannot read output_plugin_libraries"),
+					 errhint("Grant pg_read_all_settings to the source role to let the doctor verify it.")));
+			emit(d, "output_plugin", V_SKIPPED, why);
+		}
+		else
+			probe_failed(d, "output_plugin", why);
+		return;
+	}
+	if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+		ok = listed(PQgetvalue(res, 0, 0), decoder_plugin(d->f.decoder));
+	PQclear(res);
+	emit(d, "output_plugin", ok ? V_PASS : V_FAIL, ok ? NULL : "decoder_plugin_not_allowed");
+}
+
+/* ---------------------------------------------------------------------
+ * The table set.
+ * ---------------------------------------------------------------------
+ */
+
+static SourceRel *
+new_rel(const char *nsp, const char *rel, const char *attnames)
+{
+	SourceRel  *r = palloc0(sizeof(SourceRel));
+
+	r->name.nspname = pstrdup(nsp);
+	r->name.relname = pstrdup(rel);
+	r->attnames = attnames ? pstrdup(attnames) : NULL;
+	return r;
+}
+
+/* Fetch the decoder's table set; false (row emitted) when it cannot be. */
+static bool
+fetch_table_set(Doctor *d)
+{
+	SinkFacts  *f = &d->f;
+	PGresult   *res;
+	const char *why = NULL;
+	MemoryContext old;
+
+	if (strcmp(f->decoder, "wal2json") == 0)
+	{
+		ListCell   *lc;
+
+		old = MemoryContextSwitchTo(d->cxt);
+		foreach(lc, f->tables)
+		{
+			AshSourceName *n = lfirst(lc);
+
+			d->rels = lappend(d->rels, new_rel(n->nspname, n->relname, NULL));
+		}
+		MemoryContextSwitchTo(old);
+		return true;
+	}
+
+	if (strcmp(f->decoder, "pglogical") == 0)
+	{
+		bool		ok;
+
+		res = probe(d, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'pglogical')",
+					0, NULL, NULL, &why);
+		if (res == NULL)
+			goto probe_failure;
+		ok = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		if (!ok)
+		{
+			emit(d, "publication", V_FAIL, "decoder_extension_missing");
+			d->tableset_skip = "decoder_extension_missing";
+			return false;
+		}
+		res = probe(d, "SELECT pg_catalog.count(*) = pg_catalog.cardinality($1::pg_catalog.text[])"
+					" FROM pglogical.replication_set WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])",
+					1, f->replication_sets, NULL, &why);
+		if (res == NULL)
+			goto probe_failure;
+		ok = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		if (!ok)
+		{
+			emit(d, "publication", V_FAIL, "source_publication_missing");
+			d->tableset_skip = "source_publication_missing";
+			return false;
+		}
+		res = probe(d, "SELECT DISTINCT nspname::pg_catalog.text, relname::pg_catalog.text, NULL"
+					" FROM pglogical.tables WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
+					" ORDER BY 1, 2",
+					1, f->replication_sets, NULL, &why);
+	}
+	else
+	{
+		bool		ok;
+
+		res = probe(d, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)",
+					1, f->publication, NULL, &why);
+		if (res == NULL)
+			goto probe_failure;
+		ok = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		if (!ok)
+		{
+			emit(d, "publication", V_FAIL, "source_publication_missing");
+			d->tableset_skip = "source_publication_missing";
+			return false;
+		}
+		/* pgoutput sends only the publication's column list (15+) */
+		res = probe(d, d->conn->server_version >= 150000 ?
+					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text,"
+					" attnames::pg_catalog.text[]::pg_catalog.text"
+					" FROM pg_catalog.pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2" :
+					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text, NULL"
+					" FROM pg_catalog.pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2",
+					1, f->publication, NULL, &why);
+	}
+	if (res == NULL)
+		goto probe_failure;
+
+	old = MemoryContextSwitchTo(d->cxt);
+	for (int i = 0; i < PQntuples(res); i++)
+		d->rels = lappend(d->rels, new_rel(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+										   PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2)));
+	MemoryContextSwitchTo(old);
+	PQclear(res);
+	return true;
+
+probe_failure:
+	emit(d, "publication", V_FAIL, why);
+	d->tableset_skip = why;
+	return false;
+}
+
+/*
+ * Describe every table of the table set: existence, SELECT privilege,
+ * replica identity, and the columns the decoder sends (not dropped, not
+ * generated, in the publication's column list) with their types and
+ * replica-identity membership.  A domain's type name is its base type's,
+ * as in pgoutput's Type message.
+ */
+static bool
+describe_tables(Doctor *d, const char **why)
+{
+	ListCell   *lc;
+	const char *query = d->conn->server_version >= 120000 ?
+		"SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
+		"  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text,"
+		"  CASE c.relreplident WHEN 'f' THEN true"
+		"   WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
+		"     WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY (i.indkey))"
+		"   WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
+		"     WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY (i.indkey))"
+		"   ELSE false END"
+		" FROM pg_catalog.pg_class c"
+		" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+		" LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+		"  AND NOT a.attisdropped AND a.attgenerated = ''"
+		"  AND ($3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[]))"
+		" LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typtype, typbasetype) AS ("
+		"    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t"
+		"     WHERE t.oid = a.atttypid"
+		"    UNION ALL"
+		"    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t, b"
+		"     WHERE b.typtype = 'd' AND t.oid = b.typbasetype)"
+		"   SELECT typname FROM b WHERE typtype <> 'd') bt ON true"
+		" WHERE n.nspname = $1 AND c.relname = $2"
+		" ORDER BY a.attnum" :
+		"SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
+		"  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, t.typname::pg_catalog.text,"
+		"  c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
+		"     WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey) AND"
+		"     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident)))"
+		" FROM pg_catalog.pg_class c"
+		" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+		" LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+		"  AND NOT a.attisdropped AND ($3::pg_catalog.text[] IS NULL OR true)"
+		" LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid"
+		" WHERE n.nspname = $1 AND c.relname = $2"
+		" ORDER BY a.attnum";
+
+	foreach(lc, d->rels)
+	{
+		SourceRel  *r = lfirst(lc);
+		Probe		p;
+		ErrorData  *e;
+		PGresult   *res;
+		int			n;
+		MemoryContext old;
+
+		memset(&p, 0, sizeof(p));
+		p.query = query;
+		p.nparams = 3;
+		p.params[0] = r->name.nspname;
+		p.params[1] = r->name.relname;
+		p.params[2] = r->attnames;
+		e = guarded(d, probe_fn, &p);
+		if (e != NULL)
+		{
+			if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
+				ReThrowError(e);
+			*why = strcmp(ash_conn_last_sqlstate, "42501") == 0 ?
+				"privilege_probe_missing" : "source_probe_failed";
+			if (ash_conn_last_sqlstate[0] == '\0')
+			{
+				ash_conn_close(d->conn);
+				d->conn = NULL;
+				d->source_skip = "source_probe_failed";
+			}
+			return false;
+		}
+		res = p.res;
+		n = PQntuples(res);
+		old = MemoryContextSwitchTo(d->cxt);
+		r->exists = n > 0;
+		r->desc.nspname = r->name.nspname;
+		r->desc.relname = r->name.relname;
+		r->desc.cols = palloc0(sizeof(AshSourceColumn) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+		{
+			AshSourceColumn *c;
+
+			r->desc.replident = PQgetvalue(res, i, 0)[0];
+			r->has_select = strcmp(PQgetvalue(res, i, 1), "t") == 0;
+			if (PQgetisnull(res, i, 2))
+				continue;		/* a table without sent columns */
+			c = &r->desc.cols[r->desc.natts++];
+			c->name = pstrdup(PQgetvalue(res, i, 2));
+			c->type_oid = (uint32) strtoul(PQgetvalue(res, i, 3), NULL, 10);
+			c->type_name = PQgetisnull(res, i, 4) ? NULL : pstrdup(PQgetvalue(res, i, 4));
+			c->in_identity = strcmp(PQgetvalue(res, i, 5), "t") == 0;
+		}
+		MemoryContextSwitchTo(old);
+		PQclear(res);
+	}
+	return true;
+}
+
+static void
+check_publication(Doctor *d)
+{
+	const char *why = NULL;
+	ListCell   *lc;
+	StringInfoData missing;
+
+	if (skip_source(d, "publication"))
+		return;
+	if (!fetch_table_set(d))
+		return;
+	if (!describe_tables(d, &why))
+	{
+		emit(d, "publication", V_FAIL, why);
+		d->tableset_skip = why;
+		return;
+	}
+	/* a configured table the source does not have (wal2json's tables) */
+	initStringInfo(&missing);
+	foreach(lc, d->rels)
+	{
+		SourceRel  *r = lfirst(lc);
+
+		if (!r->exists)
+			appendStringInfo(&missing, "%s%s.%s", missing.len ? ", " : "",
+							 quote_identifier(r->name.nspname), quote_identifier(r->name.relname));
+	}
+	if (missing.len > 0)
+	{
+		emit_judged(d, "publication", V_FAIL, "decoder_table_missing",
+					psprintf("tables: %s", missing.data));
+		return;
+	}
+	emit(d, "publication", V_PASS, NULL);
+}
+
+static bool
+skip_table_set(Doctor *d, const char *check)
+{
+	if (skip_source(d, check))
+		return true;
+	if (d->tableset_skip != NULL)
+	{
+		emit(d, check, V_SKIPPED, d->tableset_skip);
+		return true;
+	}
+	return false;
+}
+
+static void
+check_privilege_select(Doctor *d)
+{
+	ListCell   *lc;
+	StringInfoData denied;
+
+	if (skip_table_set(d, "privilege_select"))
+		return;
+	initStringInfo(&denied);
+	foreach(lc, d->rels)
+	{
+		SourceRel  *r = lfirst(lc);
+
+		if (r->exists && !r->has_select)
+			appendStringInfo(&denied, "%s%s.%s", denied.len ? ", " : "",
+							 quote_identifier(r->name.nspname), quote_identifier(r->name.relname));
+	}
+	if (denied.len > 0)
+		emit_judged(d, "privilege_select", V_FAIL, "privilege_select_missing",
+					psprintf("tables: %s", denied.data));
+	else
+		emit(d, "privilege_select", V_PASS, NULL);
+}
+
+static void
+check_coverage(Doctor *d)
+{
+	List	   *names = NIL;
+	List	   *warnings = NIL;
+	AshCoverageVerdict fail;
+	ListCell   *lc;
+
+	if (skip_table_set(d, "coverage"))
+		return;
+	if (!d->mappings_known)
+	{
+		emit(d, "coverage", V_SKIPPED, "config_invalid");
+		return;
+	}
+	foreach(lc, d->rels)
+		names = lappend(names, &((SourceRel *) lfirst(lc))->name);
+	if (!ash_coverage_judge_table_set(d->mappings, d->f.ignored, names, &fail, &warnings))
+	{
+		emit_judged(d, "coverage", V_FAIL, fail.reason, fail.context);
+		return;
+	}
+	if (warnings != NIL)
+	{
+		AshCoverageVerdict *w = linitial(warnings);
+
+		foreach(lc, warnings)
+		{
+			AshCoverageVerdict *v = lfirst(lc);
+
+			if (v->context)
+				ereport(NOTICE,
+						(errmsg("ash_replicant: coverage warn: %s (%s)", v->reason, v->context)));
+		}
+		emit(d, "coverage", V_WARN, w->reason);
+		return;
+	}
+	emit(d, "coverage", V_PASS, NULL);
+}
+
+static void
+check_columns(Doctor *d)
+{
+	ListCell   *lc;
+	ListCell   *sc;
+
+	if (skip_table_set(d, "columns"))
+		return;
+	if (!d->mappings_known)
+	{
+		emit(d, "columns", V_SKIPPED, "config_invalid");
+		return;
+	}
+	forboth(lc, d->mappings, sc, d->specs)
+	{
+		AshMapping *m = lfirst(lc);
+		AshMappingSpec *spec = lfirst(sc);
+		ListCell   *rc;
+
+		foreach(rc, d->rels)
+		{
+			SourceRel  *r = lfirst(rc);
+			AshCoverageVerdict v;
+
+			if (!r->exists || strcmp(r->name.nspname, m->source_schema) != 0 ||
+				strcmp(r->name.relname, m->source_table) != 0)
+				continue;
+			if (!ash_coverage_judge_table(m, spec->history_business_key, &r->desc, &v))
+			{
+				emit_judged(d, "columns", V_FAIL, v.reason, v.context);
+				return;
+			}
+		}
+	}
+	emit(d, "columns", V_PASS, NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * Doctor: checkpoint, slot, timeline, watermark, contract, runtime.
+ * ---------------------------------------------------------------------
+ */
+
+static void
+read_checkpoint_fn(Doctor *d, void *arg)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	int			ret;
+	CheckpointFacts *cp = &d->cp;
+
+	values[0] = CStringGetTextDatum(d->f.slot_name);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	/* a plain read: no lock, no write */
+	ret = SPI_execute_with_args(
+		"SELECT source_system_id, source_database, timeline_id, commit_lsn,"
+		"  terminal_cause, decoder, contract IS NOT NULL"
+		" FROM ash_replicant.checkpoints WHERE slot_name = $1",
+		1, types, values, NULL, true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: checkpoint read failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		MemoryContext old = MemoryContextSwitchTo(d->cxt);
+		char	   *sysid = SPI_getvalue(tup, desc, 1);
+		char	   *db = SPI_getvalue(tup, desc, 2);
+		bool		isnull;
+
+		if (strcmp(sysid, d->f.sysid) != 0 || strcmp(db, d->f.database) != 0)
+			cp->foreign = true;
+		else
+		{
+			cp->ours = true;
+			cp->timeline = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+			cp->commit_lsn = DatumGetLSN(SPI_getbinval(tup, desc, 4, &isnull));
+			cp->terminal_cause = copy_text(tup, desc, 5);
+			cp->decoder = copy_text(tup, desc, 6);
+			cp->has_contract = get_bool(tup, desc, 7);
+		}
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	cp->read = true;
+}
+
+static void
+check_checkpoint(Doctor *d)
+{
+	CheckpointFacts *cp = &d->cp;
+	ErrorData  *e;
+
+	memset(cp, 0, sizeof(*cp));
+	if (empty(d->f.sysid) || empty(d->f.database))
+	{
+		emit(d, "checkpoint_state", V_SKIPPED, "config_invalid");
+		return;
+	}
+	e = guarded(d, read_checkpoint_fn, NULL);
+	if (e != NULL)
+	{
+		memset(cp, 0, sizeof(*cp));
+		emit(d, "checkpoint_state", V_FAIL, "checkpoint_state_unknown");
+		return;
+	}
+	if (cp->foreign)
+		emit(d, "checkpoint_state", V_FAIL, "checkpoint_identity_conflict");
+	else if (cp->ours && cp->terminal_cause != NULL)
+		emit(d, "checkpoint_state", V_FAIL,
+			 ash_reason_class(cp->terminal_cause) == ASH_REASON_UNKNOWN ?
+			 "tombstone_unknown" : cp->terminal_cause);
+	else if (cp->ours && cp->decoder != NULL && strcmp(cp->decoder, d->f.decoder) != 0)
+		emit(d, "checkpoint_state", V_FAIL, "decoder_contract_incompatible");
+	else
+		emit(d, "checkpoint_state", V_PASS, NULL);	/* a missing row is lawful */
+}
+
+/* skipped when the checkpoint could not be read or its identity is unknown */
+static bool
+skip_checkpoint(Doctor *d, const char *check)
+{
+	if (d->cp.read)
+		return false;
+	emit(d, check, V_SKIPPED,
+		 (empty(d->f.sysid) || empty(d->f.database)) ? "config_invalid" : "checkpoint_state_unknown");
+	return true;
+}
+
+static void
+check_slot(Doctor *d)
+{
+	PGresult   *res;
+	const char *why = NULL;
+	bool		watermark;
+	const char *fail_reason = NULL;
+	const char *warn_reason = NULL;
+
+	if (skip_source(d, "slot") || skip_checkpoint(d, "slot"))
+		return;
+	watermark = d->cp.ours && d->cp.commit_lsn != InvalidXLogRecPtr;
+	res = probe(d, d->conn->server_version >= 130000 ?
+				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, wal_status, active"
+				" FROM pg_catalog.pg_replication_slots WHERE slot_name = $1" :
+				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, NULL, active"
+				" FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+				1, d->f.slot_name, NULL, &why);
+	if (res == NULL)
+	{
+		probe_failed(d, "slot", why);
+		return;
+	}
+	if (PQntuples(res) == 0)
+	{
+		/* created at activation; recreating it under a watermark skips changes */
+		if (watermark)
+			fail_reason = "retention_lost";
+	}
+	else
+	{
+		const char *wal_status = PQgetisnull(res, 0, 3) ? NULL : PQgetvalue(res, 0, 3);
+
+		if (strcmp(PQgetvalue(res, 0, 1), "logical") != 0 ||
+			PQgetisnull(res, 0, 0) ||
+			strcmp(PQgetvalue(res, 0, 0), decoder_plugin(d->f.decoder)) != 0)
+			fail_reason = "decoder_contract_incompatible";
+		else if (PQgetisnull(res, 0, 2) || strcmp(PQgetvalue(res, 0, 2), d->f.database) != 0)
+			fail_reason = "checkpoint_identity_conflict";
+		else if (wal_status != NULL && strcmp(wal_status, "lost") == 0)
+			fail_reason = "retention_lost";
+		else if (wal_status != NULL &&
+				 (strcmp(wal_status, "extended") == 0 || strcmp(wal_status, "unreserved") == 0))
+			warn_reason = "retention_at_risk";
+		else if (strcmp(PQgetvalue(res, 0, 4), "t") == 0 &&
+				 !ash_pipeline_is_running(d->sink_name))
+			warn_reason = "source_slot_in_use";
+	}
+	PQclear(res);
+	if (fail_reason)
+		emit(d, "slot", V_FAIL, fail_reason);
+	else if (warn_reason)
+		emit(d, "slot", V_WARN, warn_reason);
+	else
+		emit(d, "slot", V_PASS, NULL);
+}
+
+static void
+check_timeline(Doctor *d)
+{
+	PGresult   *res;
+	const char *why = NULL;
+	uint32		tli = 0;
+
+	if (skip_source(d, "timeline") || skip_checkpoint(d, "timeline"))
+		return;
+	if (!d->cp.ours)
+	{
+		emit(d, "timeline", V_PASS, NULL);	/* nothing recorded to differ from */
+		return;
+	}
+	/* the insert timeline, as IDENTIFY_SYSTEM reports it, is in the WAL file name */
+	res = probe(d, "SELECT pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_flush_lsn())",
+				0, NULL, NULL, &why);
+	if (res != NULL && PQntuples(res) == 1 && strlen(PQgetvalue(res, 0, 0)) >= 8)
+	{
+		char		hex[9];
+
+		memcpy(hex, PQgetvalue(res, 0, 0), 8);
+		hex[8] = '\0';
+		tli = (uint32) strtoul(hex, NULL, 16);
+	}
+	if (res != NULL)
+		PQclear(res);
+	if (tli == 0 && d->conn != NULL)
+	{
+		res = probe(d, "SELECT timeline_id FROM pg_catalog.pg_control_checkpoint()",
+					0, NULL, NULL, &why);
+		if (res != NULL && PQntuples(res) == 1)
+			tli = (uint32) strtoul(PQgetvalue(res, 0, 0), NULL, 10);
+		if (res != NULL)
+			PQclear(res);
+	}
+	if (tli == 0)
+	{
+		probe_failed(d, "timeline", why ? why : "source_probe_failed");
+		return;
+	}
+	if ((uint32) d->cp.timeline != tli)
+		emit(d, "timeline", V_FAIL, "source_timeline_changed");
+	else
+		emit(d, "timeline", V_PASS, NULL);
+}
+
+static void
+check_watermark(Doctor *d)
+{
+	PGresult   *res;
+	const char *why = NULL;
+	uint32		hi,
+				lo;
+	XLogRecPtr	flush;
+
+	if (skip_source(d, "watermark") || skip_checkpoint(d, "watermark"))
+		return;
+	if (!d->cp.ours || d->cp.commit_lsn == InvalidXLogRecPtr)
+	{
+		emit(d, "watermark", V_PASS, NULL);
+		return;
+	}
+	res = probe(d, "SELECT pg_catalog.pg_current_wal_flush_lsn()::pg_catalog.text",
+				0, NULL, NULL, &why);
+	if (res == NULL)
+	{
+		probe_failed(d, "watermark", why);
+		return;
+	}
+	if (PQntuples(res) != 1 || sscanf(PQgetvalue(res, 0, 0), "%X/%X", &hi, &lo) != 2)
+	{
+		PQclear(res);
+		emit(d, "watermark", V_FAIL, "source_probe_failed");
+		return;
+	}
+	PQclear(res);
+	flush = ((uint64) hi << 32) | lo;
+	if (d->cp.commit_lsn > flush)
+		emit(d, "watermark", V_FAIL, "checkpoint_ahead_of_source");
+	else
+		emit(d, "watermark", V_PASS, NULL);
+}
+
+/*
+ * The contract manifest is judged by contract.c exactly as the next binding
+ * would judge it, but under a guard that makes the judgement read-only:
+ * in a subtransaction that is always rolled back, with
+ * transaction_read_only on (an admission's write fails before it can take
+ * a transaction id) and log_min_messages at PANIC (the binding's
+ * checkpoint.conflict event is the worker's to log, not the doctor's).
+ *
+ *	 returns normally             the recorded manifest is unchanged: pass
+ *	 read-only write refused      a first manifest or a pure addition, which
+ *								  the next binding admits: pass
+ *	 a halt                       contract_incompatible or
+ *								  decoder_contract_incompatible: fail
+ */
+static void
+contract_fn(Doctor *d, void *arg)
+{
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("transaction_read_only", "on", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("log_min_messages", "panic", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	ash_contract_admit(d->sink_name, d->f.sysid, d->f.database, d->f.slot_name);
+	SPI_finish();
+	AtEOXact_GUC(false, nest);
+	/* never keep anything: roll the subtransaction back */
+	d->contract_unchanged = true;
+	elog(ERROR, "ash_replicant: contract judgement rolled back");
+}
+
+static void
+check_contract(Doctor *d)
+{
+	ErrorData  *e;
+
+	if (skip_checkpoint(d, "contract"))
+		return;
+	if (!d->f.configured)
+	{
+		emit(d, "contract", V_SKIPPED, "config_invalid");
+		return;
+	}
+	d->contract_unchanged = false;
+	e = guarded(d, contract_fn, NULL);
+	if (e == NULL || d->contract_unchanged ||
+		e->sqlerrcode == ERRCODE_READ_ONLY_SQL_TRANSACTION)
+		emit(d, "contract", V_PASS, NULL);
+	else
+	{
+		const char *reason = reason_of(e, NULL);
+
+		if (reason != NULL)
+			emit_judged(d, "contract", V_FAIL, reason, context_of(e));
+		else
+			emit(d, "contract", V_SKIPPED, NULL);	/* could not be judged */
+	}
+}
+
+static void
+check_runtime(Doctor *d)
+{
+	char	   *extversion;
+	bool		isnull;
+
+	if (AshShmem == NULL)
+	{
+		emit(d, "runtime", V_FAIL, "library_not_preloaded");
+		return;
+	}
+	if (AshShmem->launcher_pid == 0)
+	{
+		emit(d, "runtime", V_FAIL, "launcher_not_running");
+		return;
+	}
+	if (ash_database == NULL || strcmp(ash_database, get_database_name(MyDatabaseId)) != 0)
+	{
+		emit(d, "runtime", V_FAIL, "launcher_database_mismatch");
+		return;
+	}
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'ash_replicant'",
+					true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the extension version failed");
+	extversion = NULL;
+	if (SPI_processed == 1)
+	{
+		(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+			extversion = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	SPI_finish();
+	if (extversion == NULL || strcmp(extversion, ASH_EXTENSION_VERSION) != 0)
+		emit(d, "runtime", V_FAIL, "extension_version_mismatch");
+	else
+		emit(d, "runtime", V_PASS, NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * Entry points.
+ * ---------------------------------------------------------------------
+ */
+
+static void
+run_checks(FunctionCallInfo fcinfo, bool doctor)
+{
+	Doctor	   *d;
+
+	if (PG_ARGISNULL(0))
+		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, doctor ? "doctor" : "preflight",
+				   "config_invalid", "sink_name must not be NULL");
+
+	InitMaterializedSRF(fcinfo, 0);
+	d = palloc0(sizeof(Doctor));
+	d->rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	d->cxt = CurrentMemoryContext;
+	d->sink_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	load_sink_facts(d);
+
+	PG_TRY();
+	{
+		check_configuration(d);
+		check_destination_mappings(d);
+		check_keyring(d);
+		check_reachable(d);
+		check_identity(d);
+		check_release(d);
+		check_boolean(d, "source_wal_level",
+					  "SELECT pg_catalog.current_setting('wal_level') = 'logical'",
+					  NULL, "source_not_logical");
+		check_boolean(d, "privilege_replication",
+					  "SELECT rolreplication OR rolsuper FROM pg_catalog.pg_roles"
+					  " WHERE rolname = current_user",
+					  NULL, "privilege_replication_missing");
+		check_output_plugin(d);
+		check_publication(d);
+		check_privilege_select(d);
+		check_coverage(d);
+		check_columns(d);
+		if (doctor)
+		{
+			check_checkpoint(d);
+			check_slot(d);
+			check_timeline(d);
+			check_watermark(d);
+			check_contract(d);
+			check_runtime(d);
+		}
+	}
+	PG_FINALLY();
+	{
+		if (d->conn != NULL)
+			ash_conn_close(d->conn);
+		d->conn = NULL;
+	}
+	PG_END_TRY();
+}
+
+/*
+ * ash_replicant_preflight(sink_name) — may this pipeline start?  Reads no
+ * checkpoint.
+ */
+Datum
+ash_replicant_preflight(PG_FUNCTION_ARGS)
+{
+	run_checks(fcinfo, false);
+	return (Datum) 0;
+}
+
+/*
+ * ash_replicant_doctor(sink_name) — every preflight check plus checkpoint,
+ * slot, timeline, watermark, contract and runtime.
+ */
+Datum
+ash_replicant_doctor(PG_FUNCTION_ARGS)
+{
+	run_checks(fcinfo, true);
+	return (Datum) 0;
+}

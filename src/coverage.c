@@ -1,0 +1,587 @@
+/*-------------------------------------------------------------------------
+ *
+ * coverage.c
+ *	  Source coverage: does a sink's mapping cover what the source sends?
+ *
+ * NOTES
+ *	  See coverage.h for the rules and their order.  Everything here is a
+ *	  judgement over descriptions: no SPI, no libpq, no writes.  Names are
+ *	  compared exactly (they are catalog names, not SQL input).
+ *
+ *	  Collect-then-report: each rule gathers every offender before the
+ *	  verdict is formed, so an operator fixes a table in one round.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/transam.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "lib/stringinfo.h"
+#include "parser/parse_coerce.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/syscache.h"
+
+#include "coverage.h"
+#include "mapping_validate.h"
+
+/* ---------------------------------------------------------------------
+ * Helpers.
+ * ---------------------------------------------------------------------
+ */
+
+static bool
+name_in(const List *names, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, (List *) names)
+	{
+		if (strcmp((const char *) lfirst(lc), name) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void
+append_name(StringInfo buf, const char *name)
+{
+	if (buf->len > 0)
+		appendStringInfoString(buf, ", ");
+	appendStringInfoString(buf, quote_identifier(name));
+}
+
+/* Append a name only once (a column can be declared by several options). */
+static void
+append_name_once(StringInfo buf, List **seen, const char *name)
+{
+	if (name_in(*seen, name))
+		return;
+	*seen = lappend(*seen, (char *) name);
+	append_name(buf, name);
+}
+
+static char *
+qualified(const char *nsp, const char *rel)
+{
+	return psprintf("%s.%s", quote_identifier(nsp), quote_identifier(rel));
+}
+
+static int
+source_column(const AshSourceTable *src, const char *name)
+{
+	for (int i = 0; i < src->natts; i++)
+	{
+		if (strcmp(src->cols[i].name, name) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/* Target column a source column is written to, NULL when skipped. */
+static const char *
+target_column_of(const AshMapping *m, const char *source)
+{
+	return ash_mapping_target_column((AshMapping *) m, source);
+}
+
+/* The live, non-dropped attribute of the target named so, or NULL. */
+static Form_pg_attribute
+target_attribute(TupleDesc desc, const char *name)
+{
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
+			return att;
+	}
+	return NULL;
+}
+
+static bool
+fail(AshCoverageVerdict *out, const char *reason, char *context)
+{
+	out->reason = reason;
+	out->warning = false;
+	out->context = context;
+	return false;
+}
+
+/*
+ * Key columns (attnums) of the target's conflict identity: the index or
+ * constraint named by upsert_identity, else the primary key.  NIL when
+ * there is none (or it has an expression column).
+ */
+static List *
+target_identity_attnums(Relation target, const AshMapping *m)
+{
+	List	   *indexes = RelationGetIndexList(target);
+	ListCell   *lc;
+	Oid			chosen = InvalidOid;
+	List	   *attnums = NIL;
+
+	foreach(lc, indexes)
+	{
+		Oid			idx = lfirst_oid(lc);
+
+		if (m->upsert_identity != NULL)
+		{
+			char	   *idxname = get_rel_name(idx);
+			Oid			conoid = get_index_constraint(idx);
+			char	   *conname = OidIsValid(conoid) ? get_constraint_name(conoid) : NULL;
+
+			if ((idxname && strcmp(idxname, m->upsert_identity) == 0) ||
+				(conname && strcmp(conname, m->upsert_identity) == 0))
+			{
+				chosen = idx;
+				break;
+			}
+		}
+		else
+		{
+			HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(idx));
+			bool		isprimary = false;
+
+			if (HeapTupleIsValid(tup))
+			{
+				isprimary = ((Form_pg_index) GETSTRUCT(tup))->indisprimary;
+				ReleaseSysCache(tup);
+			}
+			if (isprimary)
+			{
+				chosen = idx;
+				break;
+			}
+		}
+	}
+	list_free(indexes);
+
+	if (OidIsValid(chosen))
+	{
+		HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(chosen));
+		Form_pg_index ind;
+
+		if (!HeapTupleIsValid(tup))
+			return NIL;
+		ind = (Form_pg_index) GETSTRUCT(tup);
+		for (int i = 0; i < ind->indnkeyatts; i++)
+		{
+			if (ind->indkey.values[i] <= 0)
+			{
+				list_free(attnums);
+				attnums = NIL;
+				break;
+			}
+			attnums = lappend_int(attnums, ind->indkey.values[i]);
+		}
+		ReleaseSysCache(tup);
+	}
+	return attnums;
+}
+
+/* ---------------------------------------------------------------------
+ * Types.
+ * ---------------------------------------------------------------------
+ */
+
+bool
+ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
+							  Oid target_type)
+{
+	Oid			target_base = getBaseType(target_type);
+	bool		builtin = source_oid < FirstGenbkiObjectId;
+	char		tcat;
+	bool		tpref;
+
+	if (builtin && (source_oid == target_type || source_oid == target_base))
+		return true;
+
+	/* any value renders as text */
+	get_type_category_preferred(target_base, &tcat, &tpref);
+	if (tcat == TYPCATEGORY_STRING)
+		return true;
+
+	if (builtin)
+	{
+		Oid			src = (Oid) source_oid;
+
+		/* a built-in OID this server does not know (a newer source) */
+		if (!SearchSysCacheExists1(TYPEOID, ObjectIdGetDatum(src)))
+			return false;
+		/* arrays only as the same type: element casts do not apply to text */
+		if (OidIsValid(get_base_element_type(src)) ||
+			OidIsValid(get_base_element_type(target_base)))
+			return false;
+		return can_coerce_type(1, &src, &target_base, COERCION_IMPLICIT);
+	}
+
+	/* a user type is known by its name only */
+	if (source_typname == NULL)
+		return false;
+	for (int pass = 0; pass < 2; pass++)
+	{
+		Oid			t = pass == 0 ? target_type : target_base;
+		HeapTuple	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(t));
+		bool		match;
+
+		if (!HeapTupleIsValid(tup))
+			continue;
+		match = strcmp(NameStr(((Form_pg_type) GETSTRUCT(tup))->typname), source_typname) == 0;
+		ReleaseSysCache(tup);
+		if (match)
+			return true;
+	}
+	return false;
+}
+
+/* ---------------------------------------------------------------------
+ * One table.
+ * ---------------------------------------------------------------------
+ */
+
+/* Rule 4: replica identity. */
+static bool
+judge_identity(const AshMapping *m, const List *business_key, const AshSourceTable *src,
+			   Relation target, const char *qname, AshCoverageVerdict *out)
+{
+	bool		full = src->replident == 'f';
+	bool		scd2 = m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0;
+	StringInfoData bad;
+	StringInfoData unfed;
+	List	   *idattnums;
+	ListCell   *lc;
+
+	if (m->tenant_strategy != NULL && !full)
+		return fail(out, "source_replica_identity",
+					psprintf("tenant-scoped source %s needs REPLICA IDENTITY FULL", qname));
+	if (m->append_log && !full)
+		return fail(out, "source_replica_identity",
+					psprintf("append-log source %s needs REPLICA IDENTITY FULL", qname));
+	if (m->append_log || (scd2 && full))
+		return true;			/* FULL carries every column of the old row */
+	if (scd2)
+	{
+		/* the old key must carry exactly the business key */
+		bool		same = list_length(business_key) > 0;
+		int			nident = 0;
+
+		for (int i = 0; i < src->natts; i++)
+		{
+			if (!src->cols[i].in_identity)
+				continue;
+			nident++;
+			if (!name_in(business_key, src->cols[i].name))
+				same = false;
+		}
+		foreach(lc, (List *) business_key)
+		{
+			int			i = source_column(src, lfirst(lc));
+
+			if (i < 0 || !src->cols[i].in_identity)
+				same = false;
+		}
+		if (!same || nident != list_length(business_key))
+			return fail(out, "source_replica_identity",
+						psprintf("SCD2 source %s needs REPLICA IDENTITY FULL: its business key is not its replica identity",
+								 qname));
+		return true;
+	}
+
+	/* SCD1: every identity column of the target comes from the old key */
+	idattnums = target_identity_attnums(target, m);
+	if (idattnums == NIL)
+		return fail(out, "destination_table_missing",
+					psprintf("the target of %s has no usable identity (primary key or upsert_identity)",
+							 qname));
+	initStringInfo(&bad);
+	initStringInfo(&unfed);
+	foreach(lc, idattnums)
+	{
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(target), lfirst_int(lc) - 1);
+		const char *tname = NameStr(att->attname);
+		int			fed = -1;
+
+		for (int i = 0; i < src->natts && fed < 0; i++)
+		{
+			const char *t = target_column_of(m, src->cols[i].name);
+
+			if (t != NULL && strcmp(t, tname) == 0)
+				fed = i;
+		}
+		if (fed < 0)
+			append_name(&unfed, tname);
+		else if (!full && !src->cols[fed].in_identity)
+			append_name(&bad, src->cols[fed].name);
+	}
+	if (unfed.len > 0)
+		return fail(out, "source_replica_identity",
+					psprintf("table %s target identity columns fed by no source column: %s",
+							 qname, unfed.data));
+	if (bad.len > 0)
+		return fail(out, "source_replica_identity",
+					psprintf("table %s identity columns not in the source's replica identity: %s",
+							 qname, bad.data));
+	return true;
+}
+
+bool
+ash_coverage_judge_table(const AshMapping *m, const List *business_key,
+						 const AshSourceTable *src, AshCoverageVerdict *out)
+{
+	bool		ignore_drops = m->on_schema_change != NULL &&
+		strcmp(m->on_schema_change, "ignore") == 0;
+	char	   *qname = qualified(src->nspname, src->relname);
+	Relation	target;
+	TupleDesc	desc;
+	StringInfoData unmapped;
+	StringInfoData missing;
+	StringInfoData badtype;
+	List	   *seen = NIL;
+	ListCell   *lc;
+	bool		ok;
+
+	memset(out, 0, sizeof(*out));
+	target = try_relation_open(m->target_relid, AccessShareLock);
+	if (target == NULL)
+		return fail(out, "destination_table_missing", psprintf("mapping of %s", qname));
+	desc = RelationGetDescr(target);
+
+	initStringInfo(&unmapped);
+	initStringInfo(&missing);
+	initStringInfo(&badtype);
+
+	/* 1 and 3: every sent column lands on a live target column of a fitting type */
+	for (int i = 0; i < src->natts; i++)
+	{
+		const AshSourceColumn *sc = &src->cols[i];
+		const char *tname = target_column_of(m, sc->name);
+		Form_pg_attribute att;
+
+		if (tname == NULL)
+			continue;			/* skipped */
+		att = target_attribute(desc, tname);
+		if (att == NULL || att->attgenerated)
+		{
+			append_name(&unmapped, sc->name);
+			continue;
+		}
+		if (name_in(m->encrypted, sc->name))
+			continue;			/* written as ciphertext */
+		if (!ash_coverage_types_compatible(sc->type_oid, sc->type_name, att->atttypid))
+			append_name(&badtype, sc->name);
+	}
+
+	/* 2: declared source columns the source does not send */
+#define DECLARED(name, tolerated) \
+	do { \
+		if (source_column(src, (name)) < 0 && !((tolerated) && ignore_drops)) \
+			append_name_once(&missing, &seen, (name)); \
+	} while (0)
+	foreach(lc, m->renames)
+		DECLARED(((AshColumnRename *) lfirst(lc))->source, true);
+	foreach(lc, m->skip)
+		DECLARED((char *) lfirst(lc), true);
+	foreach(lc, m->sensitive)
+		DECLARED((char *) lfirst(lc), true);
+	foreach(lc, m->encrypted)
+		DECLARED((char *) lfirst(lc), true);
+	if (m->tenant_column != NULL)
+		DECLARED(m->tenant_column, false);
+	foreach(lc, (List *) business_key)
+		DECLARED((char *) lfirst(lc), false);
+#undef DECLARED
+
+	if (unmapped.len > 0)
+		ok = fail(out, "source_column_unmapped",
+				  psprintf("table %s columns: %s", qname, unmapped.data));
+	else if (missing.len > 0)
+		ok = fail(out, "source_column_missing",
+				  psprintf("table %s columns: %s", qname, missing.data));
+	else if (badtype.len > 0)
+		ok = fail(out, "source_type_invalid",
+				  psprintf("table %s columns: %s", qname, badtype.data));
+	else
+		ok = judge_identity(m, business_key, src, target, qname, out);
+
+	relation_close(target, AccessShareLock);
+	return ok;
+}
+
+/* ---------------------------------------------------------------------
+ * The table set.
+ * ---------------------------------------------------------------------
+ */
+
+static bool
+is_mapped(const List *mappings, const char *nsp, const char *rel)
+{
+	ListCell   *lc;
+
+	foreach(lc, (List *) mappings)
+	{
+		AshMapping *m = lfirst(lc);
+
+		if (strcmp(m->source_schema, nsp) == 0 && strcmp(m->source_table, rel) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool
+is_ignored(const List *ignored, const char *nsp, const char *rel)
+{
+	ListCell   *lc;
+
+	foreach(lc, (List *) ignored)
+	{
+		List	   *parts = lfirst(lc);
+
+		if (strcmp(linitial(parts), nsp) == 0 && strcmp(lsecond(parts), rel) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool
+in_table_set(const List *table_set, const char *nsp, const char *rel)
+{
+	ListCell   *lc;
+
+	foreach(lc, (List *) table_set)
+	{
+		AshSourceName *t = lfirst(lc);
+
+		if (strcmp(t->nspname, nsp) == 0 && strcmp(t->relname, rel) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void
+append_qualified(StringInfo buf, const char *nsp, const char *rel)
+{
+	if (buf->len > 0)
+		appendStringInfoString(buf, ", ");
+	appendStringInfoString(buf, qualified(nsp, rel));
+}
+
+static AshCoverageVerdict *
+warning(const char *reason, char *context)
+{
+	AshCoverageVerdict *w = palloc0(sizeof(AshCoverageVerdict));
+
+	w->reason = reason;
+	w->warning = true;
+	w->context = context;
+	return w;
+}
+
+bool
+ash_coverage_judge_table_set(const List *mappings, const List *ignored,
+							 const List *table_set, AshCoverageVerdict *fail_out,
+							 List **warnings)
+{
+	StringInfoData unmapped;
+	StringInfoData collides;
+	StringInfoData never;
+	StringInfoData unpublished;
+	ListCell   *lc;
+
+	memset(fail_out, 0, sizeof(*fail_out));
+	initStringInfo(&unmapped);
+	initStringInfo(&collides);
+	initStringInfo(&never);
+	initStringInfo(&unpublished);
+
+	foreach(lc, (List *) table_set)
+	{
+		AshSourceName *t = lfirst(lc);
+
+		if (!is_mapped(mappings, t->nspname, t->relname) &&
+			!is_ignored(ignored, t->nspname, t->relname))
+			append_qualified(&unmapped, t->nspname, t->relname);
+	}
+	foreach(lc, (List *) ignored)
+	{
+		List	   *parts = lfirst(lc);
+		const char *nsp = linitial(parts);
+		const char *rel = lsecond(parts);
+
+		if (is_mapped(mappings, nsp, rel))
+			append_qualified(&collides, nsp, rel);
+		else if (!in_table_set(table_set, nsp, rel))
+			append_qualified(&never, nsp, rel);
+	}
+	foreach(lc, (List *) mappings)
+	{
+		AshMapping *m = lfirst(lc);
+
+		if (!in_table_set(table_set, m->source_schema, m->source_table))
+			append_qualified(&unpublished, m->source_schema, m->source_table);
+	}
+
+	if (never.len > 0)
+		*warnings = lappend(*warnings,
+							warning("ignore_never_matches",
+									psprintf("ignored sources not in the table set: %s", never.data)));
+	if (unpublished.len > 0)
+		*warnings = lappend(*warnings,
+							warning("mapping_never_matches",
+									psprintf("mapped sources not in the table set: %s", unpublished.data)));
+
+	if (unmapped.len > 0)
+		return fail(fail_out, "source_table_unmapped",
+					psprintf("tables neither mapped nor ignored: %s", unmapped.data));
+	if (collides.len > 0)
+		return fail(fail_out, "ignore_collides_with_mapping",
+					psprintf("ignored sources that are mapped: %s", collides.data));
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * Adapter.
+ * ---------------------------------------------------------------------
+ */
+
+AshMapping *
+ash_coverage_mapping_from_spec(const AshMappingSpec *spec)
+{
+	AshMapping *m = palloc0(sizeof(AshMapping));
+	ListCell   *lc;
+
+	m->resource_id = spec->resource_id;
+	m->target_relid = spec->target;
+	m->source_schema = spec->source_schema;
+	m->source_table = spec->source_table;
+	foreach(lc, spec->column_map)
+	{
+		AshColumnPair *p = lfirst(lc);
+		AshColumnRename *r = palloc(sizeof(AshColumnRename));
+
+		r->source = p->source;
+		r->target = p->target;
+		m->renames = lappend(m->renames, r);
+	}
+	m->skip = list_copy(spec->skip);
+	m->sensitive = list_copy(spec->sensitive);
+	m->encrypted = list_copy(spec->encrypted);
+	m->tenant_column = spec->tenant_column;
+	m->tenant_function = spec->tenant_function;
+	m->tenant_strategy = (char *) ash_tenant_strategy_name(spec->tenant_strategy);
+	m->tenant_schema_format = spec->tenant_schema_format;
+	m->on_truncate = (char *) ash_on_truncate_name(spec->on_truncate);
+	m->on_schema_change = (char *) ash_on_schema_change_name(spec->on_schema_change);
+	m->upsert_identity = spec->upsert_identity;
+	m->history_strategy = (char *) ash_history_strategy_name(spec->history_strategy);
+	m->append_log = spec->append_log;
+	m->snapshot_provenance = spec->snapshot_provenance;
+	return m;
+}

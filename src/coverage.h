@@ -1,0 +1,129 @@
+/*-------------------------------------------------------------------------
+ *
+ * coverage.h
+ *	  Source coverage: does a sink's mapping cover what the source sends?
+ *
+ * NOTES
+ *	  One judgement shared by activation preflight, the doctor and the
+ *	  census (and, through ash_coverage_types_compatible, the apply-side
+ *	  relation cache).  Its inputs are plain descriptions, however they were
+ *	  obtained: a probe query on the source's catalogs, or a pgoutput
+ *	  Relation message.  It needs a transaction (it opens the target
+ *	  relation and reads the syscache) but performs no writes and no SPI.
+ *
+ *	  Per table (ash_coverage_judge_table), the first problem wins, in this
+ *	  order, and its context names EVERY offending column:
+ *
+ *	  1. source_column_unmapped: a column the source sends is neither
+ *		 skipped nor mapped (column_map, else the same name) to an
+ *		 existing, non-generated target column;
+ *	  2. source_column_missing: a declared source column (column_map key,
+ *		 skip, sensitive, encrypted, tenant_column, history business key)
+ *		 the source does not send.  Under on_schema_change = 'ignore' a
+ *		 dropped column_map/skip/sensitive/encrypted entry is tolerated; the
+ *		 tenant column and the business key never are;
+ *	  3. source_type_invalid: the source type does not read into the target
+ *		 type (same type, text-category target, an implicit cast between
+ *		 built-in types, or for a source user type the same type name);
+ *		 encrypted columns are exempt (their target holds ciphertext);
+ *	  4. source_replica_identity: REPLICA IDENTITY FULL on tenant-scoped
+ *		 sources, append-log sources, and SCD2 sources whose business key is
+ *		 not exactly the replica identity; otherwise (SCD1) every identity
+ *		 column of the target (upsert_identity or primary key) must be fed
+ *		 by a source column of the replica identity.
+ *
+ *	  A mapping whose target is gone is destination_table_missing.
+ *
+ *	  Table set (ash_coverage_judge_table_set): every table of the table
+ *	  set is mapped or ignored (source_table_unmapped); no ignore names a
+ *	  mapped table (ignore_collides_with_mapping); warnings for an ignore
+ *	  that matches nothing in the table set (ignore_never_matches) and for
+ *	  a mapping whose source table is not in the table set
+ *	  (mapping_never_matches: that table would silently never replicate).
+ *
+ *	  Contexts are structural only: quoted schema, table and column names,
+ *	  never a value.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_COVERAGE_H
+#define ASH_COVERAGE_H
+
+#include "nodes/pg_list.h"
+
+#include "config.h"
+
+/* mapping_validate.h is not included: its enums clash with relmap.h's. */
+struct AshMappingSpec;
+
+/* One column as the decoder sends it. */
+typedef struct AshSourceColumn
+{
+	char	   *name;
+	uint32		type_oid;		/* the SOURCE's type OID */
+	char	   *type_name;		/* pg_type.typname at the source; for a
+								 * domain the base type's name, as pgoutput's
+								 * Type message carries it */
+	bool		in_identity;	/* part of the replica identity (every column
+								 * under REPLICA IDENTITY FULL) */
+} AshSourceColumn;
+
+/* One source table as the decoder describes it. */
+typedef struct AshSourceTable
+{
+	char	   *nspname;
+	char	   *relname;
+	char		replident;		/* 'd' default, 'f' full, 'i' index, 'n' nothing */
+	int			natts;
+	AshSourceColumn *cols;		/* only the columns the decoder sends */
+} AshSourceTable;
+
+/* A table of the decoder's table set, by name. */
+typedef struct AshSourceName
+{
+	char	   *nspname;
+	char	   *relname;
+} AshSourceName;
+
+typedef struct AshCoverageVerdict
+{
+	const char *reason;			/* NULL: covered */
+	bool		warning;		/* a warning, not a failure */
+	char	   *context;		/* structural context, never a value */
+} AshCoverageVerdict;
+
+/*
+ * Can text output of the source type be read by the target type?  A
+ * built-in source type (OID below FirstGenbkiObjectId) is the same type
+ * here; a user type is known by its name only.
+ */
+extern bool ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
+										  Oid target_type);
+
+/*
+ * Judge one mapped source table.  business_key: the SCD2 business key
+ * (source column names, char *), NIL otherwise — AshMapping does not carry
+ * it.  Returns true when covered; otherwise fills *out with the first
+ * problem (see NOTES).
+ */
+extern bool ash_coverage_judge_table(const AshMapping *m, const List *business_key,
+									 const AshSourceTable *src, AshCoverageVerdict *out);
+
+/*
+ * Judge the table set.  mappings: AshMapping *; ignored: as
+ * AshPipelineConfig.ignored_sources (List of two-element Lists of char *);
+ * table_set: AshSourceName *.  Returns true when nothing fails; the first
+ * failure goes to *fail, every warning is appended to *warnings
+ * (AshCoverageVerdict *).
+ */
+extern bool ash_coverage_judge_table_set(const List *mappings, const List *ignored,
+										 const List *table_set, AshCoverageVerdict *fail,
+										 List **warnings);
+
+/*
+ * The AshMapping (config.h) equivalent of a stored mapping spec, for
+ * callers that loaded mappings with ash_mapping_load_sink.
+ */
+extern AshMapping *ash_coverage_mapping_from_spec(const struct AshMappingSpec *spec);
+
+#endif							/* ASH_COVERAGE_H */

@@ -1,0 +1,312 @@
+/*-------------------------------------------------------------------------
+ *
+ * crypto.c
+ *	  AES-256-GCM column encryption and HMAC-SHA-256 (OpenSSL EVP).
+ *
+ * NOTES
+ *	  The ciphertext format and the authenticated data are described in
+ *	  crypto.h (and docs/keys.md).  Invariants:
+ *
+ *	  - a fresh 96-bit nonce from RAND_bytes for every value; the key is the
+ *		ACTIVE column_encryption key and its version is written in the
+ *		header, so rotation needs no re-encryption: older values name the
+ *		retained version they were written with;
+ *	  - the header is part of the authenticated data, so no header byte
+ *		can be changed without failing the tag;
+ *	  - decryption fails closed: an unknown format, a truncated value, an
+ *		absent key version (keyring_version_missing, never "changed") and a
+ *		tag mismatch (tampering or another binding) each raise; no partial
+ *		plaintext escapes (the buffer is wiped before raising);
+ *	  - messages name the format problem and the destination column, never
+ *		a byte of the value or of a key.
+ *
+ *	  OpenSSL contexts are freed before anything is raised, so no handle
+ *	  leaks on an error path.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+#include "crypto.h"
+#include "errors.h"
+#include "keyring.h"
+
+#define STAGE_ENCRYPT	"encrypt"
+#define STAGE_DECRYPT	"decrypt"
+
+static void crypto_fail(int sqlerrcode, const char *stage, const char *reason,
+						const char *fmt,...) pg_attribute_printf(4, 5) pg_attribute_noreturn();
+
+/*
+ * Raise a value-free refusal: a rejection in a backend, a halt in one of
+ * the extension's background workers (a pipeline must stop with the
+ * reason, not retry).
+ */
+static void
+crypto_fail(int sqlerrcode, const char *stage, const char *reason,
+			const char *fmt,...)
+{
+	StringInfoData ctx;
+
+	initStringInfo(&ctx);
+	for (;;)
+	{
+		va_list		args;
+		int			needed;
+
+		va_start(args, fmt);
+		needed = appendStringInfoVA(&ctx, fmt, args);
+		va_end(args);
+		if (needed == 0)
+			break;
+		enlargeStringInfo(&ctx, needed);
+	}
+	if (ash_in_extension_worker())
+		ash_halt(reason, "%s", ctx.data);
+	ash_reject(sqlerrcode, stage, reason, "%s", ctx.data);
+}
+
+/* Append one always-quoted identifier part. */
+static void
+append_quoted(StringInfo buf, const char *part)
+{
+	appendStringInfoChar(buf, '"');
+	for (const char *p = part; *p; p++)
+	{
+		if (*p == '"')
+			appendStringInfoChar(buf, '"');
+		appendStringInfoChar(buf, *p);
+	}
+	appendStringInfoChar(buf, '"');
+}
+
+char *
+ash_crypto_binding(const char *schema, const char *table, const char *column)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	append_quoted(&buf, schema);
+	appendStringInfoChar(&buf, '.');
+	append_quoted(&buf, table);
+	appendStringInfoChar(&buf, '.');
+	append_quoted(&buf, column);
+	return buf.data;
+}
+
+/* AAD = header || binding, palloc'd; *len set. */
+static uint8 *
+build_aad(const uint8 *header, const char *schema, const char *table,
+		  const char *column, int *len)
+{
+	char	   *binding = ash_crypto_binding(schema, table, column);
+	int			blen = strlen(binding);
+	uint8	   *aad = palloc(ASH_CIPHER_HEADER_LEN + blen);
+
+	memcpy(aad, header, ASH_CIPHER_HEADER_LEN);
+	memcpy(aad + ASH_CIPHER_HEADER_LEN, binding, blen);
+	pfree(binding);
+	*len = ASH_CIPHER_HEADER_LEN + blen;
+	return aad;
+}
+
+static void
+put_be32(uint8 *p, uint32 v)
+{
+	p[0] = (uint8) (v >> 24);
+	p[1] = (uint8) (v >> 16);
+	p[2] = (uint8) (v >> 8);
+	p[3] = (uint8) v;
+}
+
+static uint32
+get_be32(const uint8 *p)
+{
+	return ((uint32) p[0] << 24) | ((uint32) p[1] << 16) |
+		((uint32) p[2] << 8) | (uint32) p[3];
+}
+
+bytea *
+ash_encrypt_column(const char *schema, const char *table, const char *column,
+				   const char *plaintext, int len)
+{
+	const AshKey *key;
+	bytea	   *result;
+	uint8	   *out;
+	uint8	   *aad;
+	int			aadlen;
+	EVP_CIPHER_CTX *ctx;
+	int			outl = 0;
+	int			finl = 0;
+	bool		ok;
+
+	if (len < 0 || (Size) len > MaxAllocSize - VARHDRSZ - ASH_CIPHER_OVERHEAD)
+		crypto_fail(ERRCODE_PROGRAM_LIMIT_EXCEEDED, STAGE_ENCRYPT, "ciphertext_invalid",
+					"value too long to encrypt for column %s",
+					ash_crypto_binding(schema, table, column));
+
+	key = ash_keyring_active(ASH_KEYS_COLUMN_ENCRYPTION);
+	if (key == NULL)
+		crypto_fail(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_ENCRYPT,
+					"keyring_missing_family", "family %s has no key",
+					ASH_KEYS_COLUMN_ENCRYPTION);
+	if (key->len != ASH_KEY_AES256_BYTES)	/* the keyring guarantees it */
+		elog(ERROR, "ash_replicant: column encryption key has the wrong length");
+
+	result = palloc(VARHDRSZ + ASH_CIPHER_OVERHEAD + len);
+	SET_VARSIZE(result, VARHDRSZ + ASH_CIPHER_OVERHEAD + len);
+	out = (uint8 *) VARDATA(result);
+	out[0] = ASH_CIPHER_FORMAT_V1;
+	put_be32(out + 1, (uint32) key->version);
+	if (RAND_bytes(out + ASH_CIPHER_HEADER_LEN, ASH_CIPHER_NONCE_LEN) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("ash_replicant: could not generate a random nonce")));
+	aad = build_aad(out, schema, table, column, &aadlen);
+
+	ctx = EVP_CIPHER_CTX_new();
+	ok = ctx != NULL &&
+		EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) == 1 &&
+		EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, ASH_CIPHER_NONCE_LEN, NULL) == 1 &&
+		EVP_EncryptInit_ex(ctx, NULL, NULL, key->bytes,
+						   out + ASH_CIPHER_HEADER_LEN) == 1 &&
+		EVP_EncryptUpdate(ctx, NULL, &outl, aad, aadlen) == 1;
+	if (ok && len > 0)
+		ok = EVP_EncryptUpdate(ctx, out + ASH_CIPHER_HEADER_LEN + ASH_CIPHER_NONCE_LEN,
+							   &outl, (const uint8 *) plaintext, len) == 1 &&
+			outl == len;
+	ok = ok &&
+		EVP_EncryptFinal_ex(ctx, out + ASH_CIPHER_HEADER_LEN + ASH_CIPHER_NONCE_LEN + len,
+							&finl) == 1 &&
+		finl == 0 &&
+		EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, ASH_CIPHER_TAG_LEN,
+							out + ASH_CIPHER_HEADER_LEN + ASH_CIPHER_NONCE_LEN + len) == 1;
+	EVP_CIPHER_CTX_free(ctx);
+	pfree(aad);
+
+	if (!ok)
+	{
+		pfree(result);
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("ash_replicant: encryption failed in OpenSSL")));
+	}
+	return result;
+}
+
+char *
+ash_decrypt_column(const char *schema, const char *table, const char *column,
+				   const bytea *value, int *len)
+{
+	const uint8 *in = (const uint8 *) VARDATA_ANY(value);
+	int			inlen = VARSIZE_ANY_EXHDR(value);
+	int			ctlen;
+	uint32		version;
+	const AshKey *key;
+	uint8	   *aad;
+	int			aadlen;
+	char	   *plain;
+	EVP_CIPHER_CTX *ctx;
+	int			outl = 0;
+	int			finl = 0;
+	bool		ok;
+	bool		authentic;
+
+	Assert(!VARATT_IS_COMPRESSED(value) && !VARATT_IS_EXTERNAL(value));
+
+	if (inlen < 1)
+		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+					"empty value for column %s", ash_crypto_binding(schema, table, column));
+	if (in[0] != ASH_CIPHER_FORMAT_V1)
+		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+					"unknown ciphertext format for column %s",
+					ash_crypto_binding(schema, table, column));
+	if (inlen < ASH_CIPHER_OVERHEAD)
+		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+					"truncated value for column %s", ash_crypto_binding(schema, table, column));
+	version = get_be32(in + 1);
+	if (version == 0 || version > PG_INT32_MAX)
+		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+					"invalid key version in the value for column %s",
+					ash_crypto_binding(schema, table, column));
+	key = ash_keyring_get(ASH_KEYS_COLUMN_ENCRYPTION, (int) version);
+	if (key == NULL)
+		crypto_fail(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_DECRYPT,
+					"keyring_version_missing", "family %s has no version %u",
+					ASH_KEYS_COLUMN_ENCRYPTION, version);
+	if (key->len != ASH_KEY_AES256_BYTES)	/* the keyring guarantees it */
+		elog(ERROR, "ash_replicant: column encryption key has the wrong length");
+
+	ctlen = inlen - ASH_CIPHER_OVERHEAD;
+	plain = palloc0(ctlen + 1);
+	aad = build_aad(in, schema, table, column, &aadlen);
+
+	ctx = EVP_CIPHER_CTX_new();
+	ok = ctx != NULL &&
+		EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) == 1 &&
+		EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, ASH_CIPHER_NONCE_LEN, NULL) == 1 &&
+		EVP_DecryptInit_ex(ctx, NULL, NULL, key->bytes, in + ASH_CIPHER_HEADER_LEN) == 1 &&
+		EVP_DecryptUpdate(ctx, NULL, &outl, aad, aadlen) == 1;
+	if (ok && ctlen > 0)
+		ok = EVP_DecryptUpdate(ctx, (uint8 *) plain,
+							   &outl, in + ASH_CIPHER_HEADER_LEN + ASH_CIPHER_NONCE_LEN,
+							   ctlen) == 1 &&
+			outl == ctlen;
+	ok = ok &&
+		EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, ASH_CIPHER_TAG_LEN,
+							(void *) (in + inlen - ASH_CIPHER_TAG_LEN)) == 1;
+	/* the tag verdict: only a completed, matching Final is authentic */
+	authentic = ok &&
+		EVP_DecryptFinal_ex(ctx, (uint8 *) plain + ctlen, &finl) == 1 &&
+		finl == 0;
+	EVP_CIPHER_CTX_free(ctx);
+	pfree(aad);
+
+	if (!authentic)
+	{
+		explicit_bzero(plain, ctlen + 1);
+		pfree(plain);
+		if (!ok)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("ash_replicant: decryption failed in OpenSSL")));
+		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+					"authentication failed: the value was altered or does not belong to column %s",
+					ash_crypto_binding(schema, table, column));
+	}
+	*len = ctlen;
+	return plain;
+}
+
+void
+ash_hmac_sha256(const AshKey *key, const char *data, int len,
+				uint8 out[ASH_HMAC_SHA256_LEN])
+{
+	unsigned int outlen = 0;
+	static const unsigned char empty[1] = {0};
+
+	if (key == NULL || key->bytes == NULL || key->len <= 0 || len < 0)
+		elog(ERROR, "ash_replicant: HMAC needs a key and data");
+	if (HMAC(EVP_sha256(), key->bytes, key->len,
+			 len > 0 ? (const unsigned char *) data : empty, (size_t) len,
+			 out, &outlen) == NULL ||
+		outlen != ASH_HMAC_SHA256_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("ash_replicant: HMAC-SHA-256 failed in OpenSSL")));
+}
+
+bool
+ash_digest_equal(const uint8 *a, const uint8 *b, size_t len)
+{
+	return CRYPTO_memcmp(a, b, len) == 0;
+}
