@@ -191,15 +191,17 @@ leave_cleanly(void)
  * ---------------------------------------------------------------------
  */
 static void
-do_halt(const char *reason, const char *sqlstate)
+do_halt_detail(const char *reason, const char *sqlstate, const char *detail)
 {
 	AshReasonClass rc = ash_reason_class(reason);
 	const char *cls = (rc == ASH_REASON_MISCONFIGURED) ? "misconfigured" : "halted";
 
+	/* detail is an ash_halt message: structural by construction */
 	ereport(LOG,
 			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s",
 					cfg->sink_name, reason, cls,
-					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : "")));
+					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : ""),
+			 detail ? errdetail_internal("%s", detail) : 0));
 
 	/* in-memory leg first: it survives a failed catalog write */
 	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
@@ -215,6 +217,12 @@ do_halt(const char *reason, const char *sqlstate)
 		ash_stream_close(&stream);
 	stream_open = false;
 	leave_cleanly();
+}
+
+static void
+do_halt(const char *reason, const char *sqlstate)
+{
+	do_halt_detail(reason, sqlstate, NULL);
 }
 
 static int
@@ -685,7 +693,7 @@ handle_error(ErrorData *edata, long backoff)
 	SpinLockRelease(&MySlot->mutex);
 
 	if (halt != NULL)
-		do_halt(halt, NULL);
+		do_halt_detail(halt, NULL, edata->message);
 
 	if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
 		edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
