@@ -147,7 +147,8 @@ for my $s ($sink, sort keys %terminal)
 sub side_logged
 {
 	my ($s, $side, $label) = @_;
-	my @lines = AshTest::log_lines_like($dst, qr/ash_replicant.*\bsink=\Q$s\E\b.*tenant_required/);
+	my @lines = grep { /tenant[._]required/ }
+	  AshTest::log_lines_like($dst, qr/ash_replicant .*\bsink=\Q$s\E(\s|$)/);
 	ok(scalar(grep { /\bside=\Q$side\E\b/ } @lines) >= 1, "$label: the tenant_required halt names side=$side")
 	  or diag join("\n", @lines);
 }

@@ -67,13 +67,28 @@ sub key_hex
 ##############################################################################
 
 # state($dst, $sink, @tables): destination content hashes and the checkpoint
-# (watermark, end LSN).
+# (watermark, end LSN), in one round trip.  Rows are ordered by their text, so
+# the hash is deterministic whatever the table's key.
 sub state
 {
 	my ($dst, $sink, @tables) = @_;
-	my %h = map { $_ => AshTest::table_hash($dst, $_) } @tables;
-	my $cp = $dst->safe_psql($DB,
-		AshTest::checkpoint_sql($sink, "c.commit_lsn::text || ' ' || coalesce(c.end_lsn::text, '-')"));
+	my @parts = map {
+		"SELECT " . AshTest::lit($_) . " || '|' || md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), ''))"
+		  . " || ' ' || count(*) FROM $_ t"
+	} @tables;
+	push @parts, "SELECT 'checkpoint|' || coalesce(("
+	  . AshTest::checkpoint_sql($sink, "c.commit_lsn::text || ' ' || coalesce(c.end_lsn::text, '-')")
+	  . "), '(none)')";
+	my $out = $dst->safe_psql($DB,
+		"SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET extra_float_digits = 3;\n"
+		  . join("\nUNION ALL\n", map { "($_)" } @parts));
+	my %h;
+	for my $line (split /\n/, $out)
+	{
+		my ($k, $v) = split /\|/, $line, 2;
+		$h{$k} = $v;
+	}
+	my $cp = delete $h{checkpoint};
 	return { tables => \%h, checkpoint => $cp };
 }
 
