@@ -1,6 +1,6 @@
 # Streaming mirror core: source identity and checkpoint binding (SPEC §7.1, §7.3).
 #
-#  - a wrong source_system_identifier (and, separately, a wrong source_database)
+#  (last, separately) a wrong source_system_identifier (and, separately, a wrong source_database)
 #    halts source_identity_mismatch before any checkpoint or slot exists; no
 #    identity value appears in status, catalog text of status, or any
 #    destination log line of the extension
@@ -41,45 +41,14 @@ CREATE PUBLICATION pub_dbm FOR TABLE t;
 });
 
 ########################################################################
-# wrong identity: system identifier, then database
-########################################################################
-AshTest::setup_pipeline($src, $dst, sink => 'idm', publication => 'pub_idm',
-	maps => [ ['t'] ], source_system_identifier => $wrong);
-AshTest::wait_status($dst, 'idm', 'halted', 'source_identity_mismatch', src => $src);
-AshTest::setup_pipeline($src, $dst, sink => 'dbm', publication => 'pub_dbm',
-	maps => [ ['t'] ], source_database => 'not_the_source_db');
-AshTest::wait_status($dst, 'dbm', 'halted', 'source_identity_mismatch', src => $src);
-
-for my $s (qw(idm dbm))
-{
-	is($dst->safe_psql('postgres', "SELECT count(*) FROM ash_replicant.checkpoints WHERE slot_name = '$s'"),
-		'0', "$s: no checkpoint row bound");
-	is($src->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$s'"),
-		'0', "$s: no slot created at the source");
-}
-my $status_text = $dst->safe_psql('postgres',
-	"SELECT row_to_json(x)::text FROM ash_replicant_status() x")
-  . $dst->safe_psql('postgres', "SELECT row_to_json(x)::text FROM ash_replicant.stat_pipelines x");
-for my $v ([ $sysid, 'source identifier' ], [ $wrong, 'configured identifier' ], [ 'not_the_source_db', 'configured database' ])
-{
-	ok(index($status_text, $v->[0]) < 0, "$v->[1] not in status or stat_pipelines");
-	my @lines = AshTest::log_lines_like($dst, qr/ash_replicant|source_identity_mismatch/);
-	my @leaks = grep { index($_, $v->[0]) >= 0 } @lines;
-	is(scalar(@leaks), 0, "$v->[1] not in any ash_replicant log line of the destination")
-	  or diag join("\n", @leaks[ 0 .. ($#leaks < 4 ? $#leaks : 4) ]);
-}
-ok(scalar(AshTest::log_lines_like($dst, qr/source_identity_mismatch/)) >= 1,
-	'the mismatch is logged with its reason code');
-AshTest::stop_sink($dst, $_) for qw(idm dbm);
-
-########################################################################
 # a good pipeline with a checkpoint
 ########################################################################
 my $sink = 'tl';
 AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_t', maps => [ ['t'] ]);
-$src->safe_psql('postgres', q{INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g});
 AshTest::wait_caught_up($src, $dst, $sink, name => 'pipeline streams')
   or BAIL_OUT('pipeline never streamed');
+$src->safe_psql('postgres', q{INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g});
+AshTest::wait_caught_up($src, $dst, $sink);
 AshTest::assert_mirror_equal($src, $dst, ['t']);
 my $cp = AshTest::checkpoint_row($dst, $sink) // {};
 is($cp->{timeline_id}, $tli, 'checkpoint records the source timeline');
@@ -162,5 +131,37 @@ AshTest::assert_mirror_equal($src, $dst, ['t'], name => 'converged after the rej
 is($dst->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id IN (1001, 1002, 1003)'), '3',
 	'rows committed while the binding was rejected applied once resumed');
 AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src);
+
+########################################################################
+# wrong identity: system identifier, then database
+########################################################################
+AshTest::setup_pipeline($src, $dst, sink => 'idm', publication => 'pub_idm',
+	maps => [ ['t'] ], source_system_identifier => $wrong);
+AshTest::wait_status($dst, 'idm', 'halted', 'source_identity_mismatch', src => $src);
+AshTest::setup_pipeline($src, $dst, sink => 'dbm', publication => 'pub_dbm',
+	maps => [ ['t'] ], source_database => 'not_the_source_db');
+AshTest::wait_status($dst, 'dbm', 'halted', 'source_identity_mismatch', src => $src);
+
+for my $s (qw(idm dbm))
+{
+	is($dst->safe_psql('postgres', "SELECT count(*) FROM ash_replicant.checkpoints WHERE slot_name = '$s'"),
+		'0', "$s: no checkpoint row bound");
+	is($src->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$s'"),
+		'0', "$s: no slot created at the source");
+}
+my $status_text = $dst->safe_psql('postgres',
+	"SELECT row_to_json(x)::text FROM ash_replicant_status() x")
+  . $dst->safe_psql('postgres', "SELECT row_to_json(x)::text FROM ash_replicant.stat_pipelines x");
+for my $v ([ $sysid, 'source identifier' ], [ $wrong, 'configured identifier' ], [ 'not_the_source_db', 'configured database' ])
+{
+	ok(index($status_text, $v->[0]) < 0, "$v->[1] not in status or stat_pipelines");
+	my @lines = AshTest::log_lines_like($dst, qr/ash_replicant|source_identity_mismatch/);
+	my @leaks = grep { index($_, $v->[0]) >= 0 } @lines;
+	is(scalar(@leaks), 0, "$v->[1] not in any ash_replicant log line of the destination")
+	  or diag join("\n", @leaks[ 0 .. ($#leaks < 4 ? $#leaks : 4) ]);
+}
+ok(scalar(AshTest::log_lines_like($dst, qr/source_identity_mismatch/)) >= 1,
+	'the mismatch is logged with its reason code');
+AshTest::stop_sink($dst, $_) for qw(idm dbm);
 
 done_testing();

@@ -1,8 +1,9 @@
 # AshTest — shared harness of the ash_replicant end-to-end TAP tests.
 #
 # Every test builds its own SOURCE/DESTINATION pair with start_pair(), wires a
-# pipeline with setup_pipeline() and synchronizes only by polling (poll_query_until
-# or a bounded poll on a condition), never by sleeping for a state.
+# pipeline with setup_pipeline() and synchronizes only with poll_query_until,
+# never by sleeping for a state (the one bounded wait loop, in crash_restart,
+# waits for killed processes to be gone while the server cannot be queried).
 #
 #   use lib 'test/t';
 #   use AshTest;
@@ -15,6 +16,9 @@
 #   - setup_pipeline() also creates, publishes and maps a per-sink marker table
 #     "ash_marker_<sink>"; wait_caught_up() commits a marker row at the source
 #     and waits for the destination watermark to reach that commit (see there).
+#   - Exact source commit LSNs come from the source's WAL (pg_walinspect, created
+#     by start_pair): commit_tracked() runs a transaction and returns the
+#     (commit_lsn, end_lsn) of its commit record.
 #   - Waits return early when the pipeline reaches a terminal state (halted /
 #     misconfigured) so a broken pipeline fails in seconds, not minutes; after the
 #     first timed-out wait the remaining waits of the file use a short timeout,
@@ -25,7 +29,6 @@ use strict;
 use warnings;
 
 use Carp;
-use File::Basename;
 use JSON::PP;
 use Time::HiRes qw(usleep time);
 use IPC::Run;
@@ -68,7 +71,6 @@ max_wal_senders = 10
 max_replication_slots = 10
 max_connections = 60
 log_statement = '$log_statement'
-log_min_messages = warning
 } . ($o{src_conf} // ''));
 	# TCP from 127.0.0.1, trust, for normal and replication connections.
 	$src->append_conf('pg_hba.conf', qq{
@@ -161,7 +163,7 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 #                     ash_replicant_map_table(sink, 'target'::regclass, ...)
 #   connection        [conninfo($src)]
 #   source_system_identifier, source_database  [source_identity($src)]
-#   census            jsonb text ['{"interval_ms": 1000}']
+#   census            jsonb text [$ENV{ASH_TEST_CENSUS} or '{"interval_ms": 1000}']
 #   batch_max_transactions, ignored_sources (array ref), slot
 #   marker            create/publish/map the marker table [1]
 #   start             call ash_replicant_start [1]
@@ -176,7 +178,8 @@ sub setup_pipeline
 	$sysid = $o{source_system_identifier} if exists $o{source_system_identifier};
 	$db    = $o{source_database}          if exists $o{source_database};
 	my $conn   = $o{connection} // conninfo($src);
-	my $census = $o{census} // '{"interval_ms": 1000}';
+	# ASH_TEST_CENSUS overrides the default census options (debugging only)
+	my $census = $o{census} // ($ENV{ASH_TEST_CENSUS} || '{"interval_ms": 1000}');
 	my $marker = $o{marker} // 1;
 
 	if ($marker)
@@ -358,7 +361,9 @@ sub poll
 	my $t = _timeout($o{timeout});
 	# poll_query_until tries 10 times a second for 10 * timeout_default tries
 	local $PostgreSQL::Test::Utils::timeout_default = $t;
-	my $ok = $node->poll_query_until($DB, $sql, $expected // 't');
+	# a server that dies under the poll makes psql fail hard: fail the wait, not the file
+	my $ok = eval { $node->poll_query_until($DB, $sql, $expected // 't') };
+	diag "poll on " . $node->name . " aborted: $@" unless defined $ok;
 	$degraded = 1 unless $ok;
 	return $ok;
 }
