@@ -34,11 +34,21 @@
  *			  ON CONFLICT (business key, valid_from) DO NOTHING
  *
  *	  When a close finds nothing, one probe of the key tells the cases
- *	  apart: a version starting after L, or at L but written by an earlier
- *	  destination transaction, means this change was applied before
- *	  (nothing to do); an open version starting at L written by THIS
- *	  destination transaction was opened by an earlier change of the same
- *	  source transaction.
+ *	  apart: a version starting or closed after L, closed at L, or starting
+ *	  at L but written by an earlier destination transaction, means this
+ *	  change was applied before (nothing to do); an open version starting
+ *	  at L written by THIS destination transaction was opened by an earlier
+ *	  change of the same source transaction.
+ *
+ *	  Such evidence also marks the whole source transaction as re-delivered
+ *	  for the target (transactions are applied in commit order).  Its later
+ *	  changes may then meet keys whose versions at L the first delivery
+ *	  opened and removed again within the transaction (a key renamed and
+ *	  deleted, say): a version that cannot be completed is left out instead
+ *	  of halting, and a delete that finds nothing is not a missing row.  A
+ *	  version that can be opened again is one the first delivery removed
+ *	  later in the same transaction (otherwise it, or later history, stops
+ *	  the open), so the replay removes it again too.
  *
  *	  Several changes of one key in one source transaction: versions are
  *	  kept at commit granularity.  A version opened at L and changed again
@@ -88,6 +98,8 @@ typedef struct Scd2Plans
 	SPIPlanPtr	truncate_transient;
 	SPIPlanPtr	truncate_erase;
 	int			nkeyparams;		/* business key (+ tenant) parameters */
+	XLogRecPtr	replay_lsn;		/* this target already holds the source
+								 * transaction of that commit LSN */
 } Scd2Plans;
 
 /* What a probe found for one key. */
@@ -511,7 +523,21 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	if (other_tenant && state != SCD2_REPLAYED)
 		ash_halt("tenant_conflict", "a version of another tenant holds the business key in %s",
 				 tgt->name);
+	if (state == SCD2_REPLAYED)
+		plans_of(tgt)->replay_lsn = meta->commit_lsn;
 	return state;
+}
+
+/*
+ * Is the current source transaction a re-delivery for this target?  Some
+ * change of it found history at or past its commit LSN that an earlier
+ * destination transaction wrote; since transactions are applied in commit
+ * order, the whole source transaction was applied before.
+ */
+static bool
+in_replay(AshApplyTarget *tgt)
+{
+	return plans_of(tgt)->replay_lsn == ash_apply_current()->commit_lsn;
 }
 
 /* Close the open version of key at L; RETURNED columns fill *fill. */
@@ -666,15 +692,26 @@ scd2_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 			newrow->complete = false;
 
 	state = retire(rel, tgt, key, newrow);
-	if (state == SCD2_REPLAYED)
+	if (state == SCD2_REPLAYED && same_key)
 		return;
-	if (state == SCD2_NONE && !newrow->complete)
-		ash_halt("unchanged_value_unavailable",
-				 "update of a row %s has no open version of, with unchanged TOAST columns",
-				 tgt->name);
+	if (!newrow->complete)
+	{
+		/*
+		 * Re-delivered: a version this change would open can only be one the
+		 * first delivery removed again within the same source transaction
+		 * (else it, or later history, would stop the open).  Its image does
+		 * not matter; leave it out.
+		 */
+		if (in_replay(tgt))
+			return;
+		if (state == SCD2_NONE)
+			ash_halt("unchanged_value_unavailable",
+					 "update of a row %s has no open version of, with unchanged TOAST columns",
+					 tgt->name);
+	}
 	if (same_key)
 	{
-		if (!open_version(rel, tgt, newrow))
+		if (!open_version(rel, tgt, newrow) && !in_replay(tgt))
 			elog(ERROR, "ash_replicant: a version could not be opened");
 	}
 	else
@@ -684,7 +721,7 @@ scd2_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 static void
 scd2_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 {
-	if (retire(rel, tgt, key, NULL) == SCD2_NONE)
+	if (retire(rel, tgt, key, NULL) == SCD2_NONE && !in_replay(tgt))
 		ash_apply_count_missing_delete(tgt);
 }
 
