@@ -557,6 +557,7 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	}
 	t->relid = relid;
 	t->name = quote_qualified_identifier(schema, relname);
+	t->log_name = pstrdup(rel->target_name);
 	t->nspname = pstrdup(schema);
 	t->relname = pstrdup(relname);
 	t->tenant = pstrdup(tenant);
@@ -615,6 +616,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->target_default = palloc0(sizeof(AshApplyTarget));
 	rel->target_default->relid = rel->target;
 	rel->target_default->name = rel->target_name;
+	rel->target_default->log_name = rel->target_name;
 	rel->target_default->nspname = get_namespace_name(RelationGetNamespace(target));
 	rel->target_default->relname = pstrdup(RelationGetRelationName(target));
 	rel->target_default->cxt = rel->cxt;
