@@ -264,7 +264,7 @@ COMMENT ON FUNCTION ash_replicant_map_table(text, regclass, text, text, jsonb, t
 
 CREATE FUNCTION ash_replicant_unmap_table(sink_name text, target regclass)
 RETURNS void
-LANGUAGE C STRICT SECURITY DEFINER
+LANGUAGE C SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'ash_replicant_unmap_table';
 COMMENT ON FUNCTION ash_replicant_unmap_table(text, regclass)

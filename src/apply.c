@@ -42,6 +42,8 @@
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -85,10 +87,9 @@ typedef struct MissingDelete
 static List *missing_deletes = NIL;
 
 static void
-release_rel(AshApplyRel *rel)
+release_target(AshApplyTarget *tgt)
 {
-	if (rel->strategy_state && !rel->ignored)
-		ash_scd1_strategy.release(rel);
+	ash_scd1_strategy.release(tgt);
 }
 
 void
@@ -107,7 +108,7 @@ ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	if (change_cxt == NULL)
 		change_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant change",
 										   ALLOCSET_DEFAULT_SIZES);
-	ash_relmap_init(cfg, release_rel);
+	ash_relmap_init(cfg, release_target);
 
 	/* the slot of this worker, to publish counters */
 	apply_slot = NULL;
@@ -167,7 +168,7 @@ ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_
 }
 
 void
-ash_apply_count_missing_delete(AshApplyRel *rel)
+ash_apply_count_missing_delete(AshApplyTarget *tgt)
 {
 	ListCell   *lc;
 	MissingDelete *md;
@@ -177,7 +178,7 @@ ash_apply_count_missing_delete(AshApplyRel *rel)
 	foreach(lc, missing_deletes)
 	{
 		md = lfirst(lc);
-		if (strcmp(md->relation, rel->target_name) == 0)
+		if (strcmp(md->relation, tgt->name) == 0)
 		{
 			md->count++;
 			return;
@@ -185,7 +186,7 @@ ash_apply_count_missing_delete(AshApplyRel *rel)
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	md = palloc(sizeof(MissingDelete));
-	md->relation = pstrdup(rel->target_name);
+	md->relation = pstrdup(tgt->name);
 	md->count = 1;
 	missing_deletes = lappend(missing_deletes, md);
 	MemoryContextSwitchTo(old);
@@ -301,6 +302,133 @@ as_owner_end(Oid save_userid, int save_sec)
 	SetUserIdAndSecContext(save_userid, save_sec);
 }
 
+/*
+ * Fill unchanged-TOAST columns of a new tuple from a full old tuple (REPLICA
+ * IDENTITY FULL logs the old row detoasted), so the new image is complete.
+ */
+static void
+merge_unchanged(AshTuple *newtup, AshTuple *oldtup)
+{
+	if (newtup->natts != oldtup->natts)
+		return;
+	for (int i = 0; i < newtup->natts; i++)
+	{
+		if (newtup->cols[i].status == ASH_COL_UNCHANGED &&
+			oldtup->cols[i].status != ASH_COL_UNCHANGED)
+			newtup->cols[i] = oldtup->cols[i];
+	}
+}
+
+/* The row as jsonb {"column": "text value" | null}, for tenant functions. */
+static Datum
+row_as_jsonb(AshApplyRel *rel, AshTuple *tup)
+{
+	StringInfoData buf;
+	bool		first = true;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int i = 0; i < tup->natts && i < rel->remote.natts; i++)
+	{
+		AshColumnValue *v = &tup->cols[i];
+
+		if (v->status == ASH_COL_UNCHANGED)
+			continue;
+		if (!first)
+			appendStringInfoChar(&buf, ',');
+		first = false;
+		escape_json(&buf, rel->remote.cols[i].name);
+		appendStringInfoChar(&buf, ':');
+		if (v->status == ASH_COL_NULL)
+			appendStringInfoString(&buf, "null");
+		else
+			escape_json(&buf, v->data);
+	}
+	appendStringInfoChar(&buf, '}');
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
+}
+
+static pg_noinline bool
+is_blank(const char *s)
+{
+	for (; *s; s++)
+		if (!isspace((unsigned char) *s))
+			return false;
+	return true;
+}
+
+/*
+ * The tenant of one side of a change.  NULL, blank, boolean false or an
+ * unchanged-TOAST tenant halt tenant_required; a raising tenant function
+ * halts tenant_resolution_failed.  The tenant itself is never printed.
+ */
+static pg_noinline char *
+resolve_tenant(AshApplyRel *rel, AshTuple *tup, const char *side)
+{
+	char	   *volatile tenant = NULL;
+
+	if (rel->tenant_remote_idx >= 0)
+	{
+		AshColumnValue *v;
+
+		if (rel->tenant_remote_idx >= tup->natts)
+			ash_halt("protocol_violation", "tuple of %s is shorter than its relation", rel->target_name);
+		v = &tup->cols[rel->tenant_remote_idx];
+		if (v->status == ASH_COL_TEXT)
+		{
+			tenant = v->data;
+			if (rel->tenant_is_bool && strcmp(tenant, "f") == 0)
+				tenant = NULL;
+		}
+	}
+	else
+	{
+		MemoryContext cxt = CurrentMemoryContext;
+		Datum		arg = row_as_jsonb(rel, tup);
+		volatile bool failed = false;
+		volatile Datum result = (Datum) 0;
+		volatile bool isnull = true;
+
+		PG_TRY();
+		{
+			LOCAL_FCINFO(fcinfo, 1);
+			FmgrInfo	flinfo;
+
+			fmgr_info(rel->map->tenant_function, &flinfo);
+			InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, NULL, NULL);
+			fcinfo->args[0].value = arg;
+			fcinfo->args[0].isnull = false;
+			result = FunctionCallInvoke(fcinfo);
+			isnull = fcinfo->isnull;
+		}
+		PG_CATCH();
+		{
+			/* the transaction is aborted by the halt that follows */
+			MemoryContextSwitchTo(cxt);
+			FlushErrorState();
+			failed = true;
+		}
+		PG_END_TRY();
+		if (failed)
+			ash_halt("tenant_resolution_failed", "tenant function of %s raised (side=%s)",
+					 rel->target_name, side);
+		if (!isnull)
+			tenant = TextDatumGetCString(result);
+	}
+
+	if (tenant == NULL || is_blank(tenant))
+		ash_halt("tenant_required", "side=%s table %s", side, rel->target_name);
+	return tenant;
+}
+
+static AshApplyTarget *
+target_for(AshApplyRel *rel, const char *tenant)
+{
+	if (rel->tenant_mode == ASH_TENANT_CONTEXT)
+		return ash_relmap_tenant_target(rel, tenant);
+	return rel->target_default;
+}
+
 static void
 apply_row_change(AshChange *c)
 {
@@ -311,6 +439,8 @@ apply_row_change(AshChange *c)
 	Oid			save_userid;
 	int			save_sec;
 	uint32		relid;
+	char	   *told = NULL;
+	char	   *tnew = NULL;
 
 	switch (c->kind)
 	{
@@ -343,13 +473,43 @@ apply_row_change(AshChange *c)
 	ash_apply_errctx.relation = rel->target_name;
 	strategy = strategy_for(rel);
 
+	if (c->kind == ASH_CHANGE_UPDATE && c->u.update.oldkind == 'O')
+		merge_unchanged(&c->u.update.newtup, &c->u.update.oldtup);
+	if (c->kind == ASH_CHANGE_DELETE && c->u.delete.oldkind == 0)
+		ash_halt("protocol_violation", "delete without an old key");
+
 	PushActiveSnapshot(GetTransactionSnapshot());
 	as_owner_begin(&save_userid, &save_sec);
+
+	/* both tenants are resolved before any write */
+	if (rel->tenant_mode != ASH_TENANT_NONE)
+	{
+		switch (c->kind)
+		{
+			case ASH_CHANGE_INSERT:
+				tnew = resolve_tenant(rel, &c->u.insert.newtup, "new");
+				break;
+			case ASH_CHANGE_UPDATE:
+				if (c->u.update.oldkind != 'O')
+					ash_halt("tenant_required", "side=old table %s (no old row in the change)",
+							 rel->target_name);
+				told = resolve_tenant(rel, &c->u.update.oldtup, "old");
+				tnew = resolve_tenant(rel, &c->u.update.newtup, "new");
+				break;
+			default:
+				if (c->u.delete.oldkind != 'O')
+					ash_halt("tenant_required", "side=old table %s (no old row in the change)",
+							 rel->target_name);
+				told = resolve_tenant(rel, &c->u.delete.oldtup, "old");
+				break;
+		}
+	}
+
 	switch (c->kind)
 	{
 		case ASH_CHANGE_INSERT:
 			build_image(rel, &c->u.insert.newtup, &newrow);
-			strategy->insert(rel, &newrow);
+			strategy->insert(rel, target_for(rel, tnew), &newrow);
 			break;
 		case ASH_CHANGE_UPDATE:
 			build_image(rel, &c->u.update.newtup, &newrow);
@@ -357,13 +517,24 @@ apply_row_change(AshChange *c)
 				build_key(rel, &c->u.update.oldtup, &key);
 			else
 				build_key(rel, &c->u.update.newtup, &key);
-			strategy->update(rel, &key, &newrow);
+			if (told != NULL && strcmp(told, tnew) != 0)
+			{
+				/* relocation across tenants: delete under old, insert under new */
+				AshApplyTarget *from = target_for(rel, told);
+				AshApplyTarget *to = target_for(rel, tnew);
+
+				if (!newrow.complete)
+					ash_halt("unchanged_value_unavailable", "relocated row of %s lacks a value",
+							 rel->target_name);
+				strategy->delete(rel, from, &key);
+				strategy->insert(rel, to, &newrow);
+			}
+			else
+				strategy->update(rel, target_for(rel, tnew), &key, &newrow);
 			break;
 		default:
-			if (c->u.delete.oldkind == 0)
-				ash_halt("protocol_violation", "delete without an old key");
 			build_key(rel, &c->u.delete.oldtup, &key);
-			strategy->delete(rel, &key);
+			strategy->delete(rel, target_for(rel, told), &key);
 			break;
 	}
 	as_owner_end(save_userid, save_sec);
@@ -392,11 +563,16 @@ apply_truncate(AshChange *c)
 		if (rel == NULL)
 			continue;			/* ignored source: truncate ignored too */
 		ash_apply_errctx.relation = rel->target_name;
+		if (strcmp(rel->map->on_truncate, "mirror") == 0 &&
+			rel->tenant_mode == ASH_TENANT_CONTEXT)
+			ash_halt("mapping_unsupported",
+					 "on_truncate mirror of %s under context tenancy (tenant tables are not enumerable)",
+					 rel->target_name);
 		if (strcmp(rel->map->on_truncate, "mirror") == 0)
 		{
 			PushActiveSnapshot(GetTransactionSnapshot());
 			as_owner_begin(&save_userid, &save_sec);
-			strategy_for(rel)->truncate(rel);
+			strategy_for(rel)->truncate(rel, rel->target_default);
 			as_owner_end(save_userid, save_sec);
 			PopActiveSnapshot();
 		}

@@ -29,15 +29,21 @@ typedef struct AshRowImage
  * An apply strategy: how one mapped relation's changes become SQL.  SCD1
  * (apply_scd1.c) is the default; history and append-log strategies plug in
  * here with the same driver, batching and checkpoint.
+ *
+ * Under attribute tenancy (rel->tenant_col >= 0) every update and delete is
+ * scoped by the tenant value in the key image, and an upsert that meets a
+ * row of another tenant halts tenant_conflict.  Relocation across tenants
+ * is the driver's: delete under the old target, insert under the new.
  */
 typedef struct AshApplyStrategy
 {
 	const char *name;
-	void		(*insert) (AshApplyRel *rel, AshRowImage *newrow);
-	void		(*update) (AshApplyRel *rel, AshRowImage *key, AshRowImage *newrow);
-	void		(*delete) (AshApplyRel *rel, AshRowImage *key);
-	void		(*truncate) (AshApplyRel *rel);
-	void		(*release) (AshApplyRel *rel);
+	void		(*insert) (AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow);
+	void		(*update) (AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key,
+						   AshRowImage *newrow);
+	void		(*delete) (AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key);
+	void		(*truncate) (AshApplyRel *rel, AshApplyTarget *tgt);
+	void		(*release) (AshApplyTarget *tgt);
 } AshApplyStrategy;
 
 extern const AshApplyStrategy ash_scd1_strategy;
@@ -97,7 +103,7 @@ extern XLogRecPtr ash_apply_watermark(void);
 extern void ash_apply_publish_idle(void);
 
 /* Called by strategies. */
-extern void ash_apply_count_missing_delete(AshApplyRel *rel);
+extern void ash_apply_count_missing_delete(AshApplyTarget *tgt);
 extern uint64 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
 							  int expected_ret);
 

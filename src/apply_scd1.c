@@ -6,7 +6,7 @@
  * NOTES
  *	  insert  -> INSERT ... ON CONFLICT (identity) DO UPDATE (upsert)
  *	  update  -> UPDATE ... SET <sent columns> WHERE identity = old key;
- *				 no row: insert the new image when every column was sent,
+ *				 no row: insert the new image when every column is known,
  *				 else halt unchanged_value_unavailable (a value would have
  *				 to be invented).  A changed identity is covered by the
  *				 same statement: the key columns are in the SET list.
@@ -14,9 +14,14 @@
  *				 reported as an event, never silently.
  *	  truncate (on_truncate mirror) -> DELETE of every row, in-transaction.
  *
- *	  Plans are prepared once per relation and operation (and per set of
- *	  sent columns for updates, since unchanged TOAST columns are left out)
- *	  and kept across transactions.  Row counts are checked exactly.
+ *	  Attribute tenancy adds "AND tenant = old tenant" to updates and
+ *	  deletes, and "WHERE t.tenant = EXCLUDED.tenant" to the upsert's
+ *	  DO UPDATE: an upsert that affects no row met another tenant's row
+ *	  under the same identity and halts tenant_conflict.
+ *
+ *	  Plans are prepared once per target table and operation (and per set
+ *	  of sent columns for updates, since unchanged TOAST columns are left
+ *	  out) and kept across transactions.  Row counts are checked exactly.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,19 +42,20 @@ typedef struct UpdatePlan
 	SPIPlanPtr	plan;
 } UpdatePlan;
 
-typedef struct Scd1State
+typedef struct Scd1Plans
 {
 	SPIPlanPtr	upsert;
+	bool		upsert_checks_tenant;
 	SPIPlanPtr	delete;
 	List	   *updates;		/* UpdatePlan * */
-} Scd1State;
+} Scd1Plans;
 
-static Scd1State *
-state_of(AshApplyRel *rel)
+static Scd1Plans *
+plans_of(AshApplyTarget *tgt)
 {
-	if (rel->strategy_state == NULL)
-		rel->strategy_state = MemoryContextAllocZero(rel->cxt, sizeof(Scd1State));
-	return (Scd1State *) rel->strategy_state;
+	if (tgt->plans == NULL)
+		tgt->plans = MemoryContextAllocZero(tgt->cxt, sizeof(Scd1Plans));
+	return (Scd1Plans *) tgt->plans;
 }
 
 static SPIPlanPtr
@@ -65,9 +71,19 @@ prepare_kept(const char *sql, int nargs, Oid *types)
 	return plan;
 }
 
-static void
+/* Is the write scoped by a tenant column that is not part of the key? */
+static bool
+tenant_scoped(AshApplyRel *rel)
+{
+	return rel->tenant_col >= 0 && !rel->cols[rel->tenant_col].is_identity;
+}
+
+/* "WHERE k1 = $n AND ... [AND tenant = $m]"; returns the parameter count */
+static int
 append_key_predicate(StringInfo sql, AshApplyRel *rel, int first_param, Oid *types)
 {
+	int			n = 0;
+
 	appendStringInfoString(sql, " WHERE ");
 	for (int k = 0; k < rel->nkeys; k++)
 	{
@@ -76,15 +92,45 @@ append_key_predicate(StringInfo sql, AshApplyRel *rel, int first_param, Oid *typ
 		if (k > 0)
 			appendStringInfoString(sql, " AND ");
 		appendStringInfo(sql, "%s OPERATOR(pg_catalog.=) $%d",
-						 quote_identifier(col->name), first_param + k);
-		types[first_param - 1 + k] = col->typid;
+						 quote_identifier(col->name), first_param + n);
+		types[first_param - 1 + n] = col->typid;
+		n++;
 	}
+	if (tenant_scoped(rel))
+	{
+		AshTargetCol *col = &rel->cols[rel->tenant_col];
+
+		appendStringInfo(sql, " AND %s OPERATOR(pg_catalog.=) $%d",
+						 quote_identifier(col->name), first_param + n);
+		types[first_param - 1 + n] = col->typid;
+		n++;
+	}
+	return n;
+}
+
+/* Key (and tenant) parameter values from a key image. */
+static int
+key_values(AshApplyRel *rel, AshRowImage *key, Datum *values, char *nulls)
+{
+	int			n = 0;
+
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		values[n] = key->values[rel->keys[k]];
+		nulls[n++] = ' ';
+	}
+	if (tenant_scoped(rel))
+	{
+		values[n] = key->values[rel->tenant_col];
+		nulls[n++] = key->nulls[rel->tenant_col] ? 'n' : ' ';
+	}
+	return n;
 }
 
 static SPIPlanPtr
-upsert_plan(AshApplyRel *rel)
+upsert_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 {
-	Scd1State  *st = state_of(rel);
+	Scd1Plans  *st = plans_of(tgt);
 	StringInfoData sql;
 	Oid		   *types;
 	bool		any_set = false;
@@ -93,7 +139,7 @@ upsert_plan(AshApplyRel *rel)
 		return st->upsert;
 	types = palloc(sizeof(Oid) * rel->ncols);
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s AS t (", rel->target_name);
+	appendStringInfo(&sql, "INSERT INTO %s AS t (", tgt->name);
 	for (int c = 0; c < rel->ncols; c++)
 		appendStringInfo(&sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
 	appendStringInfoString(&sql, ") VALUES (");
@@ -106,7 +152,7 @@ upsert_plan(AshApplyRel *rel)
 	for (int k = 0; k < rel->nkeys; k++)
 		appendStringInfo(&sql, "%s%s", k ? ", " : "",
 						 quote_identifier(rel->cols[rel->keys[k]].name));
-	appendStringInfoString(&sql, ") DO UPDATE SET ");
+	appendStringInfoChar(&sql, ')');
 	for (int c = 0; c < rel->ncols; c++)
 	{
 		const char *n;
@@ -114,17 +160,17 @@ upsert_plan(AshApplyRel *rel)
 		if (rel->cols[c].is_identity)
 			continue;
 		n = quote_identifier(rel->cols[c].name);
-		appendStringInfo(&sql, "%s%s = EXCLUDED.%s", any_set ? ", " : "", n, n);
+		appendStringInfo(&sql, "%s%s = EXCLUDED.%s", any_set ? ", " : " DO UPDATE SET ", n, n);
 		any_set = true;
 	}
 	if (!any_set)
-	{
-		/* identity-only table: nothing to update on conflict */
-		char	   *p = strstr(sql.data, " DO UPDATE SET ");
-
-		sql.len = p - sql.data;
-		sql.data[sql.len] = '\0';
 		appendStringInfoString(&sql, " DO NOTHING");
+	else if (tenant_scoped(rel))
+	{
+		const char *n = quote_identifier(rel->cols[rel->tenant_col].name);
+
+		appendStringInfo(&sql, " WHERE t.%s OPERATOR(pg_catalog.=) EXCLUDED.%s", n, n);
+		st->upsert_checks_tenant = true;
 	}
 	st->upsert = prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert;
@@ -142,27 +188,32 @@ nulls_of(AshApplyRel *rel, AshRowImage *img)
 }
 
 static void
-scd1_insert(AshApplyRel *rel, AshRowImage *newrow)
+scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 {
+	SPIPlanPtr	plan;
 	uint64		n;
 
 	if (!newrow->complete)
 		ash_halt("unchanged_value_unavailable", "insert into %s lacks a column value",
-				 rel->target_name);
-	n = ash_spi_execute(upsert_plan(rel), newrow->values, nulls_of(rel, newrow),
-						SPI_OK_INSERT);
+				 tgt->name);
+	plan = upsert_plan(rel, tgt);
+	n = ash_spi_execute(plan, newrow->values, nulls_of(rel, newrow), SPI_OK_INSERT);
+	if (n == 0 && plans_of(tgt)->upsert_checks_tenant)
+		ash_halt("tenant_conflict", "a row of another tenant holds the identity in %s",
+				 tgt->name);
 	if (n > 1)
 		elog(ERROR, "ash_replicant: upsert affected more than one row");
 }
 
 static SPIPlanPtr
-update_plan(AshApplyRel *rel, Bitmapset *present)
+update_plan(AshApplyRel *rel, AshApplyTarget *tgt, Bitmapset *present)
 {
-	Scd1State  *st = state_of(rel);
+	Scd1Plans  *st = plans_of(tgt);
 	ListCell   *lc;
 	StringInfoData sql;
 	Oid		   *types;
 	int			nset = bms_num_members(present);
+	int			nkey;
 	int			c = -1;
 	int			i = 0;
 	UpdatePlan *up;
@@ -175,9 +226,9 @@ update_plan(AshApplyRel *rel, Bitmapset *present)
 			return up->plan;
 	}
 
-	types = palloc(sizeof(Oid) * (nset + rel->nkeys));
+	types = palloc(sizeof(Oid) * (nset + rel->nkeys + 1));
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "UPDATE %s SET ", rel->target_name);
+	appendStringInfo(&sql, "UPDATE %s SET ", tgt->name);
 	while ((c = bms_next_member(present, c)) >= 0)
 	{
 		appendStringInfo(&sql, "%s%s = $%d", i ? ", " : "",
@@ -185,19 +236,19 @@ update_plan(AshApplyRel *rel, Bitmapset *present)
 		types[i] = rel->cols[c].typid;
 		i++;
 	}
-	append_key_predicate(&sql, rel, nset + 1, types);
+	nkey = append_key_predicate(&sql, rel, nset + 1, types);
 
-	old = MemoryContextSwitchTo(rel->cxt);
+	old = MemoryContextSwitchTo(tgt->cxt);
 	up = palloc(sizeof(UpdatePlan));
 	up->present = bms_copy(present);
-	up->plan = prepare_kept(sql.data, nset + rel->nkeys, types);
+	up->plan = prepare_kept(sql.data, nset + nkey, types);
 	st->updates = lappend(st->updates, up);
 	MemoryContextSwitchTo(old);
 	return up->plan;
 }
 
 static void
-scd1_update(AshApplyRel *rel, AshRowImage *key, AshRowImage *newrow)
+scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage *newrow)
 {
 	Bitmapset  *present = NULL;
 	int			nset;
@@ -214,23 +265,18 @@ scd1_update(AshApplyRel *rel, AshRowImage *key, AshRowImage *newrow)
 		return;					/* nothing sent that we map */
 
 	nset = bms_num_members(present);
-	values = palloc(sizeof(Datum) * (nset + rel->nkeys));
-	nulls = palloc(nset + rel->nkeys + 1);
+	values = palloc(sizeof(Datum) * (nset + rel->nkeys + 1));
+	nulls = palloc(nset + rel->nkeys + 2);
 	while ((c = bms_next_member(present, c)) >= 0)
 	{
 		values[i] = newrow->values[c];
 		nulls[i] = newrow->nulls[c] ? 'n' : ' ';
 		i++;
 	}
-	for (int k = 0; k < rel->nkeys; k++)
-	{
-		values[i] = key->values[rel->keys[k]];
-		nulls[i] = ' ';
-		i++;
-	}
+	i += key_values(rel, key, values + i, nulls + i);
 	nulls[i] = '\0';
 
-	n = ash_spi_execute(update_plan(rel, present), values, nulls, SPI_OK_UPDATE);
+	n = ash_spi_execute(update_plan(rel, tgt, present), values, nulls, SPI_OK_UPDATE);
 	if (n == 1)
 		return;
 	if (n > 1)
@@ -240,53 +286,56 @@ scd1_update(AshApplyRel *rel, AshRowImage *key, AshRowImage *newrow)
 	if (!newrow->complete)
 		ash_halt("unchanged_value_unavailable",
 				 "update of a row %s does not have, with unchanged TOAST columns",
-				 rel->target_name);
-	scd1_insert(rel, newrow);
+				 tgt->name);
+	scd1_insert(rel, tgt, newrow);
 }
 
 static void
-scd1_delete(AshApplyRel *rel, AshRowImage *key)
+scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 {
-	Scd1State  *st = state_of(rel);
-	Datum	   *values = palloc(sizeof(Datum) * rel->nkeys);
+	Scd1Plans  *st = plans_of(tgt);
+	Datum	   *values = palloc(sizeof(Datum) * (rel->nkeys + 1));
+	char	   *nulls = palloc(rel->nkeys + 2);
+	int			nparams;
 	uint64		n;
 
 	if (st->delete == NULL)
 	{
 		StringInfoData sql;
-		Oid		   *types = palloc(sizeof(Oid) * rel->nkeys);
+		Oid		   *types = palloc(sizeof(Oid) * (rel->nkeys + 1));
+		int			nkey;
 
 		initStringInfo(&sql);
-		appendStringInfo(&sql, "DELETE FROM %s", rel->target_name);
-		append_key_predicate(&sql, rel, 1, types);
-		st->delete = prepare_kept(sql.data, rel->nkeys, types);
+		appendStringInfo(&sql, "DELETE FROM %s", tgt->name);
+		nkey = append_key_predicate(&sql, rel, 1, types);
+		st->delete = prepare_kept(sql.data, nkey, types);
 	}
-	for (int k = 0; k < rel->nkeys; k++)
-		values[k] = key->values[rel->keys[k]];
-	n = ash_spi_execute(st->delete, values, NULL, SPI_OK_DELETE);
+	nparams = key_values(rel, key, values, nulls);
+	nulls[nparams] = '\0';
+	n = ash_spi_execute(st->delete, values, nulls, SPI_OK_DELETE);
 	if (n == 0)
-		ash_apply_count_missing_delete(rel);
+		ash_apply_count_missing_delete(tgt);
 	else if (n > 1)
 		elog(ERROR, "ash_replicant: delete affected more than one row");
 }
 
 static void
-scd1_truncate(AshApplyRel *rel)
+scd1_truncate(AshApplyRel *rel, AshApplyTarget *tgt)
 {
 	StringInfoData sql;
 	int			ret;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "DELETE FROM %s", rel->target_name);
+	appendStringInfo(&sql, "DELETE FROM %s", tgt->name);
 	ret = SPI_execute(sql.data, false, 0);
 	if (ret != SPI_OK_DELETE)
 		elog(ERROR, "ash_replicant: truncate mirror failed");
 }
 
 static void
-scd1_release(AshApplyRel *rel)
+scd1_release(AshApplyTarget *tgt)
 {
-	Scd1State  *st = rel->strategy_state;
+	Scd1Plans  *st = tgt->plans;
 	ListCell   *lc;
 
 	if (st == NULL)
@@ -297,7 +346,7 @@ scd1_release(AshApplyRel *rel)
 		SPI_freeplan(st->delete);
 	foreach(lc, st->updates)
 		SPI_freeplan(((UpdatePlan *) lfirst(lc))->plan);
-	rel->strategy_state = NULL;
+	tgt->plans = NULL;
 }
 
 const AshApplyStrategy ash_scd1_strategy = {

@@ -26,8 +26,15 @@
  *	  mapped column halts unless on_schema_change = 'ignore'; an added
  *	  column is judged by step 2 again.
  *
- *	  Nothing here writes; apply strategies hang their prepared plans off
- *	  strategy_state and release them through the release hook.
+ *	  5. tenancy: the tenant source column (tenant_column) and, under the
+ *		 attribute strategy, its target column; a tenant-scoped source must
+ *		 have REPLICA IDENTITY FULL so deletes and updates carry the old
+ *		 tenant (source_replica_identity).
+ *
+ *	  Nothing here writes.  Each destination table a relation writes to is an
+ *	  AshApplyTarget on which apply strategies keep their prepared plans;
+ *	  under context tenancy a relation has one target per tenant schema,
+ *	  at most ASH_TENANT_TARGETS_MAX of them (least recently used evicted).
  *
  *-------------------------------------------------------------------------
  */
@@ -98,11 +105,28 @@ ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
 }
 
 static void
+release_target(AshApplyTarget *t)
+{
+	if (t == NULL)
+		return;
+	if (release_hook && t->plans)
+		release_hook(t);
+	t->plans = NULL;
+}
+
+static void
 release_resolution(AshApplyRel *rel)
 {
-	if (rel->resolved && release_hook)
-		release_hook(rel);
-	rel->strategy_state = NULL;
+	ListCell   *lc;
+
+	release_target(rel->target_default);
+	foreach(lc, rel->tenant_targets)
+		release_target(lfirst(lc));
+	rel->target_default = NULL;
+	rel->tenant_targets = NIL;
+	rel->tenant_mode = ASH_TENANT_NONE;
+	rel->tenant_col = -1;
+	rel->tenant_remote_idx = -1;
 	rel->resolved = false;
 	rel->ignored = false;
 	rel->map = NULL;
@@ -360,9 +384,7 @@ refuse_unsupported(AshApplyRel *rel, AshMapping *map)
 {
 	const char *what = NULL;
 
-	if (map->tenant_strategy != NULL)
-		what = "tenancy";
-	else if (map->encrypted != NIL)
+	if (map->encrypted != NIL)
 		what = "encrypted columns";
 	else if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0)
 		what = "history_strategy";
@@ -373,6 +395,154 @@ refuse_unsupported(AshApplyRel *rel, AshMapping *map)
 	if (what)
 		ash_halt("mapping_unsupported", "table %s: %s is not supported by this apply path yet",
 				 rel->target_name, what);
+}
+
+static void
+resolve_tenancy(AshApplyRel *rel, AshMapping *map)
+{
+	if (map->tenant_strategy == NULL)
+		return;
+	rel->tenant_mode = strcmp(map->tenant_strategy, "context") == 0 ?
+		ASH_TENANT_CONTEXT : ASH_TENANT_ATTRIBUTE;
+
+	/* the old tenant of updates and deletes must be in the change */
+	if (rel->remote.replident != 'f')
+		ash_halt("source_replica_identity",
+				 "tenant-scoped source %s.%s needs REPLICA IDENTITY FULL",
+				 quote_identifier(rel->remote.nspname),
+				 quote_identifier(rel->remote.relname));
+
+	if (map->tenant_column != NULL)
+	{
+		for (int i = 0; i < rel->remote.natts; i++)
+		{
+			if (strcmp(rel->remote.cols[i].name, map->tenant_column) == 0)
+			{
+				rel->tenant_remote_idx = i;
+				rel->tenant_is_bool = rel->remote.cols[i].type_oid == BOOLOID;
+				break;
+			}
+		}
+		if (rel->tenant_remote_idx < 0)
+			ash_halt("source_column_missing", "tenant column %s of %s.%s",
+					 quote_identifier(map->tenant_column),
+					 quote_identifier(rel->remote.nspname),
+					 quote_identifier(rel->remote.relname));
+	}
+
+	if (rel->tenant_mode == ASH_TENANT_ATTRIBUTE)
+	{
+		for (int c = 0; c < rel->ncols; c++)
+		{
+			if (rel->cols[c].remote_idx == rel->tenant_remote_idx)
+				rel->tenant_col = c;
+		}
+		if (rel->tenant_col < 0)
+			ash_halt("tenant_attribute_invalid", "the tenant column of %s is not written",
+					 rel->target_name);
+	}
+}
+
+AshApplyTarget *
+ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
+{
+	ListCell   *lc;
+	AshApplyTarget *t;
+	char	   *schema;
+	Oid			nspoid;
+	Oid			relid;
+	char	   *relname;
+	MemoryContext old;
+	Relation	r;
+	TupleDesc	desc;
+
+	Assert(rel->tenant_mode == ASH_TENANT_CONTEXT);
+	foreach(lc, rel->tenant_targets)
+	{
+		t = lfirst(lc);
+		if (strcmp(t->tenant, tenant) == 0)
+		{
+			/* most recently used first */
+			if (foreach_current_index(lc) != 0)
+			{
+				rel->tenant_targets = foreach_delete_current(rel->tenant_targets, lc);
+				rel->tenant_targets = lcons(t, rel->tenant_targets);
+			}
+			return t;
+		}
+	}
+
+	/* format(tenant_schema_format, tenant): the format holds exactly one %s */
+	{
+		const char *fmt = rel->map->tenant_schema_format ? rel->map->tenant_schema_format : "%s";
+		const char *p = strstr(fmt, "%s");
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		if (p == NULL)
+			appendStringInfoString(&buf, fmt);
+		else
+		{
+			appendBinaryStringInfo(&buf, fmt, p - fmt);
+			appendStringInfoString(&buf, tenant);
+			appendStringInfoString(&buf, p + 2);
+		}
+		schema = buf.data;
+	}
+	relname = get_rel_name(rel->target);
+	nspoid = get_namespace_oid(schema, true);
+	relid = OidIsValid(nspoid) ? get_relname_relid(relname, nspoid) : InvalidOid;
+	/* the tenant names a schema: never print it */
+	if (!OidIsValid(relid))
+		ash_halt("tenant_scope_missing", "no tenant table for a row of %s", rel->target_name);
+
+	/* same columns, same types as the mapping's target */
+	r = table_open(relid, RowExclusiveLock);
+	desc = RelationGetDescr(r);
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		bool		ok = false;
+
+		for (int a = 0; a < desc->natts && !ok; a++)
+		{
+			Form_pg_attribute ta = TupleDescAttr(desc, a);
+
+			ok = !ta->attisdropped && strcmp(NameStr(ta->attname), rel->cols[c].name) == 0 &&
+				ta->atttypid == rel->cols[c].typid;
+		}
+		if (!ok)
+		{
+			table_close(r, RowExclusiveLock);
+			ash_halt("tenant_scope_missing", "a tenant table of %s lacks column %s or its type differs",
+					 rel->target_name, quote_identifier(rel->cols[c].name));
+		}
+	}
+	table_close(r, RowExclusiveLock);
+
+	if (list_length(rel->tenant_targets) >= ASH_TENANT_TARGETS_MAX)
+	{
+		AshApplyTarget *victim = llast(rel->tenant_targets);
+
+		release_target(victim);
+		rel->tenant_targets = list_delete_last(rel->tenant_targets);
+		MemoryContextDelete(victim->cxt);
+	}
+
+	{
+		MemoryContext tcxt = AllocSetContextCreate(rel->cxt, "ash_replicant tenant target",
+												   ALLOCSET_SMALL_SIZES);
+
+		old = MemoryContextSwitchTo(tcxt);
+		t = palloc0(sizeof(AshApplyTarget));
+		t->cxt = tcxt;
+	}
+	t->relid = relid;
+	t->name = quote_qualified_identifier(schema, relname);
+	t->tenant = pstrdup(tenant);
+	MemoryContextSwitchTo(rel->cxt);
+	rel->tenant_targets = lcons(t, rel->tenant_targets);
+	MemoryContextSwitchTo(old);
+	return t;
 }
 
 void
@@ -421,6 +591,12 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->target = map->target_relid;
 	rel->target_name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(target)),
 												  RelationGetRelationName(target));
+	rel->target_default = palloc0(sizeof(AshApplyTarget));
+	rel->target_default->relid = rel->target;
+	rel->target_default->name = rel->target_name;
+	rel->target_default->cxt = rel->cxt;
+	rel->tenant_col = -1;
+	rel->tenant_remote_idx = -1;
 	refuse_unsupported(rel, map);
 
 	initStringInfo(&unmapped);
@@ -563,5 +739,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 		rel->keys[rel->nkeys++] = found;
 	}
 	MemoryContextSwitchTo(old);
+
+	resolve_tenancy(rel, map);
 	rel->resolved = true;
 }

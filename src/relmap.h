@@ -26,6 +26,27 @@ typedef struct AshTargetCol
 	bool		is_identity;
 } AshTargetCol;
 
+/*
+ * One destination table a relation's rows are written to: the mapping's
+ * target, or under context tenancy the same-named table of one tenant's
+ * schema.  Strategies keep their prepared plans here.
+ */
+typedef struct AshApplyTarget
+{
+	Oid			relid;
+	char	   *name;			/* quoted schema-qualified name */
+	char	   *tenant;			/* context tenancy: the tenant served */
+	void	   *plans;			/* owned by the apply strategy */
+	MemoryContext cxt;
+} AshApplyTarget;
+
+typedef enum AshTenantMode
+{
+	ASH_TENANT_NONE,
+	ASH_TENANT_ATTRIBUTE,		/* tenant column written, writes scoped by it */
+	ASH_TENANT_CONTEXT			/* schema per tenant */
+} AshTenantMode;
+
 typedef struct AshApplyRel
 {
 	uint32		remote_relid;	/* hash key */
@@ -39,7 +60,15 @@ typedef struct AshApplyRel
 	AshTargetCol *cols;
 	int			nkeys;
 	int		   *keys;			/* indexes into cols of the identity */
-	void	   *strategy_state; /* owned by the apply strategy */
+	AshApplyTarget *target_default; /* the mapping's target table */
+
+	/* tenancy */
+	AshTenantMode tenant_mode;
+	int			tenant_remote_idx;	/* source column of tenant_column, or -1 */
+	bool		tenant_is_bool;
+	int			tenant_col;		/* attribute: index into cols, else -1 */
+	List	   *tenant_targets; /* context: AshApplyTarget *, most recent first */
+
 	MemoryContext cxt;			/* resolution products */
 
 	/* the remote columns at last resolution, to judge schema changes */
@@ -48,8 +77,8 @@ typedef struct AshApplyRel
 	uint32	   *prev_types;
 } AshApplyRel;
 
-/* Called before an entry's resolution products are discarded. */
-typedef void (*AshRelReleaseHook) (AshApplyRel *rel);
+/* Called before a target's plans are discarded. */
+typedef void (*AshRelReleaseHook) (AshApplyTarget *target);
 
 extern void ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release);
 extern void ash_relmap_update_relation(const AshRelation *rel);
@@ -64,6 +93,13 @@ extern AshApplyRel *ash_relmap_get(uint32 relid);
  * the reason code of the first problem, naming every offending column.
  */
 extern void ash_relmap_resolve(AshApplyRel *rel);
+
+/*
+ * Context tenancy: the table of this tenant (halts tenant_scope_missing).
+ * At most ASH_TENANT_TARGETS_MAX tables per relation keep their plans.
+ */
+#define ASH_TENANT_TARGETS_MAX 64
+extern AshApplyTarget *ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant);
 
 /* Drop every resolution (e.g. after a destination transaction abort). */
 extern void ash_relmap_invalidate_all(void);

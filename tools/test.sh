@@ -24,7 +24,7 @@ as_pg() { runuser -u postgres -- env PATH="$PATH" ASH_LONG="${ASH_LONG:-}" "$@";
 if ! as_pg make -C "$work" -s -j2 >"$work/build.log" 2>&1; then
     cat "$work/build.log"; echo "build failed"; echo "0 passed, 1 failed"; exit 1
 fi
-make -C "$work" -s install >/dev/null || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
+flock /tmp/ash_install.lock make -C "$work" -s install >/dev/null || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
 
 regress_args=()
 [ -n "${REGRESS:-}" ] && regress_args+=("REGRESS=$REGRESS")
