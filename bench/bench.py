@@ -399,9 +399,27 @@ class Perf:
         return self.txt
 
 
-def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, profile_tag=None):
+MEMDUMP_KB = 60 * 1024
+
+
+def memdump_extract(logpos, pid, tag):
+    """The memory-context dump that pg_log_backend_memory_contexts wrote for pid."""
+    with open(os.path.join(BASE, "dest.log"), errors="replace") as f:
+        f.seek(logpos)
+        lines = [l.split(" LOG:  ", 1)[-1] for l in f.read().splitlines()
+                 if "[%d]" % pid in l and ("level:" in l or "Grand total" in l or "more child contexts" in l)]
+    out = os.path.join(RESULTS_DIR, "%s-memctx-%s.txt" % (STAMP, tag))
+    with open(out, "w") as f:
+        f.write("# memory contexts of pid %d (%s), logged when its RssAnon passed %d MB\n" % (pid, tag, MEMDUMP_KB // 1024))
+        f.write("\n".join(lines) + "\n")
+    return out
+
+
+def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, profile_tag=None, memdump_tag=None):
     """Start a contender and wait for the marker row.  Returns (seconds, pid, mem)."""
     timeout = timeout or (120 + 1500 * SCALE)
+    logpos = os.path.getsize(os.path.join(BASE, "dest.log"))
+    dumped = False
     t0 = time.monotonic()
     start()
     pid, mem, anon_max, perf = None, None, 0, None
@@ -420,6 +438,9 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
             if st:
                 mem = st
                 anon_max = max(anon_max, st.get("RssAnon", 0))
+                if memdump_tag and not dumped and st.get("RssAnon", 0) >= MEMDUMP_KB:
+                    q(dst, "SELECT pg_log_backend_memory_contexts(%s)", (pid,))
+                    dumped = True
         if check and now >= next_check:
             check()
             next_check = now + 0.5
@@ -433,6 +454,9 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
         mem = st
         anon_max = max(anon_max, st.get("RssAnon", 0))
     prof = perf.stop() if perf else None
+    if dumped:
+        time.sleep(0.5)
+        prof = (prof + " " if prof else "") + memdump_extract(logpos, pid, memdump_tag)
     return secs, pid, mem, anon_max, prof
 
 
@@ -532,7 +556,8 @@ class Ash(Contender):
                 raise Failed("pipeline %s/%s" % (state, reason))
 
         tag = "ash-%s" % w.name if (PROFILE and w.name == "W1") else None
-        secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, check, profile_tag=tag)
+        secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, check, profile_tag=tag,
+                                                 memdump_tag="ash-%s-%d" % (w.name, self.rep))
         stats = q(dst, "SELECT applied_transactions, applied_changes, batches, applied_lsn::text"
                        " FROM ash_replicant.stat_pipelines WHERE sink_name = %s", (self.slot,))
         ck = q(dst, "SELECT commit_lsn::text, end_lsn::text FROM ash_replicant.checkpoints WHERE slot_name = %s",
@@ -544,20 +569,24 @@ class Ash(Contender):
         return res
 
     def cleanup(self, src, dst):
-        try:
-            q(dst, "SELECT ash_replicant_stop(%s)", (self.slot,))
-        except psycopg2.Error:
-            pass
-        t_end = time.time() + 60
-        while time.time() < t_end:
-            st = self.status(dst)
-            if st[2] is None or not os.path.exists("/proc/%d" % st[2]):
+        # stop (retrying across a destination crash-restart), wait for the worker, drop the sink
+        t_end = time.time() + 90
+        while True:
+            try:
+                dst = alive(dst, DST_PORT)
+                q(dst, "SELECT ash_replicant_stop(%s)", (self.slot,))
+                st = self.status(dst)
+                if st[2] is None or not os.path.exists("/proc/%d" % st[2]):
+                    q(dst, "SELECT ash_replicant_drop_sink(%s)", (self.slot,))
+                    break
+            except psycopg2.Error as e:
+                if time.time() > t_end:
+                    log("  drop_sink %s: %s" % (self.slot, str(e).strip().splitlines()[0]))
+                    break
+            if time.time() > t_end:
+                log("  ash_replicant worker of %s did not stop" % self.slot)
                 break
-            time.sleep(0.1)
-        try:
-            q(dst, "SELECT ash_replicant_drop_sink(%s)", (self.slot,))
-        except psycopg2.Error as e:
-            log("  drop_sink %s: %s" % (self.slot, str(e).strip().splitlines()[0]))
+            time.sleep(0.2)
         super().cleanup(src, dst)
 
 
@@ -711,6 +740,50 @@ ALL = []
 MARKER = [0]
 
 
+def alive(conn, port, timeout=120):
+    """The same connection if it still works, else a new one once the server is back."""
+    try:
+        q(conn, "SELECT 1")
+        return conn
+    except psycopg2.Error:
+        pass
+    t_end = time.time() + timeout
+    while True:
+        try:
+            return connect(port)
+        except psycopg2.OperationalError:
+            if time.time() > t_end:
+                raise
+            time.sleep(0.5)
+
+
+def crash_report(logpos, tag):
+    """Scan the destination log written since logpos for a crashed process; if a
+    core file is there, save a backtrace.  Returns a note or None."""
+    logf = os.path.join(BASE, "dest.log")
+    with open(logf, errors="replace") as f:
+        f.seek(logpos)
+        new = f.read()
+    crashed = [l.split(" LOG:  ", 1)[-1] for l in new.splitlines() if "terminated by signal" in l]
+    if not crashed:
+        return None
+    note = "destination crash: " + crashed[0]
+    core = os.path.join(BASE, "dest", "core")
+    if os.path.exists(core):
+        out = os.path.join(RESULTS_DIR, "%s-crash-%s.txt" % (STAMP, tag))
+        r = subprocess.run(["gdb", "-batch", "-ex", "bt full", os.path.join(PGBIN, "postgres"), core],
+                           capture_output=True, text=True)
+        with open(out, "w") as f:
+            f.write("# %s\n# %s\n" % (tag, crashed[0]))
+            f.write("\n".join(l for l in r.stdout.splitlines() if not l.startswith("[New LWP")))
+        try:
+            os.unlink(core)
+        except OSError:
+            pass
+        note += " (backtrace: bench/results/%s)" % os.path.basename(out)
+    return note
+
+
 def run_workload(w, rep):
     src, dst = connect(SRC_PORT), connect(DST_PORT)
     log("%s rep %d: %d changes (%s)%s" % (w.name, rep, w.rows, w.desc,
@@ -750,6 +823,7 @@ def run_workload(w, rep):
                 any(x["contender"] == "ash_replicant" and x["status"] != "ok" for x in results):
             r.update(status="n/a", note="skipped: ash_replicant n/a for W5 (native/pglogical W5 = W1 shape)")
         else:
+            logpos = os.path.getsize(os.path.join(BASE, "dest.log"))
             try:
                 m = c.measure(src, dst, marker_id)
                 mem = m.pop("mem") or {}
@@ -770,10 +844,15 @@ def run_workload(w, rep):
                 r.update(status="failed", note=str(e))
             except psycopg2.Error as e:
                 r.update(status="failed", note=str(e).strip().splitlines()[0])
+            crash = crash_report(logpos, "%s-%s-%s" % (w.name, c.short, rep))
+            if crash:
+                r.update(status="crashed", note=crash + ("; " + r["note"] if r.get("note") else ""))
+            src, dst = alive(src, SRC_PORT), alive(dst, DST_PORT)
         try:
             c.cleanup(src, dst)
         except Exception as e:  # noqa: keep measuring the others
             log("  cleanup %s: %s" % (c.label(), e))
+        src, dst = alive(src, SRC_PORT), alive(dst, DST_PORT)
         results.append(r)
         log("  %-18s %s" % (c.label(), ("%.2fs  %.0f rows/s  VmHWM %s kB  anon %s kB  %s" % (
             r["seconds"], r["rows_per_s"], r.get("peak_rss_kb"), r.get("peak_anon_kb"), r["status"]))
