@@ -815,6 +815,7 @@ def run_workload(w, rep):
     results = []
     for c in contenders:
         r = {"type": "result", "workload": w.name, "contender": c.name, "variant": c.variant, "rep": rep,
+             "loadavg_1m": os.getloadavg()[0],
              "scale": SCALE, "changes": w.rows, "source_end_lsn": lsn1, "wal_bytes": wal_bytes,
              "workload_seconds": round(gen_secs, 3)}
         if c in na:
@@ -880,6 +881,61 @@ def run_workload(w, rep):
     dst.close()
 
 
+def short_note(n):
+    if "terminated by signal 11" in n:
+        i = n.find("backtrace: ")
+        return "SIGSEGV in the pipeline worker" + ((" (" + n[i:n.index(")", i)] + ")") if i >= 0 else "")
+    return n if len(n) <= 90 else n[:87] + "..."
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def fmt_summary(rows):
+    """Median over repetitions, with the spread (max-min)/median of the seconds."""
+    keys = []
+    for r in rows:
+        k = (r["workload"], r["contender"], r.get("variant"))
+        if k not in keys:
+            keys.append(k)
+    hdr = ["workload", "contender", "runs ok", "median s", "spread", "rows/s", "vs native", "vs ceiling",
+           "VmHWM MB", "anon MB", "status"]
+    lines = []
+    for k in keys:
+        rs = [r for r in rows if (r["workload"], r["contender"], r.get("variant")) == k]
+        ok = [r for r in rs if r["status"] == "ok"]
+        name = k[1] + ("(%s)" % k[2] if k[2] else "")
+        if not ok:
+            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-",
+                          rs[0]["status"] + ((": " + short_note(rs[0]["note"])) if rs[0].get("note") else "")])
+            continue
+        secs = [r["seconds"] for r in ok]
+        med = median(secs)
+        vn = [r["vs_native"] for r in ok if r.get("vs_native") is not None]
+        vc = [r["vs_ceiling"] for r in ok if r.get("vs_ceiling") is not None]
+        hwm = [r["peak_rss_kb"] for r in ok if r.get("peak_rss_kb")]
+        anon = [r["peak_anon_kb"] for r in ok if r.get("peak_anon_kb")]
+        lines.append([k[0], name, "%d/%d" % (len(ok), len(rs)), "%.2f" % med,
+                      "%.0f%%" % (100 * (max(secs) - min(secs)) / med) if len(secs) > 1 else "-",
+                      "%.0f" % (ok[0]["changes"] / med),
+                      "%.2f" % median(vn) if vn else "-", "%.2f" % median(vc) if vc else "-",
+                      "%.0f" % (max(hwm) / 1024) if hwm else "-", "%.1f" % (max(anon) / 1024) if anon else "-",
+                      "ok" if len(ok) == len(rs) else "some runs: " + ", ".join(sorted(set(r["status"] for r in rs if r["status"] != "ok")))])
+    return table(hdr, lines)
+
+
+def table(hdr, lines):
+    w = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(hdr)]
+    out = ["| " + " | ".join(h.ljust(w[i]) for i, h in enumerate(hdr)) + " |",
+           "|" + "|".join("-" * (x + 2) for x in w) + "|"]
+    for l in lines:
+        out.append("| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(l)) + " |")
+    return "\n".join(out)
+
+
 def fmt_table(rows):
     hdr = ["workload", "contender", "rep", "changes", "seconds", "rows/s", "vs native", "vs ceiling",
            "VmHWM MB", "anon MB", "status"]
@@ -891,7 +947,7 @@ def fmt_table(rows):
                       f("vs_native", "%.2f"), f("vs_ceiling", "%.2f"),
                       ("%.0f" % (r["peak_rss_kb"] / 1024)) if r.get("peak_rss_kb") else "-",
                       ("%.1f" % (r["peak_anon_kb"] / 1024)) if r.get("peak_anon_kb") else "-",
-                      r["status"] + ((": " + r["note"]) if r.get("note") else "")])
+                      r["status"] + ((": " + short_note(r["note"])) if r.get("note") else "")])
     w = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(hdr)]
     out = ["| " + " | ".join(h.ljust(w[i]) for i, h in enumerate(hdr)) + " |",
            "|" + "|".join("-" * (x + 2) for x in w) + "|"]
@@ -925,6 +981,9 @@ def main():
             for n in ("source", "dest"):
                 stop_cluster(n)
     table = fmt_table(ALL)
+    if REPEAT > 1:
+        table += "\n\nMedian of %d runs (spread = (max-min)/median of the seconds; VmHWM/anon: max):\n" % REPEAT
+        table += fmt_summary(ALL)
     print()
     print("SCALE=%s  (%s, %d cores, PostgreSQL %s)" % (SCALE, meta["date"], meta["nproc"],
                                                        meta["server_version"].split()[1]))
