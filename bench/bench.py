@@ -769,7 +769,9 @@ def crash_report(logpos, tag):
         return None
     note = "destination crash: " + crashed[0]
     core = os.path.join(BASE, "dest", "core")
-    if os.path.exists(core):
+    if os.path.exists(core) and not shutil.which("gdb"):
+        note += " (core file left in %s; install gdb for a backtrace)" % core
+    elif os.path.exists(core):
         out = os.path.join(RESULTS_DIR, "%s-crash-%s.txt" % (STAMP, tag))
         r = subprocess.run(["gdb", "-batch", "-ex", "bt full", os.path.join(PGBIN, "postgres"), core],
                            capture_output=True, text=True)

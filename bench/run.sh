@@ -34,6 +34,7 @@ dpkg-query -W -f='${Status}' python3-psycopg2 2>/dev/null | grep -q 'install ok 
 case ",${CONTENDERS:-pglogical}," in *,pglogical,*)
     dpkg-query -W -f='${Status}' postgresql-15-pglogical 2>/dev/null | grep -q 'install ok installed' || need+=(postgresql-15-pglogical) ;;
 esac
+command -v gdb >/dev/null || need+=(gdb)   # backtraces of crashed workers
 if [ "${PROFILE:-0}" = 1 ]; then
     command -v perf >/dev/null || need+=(linux-perf)
 fi
