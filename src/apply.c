@@ -239,7 +239,7 @@ ash_apply_count_missing_delete(AshApplyTarget *tgt)
 	foreach(lc, missing_deletes)
 	{
 		md = lfirst(lc);
-		if (strcmp(md->relation, tgt->name) == 0)
+		if (strcmp(md->relation, tgt->log_name) == 0)
 		{
 			md->count++;
 			return;
@@ -247,7 +247,7 @@ ash_apply_count_missing_delete(AshApplyTarget *tgt)
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	md = palloc(sizeof(MissingDelete));
-	md->relation = pstrdup(tgt->name);
+	md->relation = pstrdup(tgt->log_name);
 	md->count = 1;
 	missing_deletes = lappend(missing_deletes, md);
 	MemoryContextSwitchTo(old);

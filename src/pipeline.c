@@ -200,10 +200,10 @@ do_halt_detail(const char *reason, const char *sqlstate, const char *detail)
 
 	/* detail is an ash_halt message: structural by construction */
 	ereport(LOG,
-			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s",
+			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s%s%s%s",
 					cfg->sink_name, reason, cls,
-					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : ""),
-			 detail ? errdetail_internal("%s", detail) : 0));
+					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : "",
+					detail ? " context=\"" : "", detail ? detail : "", detail ? "\"" : "")));
 
 	/* in-memory leg first: it survives a failed catalog write */
 	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
@@ -646,17 +646,6 @@ run_session(void)
 	step = STEP_IDENTIFY;
 	verify_identity(conn, &timeline, &xlogpos);
 
-	if (ckey == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(pipeline_cxt);
-
-		ckey = palloc(sizeof(AshCheckpointKey));
-		ckey->system_id = pstrdup(cfg->source_system_identifier);
-		ckey->database = pstrdup(cfg->source_database);
-		ckey->slot_name = pstrdup(cfg->slot_name);
-		MemoryContextSwitchTo(old);
-	}
-
 	step = STEP_BIND;
 	ash_checkpoint_bind(cfg->sink_name, ckey, timeline, xlogpos, cfg->decoder, &binding);
 	/* one count per worker process: a crash ends the process */
@@ -814,6 +803,21 @@ ash_pipeline_main(Datum main_arg)
 
 	if (cfg->start_generation != my_generation)
 		leave_cleanly();		/* a newer start is on its way */
+
+	/*
+	 * The checkpoint row this pipeline owns is keyed by the configured
+	 * identity (a session verifies the source against it): a halt before
+	 * the first connection still marks that row when it exists.
+	 */
+	{
+		MemoryContext old = MemoryContextSwitchTo(pipeline_cxt);
+
+		ckey = palloc(sizeof(AshCheckpointKey));
+		ckey->system_id = pstrdup(cfg->source_system_identifier);
+		ckey->database = pstrdup(cfg->source_database);
+		ckey->slot_name = pstrdup(cfg->slot_name);
+		MemoryContextSwitchTo(old);
+	}
 
 	ereport(LOG, (errmsg("ash_replicant event=pipeline.started sink=%s", cfg->sink_name)));
 

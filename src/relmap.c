@@ -50,6 +50,7 @@
 #include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/index.h"
+#include "catalog/catalog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
@@ -603,6 +604,20 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	}
 	relname = get_rel_name(rel->target);
 	nspoid = get_namespace_oid(schema, true);
+
+	/*
+	 * Source data chooses the schema: it must never reach a system schema,
+	 * the extension's catalogs or the mapping's own (template) table.
+	 */
+	if (OidIsValid(nspoid) &&
+		(IsCatalogNamespace(nspoid) || IsToastNamespace(nspoid) ||
+		 isAnyTempNamespace(nspoid) ||
+		 strcmp(schema, "information_schema") == 0 ||
+		 strcmp(schema, "ash_replicant") == 0 ||
+		 nspoid == get_rel_namespace(rel->target)))
+		ash_halt("tenant_scope_invalid", "a row of %s names a schema that is not a tenant scope",
+				 rel->target_name);
+
 	relid = OidIsValid(nspoid) ? get_relname_relid(relname, nspoid) : InvalidOid;
 	/* the tenant names a schema: never print it */
 	if (!OidIsValid(relid))
@@ -650,6 +665,7 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	}
 	t->relid = relid;
 	t->name = quote_qualified_identifier(schema, relname);
+	t->log_name = pstrdup(rel->target_name);
 	t->nspname = pstrdup(schema);
 	t->relname = pstrdup(relname);
 	t->tenant = pstrdup(tenant);
@@ -708,6 +724,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->target_default = palloc0(sizeof(AshApplyTarget));
 	rel->target_default->relid = rel->target;
 	rel->target_default->name = rel->target_name;
+	rel->target_default->log_name = rel->target_name;
 	rel->target_default->nspname = get_namespace_name(RelationGetNamespace(target));
 	rel->target_default->relname = pstrdup(RelationGetRelationName(target));
 	rel->target_default->cxt = rel->cxt;
