@@ -1,0 +1,161 @@
+# Streaming mirror core: a destination-side failure halts value-free and the
+# operator resumes exactly (SPEC §7.5, §7.7, §14).
+#
+# The destination has constraints the source does not (round 1: CHECK, round
+# 2: UNIQUE).  A source transaction that also writes other rows and another
+# table carries a random sentinel in a text column and violates the
+# constraint: the pipeline halts apply_failed with the SQLSTATE; nothing of
+# that transaction (nor of a later one) is visible; the checkpoint watermark is
+# unchanged; the sentinel appears in no server log of either node, nor in
+# status, stat_pipelines or any catalog row of the extension.  The operator
+# drops the constraint and calls ash_replicant_start: the mirror converges, the
+# failed transaction applied exactly once (write audit on the destination).
+#
+# Logs: log_statement is 'none' on BOTH nodes, so the test's own statements
+# (which carry the sentinel to the source) are not logged and every server log
+# of both nodes must be free of the sentinel.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none');
+my $sink = 'hr';
+
+AshTest::both($src, $dst, q{
+CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL);
+CREATE TABLE orders (id integer PRIMARY KEY, customer_id integer, qty integer NOT NULL, note text);
+});
+# destination only: a write audit (every INSERT/UPDATE row event, by key), and
+# the constraint of round 1
+$dst->safe_psql('postgres', q{
+CREATE TABLE orders_audit (id integer NOT NULL, op text NOT NULL);
+CREATE FUNCTION orders_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO orders_audit VALUES (NEW.id, TG_OP);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER orders_audit AFTER INSERT OR UPDATE ON orders
+	FOR EACH ROW EXECUTE FUNCTION orders_audit_fn();
+ALTER TABLE orders ADD CONSTRAINT qty_small CHECK (qty < 1000);
+});
+$src->safe_psql('postgres', 'CREATE PUBLICATION pub_hr FOR TABLE customers, orders');
+
+AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_hr',
+	maps => [ ['customers'], ['orders'] ]);
+AshTest::wait_caught_up($src, $dst, $sink, name => 'pipeline streams')
+  or BAIL_OUT('pipeline never streamed');
+
+# applied history before the failure
+$src->safe_psql('postgres', q{
+INSERT INTO customers SELECT g, 'customer ' || g FROM generate_series(1, 10) g;
+INSERT INTO orders SELECT g, 1 + g % 10, g, 'n' || g FROM generate_series(1, 50) g;
+UPDATE orders SET qty = qty + 1 WHERE id <= 5;
+});
+AshTest::wait_caught_up($src, $dst, $sink);
+AshTest::assert_mirror_equal($src, $dst, [ 'customers', 'orders' ], name => 'before the failure');
+
+sub sentinel { return 'SENTINEL_' . join('', map { sprintf '%02x', int(rand(256)) } 1 .. 12); }
+
+# Everything the destination shows about itself, and every log, must be free
+# of $s; also the stderr of the operator's calls.
+sub assert_no_leak
+{
+	my ($s, $label, @extra_text) = @_;
+	my @hits = AshTest::grep_logs_for($s, $src, $dst);
+	is(scalar(@hits), 0, "$label: sentinel in no server log of either node")
+	  or diag join("\n", @hits[ 0 .. ($#hits < 4 ? $#hits : 4) ]);
+	my $cat = AshTest::catalog_text($dst);
+	ok(index($cat, $s) < 0, "$label: sentinel not in status, stat_pipelines or catalogs");
+	ok(!grep({ index($_ // '', $s) >= 0 } @extra_text), "$label: sentinel not in any error text obtained");
+}
+
+# One round: $violate is the failing transaction (its sentinel in it), $ids
+# the orders ids it inserts, $sqlstate the expected SQLSTATE, $fix the
+# operator's repair.
+sub round
+{
+	my (%r) = @_;
+	my $label = $r{label};
+	my $c0 = AshTest::checkpoint_lsn($dst, $sink);
+	my %h0 = map { $_ => AshTest::table_hash($dst, $_) } qw(customers orders orders_audit);
+
+	$src->safe_psql('postgres', $r{violate});
+	# a later, valid transaction must not overtake the failed one
+	$src->safe_psql('postgres', $r{later});
+
+	AshTest::wait_status($dst, $sink, 'halted', 'apply_failed', src => $src,
+		name => "$label: halted apply_failed");
+	is($dst->safe_psql('postgres', "SELECT halt_sqlstate FROM ash_replicant.pipelines WHERE sink_name = '$sink'"),
+		$r{sqlstate}, "$label: SQLSTATE $r{sqlstate} recorded");
+	my @reason_lines = AshTest::log_lines_like($dst, qr/apply_failed/);
+	ok(scalar(@reason_lines) >= 1, "$label: the halt is logged with its reason");
+	ok(scalar(grep { /\Q$r{sqlstate}\E/ } @reason_lines) >= 1, "$label: the log names the SQLSTATE")
+	  or diag join("\n", @reason_lines);
+
+	for my $t (sort keys %h0)
+	{
+		is(AshTest::table_hash($dst, $t), $h0{$t}, "$label: nothing of the failed transaction visible in $t");
+	}
+	is(AshTest::checkpoint_lsn($dst, $sink), $c0, "$label: checkpoint watermark unchanged");
+	my $row = AshTest::checkpoint_row($dst, $sink) // {};
+	is($row->{terminal_cause}, 'apply_failed', "$label: tombstone written value-free");
+
+	# let the (halted) worker settle, then look for leaks everywhere
+	assert_no_leak($r{sentinel}, $label);
+
+	# the operator repairs the target and restarts
+	$dst->safe_psql('postgres', $r{fix});
+	my $start_err = AshTest::start_sink($dst, $sink);
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$label: resumed after the fix");
+	AshTest::assert_mirror_equal($src, $dst, [ 'customers', 'orders' ], name => "$label: converged");
+	is($dst->safe_psql('postgres',
+		"SELECT count(*) FROM orders_audit WHERE id IN ($r{ids}) GROUP BY id HAVING count(*) <> 1"),
+		'', "$label: each row of the failed transaction written exactly once");
+	is($dst->safe_psql('postgres', "SELECT count(DISTINCT id) FROM orders_audit WHERE id IN ($r{ids})"),
+		scalar(split /,/, $r{ids}), "$label: every row of the failed transaction written");
+	AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src, name => "$label: healthy again");
+	is((AshTest::checkpoint_row($dst, $sink) // { terminal_cause => "(no checkpoint row)" })->{terminal_cause}, undef, "$label: tombstone cleared by the next checkpoint write");
+	assert_no_leak($r{sentinel}, "$label after resume", $start_err);
+}
+
+# Round 1: CHECK violation; the failing row's DETAIL would carry the sentinel.
+my $s1 = sentinel();
+round(
+	label    => 'check',
+	sentinel => $s1,
+	sqlstate => '23514',
+	ids      => '900,901,902,999',
+	violate  => qq{
+BEGIN;
+INSERT INTO customers VALUES (900, 'customer 900');
+INSERT INTO orders VALUES (900, 900, 1, 'ok 900'), (901, 900, 2, 'ok 901');
+UPDATE orders SET qty = qty + 100, note = 'touched' WHERE id = 1;
+INSERT INTO orders VALUES (999, 900, 5000, '$s1');
+INSERT INTO orders VALUES (902, 900, 3, 'ok 902');
+COMMIT;},
+	later => q{INSERT INTO customers VALUES (901, 'customer 901')},
+	fix   => 'ALTER TABLE orders DROP CONSTRAINT qty_small');
+
+# Round 2: UNIQUE violation inside one transaction; the key DETAIL would carry
+# the sentinel.
+my $s2 = sentinel();
+$dst->safe_psql('postgres', 'CREATE UNIQUE INDEX orders_note_uq ON orders (note)');
+round(
+	label    => 'unique',
+	sentinel => $s2,
+	sqlstate => '23505',
+	ids      => '2001,2002,2003',
+	violate  => qq{
+BEGIN;
+INSERT INTO customers VALUES (2000, 'customer 2000');
+INSERT INTO orders VALUES (2001, 2000, 1, '$s2');
+INSERT INTO orders VALUES (2002, 2000, 1, '$s2');
+INSERT INTO orders VALUES (2003, 2000, 1, 'fine');
+COMMIT;},
+	later => q{UPDATE customers SET name = 'renamed' WHERE id = 1},
+	fix   => 'DROP INDEX orders_note_uq');
+
+done_testing();

@@ -1,0 +1,686 @@
+# AshTest — shared harness of the ash_replicant end-to-end TAP tests.
+#
+# Every test builds its own SOURCE/DESTINATION pair with start_pair(), wires a
+# pipeline with setup_pipeline() and synchronizes only by polling (poll_query_until
+# or a bounded poll on a condition), never by sleeping for a state.
+#
+#   use lib 'test/t';
+#   use AshTest;
+#   my ($src, $dst) = AshTest::start_pair();
+#
+# Conventions
+#   - Both nodes are initdb'd with UTF8/C so text comparisons are byte exact.
+#   - The source listens on 127.0.0.1 (TCP, trust) for normal and replication
+#     connections; the destination preloads ash_replicant and has the extension.
+#   - setup_pipeline() also creates, publishes and maps a per-sink marker table
+#     "ash_marker_<sink>"; wait_caught_up() commits a marker row at the source
+#     and waits for the destination watermark to reach that commit (see there).
+#   - Waits return early when the pipeline reaches a terminal state (halted /
+#     misconfigured) so a broken pipeline fails in seconds, not minutes; after the
+#     first timed-out wait the remaining waits of the file use a short timeout,
+#     so a test against an unfinished product still ends in bounded time.
+package AshTest;
+
+use strict;
+use warnings;
+
+use Carp;
+use File::Basename;
+use JSON::PP;
+use Time::HiRes qw(usleep time);
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+our $DB = 'postgres';
+
+# Default timeout (seconds) of one wait; ASH_WAIT_TIMEOUT overrides.
+our $WAIT_TIMEOUT = $ENV{ASH_WAIT_TIMEOUT} || 90;
+# After one wait timed out, later waits of the same file use this.
+our $DEGRADED_TIMEOUT = 5;
+our $degraded = 0;
+
+my %marker_seq;
+
+##############################################################################
+# Nodes
+##############################################################################
+
+# start_pair(%opts) -> ($src, $dst)
+#   name_prefix      node name prefix ['']: nodes are "<prefix>src", "<prefix>dst"
+#   log_statement    for both nodes ['all']; 'none' when a test greps logs for
+#                    values it sent to the source itself
+#   src_conf, dst_conf  extra postgresql.conf text
+#   no_extension     do not CREATE EXTENSION on the destination
+sub start_pair
+{
+	my (%o) = @_;
+	my $prefix = $o{name_prefix} // '';
+	my $log_statement = $o{log_statement} // 'all';
+
+	my $src = PostgreSQL::Test::Cluster->new("${prefix}src");
+	$src->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+	$src->append_conf('postgresql.conf', qq{
+listen_addresses = '127.0.0.1'
+wal_level = logical
+max_wal_senders = 10
+max_replication_slots = 10
+max_connections = 60
+log_statement = '$log_statement'
+log_min_messages = warning
+} . ($o{src_conf} // ''));
+	# TCP from 127.0.0.1, trust, for normal and replication connections.
+	$src->append_conf('pg_hba.conf', qq{
+host all all 127.0.0.1/32 trust
+host replication all 127.0.0.1/32 trust
+});
+	$src->start;
+	$src->safe_psql($DB, 'CREATE EXTENSION IF NOT EXISTS pg_walinspect');
+
+	my $dst = PostgreSQL::Test::Cluster->new("${prefix}dst");
+	$dst->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+	$dst->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'ash_replicant'
+ash_replicant.database = 'postgres'
+ash_replicant.naptime = '500ms'
+ash_replicant.reconnect_min_delay = '200ms'
+ash_replicant.reconnect_max_delay = '2s'
+ash_replicant.receive_timeout = '10s'
+max_worker_processes = 24
+max_connections = 60
+log_statement = '$log_statement'
+} . ($o{dst_conf} // ''));
+	$dst->start;
+	$dst->safe_psql($DB, 'CREATE EXTENSION ash_replicant') unless $o{no_extension};
+
+	note "source port " . $src->port . ", destination port " . $dst->port;
+	return ($src, $dst);
+}
+
+# Run the same SQL on both nodes (DDL of identical tables, types, domains).
+sub both
+{
+	my ($src, $dst, $sql) = @_;
+	$src->safe_psql($DB, $sql);
+	$dst->safe_psql($DB, $sql);
+	return;
+}
+
+# (system_identifier, database) of a node, as the pipeline must be configured.
+sub source_identity
+{
+	my ($node) = @_;
+	my $out = $node->safe_psql($DB,
+		'SELECT system_identifier::text, current_database() FROM pg_control_system()');
+	my ($sysid, $db) = split /\|/, $out;
+	return ($sysid, $db);
+}
+
+sub source_timeline
+{
+	my ($node) = @_;
+	return $node->safe_psql($DB, 'SELECT timeline_id FROM pg_control_checkpoint()');
+}
+
+# libpq conninfo of a node over TCP (what the pipeline uses).
+sub conninfo
+{
+	my ($node, %o) = @_;
+	my $user = $node->safe_psql($DB, 'SELECT current_user');
+	my $db = $o{dbname} // $DB;
+	return "host=127.0.0.1 port=" . $node->port . " dbname=$db user=$user";
+}
+
+# SQL literal (standard_conforming_strings on).
+sub lit
+{
+	my ($s) = @_;
+	return 'NULL' unless defined $s;
+	$s =~ s/'/''/g;
+	return "'$s'";
+}
+
+sub text_array_literal
+{
+	my (@items) = @_;
+	return "'{}'::text[]" unless @items;
+	return 'ARRAY[' . join(',', map { lit($_) } @items) . ']::text[]';
+}
+
+##############################################################################
+# Pipeline setup
+##############################################################################
+
+sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
+
+# setup_pipeline($src, $dst, %o)
+#   sink              sink name (also the slot name unless slot => ...)
+#   publication       publication name (must exist on the source)
+#   maps              [ [ 'target', name => value, ... ], ... ]  each becomes
+#                     ash_replicant_map_table(sink, 'target'::regclass, ...)
+#   connection        [conninfo($src)]
+#   source_system_identifier, source_database  [source_identity($src)]
+#   census            jsonb text [$ENV{ASH_TEST_CENSUS} or '{"interval_ms": 1000}']
+#   batch_max_transactions, ignored_sources (array ref), slot
+#   marker            create/publish/map the marker table [1]
+#   start             call ash_replicant_start [1]
+#   pipeline_extra    extra "name => value" SQL for configure_pipeline
+sub setup_pipeline
+{
+	my ($src, $dst, %o) = @_;
+	my $sink = $o{sink} or croak 'sink required';
+	my $slot = $o{slot} // $sink;
+	my $pub  = $o{publication} or croak 'publication required';
+	my ($sysid, $db) = source_identity($src);
+	$sysid = $o{source_system_identifier} if exists $o{source_system_identifier};
+	$db    = $o{source_database}          if exists $o{source_database};
+	my $conn   = $o{connection} // conninfo($src);
+	# ASH_TEST_CENSUS overrides the default census options (debugging only)
+	my $census = $o{census} // ($ENV{ASH_TEST_CENSUS} || '{"interval_ms": 1000}');
+	my $marker = $o{marker} // 1;
+
+	if ($marker)
+	{
+		my $mt = marker_table($sink);
+		both($src, $dst, "CREATE TABLE $mt (id bigint PRIMARY KEY, note text)");
+		$src->safe_psql($DB, "ALTER PUBLICATION $pub ADD TABLE $mt");
+	}
+
+	my @sink_args = ("sink_name => " . lit($sink), "slot_name => " . lit($slot));
+	push @sink_args, "batch_max_transactions => $o{batch_max_transactions}"
+	  if defined $o{batch_max_transactions};
+	push @sink_args, "ignored_sources => " . text_array_literal(@{ $o{ignored_sources} })
+	  if $o{ignored_sources};
+
+	my @sql = ("SELECT ash_replicant_create_sink(" . join(', ', @sink_args) . ")");
+	my @maps = @{ $o{maps} // [] };
+	push @maps, [ marker_table($sink) ] if $marker;
+	for my $m (@maps)
+	{
+		my ($target, %mo) = @$m;
+		my @a = ("sink_name => " . lit($sink), "target => " . lit($target) . "::regclass");
+		for my $k (sort keys %mo)
+		{
+			my $v = $mo{$k};
+			push @a, "$k => " . (ref $v eq 'ARRAY' ? text_array_literal(@$v) : lit($v));
+		}
+		push @sql, "SELECT ash_replicant_map_table(" . join(', ', @a) . ")";
+	}
+	my @p = (
+		"sink_name => " . lit($sink),
+		"connection => " . lit($conn),
+		"publication => " . lit($pub),
+		"source_system_identifier => " . lit($sysid),
+		"source_database => " . lit($db),
+		"census => " . lit($census) . "::jsonb");
+	push @p, $o{pipeline_extra} if $o{pipeline_extra};
+	push @sql, "SELECT ash_replicant_configure_pipeline(" . join(', ', @p) . ")";
+	push @sql, "SELECT ash_replicant_start(" . lit($sink) . ")" unless defined $o{start} && !$o{start};
+
+	for my $stmt (@sql)
+	{
+		my ($rc, $out, $err) = $dst->psql($DB, $stmt);
+		if ($rc != 0)
+		{
+			# The statement may carry a conninfo: print only its head.
+			my $head = substr($stmt, 0, 60);
+			croak "setup_pipeline($sink): '$head...' failed: $err";
+		}
+	}
+	return;
+}
+
+sub start_sink
+{
+	my ($dst, $sink) = @_;
+	my ($rc, $out, $err) = $dst->psql($DB, "SELECT ash_replicant_start(" . lit($sink) . ")");
+	croak "ash_replicant_start($sink) failed: $err" if $rc;
+	return $err;
+}
+
+sub stop_sink
+{
+	my ($dst, $sink) = @_;
+	my ($rc, $out, $err) = $dst->psql($DB, "SELECT ash_replicant_stop(" . lit($sink) . ")");
+	croak "ash_replicant_stop($sink) failed: $err" if $rc;
+	return $err;
+}
+
+##############################################################################
+# Observation
+##############################################################################
+
+sub json_rows
+{
+	my ($node, $sql) = @_;
+	my $out = $node->safe_psql($DB, "SELECT row_to_json(x)::text FROM ($sql) x");
+	return [ map { decode_json($_) } grep { length } split /\n/, $out ];
+}
+
+# hashref {sink_name, state, reason, worker_pid, since} or undef
+sub status_row
+{
+	my ($dst, $sink) = @_;
+	my $rows = json_rows($dst, "SELECT * FROM ash_replicant_status(" . lit($sink) . ")");
+	return $rows->[0];
+}
+
+sub stat_row
+{
+	my ($dst, $sink) = @_;
+	my $rows = json_rows($dst,
+		"SELECT * FROM ash_replicant.stat_pipelines WHERE sink_name = " . lit($sink));
+	return $rows->[0];
+}
+
+# The checkpoint row bound to the sink's configured source identity.
+sub checkpoint_row
+{
+	my ($dst, $sink) = @_;
+	my $rows = json_rows($dst, checkpoint_sql($sink, '*'));
+	return $rows->[0];
+}
+
+sub checkpoint_sql
+{
+	my ($sink, $cols) = @_;
+	return "SELECT $cols FROM ash_replicant.checkpoints c"
+	  . " JOIN ash_replicant.sinks s ON s.slot_name = c.slot_name"
+	  . " JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
+	  . "  AND c.source_system_id = p.source_system_identifier"
+	  . "  AND c.source_database = p.source_database"
+	  . " WHERE s.sink_name = " . lit($sink);
+}
+
+sub checkpoint_lsn
+{
+	my ($dst, $sink) = @_;
+	return $dst->safe_psql($DB, checkpoint_sql($sink, 'c.commit_lsn'));
+}
+
+# Everything the extension shows about itself, as one text blob: status,
+# stats, and every catalog row (for "no value leaks" greps).
+sub catalog_text
+{
+	my ($dst) = @_;
+	my @parts;
+	for my $sql (
+		'SELECT * FROM ash_replicant_status()',
+		'SELECT * FROM ash_replicant.stat_pipelines',
+		'SELECT * FROM ash_replicant.sinks',
+		'SELECT * FROM ash_replicant.pipelines',
+		'SELECT * FROM ash_replicant.resources',
+		'SELECT * FROM ash_replicant.checkpoints')
+	{
+		push @parts, $dst->safe_psql($DB, "SELECT row_to_json(x)::text FROM ($sql) x");
+	}
+	return join("\n", @parts);
+}
+
+# Diagnostics printed when a wait fails.
+sub diag_pipeline
+{
+	my ($src, $dst, $sink) = @_;
+	my $st  = eval { $dst->safe_psql($DB, "SELECT row_to_json(x) FROM ash_replicant_status(" . lit($sink) . ") x") } // "($@)";
+	my $sp  = eval { $dst->safe_psql($DB, "SELECT row_to_json(x) FROM ash_replicant.stat_pipelines x WHERE sink_name = " . lit($sink)) } // "($@)";
+	my $cp  = eval { $dst->safe_psql($DB, "SELECT row_to_json(x) FROM (" . checkpoint_sql($sink, 'c.timeline_id, c.commit_lsn, c.end_lsn, c.terminal_cause, c.terminal_class') . ") x") } // "($@)";
+	my $sl  = $src ? (eval { $src->safe_psql($DB, "SELECT row_to_json(x) FROM (SELECT slot_name, active, active_pid, confirmed_flush_lsn, pg_current_wal_lsn() AS current FROM pg_replication_slots) x") } // "($@)") : '';
+	diag "pipeline $sink: status=$st\n stat=$sp\n checkpoint=$cp\n source slots=$sl";
+	diag "destination log tail:\n" . log_tail($dst, 25);
+	return;
+}
+
+sub log_tail
+{
+	my ($node, $n) = @_;
+	my @lines = split /\n/, slurp_file($node->logfile);
+	@lines = grep { !/\bLOG:  statement: / } @lines;
+	my $from = @lines > $n ? @lines - $n : 0;
+	return join("\n", @lines[ $from .. $#lines ]);
+}
+
+##############################################################################
+# Waiting
+##############################################################################
+
+sub _timeout
+{
+	my ($t) = @_;
+	return $DEGRADED_TIMEOUT if $degraded;
+	return $t // $WAIT_TIMEOUT;
+}
+
+# poll($node, $sql, $expected, timeout => s): poll_query_until with a bounded
+# timeout.  Returns 1 / 0.
+sub poll
+{
+	my ($node, $sql, $expected, %o) = @_;
+	my $t = _timeout($o{timeout});
+	# poll_query_until tries 10 times a second for 10 * timeout_default tries
+	local $PostgreSQL::Test::Utils::timeout_default = $t;
+	# a server that dies under the poll makes psql fail hard: fail the wait, not the file
+	my $ok = eval { $node->poll_query_until($DB, $sql, $expected // 't') };
+	diag "poll on " . $node->name . " aborted: $@" unless defined $ok;
+	$degraded = 1 unless $ok;
+	return $ok;
+}
+
+my $terminal_sql = "state IN ('halted', 'misconfigured')";
+
+# wait_status($dst, $sink, $state, $reason, %o): wait until the sink reports
+# $state (and $reason when defined), returning early on any terminal state;
+# asserts the result.  Returns the final (state, reason).
+sub wait_status
+{
+	my ($dst, $sink, $state, $reason, %o) = @_;
+	my $want = "state = " . lit($state)
+	  . (defined $reason ? " AND reason IS NOT DISTINCT FROM " . lit($reason) : '');
+	my $stop = ($state eq 'halted' || $state eq 'misconfigured' || $o{no_early_exit})
+	  ? 'false' : $terminal_sql;
+	poll($dst,
+		"SELECT count(*) > 0 FROM ash_replicant_status(" . lit($sink) . ") WHERE ($want) OR $stop",
+		't', %o);
+	my $row = status_row($dst, $sink) // {};
+	my ($gs, $gr) = ($row->{state} // '(none)', $row->{reason} // '(null)');
+	my $name = $o{name} // ("$sink reaches $state" . (defined $reason ? "/$reason" : ''));
+	my $ok = ($gs eq $state) && (!defined $reason || $gr eq $reason);
+	ok($ok, $name) or do { diag "got state=$gs reason=$gr"; diag_pipeline($o{src}, $dst, $sink); };
+	return ($gs, $gr);
+}
+
+# Start a transaction on $node that runs $sql, and return the commit record's
+# (commit_lsn, end_lsn) as the source's WAL shows it (pg_walinspect).  The
+# commit LSN is what pgoutput reports as the transaction's commit LSN and what
+# the destination checkpoint stores as its watermark.
+sub commit_tracked
+{
+	my ($node, $sql) = @_;
+	my $out = $node->safe_psql($DB,
+		"BEGIN;\n$sql;\nSELECT pg_current_xact_id()::text || '|' || pg_current_wal_insert_lsn()::text;\nCOMMIT;");
+	my @lines = split /\n/, $out;
+	my ($xid, $from) = split /\|/, $lines[-1];
+	my $rec = $node->safe_psql($DB,
+		"SELECT start_lsn::text || '|' || end_lsn::text FROM pg_get_wal_records_info('$from', pg_current_wal_flush_lsn())"
+		  . " WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' AND xid::text = '$xid'");
+	croak "commit record of xid $xid not found after $from" unless $rec;
+	my ($commit, $end) = split /\|/, $rec;
+	return ($commit, $end);
+}
+
+# wait_lsn($src, $dst, $sink, $commit_lsn): wait until the destination's durable
+# watermark (checkpoint commit_lsn of this sink's source identity) is at or past
+# $commit_lsn; returns early if the pipeline halts.  Returns 1 when reached.
+sub wait_lsn
+{
+	my ($src, $dst, $sink, $lsn, %o) = @_;
+	my $reached = "coalesce((" . checkpoint_sql($sink, "c.commit_lsn >= '$lsn'::pg_lsn") . "), false)";
+	poll($dst,
+		"SELECT $reached OR EXISTS (SELECT 1 FROM ash_replicant_status(" . lit($sink) . ") WHERE $terminal_sql)",
+		't', %o);
+	my $ok = $dst->safe_psql($DB, "SELECT $reached") eq 't';
+	unless ($ok)
+	{
+		diag "watermark of $sink did not reach $lsn";
+		diag_pipeline($src, $dst, $sink);
+	}
+	return $ok;
+}
+
+# wait_slot_consistent($src, $dst, $sink): the sink's slot exists at the
+# source and has reached its consistent point (confirmed_flush_lsn is set only
+# then).  ash_replicant_start returns before the worker has created the slot; a
+# go-forward mirror never sees what commits before that point, so a marker
+# must not be committed earlier.  Cheap when the slot is long there.
+sub wait_slot_consistent
+{
+	my ($src, $dst, $sink, %o) = @_;
+	my $slot = $dst->safe_psql($DB, "SELECT slot_name FROM ash_replicant.sinks WHERE sink_name = " . lit($sink));
+	return poll($src,
+		"SELECT count(*) = 1 FROM pg_replication_slots WHERE slot_name = " . lit($slot)
+		  . " AND confirmed_flush_lsn IS NOT NULL",
+		't', timeout => $o{timeout} // 30);
+}
+
+# wait_caught_up($src, $dst, $sink): everything committed at the source before
+# this call is applied at the destination.
+#
+# How: a source transaction's commit LSN is not pg_current_wal_lsn() (later WAL
+# from other activity, e.g. running-xacts or checkpoint records, may follow it
+# and never be "applied"), and an idle pipeline never writes a watermark for WAL
+# that carries no published change.  So we commit one MARKER row into the
+# sink's published, mapped marker table, read that transaction's exact commit
+# LSN from the source WAL, and wait until (a) the destination checkpoint
+# watermark is >= it and (b) the marker row is visible at the destination.
+# Transactions are applied in commit order, so every earlier source commit is
+# then applied too.  Returns the marker's commit LSN, or undef on failure (with
+# a failed assertion unless quiet).
+sub wait_caught_up
+{
+	my ($src, $dst, $sink, %o) = @_;
+	my $mt = marker_table($sink);
+	my $id = ++$marker_seq{$sink};
+	wait_slot_consistent($src, $dst, $sink);
+	my ($commit) = commit_tracked($src, "INSERT INTO $mt VALUES ($id, 'marker')");
+	my $ok = wait_lsn($src, $dst, $sink, $commit, %o)
+	  && $dst->safe_psql($DB, "SELECT count(*) FROM $mt WHERE id = $id") eq '1';
+	ok($ok, $o{name} // "$sink caught up to source commit $commit") unless $o{quiet};
+	return $ok ? $commit : undef;
+}
+
+##############################################################################
+# Comparing
+##############################################################################
+
+# Deterministic text of rows: fixed time zone, date style and float digits.
+my $norm = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 3;";
+
+sub primary_key_order
+{
+	my ($node, $table) = @_;
+	my $k = $node->safe_psql($DB, qq{
+		SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord)
+		FROM pg_index i
+		CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		WHERE i.indrelid = '$table'::regclass AND i.indisprimary});
+	return $k ne '' ? $k : 't::text';
+}
+
+# table_hash($node, $table, $order_by, $where): md5 of the row texts, ordered
+sub table_hash
+{
+	my ($node, $table, $order_by, $where) = @_;
+	$order_by //= primary_key_order($node, $table);
+	$where = $where ? "WHERE $where" : '';
+	my $out = $node->safe_psql($DB,
+		"$norm SELECT md5(coalesce(string_agg(t::text, E'\\n' ORDER BY $order_by), '')) || ' ' || count(*) FROM $table t $where");
+	return $out;    # "<md5> <count>"
+}
+
+sub table_rows
+{
+	my ($node, $table, $order_by, $where, $limit) = @_;
+	$order_by //= primary_key_order($node, $table);
+	$where = $where ? "WHERE $where" : '';
+	$limit //= 100000;
+	my $out = $node->safe_psql($DB,
+		"$norm SELECT replace(t::text, E'\\n', '\\n') FROM $table t $where ORDER BY $order_by LIMIT $limit");
+	return [ split /\n/, $out ];
+}
+
+# assert_mirror_equal($src, $dst, [tables...], %o): same content hash and row
+# count at both ends; prints the first differing rows on failure.
+#   where => SQL filter applied at both ends, name => test name prefix
+sub assert_mirror_equal
+{
+	my ($src, $dst, $tables, %o) = @_;
+	my $all = 1;
+	for my $t (@$tables)
+	{
+		my $ord = $o{order_by} // primary_key_order($src, $t);
+		my $hs = table_hash($src, $t, $ord, $o{where});
+		my $hd = table_hash($dst, $t, $ord, $o{where});
+		my $name = ($o{name} // 'mirror equals source') . ": $t";
+		unless (is($hd, $hs, $name))
+		{
+			$all = 0;
+			my $rs = table_rows($src, $t, $ord, $o{where}, 20000);
+			my $rd = table_rows($dst, $t, $ord, $o{where}, 20000);
+			my %s = map { $_ => 1 } @$rs;
+			my %d = map { $_ => 1 } @$rd;
+			my @only_s = grep { !$d{$_} } @$rs;
+			my @only_d = grep { !$s{$_} } @$rd;
+			my $cut = sub { my $r = shift; length($r) > 300 ? substr($r, 0, 300) . '...' : $r };
+			diag "$t: " . scalar(@only_s) . " rows only at source, " . scalar(@only_d) . " only at destination";
+			diag "  source only: " . $cut->($_) for @only_s[ 0 .. ($#only_s < 9 ? $#only_s : 9) ];
+			diag "  destination only: " . $cut->($_) for @only_d[ 0 .. ($#only_d < 9 ? $#only_d : 9) ];
+		}
+	}
+	return $all;
+}
+
+##############################################################################
+# Logs
+##############################################################################
+
+sub log_files
+{
+	my ($node) = @_;
+	my @f = ($node->logfile);
+	push @f, glob($node->data_dir . '/log/*'), glob($node->data_dir . '/pg_log/*');
+	return grep { -f $_ } @f;
+}
+
+# grep_logs_for($string, @nodes): every server log line (of every log file of
+# every node) containing $string, as "node: line".
+sub grep_logs_for
+{
+	my ($needle, @nodes) = @_;
+	my @hits;
+	for my $node (@nodes)
+	{
+		for my $f (log_files($node))
+		{
+			for my $line (split /\n/, slurp_file($f))
+			{
+				push @hits, $node->name . ": $line" if index($line, $needle) >= 0;
+			}
+		}
+	}
+	return @hits;
+}
+
+# Log lines of a node matching a regex.
+sub log_lines_like
+{
+	my ($node, $re) = @_;
+	my @hits;
+	for my $f (log_files($node))
+	{
+		push @hits, grep { $_ =~ $re } split /\n/, slurp_file($f);
+	}
+	return @hits;
+}
+
+##############################################################################
+# Faults and workloads
+##############################################################################
+
+sub _child_pids
+{
+	my ($ppid) = @_;
+	my @kids;
+	for my $stat (glob '/proc/[0-9]*/stat')
+	{
+		open my $fh, '<', $stat or next;
+		my $line = <$fh>;
+		close $fh;
+		next unless defined $line && $line =~ /^(\d+) \(.*\) \S (\d+) /s;
+		push @kids, $1 if $2 == $ppid;
+	}
+	return @kids;
+}
+
+sub _postmaster_pid
+{
+	my ($node) = @_;
+	open my $fh, '<', $node->data_dir . '/postmaster.pid' or return undef;
+	my $pid = <$fh>;
+	close $fh;
+	chomp $pid;
+	return $pid;
+}
+
+# crash_restart($node): kill -9 the postmaster, let its children notice
+# (postmaster death) for up to 5 s, then SIGKILL any left, wait for them to be
+# gone, and start the node again (crash recovery).
+sub crash_restart
+{
+	my ($node) = @_;
+	my $pm = _postmaster_pid($node);
+	my @kids = $pm ? _child_pids($pm) : ();
+	$node->kill9;
+	my $deadline = time + 5;
+	while (grep { kill 0, $_ } @kids)
+	{
+		if (time > $deadline)
+		{
+			kill 'KILL', grep { kill 0, $_ } @kids;
+			last;
+		}
+		usleep(50_000);
+	}
+	$deadline = time + 10;
+	usleep(20_000) while (grep { kill 0, $_ } @kids) && time < $deadline;
+	$node->start;
+	return;
+}
+
+# terminate_walsender($src, $slot): pg_terminate_backend of the walsender that
+# streams $slot; returns the number of backends terminated (0 when idle).
+sub terminate_walsender
+{
+	my ($src, $slot) = @_;
+	return $src->safe_psql($DB,
+		"SELECT count(*) FILTER (WHERE pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = "
+		  . lit($slot) . " AND active_pid IS NOT NULL");
+}
+
+# start_workload($node, $sql_text, %o): run a SQL script in a background psql
+# (ON_ERROR_STOP) with a bounded duration; returns a handle for
+# finish_workload().
+sub start_workload
+{
+	my ($node, $sql, %o) = @_;
+	my $file = PostgreSQL::Test::Utils::tempdir() . "/workload.sql";
+	open my $fh, '>', $file or croak "$file: $!";
+	print $fh $sql;
+	close $fh;
+	my ($out, $err) = ('', '');
+	my $timeout = $o{timeout} // 300;
+	local %ENV = %ENV;
+	$ENV{PGHOST} = $node->host;
+	$ENV{PGPORT} = $node->port;
+	my $h = IPC::Run::start(
+		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $DB, '-f', $file ],
+		'>', \$out, '2>', \$err, IPC::Run::timeout($timeout));
+	return { h => $h, out => \$out, err => \$err };
+}
+
+sub workload_running
+{
+	my ($w) = @_;
+	return $w->{h}->pumpable;
+}
+
+sub finish_workload
+{
+	my ($w) = @_;
+	my $ok = eval { $w->{h}->finish; 1 };
+	my $rc = $ok ? $w->{h}->result : -1;
+	diag "workload failed (rc=$rc): " . ${ $w->{err} } . ($@ // '') if !$ok || $rc != 0;
+	return $ok && $rc == 0;
+}
+
+1;
