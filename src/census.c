@@ -300,15 +300,19 @@ AshCensusVerdict
 ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext run_cxt;
 	volatile AshCensusVerdict verdict = ASH_CENSUS_PASS;
 	AshConn    *volatile conn = NULL;
 	int			saved_timeout = ash_connect_timeout_ms;
 
 	check_destination(cfg, key);
 
+	/* everything of one run, freed whatever its verdict */
+	run_cxt = AllocSetContextCreate(cxt, "ash_replicant census", ALLOCSET_DEFAULT_SIZES);
 	ash_connect_timeout_ms = cfg->census.timeout_ms;
 	PG_TRY();
 	{
+		MemoryContextSwitchTo(run_cxt);
 		conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant census");
 		judge_source(cfg, conn, "census");
 	}
@@ -319,6 +323,7 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 		ash_connect_timeout_ms = saved_timeout;
 		if (conn)
 			ash_conn_close(conn);
+		conn = NULL;
 		if (ash_pending_halt != NULL)
 			PG_RE_THROW();
 		MemoryContextSwitchTo(cxt);
@@ -331,11 +336,16 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 		}
 		FreeErrorData(edata);
 		verdict = ASH_CENSUS_FAULT;
-		conn = NULL;
+		ereport(LOG,
+				(errmsg("ash_replicant event=census.fault sink=%s source_sqlstate=%s",
+						cfg->sink_name,
+						ash_conn_last_sqlstate[0] ? ash_conn_last_sqlstate : "none")));
 	}
 	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
 	ash_connect_timeout_ms = saved_timeout;
 	if (conn)
 		ash_conn_close(conn);
+	MemoryContextDelete(run_cxt);
 	return verdict;
 }
