@@ -73,6 +73,7 @@ CREATE TABLE ash_replicant.pipelines (
 	census jsonb NOT NULL DEFAULT '{}',
 	enabled boolean NOT NULL DEFAULT false,
 	start_generation bigint NOT NULL DEFAULT 0,
+	start_attempts integer NOT NULL DEFAULT 0,
 	halt_generation bigint,
 	halt_reason text,
 	halt_class text CHECK (halt_class IN ('halted', 'misconfigured')),
@@ -179,7 +180,7 @@ GRANT SELECT (sink_name, decoder, publication, replication_sets, tables,
 	go_forward_only, snapshot, chunk_rows, max_pending_chunks, streaming,
 	failover, binary_transfer, max_inflight_lag, max_command_retries,
 	schema_check_interval_ms, census, enabled, start_generation,
-	halt_generation, halt_reason, halt_class, halt_sqlstate, halted_at,
+	start_attempts, halt_generation, halt_reason, halt_class, halt_sqlstate, halted_at,
 	updated_at) ON ash_replicant.pipelines TO ash_replicant_admin;
 
 SELECT pg_catalog.pg_extension_config_dump('ash_replicant.sinks', '');

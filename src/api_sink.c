@@ -1617,7 +1617,7 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 				   sink_name);
 
 	catalog_exec("UPDATE ash_replicant.pipelines"
-				 "   SET enabled = true, start_generation = start_generation + 1,"
+				 "   SET enabled = true, start_generation = start_generation + 1, start_attempts = 0,"
 				 "       updated_at = pg_catalog.now()"
 				 " WHERE sink_name = $1",
 				 1, types, values, NULL, false);

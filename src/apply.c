@@ -67,6 +67,7 @@ static XLogRecPtr watermark_end;
 static bool apply_needs_keys = false;
 static bool batch_open = false;
 static int	batch_xacts = 0;
+static int64 batch_changes = 0;
 static XLogRecPtr batch_commit_lsn;
 static XLogRecPtr batch_end_lsn;
 static TimestampTz batch_commit_time;
@@ -157,10 +158,18 @@ ash_apply_batch_pending(void)
 	return batch_open && batch_xacts > 0 && !in_remote_xact;
 }
 
+/*
+ * A batch also closes after BATCH_MAX_CHANGES applied changes (at the next
+ * transaction boundary), so a backlog does not become one huge destination
+ * transaction that a fault would throw away whole.
+ */
+#define BATCH_MAX_CHANGES 20000
+
 bool
 ash_apply_batch_full(void)
 {
-	return batch_xacts >= apply_cfg->batch_max_transactions;
+	return batch_xacts >= apply_cfg->batch_max_transactions ||
+		batch_changes >= BATCH_MAX_CHANGES;
 }
 
 static void
@@ -177,6 +186,7 @@ begin_batch(void)
 	MemoryContextSwitchTo(cxt);
 	batch_open = true;
 	batch_xacts = 0;
+	batch_changes = 0;
 	missing_deletes = NIL;
 
 	/* no key is held between batches: a rotated keyring is seen here */
@@ -209,7 +219,7 @@ ash_apply_count_missing_delete(AshApplyTarget *tgt)
 	foreach(lc, missing_deletes)
 	{
 		md = lfirst(lc);
-		if (strcmp(md->relation, tgt->name) == 0)
+		if (strcmp(md->relation, tgt->log_name) == 0)
 		{
 			md->count++;
 			return;
@@ -217,7 +227,7 @@ ash_apply_count_missing_delete(AshApplyTarget *tgt)
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	md = palloc(sizeof(MissingDelete));
-	md->relation = pstrdup(tgt->name);
+	md->relation = pstrdup(tgt->log_name);
 	md->count = 1;
 	missing_deletes = lappend(missing_deletes, md);
 	MemoryContextSwitchTo(old);
@@ -613,6 +623,7 @@ apply_row_change(AshChange *c)
 	as_owner_end(save_userid, save_sec);
 	PopActiveSnapshot();
 	pending.applied_changes++;
+	batch_changes++;
 }
 
 static void

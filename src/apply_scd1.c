@@ -362,7 +362,7 @@ scd1_flush(void)
 		values[c] = makeArrayResult(ibuf.cols[c], CurrentMemoryContext);
 
 	ash_apply_errctx.command = "insert";
-	ash_apply_errctx.relation = tgt->name;
+	ash_apply_errctx.relation = tgt->log_name;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	n = ash_spi_execute(upsert_many_plan(rel, tgt), values, NULL, SPI_OK_INSERT);
 	PopActiveSnapshot();
@@ -370,7 +370,7 @@ scd1_flush(void)
 	ash_apply_errctx.relation = saved_relation;
 
 	if (n < nrows && plans_of(tgt)->upsert_checks_tenant)
-		ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s", tgt->name);
+		ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s", tgt->log_name);
 	if (n > nrows)
 		elog(ERROR, "ash_replicant: multi-row upsert affected more rows than it wrote");
 	scd1_discard();
@@ -428,14 +428,14 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 
 	if (!newrow->complete)
 		ash_halt("unchanged_value_unavailable", "insert into %s lacks a column value",
-				 tgt->name);
+				 tgt->log_name);
 	if (buffer_insert(rel, tgt, newrow))
 		return;
 	plan = upsert_plan(rel, tgt);
 	n = ash_spi_execute(plan, newrow->values, nulls_of(rel, newrow), SPI_OK_INSERT);
 	if (n == 0 && plans_of(tgt)->upsert_checks_tenant)
 		ash_halt("tenant_conflict", "a row of another tenant holds the identity in %s",
-				 tgt->name);
+				 tgt->log_name);
 	if (n > 1)
 		elog(ERROR, "ash_replicant: upsert affected more than one row");
 }
@@ -521,7 +521,7 @@ scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 	if (!newrow->complete)
 		ash_halt("unchanged_value_unavailable",
 				 "update of a row %s does not have, with unchanged TOAST columns",
-				 tgt->name);
+				 tgt->log_name);
 	scd1_insert(rel, tgt, newrow);
 }
 

@@ -52,7 +52,10 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
@@ -113,6 +116,22 @@ static int	slot_busy_failures = 0;
 static int	census_faults = 0;
 static TimestampTz next_census = 0;
 static long backoff = 0;
+
+/*
+ * Crash-loop guard.  A worker that crashes (a bug, not an error: errors are
+ * caught) takes the postmaster through a crash restart, which wipes shared
+ * memory, and the launcher would start it again forever.  So every session
+ * counts its start in the catalog, and the count is cleared once the session
+ * proved itself: the watermark moved past where it started, or it streamed
+ * for STABLE_AFTER_MS.  More than MAX_UNPROVEN_STARTS in a row halt
+ * owner_lost until the operator starts the pipeline again.
+ */
+#define MAX_UNPROVEN_STARTS 5
+#define STABLE_AFTER_MS 60000
+static bool start_counted = false;
+static bool session_proven = false;
+static XLogRecPtr session_start_watermark = InvalidXLogRecPtr;
+static TimestampTz session_streaming_at = 0;
 
 /* ---------------------------------------------------------------------
  * Slot attachment.
@@ -176,15 +195,17 @@ leave_cleanly(void)
  * ---------------------------------------------------------------------
  */
 static void
-do_halt(const char *reason, const char *sqlstate)
+do_halt_detail(const char *reason, const char *sqlstate, const char *detail)
 {
 	AshReasonClass rc = ash_reason_class(reason);
 	const char *cls = (rc == ASH_REASON_MISCONFIGURED) ? "misconfigured" : "halted";
 
+	/* detail is an ash_halt message: structural by construction */
 	ereport(LOG,
-			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s",
+			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s%s%s%s",
 					cfg->sink_name, reason, cls,
-					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : "")));
+					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : "",
+					detail ? " context=\"" : "", detail ? detail : "", detail ? "\"" : "")));
 
 	/* in-memory leg first: it survives a failed catalog write */
 	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
@@ -200,6 +221,66 @@ do_halt(const char *reason, const char *sqlstate)
 		ash_stream_close(&stream);
 	stream_open = false;
 	leave_cleanly();
+}
+
+static void
+do_halt(const char *reason, const char *sqlstate)
+{
+	do_halt_detail(reason, sqlstate, NULL);
+}
+
+static int
+update_start_attempts(const char *sql)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			types[2] = {TEXTOID, INT8OID};
+	Datum		values[2];
+	int			attempts = 0;
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(cfg->sink_name);
+	values[1] = Int64GetDatum(my_generation);
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args(sql, 2, types, values, NULL, false, 1) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "ash_replicant: start count update failed");
+	if (SPI_processed == 1)
+		attempts = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	return attempts;
+}
+
+static void
+count_start(void)
+{
+	int			attempts = update_start_attempts(
+		"UPDATE ash_replicant.pipelines SET start_attempts = start_attempts + 1"
+		" WHERE sink_name = $1 AND start_generation = $2 RETURNING start_attempts");
+
+	if (attempts > MAX_UNPROVEN_STARTS)
+		ash_halt("owner_lost", "%d starts in a row ended without progress", attempts - 1);
+}
+
+static void
+prove_session(void)
+{
+	if (session_proven || !start_counted)
+		return;
+	if (ash_apply_watermark() > session_start_watermark ||
+		(session_streaming_at != 0 &&
+		 TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS)))
+	{
+		(void) update_start_attempts(
+			"UPDATE ash_replicant.pipelines SET start_attempts = 0"
+			" WHERE sink_name = $1 AND start_generation = $2 RETURNING start_attempts");
+		session_proven = true;
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -470,6 +551,7 @@ receive_loop(void)
 			ash_apply_publish_idle();
 
 		send_feedback(false, false);
+		prove_session();
 		run_census_if_due();
 
 		/* silent source detection */
@@ -526,6 +608,9 @@ run_session(void)
 	MemoryContextSwitchTo(session_cxt);
 
 	check_key_families();
+	if (strcmp(cfg->decoder, "pgoutput") != 0)
+		ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
+				 cfg->decoder);
 
 	step = STEP_CONNECT;
 	ash_conn_last_sqlstate[0] = '\0';
@@ -537,22 +622,18 @@ run_session(void)
 	step = STEP_IDENTIFY;
 	verify_identity(conn, &timeline, &xlogpos);
 
-	if (ckey == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(pipeline_cxt);
-
-		ckey = palloc(sizeof(AshCheckpointKey));
-		ckey->system_id = pstrdup(cfg->source_system_identifier);
-		ckey->database = pstrdup(cfg->source_database);
-		ckey->slot_name = pstrdup(cfg->slot_name);
-		MemoryContextSwitchTo(old);
-	}
-
 	step = STEP_COVERAGE;
 	ash_census_activation(cfg);
 
 	step = STEP_BIND;
 	ash_checkpoint_bind(cfg->sink_name, ckey, timeline, xlogpos, cfg->decoder, &binding);
+	/* one count per worker process: a crash ends the process */
+	if (!start_counted)
+	{
+		count_start();
+		start_counted = true;
+		session_start_watermark = binding.commit_lsn;
+	}
 
 	step = STEP_SLOT;
 	ensure_slot(conn, &binding);
@@ -585,6 +666,7 @@ run_session(void)
 					cfg->sink_name, LSN_FORMAT_ARGS(binding.end_lsn))));
 
 	step = STEP_STREAM;
+	session_streaming_at = GetCurrentTimestamp();
 	next_census = GetCurrentTimestamp();	/* first census right away */
 	receive_loop();
 }
@@ -607,7 +689,7 @@ handle_error(ErrorData *edata, long backoff)
 	SpinLockRelease(&MySlot->mutex);
 
 	if (halt != NULL)
-		do_halt(halt, NULL);
+		do_halt_detail(halt, NULL, edata->message);
 
 	if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
 		edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
@@ -699,6 +781,21 @@ ash_pipeline_main(Datum main_arg)
 
 	if (cfg->start_generation != my_generation)
 		leave_cleanly();		/* a newer start is on its way */
+
+	/*
+	 * The checkpoint row this pipeline owns is keyed by the configured
+	 * identity (a session verifies the source against it): a halt before
+	 * the first connection still marks that row when it exists.
+	 */
+	{
+		MemoryContext old = MemoryContextSwitchTo(pipeline_cxt);
+
+		ckey = palloc(sizeof(AshCheckpointKey));
+		ckey->system_id = pstrdup(cfg->source_system_identifier);
+		ckey->database = pstrdup(cfg->source_database);
+		ckey->slot_name = pstrdup(cfg->slot_name);
+		MemoryContextSwitchTo(old);
+	}
 
 	ereport(LOG, (errmsg("ash_replicant event=pipeline.started sink=%s", cfg->sink_name)));
 

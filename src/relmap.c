@@ -522,6 +522,7 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	}
 	t->relid = relid;
 	t->name = quote_qualified_identifier(schema, relname);
+	t->log_name = pstrdup(rel->target_name);
 	t->nspname = pstrdup(schema);
 	t->relname = pstrdup(relname);
 	t->tenant = pstrdup(tenant);
@@ -580,6 +581,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->target_default = palloc0(sizeof(AshApplyTarget));
 	rel->target_default->relid = rel->target;
 	rel->target_default->name = rel->target_name;
+	rel->target_default->log_name = rel->target_name;
 	rel->target_default->nspname = get_namespace_name(RelationGetNamespace(target));
 	rel->target_default->relname = pstrdup(RelationGetRelationName(target));
 	rel->target_default->cxt = rel->cxt;

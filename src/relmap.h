@@ -35,7 +35,9 @@ typedef struct AshTargetCol
 typedef struct AshApplyTarget
 {
 	Oid			relid;
-	char	   *name;			/* quoted schema-qualified name */
+	char	   *name;			/* quoted schema-qualified name: SQL only */
+	char	   *log_name;		/* the mapping's target: for messages, since
+								 * a tenant table's schema names the tenant */
 	char	   *nspname;		/* unquoted, for encryption bindings */
 	char	   *relname;
 	char	   *tenant;			/* context tenancy: the tenant served */

@@ -1,8 +1,9 @@
 # AshTest — shared harness of the ash_replicant end-to-end TAP tests.
 #
 # Every test builds its own SOURCE/DESTINATION pair with start_pair(), wires a
-# pipeline with setup_pipeline() and synchronizes only by polling (poll_query_until
-# or a bounded poll on a condition), never by sleeping for a state.
+# pipeline with setup_pipeline() and synchronizes only with poll_query_until,
+# never by sleeping for a state (the one bounded wait loop, in crash_restart,
+# waits for killed processes to be gone while the server cannot be queried).
 #
 #   use lib 'test/t';
 #   use AshTest;
@@ -15,6 +16,9 @@
 #   - setup_pipeline() also creates, publishes and maps a per-sink marker table
 #     "ash_marker_<sink>"; wait_caught_up() commits a marker row at the source
 #     and waits for the destination watermark to reach that commit (see there).
+#   - Exact source commit LSNs come from the source's WAL (pg_walinspect, created
+#     by start_pair): commit_tracked() runs a transaction and returns the
+#     (commit_lsn, end_lsn) of its commit record.
 #   - Waits return early when the pipeline reaches a terminal state (halted /
 #     misconfigured) so a broken pipeline fails in seconds, not minutes; after the
 #     first timed-out wait the remaining waits of the file use a short timeout,
@@ -25,7 +29,6 @@ use strict;
 use warnings;
 
 use Carp;
-use File::Basename;
 use JSON::PP;
 use Time::HiRes qw(usleep time);
 use IPC::Run;
@@ -68,7 +71,6 @@ max_wal_senders = 10
 max_replication_slots = 10
 max_connections = 60
 log_statement = '$log_statement'
-log_min_messages = warning
 } . ($o{src_conf} // ''));
 	# TCP from 127.0.0.1, trust, for normal and replication connections.
 	$src->append_conf('pg_hba.conf', qq{
