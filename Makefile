@@ -60,3 +60,21 @@ test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
 EXTRA_CLEAN += test/unit/decode_test
+
+# ---------------------------------------------------------------------------
+# Decoder fuzzing: `make fuzz` builds test/fuzz/fuzz_decoder with libFuzzer,
+# AddressSanitizer and UBSan (clang-14 + libclang-rt-14-dev); run by
+# test/t/003_decoder_fuzz.pl for ASH_FUZZ_SECONDS (30; 300 with ASH_LONG=1).
+# ---------------------------------------------------------------------------
+FUZZ_CC := $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
+FUZZ_SRCS = test/fuzz/fuzz_decoder.c src/decode_pgoutput.c src/change.c
+
+.PHONY: fuzz
+fuzz: test/fuzz/fuzz_decoder
+
+test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h
+	$(FUZZ_CC) -g -O1 -DFRONTEND -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		-Wall -Werror -Wno-unused-parameter -Wno-ignored-attributes \
+		$(UNIT_CPPFLAGS) -o $@ $(FUZZ_SRCS) $(UNIT_LDLIBS)
+
+EXTRA_CLEAN += test/fuzz/fuzz_decoder

@@ -77,30 +77,39 @@ intern_reason(const char *reason, const char **cls)
 	return reason;
 }
 
+/* A consistent copy of the sink's shared-memory slot; zeroes if none. */
+static bool
+snapshot_slot(const char *sink_name, AshPipelineSlot *snap)
+{
+	bool		found = false;
+
+	memset(snap, 0, sizeof(*snap));
+	if (AshShmem == NULL)
+		return false;
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	{
+		AshPipelineSlot *slot = ash_slot_find(MyDatabaseId, sink_name);
+
+		if (slot != NULL)
+		{
+			SpinLockAcquire(&slot->mutex);
+			memcpy(snap, slot, sizeof(AshPipelineSlot));
+			SpinLockRelease(&slot->mutex);
+			found = true;
+		}
+	}
+	LWLockRelease(AshShmem->lock);
+	return found;
+}
+
 static void
 derive_status(CatalogFacts *f, StatusRow *row)
 {
 	AshPipelineSlot snap;
-	bool		have_slot = false;
+	bool		have_slot = snapshot_slot(f->sink_name, &snap);
 
 	memset(row, 0, sizeof(*row));
 	row->state = "not_started";
-
-	if (AshShmem != NULL)
-	{
-		AshPipelineSlot *slot;
-
-		LWLockAcquire(AshShmem->lock, LW_SHARED);
-		slot = ash_slot_find(MyDatabaseId, f->sink_name);
-		if (slot != NULL)
-		{
-			SpinLockAcquire(&slot->mutex);
-			memcpy(&snap, slot, sizeof(AshPipelineSlot));
-			SpinLockRelease(&slot->mutex);
-			have_slot = true;
-		}
-		LWLockRelease(AshShmem->lock);
-	}
 
 	if (!f->configured || !f->enabled)
 		return;
@@ -276,23 +285,7 @@ ash_replicant_stat_pipelines(PG_FUNCTION_ARGS)
 			continue;
 		derive_status(f, &row);
 
-		if (AshShmem != NULL)
-		{
-			AshPipelineSlot *slot;
-
-			LWLockAcquire(AshShmem->lock, LW_SHARED);
-			slot = ash_slot_find(MyDatabaseId, f->sink_name);
-			if (slot != NULL)
-			{
-				SpinLockAcquire(&slot->mutex);
-				memcpy(&snap, slot, sizeof(AshPipelineSlot));
-				SpinLockRelease(&slot->mutex);
-				have_slot = true;
-			}
-			LWLockRelease(AshShmem->lock);
-		}
-		if (!have_slot)
-			memset(&snap, 0, sizeof(snap));
+		have_slot = snapshot_slot(f->sink_name, &snap);
 
 		values[0] = CStringGetTextDatum(f->sink_name);
 		if (row.pid)

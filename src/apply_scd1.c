@@ -149,32 +149,29 @@ key_values(AshApplyRel *rel, AshRowImage *key, Datum *values, char *nulls)
 	return n;
 }
 
-static SPIPlanPtr
-upsert_plan(AshApplyRel *rel, AshApplyTarget *tgt)
+/*
+ * "INSERT INTO t AS t (cols) <source> ON CONFLICT (identity) DO UPDATE SET
+ * ... [WHERE t.tenant = EXCLUDED.tenant]"; source is "VALUES ($1, ...)" or
+ * the multi-row "SELECT * FROM ROWS FROM (unnest($1), ...)".  Returns
+ * whether the statement checks the tenant (affects no row on a conflict
+ * with another tenant).
+ */
+static bool
+build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
 {
-	Scd1Plans  *st = plans_of(tgt);
-	StringInfoData sql;
-	Oid		   *types;
 	bool		any_set = false;
 
-	if (st->upsert)
-		return st->upsert;
-	types = palloc(sizeof(Oid) * rel->ncols);
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s AS t (", tgt->name);
+	appendStringInfo(sql, "INSERT INTO %s AS t (", tgt->name);
 	for (int c = 0; c < rel->ncols; c++)
-		appendStringInfo(&sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
-	appendStringInfoString(&sql, ") VALUES (");
+		appendStringInfo(sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
+	appendStringInfoString(sql, many ? ") SELECT * FROM ROWS FROM (" : ") VALUES (");
 	for (int c = 0; c < rel->ncols; c++)
-	{
-		appendStringInfo(&sql, "%s$%d", c ? ", " : "", c + 1);
-		types[c] = rel->cols[c].typid;
-	}
-	appendStringInfoString(&sql, ") ON CONFLICT (");
+		appendStringInfo(sql, many ? "%spg_catalog.unnest($%d)" : "%s$%d", c ? ", " : "", c + 1);
+	appendStringInfoString(sql, ") ON CONFLICT (");
 	for (int k = 0; k < rel->nkeys; k++)
-		appendStringInfo(&sql, "%s%s", k ? ", " : "",
+		appendStringInfo(sql, "%s%s", k ? ", " : "",
 						 quote_identifier(rel->cols[rel->keys[k]].name));
-	appendStringInfoChar(&sql, ')');
+	appendStringInfoChar(sql, ')');
 	for (int c = 0; c < rel->ncols; c++)
 	{
 		const char *n;
@@ -182,18 +179,38 @@ upsert_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 		if (rel->cols[c].is_identity)
 			continue;
 		n = quote_identifier(rel->cols[c].name);
-		appendStringInfo(&sql, "%s%s = EXCLUDED.%s", any_set ? ", " : " DO UPDATE SET ", n, n);
+		appendStringInfo(sql, "%s%s = EXCLUDED.%s", any_set ? ", " : " DO UPDATE SET ", n, n);
 		any_set = true;
 	}
 	if (!any_set)
-		appendStringInfoString(&sql, " DO NOTHING");
-	else if (tenant_scoped(rel))
+	{
+		appendStringInfoString(sql, " DO NOTHING");
+		return false;
+	}
+	if (tenant_scoped(rel))
 	{
 		const char *n = quote_identifier(rel->cols[rel->tenant_col].name);
 
-		appendStringInfo(&sql, " WHERE t.%s OPERATOR(pg_catalog.=) EXCLUDED.%s", n, n);
-		st->upsert_checks_tenant = true;
+		appendStringInfo(sql, " WHERE t.%s OPERATOR(pg_catalog.=) EXCLUDED.%s", n, n);
+		return true;
 	}
+	return false;
+}
+
+static SPIPlanPtr
+upsert_plan(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	Scd1Plans  *st = plans_of(tgt);
+	StringInfoData sql;
+	Oid		   *types;
+
+	if (st->upsert)
+		return st->upsert;
+	types = palloc(sizeof(Oid) * rel->ncols);
+	for (int c = 0; c < rel->ncols; c++)
+		types[c] = rel->cols[c].typid;
+	initStringInfo(&sql);
+	st->upsert_checks_tenant = build_upsert(&sql, rel, tgt, false);
 	st->upsert = prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert;
 }
@@ -233,7 +250,6 @@ upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	Scd1Plans  *st = plans_of(tgt);
 	StringInfoData sql;
 	Oid		   *types;
-	bool		any_set = false;
 
 	if (st->upsert_many || st->many_unsupported)
 		return st->upsert_many;
@@ -248,35 +264,7 @@ upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 		}
 	}
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s AS t (", tgt->name);
-	for (int c = 0; c < rel->ncols; c++)
-		appendStringInfo(&sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
-	appendStringInfoString(&sql, ") SELECT * FROM ROWS FROM (");
-	for (int c = 0; c < rel->ncols; c++)
-		appendStringInfo(&sql, "%spg_catalog.unnest($%d)", c ? ", " : "", c + 1);
-	appendStringInfoString(&sql, ") ON CONFLICT (");
-	for (int k = 0; k < rel->nkeys; k++)
-		appendStringInfo(&sql, "%s%s", k ? ", " : "",
-						 quote_identifier(rel->cols[rel->keys[k]].name));
-	appendStringInfoChar(&sql, ')');
-	for (int c = 0; c < rel->ncols; c++)
-	{
-		const char *n;
-
-		if (rel->cols[c].is_identity)
-			continue;
-		n = quote_identifier(rel->cols[c].name);
-		appendStringInfo(&sql, "%s%s = EXCLUDED.%s", any_set ? ", " : " DO UPDATE SET ", n, n);
-		any_set = true;
-	}
-	if (!any_set)
-		appendStringInfoString(&sql, " DO NOTHING");
-	else if (tenant_scoped(rel))
-	{
-		const char *n = quote_identifier(rel->cols[rel->tenant_col].name);
-
-		appendStringInfo(&sql, " WHERE t.%s OPERATOR(pg_catalog.=) EXCLUDED.%s", n, n);
-	}
+	(void) build_upsert(&sql, rel, tgt, true);
 	st->upsert_many = prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert_many;
 }

@@ -23,6 +23,7 @@ static const AshReasonEntry reason_table[] = {
 	{"tenant_resolution_failed", ASH_REASON_HALTED},
 	{"tenant_scope_missing", ASH_REASON_HALTED},
 	{"tenant_conflict", ASH_REASON_HALTED},
+	{"tenant_scope_invalid", ASH_REASON_HALTED},
 	{"source_identity_mismatch", ASH_REASON_HALTED},
 	{"message_prefix_unmapped", ASH_REASON_HALTED},
 	{"append_origin_gap", ASH_REASON_HALTED},

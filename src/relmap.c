@@ -44,6 +44,7 @@
 #include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/index.h"
+#include "catalog/catalog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
@@ -475,6 +476,20 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	}
 	relname = get_rel_name(rel->target);
 	nspoid = get_namespace_oid(schema, true);
+
+	/*
+	 * Source data chooses the schema: it must never reach a system schema,
+	 * the extension's catalogs or the mapping's own (template) table.
+	 */
+	if (OidIsValid(nspoid) &&
+		(IsCatalogNamespace(nspoid) || IsToastNamespace(nspoid) ||
+		 isAnyTempNamespace(nspoid) ||
+		 strcmp(schema, "information_schema") == 0 ||
+		 strcmp(schema, "ash_replicant") == 0 ||
+		 nspoid == get_rel_namespace(rel->target)))
+		ash_halt("tenant_scope_invalid", "a row of %s names a schema that is not a tenant scope",
+				 rel->target_name);
+
 	relid = OidIsValid(nspoid) ? get_relname_relid(relname, nspoid) : InvalidOid;
 	/* the tenant names a schema: never print it */
 	if (!OidIsValid(relid))

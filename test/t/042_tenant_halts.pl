@@ -29,6 +29,9 @@
 #             name an existing tenant schema: must not be written there
 #   tn_rid    tenant-scoped source without REPLICA IDENTITY FULL:
 #             misconfigured/source_replica_identity
+#   tn_pair   one source statement inserts the same destination key under two
+#             tenants (consecutive inserts may be written as one multi-row
+#             upsert): tenant_conflict, not a cardinality error
 use strict;
 use warnings;
 use lib 'test/t';
@@ -57,6 +60,8 @@ CREATE TABLE tfalse (id integer PRIMARY KEY, tenant boolean, v text);
 CREATE TABLE told (id integer PRIMARY KEY, tenant text, v text);
 CREATE TABLE tlong (id integer PRIMARY KEY, tenant text, v text);
 CREATE TABLE trid (id integer PRIMARY KEY, tenant text, v text);
+CREATE TABLE tpair (tenant text NOT NULL, id integer NOT NULL, v text, PRIMARY KEY (tenant, id));
+ALTER TABLE tpair REPLICA IDENTITY FULL;
 ALTER TABLE acct REPLICA IDENTITY FULL;
 ALTER TABLE ledger REPLICA IDENTITY FULL;
 ALTER TABLE docs REPLICA IDENTITY FULL;
@@ -74,6 +79,7 @@ CREATE PUBLICATION pub_tn_false FOR TABLE tfalse;
 CREATE PUBLICATION pub_tn_old FOR TABLE told;
 CREATE PUBLICATION pub_tn_long FOR TABLE tlong;
 CREATE PUBLICATION pub_tn_rid FOR TABLE trid;
+CREATE PUBLICATION pub_tn_pair FOR TABLE tpair;
 -- committed before any slot: the go-forward mirrors never see these
 INSERT INTO ledger VALUES ('globex', 52, 'pre-slot globex 52');
 INSERT INTO told VALUES (9, NULL, 'legacy row without a tenant');
@@ -110,6 +116,7 @@ CREATE TABLE tlong (id integer PRIMARY KEY, tenant text, v text);
 CREATE SCHEMA "$long63";
 CREATE TABLE "$long63".tlong (LIKE public.tlong INCLUDING ALL);
 CREATE TABLE trid (id integer PRIMARY KEY, tenant text, v text);
+CREATE TABLE tpair (tenant text NOT NULL, id integer PRIMARY KEY, v text);
 });
 
 my @attr = (tenant_column => 'tenant', tenant_strategy => 'attribute');
@@ -127,7 +134,8 @@ my %terminal = (
 	tn_false => [ 'tfalse', @attr ],
 	tn_old   => [ 'told', @attr ],
 	tn_long  => [ 'tlong', @ctx ],
-	tn_rid   => [ 'trid', @attr ]);
+	tn_rid   => [ 'trid', @attr ],
+	tn_pair  => [ 'tpair', @attr ]);
 for my $s (sort keys %terminal)
 {
 	AshTest::setup_pipeline($src, $dst, sink => $s, publication => "pub_$s", maps => [ $terminal{$s} ]);
@@ -142,15 +150,25 @@ for my $s ($sink, sort keys %terminal)
 ##############################################################################
 
 # SPEC §7.6/§15: tenant_required is reported with side=new|old (structure,
-# not a value).  Any log line of the sink that names tenant_required and the
-# side counts (the halt event or an event of its own).
+# not a value).  Any log line of the sink that names tenant_required counts,
+# together with its DETAIL line (the halt event or an event of its own).
 sub side_logged
 {
 	my ($s, $side, $label) = @_;
-	my @lines = grep { /tenant[._]required/ }
-	  AshTest::log_lines_like($dst, qr/ash_replicant .*\bsink=\Q$s\E(\s|$)/);
-	ok(scalar(grep { /\bside=\Q$side\E\b/ } @lines) >= 1, "$label: the tenant_required halt names side=$side")
-	  or diag join("\n", @lines);
+	my @found;
+	for my $f (AshTest::log_files($dst))
+	{
+		my @l = split /\n/, slurp_file($f);
+		for my $i (0 .. $#l)
+		{
+			next unless $l[$i] =~ /ash_replicant .*\bsink=\Q$s\E(\s|$)/ && $l[$i] =~ /tenant[._]required/;
+			my $text = $l[$i];
+			$text .= "\n" . $l[ $i + 1 ] if $i < $#l && $l[ $i + 1 ] =~ /\bDETAIL:/;
+			push @found, $text;
+		}
+	}
+	ok(scalar(grep { /\bside=\Q$side\E\b/ } @found) >= 1, "$label: the tenant_required halt names side=$side")
+	  or diag join("\n", @found);
 }
 
 # destination tables whose content a halt must not change (grows as the
@@ -378,9 +396,11 @@ my %bad = (
 	tn_long  => [ qq{BEGIN; INSERT INTO tlong VALUES (1, '$long63', 'ok'); INSERT INTO tlong VALUES (2, '$long64', 'another tenant'); COMMIT;},
 		qq{INSERT INTO tlong VALUES (3, '$long63', 'later')}, 'tenant_scope_missing' ],
 	tn_rid   => [ q{BEGIN; INSERT INTO trid VALUES (1, 'acme', 'ok'); COMMIT;},
-		q{INSERT INTO trid VALUES (2, 'acme', 'later')}, 'source_replica_identity', undef, 'misconfigured' ]);
+		q{INSERT INTO trid VALUES (2, 'acme', 'later')}, 'source_replica_identity', undef, 'misconfigured' ],
+	tn_pair  => [ q{INSERT INTO tpair VALUES ('acme', 1, 'ok'), ('acme', 5, 'acme five'), ('globex', 5, 'globex five'), ('acme', 6, 'ok')},
+		q{INSERT INTO tpair VALUES ('acme', 7, 'later')}, 'tenant_conflict' ]);
 my %tbl = (tn_null => 'tnull', tn_blank => 'tblank', tn_false => 'tfalse', tn_old => 'told',
-	tn_long => 'tlong', tn_rid => 'trid');
+	tn_long => 'tlong', tn_rid => 'trid', tn_pair => 'tpair');
 
 my %before;
 for my $s (sort keys %bad)

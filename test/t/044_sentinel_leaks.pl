@@ -12,6 +12,8 @@
 #   b  tenant_conflict          attribute tenant = sentinel meets acme's row
 #   c  apply_failed (23514)     a destination CHECK fails on the row; the
 #                               server's DETAIL would carry tenant and name
+#   c2 apply_failed (23514)     the same in a context tenant's table whose
+#                               schema is named like case a's sentinel
 #   d  tenant_resolution_failed the tenant function raises with the whole
 #                               row in its message
 #   e  (no failure) a delete of a row the mirror lacks, under context tenancy:
@@ -99,8 +101,9 @@ sub case
 	my (%c) = @_;
 	my $s = AshTenancy::sentinel();
 	push @all_sentinels, $s;
+	my @needles = ($s, @{ $c{also} // [] });
 	my $label = $c{label};
-	my $before = AshTenancy::state($dst, $sink, qw(acct acme.docs ev_acme.ev));
+	my $before = AshTenancy::state($dst, $sink, qw(acct acme.docs ev_acme.ev), @{ $c{tables} // [] });
 
 	$src->safe_psql('postgres', $c{bad}->($s));
 	AshTenancy::expect_halt($src, $dst, $sink, $c{reason}, $before, label => $label);
@@ -110,14 +113,14 @@ sub case
 			$c{sqlstate}, "$label: SQLSTATE $c{sqlstate} recorded");
 	}
 	look_around();
-	AshTenancy::assert_no_leak([$s], [ $src, $dst ], \@messages, "$label: sentinel after the halt");
+	AshTenancy::assert_no_leak(\@needles, [ $src, $dst ], \@messages, "$label: sentinel after the halt");
 	return $s unless defined $c{fix};
 
 	$dst->safe_psql('postgres', $c{fix}->($s));
 	push @messages, AshTest::start_sink($dst, $sink);
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$label: resumed after the fix");
 	look_around();
-	AshTenancy::assert_no_leak([$s], [ $src, $dst ], \@messages, "$label: sentinel after the restart");
+	AshTenancy::assert_no_leak(\@needles, [ $src, $dst ], \@messages, "$label: sentinel after the restart");
 	return $s;
 }
 
@@ -141,6 +144,19 @@ case(
 	sqlstate => '23514',
 	bad      => sub { my ($s) = @_; qq{INSERT INTO acct VALUES ('$s', 2, '$s', '$s')} },
 	fix      => sub { q{ALTER TABLE acct DROP CONSTRAINT name_ok} });
+
+# c2: the same under context tenancy, in the tenant table of case a (its
+# schema is named like that case's sentinel): neither the row's values nor
+# the tenant (= the schema's name) may appear
+$dst->safe_psql('postgres', qq{ALTER TABLE "$sa".docs ADD CONSTRAINT title_ok CHECK (title NOT LIKE 'SENTINEL%') NOT VALID});
+case(
+	label    => 'c2 check violation in a tenant table',
+	reason   => 'apply_failed',
+	sqlstate => '23514',
+	also     => [$sa],
+	tables   => [qq{"$sa".docs}],
+	bad      => sub { my ($s) = @_; qq{INSERT INTO docs VALUES (2, '$sa', '$s', '$s'), (3, '$sa', 'fine', '$s')} },
+	fix      => sub { qq{ALTER TABLE "$sa".docs DROP CONSTRAINT title_ok} });
 
 case(
 	label  => 'd tenant function raises',

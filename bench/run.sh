@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Apply-throughput benchmark: ash_replicant vs PostgreSQL native logical
+# replication vs pglogical 2 vs the decoding ceiling.  Run as root on Debian 12:
+#
+#     bash bench/run.sh                 # SCALE=1, every workload and contender
+#     SCALE=0.1 bash bench/run.sh       # quick run
+#
+# Knobs (environment):
+#   SCALE=1            row counts multiplier
+#   WORKLOADS=W1,W2,W3,W4,W5
+#   CONTENDERS=ceiling,ash,native,pglogical
+#   REPEAT=1           measure each workload this many times (fresh WAL each time)
+#   PROFILE=0          1: perf record the apply worker of ash and native during W1
+#   BENCH_DIR=/tmp/ash_bench   BENCH_SRC_PORT=57001   BENCH_DST_PORT=57002
+#   KEEP=0             1: leave the clusters running at the end
+#
+#   BENCH_INST=/tmp/ash_bench_inst  private PostgreSQL + extension install used by the clusters
+#
+# Results: bench/results/<date>-scale<S>.jsonl (one JSON object per measurement)
+# and a table printed at the end (also saved as .txt next to the .jsonl).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "bench/run.sh: run as root (it installs packages and runs clusters as postgres)" >&2
+    exit 2
+fi
+
+bash tools/setup.sh
+export PATH="/usr/lib/postgresql/15/bin:$PATH"
+
+need=()
+dpkg-query -W -f='${Status}' python3-psycopg2 2>/dev/null | grep -q 'install ok installed' || need+=(python3-psycopg2)
+case ",${CONTENDERS:-pglogical}," in *,pglogical,*)
+    dpkg-query -W -f='${Status}' postgresql-15-pglogical 2>/dev/null | grep -q 'install ok installed' || need+=(postgresql-15-pglogical) ;;
+esac
+command -v gdb >/dev/null || need+=(gdb)   # backtraces of crashed workers
+if [ "${PROFILE:-0}" = 1 ]; then
+    command -v perf >/dev/null || need+=(linux-perf)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || true
+    for p in "${need[@]}"; do
+        # pglogical and perf are optional: the driver marks them n/a when absent
+        apt-get install -y -qq --no-install-recommends "$p" >/dev/null ||
+            echo "bench: could not install $p (continuing; dependent contenders become n/a)"
+    done
+fi
+
+# A private copy of the PostgreSQL installation with this tree's build of the
+# extension: other sessions may `make install` a different build into the
+# shared $libdir while we measure, and a server loads a replaced .so into new
+# processes (the pipeline worker among them).  PostgreSQL is relocatable, so
+# initdb/postgres run from the copy find their lib and share directories in it.
+inst=${BENCH_INST:-/tmp/ash_bench_inst}
+make -s -j2 >/dev/null
+rm -rf "$inst"
+mkdir -p "$inst/usr/lib/postgresql" "$inst/usr/share/postgresql"
+cp -a /usr/lib/postgresql/15 "$inst/usr/lib/postgresql/"
+cp -a /usr/share/postgresql/15 "$inst/usr/share/postgresql/"
+make -s install DESTDIR="$inst" >/dev/null
+chmod -R a+rX "$inst"
+export BENCH_PGBIN="$inst/usr/lib/postgresql/15/bin"
+
+exec /usr/bin/python3 -u bench/bench.py "$@"
