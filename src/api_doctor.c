@@ -32,6 +32,10 @@
  *	  admissible manifest: it runs read-only and is always rolled back (see
  *	  check_contract).
  *
+ *	  The source's table set is fetched, described and judged by
+ *	  source_catalog.c and coverage.c, the very code the pipeline runs at
+ *	  activation and in every census: preflight's verdict is the worker's.
+ *
  *	  Rows are value- and name-free: check names and reason codes only —
  *	  never the conninfo, publication, identity, slot name, an LSN, or a
  *	  table or column name.  The structural context of a failure (names of
@@ -67,6 +71,7 @@
 #include "libpq_conn.h"
 #include "mapping_validate.h"
 #include "shmem.h"
+#include "source_catalog.h"
 
 
 PG_FUNCTION_INFO_V1(ash_replicant_preflight);
@@ -101,16 +106,6 @@ typedef struct SinkFacts
 	int64		nroutes_below;
 } SinkFacts;
 
-/* A table of the decoder's table set, as the source describes it. */
-typedef struct SourceRel
-{
-	AshSourceName name;
-	char	   *attnames;		/* publication column list (text[] literal) or NULL */
-	bool		exists;
-	bool		has_select;
-	AshSourceTable desc;
-} SourceRel;
-
 /* The checkpoint rows under the sink's slot name. */
 typedef struct CheckpointFacts
 {
@@ -139,7 +134,10 @@ typedef struct Doctor
 	AshConn    *conn;
 	const char *source_skip;	/* why source checks are skipped, NULL: go */
 	const char *tableset_skip;	/* why table-set checks are skipped */
-	List	   *rels;			/* SourceRel * */
+	AshTableSetSpec tableset;	/* the decoder's table-set setting */
+	List	   *rels;			/* AshSourceRel * */
+	bool		coverage_judged;	/* d->coverage is set */
+	AshSourceCoverage coverage;
 
 	CheckpointFacts cp;
 	bool		contract_unchanged; /* set by contract_fn */
@@ -486,12 +484,8 @@ check_configuration(Doctor *d)
 static void
 load_mappings_fn(Doctor *d, void *arg)
 {
-	ListCell   *lc;
-
 	d->sink = ash_mapping_sink_load(d->sink_name, false, false);
-	d->specs = ash_mapping_load_sink(d->sink_name);
-	foreach(lc, d->specs)
-		d->mappings = lappend(d->mappings, ash_coverage_mapping_from_spec(lfirst(lc)));
+	ash_source_load_mappings(d->sink_name, &d->specs, &d->mappings);
 }
 
 static void
@@ -626,6 +620,29 @@ probe_fn(Doctor *d, void *arg)
 }
 
 /*
+ * The reason of a failed probe (an error raised by libpq_conn.c or
+ * source_catalog.c; anything else is re-raised): privilege_probe_missing
+ * when the source refused for lack of privilege, else source_probe_failed.
+ * A broken connection also skips every later source check.
+ */
+static const char *
+probe_failure(Doctor *d, ErrorData *e)
+{
+	if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
+		ReThrowError(e);
+	if (ash_conn_last_sqlstate[0] == '\0' || d->conn == NULL ||
+		PQstatus(d->conn->conn) != CONNECTION_OK)
+	{
+		/* transport failure: the connection is unusable */
+		if (d->conn != NULL)
+			ash_conn_close(d->conn);
+		d->conn = NULL;
+		d->source_skip = "source_probe_failed";
+	}
+	return ash_source_probe_reason();
+}
+
+/*
  * Run a probe query.  On failure returns NULL and the reason of the
  * failure: privilege_probe_missing when the source refused for lack of
  * privilege, else source_probe_failed; a broken connection also skips
@@ -646,20 +663,7 @@ probe(Doctor *d, const char *query, int nparams, const char *p1, const char *p2,
 	e = guarded(d, probe_fn, &p);
 	if (e == NULL)
 		return p.res;
-
-	if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
-		ReThrowError(e);
-	if (strcmp(ash_conn_last_sqlstate, "42501") == 0)
-		*why = "privilege_probe_missing";
-	else
-		*why = "source_probe_failed";
-	if (ash_conn_last_sqlstate[0] == '\0' || PQstatus(d->conn->conn) != CONNECTION_OK)
-	{
-		/* transport failure: the connection is unusable */
-		ash_conn_close(d->conn);
-		d->conn = NULL;
-		d->source_skip = "source_probe_failed";
-	}
+	*why = probe_failure(d, e);
 	return NULL;
 }
 
@@ -700,27 +704,29 @@ probe_failed(Doctor *d, const char *check, const char *why)
 }
 
 static void
+identity_fn(Doctor *d, void *arg)
+{
+	*(bool *) arg = ash_source_identity_matches(d->conn, d->f.sysid, d->f.database);
+}
+
+static void
 check_identity(Doctor *d)
 {
-	PGresult   *res;
-	const char *why = NULL;
-	bool		same;
+	ErrorData  *e;
+	bool		same = false;
 
 	if (skip_source(d, "source_identity"))
 		return;
-	res = probe(d, "SELECT system_identifier::pg_catalog.text, pg_catalog.current_database()"
-				" FROM pg_catalog.pg_control_system()", 0, NULL, NULL, &why);
-	if (res == NULL)
+	e = guarded(d, identity_fn, &same);
+	if (e != NULL)
 	{
+		const char *why = probe_failure(d, e);
+
 		probe_failed(d, "source_identity", why);
 		/* judge nothing of a source whose identity is unknown */
 		d->source_skip = why;
 		return;
 	}
-	same = PQntuples(res) == 1 &&
-		strcmp(PQgetvalue(res, 0, 0), d->f.sysid) == 0 &&
-		strcmp(PQgetvalue(res, 0, 1), d->f.database) == 0;
-	PQclear(res);
 	if (!same)
 	{
 		emit(d, "source_identity", V_FAIL, "source_identity_mismatch");
@@ -835,252 +841,64 @@ check_output_plugin(Doctor *d)
  * ---------------------------------------------------------------------
  */
 
-static SourceRel *
-new_rel(const char *nsp, const char *rel, const char *attnames)
+static void
+fetch_fn(Doctor *d, void *arg)
 {
-	SourceRel  *r = palloc0(sizeof(SourceRel));
+	MemoryContext old = MemoryContextSwitchTo(d->cxt);
 
-	r->name.nspname = pstrdup(nsp);
-	r->name.relname = pstrdup(rel);
-	r->attnames = attnames ? pstrdup(attnames) : NULL;
-	return r;
-}
-
-/* Fetch the decoder's table set; false (row emitted) when it cannot be. */
-static bool
-fetch_table_set(Doctor *d)
-{
-	SinkFacts  *f = &d->f;
-	PGresult   *res;
-	const char *why = NULL;
-	MemoryContext old;
-
-	if (strcmp(f->decoder, "wal2json") == 0)
-	{
-		ListCell   *lc;
-
-		old = MemoryContextSwitchTo(d->cxt);
-		foreach(lc, f->tables)
-		{
-			AshSourceName *n = lfirst(lc);
-
-			d->rels = lappend(d->rels, new_rel(n->nspname, n->relname, NULL));
-		}
-		MemoryContextSwitchTo(old);
-		return true;
-	}
-
-	if (strcmp(f->decoder, "pglogical") == 0)
-	{
-		bool		ok;
-
-		res = probe(d, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'pglogical')",
-					0, NULL, NULL, &why);
-		if (res == NULL)
-			goto probe_failure;
-		ok = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-		PQclear(res);
-		if (!ok)
-		{
-			emit(d, "publication", V_FAIL, "decoder_extension_missing");
-			d->tableset_skip = "decoder_extension_missing";
-			return false;
-		}
-		res = probe(d, "SELECT pg_catalog.count(*) = pg_catalog.cardinality($1::pg_catalog.text[])"
-					" FROM pglogical.replication_set WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])",
-					1, f->replication_sets, NULL, &why);
-		if (res == NULL)
-			goto probe_failure;
-		ok = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-		PQclear(res);
-		if (!ok)
-		{
-			emit(d, "publication", V_FAIL, "source_publication_missing");
-			d->tableset_skip = "source_publication_missing";
-			return false;
-		}
-		res = probe(d, "SELECT DISTINCT nspname::pg_catalog.text, relname::pg_catalog.text, NULL"
-					" FROM pglogical.tables WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
-					" ORDER BY 1, 2",
-					1, f->replication_sets, NULL, &why);
-	}
-	else
-	{
-		bool		ok;
-
-		res = probe(d, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)",
-					1, f->publication, NULL, &why);
-		if (res == NULL)
-			goto probe_failure;
-		ok = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-		PQclear(res);
-		if (!ok)
-		{
-			emit(d, "publication", V_FAIL, "source_publication_missing");
-			d->tableset_skip = "source_publication_missing";
-			return false;
-		}
-		/* pgoutput sends only the publication's column list (15+) */
-		res = probe(d, d->conn->server_version >= 150000 ?
-					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text,"
-					" attnames::pg_catalog.text[]::pg_catalog.text"
-					" FROM pg_catalog.pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2" :
-					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text, NULL"
-					" FROM pg_catalog.pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2",
-					1, f->publication, NULL, &why);
-	}
-	if (res == NULL)
-		goto probe_failure;
-
-	old = MemoryContextSwitchTo(d->cxt);
-	for (int i = 0; i < PQntuples(res); i++)
-		d->rels = lappend(d->rels, new_rel(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
-										   PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2)));
+	*(const char **) arg = ash_source_fetch_table_set(d->conn, &d->tableset, &d->rels);
 	MemoryContextSwitchTo(old);
-	PQclear(res);
-	return true;
-
-probe_failure:
-	emit(d, "publication", V_FAIL, why);
-	d->tableset_skip = why;
-	return false;
-}
-
-/*
- * Describe every table of the table set: existence, SELECT privilege,
- * replica identity, and the columns the decoder sends (not dropped, not
- * generated, in the publication's column list) with their types and
- * replica-identity membership.  A domain's type name is its base type's,
- * as in pgoutput's Type message.
- */
-static bool
-describe_tables(Doctor *d, const char **why)
-{
-	ListCell   *lc;
-	const char *query = d->conn->server_version >= 120000 ?
-		"SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
-		"  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text,"
-		"  CASE c.relreplident WHEN 'f' THEN true"
-		"   WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
-		"     WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY (i.indkey))"
-		"   WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
-		"     WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY (i.indkey))"
-		"   ELSE false END"
-		" FROM pg_catalog.pg_class c"
-		" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-		" LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
-		"  AND NOT a.attisdropped AND a.attgenerated = ''"
-		"  AND ($3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[]))"
-		" LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typtype, typbasetype) AS ("
-		"    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t"
-		"     WHERE t.oid = a.atttypid"
-		"    UNION ALL"
-		"    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t, b"
-		"     WHERE b.typtype = 'd' AND t.oid = b.typbasetype)"
-		"   SELECT typname FROM b WHERE typtype <> 'd') bt ON true"
-		" WHERE n.nspname = $1 AND c.relname = $2"
-		" ORDER BY a.attnum" :
-		"SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
-		"  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, t.typname::pg_catalog.text,"
-		"  c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
-		"     WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey) AND"
-		"     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident)))"
-		" FROM pg_catalog.pg_class c"
-		" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-		" LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
-		"  AND NOT a.attisdropped AND ($3::pg_catalog.text[] IS NULL OR true)"
-		" LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid"
-		" WHERE n.nspname = $1 AND c.relname = $2"
-		" ORDER BY a.attnum";
-
-	foreach(lc, d->rels)
-	{
-		SourceRel  *r = lfirst(lc);
-		Probe		p;
-		ErrorData  *e;
-		PGresult   *res;
-		int			n;
-		MemoryContext old;
-
-		memset(&p, 0, sizeof(p));
-		p.query = query;
-		p.nparams = 3;
-		p.params[0] = r->name.nspname;
-		p.params[1] = r->name.relname;
-		p.params[2] = r->attnames;
-		e = guarded(d, probe_fn, &p);
-		if (e != NULL)
-		{
-			if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
-				ReThrowError(e);
-			*why = strcmp(ash_conn_last_sqlstate, "42501") == 0 ?
-				"privilege_probe_missing" : "source_probe_failed";
-			if (ash_conn_last_sqlstate[0] == '\0')
-			{
-				ash_conn_close(d->conn);
-				d->conn = NULL;
-				d->source_skip = "source_probe_failed";
-			}
-			return false;
-		}
-		res = p.res;
-		n = PQntuples(res);
-		old = MemoryContextSwitchTo(d->cxt);
-		r->exists = n > 0;
-		r->desc.nspname = r->name.nspname;
-		r->desc.relname = r->name.relname;
-		r->desc.cols = palloc0(sizeof(AshSourceColumn) * Max(n, 1));
-		for (int i = 0; i < n; i++)
-		{
-			AshSourceColumn *c;
-
-			r->desc.replident = PQgetvalue(res, i, 0)[0];
-			r->has_select = strcmp(PQgetvalue(res, i, 1), "t") == 0;
-			if (PQgetisnull(res, i, 2))
-				continue;		/* a table without sent columns */
-			c = &r->desc.cols[r->desc.natts++];
-			c->name = pstrdup(PQgetvalue(res, i, 2));
-			c->type_oid = (uint32) strtoul(PQgetvalue(res, i, 3), NULL, 10);
-			c->type_name = PQgetisnull(res, i, 4) ? NULL : pstrdup(PQgetvalue(res, i, 4));
-			c->in_identity = strcmp(PQgetvalue(res, i, 5), "t") == 0;
-		}
-		MemoryContextSwitchTo(old);
-		PQclear(res);
-	}
-	return true;
 }
 
 static void
+describe_fn(Doctor *d, void *arg)
+{
+	MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+	ash_source_describe_tables(d->conn, d->rels);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The decoder's table set, described (source_catalog.c): a missing
+ * publication, replication set or decoder extension, or a configured table
+ * the source does not have, fails; so does a failed probe.  Every later
+ * table-set check is then skipped with the same reason.
+ */
+static void
 check_publication(Doctor *d)
 {
-	const char *why = NULL;
-	ListCell   *lc;
-	StringInfoData missing;
+	ErrorData  *e;
+	const char *absent = NULL;
+	char	   *missing;
+	MemoryContext old;
 
 	if (skip_source(d, "publication"))
 		return;
-	if (!fetch_table_set(d))
-		return;
-	if (!describe_tables(d, &why))
-	{
-		emit(d, "publication", V_FAIL, why);
-		d->tableset_skip = why;
-		return;
-	}
-	/* a configured table the source does not have (wal2json's tables) */
-	initStringInfo(&missing);
-	foreach(lc, d->rels)
-	{
-		SourceRel  *r = lfirst(lc);
+	d->tableset.decoder = d->f.decoder;
+	d->tableset.publication = d->f.publication;
+	d->tableset.replication_sets = d->f.replication_sets;
+	d->tableset.tables = d->f.tables;
 
-		if (!r->exists)
-			appendStringInfo(&missing, "%s%s.%s", missing.len ? ", " : "",
-							 quote_identifier(r->name.nspname), quote_identifier(r->name.relname));
-	}
-	if (missing.len > 0)
+	e = guarded(d, fetch_fn, &absent);
+	if (e == NULL && absent == NULL)
+		e = guarded(d, describe_fn, NULL);
+	if (e != NULL)
+		absent = probe_failure(d, e);
+	if (absent != NULL)
 	{
-		emit_judged(d, "publication", V_FAIL, "decoder_table_missing",
-					psprintf("tables: %s", missing.data));
+		d->rels = NIL;
+		emit(d, "publication", V_FAIL, absent);
+		d->tableset_skip = absent;
+		return;
+	}
+
+	old = MemoryContextSwitchTo(d->cxt);
+	missing = ash_source_missing_tables(&d->tableset, &d->rels);
+	MemoryContextSwitchTo(old);
+	if (missing != NULL)
+	{
+		emit_judged(d, "publication", V_FAIL, "decoder_table_missing", missing);
 		return;
 	}
 	emit(d, "publication", V_PASS, NULL);
@@ -1110,7 +928,7 @@ check_privilege_select(Doctor *d)
 	initStringInfo(&denied);
 	foreach(lc, d->rels)
 	{
-		SourceRel  *r = lfirst(lc);
+		AshSourceRel *r = lfirst(lc);
 
 		if (r->exists && !r->has_select)
 			appendStringInfo(&denied, "%s%s.%s", denied.len ? ", " : "",
@@ -1123,12 +941,26 @@ check_privilege_select(Doctor *d)
 		emit(d, "privilege_select", V_PASS, NULL);
 }
 
+/*
+ * The coverage judgement (source_catalog.c, the same the pipeline renders
+ * at activation and in every census), once for both rows: "coverage" is
+ * its table-set part, "columns" its per-table part.
+ */
+static AshSourceCoverage *
+judged_coverage(Doctor *d)
+{
+	if (!d->coverage_judged)
+	{
+		ash_source_judge_coverage(d->specs, d->mappings, d->f.ignored, d->rels, &d->coverage);
+		d->coverage_judged = true;
+	}
+	return &d->coverage;
+}
+
 static void
 check_coverage(Doctor *d)
 {
-	List	   *names = NIL;
-	List	   *warnings = NIL;
-	AshCoverageVerdict fail;
+	AshSourceCoverage *cov;
 	ListCell   *lc;
 
 	if (skip_table_set(d, "coverage"))
@@ -1138,18 +970,17 @@ check_coverage(Doctor *d)
 		emit(d, "coverage", V_SKIPPED, "config_invalid");
 		return;
 	}
-	foreach(lc, d->rels)
-		names = lappend(names, &((SourceRel *) lfirst(lc))->name);
-	if (!ash_coverage_judge_table_set(d->mappings, d->f.ignored, names, &fail, &warnings))
+	cov = judged_coverage(d);
+	if (cov->table_set.reason != NULL)
 	{
-		emit_judged(d, "coverage", V_FAIL, fail.reason, fail.context);
+		emit_judged(d, "coverage", V_FAIL, cov->table_set.reason, cov->table_set.context);
 		return;
 	}
-	if (warnings != NIL)
+	if (cov->warnings != NIL)
 	{
-		AshCoverageVerdict *w = linitial(warnings);
+		AshCoverageVerdict *w = linitial(cov->warnings);
 
-		foreach(lc, warnings)
+		foreach(lc, cov->warnings)
 		{
 			AshCoverageVerdict *v = lfirst(lc);
 
@@ -1166,8 +997,7 @@ check_coverage(Doctor *d)
 static void
 check_columns(Doctor *d)
 {
-	ListCell   *lc;
-	ListCell   *sc;
+	AshSourceCoverage *cov;
 
 	if (skip_table_set(d, "columns"))
 		return;
@@ -1176,28 +1006,11 @@ check_columns(Doctor *d)
 		emit(d, "columns", V_SKIPPED, "config_invalid");
 		return;
 	}
-	forboth(lc, d->mappings, sc, d->specs)
-	{
-		AshMapping *m = lfirst(lc);
-		AshMappingSpec *spec = lfirst(sc);
-		ListCell   *rc;
-
-		foreach(rc, d->rels)
-		{
-			SourceRel  *r = lfirst(rc);
-			AshCoverageVerdict v;
-
-			if (!r->exists || strcmp(r->name.nspname, m->source_schema) != 0 ||
-				strcmp(r->name.relname, m->source_table) != 0)
-				continue;
-			if (!ash_coverage_judge_table(m, spec->history_business_key, &r->desc, &v))
-			{
-				emit_judged(d, "columns", V_FAIL, v.reason, v.context);
-				return;
-			}
-		}
-	}
-	emit(d, "columns", V_PASS, NULL);
+	cov = judged_coverage(d);
+	if (cov->columns.reason != NULL)
+		emit_judged(d, "columns", V_FAIL, cov->columns.reason, cov->columns.context);
+	else
+		emit(d, "columns", V_PASS, NULL);
 }
 
 /* ---------------------------------------------------------------------

@@ -6,35 +6,60 @@
  * NOTES
  *	  The census is what lets status claim "healthy": every interval_ms
  *	  (with jitter, scheduled only after the previous run ended) the
- *	  pipeline re-checks, without writing anywhere:
+ *	  pipeline re-checks, writing nothing but an admitted contract addition:
  *
  *	  - destination: every mapped target still exists, and the contract
  *		manifest rebuilt now has the fingerprint recorded at admission
  *		(a target column retyped or dropped is drift);
- *	  - source (read-only probe connection, default_transaction_read_only):
- *		the source identity, the publication exists, and every table of the
- *		publication is mapped or ignored.
+ *	  - source, on a read-only probe connection: the judgement activation
+ *		renders before binding (ash_census_activation) and preflight
+ *		renders as its publication/coverage/columns checks -- one
+ *		implementation, source_catalog.c + coverage.c:
+ *		1. the probe's system identifier and database are the configured
+ *		   ones (source_identity_mismatch);
+ *		2. the decoder's table set exists (source_publication_missing,
+ *		   decoder_extension_missing) and every configured table is there
+ *		   (decoder_table_missing);
+ *		3. every table of the set is mapped or ignored, no ignore names a
+ *		   mapped table (source_table_unmapped,
+ *		   ignore_collides_with_mapping);
+ *		4. every mapped table of the set: columns, types and replica
+ *		   identity (source_column_unmapped, source_column_missing,
+ *		   source_type_invalid, source_replica_identity,
+ *		   destination_table_missing).
+ *		Warnings (ignore_never_matches, mapping_never_matches) are logged
+ *		as coverage.warning events: at every activation, then whenever they
+ *		change.
  *
- *	  Drift halts (source_table_unmapped, census_drift, ...).  A source that
- *	  cannot be probed (unreachable, timeout) is a fault; the caller counts
- *	  consecutive faults and halts census_unverifiable at the bound.
+ *	  Drift halts with the specific reason (census_drift where none fits).
+ *	  A source that cannot be probed (unreachable, timeout, a refused
+ *	  probe) is a fault: at activation the session fails and reconnects
+ *	  with back-off before anything is bound or applied; in the census the
+ *	  caller counts consecutive faults and halts census_unverifiable at the
+ *	  bound.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/varlena.h"
 #include "utils/syscache.h"
 
 #include "ash_replicant.h"
 #include "census.h"
 #include "contract.h"
+#include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "source_catalog.h"
 
 long
 ash_census_next_delay(AshPipelineConfig *cfg)
@@ -68,74 +93,228 @@ check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 		ash_contract_recheck(cfg->sink_name, key->system_id, key->database, key->slot_name);
 }
 
-static void
-check_source(AshPipelineConfig *cfg, AshConn *c)
+/* ---------------------------------------------------------------------
+ * Source coverage: the judgement of activation and of every census.
+ * ---------------------------------------------------------------------
+ */
+
+/* Warnings last logged (malloc'd "reason(context);..."), to log changes only. */
+static char *logged_warnings = NULL;
+
+/* What the judgement needs from the destination catalogs. */
+typedef struct CoverageInputs
 {
-	PGresult   *res;
-	const char *params[1];
+	List	   *specs;			/* AshMappingSpec * */
+	List	   *mappings;		/* AshMapping *, same order */
+	AshTableSetSpec tableset;
+} CoverageInputs;
+
+/*
+ * Read the mappings as stored (the same loader preflight uses, so the
+ * SCD2 business key is known) and the table-set settings of the decoder.
+ * The worker restarts on any configuration change (config_version), so
+ * these are the mappings it applies.
+ */
+static void
+load_inputs(AshPipelineConfig *cfg, CoverageInputs *in)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+
+	memset(in, 0, sizeof(*in));
+	in->tableset.decoder = cfg->decoder;
+	in->tableset.publication = cfg->publication;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ash_source_load_mappings(cfg->sink_name, &in->specs, &in->mappings);
+
+	if (cfg->decoder != NULL && strcmp(cfg->decoder, "pgoutput") != 0)
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "ash_replicant: SPI_connect failed");
+		values[0] = CStringGetTextDatum(cfg->sink_name);
+		if (SPI_execute_with_args("SELECT replication_sets::pg_catalog.text, tables"
+								  " FROM ash_replicant.pipelines WHERE sink_name = $1",
+								  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "ash_replicant: reading the table-set settings failed");
+		if (SPI_processed == 1)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			Datum		tables;
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			in->tableset.replication_sets = SPI_getvalue(tup, desc, 1);
+			tables = SPI_getbinval(tup, desc, 2, &isnull);
+			if (!isnull)
+			{
+				Datum	   *elems;
+				bool	   *nulls;
+				int			n;
+				List	   *names = NIL;
+
+				deconstruct_array(DatumGetArrayTypeP(tables), TEXTOID, -1, false,
+								  TYPALIGN_INT, &elems, &nulls, &n);
+				/* stored canonical: "schema"."table" (as ignored_sources) */
+				for (int i = 0; i < n; i++)
+				{
+					List	   *parts = NIL;
+					AshSourceName *nm;
+
+					if (nulls[i] ||
+						!SplitIdentifierString(TextDatumGetCString(elems[i]), '.', &parts) ||
+						list_length(parts) != 2)
+						continue;
+					nm = palloc(sizeof(AshSourceName));
+					nm->nspname = linitial(parts);
+					nm->relname = lsecond(parts);
+					names = lappend(names, nm);
+				}
+				in->tableset.tables = names;
+			}
+			MemoryContextSwitchTo(old);
+		}
+		SPI_finish();
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+}
+
+/* Log the coverage warnings as events, when they differ from the last ones. */
+static void
+log_warnings(AshPipelineConfig *cfg, List *warnings)
+{
+	StringInfoData sig;
+	ListCell   *lc;
+
+	initStringInfo(&sig);
+	foreach(lc, warnings)
+	{
+		AshCoverageVerdict *w = lfirst(lc);
+
+		appendStringInfo(&sig, "%s(%s);", w->reason, w->context ? w->context : "");
+	}
+	if (logged_warnings != NULL && strcmp(logged_warnings, sig.data) == 0)
+		return;
+	if (logged_warnings != NULL)
+		free(logged_warnings);
+	logged_warnings = strdup(sig.data);
+
+	foreach(lc, warnings)
+	{
+		AshCoverageVerdict *w = lfirst(lc);
+
+		/* the context names tables only: structural */
+		ereport(LOG,
+				(errmsg("ash_replicant event=coverage.warning sink=%s reason=%s",
+						cfg->sink_name, w->reason),
+				 w->context ? errdetail_internal("%s", w->context) : 0));
+	}
+}
+
+/*
+ * On an open probe connection: verify the source identity, fetch and
+ * describe the decoder's table set (source_catalog.c) and judge its
+ * coverage (coverage.c) -- exactly what preflight judges.  A failure halts
+ * with its reason; warnings are logged as events.  A probe that fails
+ * raises ERRCODE_CONNECTION_FAILURE (the caller's fault to count).  No
+ * destination transaction is open while the source is probed.
+ */
+static void
+judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
+{
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "ash_replicant coverage",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	CoverageInputs in;
+	AshSourceCoverage cov;
+	List	   *rels = NIL;
+	const char *absent;
+	char	   *missing;
 
 	/* identity first: judge nothing of a foreign source */
-	res = ash_conn_exec(c, "SELECT current_database()", false);
-	if (PQntuples(res) != 1 || strcmp(PQgetvalue(res, 0, 0), cfg->source_database) != 0)
-	{
-		PQclear(res);
-		ash_halt("source_identity_mismatch", "census probe");
-	}
-	PQclear(res);
-	res = ash_conn_exec(c, "SELECT system_identifier::text FROM pg_catalog.pg_control_system()", true);
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
-		strcmp(PQgetvalue(res, 0, 0), cfg->source_system_identifier) != 0)
-	{
-		PQclear(res);
-		ash_halt("source_identity_mismatch", "census probe");
-	}
-	PQclear(res);
+	if (!ash_source_identity_matches(conn, cfg->source_system_identifier, cfg->source_database))
+		ash_halt("source_identity_mismatch", "%s probe: the source is not the configured system and database",
+				 when);
 
-	params[0] = cfg->publication;
-	res = ash_conn_exec_params(c, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1",
-							   1, params, false);
-	if (PQntuples(res) != 1)
+	load_inputs(cfg, &in);
+
+	absent = ash_source_fetch_table_set(conn, &in.tableset, &rels);
+	if (absent != NULL)
+		ash_halt(absent, "%s probe: the table set is absent", when);
+	ash_source_describe_tables(conn, rels);
+	missing = ash_source_missing_tables(&in.tableset, &rels);
+	if (missing != NULL)
+		ash_halt("decoder_table_missing", "%s", missing);
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	ash_source_judge_coverage(in.specs, in.mappings, cfg->ignored_sources, rels, &cov);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+
+	if (cov.table_set.reason != NULL)
+		ash_halt(cov.table_set.reason, "%s", cov.table_set.context ? cov.table_set.context : when);
+	if (cov.columns.reason != NULL)
+		ash_halt(cov.columns.reason, "%s", cov.columns.context ? cov.columns.context : when);
+	log_warnings(cfg, cov.warnings);
+
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+void
+ash_census_activation(AshPipelineConfig *cfg)
+{
+	AshConn    *volatile conn = NULL;
+
+	if (logged_warnings != NULL)
+		free(logged_warnings);
+	logged_warnings = NULL;		/* every activation logs its warnings */
+
+	PG_TRY();
 	{
-		PQclear(res);
-		ash_halt("source_publication_missing", "census probe");
+		conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant activation");
+		judge_source(cfg, conn, "activation");
 	}
-	PQclear(res);
-
-	res = ash_conn_exec_params(c, "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables"
-							   " WHERE pubname = $1 ORDER BY 1, 2",
-							   1, params, false);
-	for (int i = 0; i < PQntuples(res); i++)
+	PG_CATCH();
 	{
-		const char *nsp = PQgetvalue(res, i, 0);
-		const char *rel = PQgetvalue(res, i, 1);
-
-		if (ash_config_find_mapping(cfg, nsp, rel) == NULL &&
-			!ash_config_is_ignored(cfg, nsp, rel))
-		{
-			char	   *qn = psprintf("%s.%s", quote_identifier(nsp), quote_identifier(rel));
-
-			PQclear(res);
-			ash_halt("source_table_unmapped", "table %s (census)", qn);
-		}
+		if (conn)
+			ash_conn_close(conn);
+		PG_RE_THROW();
 	}
-	PQclear(res);
+	PG_END_TRY();
+	ash_conn_close(conn);
+	ereport(LOG,
+			(errmsg("ash_replicant event=coverage.pass sink=%s stage=activation", cfg->sink_name)));
 }
 
 AshCensusVerdict
 ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext run_cxt;
 	volatile AshCensusVerdict verdict = ASH_CENSUS_PASS;
 	AshConn    *volatile conn = NULL;
 	int			saved_timeout = ash_connect_timeout_ms;
 
 	check_destination(cfg, key);
 
+	/* everything of one run, freed whatever its verdict */
+	run_cxt = AllocSetContextCreate(cxt, "ash_replicant census", ALLOCSET_DEFAULT_SIZES);
 	ash_connect_timeout_ms = cfg->census.timeout_ms;
 	PG_TRY();
 	{
+		MemoryContextSwitchTo(run_cxt);
 		conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant census");
-		check_source(cfg, conn);
+		judge_source(cfg, conn, "census");
 	}
 	PG_CATCH();
 	{
@@ -144,6 +323,7 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 		ash_connect_timeout_ms = saved_timeout;
 		if (conn)
 			ash_conn_close(conn);
+		conn = NULL;
 		if (ash_pending_halt != NULL)
 			PG_RE_THROW();
 		MemoryContextSwitchTo(cxt);
@@ -156,11 +336,16 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 		}
 		FreeErrorData(edata);
 		verdict = ASH_CENSUS_FAULT;
-		conn = NULL;
+		ereport(LOG,
+				(errmsg("ash_replicant event=census.fault sink=%s source_sqlstate=%s",
+						cfg->sink_name,
+						ash_conn_last_sqlstate[0] ? ash_conn_last_sqlstate : "none")));
 	}
 	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
 	ash_connect_timeout_ms = saved_timeout;
 	if (conn)
 		ash_conn_close(conn);
+	MemoryContextDelete(run_cxt);
 	return verdict;
 }

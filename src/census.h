@@ -25,6 +25,15 @@ typedef enum AshCensusVerdict
  */
 extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key);
 
+/*
+ * Activation: open a read-only probe connection, verify the source
+ * identity on it, and judge source coverage exactly as the census does.
+ * Halts on a failure; raises ERRCODE_CONNECTION_FAILURE when the source
+ * cannot be probed (the session's transient fault).  Must run outside a
+ * destination transaction, before the checkpoint binding.
+ */
+extern void ash_census_activation(AshPipelineConfig *cfg);
+
 /* Milliseconds until the next run: interval_ms +- jitter_ratio. */
 extern long ash_census_next_delay(AshPipelineConfig *cfg);
 

@@ -465,13 +465,30 @@ ash_launcher_main(Datum main_arg)
 		}
 		PG_CATCH();
 		{
+			ErrorData  *edata;
+
 			/* log once per nap; never crash-loop on a catalog problem */
 			MemoryContextSwitchTo(loop_cxt);
-			EmitErrorReport();
+			edata = CopyErrorData();
 			FlushErrorState();
 			AbortCurrentTransaction();
+			MemoryContextSwitchTo(loop_cxt);
 			npipes = 0;
 			pipes = NULL;
+
+			/*
+			 * DROP EXTENSION between our existence check and the query is
+			 * not an error: the extension is simply gone.
+			 */
+			if (edata->sqlerrcode == ERRCODE_UNDEFINED_TABLE ||
+				edata->sqlerrcode == ERRCODE_INVALID_SCHEMA_NAME ||
+				edata->sqlerrcode == ERRCODE_UNDEFINED_OBJECT)
+				npipes = -1;
+			else
+				ereport(LOG,
+						(errmsg("ash_replicant launcher: could not read the pipelines (sqlstate %s); retrying",
+								unpack_sql_state(edata->sqlerrcode))));
+			FreeErrorData(edata);
 		}
 		PG_END_TRY();
 

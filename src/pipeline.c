@@ -10,8 +10,11 @@
  *	  database -> read the configuration -> sessions until a halt or a stop.
  *
  *	  A session: connect to the source (replication=database) ->
- *	  IDENTIFY_SYSTEM and verify the source identity -> bind the checkpoint
- *	  (checkpoint.c) -> check or create the slot -> START_REPLICATION from
+ *	  IDENTIFY_SYSTEM and verify the source identity -> judge source
+ *	  coverage on a read-only probe connection, identity verified there too
+ *	  (census.c; a source the probe cannot reach fails the session like any
+ *	  source fault, so nothing is bound or applied before the verdict) ->
+ *	  bind the checkpoint (checkpoint.c) -> check or create the slot -> START_REPLICATION from
  *	  the end of the last applied commit -> receive loop.
  *
  *	  The receive loop drains every message already received, applying each
@@ -77,6 +80,7 @@ typedef enum SessionStep
 {
 	STEP_CONNECT,
 	STEP_IDENTIFY,
+	STEP_COVERAGE,
 	STEP_BIND,
 	STEP_SLOT,
 	STEP_START,
@@ -84,7 +88,7 @@ typedef enum SessionStep
 } SessionStep;
 
 static const char *const step_names[] = {
-	"connect", "identify", "bind", "slot", "start", "stream"
+	"connect", "identify", "coverage", "bind", "slot", "start", "stream"
 };
 
 typedef struct FlushPosition
@@ -646,6 +650,9 @@ run_session(void)
 	step = STEP_IDENTIFY;
 	verify_identity(conn, &timeline, &xlogpos);
 
+	step = STEP_COVERAGE;
+	ash_census_activation(cfg);
+
 	step = STEP_BIND;
 	ash_checkpoint_bind(cfg->sink_name, ckey, timeline, xlogpos, cfg->decoder, &binding);
 	/* one count per worker process: a crash ends the process */
@@ -729,6 +736,8 @@ handle_error(ErrorData *edata, long backoff)
 				do_halt("source_not_logical", src);
 			if (strcmp(src, "55000") == 0 && step >= STEP_START)
 				do_halt("retention_lost", src);
+			if (strcmp(src, "42501") == 0 && step == STEP_COVERAGE)
+				do_halt("privilege_probe_missing", src);
 			if (strcmp(src, "42501") == 0 || strcmp(src, "28000") == 0)
 				do_halt("privilege_replication_missing", src);
 			if (strcmp(src, "55006") == 0 && ++slot_busy_failures > 10)

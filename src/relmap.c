@@ -64,6 +64,7 @@
 #include "utils/relcache.h"
 #include "utils/syscache.h"
 
+#include "coverage.h"
 #include "errors.h"
 #include "relmap.h"
 
@@ -247,55 +248,19 @@ ash_relmap_get(uint32 relid)
 	return rel;
 }
 
-/* Can text output of the remote type be read by the target type? */
+/*
+ * Can text output of the remote type be read by the target type?  The
+ * judgement of preflight and census (coverage.c); a user type is known by
+ * the name its Type message carried.
+ */
 static bool
 types_compatible(uint32 remote_oid, Oid target_oid)
 {
-	Oid			target_base = getBaseType(target_oid);
-	char		tcat;
-	bool		tpref;
+	RemoteType *rt = NULL;
 
-	if (remote_oid == target_oid || remote_oid == target_base)
-		return true;
-
-	get_type_category_preferred(target_base, &tcat, &tpref);
-	/* any value renders as text */
-	if (tcat == TYPCATEGORY_STRING)
-		return true;
-
-	if (remote_oid < FirstGenbkiObjectId)
-	{
-		/* a built-in source type: same OID here; accept implicit casts */
-		if (!OidIsValid(get_base_element_type(remote_oid)) &&
-			!OidIsValid(get_base_element_type(target_base)) &&
-			can_coerce_type(1, (Oid *) &remote_oid, &target_base, COERCION_IMPLICIT))
-			return true;
-		return false;
-	}
-	else
-	{
-		/* a user type: compare by name with the target type (or its base) */
-		RemoteType *rt = hash_search(remote_types, &remote_oid, HASH_FIND, NULL);
-		HeapTuple	tup;
-		bool		match = false;
-
-		if (rt == NULL)
-			return false;
-		for (int pass = 0; pass < 2 && !match; pass++)
-		{
-			Oid			t = pass == 0 ? target_oid : target_base;
-			Form_pg_type typ;
-
-			tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(t));
-			if (!HeapTupleIsValid(tup))
-				continue;
-			typ = (Form_pg_type) GETSTRUCT(tup);
-			if (strcmp(NameStr(typ->typname), rt->typname) == 0)
-				match = true;
-			ReleaseSysCache(tup);
-		}
-		return match;
-	}
+	if (remote_oid >= FirstGenbkiObjectId)
+		rt = hash_search(remote_types, &remote_oid, HASH_FIND, NULL);
+	return ash_coverage_types_compatible(remote_oid, rt ? rt->typname : NULL, target_oid);
 }
 
 static void

@@ -140,10 +140,13 @@ for my $s (sort keys %terminal)
 {
 	AshTest::setup_pipeline($src, $dst, sink => $s, publication => "pub_$s", maps => [ $terminal{$s} ]);
 }
-for my $s ($sink, sort keys %terminal)
+for my $s ($sink, grep { $_ ne 'tn_rid' } sort keys %terminal)
 {
 	AshTest::wait_caught_up($src, $dst, $s, name => "$s streams") or BAIL_OUT("$s never streamed");
 }
+# coverage at activation (SPEC 7.2): refused before anything is bound
+AshTest::wait_status($dst, 'tn_rid', 'misconfigured', 'source_replica_identity', src => $src,
+	name => 'tn_rid refused at activation');
 
 ##############################################################################
 # Sink "th": halt, unchanged, fix, resume, converge

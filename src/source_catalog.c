@@ -1,0 +1,309 @@
+/*-------------------------------------------------------------------------
+ *
+ * source_catalog.c
+ *	  What the source's catalogs say about the decoder's table set.
+ *
+ * NOTES
+ *	  See source_catalog.h for the protocol.  Every query runs with $n text
+ *	  parameters (names and settings are never spliced into SQL) and reads
+ *	  pg_catalog only, except pglogical's own catalog.  A result is copied
+ *	  into palloc'd memory and cleared before anything else can raise, so
+ *	  an error never leaks a PGresult.
+ *
+ *	  What the decoder sends is described exactly as the decoder does:
+ *	  live, non-generated columns (pgoutput sends no generated column), and
+ *	  of those only the publication's column list where there is one (PG
+ *	  15+).  A column's type name is its base type's for a domain, as
+ *	  pgoutput's Type message carries it.  Replica-identity membership:
+ *	  every column under FULL, the primary key's under DEFAULT, the replica
+ *	  identity index's under USING INDEX, none under NOTHING.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+
+#include "coverage.h"
+#include "libpq_conn.h"
+#include "mapping_validate.h"
+#include "source_catalog.h"
+
+/* Describe one table: $1 schema, $2 name, $3 column list (text[] or NULL). */
+static const char *describe_sql =
+"SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
+"  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text,"
+"  CASE c.relreplident WHEN 'f' THEN true"
+"   WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
+"     WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY (i.indkey))"
+"   WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
+"     WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY (i.indkey))"
+"   ELSE false END"
+" FROM pg_catalog.pg_class c"
+" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+" LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+"  AND NOT a.attisdropped AND a.attgenerated = ''"
+"  AND ($3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[]))"
+" LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typtype, typbasetype) AS ("
+"    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t"
+"     WHERE t.oid = a.atttypid"
+"    UNION ALL"
+"    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t, b"
+"     WHERE b.typtype = 'd' AND t.oid = b.typbasetype)"
+"   SELECT typname FROM b WHERE typtype <> 'd') bt ON true"
+" WHERE n.nspname = $1 AND c.relname = $2"
+" ORDER BY a.attnum";
+
+/* Before PG 12 (no attgenerated; pglogical and wal2json sources). */
+static const char *describe_sql_pre12 =
+"SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
+"  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, t.typname::pg_catalog.text,"
+"  c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
+"     WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey) AND"
+"     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident)))"
+" FROM pg_catalog.pg_class c"
+" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+" LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+"  AND NOT a.attisdropped AND ($3::pg_catalog.text[] IS NULL OR true)"
+" LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid"
+" WHERE n.nspname = $1 AND c.relname = $2"
+" ORDER BY a.attnum";
+
+/* Run one probe; raise (value-free) unless it returned rows. */
+static PGresult *
+probe(AshConn *conn, const char *query, int nparams, const char *p1, const char *p2,
+	  const char *p3)
+{
+	const char *params[3] = {p1, p2, p3};
+	PGresult   *res = ash_conn_exec_params(conn, query, nparams, params, true);
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "probe");
+	return res;
+}
+
+/* A one-row boolean probe. */
+static bool
+probe_bool(AshConn *conn, const char *query, int nparams, const char *p1)
+{
+	PGresult   *res = probe(conn, query, nparams, p1, NULL, NULL);
+	bool		v = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) &&
+		strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+
+	PQclear(res);
+	return v;
+}
+
+const char *
+ash_source_probe_reason(void)
+{
+	return strcmp(ash_conn_last_sqlstate, "42501") == 0 ?
+		"privilege_probe_missing" : "source_probe_failed";
+}
+
+bool
+ash_source_identity_matches(AshConn *conn, const char *sysid, const char *database)
+{
+	PGresult   *res;
+	bool		same;
+
+	res = probe(conn, "SELECT system_identifier::pg_catalog.text, pg_catalog.current_database()"
+				" FROM pg_catalog.pg_control_system()", 0, NULL, NULL, NULL);
+	same = PQntuples(res) == 1 && sysid != NULL && database != NULL &&
+		strcmp(PQgetvalue(res, 0, 0), sysid) == 0 &&
+		strcmp(PQgetvalue(res, 0, 1), database) == 0;
+	PQclear(res);
+	return same;
+}
+
+static AshSourceRel *
+new_rel(const char *nsp, const char *rel, const char *attnames)
+{
+	AshSourceRel *r = palloc0(sizeof(AshSourceRel));
+
+	r->name.nspname = pstrdup(nsp);
+	r->name.relname = pstrdup(rel);
+	r->attnames = attnames ? pstrdup(attnames) : NULL;
+	return r;
+}
+
+const char *
+ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **rels)
+{
+	const char *decoder = spec->decoder ? spec->decoder : "pgoutput";
+	PGresult   *res;
+
+	*rels = NIL;
+	if (strcmp(decoder, "wal2json") == 0)
+	{
+		ListCell   *lc;
+
+		/* the configured tables are the set; describing finds the absent */
+		foreach(lc, (List *) spec->tables)
+		{
+			AshSourceName *n = lfirst(lc);
+
+			*rels = lappend(*rels, new_rel(n->nspname, n->relname, NULL));
+		}
+		return NULL;
+	}
+
+	if (strcmp(decoder, "pglogical") == 0)
+	{
+		if (!probe_bool(conn, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'pglogical')",
+						0, NULL))
+			return "decoder_extension_missing";
+		if (!probe_bool(conn, "SELECT pg_catalog.count(*) = pg_catalog.cardinality($1::pg_catalog.text[])"
+						" FROM pglogical.replication_set WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])",
+						1, spec->replication_sets))
+			return "source_publication_missing";
+		res = probe(conn, "SELECT DISTINCT nspname::pg_catalog.text, relname::pg_catalog.text, NULL"
+					" FROM pglogical.tables WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
+					" ORDER BY 1, 2",
+					1, spec->replication_sets, NULL, NULL);
+	}
+	else
+	{
+		if (!probe_bool(conn, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)",
+						1, spec->publication))
+			return "source_publication_missing";
+		/* pgoutput sends only the publication's column list (15+) */
+		res = probe(conn, conn->server_version >= 150000 ?
+					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text,"
+					" attnames::pg_catalog.text[]::pg_catalog.text"
+					" FROM pg_catalog.pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2" :
+					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text, NULL"
+					" FROM pg_catalog.pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2",
+					1, spec->publication, NULL, NULL);
+	}
+
+	for (int i = 0; i < PQntuples(res); i++)
+		*rels = lappend(*rels, new_rel(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+									   PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2)));
+	PQclear(res);
+	return NULL;
+}
+
+void
+ash_source_describe_tables(AshConn *conn, List *rels)
+{
+	const char *query = conn->server_version >= 120000 ? describe_sql : describe_sql_pre12;
+	ListCell   *lc;
+
+	foreach(lc, rels)
+	{
+		AshSourceRel *r = lfirst(lc);
+		PGresult   *res;
+		int			n;
+
+		res = probe(conn, query, 3, r->name.nspname, r->name.relname, r->attnames);
+		n = PQntuples(res);
+		r->exists = n > 0;
+		r->has_select = false;
+		r->desc.nspname = r->name.nspname;
+		r->desc.relname = r->name.relname;
+		r->desc.replident = 'd';
+		r->desc.natts = 0;
+		r->desc.cols = palloc0(sizeof(AshSourceColumn) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+		{
+			AshSourceColumn *c;
+
+			r->desc.replident = PQgetvalue(res, i, 0)[0];
+			r->has_select = strcmp(PQgetvalue(res, i, 1), "t") == 0;
+			if (PQgetisnull(res, i, 2))
+				continue;		/* a table without sent columns */
+			c = &r->desc.cols[r->desc.natts++];
+			c->name = pstrdup(PQgetvalue(res, i, 2));
+			c->type_oid = (uint32) strtoul(PQgetvalue(res, i, 3), NULL, 10);
+			c->type_name = PQgetisnull(res, i, 4) ? NULL : pstrdup(PQgetvalue(res, i, 4));
+			c->in_identity = strcmp(PQgetvalue(res, i, 5), "t") == 0;
+		}
+		PQclear(res);
+	}
+}
+
+char *
+ash_source_missing_tables(const AshTableSetSpec *spec, List **rels)
+{
+	bool		configured = spec->decoder != NULL && strcmp(spec->decoder, "wal2json") == 0;
+	StringInfoData missing;
+	List	   *kept = NIL;
+	ListCell   *lc;
+
+	initStringInfo(&missing);
+	foreach(lc, *rels)
+	{
+		AshSourceRel *r = lfirst(lc);
+
+		if (r->exists)
+			kept = lappend(kept, r);
+		else if (configured)
+		{
+			appendStringInfo(&missing, "%s%s.%s", missing.len ? ", " : "",
+							 quote_identifier(r->name.nspname),
+							 quote_identifier(r->name.relname));
+			kept = lappend(kept, r);
+		}
+		/* else: dropped between the two probes, so no longer in the set */
+	}
+	list_free(*rels);
+	*rels = kept;
+	return missing.len > 0 ? psprintf("tables: %s", missing.data) : NULL;
+}
+
+List *
+ash_source_rel_names(const List *rels)
+{
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	foreach(lc, (List *) rels)
+		names = lappend(names, &((AshSourceRel *) lfirst(lc))->name);
+	return names;
+}
+
+void
+ash_source_load_mappings(const char *sink_name, List **specs, List **mappings)
+{
+	ListCell   *lc;
+
+	*specs = ash_mapping_load_sink(sink_name);
+	*mappings = NIL;
+	foreach(lc, *specs)
+		*mappings = lappend(*mappings, ash_coverage_mapping_from_spec(lfirst(lc)));
+}
+
+void
+ash_source_judge_coverage(const List *specs, const List *mappings, const List *ignored,
+						  const List *rels, AshSourceCoverage *out)
+{
+	List	   *names = ash_source_rel_names(rels);
+	ListCell   *lc;
+	ListCell   *sc;
+
+	memset(out, 0, sizeof(*out));
+	(void) ash_coverage_judge_table_set(mappings, ignored, names, &out->table_set,
+										&out->warnings);
+	list_free(names);
+
+	forboth(lc, (List *) mappings, sc, (List *) specs)
+	{
+		AshMapping *m = lfirst(lc);
+		AshMappingSpec *spec = lfirst(sc);
+		ListCell   *rc;
+
+		foreach(rc, (List *) rels)
+		{
+			AshSourceRel *r = lfirst(rc);
+
+			if (!r->exists || strcmp(r->name.nspname, m->source_schema) != 0 ||
+				strcmp(r->name.relname, m->source_table) != 0)
+				continue;
+			if (!ash_coverage_judge_table(m, spec->history_business_key, &r->desc,
+										  &out->columns))
+				return;
+		}
+	}
+	memset(&out->columns, 0, sizeof(out->columns));
+}

@@ -1,0 +1,122 @@
+/*-------------------------------------------------------------------------
+ *
+ * source_catalog.h
+ *	  What the source's catalogs say about the decoder's table set.
+ *
+ * NOTES
+ *	  The probe queries shared by preflight/doctor (a backend) and by the
+ *	  pipeline's activation and census (the bgworker), on a read-only probe
+ *	  connection (ASH_CONN_PROBE):
+ *
+ *	  1. ash_source_identity_matches: the probe is the configured source
+ *		 (system identifier and database) -- judge nothing before it;
+ *	  2. ash_source_fetch_table_set: the decoder's table set by name --
+ *		 the publication's tables (with the PG 15 column list), wal2json's
+ *		 configured tables, or the tables of pglogical's replication sets;
+ *	  3. ash_source_describe_tables: every table of the set as an
+ *		 AshSourceTable (coverage.h): replica identity, the columns the
+ *		 decoder sends with their source type OIDs and names and their
+ *		 replica-identity membership, plus existence and SELECT privilege;
+ *	  4. ash_source_judge_coverage: coverage.c's judgement over the result
+ *		 (the table set, then every mapped table of the set).
+ *
+ *	  A probe that fails raises ERROR with ERRCODE_CONNECTION_FAILURE and a
+ *	  value-free message (libpq_conn.c); ash_conn_last_sqlstate keeps the
+ *	  source's SQLSTATE (empty for a transport failure) and
+ *	  ash_source_probe_reason() names the failure's class.  Callers decide
+ *	  what a failure means: the doctor fails its check, activation retries
+ *	  with back-off, the census counts a fault.  Everything returned is
+ *	  allocated in CurrentMemoryContext; no destination transaction is
+ *	  needed except by ash_source_judge_coverage.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_SOURCE_CATALOG_H
+#define ASH_SOURCE_CATALOG_H
+
+#include "nodes/pg_list.h"
+
+#include "coverage.h"
+#include "libpq_conn.h"
+
+/* The decoder's table-set setting (as configured; never logged). */
+typedef struct AshTableSetSpec
+{
+	const char *decoder;		/* "pgoutput" (also NULL), "wal2json",
+								 * "pglogical" */
+	const char *publication;	/* pgoutput */
+	const char *replication_sets;	/* pglogical: a text[] literal */
+	const List *tables;			/* wal2json: AshSourceName * */
+} AshTableSetSpec;
+
+/* One table of the table set, as the source describes it. */
+typedef struct AshSourceRel
+{
+	AshSourceName name;
+	char	   *attnames;		/* publication column list (text[] literal),
+								 * NULL: every column */
+	bool		exists;			/* set by ash_source_describe_tables */
+	bool		has_select;		/* the probe role may SELECT it */
+	AshSourceTable desc;		/* only when exists */
+} AshSourceRel;
+
+/* The coverage verdicts over a described table set. */
+typedef struct AshSourceCoverage
+{
+	AshCoverageVerdict table_set;	/* reason NULL: every table covered */
+	List	   *warnings;		/* AshCoverageVerdict *, warnings only */
+	AshCoverageVerdict columns; /* reason NULL: every mapped table covered */
+} AshSourceCoverage;
+
+/* The failure class of the last failed probe: privilege_probe_missing or
+ * source_probe_failed. */
+extern const char *ash_source_probe_reason(void);
+
+/* Is the probe connected to system sysid, database database? */
+extern bool ash_source_identity_matches(AshConn *conn, const char *sysid,
+										const char *database);
+
+/*
+ * Fetch the names of the decoder's table set into *rels (AshSourceRel *,
+ * ordered by schema and name).  Returns NULL, or the reason why the table
+ * set itself is absent: source_publication_missing (a publication or
+ * replication set), decoder_extension_missing (pglogical not installed).
+ */
+extern const char *ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec,
+											  List **rels);
+
+/* Describe every table of rels in place (one probe per table). */
+extern void ash_source_describe_tables(AshConn *conn, List *rels);
+
+/*
+ * After describing: tables of the set the source does not have.  A
+ * configured table (wal2json) that is absent is returned as a structural
+ * context ("tables: ..."); a publication or replication-set table that
+ * vanished between the two probes simply left the set and is removed
+ * from *rels.  NULL when nothing is missing.
+ */
+extern char *ash_source_missing_tables(const AshTableSetSpec *spec, List **rels);
+
+/* The AshSourceName of every rel (pointers into rels). */
+extern List *ash_source_rel_names(const List *rels);
+
+/*
+ * Every mapping of a sink as stored (ash_mapping_load_sink: *specs,
+ * AshMappingSpec *) and the AshMapping equivalent of each (*mappings, same
+ * order).  Needs a transaction with an active snapshot.
+ */
+extern void ash_source_load_mappings(const char *sink_name, List **specs, List **mappings);
+
+/*
+ * Judge coverage (coverage.c) over described rels: the table set
+ * (ash_coverage_judge_table_set) and every mapped table of the set that
+ * exists (ash_coverage_judge_table, the first failure wins).  specs:
+ * AshMappingSpec * (mapping_validate.h) and mappings: their AshMapping *
+ * equivalents, in the same order; ignored: as
+ * AshPipelineConfig.ignored_sources.  Needs a transaction.
+ */
+extern void ash_source_judge_coverage(const List *specs, const List *mappings,
+									  const List *ignored, const List *rels,
+									  AshSourceCoverage *out);
+
+#endif							/* ASH_SOURCE_CATALOG_H */
