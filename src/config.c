@@ -69,6 +69,18 @@ text_array_to_list(Datum d, bool isnull)
 	return result;
 }
 
+static Datum get_datum(HeapTuple tup, TupleDesc desc, const char *col, bool *isnull);
+
+/* text[] column -> List of char * (NIL when NULL) */
+static List *
+get_text_list(HeapTuple tup, TupleDesc desc, const char *col)
+{
+	bool		isnull;
+	Datum		d = get_datum(tup, desc, col, &isnull);
+
+	return text_array_to_list(d, isnull);
+}
+
 static char *
 get_text(HeapTuple tup, TupleDesc desc, const char *col)
 {
@@ -182,8 +194,8 @@ ash_config_load(const char *sink_name)
 		cfg->slot_name = get_text(tup, desc, "slot_name");
 		cfg->sink_kind = get_text(tup, desc, "sink_kind");
 		cfg->initial_state = get_text(tup, desc, "initial_state");
-		ignored = text_array_to_list(get_datum(tup, desc, "ignored_sources", &isnull), isnull);
-		cfg->ignored_prefixes = text_array_to_list(get_datum(tup, desc, "ignored_message_prefixes", &isnull), isnull);
+		ignored = get_text_list(tup, desc, "ignored_sources");
+		cfg->ignored_prefixes = get_text_list(tup, desc, "ignored_message_prefixes");
 		cfg->batch_max_transactions = DatumGetInt32(get_datum(tup, desc, "batch_max_transactions", &isnull));
 		cfg->owner = DatumGetObjectId(get_datum(tup, desc, "owner", &isnull));
 		cfg->config_version = DatumGetInt64(get_datum(tup, desc, "config_version", &isnull));
@@ -255,9 +267,9 @@ ash_config_load(const char *sink_name)
 		m->target_relid = DatumGetObjectId(get_datum(tup, desc, "target_oid", &isnull));
 		m->source_schema = get_text(tup, desc, "source_schema");
 		m->source_table = get_text(tup, desc, "source_table");
-		m->skip = text_array_to_list(get_datum(tup, desc, "skip", &isnull), isnull);
-		m->sensitive = text_array_to_list(get_datum(tup, desc, "sensitive", &isnull), isnull);
-		m->encrypted = text_array_to_list(get_datum(tup, desc, "encrypted", &isnull), isnull);
+		m->skip = get_text_list(tup, desc, "skip");
+		m->sensitive = get_text_list(tup, desc, "sensitive");
+		m->encrypted = get_text_list(tup, desc, "encrypted");
 		m->tenant_column = get_text(tup, desc, "tenant_column");
 		m->tenant_function = DatumGetObjectId(get_datum(tup, desc, "tenant_function", &isnull));
 		if (isnull)
