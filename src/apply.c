@@ -228,6 +228,31 @@ ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_
 	return SPI_processed;
 }
 
+/*
+ * SPI returns in its own procedure context; keep the caller's context so
+ * nothing of ours lands there (it lives until SPI_finish, i.e. the batch).
+ */
+SPIPlanPtr
+ash_spi_prepare_kept(const char *sql, int nargs, Oid *types)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+	if (plan == NULL)
+		elog(ERROR, "ash_replicant: could not prepare an apply statement (%s)",
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "ash_replicant: could not keep an apply plan");
+	MemoryContextSwitchTo(cxt);
+	return plan;
+}
+
+bool
+ash_tenant_scoped(AshApplyRel *rel)
+{
+	return rel->tenant_col >= 0 && !rel->cols[rel->tenant_col].is_identity;
+}
+
 void
 ash_apply_count_missing_delete(AshApplyTarget *tgt)
 {

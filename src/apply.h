@@ -156,4 +156,10 @@ extern void ash_apply_count_missing_delete(AshApplyTarget *tgt);
 extern uint64 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
 							  int expected_ret);
 
+/* SPI_prepare + SPI_keepplan, leaving the caller's memory context current. */
+extern SPIPlanPtr ash_spi_prepare_kept(const char *sql, int nargs, Oid *types);
+
+/* Are writes scoped by a tenant column that is not part of the identity? */
+extern bool ash_tenant_scoped(AshApplyRel *rel);
+
 #endif							/* ASH_APPLY_H */

@@ -89,21 +89,6 @@ plans_of(AshApplyTarget *tgt)
 	return (AppendPlans *) tgt->plans;
 }
 
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *types)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "ash_replicant: could not prepare an append statement (%s)",
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "ash_replicant: could not keep an append plan");
-	MemoryContextSwitchTo(cxt);
-	return plan;
-}
-
 static const Oid struct_types[NSTRUCT] = {
 	TEXTOID, TEXTOID, TEXTOID, INT8OID, INT4OID, TEXTOID, TEXTOID
 };
@@ -152,7 +137,7 @@ build_plan(AshMapping *m, const char *table, AshApplyRel *rel)
 	for (int a = 0; a < ASH_APPEND_COL_NIDENTITY; a++)
 		appendStringInfo(&sql, "%s%s", a ? ", " : "", quote_identifier(m->append_columns[a]));
 	appendStringInfoString(&sql, ") DO NOTHING");
-	return prepare_kept(sql.data, n, types);
+	return ash_spi_prepare_kept(sql.data, n, types);
 }
 
 /* The structural values of the current change. */

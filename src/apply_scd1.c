@@ -74,32 +74,6 @@ plans_of(AshApplyTarget *tgt)
 	return (Scd1Plans *) tgt->plans;
 }
 
-/*
- * SPI returns in its own procedure context; keep the caller's context so
- * nothing of ours lands there (it lives until SPI_finish, i.e. the batch).
- */
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *types)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "ash_replicant: could not prepare an apply statement (%s)",
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "ash_replicant: could not keep an apply plan");
-	MemoryContextSwitchTo(cxt);
-	return plan;
-}
-
-/* Is the write scoped by a tenant column that is not part of the key? */
-static bool
-tenant_scoped(AshApplyRel *rel)
-{
-	return rel->tenant_col >= 0 && !rel->cols[rel->tenant_col].is_identity;
-}
-
 /* "WHERE k1 = $n AND ... [AND tenant = $m]"; returns the parameter count */
 static int
 append_key_predicate(StringInfo sql, AshApplyRel *rel, int first_param, Oid *types)
@@ -118,7 +92,7 @@ append_key_predicate(StringInfo sql, AshApplyRel *rel, int first_param, Oid *typ
 		types[first_param - 1 + n] = col->typid;
 		n++;
 	}
-	if (tenant_scoped(rel))
+	if (ash_tenant_scoped(rel))
 	{
 		AshTargetCol *col = &rel->cols[rel->tenant_col];
 
@@ -141,7 +115,7 @@ key_values(AshApplyRel *rel, AshRowImage *key, Datum *values, char *nulls)
 		values[n] = key->values[rel->keys[k]];
 		nulls[n++] = ' ';
 	}
-	if (tenant_scoped(rel))
+	if (ash_tenant_scoped(rel))
 	{
 		values[n] = key->values[rel->tenant_col];
 		nulls[n++] = key->nulls[rel->tenant_col] ? 'n' : ' ';
@@ -187,7 +161,7 @@ build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
 		appendStringInfoString(sql, " DO NOTHING");
 		return false;
 	}
-	if (tenant_scoped(rel))
+	if (ash_tenant_scoped(rel))
 	{
 		const char *n = quote_identifier(rel->cols[rel->tenant_col].name);
 
@@ -211,7 +185,7 @@ upsert_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 		types[c] = rel->cols[c].typid;
 	initStringInfo(&sql);
 	st->upsert_checks_tenant = build_upsert(&sql, rel, tgt, false);
-	st->upsert = prepare_kept(sql.data, rel->ncols, types);
+	st->upsert = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert;
 }
 
@@ -265,7 +239,7 @@ upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	}
 	initStringInfo(&sql);
 	(void) build_upsert(&sql, rel, tgt, true);
-	st->upsert_many = prepare_kept(sql.data, rel->ncols, types);
+	st->upsert_many = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert_many;
 }
 
@@ -464,7 +438,7 @@ update_plan(AshApplyRel *rel, AshApplyTarget *tgt, Bitmapset *present)
 	old = MemoryContextSwitchTo(tgt->cxt);
 	up = palloc(sizeof(UpdatePlan));
 	up->present = bms_copy(present);
-	up->plan = prepare_kept(sql.data, nset + nkey, types);
+	up->plan = ash_spi_prepare_kept(sql.data, nset + nkey, types);
 	st->updates = lappend(st->updates, up);
 	MemoryContextSwitchTo(old);
 	return up->plan;
@@ -531,7 +505,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "DELETE FROM %s", tgt->name);
 		nkey = append_key_predicate(&sql, rel, 1, types);
-		st->delete = prepare_kept(sql.data, nkey, types);
+		st->delete = ash_spi_prepare_kept(sql.data, nkey, types);
 	}
 	nparams = key_values(rel, key, values, nulls);
 	nulls[nparams] = '\0';

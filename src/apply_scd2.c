@@ -122,27 +122,6 @@ plans_of(AshApplyTarget *tgt)
 	return (Scd2Plans *) tgt->plans;
 }
 
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *types)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "ash_replicant: could not prepare a history statement (%s)",
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "ash_replicant: could not keep a history plan");
-	MemoryContextSwitchTo(cxt);
-	return plan;
-}
-
-static bool
-tenant_scoped(AshApplyRel *rel)
-{
-	return rel->tenant_col >= 0 && !rel->cols[rel->tenant_col].is_identity;
-}
-
 static const char *
 qcol(const char *name)
 {
@@ -170,7 +149,7 @@ append_bk(StringInfo sql, AshApplyRel *rel, int first, Oid *types)
 static int
 append_tenant(StringInfo sql, AshApplyRel *rel, int first, Oid *types)
 {
-	if (!tenant_scoped(rel))
+	if (!ash_tenant_scoped(rel))
 		return first;
 	appendStringInfo(sql, " AND %s OPERATOR(pg_catalog.=) $%d",
 					 qcol(rel->cols[rel->tenant_col].name), first);
@@ -194,7 +173,7 @@ key_values(AshApplyRel *rel, AshRowImage *img, Datum *values, char *nulls)
 		values[n] = img->values[c];
 		nulls[n++] = ' ';
 	}
-	if (tenant_scoped(rel))
+	if (ash_tenant_scoped(rel))
 	{
 		values[n] = img->values[rel->tenant_col];
 		nulls[n++] = img->nulls[rel->tenant_col] ? 'n' : ' ';
@@ -249,7 +228,7 @@ close_plan(AshApplyRel *rel, AshApplyTarget *tgt, bool returning)
 					 qcol(m->history_valid_from_lsn_column), lsn_param);
 	if (returning)
 		append_returning(&sql, rel);
-	plan = prepare_kept(sql.data, lsn_param + 1, types);
+	plan = ash_spi_prepare_kept(sql.data, lsn_param + 1, types);
 	if (returning)
 		st->close_returning = plan;
 	else
@@ -311,7 +290,7 @@ open_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	for (int k = 0; k < rel->nkeys; k++)
 		appendStringInfo(&sql, "%s, ", qcol(rel->cols[rel->keys[k]].name));
 	appendStringInfo(&sql, "%s) DO NOTHING", qcol(m->history_valid_from_lsn_column));
-	st->open = prepare_kept(sql.data, lsn_param + 1, types);
+	st->open = ash_spi_prepare_kept(sql.data, lsn_param + 1, types);
 	return st->open;
 }
 
@@ -338,7 +317,7 @@ probe_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT %s, %s, xmin, ",
 					 qcol(m->history_valid_from_lsn_column), qcol(m->history_valid_to_lsn_column));
-	if (tenant_scoped(rel))
+	if (ash_tenant_scoped(rel))
 	{
 		appendStringInfo(&sql, "%s IS NOT DISTINCT FROM $%d", qcol(rel->cols[rel->tenant_col].name),
 						 next + 1);
@@ -352,7 +331,7 @@ probe_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 					 qcol(m->history_valid_to_lsn_column), next,
 					 qcol(m->history_valid_from_lsn_column), next);
 	types[next - 1] = INT8OID;
-	st->probe = prepare_kept(sql.data, tenant_scoped(rel) ? next + 1 : next, types);
+	st->probe = ash_spi_prepare_kept(sql.data, ash_tenant_scoped(rel) ? next + 1 : next, types);
 	return st->probe;
 }
 
@@ -379,9 +358,9 @@ erase_plan(AshApplyRel *rel, AshApplyTarget *tgt, bool returning)
 	if (returning)
 		append_returning(&sql, rel);
 	if (returning)
-		st->erase_returning = prepare_kept(sql.data, next, types);
+		st->erase_returning = ash_spi_prepare_kept(sql.data, next, types);
 	else
-		st->erase = prepare_kept(sql.data, next, types);
+		st->erase = ash_spi_prepare_kept(sql.data, next, types);
 	return returning ? st->erase_returning : st->erase;
 }
 
@@ -474,7 +453,7 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	}
 	values[n] = Int64GetDatum((int64) meta->commit_lsn);
 	nulls[n++] = ' ';
-	if (tenant_scoped(rel))
+	if (ash_tenant_scoped(rel))
 	{
 		values[n] = key->values[rel->tenant_col];
 		nulls[n++] = key->nulls[rel->tenant_col] ? 'n' : ' ';
@@ -765,18 +744,18 @@ scd2_truncate(AshApplyRel *rel, AshApplyTarget *tgt)
 			appendStringInfo(&sql, ", %s = false", qcol(m->history_current_column));
 		appendStringInfo(&sql, " WHERE %s IS NULL AND %s OPERATOR(pg_catalog.<) $1",
 						 qcol(m->history_valid_to_lsn_column), qcol(m->history_valid_from_lsn_column));
-		st->truncate_close = prepare_kept(sql.data, 2, types);
+		st->truncate_close = ash_spi_prepare_kept(sql.data, 2, types);
 
 		resetStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT ctid, xmin FROM %s WHERE %s IS NULL AND %s OPERATOR(pg_catalog.=) $1",
 						 tgt->name, qcol(m->history_valid_to_lsn_column),
 						 qcol(m->history_valid_from_lsn_column));
-		st->truncate_transient = prepare_kept(sql.data, 1, types);
+		st->truncate_transient = ash_spi_prepare_kept(sql.data, 1, types);
 
 		resetStringInfo(&sql);
 		appendStringInfo(&sql, "DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) $1", tgt->name);
 		types[0] = TIDOID;
-		st->truncate_erase = prepare_kept(sql.data, 1, types);
+		st->truncate_erase = ash_spi_prepare_kept(sql.data, 1, types);
 	}
 	window_values(values, nulls);
 	(void) ash_spi_execute(st->truncate_close, values, nulls, SPI_OK_UPDATE);

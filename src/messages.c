@@ -119,21 +119,6 @@ cxt(void)
 	return messages_cxt;
 }
 
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *types)
-{
-	MemoryContext caller = CurrentMemoryContext;
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "ash_replicant: could not prepare a message statement (%s)",
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "ash_replicant: could not keep a message plan");
-	MemoryContextSwitchTo(caller);
-	return plan;
-}
-
 static bool
 sink_is_append(AshPipelineConfig *cfg)
 {
@@ -426,7 +411,7 @@ witness_write(const AshCheckpointKey *ck)
 	{
 		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID};
 
-		witness_write_plan = prepare_kept("UPDATE ash_replicant.checkpoints SET digest_key_witness = $4"
+		witness_write_plan = ash_spi_prepare_kept("UPDATE ash_replicant.checkpoints SET digest_key_witness = $4"
 										  " WHERE source_system_id = $1 AND source_database = $2"
 										  " AND slot_name = $3", 4, types);
 	}
@@ -589,7 +574,7 @@ route_plan(AshPipelineConfig *cfg, AshMessageRoute *route)
 						 nargs == 4 ? ", $3, $4" : "");
 		rp->nargs = 4;
 	}
-	rp->effect = prepare_kept(sql.data, rp->nargs, types);
+	rp->effect = ash_spi_prepare_kept(sql.data, rp->nargs, types);
 
 	old = MemoryContextSwitchTo(cxt());
 	route_plans = lappend(route_plans, rp);
@@ -669,7 +654,7 @@ find_claim(const AshCheckpointKey *ck)
 	{
 		Oid			types[1] = {BYTEAARRAYOID};
 
-		claim_lookup_plan = prepare_kept("SELECT content_digest FROM ash_replicant.message_claims"
+		claim_lookup_plan = ash_spi_prepare_kept("SELECT content_digest FROM ash_replicant.message_claims"
 										 " WHERE operation_key = ANY ($1)", 1, types);
 	}
 	n = ash_spi_execute(claim_lookup_plan, values, NULL, SPI_OK_SELECT);
@@ -690,7 +675,7 @@ insert_claim(RoutePlan *rp, bytea *opkey, bytea *digest)
 	{
 		Oid			types[4] = {BYTEAOID, BYTEAOID, TEXTOID, INTERVALOID};
 
-		claim_insert_plan = prepare_kept("INSERT INTO ash_replicant.message_claims"
+		claim_insert_plan = ash_spi_prepare_kept("INSERT INTO ash_replicant.message_claims"
 										 " (operation_key, content_digest, route, claimed_at, expires_at)"
 										 " VALUES ($1, $2, $3, pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $4)",
 										 4, types);
