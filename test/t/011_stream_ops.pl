@@ -83,16 +83,11 @@ COMMIT;
 AshTest::wait_status($dst, 'unm', 'misconfigured', 'source_table_unmapped', src => $src);
 is($dst->safe_psql('postgres', 'SELECT count(*) FROM unm_target'), '0',
 	'unm: nothing applied');
-TODO:
-{
-	# SPEC §7: coverage preflight (step 2) comes before binding (3) and slot (4);
-	# main currently binds, records the contract and creates the slot first.
-	local $TODO = 'coverage is judged after binding and slot creation';
-	is($src->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'unm'"),
-		'0', 'unm: no slot created for an uncovered table set');
-	is($dst->safe_psql('postgres', "SELECT count(*) FROM ash_replicant.checkpoints WHERE slot_name = 'unm'"),
-		'0', 'unm: no checkpoint bound for an uncovered table set');
-}
+# SPEC §7: coverage preflight (step 2) comes before binding (3) and slot (4)
+is($src->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'unm'"),
+	'0', 'unm: no slot created for an uncovered table set');
+is($dst->safe_psql('postgres', "SELECT count(*) FROM ash_replicant.checkpoints WHERE slot_name = 'unm'"),
+	'0', 'unm: no checkpoint bound for an uncovered table set');
 
 ########################################################################
 # ign: the same table ignored — its rows and its TRUNCATE have no effect
