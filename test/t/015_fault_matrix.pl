@@ -1,0 +1,508 @@
+# Streaming mirror core: a matrix of faults under a continuous mixed workload.
+#
+# The workload (~32,000 row changes: inserts, updates, key changes, deletes in
+# transactions of 1 to ~2,000 rows) is cut into one segment (~4,000 changes) per fault.  While
+# a segment runs on the source, one fault is injected at a seeded random
+# point and then repaired:
+#   source_restart  the source stops (immediate) and starts again;
+#   network_cut     the pipeline reaches the source through a TCP proxy on
+#                   127.0.0.1 (a forked Perl forwarder); the proxy is killed
+#                   (every connection drops) and started again on the same
+#                   port after a while;
+#   apply_error     a trigger on the destination target raises while a control
+#                   table on the destination says so; either briefly (the
+#                   pipeline retries and recovers, or halts apply_failed if the
+#                   retries run out first) or until it halts apply_failed; then
+#                   the failure is switched off and a halted pipeline is
+#                   started again with ash_replicant_start;
+#   worker_kill     the pipeline worker gets SIGKILL (the destination
+#                   postmaster crash-restarts every backend).
+# (Destination max_connections exhaustion is not covered.)
+#
+# After each fault, once the segment is done:
+#   - the destination watermark equals the exact commit LSN of the last source
+#     transaction (read from the source WAL);
+#   - the mirror's content hash equals the source's;
+#   - effect-once: an AFTER INSERT OR UPDATE OR DELETE trigger on BOTH ends
+#     logs one audit row per row event; per key, the destination's event count
+#     equals the source's (no change applied twice, none lost);
+#   - the pipeline reports healthy again.
+#
+# The source workload runs in a forked runner that tolerates a source that is
+# down (a failed chunk is skipped; the source itself is the oracle).
+#
+# Every fault runs twice (ASH_LONG=1: four times, larger segments), in a
+# seeded order.  Seed: ASH_SEED (default: time), printed.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use IO::Select;
+use IO::Socket::INET;
+use POSIX ();
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+my $seed = (defined $ENV{ASH_SEED} && $ENV{ASH_SEED} =~ /^\d+$/) ? $ENV{ASH_SEED} : (time() ^ $$) % 1_000_000;
+srand($seed);
+note "seed $seed (rerun with ASH_SEED=$seed)";
+diag "015_fault_matrix seed $seed";
+
+my $sink = 'fm';
+my @kinds = qw(source_restart network_cut apply_error worker_kill);
+@kinds = (@kinds) x ($ENV{ASH_LONG} ? 4 : 2);
+# seeded order
+for (my $i = $#kinds; $i > 0; $i--)
+{
+	my $j = int(rand($i + 1));
+	@kinds[ $i, $j ] = @kinds[ $j, $i ];
+}
+my $per_segment = $ENV{ASH_LONG} ? 8_000 : 4_000;   # row changes per fault segment
+
+##############################################################################
+# TCP proxy: a forked single-process forwarder 127.0.0.1:$listen -> :$target
+##############################################################################
+
+sub proxy_child
+{
+	my ($listen, $target) = @_;
+	my $l;
+	for (1 .. 100)
+	{
+		$l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $listen,
+			Listen => 32, ReuseAddr => 1, Proto => 'tcp');
+		last if $l;
+		usleep(50_000);
+	}
+	POSIX::_exit(2) unless $l;
+	my $sel = IO::Select->new($l);
+	my (%peer, %h);
+	my $drop = sub {
+		my ($fh) = @_;
+		my $o = $peer{ fileno($fh) // -1 };
+		for my $x (grep { defined } $fh, $o)
+		{
+			my $fd = fileno($x);
+			next unless defined $fd;
+			delete $peer{$fd};
+			delete $h{$fd};
+			$sel->remove($x);
+			close $x;
+		}
+	};
+	while (1)
+	{
+		for my $fh ($sel->can_read(1))
+		{
+			if ($fh == $l)
+			{
+				my $c = $l->accept or next;
+				my $u = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $target, Proto => 'tcp');
+				unless ($u) { close $c; next; }
+				$peer{ fileno($c) } = $u;
+				$peer{ fileno($u) } = $c;
+				$h{ fileno($c) } = $c;
+				$h{ fileno($u) } = $u;
+				$sel->add($c, $u);
+				next;
+			}
+			my $o = $peer{ fileno($fh) };
+			my $buf;
+			my $n = sysread($fh, $buf, 65536);
+			if (!$n || !$o)
+			{
+				$drop->($fh);
+				next;
+			}
+			my $off = 0;
+			while ($off < $n)
+			{
+				my $w = syswrite($o, $buf, $n - $off, $off);
+				unless (defined $w) { $drop->($fh); last; }
+				$off += $w;
+			}
+		}
+	}
+}
+
+sub start_proxy
+{
+	my ($listen, $target) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		# never run the parent's END blocks (they would stop the clusters),
+		# never hold the TAP output open
+		open STDOUT, '>', '/dev/null';
+		open STDERR, '>', '/dev/null';
+		eval { proxy_child($listen, $target) };
+		POSIX::_exit(1);
+	}
+	# wait until the proxy accepts
+	for (1 .. 200)
+	{
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $listen, Proto => 'tcp');
+		if ($s) { close $s; return $pid; }
+		usleep(25_000);
+	}
+	die "proxy on port $listen did not start";
+}
+
+sub stop_proxy
+{
+	my ($pid) = @_;
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+	return;
+}
+
+##############################################################################
+# Workload runner: a forked child running chunk files with psql; a chunk that
+# fails (source down) is skipped after a short pause.
+##############################################################################
+
+sub start_runner
+{
+	my ($node, $chunks, $tag) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	my @files;
+	for my $i (0 .. $#$chunks)
+	{
+		my $f = "$dir/$tag-$i.sql";
+		open my $fh, '>', $f or die "$f: $!";
+		print $fh $chunks->[$i];
+		close $fh;
+		push @files, $f;
+	}
+	my $result = "$dir/$tag.result";
+	my ($host, $port) = ($node->host, $node->port);
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open STDOUT, '>', '/dev/null';
+		open STDERR, '>', '/dev/null';
+		my ($ok, $failed) = (0, 0);
+		eval {
+			$ENV{PGHOST} = $host;
+			$ENV{PGPORT} = $port;
+			for my $f (@files)
+			{
+				my $rc = system("psql -X -q -v ON_ERROR_STOP=1 -d postgres -f '$f' >/dev/null 2>&1");
+				if ($rc == 0) { $ok++; }
+				else { $failed++; usleep(300_000); }
+			}
+			open my $r, '>', $result or die;
+			print $r "$ok $failed\n";
+			close $r;
+		};
+		POSIX::_exit(0);
+	}
+	return { pid => $pid, result => $result };
+}
+
+sub runner_running
+{
+	my ($r) = @_;
+	return waitpid($r->{pid}, POSIX::WNOHANG()) == 0;
+}
+
+sub finish_runner
+{
+	my ($r) = @_;
+	waitpid($r->{pid}, 0) if kill 0, $r->{pid};
+	open my $fh, '<', $r->{result} or return (0, 0);
+	my $l = <$fh>;
+	close $fh;
+	my ($ok, $failed) = split ' ', $l;
+	return ($ok, $failed);
+}
+
+##############################################################################
+# Nodes, tables, pipeline
+##############################################################################
+
+# the cluster module turns restart_after_crash off; the worker_kill fault
+# needs the destination postmaster to crash-restart as in production
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	dst_conf => "restart_after_crash = on\n");
+
+AshTest::both($src, $dst, q{
+CREATE TABLE items (id bigint PRIMARY KEY, grp integer NOT NULL, val text, n bigint NOT NULL DEFAULT 0);
+CREATE TABLE items_audit (id bigint NOT NULL, op text NOT NULL, x xid8 NOT NULL DEFAULT pg_current_xact_id());
+CREATE FUNCTION items_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		INSERT INTO items_audit (id, op) VALUES (OLD.id, TG_OP);
+	ELSE
+		INSERT INTO items_audit (id, op) VALUES (NEW.id, TG_OP);
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER items_audit AFTER INSERT OR UPDATE OR DELETE ON items
+	FOR EACH ROW EXECUTE FUNCTION items_audit_fn();
+});
+# destination only: an injectable apply failure
+$dst->safe_psql('postgres', q{
+CREATE TABLE fault_ctl (fail boolean NOT NULL);
+INSERT INTO fault_ctl VALUES (false);
+CREATE FUNCTION items_fault_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF (SELECT fail FROM fault_ctl) THEN
+		RAISE EXCEPTION 'injected apply failure';
+	END IF;
+	IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER items_fault BEFORE INSERT OR UPDATE OR DELETE ON items
+	FOR EACH ROW EXECUTE FUNCTION items_fault_fn();
+});
+$src->safe_psql('postgres', 'CREATE PUBLICATION pub_fm FOR TABLE items');
+
+my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
+my $proxy = start_proxy($proxy_port, $src->port);
+my @runners;
+END
+{
+	# a forked helper must not outlive the test (it would hold the TAP pipe)
+	kill 'KILL', grep { $_ } ($proxy, map { $_->{pid} } @runners);
+}
+my $user = $src->safe_psql('postgres', 'SELECT current_user');
+note "proxy 127.0.0.1:$proxy_port -> source port " . $src->port;
+
+my $batch = (1000, 50, 5)[ int(rand(3)) ];
+note "batch_max_transactions $batch";
+AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_fm', maps => [ ['items'] ],
+	batch_max_transactions => $batch,
+	connection => "host=127.0.0.1 port=$proxy_port dbname=postgres user=$user");
+AshTest::wait_caught_up($src, $dst, $sink, name => 'pipeline streams through the proxy')
+  or BAIL_OUT('pipeline never streamed');
+
+##############################################################################
+# Workload segments (deterministic from the seed).  Ids 1.. are inserted in
+# order; key changes move a row by +100,000,000 (a moved row is never moved
+# again: its id is above every insert range).
+##############################################################################
+
+my $next_id = 1;
+my $total_changes = 0;
+
+sub segment_chunks
+{
+	my ($target) = @_;
+	my ($changes, $cur, $in_chunk) = (0, '', 0);
+	my @chunks;
+	while ($changes < $target)
+	{
+		my $r = rand();
+		my $size = $r < 0.4 ? 1 : $r < 0.7 ? 2 + int(rand(20)) : $r < 0.93 ? 20 + int(rand(300)) : 300 + int(rand(1700));
+		my @stmts;
+		my $in_xact = 0;
+		while ($in_xact < $size)
+		{
+			my $k = rand();
+			my $live_hi = $next_id - 1;
+			my $left = $size - $in_xact;
+			if ($k < 0.55 || $live_hi < 100)
+			{
+				my $m = 1 + int(rand($left));
+				my $to = $next_id + $m - 1;
+				push @stmts, "INSERT INTO items SELECT g, g % 97, md5(g::text), 0 FROM generate_series($next_id, $to) g";
+				$next_id = $to + 1;
+				$in_xact += $m;
+			}
+			elsif ($k < 0.8)
+			{
+				my $m = 1 + int(rand($left < 400 ? $left : 400));
+				my $lo = 1 + int(rand($live_hi));
+				push @stmts, "UPDATE items SET n = n + 1, val = md5(val || n) WHERE id BETWEEN $lo AND " . ($lo + $m - 1);
+				$in_xact += $m;
+			}
+			elsif ($k < 0.87)
+			{
+				my $id = 1 + int(rand($live_hi));
+				push @stmts, "UPDATE items SET id = id + 100000000, grp = grp + 1 WHERE id = $id";
+				$in_xact += 1;
+			}
+			else
+			{
+				my $m = 1 + int(rand($left < 50 ? $left : 50));
+				my $lo = 1 + int(rand($live_hi));
+				push @stmts, "DELETE FROM items WHERE id BETWEEN $lo AND " . ($lo + $m - 1);
+				$in_xact += $m;
+			}
+		}
+		$changes += $in_xact;
+		$cur .= "BEGIN;\n" . join(";\n", @stmts) . ";\nCOMMIT;\n";
+		$cur .= "SELECT pg_sleep(0.03);\n" if rand() < 0.3;
+		if (++$in_chunk >= 3)
+		{
+			push @chunks, $cur . "SELECT pg_sleep(0.05);\n";
+			($cur, $in_chunk) = ('', 0);
+		}
+	}
+	push @chunks, $cur if $cur ne '';
+	$total_changes += $changes;
+	return \@chunks;
+}
+
+##############################################################################
+# Faults
+##############################################################################
+
+sub worker_pid
+{
+	my $p = eval { $dst->safe_psql('postgres', "SELECT worker_pid FROM ash_replicant_status('$sink')") };
+	return (defined $p && $p =~ /^\d+$/) ? $p : undef;
+}
+
+sub apply_error_lines
+{
+	return scalar AshTest::log_lines_like($dst, qr/event=apply\.error sink=$sink /);
+}
+
+my %halted_and_resumed;
+
+my %inject = (
+	source_restart => sub {
+		note "  source: stop immediate";
+		$src->stop('immediate');
+		usleep(int(rand(1.5) * 1_000_000));    # fault duration, not synchronization
+		$src->start;
+		note "  source: started";
+	},
+	network_cut => sub {
+		stop_proxy($proxy);
+		my $d = 0.5 + rand(2.5);
+		note sprintf("  proxy killed, restoring after %.1fs", $d);
+		usleep(int($d * 1_000_000));    # fault duration, not synchronization
+		$proxy = start_proxy($proxy_port, $src->port);
+		note "  proxy restarted";
+	},
+	apply_error => sub {
+		my $persistent = rand() < 0.5;
+		my $before = apply_error_lines();
+		$dst->safe_psql('postgres', 'UPDATE fault_ctl SET fail = true');
+		# make sure a change arrives while the failure is on
+		my ($failing) = AshTest::commit_tracked($src,
+			"UPDATE items SET n = n + 1 WHERE id = (SELECT max(id) FROM items WHERE id < 100000000)");
+		if ($persistent)
+		{
+			note "  trigger failing until the pipeline halts";
+			AshTest::wait_status($dst, $sink, 'halted', 'apply_failed', src => $src,
+				name => 'persistent apply failure halts apply_failed');
+		}
+		else
+		{
+			# a bounded wait on the log: the first failed attempt
+			my $deadline = time + 30;
+			usleep(50_000) while apply_error_lines() <= $before && time < $deadline;
+			note "  trigger failed " . (apply_error_lines() - $before) . " time(s), switching it off";
+		}
+		$dst->safe_psql('postgres', 'UPDATE fault_ctl SET fail = false');
+		ok(apply_error_lines() > $before, 'injected apply failure was retried/logged');
+		unless ($persistent)
+		{
+			# an attempt begun before the switch-off may still exhaust the
+			# retries: wait until the failing transaction is applied or the
+			# pipeline halted
+			my $cp = AshTest::checkpoint_sql($sink, "c.commit_lsn >= '$failing'::pg_lsn");
+			AshTest::poll($dst, "SELECT coalesce(($cp), false) OR EXISTS (SELECT 1 FROM ash_replicant_status('$sink')"
+				  . " WHERE state = 'halted' AND reason = 'apply_failed')", 't', timeout => 60);
+			my $st = AshTest::status_row($dst, $sink) // {};
+			if (($st->{state} // '') eq 'halted')
+			{
+				note "  halted apply_failed before the failure stopped";
+				$persistent = 1;
+			}
+			else
+			{
+				note "  recovered by retrying";
+			}
+		}
+		if ($persistent)
+		{
+			AshTest::start_sink($dst, $sink);
+			$halted_and_resumed{$sink}++;
+			note "  ash_replicant_start after apply_failed";
+		}
+	},
+	worker_kill => sub {
+		my $pid;
+		poll_until(sub { $pid = worker_pid() });
+		ok(defined $pid, 'worker pid known');
+		return unless $pid;
+		note "  kill -9 worker $pid";
+		kill 'KILL', $pid;
+		# the postmaster crash-restarts; the pipeline comes back with a new worker
+		ok(AshTest::poll($dst,
+			"SELECT coalesce(worker_pid <> $pid, false) FROM ash_replicant_status('$sink')", 't', timeout => 60),
+			'a new worker runs after the SIGKILL');
+	},
+);
+
+# bounded loop for conditions the harness cannot express as one query
+sub poll_until
+{
+	my ($cond, $t) = @_;
+	my $deadline = time + ($t // 30);
+	while (time < $deadline)
+	{
+		return 1 if $cond->();
+		usleep(100_000);
+	}
+	return 0;
+}
+
+##############################################################################
+# Matrix
+##############################################################################
+
+my $t0 = time;
+my $injected = 0;
+my $seg = 0;
+for my $kind (@kinds)
+{
+	$seg++;
+	my $chunks = segment_chunks($per_segment);
+	note sprintf("segment %d (%s): %d chunks, ids up to %d, at %.1fs", $seg, $kind, scalar(@$chunks), $next_id - 1, time - $t0);
+	my $run = start_runner($src, $chunks, "seg$seg");
+	push @runners, $run;
+	usleep(int((0.1 + rand(0.7)) * 1_000_000));    # fault timing, not synchronization
+	note sprintf("fault %d: %s (workload %s, watermark %s)", $seg, $kind,
+		runner_running($run) ? 'running' : 'done', eval { AshTest::checkpoint_lsn($dst, $sink) } // '?');
+	$inject{$kind}->();
+	$injected++;
+
+	my ($ok, $failed) = finish_runner($run);
+	note "  workload segment: $ok chunks committed, $failed skipped (source down)";
+	cmp_ok($ok, '>', 0, "$kind: workload ran");
+
+	# the last source transaction touching the table: its exact commit LSN
+	my ($last) = AshTest::commit_tracked($src,
+		"UPDATE items SET n = n + 1 WHERE id = (SELECT min(id) FROM items)");
+	my $reached = AshTest::wait_lsn($src, $dst, $sink, $last, timeout => 120);
+	ok($reached, "$kind: watermark reached the last source commit $last");
+	is(AshTest::checkpoint_lsn($dst, $sink), $last, "$kind: checkpoint commit_lsn equals the last source commit");
+	AshTest::assert_mirror_equal($src, $dst, ['items'], name => "$kind: mirror equals source");
+	is($dst->safe_psql('postgres', 'SELECT count(*) - count(DISTINCT id) FROM items'), '0', "$kind: no key twice");
+	my $audit_sql = 'SELECT id, count(*) AS events, count(*) FILTER (WHERE op = \'DELETE\') AS deletes FROM items_audit GROUP BY id';
+	AshTest::assert_mirror_equal($src, $dst, ["($audit_sql)"], order_by => 'id',
+		name => "$kind: per-key row events (effect-once)");
+	AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src, name => "$kind: pipeline healthy again");
+	note sprintf("  checked at %.1fs", time - $t0);
+	last unless $reached;
+}
+
+my $xacts = $src->safe_psql('postgres', 'SELECT count(DISTINCT x) FROM items_audit');
+my $events = $src->safe_psql('postgres', 'SELECT count(*) FROM items_audit');
+is($dst->safe_psql('postgres', 'SELECT count(*) FROM items_audit'), $events, 'total row events equal');
+note "~$total_changes row changes generated, $events row events committed at the source";
+diag "faults injected: $injected, transactions checked: $xacts";
+
+stop_proxy($proxy);
+$proxy = undef;
+done_testing();
