@@ -120,8 +120,8 @@ fail(AshCoverageVerdict *out, const char *reason, char *context)
  * constraint named by upsert_identity, else the primary key.  NIL when
  * there is none (or it has an expression column).
  */
-static List *
-target_identity_attnums(Relation target, const AshMapping *m)
+List *
+ash_target_identity_attnums(Relation target, const AshMapping *m)
 {
 	List	   *indexes = RelationGetIndexList(target);
 	ListCell   *lc;
@@ -296,7 +296,7 @@ judge_identity(const AshMapping *m, const List *business_key, const AshSourceTab
 	}
 
 	/* SCD1: every identity column of the target comes from the old key */
-	idattnums = target_identity_attnums(target, m);
+	idattnums = ash_target_identity_attnums(target, m);
 	if (idattnums == NIL)
 		return fail(out, "destination_table_missing",
 					psprintf("the target of %s has no usable identity (primary key or upsert_identity)",

@@ -50,6 +50,7 @@
 #define ASH_COVERAGE_H
 
 #include "nodes/pg_list.h"
+#include "utils/relcache.h"
 
 #include "config.h"
 
@@ -124,6 +125,13 @@ extern bool ash_coverage_judge_table_set(const List *mappings, const List *ignor
  * The AshMapping (config.h) equivalent of a stored mapping spec, for
  * callers that loaded mappings with ash_mapping_load_sink.
  */
+/*
+ * Key columns (attnums) of a target's conflict identity: the index or
+ * constraint named by upsert_identity, else the primary key; NIL when there
+ * is none or it has an expression column.
+ */
+extern List *ash_target_identity_attnums(Relation target, const AshMapping *m);
+
 extern AshMapping *ash_coverage_mapping_from_spec(const struct AshMappingSpec *spec);
 
 #endif							/* ASH_COVERAGE_H */

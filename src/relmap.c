@@ -271,72 +271,6 @@ append_name(StringInfo buf, const char *name)
 	appendStringInfoString(buf, quote_identifier(name));
 }
 
-/* Identity columns (attnums) of the target: upsert_identity or the PK. */
-static List *
-identity_attnums(Relation target, AshMapping *map)
-{
-	List	   *indexes = RelationGetIndexList(target);
-	ListCell   *lc;
-	Oid			chosen = InvalidOid;
-	List	   *attnums = NIL;
-
-	foreach(lc, indexes)
-	{
-		Oid			idx = lfirst_oid(lc);
-
-		if (map->upsert_identity != NULL)
-		{
-			char	   *idxname = get_rel_name(idx);
-			Oid			conoid = get_index_constraint(idx);
-			char	   *conname = OidIsValid(conoid) ? get_constraint_name(conoid) : NULL;
-
-			if ((idxname && strcmp(idxname, map->upsert_identity) == 0) ||
-				(conname && strcmp(conname, map->upsert_identity) == 0))
-			{
-				chosen = idx;
-				break;
-			}
-		}
-		else
-		{
-			HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(idx));
-
-			if (HeapTupleIsValid(tup))
-			{
-				bool		isprimary = ((Form_pg_index) GETSTRUCT(tup))->indisprimary;
-
-				ReleaseSysCache(tup);
-				if (isprimary)
-				{
-					chosen = idx;
-					break;
-				}
-			}
-		}
-	}
-	if (OidIsValid(chosen))
-	{
-		HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(chosen));
-		Form_pg_index ind;
-
-		if (!HeapTupleIsValid(tup))
-			elog(ERROR, "cache lookup failed for index %u", chosen);
-		ind = (Form_pg_index) GETSTRUCT(tup);
-		for (int i = 0; i < ind->indnkeyatts; i++)
-		{
-			if (ind->indkey.values[i] <= 0)
-			{
-				attnums = NIL;
-				break;
-			}
-			attnums = lappend_int(attnums, ind->indkey.values[i]);
-		}
-		ReleaseSysCache(tup);
-	}
-	list_free(indexes);
-	return attnums;
-}
-
 /* Judge a re-described relation against what it was resolved with. */
 static void
 judge_schema_change(AshApplyRel *rel)
@@ -836,7 +770,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 		AshMapping	pkonly = *map;
 
 		pkonly.upsert_identity = NULL;
-		idattnums = identity_attnums(target, &pkonly);
+		idattnums = ash_target_identity_attnums(target, &pkonly);
 		table_close(target, RowExclusiveLock);
 		resolve_history_identity(rel, map, idattnums);
 		resolve_tenancy(rel, map);
@@ -845,7 +779,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 	}
 
 	/* identity */
-	idattnums = identity_attnums(target, map);
+	idattnums = ash_target_identity_attnums(target, map);
 	table_close(target, RowExclusiveLock);
 	if (idattnums == NIL)
 		ash_halt("destination_table_missing", "table %s has no usable identity (primary key or upsert_identity)",
