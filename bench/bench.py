@@ -555,7 +555,7 @@ class Ash(Contender):
                     raise NotAvailable("not implemented: %s/%s" % (state, reason))
                 raise Failed("pipeline %s/%s" % (state, reason))
 
-        tag = "ash-%s" % w.name if (PROFILE and w.name == "W1") else None
+        tag = "ash-%s" % w.name if PROFILE else None
         secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, check, profile_tag=tag,
                                                  memdump_tag="ash-%s-%d" % (w.name, self.rep))
         stats = q(dst, "SELECT applied_transactions, applied_changes, batches, applied_lsn::text"
@@ -626,7 +626,7 @@ class Native(Contender):
         def pid_of():
             return q1(dst, "SELECT pid FROM pg_stat_subscription WHERE subname = %s AND relid IS NULL", (self.sub,))
 
-        tag = "native-%s" % w.name if (PROFILE and w.name == "W1") else None
+        tag = "native-%s" % w.name if PROFILE else None
         secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, profile_tag=tag)
         return {"seconds": secs, "pid": pid, "mem": mem, "peak_anon_kb": anon, "profile": prof}
 

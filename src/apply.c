@@ -42,6 +42,7 @@
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -226,6 +227,49 @@ ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_
 	if (ret != expected_ret)
 		elog(ERROR, "ash_replicant: unexpected SPI result %d", ret);
 	return SPI_processed;
+}
+
+/*
+ * Execute a plan inside a subtransaction; when it fails with the SQLSTATE
+ * catch_code, roll back only that subtransaction (nothing of the statement
+ * stays: rows, trigger effects) and return false.  Any other error is
+ * re-thrown.  The caught error's text is dropped unread: constraint errors
+ * carry row values.
+ */
+bool
+ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
+						 int expected_ret, int catch_code, uint64 *processed)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		*processed = ash_spi_execute(plan, values, nulls, expected_ret);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != catch_code)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
 }
 
 /*
@@ -810,11 +854,18 @@ apply_message(AshChange *c)
 }
 
 /* Execute what strategies deferred (multi-row inserts). */
+/* Deferred writes are the sink owner's, as every other write. */
 static void
 flush_deferred(void)
 {
-	if (batch_open && ash_scd1_strategy.flush)
-		ash_scd1_strategy.flush();
+	Oid			save_userid;
+	int			save_sec;
+
+	if (!batch_open || !ash_scd1_strategy.flush)
+		return;
+	as_owner_begin(&save_userid, &save_sec);
+	ash_scd1_strategy.flush();
+	as_owner_end(save_userid, save_sec);
 }
 
 void
@@ -822,8 +873,14 @@ ash_apply_change(AshChange *c)
 {
 	MemoryContext old = MemoryContextSwitchTo(change_cxt);
 
-	/* only a run of inserts may stay deferred */
-	if (c->kind != ASH_CHANGE_INSERT)
+	/*
+	 * Only a run of inserts may stay deferred, and it may span source
+	 * transactions of one batch (they commit together; the batch commit
+	 * flushes it).  Anything else with an effect, or a relation or type
+	 * change that may redefine what is buffered, flushes it first.
+	 */
+	if (c->kind != ASH_CHANGE_INSERT && c->kind != ASH_CHANGE_BEGIN &&
+		c->kind != ASH_CHANGE_COMMIT && c->kind != ASH_CHANGE_ORIGIN)
 		flush_deferred();
 
 	switch (c->kind)

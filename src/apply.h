@@ -155,6 +155,8 @@ extern void ash_apply_seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowIm
 extern void ash_apply_count_missing_delete(AshApplyTarget *tgt);
 extern uint64 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
 							  int expected_ret);
+extern bool ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
+									 int expected_ret, int catch_code, uint64 *processed);
 
 /* SPI_prepare + SPI_keepplan, leaving the caller's memory context current. */
 extern SPIPlanPtr ash_spi_prepare_kept(const char *sql, int nargs, Oid *types);

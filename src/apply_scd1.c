@@ -61,6 +61,8 @@ typedef struct Scd1Plans
 	SPIPlanPtr	upsert;
 	bool		upsert_checks_tenant;
 	SPIPlanPtr	upsert_many;	/* unnest form; NULL until first needed */
+	SPIPlanPtr	insert_many;	/* the same without ON CONFLICT */
+	int			optimism_paused;	/* flushes left that go straight to upsert */
 	bool		many_unsupported;	/* a column type has no array type */
 	SPIPlanPtr	delete;
 	List	   *updates;		/* UpdatePlan * */
@@ -123,6 +125,19 @@ key_values(AshApplyRel *rel, AshRowImage *key, Datum *values, char *nulls)
 	return n;
 }
 
+/* "INSERT INTO t AS t (cols) <source>": the plain insert */
+static void
+build_insert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
+{
+	appendStringInfo(sql, "INSERT INTO %s AS t (", tgt->name);
+	for (int c = 0; c < rel->ncols; c++)
+		appendStringInfo(sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
+	appendStringInfoString(sql, many ? ") SELECT * FROM ROWS FROM (" : ") VALUES (");
+	for (int c = 0; c < rel->ncols; c++)
+		appendStringInfo(sql, many ? "%spg_catalog.unnest($%d)" : "%s$%d", c ? ", " : "", c + 1);
+	appendStringInfoChar(sql, ')');
+}
+
 /*
  * "INSERT INTO t AS t (cols) <source> ON CONFLICT (identity) DO UPDATE SET
  * ... [WHERE t.tenant = EXCLUDED.tenant]"; source is "VALUES ($1, ...)" or
@@ -135,13 +150,8 @@ build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
 {
 	bool		any_set = false;
 
-	appendStringInfo(sql, "INSERT INTO %s AS t (", tgt->name);
-	for (int c = 0; c < rel->ncols; c++)
-		appendStringInfo(sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
-	appendStringInfoString(sql, many ? ") SELECT * FROM ROWS FROM (" : ") VALUES (");
-	for (int c = 0; c < rel->ncols; c++)
-		appendStringInfo(sql, many ? "%spg_catalog.unnest($%d)" : "%s$%d", c ? ", " : "", c + 1);
-	appendStringInfoString(sql, ") ON CONFLICT (");
+	build_insert(sql, rel, tgt, many);
+	appendStringInfoString(sql, " ON CONFLICT (");
 	for (int k = 0; k < rel->nkeys; k++)
 		appendStringInfo(sql, "%s%s", k ? ", " : "",
 						 quote_identifier(rel->cols[rel->keys[k]].name));
@@ -213,6 +223,8 @@ typedef struct InsertBuffer
 	int			nrows;
 	ArrayBuildState **cols;
 	uint32	   *key_hashes;		/* open-addressing set of identity hashes */
+	XLogRecPtr	first_commit_lsn;	/* source transaction of the first row */
+	TransactionId first_xid;
 	MemoryContext cxt;
 } InsertBuffer;
 
@@ -240,6 +252,9 @@ upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	initStringInfo(&sql);
 	(void) build_upsert(&sql, rel, tgt, true);
 	st->upsert_many = ash_spi_prepare_kept(sql.data, rel->ncols, types);
+	resetStringInfo(&sql);
+	build_insert(&sql, rel, tgt, true);
+	st->insert_many = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert_many;
 }
 
@@ -281,12 +296,9 @@ identity_hash(AshApplyRel *rel, AshRowImage *row)
 	for (int k = 0; k < rel->nkeys; k++)
 	{
 		AshTargetCol *col = &rel->cols[rel->keys[k]];
-		int16		typlen;
-		bool		typbyval;
 
-		get_typlenbyval(col->typid, &typlen, &typbyval);
 		h = hash_combine(h, row->nulls[rel->keys[k]] ? 0 :
-						 datum_image_hash(row->values[rel->keys[k]], typbyval, typlen));
+						 datum_image_hash(row->values[rel->keys[k]], col->typbyval, col->typlen));
 	}
 	return h;
 }
@@ -303,35 +315,57 @@ scd1_discard(void)
 		MemoryContextReset(ibuf.cxt);
 }
 
+/*
+ * Most buffered rows are new, so a plain INSERT is tried first: it skips
+ * what ON CONFLICT costs per row (an identity-index probe, a speculative
+ * insertion lock, a second index pass).  It runs in a subtransaction; a
+ * unique violation rolls it back whole (rows and trigger effects) and the
+ * rows go again as the upsert.  After a conflict the target skips the
+ * attempt for a while: a mirror being refilled would conflict every time.
+ */
+#define OPTIMISM_PAUSE_FLUSHES 64
+
 static void
 scd1_flush(void)
 {
 	AshApplyRel *rel = ibuf.rel;
 	AshApplyTarget *tgt = ibuf.tgt;
+	Scd1Plans  *st;
 	Datum	   *values;
-	uint64		n;
+	uint64		n = 0;
+	bool		inserted = false;
 	int			nrows = ibuf.nrows;
-	const char *saved_command = ash_apply_errctx.command;
-	const char *saved_relation = ash_apply_errctx.relation;
+	AshApplyErrorContext saved = ash_apply_errctx;
 
 	if (rel == NULL || nrows == 0)
 	{
 		scd1_discard();
 		return;
 	}
+	st = plans_of(tgt);
 	values = palloc(sizeof(Datum) * rel->ncols);
 	for (int c = 0; c < rel->ncols; c++)
 		values[c] = makeArrayResult(ibuf.cols[c], CurrentMemoryContext);
 
+	/* the rows may come from several source transactions: name the first */
 	ash_apply_errctx.command = "insert";
 	ash_apply_errctx.relation = tgt->log_name;
+	ash_apply_errctx.commit_lsn = ibuf.first_commit_lsn;
+	ash_apply_errctx.xid = ibuf.first_xid;
 	PushActiveSnapshot(GetTransactionSnapshot());
-	n = ash_spi_execute(upsert_many_plan(rel, tgt), values, NULL, SPI_OK_INSERT);
+	if (st->optimism_paused > 0)
+		st->optimism_paused--;
+	else if (ash_spi_execute_or_catch(st->insert_many, values, NULL, SPI_OK_INSERT,
+									  ERRCODE_UNIQUE_VIOLATION, &n))
+		inserted = true;
+	else
+		st->optimism_paused = OPTIMISM_PAUSE_FLUSHES;
+	if (!inserted)
+		n = ash_spi_execute(st->upsert_many, values, NULL, SPI_OK_INSERT);
 	PopActiveSnapshot();
-	ash_apply_errctx.command = saved_command;
-	ash_apply_errctx.relation = saved_relation;
+	ash_apply_errctx = saved;
 
-	if (n < nrows && plans_of(tgt)->upsert_checks_tenant)
+	if (n < nrows && st->upsert_checks_tenant)
 		ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s", tgt->log_name);
 	if (n > nrows)
 		elog(ERROR, "ash_replicant: multi-row upsert affected more rows than it wrote");
@@ -369,6 +403,8 @@ buffer_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 		for (int c = 0; c < rel->ncols; c++)
 			ibuf.cols[c] = initArrayResult(rel->cols[c].typid, ibuf.cxt, false);
 		ibuf.key_hashes = palloc0(sizeof(uint32) * KEY_SET_SIZE);
+		ibuf.first_commit_lsn = ash_apply_errctx.commit_lsn;
+		ibuf.first_xid = ash_apply_errctx.xid;
 	}
 	for (int c = 0; c < rel->ncols; c++)
 		accumArrayResult(ibuf.cols[c], newrow->values[c], newrow->nulls[c],

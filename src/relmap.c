@@ -700,6 +700,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 		tc->typid = att->atttypid;
 		tc->typmod = att->atttypmod;
 		getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
+		get_typlenbyval(att->atttypid, &tc->typlen, &tc->typbyval);
 		fmgr_info_cxt(infunc, &tc->infunc, rel->cxt);
 	}
 	rel->ncols = ncols;

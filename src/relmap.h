@@ -23,6 +23,8 @@ typedef struct AshTargetCol
 	int32		typmod;
 	FmgrInfo	infunc;
 	Oid			ioparam;
+	int16		typlen;			/* for hashing and copying values */
+	bool		typbyval;
 	bool		is_identity;
 	bool		encrypt;		/* sealed with column encryption (bytea) */
 } AshTargetCol;

@@ -164,7 +164,7 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 #   connection        [conninfo($src)]
 #   source_system_identifier, source_database  [source_identity($src)]
 #   census            jsonb text [$ENV{ASH_TEST_CENSUS} or '{"interval_ms": 1000}']
-#   batch_max_transactions, ignored_sources (array ref), slot
+#   batch_max_transactions, ignored_sources (array ref), slot, owner (role name)
 #   marker            create/publish/map the marker table [1]
 #   start             call ash_replicant_start [1]
 #   pipeline_extra    extra "name => value" SQL for configure_pipeline
@@ -194,6 +194,7 @@ sub setup_pipeline
 	  if defined $o{batch_max_transactions};
 	push @sink_args, "ignored_sources => " . text_array_literal(@{ $o{ignored_sources} })
 	  if $o{ignored_sources};
+	push @sink_args, "owner => " . lit($o{owner}) . "::regrole" if $o{owner};
 
 	my @sql = ("SELECT ash_replicant_create_sink(" . join(', ', @sink_args) . ")");
 	my @maps = @{ $o{maps} // [] };

@@ -1,0 +1,113 @@
+# Apply batching: what the fast insert path must keep exact.
+#
+#  conf   a run of source inserts whose identities partly exist in the mirror
+#         already (go-forward rows): the plain multi-row INSERT tried first
+#         meets a unique violation, is rolled back whole (rows AND trigger
+#         effects) and the rows go again as the upsert.  Mirror equals source;
+#         an AFTER ROW trigger on the target logs exactly one event per source
+#         row (insert for new identities, update for the existing ones).
+#  many   many single-row source transactions in one destination batch share
+#         multi-row insert statements: a statement-level trigger fires at most
+#         once per batch, never once per source transaction; every row exact.
+#  priv   writes are the sink owner's: a deferred multi-row insert into a
+#         table the owner lost INSERT on fails (42501) and halts apply_failed,
+#         nothing of it committed, checkpoint unchanged; granted again and
+#         started, the pipeline resumes exactly.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my ($src, $dst) = AshTest::start_pair();
+
+AshTest::both($src, $dst, q{
+CREATE TABLE conf (id integer PRIMARY KEY, v text);
+CREATE TABLE many (id integer PRIMARY KEY, v text);
+CREATE TABLE priv (id integer PRIMARY KEY, v text);
+});
+$src->safe_psql('postgres', q{
+CREATE PUBLICATION pub_conf FOR TABLE conf;
+CREATE PUBLICATION pub_many FOR TABLE many;
+CREATE PUBLICATION pub_priv FOR TABLE priv;
+});
+$dst->safe_psql('postgres', q{
+CREATE TABLE conf_audit (id integer, op text);
+CREATE FUNCTION conf_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO conf_audit VALUES (NEW.id, TG_OP); RETURN NULL; END $$;
+CREATE TRIGGER conf_audit AFTER INSERT OR UPDATE ON conf FOR EACH ROW EXECUTE FUNCTION conf_audit();
+ALTER TABLE conf ENABLE ALWAYS TRIGGER conf_audit;
+-- go-forward rows the source will insert again, with other values
+INSERT INTO conf SELECT g, 'stale' FROM generate_series(100, 150) g;
+TRUNCATE conf_audit;
+
+CREATE TABLE many_stmts (n integer);
+CREATE FUNCTION many_stmt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO many_stmts VALUES (1); RETURN NULL; END $$;
+CREATE TRIGGER many_stmt AFTER INSERT ON many FOR EACH STATEMENT EXECUTE FUNCTION many_stmt();
+ALTER TABLE many ENABLE ALWAYS TRIGGER many_stmt;
+
+CREATE ROLE priv_owner LOGIN;
+GRANT ash_replicant_admin TO priv_owner;
+GRANT SELECT, INSERT, UPDATE, DELETE ON priv TO priv_owner;
+-- the marker table setup_pipeline creates
+ALTER DEFAULT PRIVILEGES GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO priv_owner;
+});
+
+# --- conf -------------------------------------------------------------------
+AshTest::setup_pipeline($src, $dst, sink => 'conf', publication => 'pub_conf', maps => [ ['conf'] ]);
+AshTest::wait_slot_consistent($src, $dst, 'conf');
+$src->safe_psql('postgres', q{INSERT INTO conf SELECT g, 'v' || g FROM generate_series(1, 500) g});
+# a second run after the conflict: new identities only (the target pauses
+# its plain-insert attempt for a while, so this goes as the upsert too)
+$src->safe_psql('postgres', q{INSERT INTO conf SELECT g, 'w' || g FROM generate_series(501, 700) g});
+AshTest::wait_caught_up($src, $dst, 'conf');
+AshTest::assert_mirror_equal($src, $dst, ['conf'], name => 'conf: mirror equals source after conflicts');
+is($dst->safe_psql('postgres', q{SELECT count(*) || '/' || count(DISTINCT id) FROM conf_audit}),
+	'700/700', 'conf: one trigger event per source row (rolled-back attempt left none)');
+is($dst->safe_psql('postgres',
+		q{SELECT count(*) FILTER (WHERE op = 'UPDATE' AND id BETWEEN 100 AND 150) || '/' || count(*) FILTER (WHERE op = 'INSERT') FROM conf_audit}),
+	'51/649', 'conf: existing identities updated, new ones inserted');
+is(AshTest::status_row($dst, 'conf')->{state}, 'healthy', 'conf: healthy');
+
+# --- many -------------------------------------------------------------------
+AshTest::setup_pipeline($src, $dst, sink => 'many', publication => 'pub_many', maps => [ ['many'] ]);
+AshTest::wait_caught_up($src, $dst, 'many');
+AshTest::stop_sink($dst, 'many');
+AshTest::poll($dst,
+	"SELECT count(*) FROM ash_replicant_status('many') WHERE state = 'not_started' AND worker_pid IS NULL", '1');
+$src->safe_psql('postgres', join('', map { "INSERT INTO many VALUES ($_, 'r$_');\n" } 1 .. 600));
+my $before = AshTest::stat_row($dst, 'many');
+$dst->safe_psql('postgres', 'TRUNCATE many_stmts');
+AshTest::start_sink($dst, 'many');
+AshTest::wait_caught_up($src, $dst, 'many');
+AshTest::assert_mirror_equal($src, $dst, ['many'], name => 'many: mirror equals source');
+my $after = AshTest::stat_row($dst, 'many');
+my $batches = $after->{batches} - ($before->{batches} // 0);
+my $stmts = $dst->safe_psql('postgres', 'SELECT count(*) FROM many_stmts');
+note "many: 600 source transactions, $batches destination batches, $stmts insert statements";
+cmp_ok($stmts, '<=', $batches, 'many: at most one insert statement per batch (not one per source transaction)');
+
+# --- priv -------------------------------------------------------------------
+AshTest::setup_pipeline($src, $dst, sink => 'priv', publication => 'pub_priv', maps => [ ['priv'] ],
+	owner => 'priv_owner', pipeline_extra => 'max_command_retries => 1');
+AshTest::wait_slot_consistent($src, $dst, 'priv');
+$src->safe_psql('postgres', q{INSERT INTO priv SELECT g, 'p' || g FROM generate_series(1, 20) g});
+AshTest::wait_caught_up($src, $dst, 'priv');
+my $cp = AshTest::checkpoint_lsn($dst, 'priv');
+$dst->safe_psql('postgres', 'REVOKE INSERT ON priv FROM priv_owner');
+$src->safe_psql('postgres', q{INSERT INTO priv SELECT g, 'q' || g FROM generate_series(21, 60) g});
+AshTest::wait_status($dst, 'priv', 'halted', undef, timeout => 60);
+my $st = AshTest::status_row($dst, 'priv');
+is($st->{state} . '/' . ($st->{reason} // ''), 'halted/apply_failed', 'priv: revoked INSERT halts apply_failed');
+is($dst->safe_psql('postgres', 'SELECT count(*) FROM priv'), '20', 'priv: nothing of the refused rows committed');
+is(AshTest::checkpoint_lsn($dst, 'priv'), $cp, 'priv: checkpoint unchanged');
+ok(AshTest::log_lines_like($dst, qr/event=apply\.error sink=priv sqlstate=42501/),
+	'priv: the apply error names the privilege SQLSTATE');
+$dst->safe_psql('postgres', 'GRANT INSERT ON priv TO priv_owner');
+AshTest::start_sink($dst, 'priv');
+AshTest::wait_caught_up($src, $dst, 'priv');
+AshTest::assert_mirror_equal($src, $dst, ['priv'], name => 'priv: resumes exactly after the grant');
+
+done_testing();
