@@ -874,12 +874,14 @@ ash_apply_change(AshChange *c)
 	MemoryContext old = MemoryContextSwitchTo(change_cxt);
 
 	/*
-	 * Only a run of inserts may stay deferred, and it may span source
-	 * transactions of one batch (they commit together; the batch commit
-	 * flushes it).  Anything else with an effect, or a relation or type
-	 * change that may redefine what is buffered, flushes it first.
+	 * Gathered row writes (apply_scd1.c) may span source transactions of
+	 * one batch: they commit together, and the batch commit flushes them.
+	 * Row changes decide themselves (the strategy flushes what it cannot
+	 * gather); anything else with an effect, or a relation or type change
+	 * that may redefine what is gathered, flushes first.
 	 */
-	if (c->kind != ASH_CHANGE_INSERT && c->kind != ASH_CHANGE_BEGIN &&
+	if (c->kind != ASH_CHANGE_INSERT && c->kind != ASH_CHANGE_UPDATE &&
+		c->kind != ASH_CHANGE_DELETE && c->kind != ASH_CHANGE_BEGIN &&
 		c->kind != ASH_CHANGE_COMMIT && c->kind != ASH_CHANGE_ORIGIN)
 		flush_deferred();
 

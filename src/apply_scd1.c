@@ -19,14 +19,14 @@
  *	  DO UPDATE: an upsert that affects no row met another tenant's row
  *	  under the same identity and halts tenant_conflict.
  *
- *	  Consecutive inserts into one target are gathered (up to
- *	  INSERT_BUFFER_ROWS) and written by one statement,
- *	  INSERT ... SELECT * FROM ROWS FROM (unnest($1), ...) ON CONFLICT ..., with one
- *	  array parameter per column: one executor run instead of one per row.
- *	  Anything else that is applied first flushes the buffer (the driver
- *	  calls flush), so the order of effects is the source's.  A second row
- *	  with the same identity in one statement is impossible for ON CONFLICT,
- *	  so a row whose identity may already be buffered flushes first.
+ *	  Consecutive writes to one target are gathered and written by
+ *	  multi-row statements (see "Gathered writes" below): inserts always,
+ *	  and on a target whose rows cannot observe each other also deletes
+ *	  and updates that carry the complete row under an unchanged identity.
+ *	  A run may span the source transactions of one batch; anything that
+ *	  cannot join it flushes it first, so each row sees its changes in
+ *	  source order.  Gathered inserts try a plain INSERT first and fall back
+ *	  to the upsert on a unique violation.
  *
  *	  Plans are prepared once per target table and operation (and per set
  *	  of sent columns for updates, since unchanged TOAST columns are left
@@ -36,7 +36,13 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
+#include "catalog/pg_index.h"
 #include "executor/spi.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/syscache.h"
+#include "storage/proc.h"
 #include "lib/stringinfo.h"
 #include "nodes/bitmapset.h"
 #include "common/hashfn.h"
@@ -65,6 +71,9 @@ typedef struct Scd1Plans
 	int			optimism_paused;	/* flushes left that go straight to upsert */
 	bool		many_unsupported;	/* a column type has no array type */
 	SPIPlanPtr	delete;
+	SPIPlanPtr	delete_many;	/* gathered deletes */
+	LocalTransactionId commutes_lxid;	/* transaction "commutes" was judged in */
+	bool		commutes;
 	List	   *updates;		/* UpdatePlan * */
 } Scd1Plans;
 
@@ -211,24 +220,148 @@ nulls_of(AshApplyRel *rel, AshRowImage *img)
 }
 
 /* ---------------------------------------------------------------------
- * Multi-row inserts.
+ * Gathered writes.
+ *
+ * Consecutive writes to one target are gathered and written by multi-row
+ * statements: inserts as one INSERT ... SELECT FROM ROWS FROM (unnest ...)
+ * per run.  Every gathered write touches a different identity (a write to
+ * an identity already gathered flushes first), so writes of one run touch
+ * different rows.  On a target where rows cannot observe each other --
+ * no trigger, rule or row security, no unique or exclusion index besides
+ * the identity -- such writes commute, and the run also gathers deletes and
+ * updates that carry the complete new row under an unchanged identity
+ * (applied as the upsert, which is what an update of a row the mirror may
+ * lack means here).  A flush writes the deletes, then the rest.  Anything
+ * else flushes the run first, so each row sees its changes in source order.
  * ---------------------------------------------------------------------
  */
-#define INSERT_BUFFER_ROWS 1000
+#define GATHER_MAX_ROWS 1000
 
-typedef struct InsertBuffer
+typedef struct Gathered
 {
 	AshApplyRel *rel;			/* NULL when empty */
 	AshApplyTarget *tgt;
-	int			nrows;
+	int			nrows;			/* upserted rows */
+	bool		has_updates;	/* some rows exist already: skip the plain
+								 * INSERT attempt */
 	ArrayBuildState **cols;
+	int			ndeletes;
+	ArrayBuildState **dkeys;	/* identity (+ tenant) values of deletes */
 	uint32	   *key_hashes;		/* open-addressing set of identity hashes */
-	XLogRecPtr	first_commit_lsn;	/* source transaction of the first row */
+	XLogRecPtr	first_commit_lsn;	/* source transaction of the first write */
 	TransactionId first_xid;
 	MemoryContext cxt;
-} InsertBuffer;
+} Gathered;
 
-static InsertBuffer ibuf;
+static Gathered gbuf;
+
+/* 2 x GATHER_MAX_ROWS slots, power of two; 0 marks an empty slot */
+#define KEY_SET_SIZE 2048
+
+static bool
+hash_set_contains(uint32 h)
+{
+	h = h ? h : 1;
+	for (uint32 i = h & (KEY_SET_SIZE - 1);; i = (i + 1) & (KEY_SET_SIZE - 1))
+	{
+		if (gbuf.key_hashes[i] == 0)
+			return false;
+		if (gbuf.key_hashes[i] == h)
+			return true;
+	}
+}
+
+static void
+hash_set_add(uint32 h)
+{
+	h = h ? h : 1;
+	for (uint32 i = h & (KEY_SET_SIZE - 1);; i = (i + 1) & (KEY_SET_SIZE - 1))
+	{
+		if (gbuf.key_hashes[i] == 0 || gbuf.key_hashes[i] == h)
+		{
+			gbuf.key_hashes[i] = h;
+			return;
+		}
+	}
+}
+
+static uint32
+identity_hash(AshApplyRel *rel, AshRowImage *row)
+{
+	uint32		h = 0;
+
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		AshTargetCol *col = &rel->cols[rel->keys[k]];
+
+		h = hash_combine(h, row->nulls[rel->keys[k]] ? 0 :
+						 datum_image_hash(row->values[rel->keys[k]], col->typbyval, col->typlen));
+	}
+	return h;
+}
+
+/* Same identity values, compared as stored images (as the hash is). */
+static bool
+same_identity(AshApplyRel *rel, AshRowImage *a, AshRowImage *b)
+{
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		int			c = rel->keys[k];
+
+		if (!a->present[c] || !b->present[c] || a->nulls[c] || b->nulls[c] ||
+			!datum_image_eq(a->values[c], b->values[c], rel->cols[c].typbyval,
+							rel->cols[c].typlen))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Can rows of this target observe each other's writes?  Only triggers,
+ * rules, row security and further unique or exclusion indexes let them.
+ * Judged when a run starts, under the lock the writes take anyway, so no
+ * trigger or index can appear before the run is written.
+ */
+static bool
+target_commutes(AshApplyTarget *tgt)
+{
+	Scd1Plans  *st = plans_of(tgt);
+	Relation	r;
+	bool		ok;
+
+	/* the lock below is held to the end of the transaction: judge once */
+	if (st->commutes_lxid == MyProc->lxid)
+		return st->commutes;
+	r = table_open(tgt->relid, RowExclusiveLock);
+
+	ok = !r->rd_rel->relhastriggers && !r->rd_rel->relhasrules &&
+		!r->rd_rel->relrowsecurity;
+	if (ok)
+	{
+		List	   *indexes = RelationGetIndexList(r);
+		ListCell   *lc;
+		int			unique = 0;
+
+		foreach(lc, indexes)
+		{
+			HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+			Form_pg_index idx;
+
+			if (!HeapTupleIsValid(tup))
+				elog(ERROR, "cache lookup failed for index %u", lfirst_oid(lc));
+			idx = (Form_pg_index) GETSTRUCT(tup);
+			if (idx->indisunique || idx->indisexclusion)
+				unique++;
+			ReleaseSysCache(tup);
+		}
+		list_free(indexes);
+		ok = unique == 1;		/* the identity alone */
+	}
+	table_close(r, NoLock);
+	st->commutes_lxid = MyProc->lxid;
+	st->commutes = ok;
+	return ok;
+}
 
 static SPIPlanPtr
 upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
@@ -258,125 +391,150 @@ upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	return st->upsert_many;
 }
 
-/* 2 x INSERT_BUFFER_ROWS slots, power of two; 0 marks an empty slot */
-#define KEY_SET_SIZE 2048
-
-static bool
-hash_set_contains(uint32 h)
+/*
+ * "DELETE FROM t WHERE k = ANY ($1)", or for several identity columns (or
+ * a tenant) "DELETE FROM t USING ROWS FROM (unnest($1), ...) AS u(...)
+ * WHERE t.k1 = u.c1 AND ...".  The identities are distinct, so each row
+ * matches at most one.
+ */
+static SPIPlanPtr
+delete_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 {
-	h = h ? h : 1;
-	for (uint32 i = h & (KEY_SET_SIZE - 1);; i = (i + 1) & (KEY_SET_SIZE - 1))
-	{
-		if (ibuf.key_hashes[i] == 0)
-			return false;
-		if (ibuf.key_hashes[i] == h)
-			return true;
-	}
-}
+	Scd1Plans  *st = plans_of(tgt);
+	StringInfoData sql;
+	Oid			types[INDEX_MAX_KEYS + 1];
+	int			n = 0;
 
-static void
-hash_set_add(uint32 h)
-{
-	h = h ? h : 1;
-	for (uint32 i = h & (KEY_SET_SIZE - 1);; i = (i + 1) & (KEY_SET_SIZE - 1))
+	if (st->delete_many)
+		return st->delete_many;
+	for (int k = 0; k < rel->nkeys; k++)
+		types[n++] = get_array_type(rel->cols[rel->keys[k]].typid);
+	if (ash_tenant_scoped(rel))
+		types[n++] = get_array_type(rel->cols[rel->tenant_col].typid);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s AS t", tgt->name);
+	if (n == 1)
+		appendStringInfo(&sql, " WHERE t.%s OPERATOR(pg_catalog.=) ANY ($1)",
+						 quote_identifier(rel->cols[rel->keys[0]].name));
+	else
 	{
-		if (ibuf.key_hashes[i] == 0 || ibuf.key_hashes[i] == h)
+		appendStringInfoString(&sql, " USING ROWS FROM (");
+		for (int i = 0; i < n; i++)
+			appendStringInfo(&sql, "%spg_catalog.unnest($%d)", i ? ", " : "", i + 1);
+		appendStringInfoString(&sql, ") AS u(");
+		for (int i = 0; i < n; i++)
+			appendStringInfo(&sql, "%sc%d", i ? ", " : "", i + 1);
+		appendStringInfoString(&sql, ") WHERE ");
+		for (int i = 0; i < n; i++)
 		{
-			ibuf.key_hashes[i] = h;
-			return;
+			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+			appendStringInfo(&sql, "%st.%s OPERATOR(pg_catalog.=) u.c%d", i ? " AND " : "",
+							 quote_identifier(rel->cols[c].name), i + 1);
 		}
 	}
-}
-
-static uint32
-identity_hash(AshApplyRel *rel, AshRowImage *row)
-{
-	uint32		h = 0;
-
-	for (int k = 0; k < rel->nkeys; k++)
-	{
-		AshTargetCol *col = &rel->cols[rel->keys[k]];
-
-		h = hash_combine(h, row->nulls[rel->keys[k]] ? 0 :
-						 datum_image_hash(row->values[rel->keys[k]], col->typbyval, col->typlen));
-	}
-	return h;
+	st->delete_many = ash_spi_prepare_kept(sql.data, n, types);
+	return st->delete_many;
 }
 
 static void
 scd1_discard(void)
 {
-	ibuf.rel = NULL;
-	ibuf.tgt = NULL;
-	ibuf.nrows = 0;
-	ibuf.cols = NULL;
-	ibuf.key_hashes = NULL;
-	if (ibuf.cxt)
-		MemoryContextReset(ibuf.cxt);
+	memset(&gbuf, 0, offsetof(Gathered, cxt));
+	if (gbuf.cxt)
+		MemoryContextReset(gbuf.cxt);
 }
 
 /*
- * Most buffered rows are new, so a plain INSERT is tried first: it skips
- * what ON CONFLICT costs per row (an identity-index probe, a speculative
- * insertion lock, a second index pass).  It runs in a subtransaction; a
- * unique violation rolls it back whole (rows and trigger effects) and the
- * rows go again as the upsert.  After a conflict the target skips the
- * attempt for a while: a mirror being refilled would conflict every time.
+ * Most gathered inserts are new rows, so a plain INSERT is tried first: it
+ * skips what ON CONFLICT costs per row (an identity-index probe, a
+ * speculative insertion lock, a second index pass).  It runs in a
+ * subtransaction; a unique violation rolls it back whole (rows and trigger
+ * effects) and the rows go again as the upsert.  After a conflict the
+ * target skips the attempt for a while: a mirror being refilled would
+ * conflict every time.
  */
 #define OPTIMISM_PAUSE_FLUSHES 64
 
 static void
 scd1_flush(void)
 {
-	AshApplyRel *rel = ibuf.rel;
-	AshApplyTarget *tgt = ibuf.tgt;
+	AshApplyRel *rel = gbuf.rel;
+	AshApplyTarget *tgt = gbuf.tgt;
 	Scd1Plans  *st;
-	Datum	   *values;
 	uint64		n = 0;
-	bool		inserted = false;
-	int			nrows = ibuf.nrows;
+	int			nrows = gbuf.nrows;
+	int			ndeletes = gbuf.ndeletes;
 	AshApplyErrorContext saved = ash_apply_errctx;
 
-	if (rel == NULL || nrows == 0)
+	if (rel == NULL || (nrows == 0 && ndeletes == 0))
 	{
 		scd1_discard();
 		return;
 	}
 	st = plans_of(tgt);
-	values = palloc(sizeof(Datum) * rel->ncols);
-	for (int c = 0; c < rel->ncols; c++)
-		values[c] = makeArrayResult(ibuf.cols[c], CurrentMemoryContext);
 
-	/* the rows may come from several source transactions: name the first */
-	ash_apply_errctx.command = "insert";
+	/* the writes may come from several source transactions: name the first */
 	ash_apply_errctx.relation = tgt->log_name;
-	ash_apply_errctx.commit_lsn = ibuf.first_commit_lsn;
-	ash_apply_errctx.xid = ibuf.first_xid;
+	ash_apply_errctx.commit_lsn = gbuf.first_commit_lsn;
+	ash_apply_errctx.xid = gbuf.first_xid;
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (st->optimism_paused > 0)
-		st->optimism_paused--;
-	else if (ash_spi_execute_or_catch(st->insert_many, values, NULL, SPI_OK_INSERT,
-									  ERRCODE_UNIQUE_VIOLATION, &n))
-		inserted = true;
-	else
-		st->optimism_paused = OPTIMISM_PAUSE_FLUSHES;
-	if (!inserted)
-		n = ash_spi_execute(st->upsert_many, values, NULL, SPI_OK_INSERT);
+
+	if (ndeletes > 0)
+	{
+		int			nk = rel->nkeys + (ash_tenant_scoped(rel) ? 1 : 0);
+		Datum	   *keys = palloc(sizeof(Datum) * nk);
+
+		for (int i = 0; i < nk; i++)
+			keys[i] = makeArrayResult(gbuf.dkeys[i], CurrentMemoryContext);
+		ash_apply_errctx.command = "delete";
+		n = ash_spi_execute(delete_many_plan(rel, tgt), keys, NULL, SPI_OK_DELETE);
+		if (n > ndeletes)
+			elog(ERROR, "ash_replicant: multi-row delete affected more rows than it named");
+		for (uint64 i = n; i < ndeletes; i++)
+			ash_apply_count_missing_delete(tgt);
+	}
+
+	if (nrows > 0)
+	{
+		Datum	   *values = palloc(sizeof(Datum) * rel->ncols);
+		bool		inserted = false;
+
+		for (int c = 0; c < rel->ncols; c++)
+			values[c] = makeArrayResult(gbuf.cols[c], CurrentMemoryContext);
+		ash_apply_errctx.command = gbuf.has_updates ? "update" : "insert";
+		if (st->optimism_paused > 0)
+			st->optimism_paused--;
+		else if (gbuf.has_updates)
+			;					/* existing rows: the plain INSERT would fail */
+		else if (ash_spi_execute_or_catch(st->insert_many, values, NULL, SPI_OK_INSERT,
+										  ERRCODE_UNIQUE_VIOLATION, &n))
+			inserted = true;
+		else
+			st->optimism_paused = OPTIMISM_PAUSE_FLUSHES;
+		if (!inserted)
+			n = ash_spi_execute(st->upsert_many, values, NULL, SPI_OK_INSERT);
+		if (n < nrows && st->upsert_checks_tenant)
+			ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s",
+					 tgt->log_name);
+		if (n > nrows)
+			elog(ERROR, "ash_replicant: multi-row upsert affected more rows than it wrote");
+	}
+
 	PopActiveSnapshot();
 	ash_apply_errctx = saved;
-
-	if (n < nrows && st->upsert_checks_tenant)
-		ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s", tgt->log_name);
-	if (n > nrows)
-		elog(ERROR, "ash_replicant: multi-row upsert affected more rows than it wrote");
 	scd1_discard();
 }
 
-/* Gather the row for a multi-row insert; false when it cannot be. */
+/*
+ * Make room in the run for a write to tgt with identity hash h: a run of
+ * another target, or one that already has this identity, is written first.
+ * False when this target cannot gather (a column type without an array
+ * type).
+ */
 static bool
-buffer_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
+gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h)
 {
-	uint32		h;
 	MemoryContext old;
 
 	/* the first statement of a target tells whether its types allow it */
@@ -384,38 +542,47 @@ buffer_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 	if (upsert_many_plan(rel, tgt) == NULL)
 		return false;
 
-	if (ibuf.rel != NULL && (ibuf.rel != rel || ibuf.tgt != tgt))
+	if (gbuf.rel != NULL && (gbuf.rel != rel || gbuf.tgt != tgt || hash_set_contains(h)))
 		scd1_flush();
-	h = identity_hash(rel, newrow);
-	if (ibuf.rel != NULL && hash_set_contains(h))
-		scd1_flush();
+	if (gbuf.rel != NULL)
+		return true;
 
-	if (ibuf.cxt == NULL)
-		ibuf.cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant insert buffer",
+	if (gbuf.cxt == NULL)
+		gbuf.cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant gathered writes",
 										 ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(ibuf.cxt);
-	if (ibuf.rel == NULL)
-	{
-		ibuf.rel = rel;
-		ibuf.tgt = tgt;
-		ibuf.nrows = 0;
-		ibuf.cols = palloc0(sizeof(ArrayBuildState *) * rel->ncols);
-		for (int c = 0; c < rel->ncols; c++)
-			ibuf.cols[c] = initArrayResult(rel->cols[c].typid, ibuf.cxt, false);
-		ibuf.key_hashes = palloc0(sizeof(uint32) * KEY_SET_SIZE);
-		ibuf.first_commit_lsn = ash_apply_errctx.commit_lsn;
-		ibuf.first_xid = ash_apply_errctx.xid;
-	}
+	old = MemoryContextSwitchTo(gbuf.cxt);
+	gbuf.rel = rel;
+	gbuf.tgt = tgt;
+	gbuf.cols = palloc0(sizeof(ArrayBuildState *) * rel->ncols);
 	for (int c = 0; c < rel->ncols; c++)
-		accumArrayResult(ibuf.cols[c], newrow->values[c], newrow->nulls[c],
-						 rel->cols[c].typid, ibuf.cxt);
-	hash_set_add(h);
-	ibuf.nrows++;
+		gbuf.cols[c] = initArrayResult(rel->cols[c].typid, gbuf.cxt, false);
+	gbuf.key_hashes = palloc0(sizeof(uint32) * KEY_SET_SIZE);
+	gbuf.first_commit_lsn = ash_apply_errctx.commit_lsn;
+	gbuf.first_xid = ash_apply_errctx.xid;
 	MemoryContextSwitchTo(old);
-
-	if (ibuf.nrows >= INSERT_BUFFER_ROWS)
-		scd1_flush();
 	return true;
+}
+
+static void
+gather_end(uint32 h)
+{
+	hash_set_add(h);
+	if (gbuf.nrows + gbuf.ndeletes >= GATHER_MAX_ROWS)
+		scd1_flush();
+}
+
+static void
+gather_row(AshApplyRel *rel, AshRowImage *row, bool update, uint32 h)
+{
+	MemoryContext old = MemoryContextSwitchTo(gbuf.cxt);
+
+	for (int c = 0; c < rel->ncols; c++)
+		accumArrayResult(gbuf.cols[c], row->values[c], row->nulls[c],
+						 rel->cols[c].typid, gbuf.cxt);
+	gbuf.nrows++;
+	gbuf.has_updates |= update;
+	MemoryContextSwitchTo(old);
+	gather_end(h);
 }
 
 static void
@@ -423,12 +590,17 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 {
 	SPIPlanPtr	plan;
 	uint64		n;
+	uint32		h;
 
 	if (!newrow->complete)
 		ash_halt("unchanged_value_unavailable", "insert into %s lacks a column value",
 				 tgt->log_name);
-	if (buffer_insert(rel, tgt, newrow))
+	h = identity_hash(rel, newrow);
+	if (gather_begin(rel, tgt, h))
+	{
+		gather_row(rel, newrow, false, h);
 		return;
+	}
 	plan = upsert_plan(rel, tgt);
 	n = ash_spi_execute(plan, newrow->values, nulls_of(rel, newrow), SPI_OK_INSERT);
 	if (n == 0 && plans_of(tgt)->upsert_checks_tenant)
@@ -491,6 +663,19 @@ scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 	int			c = -1;
 	uint64		n;
 
+	/* a complete row under the same identity: gathered where rows commute */
+	if (newrow->complete && same_identity(rel, key, newrow))
+	{
+		uint32		h = identity_hash(rel, newrow);
+
+		if (target_commutes(tgt) && gather_begin(rel, tgt, h))
+		{
+			gather_row(rel, newrow, true, h);
+			return;
+		}
+	}
+	scd1_flush();
+
 	for (int j = 0; j < rel->ncols; j++)
 		if (newrow->present[j])
 			present = bms_add_member(present, j);
@@ -531,6 +716,36 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	char	   *nulls = palloc(rel->nkeys + 2);
 	int			nparams;
 	uint64		n;
+	uint32		h = identity_hash(rel, key);
+
+	nparams = key_values(rel, key, values, nulls);
+	if ((!ash_tenant_scoped(rel) || nulls[nparams - 1] == ' ') &&
+		target_commutes(tgt) && gather_begin(rel, tgt, h))
+	{
+		MemoryContext old = MemoryContextSwitchTo(gbuf.cxt);
+
+		if (gbuf.dkeys == NULL)
+		{
+			gbuf.dkeys = palloc0(sizeof(ArrayBuildState *) * nparams);
+			for (int i = 0; i < nparams; i++)
+			{
+				int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+				gbuf.dkeys[i] = initArrayResult(rel->cols[c].typid, gbuf.cxt, false);
+			}
+		}
+		for (int i = 0; i < nparams; i++)
+		{
+			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+			accumArrayResult(gbuf.dkeys[i], values[i], false, rel->cols[c].typid, gbuf.cxt);
+		}
+		gbuf.ndeletes++;
+		MemoryContextSwitchTo(old);
+		gather_end(h);
+		return;
+	}
+	scd1_flush();
 
 	if (st->delete == NULL)
 	{
@@ -543,7 +758,6 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		nkey = append_key_predicate(&sql, rel, 1, types);
 		st->delete = ash_spi_prepare_kept(sql.data, nkey, types);
 	}
-	nparams = key_values(rel, key, values, nulls);
 	nulls[nparams] = '\0';
 	n = ash_spi_execute(st->delete, values, nulls, SPI_OK_DELETE);
 	if (n == 0)
@@ -575,15 +789,19 @@ scd1_release(AshApplyTarget *tgt)
 
 	if (st == NULL)
 		return;
-	/* on abort the driver discarded the buffer first; otherwise write it */
-	if (ibuf.tgt == tgt)
+	/* on abort the driver discarded the run first; otherwise write it */
+	if (gbuf.tgt == tgt)
 		scd1_flush();
 	if (st->upsert)
 		SPI_freeplan(st->upsert);
 	if (st->upsert_many)
 		SPI_freeplan(st->upsert_many);
+	if (st->insert_many)
+		SPI_freeplan(st->insert_many);
 	if (st->delete)
 		SPI_freeplan(st->delete);
+	if (st->delete_many)
+		SPI_freeplan(st->delete_many);
 	foreach(lc, st->updates)
 		SPI_freeplan(((UpdatePlan *) lfirst(lc))->plan);
 	tgt->plans = NULL;
