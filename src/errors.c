@@ -78,6 +78,8 @@ static const AshReasonEntry reason_table[] = {
 	{"source_not_logical", ASH_REASON_MISCONFIGURED},
 	{"source_unreachable", ASH_REASON_MISCONFIGURED},
 	{"privilege_replication_missing", ASH_REASON_MISCONFIGURED},
+	{"source_connection_invalid", ASH_REASON_MISCONFIGURED},
+	{"source_authentication_failed", ASH_REASON_MISCONFIGURED},
 	{"destination_owner_invalid", ASH_REASON_MISCONFIGURED},
 	/* registration / configuration rejections */
 	{"multitenancy_required", ASH_REASON_REGISTRATION},

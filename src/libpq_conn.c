@@ -33,6 +33,7 @@
 #include "libpq_conn.h"
 
 char		ash_conn_last_sqlstate[6] = "";
+AshConnFailure ash_conn_last_failure = ASH_CONN_OK;
 
 static void
 set_sqlstate(const char *s)
@@ -41,6 +42,36 @@ set_sqlstate(const char *s)
 		memcpy(ash_conn_last_sqlstate, s, 6);
 	else
 		ash_conn_last_sqlstate[0] = '\0';
+}
+
+/*
+ * The SQLSTATE of a refused connection attempt.  libpq keeps no result for
+ * a failed connection, but with PQERRORS_SQLSTATE verbosity every server
+ * error it appends to the message reads "<severity>:  <SQLSTATE>", with no
+ * message text: take the last one.  NULL when the server sent none (the
+ * failure happened on the client side or on the way).
+ */
+static const char *
+connect_sqlstate(const char *msg, char *buf)
+{
+	const char *found = NULL;
+	const char *p;
+
+	for (p = strstr(msg, ":  "); p != NULL; p = strstr(p + 1, ":  "))
+	{
+		const char *c = p + 3;
+		int			n = 0;
+
+		while (n < 5 && ((c[n] >= '0' && c[n] <= '9') || (c[n] >= 'A' && c[n] <= 'Z')))
+			n++;
+		if (n == 5 && (c[5] == '\n' || c[5] == '\0'))
+			found = c;
+	}
+	if (found == NULL)
+		return NULL;
+	memcpy(buf, found, 5);
+	buf[5] = '\0';
+	return buf;
 }
 
 /* Wait for the socket (or latch / timeout).  Returns false on timeout. */
@@ -80,6 +111,7 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 	AshConn    *c;
 
 	set_sqlstate(NULL);
+	ash_conn_last_failure = ASH_CONN_OK;
 
 	keys[i] = "dbname";
 	vals[i++] = conninfo;
@@ -106,11 +138,24 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 				 errmsg("ash_replicant: could not allocate a source connection")));
 	if (PQstatus(conn) == CONNECTION_BAD)
 	{
+		/*
+		 * libpq fails at once on settings it cannot use ("invalid port
+		 * number", "invalid sslmode value", ...), and also when a first
+		 * connect() is refused synchronously: only the former is fixed by
+		 * nothing but the operator.
+		 */
+		bool		invalid = strncmp(PQerrorMessage(conn), "invalid ", 8) == 0;
+
 		PQfinish(conn);
+		ash_conn_last_failure = invalid ? ASH_CONN_INVALID_SETTINGS : ASH_CONN_UNREACHABLE;
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("ash_replicant: source connection rejected: invalid connection settings")));
+				 invalid ?
+				 errmsg("ash_replicant: source connection rejected: invalid connection settings") :
+				 errmsg("ash_replicant: could not connect to the source: unreachable")));
 	}
+	/* server errors while connecting: severity and SQLSTATE only */
+	PQsetErrorVerbosity(conn, PQERRORS_SQLSTATE);
 
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ash_connect_timeout_ms);
 	while (status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
@@ -121,6 +166,7 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 		if (!wait_socket(conn, events, deadline))
 		{
 			PQfinish(conn);
+			ash_conn_last_failure = ASH_CONN_TIMEOUT;
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("ash_replicant: source connection timed out")));
@@ -131,20 +177,42 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 	if (PQstatus(conn) != CONNECTION_OK)
 	{
 		/*
-		 * libpq gives no SQLSTATE for a failed connection; tell the common
-		 * classes apart without echoing the message.
+		 * Tell the common classes apart without echoing the message: by the
+		 * server's SQLSTATE when it refused us, else by libpq's own text
+		 * (client-side failures such as a missing password carry none).
 		 */
 		const char *msg = PQerrorMessage(conn);
+		char		buf[6];
+		const char *sqlstate = connect_sqlstate(msg, buf);
 		const char *cls = "unreachable";
 
-		if (strstr(msg, "password") != NULL || strstr(msg, "authentication") != NULL)
+		ash_conn_last_failure = ASH_CONN_UNREACHABLE;
+		set_sqlstate(sqlstate);
+		if (sqlstate == NULL)
+		{
+			if (strstr(msg, "password") != NULL || strstr(msg, "authentication") != NULL)
+			{
+				cls = "authentication failed";
+				ash_conn_last_failure = ASH_CONN_AUTH_FAILED;
+			}
+		}
+		else if (strcmp(sqlstate, "28P01") == 0)
+		{
 			cls = "authentication failed";
-		else if (strstr(msg, "does not exist") != NULL)
-			cls = "database or role does not exist";
-		else if (strstr(msg, "no pg_hba.conf entry") != NULL)
-			cls = "not permitted by the source's pg_hba.conf";
-		else if (strstr(msg, "replication") != NULL)
-			cls = "replication connection refused";
+			ash_conn_last_failure = ASH_CONN_AUTH_FAILED;
+		}
+		else if (strcmp(sqlstate, "28000") == 0)
+			cls = "not permitted by the source's pg_hba.conf or role";
+		else if (strcmp(sqlstate, "3D000") == 0)
+			cls = "database does not exist";
+		else if (strcmp(sqlstate, "42501") == 0)
+			cls = "insufficient privilege";
+		else if (strcmp(sqlstate, "53300") == 0)
+			cls = "too many connections";
+		else if (strcmp(sqlstate, "57P03") == 0)
+			cls = "the source is starting up or shutting down";
+		else
+			cls = "refused by the source";
 		PQfinish(conn);
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),

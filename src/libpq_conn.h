@@ -33,11 +33,19 @@ typedef enum AshConnFailure
 	ASH_CONN_OK = 0,
 	ASH_CONN_UNREACHABLE,		/* could not connect / connection lost */
 	ASH_CONN_TIMEOUT,
-	ASH_CONN_COMMAND_FAILED		/* server returned an error; see sqlstate */
+	ASH_CONN_COMMAND_FAILED,	/* server returned an error; see sqlstate */
+	ASH_CONN_INVALID_SETTINGS,	/* libpq cannot use the connection string */
+	ASH_CONN_AUTH_FAILED		/* the source rejected the credentials */
 } AshConnFailure;
 
-/* Set by every ash_conn_* call that fails; cleared by ash_conn_open. */
+/*
+ * Set by every ash_conn_* call that fails; cleared by ash_conn_open.  A
+ * connection the source refused sets the server's SQLSTATE too.
+ */
 extern char ash_conn_last_sqlstate[6];
+
+/* Why the last ash_conn_open failed (ASH_CONN_OK after a success). */
+extern AshConnFailure ash_conn_last_failure;
 
 /*
  * Connect asynchronously, waiting on the latch so that SIGTERM is serviced.

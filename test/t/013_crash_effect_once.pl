@@ -189,4 +189,5 @@ note "write events: source $src_events, destination $over";
 AshTest::assert_mirror_equal($src, $dst, ["($audit_sql)"], order_by => 'id',
 	name => 'per-key write events (no change applied twice, none lost)');
 
+diag "ash-proof: faults_injected=" . ($kills + $terms) . " checks=" . Test::More->builder->current_test;
 done_testing();

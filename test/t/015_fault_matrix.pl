@@ -16,8 +16,17 @@
 #                   the failure is switched off and a halted pipeline is
 #                   started again with ash_replicant_start;
 #   worker_kill     the pipeline worker gets SIGKILL (the destination
-#                   postmaster crash-restarts every backend).
-# (Destination max_connections exhaustion is not covered.)
+#                   postmaster crash-restarts every backend);
+#   conn_exhaust    the destination runs out of connections and of worker
+#                   processes: idle client sessions of a non-superuser role
+#                   fill every non-reserved max_connections slot, the
+#                   source's walsender is terminated (the worker reconnects
+#                   while no client slot is free), the worker is terminated
+#                   (halted owner_lost), a parallel query takes every free
+#                   max_worker_processes slot, and ash_replicant_start cannot
+#                   get the restarted worker a slot (the launcher logs
+#                   worker_register_failed and retries) until, after a while,
+#                   the sessions and the query are released.
 #
 # After each fault, once the segment is done:
 #   - the destination watermark equals the exact commit LSN of the last source
@@ -39,6 +48,7 @@ use lib 'test/t';
 use AshTest;
 use IO::Select;
 use IO::Socket::INET;
+use IPC::Run;
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -51,7 +61,7 @@ note "seed $seed (rerun with ASH_SEED=$seed)";
 diag "015_fault_matrix seed $seed";
 
 my $sink = 'fm';
-my @kinds = qw(source_restart network_cut apply_error worker_kill);
+my @kinds = qw(source_restart network_cut apply_error worker_kill conn_exhaust);
 @kinds = (@kinds) x ($ENV{ASH_LONG} ? 4 : 2);
 # seeded order
 for (my $i = $#kinds; $i > 0; $i--)
@@ -260,15 +270,26 @@ END $$;
 CREATE TRIGGER items_fault BEFORE INSERT OR UPDATE OR DELETE ON items
 	FOR EACH ROW EXECUTE FUNCTION items_fault_fn();
 });
+# destination only: a client role that exhausts the connections, and a table
+# whose parallel scan takes every free worker process
+$dst->safe_psql('postgres', q{
+CREATE ROLE hog LOGIN;
+CREATE TABLE filler (id integer, pad text) WITH (parallel_workers = 64, fillfactor = 10);
+INSERT INTO filler SELECT g, repeat('x', 600) FROM generate_series(1, 2000) g;
+CREATE FUNCTION slow(integer) RETURNS boolean LANGUAGE plpgsql PARALLEL SAFE AS $$
+BEGIN PERFORM pg_sleep(0.1); RETURN true; END $$;
+});
 $src->safe_psql('postgres', 'CREATE PUBLICATION pub_fm FOR TABLE items');
 
 my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
 my $proxy = start_proxy($proxy_port, $src->port);
 my @runners;
+my @hogs;
 END
 {
 	# a forked helper must not outlive the test (it would hold the TAP pipe)
 	kill 'KILL', grep { $_ } ($proxy, map { $_->{pid} } @runners);
+	eval { $_->kill_kill } for @hogs;
 }
 my $user = $src->safe_psql('postgres', 'SELECT current_user');
 note "proxy 127.0.0.1:$proxy_port -> source port " . $src->port;
@@ -444,6 +465,71 @@ my %inject = (
 	},
 );
 
+# Can the hog role still connect to the destination?
+sub hog_can_connect
+{
+	return IPC::Run::run(
+		[ 'psql', '-X', '-q', '-h', $dst->host, '-p', $dst->port, '-U', 'hog', '-d', 'postgres', '-c', 'SELECT 1' ],
+		'>', '/dev/null', '2>', '/dev/null') ? 1 : 0;
+}
+
+$inject{conn_exhaust} = sub {
+	# idle client sessions in every non-reserved connection slot
+	for (1 .. 60)
+	{
+		my $in = '';
+		push @hogs, IPC::Run::start(
+			[ 'psql', '-X', '-q', '-h', $dst->host, '-p', $dst->port, '-U', 'hog', '-d', 'postgres' ],
+			'<', \$in, '>', '/dev/null', '2>', '/dev/null');
+	}
+	ok(poll_until(sub { !hog_can_connect() }), 'destination connections exhausted');
+	note "  " . $dst->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE usename = 'hog'")
+	  . " idle client sessions hold the destination's connections";
+
+	# the worker reconnects to the source while no client slot is free
+	AshTest::terminate_walsender($src, $sink);
+
+	# the worker dies: halted owner_lost
+	my $pid;
+	poll_until(sub { $pid = worker_pid() });
+	ok(defined $pid, 'worker pid known');
+	$dst->safe_psql('postgres', "SELECT pg_terminate_backend($pid)") if $pid;
+	AshTest::wait_status($dst, $sink, 'halted', 'owner_lost', src => $src,
+		name => 'terminated worker: halted owner_lost');
+
+	# a parallel scan takes every free worker process
+	my $in = '';
+	my $par = IPC::Run::start(
+		[ 'psql', '-X', '-q', '-h', $dst->host, '-p', $dst->port, '-d', 'postgres', '-c',
+		  "SET max_parallel_workers = 64; SET max_parallel_workers_per_gather = 64;"
+			. " SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;"
+			. " SELECT count(*) FROM filler WHERE slow(id)" ],
+		'<', \$in, '>', '/dev/null', '2>', '/dev/null');
+	push @hogs, $par;
+	my $free = $dst->safe_psql('postgres', "SELECT current_setting('max_worker_processes')::int"
+		  . " - count(*) FROM pg_stat_activity WHERE backend_type IN ('ash_replicant launcher', 'logical replication launcher')");
+	ok(AshTest::poll($dst, "SELECT count(*) >= $free FROM pg_stat_activity WHERE backend_type = 'parallel worker'",
+			't', timeout => 30), "worker processes exhausted ($free parallel workers)");
+
+	# the restarted pipeline cannot get a worker process
+	my $off = -s $dst->logfile;
+	AshTest::start_sink($dst, $sink);
+	$halted_and_resumed{$sink}++;
+	ok($dst->wait_for_log(qr/event=launcher\.worker_register_failed sink=$sink/, $off),
+		'restarted worker cannot register (launcher retries)');
+	my $hold = 1 + rand(3);
+	usleep(int($hold * 1_000_000));    # fault duration, not synchronization
+	my $st = AshTest::status_row($dst, $sink) // {};
+	is(($st->{state} // '') . '/' . ($st->{worker_pid} // 'none'), 'catching_up/none',
+		'no worker while exhausted: catching_up');
+
+	note sprintf("  releasing after %.1fs", $hold);
+	$dst->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%FROM filler WHERE slow%' AND pid <> pg_backend_pid() AND backend_type = 'client backend'");
+	eval { $_->kill_kill } for @hogs;
+	@hogs = ();
+	ok(poll_until(sub { hog_can_connect() }), 'destination connections released');
+};
+
 # bounded loop for conditions the harness cannot express as one query
 sub poll_until
 {
@@ -502,6 +588,7 @@ my $events = $src->safe_psql('postgres', 'SELECT count(*) FROM items_audit');
 is($dst->safe_psql('postgres', 'SELECT count(*) FROM items_audit'), $events, 'total row events equal');
 note "~$total_changes row changes generated, $events row events committed at the source";
 diag "faults injected: $injected, transactions checked: $xacts";
+diag "ash-proof: faults_injected=$injected checks=" . Test::More->builder->current_test;
 
 stop_proxy($proxy);
 $proxy = undef;

@@ -95,10 +95,13 @@ sub look_around
 	}
 }
 
+my $faults = 0;    # bad inputs injected (the ash-proof summary line)
+
 # case(label, reason, bad => sub(sentinel) -> sql, fix => sql, sqlstate)
 sub case
 {
 	my (%c) = @_;
+	$faults++;
 	my $s = AshTenancy::sentinel();
 	push @all_sentinels, $s;
 	my @needles = ($s, @{ $c{also} // [] });
@@ -195,4 +198,5 @@ ok(scalar(AshTenancy::grep_all_logs(["event=pipeline.halt sink=$sink reason=tena
 look_around();
 AshTenancy::assert_no_leak(\@all_sentinels, [ $src, $dst ], \@messages, 'all sentinels at the end');
 
+diag "ash-proof: faults_injected=$faults checks=" . Test::More->builder->current_test;
 done_testing();
