@@ -88,13 +88,19 @@ def q1(conn, sql, args=None):
 
 
 def proc_status(pid):
-    """VmHWM, VmRSS, RssAnon (kB) of a process, or None."""
+    """VmHWM, VmRSS, RssAnon (kB) and CPU seconds (user+system) of a process, or None."""
     try:
         with open("/proc/%d/status" % pid) as f:
             text = f.read()
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
     except (OSError, TypeError):
         return None
-    return parse_status(text)
+    out = parse_status(text)
+    # fields after the ")" of the command name: utime is the 12th, stime the 13th
+    fields = stat.rsplit(")", 1)[1].split()
+    out["cpu_s"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def parse_status(text):
@@ -833,6 +839,9 @@ def run_workload(w, rep):
                 r.update(m)
                 r["peak_rss_kb"] = mem.get("VmHWM")
                 r["rss_anon_kb"] = mem.get("RssAnon")
+                # CPU the apply process used (start-up included): steadier than
+                # wall-clock seconds on a loaded machine
+                r["apply_cpu_s"] = mem.get("cpu_s")
                 r["rows_per_s"] = w.rows / m["seconds"]
                 if c.name == "ceiling":
                     r["status"] = "ok"
@@ -857,8 +866,8 @@ def run_workload(w, rep):
             log("  cleanup %s: %s" % (c.label(), e))
         src, dst = alive(src, SRC_PORT), alive(dst, DST_PORT)
         results.append(r)
-        log("  %-18s %s" % (c.label(), ("%.2fs  %.0f rows/s  VmHWM %s kB  anon %s kB  %s" % (
-            r["seconds"], r["rows_per_s"], r.get("peak_rss_kb"), r.get("peak_anon_kb"), r["status"]))
+        log("  %-18s %s" % (c.label(), ("%.2fs  %.0f rows/s  cpu %s s  VmHWM %s kB  anon %s kB  %s" % (
+            r["seconds"], r["rows_per_s"], r.get("apply_cpu_s"), r.get("peak_rss_kb"), r.get("peak_anon_kb"), r["status"]))
             if "seconds" in r else "%s: %s" % (r["status"], r.get("note"))))
 
     ok = lambda name: [x for x in results if x["contender"] == name and x["status"] == "ok"]
@@ -904,14 +913,14 @@ def fmt_summary(rows):
         if k not in keys:
             keys.append(k)
     hdr = ["workload", "contender", "runs ok", "median s", "spread", "rows/s", "vs native", "vs ceiling",
-           "VmHWM MB", "anon MB", "status"]
+           "cpu s", "VmHWM MB", "anon MB", "status"]
     lines = []
     for k in keys:
         rs = [r for r in rows if (r["workload"], r["contender"], r.get("variant")) == k]
         ok = [r for r in rs if r["status"] == "ok"]
         name = k[1] + ("(%s)" % k[2] if k[2] else "")
         if not ok:
-            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-",
+            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-",
                           rs[0]["status"] + ((": " + short_note(rs[0]["note"])) if rs[0].get("note") else "")])
             continue
         secs = [r["seconds"] for r in ok]
@@ -920,10 +929,12 @@ def fmt_summary(rows):
         vc = [r["vs_ceiling"] for r in ok if r.get("vs_ceiling") is not None]
         hwm = [r["peak_rss_kb"] for r in ok if r.get("peak_rss_kb")]
         anon = [r["peak_anon_kb"] for r in ok if r.get("peak_anon_kb")]
+        cpu = [r["apply_cpu_s"] for r in ok if r.get("apply_cpu_s") is not None]
         lines.append([k[0], name, "%d/%d" % (len(ok), len(rs)), "%.2f" % med,
                       "%.0f%%" % (100 * (max(secs) - min(secs)) / med) if len(secs) > 1 else "-",
                       "%.0f" % (ok[0]["changes"] / med),
                       "%.2f" % median(vn) if vn else "-", "%.2f" % median(vc) if vc else "-",
+                      "%.2f" % median(cpu) if cpu else "-",
                       "%.0f" % (max(hwm) / 1024) if hwm else "-", "%.1f" % (max(anon) / 1024) if anon else "-",
                       "ok" if len(ok) == len(rs) else "some runs: " + ", ".join(sorted(set(r["status"] for r in rs if r["status"] != "ok")))])
     return table(hdr, lines)
@@ -940,13 +951,13 @@ def table(hdr, lines):
 
 def fmt_table(rows):
     hdr = ["workload", "contender", "rep", "changes", "seconds", "rows/s", "vs native", "vs ceiling",
-           "VmHWM MB", "anon MB", "status"]
+           "cpu s", "VmHWM MB", "anon MB", "status"]
     lines = []
     for r in rows:
         f = lambda k, fmt: (fmt % r[k]) if r.get(k) is not None else "-"
         lines.append([r["workload"], r["contender"] + ("(%s)" % r["variant"] if r.get("variant") else ""),
                       str(r["rep"]), str(r["changes"]), f("seconds", "%.2f"), f("rows_per_s", "%.0f"),
-                      f("vs_native", "%.2f"), f("vs_ceiling", "%.2f"),
+                      f("vs_native", "%.2f"), f("vs_ceiling", "%.2f"), f("apply_cpu_s", "%.2f"),
                       ("%.0f" % (r["peak_rss_kb"] / 1024)) if r.get("peak_rss_kb") else "-",
                       ("%.1f" % (r["peak_anon_kb"] / 1024)) if r.get("peak_anon_kb") else "-",
                       r["status"] + ((": " + short_note(r["note"])) if r.get("note") else "")])

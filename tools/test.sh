@@ -66,10 +66,11 @@ t_pass=$((t_total - t_failed))
 if [ $rc_tap -ne 0 ] && [ "$t_failed" -eq 0 ]; then t_failed=1; fi
 if [ $rc_regress -ne 0 ] && [ "$r_fail" -eq 0 ]; then r_fail=1; fi
 echo "pg_regress: $r_pass passed, $r_fail failed; TAP: $t_pass passed, $t_failed failed"
-# Fault/attack tests print "# ash-proof: faults_injected=N checks=M" (diag,
-# so prove shows it on stderr, which the log captures).
-read -r p_faults p_checks < <(grep -oE 'ash-proof: faults_injected=[0-9]+ checks=[0-9]+' "$log" |
-    awk -F'[= ]' '{f += $3; c += $5} END {print f+0, c+0}')
-echo "fault proof: $p_faults faults injected, $p_checks checks made"
+# Fault/attack tests print "# ash-proof: faults_injected=N checks=M" (the
+# fuzzer "fuzz_inputs=N checks=M"); diag, so prove shows it on stderr, which
+# the log captures.
+read -r p_faults p_fuzz p_checks < <(grep -oE 'ash-proof: (faults_injected|fuzz_inputs)=[0-9]+ checks=[0-9]+' "$log" |
+    awk -F'[= ]' '{if ($2 == "fuzz_inputs") z += $3; else f += $3; c += $5} END {print f+0, z+0, c+0}')
+echo "fault proof: $p_faults faults injected, $p_fuzz fuzz inputs, $p_checks checks made"
 echo "$((r_pass + t_pass)) passed, $((r_fail + t_failed)) failed"
 [ $rc_regress -eq 0 ] && [ $rc_tap -eq 0 ]

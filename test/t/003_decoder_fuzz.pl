@@ -54,5 +54,5 @@ unlike($text, qr/ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error
 cmp_ok($runs // 0, '>', 1000, 'fuzzer executed a meaningful number of inputs');
 
 # every executed input is a mutated (bad) protocol stream fed to the decoder
-diag "ash-proof: faults_injected=" . ($runs // 0) . " checks=" . Test::More->builder->current_test;
+diag "ash-proof: fuzz_inputs=" . ($runs // 0) . " checks=" . Test::More->builder->current_test;
 done_testing();
