@@ -17,6 +17,11 @@ if [ ! -x "$pgi/bin/pg_config" ]; then
     cp -a /usr/lib/postgresql/15 "$inst/usr/lib/postgresql/"
     cp -a /usr/share/postgresql/15 "$inst/usr/share/postgresql/"
 fi
+# pg_config is relocatable: PGXS looks for the server headers beside it
+if [ ! -d "$inst/usr/include/postgresql" ]; then
+    mkdir -p "$inst/usr/include"
+    cp -a /usr/include/postgresql "$inst/usr/include/"
+fi
 run=/tmp/${name}_run
 mkdir -p "$run"
 rsync -a --delete --exclude .git --exclude tmp_check --exclude 'test/results' "$root/" "$run/"
