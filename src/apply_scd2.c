@@ -65,7 +65,10 @@
  *
  *	  Attribute tenancy scopes the close by the tenant (as SCD1 scopes its
  *	  writes); an open version of another tenant under the same business
- *	  key halts tenant_conflict.
+ *	  key halts tenant_conflict.  A closed one never does: it is history
+ *	  (a relocation closes the old tenant's version at L, and a later change
+ *	  of the key in the same source transaction meets it beside the new
+ *	  tenant's version opened at L).
  *
  *	  Plans are prepared once per target and kept; row counts are checked.
  *
@@ -472,7 +475,12 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		int64		to = open ? 0 : DatumGetInt64(to_d);
 		TransactionId xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 3, &isnull));
 
-		if (!DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull)))
+		/*
+		 * Only an open version holds the key; one of another tenant closed at
+		 * L is history, e.g. closed by a relocation earlier in this source
+		 * transaction.
+		 */
+		if (open && !DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull)))
 			other_tenant = true;
 		if (from > lsn || (!open && to > lsn))
 			later = true;		/* history past this change */
