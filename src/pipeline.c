@@ -274,6 +274,9 @@ prove_session(void)
 {
 	if (session_proven || !start_counted)
 		return;
+	/* its own transaction: never while a batch transaction is open */
+	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
+		return;
 	if (ash_apply_watermark() > session_start_watermark ||
 		(session_streaming_at != 0 &&
 		 TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS)))
