@@ -54,12 +54,13 @@ fi
 # processes (the pipeline worker among them).  PostgreSQL is relocatable, so
 # initdb/postgres run from the copy find their lib and share directories in it.
 inst=${BENCH_INST:-/tmp/ash_bench_inst}
-make -s -j2 >/dev/null
+# PGXS reads PROFILE as extra compiler flags: keep ours out of it
+env -u PROFILE make -s -j2 >/dev/null
 rm -rf "$inst"
 mkdir -p "$inst/usr/lib/postgresql" "$inst/usr/share/postgresql"
 cp -a /usr/lib/postgresql/15 "$inst/usr/lib/postgresql/"
 cp -a /usr/share/postgresql/15 "$inst/usr/share/postgresql/"
-make -s install DESTDIR="$inst" >/dev/null
+env -u PROFILE make -s install DESTDIR="$inst" >/dev/null
 chmod -R a+rX "$inst"
 export BENCH_PGBIN="$inst/usr/lib/postgresql/15/bin"
 

@@ -40,12 +40,14 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/catalog.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -334,6 +336,88 @@ convert_value(AshTargetCol *col, AshColumnValue *v)
 	return InputFunctionCall(&col->infunc, v->data, col->ioparam, col->typmod);
 }
 
+/*
+ * Binary transfer (pipelines.binary_transfer) sends each value in its
+ * source type's send format.  Only a built-in type (an OID below
+ * FirstGenbkiObjectId, identical on every PostgreSQL) is read as such; a
+ * value of any other source type cannot be, so the pipeline stops asking
+ * for binary and the session starts over in text.
+ */
+static bool binary_refused = false;
+
+bool
+ash_apply_binary_refused(void)
+{
+	return binary_refused;
+}
+
+static pg_noinline void
+refuse_binary(AshApplyRel *rel)
+{
+	binary_refused = true;
+	ereport(LOG,
+			(errmsg("ash_replicant event=binary_transfer.off sink=%s table=%s reason=source_type_not_builtin",
+					apply_cfg->sink_name, rel->target_name)));
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("ash_replicant: a binary value of %s has a source type that is not built in; streaming again in text",
+					rel->target_name)));
+}
+
+static StringInfoData
+binary_buffer(AshColumnValue *v)
+{
+	StringInfoData buf;
+
+	/* the decoder's copy is NUL-terminated, as receive functions expect */
+	buf.data = v->data;
+	buf.len = v->len;
+	buf.maxlen = v->len + 1;
+	buf.cursor = 0;
+	return buf;
+}
+
+/* The text form of a sent value (text as sent, binary through its type). */
+static char *
+value_text(AshApplyRel *rel, int remote_idx, AshColumnValue *v)
+{
+	Oid			type = rel->remote.cols[remote_idx].type_oid;
+	Oid			recv;
+	Oid			ioparam;
+	Oid			out;
+	bool		varlena;
+	StringInfoData buf;
+
+	if (v->status != ASH_COL_BINARY)
+		return v->data;
+	if (type >= FirstGenbkiObjectId)
+		refuse_binary(rel);
+	getTypeBinaryInputInfo(type, &recv, &ioparam);
+	getTypeOutputInfo(type, &out, &varlena);
+	buf = binary_buffer(v);
+	return OidOutputFunctionCall(out, OidReceiveFunctionCall(recv, &buf, ioparam, -1));
+}
+
+static Datum
+binary_value(AshApplyRel *rel, AshTargetCol *col, AshColumnValue *v)
+{
+	Oid			type = rel->remote.cols[col->remote_idx].type_oid;
+	StringInfoData buf;
+	Datum		d;
+
+	if (type != col->typid || type >= FirstGenbkiObjectId || !OidIsValid(col->recvfunc.fn_oid))
+		return InputFunctionCall(&col->infunc, value_text(rel, col->remote_idx, v),
+								 col->ioparam, col->typmod);
+	buf = binary_buffer(v);
+	d = ReceiveFunctionCall(&col->recvfunc, &buf, col->recv_ioparam, col->typmod);
+	if (buf.cursor != buf.len)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+				 errmsg("ash_replicant: incorrect binary data format in a column of %s",
+						rel->target_name)));
+	return d;
+}
+
 static void
 build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 {
@@ -364,15 +448,18 @@ build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 				img->complete = false;
 				break;
 			case ASH_COL_TEXT:
+			case ASH_COL_BINARY:
 				if (col->encrypt)
 				{
-					/* sealed once the destination table is known */
+					/* sealed (as text) once the destination table is known */
 					if (img->plain == NULL)
 						img->plain = palloc0(sizeof(char *) * rel->ncols);
-					img->plain[c] = v->data;
+					img->plain[c] = value_text(rel, col->remote_idx, v);
 				}
-				else
+				else if (v->status == ASH_COL_TEXT)
 					img->values[c] = convert_value(col, v);
+				else
+					img->values[c] = binary_value(rel, col, v);
 				img->present[c] = true;
 				break;
 			default:
@@ -488,7 +575,7 @@ row_as_jsonb(AshApplyRel *rel, AshTuple *tup)
 		if (v->status == ASH_COL_NULL)
 			appendStringInfoString(&buf, "null");
 		else
-			escape_json(&buf, v->data);
+			escape_json(&buf, value_text(rel, i, v));
 	}
 	appendStringInfoChar(&buf, '}');
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
@@ -520,9 +607,9 @@ resolve_tenant(AshApplyRel *rel, AshTuple *tup, const char *side)
 		if (rel->tenant_remote_idx >= tup->natts)
 			ash_halt("protocol_violation", "tuple of %s is shorter than its relation", rel->target_name);
 		v = &tup->cols[rel->tenant_remote_idx];
-		if (v->status == ASH_COL_TEXT)
+		if (v->status == ASH_COL_TEXT || v->status == ASH_COL_BINARY)
 		{
-			tenant = v->data;
+			tenant = value_text(rel, rel->tenant_remote_idx, v);
 			if (rel->tenant_is_bool && strcmp(tenant, "f") == 0)
 				tenant = NULL;
 		}

@@ -137,6 +137,9 @@ extern bool ash_apply_batch_full(void);
 /* Roll back whatever is open (after an error). */
 extern void ash_apply_abort(void);
 
+/* Did a value show that this pipeline must stream in text? */
+extern bool ash_apply_binary_refused(void);
+
 /* The durable watermark. */
 extern XLogRecPtr ash_apply_watermark(void);
 

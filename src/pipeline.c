@@ -459,6 +459,8 @@ plugin_options(AshConn *conn)
 					 ash_conn_quote_literal(conn, quote_identifier(cfg->publication)));
 	if (conn->server_version >= 140000)
 		appendStringInfoString(&o, ", messages 'true'");
+	if (cfg->binary_transfer && conn->server_version >= 140000 && !ash_apply_binary_refused())
+		appendStringInfoString(&o, ", binary 'true'");
 	return o.data;
 }
 

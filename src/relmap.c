@@ -701,6 +701,22 @@ ash_relmap_resolve(AshApplyRel *rel)
 		tc->typmod = att->atttypmod;
 		getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
 		get_typlenbyval(att->atttypid, &tc->typlen, &tc->typbyval);
+		tc->recvfunc.fn_oid = InvalidOid;
+		{
+			HeapTuple	typtup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(att->atttypid));
+
+			if (HeapTupleIsValid(typtup))
+			{
+				Form_pg_type typ = (Form_pg_type) GETSTRUCT(typtup);
+
+				if (OidIsValid(typ->typreceive))
+				{
+					fmgr_info_cxt(typ->typreceive, &tc->recvfunc, rel->cxt);
+					tc->recv_ioparam = getTypeIOParam(typtup);
+				}
+				ReleaseSysCache(typtup);
+			}
+		}
 		fmgr_info_cxt(infunc, &tc->infunc, rel->cxt);
 	}
 	rel->ncols = ncols;

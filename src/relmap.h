@@ -23,6 +23,8 @@ typedef struct AshTargetCol
 	int32		typmod;
 	FmgrInfo	infunc;
 	Oid			ioparam;
+	FmgrInfo	recvfunc;		/* binary input; fn_oid InvalidOid if none */
+	Oid			recv_ioparam;
 	int16		typlen;			/* for hashing and copying values */
 	bool		typbyval;
 	bool		is_identity;
