@@ -260,6 +260,8 @@ class Workload:
         q(dst, "DROP TABLE IF EXISTS %s, %s_seed" % (t, t))
         q(dst, "CREATE TABLE %s (%s)" % (t, self.cols))
         if self.name == "W5":
+            # tenancy and sensitive columns need the whole old row (inserts only here: no WAL cost)
+            q(src, "ALTER TABLE %s REPLICA IDENTITY FULL" % t)
             q(dst, "DROP TABLE IF EXISTS ash5.w5")
             q(dst, "CREATE TABLE ash5.w5 (%s)" % COLS5_ASH)
         gen = GEN5 if self.name == "W5" else GEN7
@@ -501,6 +503,11 @@ class Ceiling(Contender):
 class Ash(Contender):
     name, short = "ash_replicant", "ash"
 
+    def __init__(self, w, rep, binary=False):
+        self.binary = binary
+        self.variant = "binary" if binary else None
+        super().__init__(w, rep)
+
     def prepare(self, src, dst):
         w = self.w
         sysid = q1(src, "SELECT system_identifier::text FROM pg_control_system()")
@@ -512,8 +519,8 @@ class Ash(Contender):
         self.map_table(dst, w.ash_target, w.table.split(".")[0], w.table.split(".")[1], extra)
         self.map_table(dst, "bench.marker", "bench", "marker", {})
         q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, publication => %s,"
-               " source_system_identifier => %s, source_database => 'postgres')",
-          (self.slot, SRC_DSN, w.pub, sysid))
+               " source_system_identifier => %s, source_database => 'postgres', binary_transfer => %s)",
+          (self.slot, SRC_DSN, w.pub, sysid, self.binary))
         super().prepare(src, dst)
 
     def map_table(self, dst, target, sschema, stable, extra):
@@ -602,17 +609,19 @@ LAST_NATIVE_START = [-100.0]
 class Native(Contender):
     name, short = "native", "nat"
 
-    def __init__(self, w, rep, streaming):
+    def __init__(self, w, rep, streaming, binary=False):
         self.streaming = streaming
-        self.variant = "stream" if streaming else None
+        self.binary = binary
+        self.variant = "+".join(v for v, on in (("stream", streaming), ("binary", binary)) if on) or None
         super().__init__(w, rep)
         self.sub = "sub_" + self.slot
 
     def prepare(self, src, dst):
         super().prepare(src, dst)
         q(dst, "CREATE SUBSCRIPTION %s CONNECTION %%s PUBLICATION %s WITH (copy_data = false, create_slot = false,"
-               " slot_name = %%s, enabled = false, streaming = %s)"
-          % (self.sub, self.w.pub, "on" if self.streaming else "off"), (SRC_DSN, self.slot))
+               " slot_name = %%s, enabled = false, streaming = %s, binary = %s)"
+          % (self.sub, self.w.pub, "on" if self.streaming else "off", "true" if self.binary else "false"),
+          (SRC_DSN, self.slot))
 
     def measure(self, src, dst, marker_id):
         w = self.w
@@ -729,10 +738,14 @@ def make_contenders(w, rep):
             out.append(Ceiling(w, rep))
         elif c == "ash":
             out.append(Ash(w, rep))
+        elif c == "ashbin":
+            out.append(Ash(w, rep, binary=True))
         elif c == "native":
             if w.name == "W4":
                 out.append(Native(w, rep, True))
             out.append(Native(w, rep, False))
+        elif c == "nativebin":
+            out.append(Native(w, rep, False, binary=True))
         elif c == "pglogical":
             out.append(Pglogical(w, rep))
         else:

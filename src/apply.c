@@ -1140,6 +1140,7 @@ ash_apply_commit_batch(void)
 	r.local_end = XactLastCommitEnd;
 	watermark = batch_commit_lsn;
 	watermark_end = batch_end_lsn;
+	r.xacts = batch_xacts;
 	pending.applied_xacts += batch_xacts;
 	pending.batches++;
 	pending.last_commit_time = batch_commit_time;

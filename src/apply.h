@@ -99,6 +99,7 @@ typedef struct AshBatchResult
 	bool		committed;
 	XLogRecPtr	remote_end;		/* end LSN of the last source commit */
 	XLogRecPtr	local_end;		/* our commit record's end */
+	int			xacts;			/* source transactions in the batch */
 } AshBatchResult;
 
 /* Where apply is, for value-free error reports. */

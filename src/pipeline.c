@@ -302,6 +302,8 @@ record_flush_position(AshBatchResult *r)
 	dlist_push_tail(&flush_positions, &fp->node);
 }
 
+#define FEEDBACK_WRITE_MS 100
+
 static void
 send_feedback(bool force, bool request_reply)
 {
@@ -335,16 +337,25 @@ send_feedback(bool force, bool request_reply)
 	flushed_remote = flush;
 
 	write = Max(stream.received_lsn, flush);
-	if (!force && write == stream.last_write_sent && flush == stream.last_flush_sent &&
-		!TimestampDifferenceExceeds(stream.last_send_time, now, 10000))
-		return;
-	ash_stream_send_feedback(&stream, write, flush, request_reply);
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.last_received_lsn = write;
 	MySlot->stats.source_end_lsn = write;
 	MySlot->stats.flushed_lsn = flush;
 	SpinLockRelease(&MySlot->mutex);
+
+	/*
+	 * A new flush position goes out at once (it lets the source release
+	 * WAL); a position merely received, at most every FEEDBACK_WRITE_MS:
+	 * every reply costs both ends a round of work, and the source needs
+	 * none of them to keep sending.
+	 */
+	if (!force && flush == stream.last_flush_sent &&
+		(write == stream.last_write_sent ||
+		 !TimestampDifferenceExceeds(stream.last_send_time, now, FEEDBACK_WRITE_MS)) &&
+		!TimestampDifferenceExceeds(stream.last_send_time, now, 10000))
+		return;
+	ash_stream_send_feedback(&stream, write, flush, request_reply);
 }
 
 /* ---------------------------------------------------------------------
@@ -493,6 +504,33 @@ run_census_if_due(void)
 		ash_halt("census_unverifiable", "%d consecutive census faults", census_faults);
 }
 
+/*
+ * After a source COMMIT: is another transaction about to join the batch?
+ * Yes when a message is already received.  Otherwise, while the source is
+ * streaming a backlog (the last batch held several transactions, and each
+ * wait since paid off), wait up to BATCH_LINGER_MS for it: closing a batch per
+ * transaction costs a commit, a checkpoint write and a statement per
+ * target, so a consumer that is slightly faster than the source would
+ * otherwise spend more per transaction than one that is behind.  A quiet
+ * source never waits: its batches hold one transaction, and the first wait
+ * that finds nothing stops the waiting.
+ */
+#define BATCH_LINGER_MS 1
+
+static bool stream_busy = false;
+
+static bool
+more_coming(void)
+{
+	if (ash_stream_more_buffered(&stream))
+		return true;
+	if (stream_busy && ash_stream_wait(&stream, BATCH_LINGER_MS) &&
+		ash_stream_more_buffered(&stream))
+		return true;
+	stream_busy = false;
+	return false;
+}
+
 static void
 receive_loop(void)
 {
@@ -555,12 +593,15 @@ receive_loop(void)
 			ash_apply_change(&change);
 
 			if ((change.kind == ASH_CHANGE_COMMIT || nontx_message) && ash_apply_batch_pending() &&
-				(ash_apply_batch_full() || !ash_stream_more_buffered(&stream) || nontx_message))
+				(ash_apply_batch_full() || nontx_message || !more_coming()))
 			{
 				AshBatchResult r = ash_apply_commit_batch();
 
 				record_flush_position(&r);
 				apply_failures = 0;
+				/* several transactions were waiting: a backlog is streaming */
+				if (r.xacts > 1)
+					stream_busy = true;
 			}
 			MemoryContextSwitchTo(loop_cxt);
 			MemoryContextReset(msg_cxt);

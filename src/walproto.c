@@ -225,7 +225,8 @@ ash_stream_send_feedback(AshStream *s, XLogRecPtr write, XLogRecPtr flush,
 	s->last_send_time = now;
 }
 
-void
+/* Wait for the source (or our latch); true when the socket is readable. */
+bool
 ash_stream_wait(AshStream *s, long timeout_ms)
 {
 	int			rc;
@@ -239,6 +240,7 @@ ash_stream_wait(AshStream *s, long timeout_ms)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
+	return (rc & WL_SOCKET_READABLE) != 0;
 }
 
 void

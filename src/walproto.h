@@ -63,7 +63,7 @@ extern void ash_stream_send_feedback(AshStream *s, XLogRecPtr write,
 									 XLogRecPtr flush, bool request_reply);
 
 /* Wait for socket data or latch or timeout (ms).  Services interrupts. */
-extern void ash_stream_wait(AshStream *s, long timeout_ms);
+extern bool ash_stream_wait(AshStream *s, long timeout_ms);
 
 /* End the stream politely (best effort) and close the connection. */
 extern void ash_stream_close(AshStream *s);
