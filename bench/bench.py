@@ -400,10 +400,11 @@ class Perf:
                                     "--percent-limit", "0.7"] + args, capture_output=True, text=True)
                 f.write("### perf report %s\n" % " ".join(args))
                 f.write("\n".join(l for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")) + "\n\n")
-        try:
-            os.unlink(self.data)
-        except OSError:
-            pass
+        if os.environ.get("KEEP_PERF") != "1":
+            try:
+                os.unlink(self.data)
+            except OSError:
+                pass
         return self.txt
 
 
