@@ -321,6 +321,10 @@ CREATE FUNCTION ash_replicant_configure_pipeline(
 RETURNS void
 LANGUAGE C SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- The call carries a conninfo: an error raised while it runs (a refused
+-- setting included) must not make the server log the failing statement.
+-- Applied for the call only (a SUSET setting: the owner is a superuser).
+SET log_min_error_statement = panic
 AS 'MODULE_PATHNAME', 'ash_replicant_configure_pipeline';
 COMMENT ON FUNCTION ash_replicant_configure_pipeline(text, text, text, text, text, text, text[], text[], boolean, boolean, text, integer, integer, boolean, boolean, bigint, integer, integer, jsonb, boolean)
 	IS 'set (replace) the start options of a sink''s pipeline';

@@ -138,6 +138,7 @@ typedef struct Doctor
 	List	   *rels;			/* AshSourceRel * */
 	bool		coverage_judged;	/* d->coverage is set */
 	AshSourceCoverage coverage;
+	AshPublicationFacts pub;	/* what the publication publishes */
 
 	CheckpointFacts cp;
 	bool		contract_unchanged; /* set by contract_fn */
@@ -846,7 +847,7 @@ fetch_fn(Doctor *d, void *arg)
 {
 	MemoryContext old = MemoryContextSwitchTo(d->cxt);
 
-	*(const char **) arg = ash_source_fetch_table_set(d->conn, &d->tableset, &d->rels);
+	*(const char **) arg = ash_source_fetch_table_set(d->conn, &d->tableset, &d->rels, &d->pub);
 	MemoryContextSwitchTo(old);
 }
 
@@ -859,10 +860,15 @@ describe_fn(Doctor *d, void *arg)
 	MemoryContextSwitchTo(old);
 }
 
+static AshSourceCoverage *judged_coverage(Doctor *d);
+
 /*
  * The decoder's table set, described (source_catalog.c): a missing
  * publication, replication set or decoder extension, or a configured table
- * the source does not have, fails; so does a failed probe.  Every later
+ * the source does not have, fails; so does a failed probe, and a publication
+ * whose contract the mirror cannot honour (publication_contract_incompatible:
+ * an action it does not publish, a row filter, a column list withholding
+ * columns or publish_via_partition_root over a partitioned mapped table).  Every later
  * table-set check is then skipped with the same reason.
  */
 static void
@@ -900,6 +906,18 @@ check_publication(Doctor *d)
 	{
 		emit_judged(d, "publication", V_FAIL, "decoder_table_missing", missing);
 		return;
+	}
+	/* what it publishes must let the mirror stay exact (coverage.h) */
+	if (d->mappings_known)
+	{
+		AshSourceCoverage *cov = judged_coverage(d);
+
+		if (cov->publication.reason != NULL)
+		{
+			emit_judged(d, "publication", V_FAIL, cov->publication.reason,
+						cov->publication.context);
+			return;
+		}
 	}
 	emit(d, "publication", V_PASS, NULL);
 }
@@ -951,7 +969,8 @@ judged_coverage(Doctor *d)
 {
 	if (!d->coverage_judged)
 	{
-		ash_source_judge_coverage(d->specs, d->mappings, d->f.ignored, d->rels, &d->coverage);
+		ash_source_judge_coverage(d->specs, d->mappings, d->f.ignored, d->rels, &d->pub,
+								  &d->coverage);
 		d->coverage_judged = true;
 	}
 	return &d->coverage;

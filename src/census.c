@@ -23,6 +23,11 @@
  *		3. every table of the set is mapped or ignored, no ignore names a
  *		   mapped table (source_table_unmapped,
  *		   ignore_collides_with_mapping);
+ *		3a. the publication's contract can be honoured for every mapped
+ *		   table: it publishes insert, update, delete and truncate, no row
+ *		   filter, no column list withholding columns, no
+ *		   publish_via_partition_root over a partitioned table
+ *		   (publication_contract_incompatible; coverage.h);
  *		4. every mapped table of the set: columns, types and replica
  *		   identity (source_column_unmapped, source_column_missing,
  *		   source_type_invalid, source_replica_identity,
@@ -234,6 +239,7 @@ judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	CoverageInputs in;
 	AshSourceCoverage cov;
+	AshPublicationFacts pub;
 	List	   *rels = NIL;
 	const char *absent;
 	char	   *missing;
@@ -245,7 +251,7 @@ judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
 
 	load_inputs(cfg, &in);
 
-	absent = ash_source_fetch_table_set(conn, &in.tableset, &rels);
+	absent = ash_source_fetch_table_set(conn, &in.tableset, &rels, &pub);
 	if (absent != NULL)
 		ash_halt(absent, "%s probe: the table set is absent", when);
 	ash_source_describe_tables(conn, rels);
@@ -256,12 +262,14 @@ judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	MemoryContextSwitchTo(cxt);
-	ash_source_judge_coverage(in.specs, in.mappings, cfg->ignored_sources, rels, &cov);
+	ash_source_judge_coverage(in.specs, in.mappings, cfg->ignored_sources, rels, &pub, &cov);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 
 	if (cov.table_set.reason != NULL)
 		ash_halt(cov.table_set.reason, "%s", cov.table_set.context ? cov.table_set.context : when);
+	if (cov.publication.reason != NULL)
+		ash_halt(cov.publication.reason, "%s", cov.publication.context);
 	if (cov.columns.reason != NULL)
 		ash_halt(cov.columns.reason, "%s", cov.columns.context ? cov.columns.context : when);
 	log_warnings(cfg, cov.warnings);

@@ -19,6 +19,7 @@
 #include "access/relation.h"
 #include "access/transam.h"
 #include "catalog/dependency.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
@@ -543,6 +544,95 @@ ash_coverage_judge_table_set(const List *mappings, const List *ignored,
 	if (collides.len > 0)
 		return fail(fail_out, "ignore_collides_with_mapping",
 					psprintf("ignored sources that are mapped: %s", collides.data));
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * The publication contract.
+ * ---------------------------------------------------------------------
+ */
+
+static void
+append_sep(StringInfo buf, const char *sep, const char *text)
+{
+	if (buf->len > 0)
+		appendStringInfoString(buf, sep);
+	appendStringInfoString(buf, text);
+}
+
+#define append_problem(buf, text) append_sep((buf), "; ", (text))
+
+bool
+ash_coverage_judge_publication(const List *mappings, const AshPublicationFacts *pub,
+							   const List *tables, AshCoverageVerdict *out)
+{
+	StringInfoData problems;
+	StringInfoData actions;
+	StringInfoData filtered;
+	StringInfoData partitioned;
+	bool		any_mapped = false;
+	ListCell   *lc;
+
+	memset(out, 0, sizeof(*out));
+	if (!pub->known)
+		return true;
+
+	initStringInfo(&problems);
+	initStringInfo(&actions);
+	initStringInfo(&filtered);
+	initStringInfo(&partitioned);
+
+	foreach(lc, (List *) tables)
+	{
+		const AshSourceTable *t = lfirst(lc);
+
+		if (!is_mapped(mappings, t->nspname, t->relname))
+			continue;			/* an ignored table may be filtered at will */
+		any_mapped = true;
+		if (t->row_filter)
+			append_qualified(&filtered, t->nspname, t->relname);
+		if (t->withheld != NULL)
+			append_problem(&problems,
+						   psprintf("the column list of %s withholds columns: %s (publish every column; exclude columns with the mapping's skip)",
+									qualified(t->nspname, t->relname), t->withheld));
+		if (pub->via_root && t->relkind == RELKIND_PARTITIONED_TABLE)
+			append_qualified(&partitioned, t->nspname, t->relname);
+	}
+	if (!any_mapped)
+		return true;			/* nothing mapped could diverge */
+
+	/* every mapped table needs every action: no on_truncate mode ignores one */
+	if (!pub->insert)
+		append_sep(&actions, ", ", "insert");
+	if (!pub->update)
+		append_sep(&actions, ", ", "update");
+	if (!pub->delete)
+		append_sep(&actions, ", ", "delete");
+	if (!pub->truncate)
+		append_sep(&actions, ", ", "truncate");
+	if (actions.len > 0)
+	{
+		StringInfoData all;
+
+		initStringInfo(&all);
+		appendStringInfo(&all, "the publication does not publish %s: the mirror would silently miss those changes%s",
+						 actions.data,
+						 pub->truncate ? "" : " (every on_truncate mode needs to see a truncate)");
+		if (problems.len > 0)
+			appendStringInfo(&all, "; %s", problems.data);
+		resetStringInfo(&problems);
+		appendStringInfoString(&problems, all.data);
+	}
+	if (filtered.len > 0)
+		append_problem(&problems,
+					   psprintf("row filter on %s: rows outside it would silently never reach the mirror",
+								filtered.data));
+	if (partitioned.len > 0)
+		append_problem(&problems,
+					   psprintf("publish_via_partition_root with partitioned %s: a truncate of one partition would not be published",
+								partitioned.data));
+	if (problems.len > 0)
+		return fail(out, "publication_contract_incompatible", problems.data);
 	return true;
 }
 

@@ -41,8 +41,25 @@
  *	  a mapping whose source table is not in the table set
  *	  (mapping_never_matches: that table would silently never replicate).
  *
+ *	  Publication contract (ash_coverage_judge_publication, pgoutput only),
+ *	  publication_contract_incompatible when the mirror would silently
+ *	  diverge from a mapped table of the set:
+ *
+ *	  - the publication does not publish insert, update or delete (those
+ *		changes would never arrive), or truncate: every on_truncate mode
+ *		needs to see a TRUNCATE (halt to halt, mirror/close/append to
+ *		apply it), so an unpublished one would leave rows the source no
+ *		longer has;
+ *	  - a row filter on a mapped table (rows outside it, and rows an
+ *		update moves out of it, would silently never reach the mirror);
+ *	  - a column list withholding live columns of a mapped table (they
+ *		would silently never be written; exclude columns with the
+ *		mapping's skip instead);
+ *	  - publish_via_partition_root with a mapped partitioned table (a
+ *		TRUNCATE of one of its partitions is not published at all).
+ *
  *	  Contexts are structural only: quoted schema, table and column names,
- *	  never a value.
+ *	  never a value (nor the publication's name).
  *
  *-------------------------------------------------------------------------
  */
@@ -69,6 +86,20 @@ typedef struct AshSourceColumn
 								 * under REPLICA IDENTITY FULL) */
 } AshSourceColumn;
 
+/*
+ * What a pgoutput publication promises for every table of its set
+ * (pg_publication).  known is false for the other decoders.
+ */
+typedef struct AshPublicationFacts
+{
+	bool		known;
+	bool		insert;
+	bool		update;
+	bool		delete;
+	bool		truncate;
+	bool		via_root;		/* publish_via_partition_root */
+} AshPublicationFacts;
+
 /* One source table as the decoder describes it. */
 typedef struct AshSourceTable
 {
@@ -77,6 +108,11 @@ typedef struct AshSourceTable
 	char		replident;		/* 'd' default, 'f' full, 'i' index, 'n' nothing */
 	int			natts;
 	AshSourceColumn *cols;		/* only the columns the decoder sends */
+	char		relkind;		/* pg_class.relkind ('p': partitioned) */
+	bool		row_filter;		/* the publication filters its rows (15+) */
+	char	   *withheld;		/* live columns the publication's column list
+								 * leaves out (quoted, comma-separated), or
+								 * NULL */
 } AshSourceTable;
 
 /* A table of the decoder's table set, by name. */
@@ -122,9 +158,16 @@ extern bool ash_coverage_judge_table_set(const List *mappings, const List *ignor
 										 List **warnings);
 
 /*
- * The AshMapping (config.h) equivalent of a stored mapping spec, for
- * callers that loaded mappings with ash_mapping_load_sink.
+ * Judge the publication contract: can the mirror honour what the
+ * publication sends for the mapped tables of the set?  tables:
+ * AshSourceTable * of the set (existing ones).  Returns true when it can
+ * (or pub->known is false); otherwise publication_contract_incompatible in
+ * *out, its context naming every problem (see NOTES).
  */
+extern bool ash_coverage_judge_publication(const List *mappings,
+										   const AshPublicationFacts *pub,
+										   const List *tables, AshCoverageVerdict *out);
+
 /*
  * Key columns (attnums) of a target's conflict identity: the index or
  * constraint named by upsert_identity, else the primary key; NIL when there
@@ -132,6 +175,10 @@ extern bool ash_coverage_judge_table_set(const List *mappings, const List *ignor
  */
 extern List *ash_target_identity_attnums(Relation target, const AshMapping *m);
 
+/*
+ * The AshMapping (config.h) equivalent of a stored mapping spec, for
+ * callers that loaded mappings with ash_mapping_load_sink.
+ */
 extern AshMapping *ash_coverage_mapping_from_spec(const struct AshMappingSpec *spec);
 
 #endif							/* ASH_COVERAGE_H */

@@ -204,7 +204,10 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 		else if (strcmp(sqlstate, "28000") == 0)
 			cls = "not permitted by the source's pg_hba.conf or role";
 		else if (strcmp(sqlstate, "3D000") == 0)
+		{
 			cls = "database does not exist";
+			ash_conn_last_failure = ASH_CONN_DATABASE_MISSING;
+		}
 		else if (strcmp(sqlstate, "42501") == 0)
 			cls = "insufficient privilege";
 		else if (strcmp(sqlstate, "53300") == 0)

@@ -35,7 +35,8 @@ typedef enum AshConnFailure
 	ASH_CONN_TIMEOUT,
 	ASH_CONN_COMMAND_FAILED,	/* server returned an error; see sqlstate */
 	ASH_CONN_INVALID_SETTINGS,	/* libpq cannot use the connection string */
-	ASH_CONN_AUTH_FAILED		/* the source rejected the credentials */
+	ASH_CONN_AUTH_FAILED,		/* the source rejected the credentials */
+	ASH_CONN_DATABASE_MISSING	/* the source has no such database (3D000) */
 } AshConnFailure;
 
 /*

@@ -777,6 +777,9 @@ handle_error(ErrorData *edata, long backoff)
 		if (step == STEP_CONNECT && ash_conn_last_failure == ASH_CONN_INVALID_SETTINGS)
 			do_halt_detail("source_connection_invalid", NULL,
 						   "libpq cannot use the connection settings");
+		if (step == STEP_CONNECT && ash_conn_last_failure == ASH_CONN_DATABASE_MISSING)
+			do_halt_detail("source_connection_invalid", src,
+						   "the source has no database of the configured name");
 		if (step == STEP_CONNECT && ash_conn_last_failure == ASH_CONN_AUTH_FAILED)
 			do_halt_detail("source_authentication_failed", src[0] != '\0' ? src : NULL,
 						   "the source rejected the authentication of the connection");

@@ -29,7 +29,10 @@
 #include "mapping_validate.h"
 #include "source_catalog.h"
 
-/* Describe one table: $1 schema, $2 name, $3 column list (text[] or NULL). */
+/*
+ * Describe one table: $1 schema, $2 name, $3 column list (text[] or NULL).
+ * Every live, non-generated column, with whether the column list sends it.
+ */
 static const char *describe_sql =
 "SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
 "  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text,"
@@ -38,12 +41,13 @@ static const char *describe_sql =
 "     WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY (i.indkey))"
 "   WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
 "     WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY (i.indkey))"
-"   ELSE false END"
+"   ELSE false END,"
+"  $3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[]),"
+"  c.relkind"
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
 "  AND NOT a.attisdropped AND a.attgenerated = ''"
-"  AND ($3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[]))"
 " LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typtype, typbasetype) AS ("
 "    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t"
 "     WHERE t.oid = a.atttypid"
@@ -60,7 +64,8 @@ static const char *describe_sql_pre12 =
 "  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, t.typname::pg_catalog.text,"
 "  c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
 "     WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey) AND"
-"     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident)))"
+"     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),"
+"  true, c.relkind"
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
@@ -128,12 +133,15 @@ new_rel(const char *nsp, const char *rel, const char *attnames)
 }
 
 const char *
-ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **rels)
+ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **rels,
+						   AshPublicationFacts *pub)
 {
 	const char *decoder = spec->decoder ? spec->decoder : "pgoutput";
 	PGresult   *res;
 
 	*rels = NIL;
+	if (pub != NULL)
+		memset(pub, 0, sizeof(*pub));
 	if (strcmp(decoder, "wal2json") == 0)
 	{
 		ListCell   *lc;
@@ -164,22 +172,51 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 	}
 	else
 	{
-		if (!probe_bool(conn, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)",
-						1, spec->publication))
+		/* what the publication promises (publish_via_partition_root: 13+) */
+		res = probe(conn, conn->server_version >= 130000 ?
+					"SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot"
+					" FROM pg_catalog.pg_publication WHERE pubname = $1" :
+					"SELECT pubinsert, pubupdate, pubdelete, pubtruncate, false"
+					" FROM pg_catalog.pg_publication WHERE pubname = $1",
+					1, spec->publication, NULL, NULL);
+		if (PQntuples(res) != 1)
+		{
+			PQclear(res);
 			return "source_publication_missing";
-		/* pgoutput sends only the publication's column list (15+) */
+		}
+		if (pub != NULL)
+		{
+			pub->known = true;
+			pub->insert = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+			pub->update = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+			pub->delete = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
+			pub->truncate = strcmp(PQgetvalue(res, 0, 3), "t") == 0;
+			pub->via_root = strcmp(PQgetvalue(res, 0, 4), "t") == 0;
+		}
+		PQclear(res);
+
+		/*
+		 * pgoutput sends only the publication's column list and only rows
+		 * its row filter passes (15+; the view resolves a partition's
+		 * filter and list through publish_via_partition_root).
+		 */
 		res = probe(conn, conn->server_version >= 150000 ?
 					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text,"
-					" attnames::pg_catalog.text[]::pg_catalog.text"
+					" attnames::pg_catalog.text[]::pg_catalog.text, rowfilter IS NOT NULL"
 					" FROM pg_catalog.pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2" :
-					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text, NULL"
+					"SELECT schemaname::pg_catalog.text, tablename::pg_catalog.text, NULL, false"
 					" FROM pg_catalog.pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2",
 					1, spec->publication, NULL, NULL);
 	}
 
 	for (int i = 0; i < PQntuples(res); i++)
-		*rels = lappend(*rels, new_rel(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
-									   PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2)));
+	{
+		AshSourceRel *r = new_rel(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+								  PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2));
+
+		r->row_filter = PQnfields(res) > 3 && strcmp(PQgetvalue(res, i, 3), "t") == 0;
+		*rels = lappend(*rels, r);
+	}
 	PQclear(res);
 	return NULL;
 }
@@ -194,6 +231,7 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 	{
 		AshSourceRel *r = lfirst(lc);
 		PGresult   *res;
+		StringInfoData withheld;
 		int			n;
 
 		res = probe(conn, query, 3, r->name.nspname, r->name.relname, r->attnames);
@@ -205,14 +243,25 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 		r->desc.replident = 'd';
 		r->desc.natts = 0;
 		r->desc.cols = palloc0(sizeof(AshSourceColumn) * Max(n, 1));
+		r->desc.row_filter = r->row_filter;
+		r->desc.withheld = NULL;
+		initStringInfo(&withheld);
 		for (int i = 0; i < n; i++)
 		{
 			AshSourceColumn *c;
 
 			r->desc.replident = PQgetvalue(res, i, 0)[0];
 			r->has_select = strcmp(PQgetvalue(res, i, 1), "t") == 0;
+			r->desc.relkind = PQgetvalue(res, i, 7)[0];
 			if (PQgetisnull(res, i, 2))
-				continue;		/* a table without sent columns */
+				continue;		/* a table without live columns */
+			if (strcmp(PQgetvalue(res, i, 6), "t") != 0)
+			{
+				/* left out by the publication's column list */
+				appendStringInfo(&withheld, "%s%s", withheld.len ? ", " : "",
+								 quote_identifier(PQgetvalue(res, i, 2)));
+				continue;
+			}
 			c = &r->desc.cols[r->desc.natts++];
 			c->name = pstrdup(PQgetvalue(res, i, 2));
 			c->type_oid = (uint32) strtoul(PQgetvalue(res, i, 3), NULL, 10);
@@ -220,6 +269,10 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 			c->in_identity = strcmp(PQgetvalue(res, i, 5), "t") == 0;
 		}
 		PQclear(res);
+		if (withheld.len > 0)
+			r->desc.withheld = withheld.data;
+		else
+			pfree(withheld.data);
 	}
 }
 
@@ -276,9 +329,11 @@ ash_source_load_mappings(const char *sink_name, List **specs, List **mappings)
 
 void
 ash_source_judge_coverage(const List *specs, const List *mappings, const List *ignored,
-						  const List *rels, AshSourceCoverage *out)
+						  const List *rels, const AshPublicationFacts *pub,
+						  AshSourceCoverage *out)
 {
 	List	   *names = ash_source_rel_names(rels);
+	List	   *tables = NIL;
 	ListCell   *lc;
 	ListCell   *sc;
 
@@ -286,6 +341,17 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 	(void) ash_coverage_judge_table_set(mappings, ignored, names, &out->table_set,
 										&out->warnings);
 	list_free(names);
+
+	foreach(lc, (List *) rels)
+	{
+		AshSourceRel *r = lfirst(lc);
+
+		if (r->exists)
+			tables = lappend(tables, &r->desc);
+	}
+	if (pub != NULL)
+		(void) ash_coverage_judge_publication(mappings, pub, tables, &out->publication);
+	list_free(tables);
 
 	forboth(lc, (List *) mappings, sc, (List *) specs)
 	{

@@ -11,8 +11,9 @@
  *	  1. ash_source_identity_matches: the probe is the configured source
  *		 (system identifier and database) -- judge nothing before it;
  *	  2. ash_source_fetch_table_set: the decoder's table set by name --
- *		 the publication's tables (with the PG 15 column list), wal2json's
- *		 configured tables, or the tables of pglogical's replication sets;
+ *		 the publication's tables (with the PG 15 column list and row
+ *		 filter) and what the publication publishes, wal2json's configured
+ *		 tables, or the tables of pglogical's replication sets;
  *	  3. ash_source_describe_tables: every table of the set as an
  *		 AshSourceTable (coverage.h): replica identity, the columns the
  *		 decoder sends with their source type OIDs and names and their
@@ -55,6 +56,7 @@ typedef struct AshSourceRel
 	AshSourceName name;
 	char	   *attnames;		/* publication column list (text[] literal),
 								 * NULL: every column */
+	bool		row_filter;		/* the publication filters its rows (15+) */
 	bool		exists;			/* set by ash_source_describe_tables */
 	bool		has_select;		/* the probe role may SELECT it */
 	AshSourceTable desc;		/* only when exists */
@@ -64,6 +66,8 @@ typedef struct AshSourceRel
 typedef struct AshSourceCoverage
 {
 	AshCoverageVerdict table_set;	/* reason NULL: every table covered */
+	AshCoverageVerdict publication; /* reason NULL: the publication contract
+									 * can be honoured */
 	List	   *warnings;		/* AshCoverageVerdict *, warnings only */
 	AshCoverageVerdict columns; /* reason NULL: every mapped table covered */
 } AshSourceCoverage;
@@ -78,12 +82,14 @@ extern bool ash_source_identity_matches(AshConn *conn, const char *sysid,
 
 /*
  * Fetch the names of the decoder's table set into *rels (AshSourceRel *,
- * ordered by schema and name).  Returns NULL, or the reason why the table
- * set itself is absent: source_publication_missing (a publication or
- * replication set), decoder_extension_missing (pglogical not installed).
+ * ordered by schema and name) and, for pgoutput, what the publication
+ * promises into *pub (may be NULL; known = false for the other decoders).
+ * Returns NULL, or the reason why the table set itself is absent:
+ * source_publication_missing (a publication or replication set),
+ * decoder_extension_missing (pglogical not installed).
  */
 extern const char *ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec,
-											  List **rels);
+											  List **rels, AshPublicationFacts *pub);
 
 /* Describe every table of rels in place (one probe per table). */
 extern void ash_source_describe_tables(AshConn *conn, List *rels);
@@ -109,14 +115,17 @@ extern void ash_source_load_mappings(const char *sink_name, List **specs, List *
 
 /*
  * Judge coverage (coverage.c) over described rels: the table set
- * (ash_coverage_judge_table_set) and every mapped table of the set that
- * exists (ash_coverage_judge_table, the first failure wins).  specs:
+ * (ash_coverage_judge_table_set), the publication contract
+ * (ash_coverage_judge_publication over pub, when not NULL) and every mapped
+ * table of the set that exists (ash_coverage_judge_table, the first failure
+ * wins).  specs:
  * AshMappingSpec * (mapping_validate.h) and mappings: their AshMapping *
  * equivalents, in the same order; ignored: as
  * AshPipelineConfig.ignored_sources.  Needs a transaction.
  */
 extern void ash_source_judge_coverage(const List *specs, const List *mappings,
 									  const List *ignored, const List *rels,
+									  const AshPublicationFacts *pub,
 									  AshSourceCoverage *out);
 
 #endif							/* ASH_SOURCE_CATALOG_H */
