@@ -7,7 +7,7 @@
  *	  The ciphertext format and the authenticated data are described in
  *	  crypto.h (and docs/keys.md).  Invariants:
  *
- *	  - a fresh 96-bit nonce from RAND_bytes for every value; the key is the
+ *	  - a fresh 96-bit random nonce (RAND_bytes) for every value; the key is the
  *		ACTIVE column_encryption key and its version is written in the
  *		header, so rotation needs no re-encryption: older values name the
  *		retained version they were written with;
@@ -158,6 +158,78 @@ get_be32(const uint8 *p)
 		((uint32) p[2] << 8) | (uint32) p[3];
 }
 
+/*
+ * Random nonces, drawn from RAND_bytes a few hundred at a time: every
+ * RAND_bytes call costs a provider lookup and a getpid() in OpenSSL 3, more
+ * than the encryption of a short value.  Each nonce is used once; the pool
+ * belongs to the process that filled it.
+ */
+#define NONCE_POOL_NONCES 512
+
+static uint8 nonce_pool[NONCE_POOL_NONCES * ASH_CIPHER_NONCE_LEN];
+static int	nonce_next = NONCE_POOL_NONCES;
+static pid_t nonce_pid = 0;
+
+static void
+next_nonce(uint8 *nonce)
+{
+	if (nonce_next >= NONCE_POOL_NONCES || nonce_pid != MyProcPid)
+	{
+		if (RAND_bytes(nonce_pool, sizeof(nonce_pool)) != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("ash_replicant: could not generate a random nonce")));
+		nonce_next = 0;
+		nonce_pid = MyProcPid;
+	}
+	memcpy(nonce, nonce_pool + nonce_next * ASH_CIPHER_NONCE_LEN, ASH_CIPHER_NONCE_LEN);
+	nonce_next++;
+}
+
+/*
+ * One encryption context, keyed once: expanding the AES key schedule for
+ * every value is most of what sealing a short value costs.  Each value
+ * still gets its own random nonce (EVP_EncryptInit_ex with only an IV
+ * keeps the key).  The context follows the active key (version and bytes
+ * compared on every use) and is wiped with the keyring.
+ */
+static EVP_CIPHER_CTX *enc_ctx = NULL;
+static uint8 enc_key[ASH_KEY_AES256_BYTES];
+static int32 enc_version;
+static bool enc_keyed = false;
+
+void
+ash_crypto_forget_keys(void)
+{
+	if (enc_ctx != NULL)
+		EVP_CIPHER_CTX_free(enc_ctx);
+	enc_ctx = NULL;
+	explicit_bzero(enc_key, sizeof(enc_key));
+	enc_keyed = false;
+}
+
+static EVP_CIPHER_CTX *
+encrypt_context(const AshKey *key)
+{
+	if (enc_keyed && enc_version == key->version &&
+		CRYPTO_memcmp(enc_key, key->bytes, ASH_KEY_AES256_BYTES) == 0)
+		return enc_ctx;
+	ash_crypto_forget_keys();
+	enc_ctx = EVP_CIPHER_CTX_new();
+	if (enc_ctx == NULL ||
+		EVP_EncryptInit_ex(enc_ctx, aes_256_gcm(), NULL, NULL, NULL) != 1 ||
+		EVP_CIPHER_CTX_ctrl(enc_ctx, EVP_CTRL_GCM_SET_IVLEN, ASH_CIPHER_NONCE_LEN, NULL) != 1 ||
+		EVP_EncryptInit_ex(enc_ctx, NULL, NULL, key->bytes, NULL) != 1)
+	{
+		ash_crypto_forget_keys();
+		return NULL;
+	}
+	memcpy(enc_key, key->bytes, ASH_KEY_AES256_BYTES);
+	enc_version = key->version;
+	enc_keyed = true;
+	return enc_ctx;
+}
+
 bytea *
 ash_encrypt_column(const char *schema, const char *table, const char *column,
 				   const char *plaintext, int len)
@@ -190,18 +262,12 @@ ash_encrypt_column(const char *schema, const char *table, const char *column,
 	out = (uint8 *) VARDATA(result);
 	out[0] = ASH_CIPHER_FORMAT_V1;
 	put_be32(out + 1, (uint32) key->version);
-	if (RAND_bytes(out + ASH_CIPHER_HEADER_LEN, ASH_CIPHER_NONCE_LEN) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("ash_replicant: could not generate a random nonce")));
+	next_nonce(out + ASH_CIPHER_HEADER_LEN);
 	aad = build_aad(out, schema, table, column, &aadlen);
 
-	ctx = EVP_CIPHER_CTX_new();
+	ctx = encrypt_context(key);
 	ok = ctx != NULL &&
-		EVP_EncryptInit_ex(ctx, aes_256_gcm(), NULL, NULL, NULL) == 1 &&
-		EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, ASH_CIPHER_NONCE_LEN, NULL) == 1 &&
-		EVP_EncryptInit_ex(ctx, NULL, NULL, key->bytes,
-						   out + ASH_CIPHER_HEADER_LEN) == 1 &&
+		EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, out + ASH_CIPHER_HEADER_LEN) == 1 &&
 		EVP_EncryptUpdate(ctx, NULL, &outl, aad, aadlen) == 1;
 	if (ok && len > 0)
 		ok = EVP_EncryptUpdate(ctx, out + ASH_CIPHER_HEADER_LEN + ASH_CIPHER_NONCE_LEN,
@@ -213,11 +279,11 @@ ash_encrypt_column(const char *schema, const char *table, const char *column,
 		finl == 0 &&
 		EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, ASH_CIPHER_TAG_LEN,
 							out + ASH_CIPHER_HEADER_LEN + ASH_CIPHER_NONCE_LEN + len) == 1;
-	EVP_CIPHER_CTX_free(ctx);
 	pfree(aad);
 
 	if (!ok)
 	{
+		ash_crypto_forget_keys();
 		pfree(result);
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),

@@ -63,6 +63,7 @@
 #include "utils/memutils.h"
 
 #include "ash_replicant.h"
+#include "crypto.h"
 #include "errors.h"
 #include "keyring.h"
 
@@ -186,6 +187,7 @@ keyring_wipe(Keyring *kr)
 void
 ash_keyring_reset(void)
 {
+	ash_crypto_forget_keys();
 	keyring_wipe(&current);
 	loaded = false;
 	if (loaded_path != NULL)
