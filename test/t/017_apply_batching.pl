@@ -10,6 +10,9 @@
 #         multi-row insert statements: a statement-level trigger fires at most
 #         once per batch, never once per source transaction; every row exact;
 #         no apply error (nothing opens a transaction inside an open batch).
+#  mix    a seeded random mix of every operation, on a target whose rows
+#         commute (deletes and updates gathered) and on one with a trigger
+#         (row by row): both mirrors equal the source.  Seed: ASH_SEED.
 #  priv   writes are the sink owner's: a deferred multi-row insert into a
 #         table the owner lost INSERT on fails (42501) and halts apply_failed,
 #         nothing of it committed, checkpoint unchanged; granted again and
@@ -94,6 +97,60 @@ cmp_ok($stmts, '<=', $batches, 'many: at most one insert statement per batch (no
 # open, so applying it never failed and retried
 is(scalar(AshTest::log_lines_like($dst, qr/event=apply\.error sink=many /)), 0,
 	'many: no apply error while the backlog streamed');
+
+# --- mix --------------------------------------------------------------------
+# The same seeded random mix of inserts, updates (some changing the key),
+# deletes (some of rows the mirror never had) and re-inserts of deleted keys,
+# in transactions of 1 to 40 changes, into a target whose rows commute (its
+# deletes and updates are gathered) and into one with a row trigger (row by
+# row): both mirrors equal the source.
+my $seed = (defined $ENV{ASH_SEED} && $ENV{ASH_SEED} =~ /^\d+$/) ? $ENV{ASH_SEED} : (time() ^ $$) % 1_000_000;
+srand($seed);
+note "mix seed $seed (rerun with ASH_SEED=$seed)";
+AshTest::both($src, $dst, q{
+CREATE TABLE mixc (id integer PRIMARY KEY, v text, n integer);
+CREATE TABLE mixt (id integer PRIMARY KEY, v text, n integer);
+});
+$src->safe_psql('postgres', q{
+CREATE PUBLICATION pub_mix FOR TABLE mixc, mixt;
+INSERT INTO mixc SELECT g, 'pre', g FROM generate_series(1, 50) g;   -- never seen by the mirror
+INSERT INTO mixt SELECT g, 'pre', g FROM generate_series(1, 50) g;
+});
+$dst->safe_psql('postgres', q{
+CREATE TABLE mixt_audit (id integer, op text);
+CREATE FUNCTION mixt_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO mixt_audit VALUES (coalesce(NEW.id, OLD.id), TG_OP); RETURN NULL; END $$;
+CREATE TRIGGER mixt_audit AFTER INSERT OR UPDATE OR DELETE ON mixt FOR EACH ROW EXECUTE FUNCTION mixt_audit();
+ALTER TABLE mixt ENABLE ALWAYS TRIGGER mixt_audit;
+});
+AshTest::setup_pipeline($src, $dst, sink => 'mix', publication => 'pub_mix', maps => [ ['mixc'], ['mixt'] ]);
+AshTest::wait_slot_consistent($src, $dst, 'mix');
+my @sql;
+my $next_id = 1000;
+for my $x (1 .. 120)
+{
+	my @stmts;
+	for (1 .. 1 + int(rand(40)))
+	{
+		my $r = rand();
+		my $k = 1 + int(rand(300));
+		if ($r < 0.35) { push @stmts, "INSERT INTO TBL VALUES ($k, 'i$x', $x) ON CONFLICT (id) DO UPDATE SET v = 'u$x', n = $x"; }
+		elsif ($r < 0.65) { push @stmts, "UPDATE TBL SET v = 'u$x', n = n + 1 WHERE id = $k"; }
+		elsif ($r < 0.72) { $next_id++; push @stmts, "UPDATE TBL SET id = $next_id WHERE id = $k"; }
+		else { push @stmts, "DELETE FROM TBL WHERE id = $k"; }
+	}
+	push @sql, join(";\n", "BEGIN", @stmts, "COMMIT");
+}
+# the source applies the identical sequence to both tables
+for my $t (qw(mixc mixt))
+{
+	(my $txt = join(";\n", @sql)) =~ s/TBL/$t/g;
+	$src->safe_psql('postgres', $txt);
+}
+AshTest::wait_caught_up($src, $dst, 'mix');
+AshTest::assert_mirror_equal($src, $dst, [ 'mixc', 'mixt' ], name => 'mix: gathered and row-by-row mirrors equal the source');
+is(AshTest::status_row($dst, 'mix')->{state}, 'healthy', 'mix: healthy');
+note "mix: mixt trigger events " . $dst->safe_psql('postgres', 'SELECT count(*) FROM mixt_audit');
 
 # --- priv -------------------------------------------------------------------
 AshTest::setup_pipeline($src, $dst, sink => 'priv', publication => 'pub_priv', maps => [ ['priv'] ],
