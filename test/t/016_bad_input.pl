@@ -121,21 +121,7 @@ sub configure
 		  . " census => '{\"interval_ms\": 1000}'::jsonb)");
 }
 
-sub cp_facts
-{
-	my ($sink) = @_;
-	return $dst->safe_psql($DB, AshTest::checkpoint_sql($sink,
-		"concat_ws('|', c.commit_lsn, c.end_lsn, c.timeline_id, c.decoder, encode(c.contract_fingerprint, 'hex'),"
-		  . " encode(c.snapshot_state, 'hex'), c.origin_floor, encode(c.digest_key_witness, 'hex'))"));
-}
 
-sub stop_settled
-{
-	my ($sink) = @_;
-	AshTest::stop_sink($dst, $sink);
-	AshTest::wait_status($dst, $sink, 'not_started', undef, no_early_exit => 1, name => "$sink stopped");
-	AshTest::poll($src, "SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = '$sink' AND active");
-}
 
 # Everything an operator or monitor reads about the sink.
 sub outputs_text
@@ -177,9 +163,9 @@ sub bad_case
 	my ($sink, $label) = ($c{sink} // 'bi', $c{label});
 	my $table = $c{table} // 't';
 	note sprintf("case %s at %.1fs", $label, time - $t0);
-	stop_settled($sink) unless $c{running};
+	AshTest::stop_settled($src, $dst, $sink) unless $c{running};
 	my $h0 = AshTest::table_hash($dst, $table);
-	my $cp0 = cp_facts($sink);
+	my $cp0 = AshTest::checkpoint_facts($dst, $sink);
 	$src->safe_psql($DB, "UPDATE $table SET v = v || '+' WHERE id = 7") unless $c{no_pending};
 	$c{inject}->();
 	$faults++;
@@ -189,7 +175,7 @@ sub bad_case
 		name => "$label: $c{state}/$c{reason}", timeout => $c{timeout} // 60);
 	halt_logged($sink, $c{reason}, $c{context}, $label);
 	is(AshTest::table_hash($dst, $table), $h0, "$label: mirror unchanged");
-	is(cp_facts($sink), $cp0, "$label: checkpoint unchanged");
+	is(AshTest::checkpoint_facts($dst, $sink), $cp0, "$label: checkpoint unchanged");
 	no_sentinel($label);
 	return unless $c{fix};
 	$c{fix}->();
@@ -209,7 +195,7 @@ sub restore_good
 # Configuration: a conninfo that does not parse is refused at configuration
 ##############################################################################
 {
-	stop_settled('bi');
+	AshTest::stop_settled($src, $dst, 'bi');
 	my $before = $dst->safe_psql($DB, "SELECT md5(connection) FROM ash_replicant.pipelines WHERE sink_name = 'bi'");
 	my ($rc, $out, $err) = configure('bi', "host=127.0.0.1 port=" . $src->port . " password='$S unterminated", 'pub_bi');
 	$faults++;

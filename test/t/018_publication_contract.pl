@@ -90,21 +90,7 @@ sub configure
 	return $dst->psql($DB, $sql);
 }
 
-sub cp_facts
-{
-	my ($sink) = @_;
-	return $dst->safe_psql($DB, AshTest::checkpoint_sql($sink,
-		"concat_ws('|', c.commit_lsn, c.end_lsn, c.timeline_id, c.decoder, encode(c.contract_fingerprint, 'hex'),"
-		  . " encode(c.snapshot_state, 'hex'), c.origin_floor)"));
-}
 
-sub stop_settled
-{
-	my ($sink) = @_;
-	AshTest::stop_sink($dst, $sink);
-	AshTest::wait_status($dst, $sink, 'not_started', undef, no_early_exit => 1, name => "$sink stopped");
-	AshTest::poll($src, "SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = '$sink' AND active");
-}
 
 sub checks_text
 {
@@ -145,9 +131,9 @@ sub contract_case
 	my $label = $c{label};
 	my $sink = $c{sink} // 'pc';
 	note sprintf("case %s at %.1fs", $label, time - $t0);
-	stop_settled($sink) unless $c{running};
+	AshTest::stop_settled($src, $dst, $sink) unless $c{running};
 	my $h0 = AshTest::table_hash($dst, 't');
-	my $cp0 = cp_facts($sink);
+	my $cp0 = AshTest::checkpoint_facts($dst, $sink);
 	my $n0 = scalar(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=$sink /));
 	# a change published BEFORE the publication changes: applied after repair
 	$src->safe_psql($DB, "UPDATE t SET v = v || '+' WHERE id = 7") unless $c{running};
@@ -167,7 +153,7 @@ sub contract_case
 	like($doc, qr/\bpublication=fail\/publication_contract_incompatible\b/, "$label: doctor fails the publication check");
 	unlike($doc, qr/pub_pc|pub_pr/, "$label: doctor output names no publication");
 	is(AshTest::table_hash($dst, 't'), $h0, "$label: mirror unchanged");
-	is(cp_facts($sink), $cp0, "$label: checkpoint unchanged");
+	is(AshTest::checkpoint_facts($dst, $sink), $cp0, "$label: checkpoint unchanged");
 	no_sentinel($label, $sink);
 	return unless $c{fix};
 	$src->safe_psql($DB, $c{fix});
@@ -238,7 +224,7 @@ GRANT ash_replicant_admin TO cfg_admin;
 	$dst->psql($DB, "SELECT 1/0 AS $C");
 	ok(scalar(AshTest::grep_logs_for($C, $dst)) > 0, 'control: a failing statement is logged with its text');
 
-	stop_settled('pc');
+	AshTest::stop_settled($src, $dst, 'pc');
 	my $before = $dst->safe_psql($DB, "SELECT md5(connection) FROM ash_replicant.pipelines WHERE sink_name = 'pc'");
 	for my $as (undef, 'cfg_admin')
 	{
@@ -270,9 +256,9 @@ GRANT ash_replicant_admin TO cfg_admin;
 ##############################################################################
 {
 	note sprintf("missing database at %.1fs", time - $t0);
-	stop_settled('pc');
+	AshTest::stop_settled($src, $dst, 'pc');
 	my $h0 = AshTest::table_hash($dst, 't');
-	my $cp0 = cp_facts('pc');
+	my $cp0 = AshTest::checkpoint_facts($dst, 'pc');
 	$src->safe_psql($DB, "UPDATE t SET v = v || '+' WHERE id = 9");
 	configure('pc', "host=127.0.0.1 port=$port dbname=nodb_$S user=lim_user", 'pub_pc');
 	$faults++;
@@ -282,7 +268,7 @@ GRANT ash_replicant_admin TO cfg_admin;
 	like(halt_line('pc', 'source_connection_invalid') // '', qr/no database of the configured name/,
 		'missing database: the halt says what is wrong');
 	is(AshTest::table_hash($dst, 't'), $h0, 'missing database: mirror unchanged');
-	is(cp_facts('pc'), $cp0, 'missing database: checkpoint unchanged');
+	is(AshTest::checkpoint_facts($dst, 'pc'), $cp0, 'missing database: checkpoint unchanged');
 	no_sentinel('missing database', 'pc');
 	my ($rc, $out, $err) = configure('pc', $good_conn, 'pub_pc');
 	is($rc, 0, 'good configuration restored') or diag $err;

@@ -105,12 +105,6 @@ sub mirror_ok
 }
 mirror_ok('initial');
 
-# watermark, end, timeline and contract of the checkpoint
-sub cp_facts
-{
-	return $dst->safe_psql($DB, AshTest::checkpoint_sql($sink,
-		"concat_ws('|', c.commit_lsn, c.end_lsn, c.timeline_id, encode(c.contract_fingerprint, 'hex'))"));
-}
 
 sub map_sql
 {
@@ -124,12 +118,6 @@ sub map_sql
 	return "SELECT ash_replicant_map_table(" . join(', ', @a) . ")";
 }
 
-sub stop_settled
-{
-	AshTest::stop_sink($dst, $sink);
-	AshTest::wait_status($dst, $sink, 'not_started', undef, no_early_exit => 1, name => 'stopped');
-	AshTest::poll($src, "SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = '$sink' AND active");
-}
 
 # preflight renders the same verdict as the worker
 sub preflight_says
@@ -148,8 +136,8 @@ sub activation_case
 {
 	my (%c) = @_;
 	my $label = "activation: $c{label}";
-	stop_settled();
-	my $cp0 = cp_facts();
+	AshTest::stop_settled($src, $dst, $sink);
+	my $cp0 = AshTest::checkpoint_facts($dst, $sink);
 	my $h0 = AshTest::table_hash($dst, 'base');
 	$src->safe_psql($DB, $c{change});
 	# a covered change behind it: the verdict comes before anything is applied
@@ -162,7 +150,7 @@ sub activation_case
 	AshTest::start_sink($dst, $sink);
 	AshTest::wait_status($dst, $sink, 'misconfigured', $c{reason}, src => $src,
 		name => "$label: misconfigured $c{reason}");
-	is(cp_facts(), $cp0, "$label: checkpoint untouched");
+	is(AshTest::checkpoint_facts($dst, $sink), $cp0, "$label: checkpoint untouched");
 	is(AshTest::table_hash($dst, 'base'), $h0, "$label: nothing applied");
 	preflight_says($c{reason}, $label);
 
@@ -181,11 +169,11 @@ sub census_case
 	my $label = "census: $c{label}";
 	AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src, name => "$label: healthy before");
 	AshTest::wait_caught_up($src, $dst, $sink, quiet => 1);
-	my $cp0 = cp_facts();
+	my $cp0 = AshTest::checkpoint_facts($dst, $sink);
 	$src->safe_psql($DB, $c{change});
 	AshTest::wait_status($dst, $sink, 'misconfigured', $c{reason}, src => $src,
 		name => "$label: census halts $c{reason}");
-	is(cp_facts(), $cp0, "$label: checkpoint untouched");
+	is(AshTest::checkpoint_facts($dst, $sink), $cp0, "$label: checkpoint untouched");
 	ok(scalar(AshTest::log_lines_like($dst,
 		qr/event=pipeline\.halt sink=$sink reason=\Q$c{reason}\E class=misconfigured/)) >= 1,
 		"$label: halt event");
@@ -271,7 +259,7 @@ census_case(label => 'skipped column dropped', reason => 'source_column_missing'
 ########################################################################
 {
 	my $label = 'activation: tables left the publication';
-	stop_settled();
+	AshTest::stop_settled($src, $dst, $sink);
 	my $offset = -s $dst->logfile;
 	$src->safe_psql($DB, 'ALTER PUBLICATION pub_cv DROP TABLE sk1, ign');
 	AshTest::start_sink($dst, $sink);

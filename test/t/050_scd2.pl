@@ -319,15 +319,7 @@ like($st->{state} // '', qr/^(healthy|catching_up)$/, 'pipeline running after th
 my $before = $dst->safe_psql('postgres', q{SELECT md5(string_agg(row(a.*)::text, E'\n' ORDER BY version_id)) FROM acct_hist a})
   . $dst->safe_psql('postgres', q{SELECT md5(string_agg(row(p.*)::text, E'\n' ORDER BY vid)) FROM people_hist p})
   . $dst->safe_psql('postgres', q{SELECT md5(string_agg(row(t.*)::text, E'\n' ORDER BY vid)) FROM tacct_hist t});
-AshTest::stop_sink($dst, $sink);
-AshTest::wait_status($dst, $sink, 'not_started', undef, name => 'stopped for re-delivery');
-AshTest::poll($src, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$sink'", 't');
-$src->safe_psql('postgres', qq{
-SELECT pg_drop_replication_slot('$sink');
-SELECT pg_copy_logical_replication_slot('hist_backup', '$sink');
-SELECT pg_drop_replication_slot('hist_backup');});
-$dst->safe_psql('postgres', qq{UPDATE ash_replicant.checkpoints SET commit_lsn = '0/0', end_lsn = '0/0' WHERE slot_name = '$sink'});
-AshTest::start_sink($dst, $sink);
+AshTest::redeliver($src, $dst, $sink, 'hist_backup');
 AshTest::wait_caught_up($src, $dst, $sink, name => 'caught up after re-delivering the workload', timeout => 120);
 ok(AshTest::log_lines_like($dst, qr/event=pipeline\.streaming sink=hist start_lsn=0\/0/) >= 1,
 	're-delivery started from the beginning');

@@ -130,16 +130,7 @@ is($dst->safe_psql('postgres', $history_sql), $expected,
 # ---------------------------------------------------------------------------
 my $rows_sql = q{SELECT md5(string_agg(row(h.*)::text, E'\n' ORDER BY vid)) || count(*) FROM tacct_hist h};
 my $before = $dst->safe_psql('postgres', $rows_sql);
-AshTest::stop_sink($dst, $sink);
-AshTest::wait_status($dst, $sink, 'not_started', undef, name => 'stopped for re-delivery');
-AshTest::poll($src, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$sink'", 't');
-$src->safe_psql('postgres', qq{
-SELECT pg_drop_replication_slot('$sink');
-SELECT pg_copy_logical_replication_slot('tr_backup', '$sink');
-SELECT pg_drop_replication_slot('tr_backup');});
-$dst->safe_psql('postgres',
-	qq{UPDATE ash_replicant.checkpoints SET commit_lsn = '0/0', end_lsn = '0/0' WHERE slot_name = '$sink'});
-AshTest::start_sink($dst, $sink);
+AshTest::redeliver($src, $dst, $sink, 'tr_backup');
 AshTest::wait_caught_up($src, $dst, $sink, name => 'caught up after re-delivering every case');
 ok(AshTest::log_lines_like($dst, qr/event=pipeline\.streaming sink=tr start_lsn=0\/0/) >= 1,
 	're-delivery started from the beginning');

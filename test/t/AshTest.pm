@@ -586,6 +586,42 @@ sub log_lines_like
 	return @hits;
 }
 
+# Every fact of the sink's checkpoint row, one string: "a halt leaves the
+# checkpoint unchanged" compares two of these.
+sub checkpoint_facts
+{
+	my ($dst, $sink) = @_;
+	return $dst->safe_psql($DB, checkpoint_sql($sink,
+		"concat_ws('|', c.commit_lsn, c.end_lsn, c.timeline_id, c.decoder, encode(c.contract_fingerprint, 'hex'),"
+		  . " encode(c.snapshot_state, 'hex'), c.origin_floor, encode(c.digest_key_witness, 'hex'))"));
+}
+
+# Stop a sink and wait until its worker is gone and its slot inactive.
+sub stop_settled
+{
+	my ($src, $dst, $sink) = @_;
+	stop_sink($dst, $sink);
+	wait_status($dst, $sink, 'not_started', undef, no_early_exit => 1, name => "$sink stopped");
+	poll($src, "SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = " . lit($sink) . " AND active");
+	return;
+}
+
+# Re-deliver everything a sink has applied: stop it, put back the copy of its
+# slot taken before the workload ($backup, dropped here), move its watermark
+# to 0/0 and start it again.
+sub redeliver
+{
+	my ($src, $dst, $sink, $backup) = @_;
+	stop_settled($src, $dst, $sink);
+	$src->safe_psql($DB, "SELECT pg_drop_replication_slot(" . lit($sink) . ");"
+		  . " SELECT pg_copy_logical_replication_slot(" . lit($backup) . ", " . lit($sink) . ");"
+		  . " SELECT pg_drop_replication_slot(" . lit($backup) . ")");
+	$dst->safe_psql($DB, "UPDATE ash_replicant.checkpoints SET commit_lsn = '0/0', end_lsn = '0/0'"
+		  . " WHERE slot_name = " . lit($sink));
+	start_sink($dst, $sink);
+	return;
+}
+
 ##############################################################################
 # Faults and workloads
 ##############################################################################
