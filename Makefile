@@ -48,15 +48,15 @@ UNIT_SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
 UNIT_CFLAGS = -g -O1 -DFRONTEND $(UNIT_SANITIZE) -Wall -Wextra -Werror \
 	-Wno-unused-parameter -Wno-ignored-attributes -Wno-missing-field-initializers
-UNIT_CPPFLAGS = -Isrc -I$(shell $(PG_CONFIG) --includedir-server)
+UNIT_CPPFLAGS = -Isrc -Itest/common -I$(shell $(PG_CONFIG) --includedir-server)
 UNIT_LDLIBS = -L$(shell $(PG_CONFIG) --pkglibdir) -L$(shell $(PG_CONFIG) --libdir) \
 	-lpgcommon -lpgport
-UNIT_SRCS = test/unit/decode_test.c src/decode_pgoutput.c src/change.c
+UNIT_SRCS = test/unit/decode_test.c test/common/palloc_arena.c src/decode_pgoutput.c src/change.c
 
 .PHONY: unit
 unit: test/unit/decode_test
 
-test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h
+test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h test/common/palloc_arena.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
 EXTRA_CLEAN += test/unit/decode_test
@@ -67,12 +67,12 @@ EXTRA_CLEAN += test/unit/decode_test
 # test/t/003_decoder_fuzz.pl for ASH_FUZZ_SECONDS (30; 300 with ASH_LONG=1).
 # ---------------------------------------------------------------------------
 FUZZ_CC := $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
-FUZZ_SRCS = test/fuzz/fuzz_decoder.c src/decode_pgoutput.c src/change.c
+FUZZ_SRCS = test/fuzz/fuzz_decoder.c test/common/palloc_arena.c src/decode_pgoutput.c src/change.c
 
 .PHONY: fuzz
 fuzz: test/fuzz/fuzz_decoder
 
-test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h
+test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h test/common/palloc_arena.h
 	$(FUZZ_CC) -g -O1 -DFRONTEND -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		-Wall -Werror -Wno-unused-parameter -Wno-ignored-attributes \
 		$(UNIT_CPPFLAGS) -o $@ $(FUZZ_SRCS) $(UNIT_LDLIBS)

@@ -975,12 +975,7 @@ def fmt_table(rows):
                       ("%.0f" % (r["peak_rss_kb"] / 1024)) if r.get("peak_rss_kb") else "-",
                       ("%.1f" % (r["peak_anon_kb"] / 1024)) if r.get("peak_anon_kb") else "-",
                       r["status"] + ((": " + short_note(r["note"])) if r.get("note") else "")])
-    w = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(hdr)]
-    out = ["| " + " | ".join(h.ljust(w[i]) for i, h in enumerate(hdr)) + " |",
-           "|" + "|".join("-" * (x + 2) for x in w) + "|"]
-    for l in lines:
-        out.append("| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(l)) + " |")
-    return "\n".join(out)
+    return table(hdr, lines)
 
 
 def main():

@@ -52,28 +52,10 @@ PG_FUNCTION_INFO_V1(ash_replicant_crypto_selftest);
 
 #define STAGE_DECRYPT	"decrypt"
 
-/* A name for messages, always double-quoted (as in the cipher binding). */
-static char *
-qname(const char *name)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '"');
-	for (const char *p = name; *p; p++)
-	{
-		if (*p == '"')
-			appendStringInfoChar(&buf, '"');
-		appendStringInfoChar(&buf, *p);
-	}
-	appendStringInfoChar(&buf, '"');
-	return buf.data;
-}
-
 static char *
 qrel(Oid nspid, const char *relname)
 {
-	return psprintf("%s.%s", qname(get_namespace_name(nspid)), qname(relname));
+	return psprintf("%s.%s", ash_quoted_name(get_namespace_name(nspid)), ash_quoted_name(relname));
 }
 
 /*
@@ -100,7 +82,7 @@ resolve_binding(Oid relid, const char *column, const char *stage,
 	if (attnum == InvalidAttrNumber || attnum < 0)
 		ash_reject(ERRCODE_UNDEFINED_COLUMN, stage, "decrypt_binding_invalid",
 				   "column %s does not exist on target %s",
-				   qname(column), qrel(nspid, relname));
+				   ash_quoted_name(column), qrel(nspid, relname));
 
 	values[0] = ObjectIdGetDatum(relid);
 	values[1] = CStringGetTextDatum(column);
@@ -127,7 +109,7 @@ resolve_binding(Oid relid, const char *column, const char *stage,
 	if (!found)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, stage, "decrypt_binding_invalid",
 				   "column %s of target %s is not an encrypted column of any mapping",
-				   qname(column), qrel(nspid, relname));
+				   ash_quoted_name(column), qrel(nspid, relname));
 
 	*schema = get_namespace_name(nspid);
 	*table = relname;

@@ -278,20 +278,14 @@ static List *
 qualified_list(Datum d, bool isnull, bool as_names)
 {
 	List	   *result = NIL;
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
+	ListCell   *lc;
 
-	if (isnull)
-		return NIL;
-	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
-					  &elems, &nulls, &n);
-	for (int i = 0; i < n; i++)
+	foreach(lc, ash_text_array_to_list(d, isnull))
 	{
 		char	   *schema;
 		char	   *table;
 
-		if (nulls[i] || !ash_parse_qualified_name(TextDatumGetCString(elems[i]), &schema, &table))
+		if (!ash_parse_qualified_name((char *) lfirst(lc), &schema, &table))
 			continue;			/* the API stores only well-formed entries */
 		if (as_names)
 		{

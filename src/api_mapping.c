@@ -332,8 +332,8 @@ store_mapping(AshMappingSpec *m)
 		relname = ash_mapping_qualified_relname(target);
 		ash_reject(ERRCODE_DUPLICATE_OBJECT, "mapping", "config_invalid",
 				   "source table %s is already mapped to %s in this sink; unmap it first",
-				   psprintf("%s.%s", ash_mapping_qname(m->source_schema),
-							ash_mapping_qname(m->source_table)), relname);
+				   psprintf("%s.%s", ash_quoted_name(m->source_schema),
+							ash_quoted_name(m->source_table)), relname);
 	}
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -403,7 +403,7 @@ ash_replicant_unmap_table(PG_FUNCTION_ARGS)
 
 	if (ash_mapping_sink_load(sink_name, true, true) == NULL)
 		ash_reject(ERRCODE_UNDEFINED_OBJECT, "unmap", "config_invalid",
-				   "sink %s does not exist", ash_mapping_qname(sink_name));
+				   "sink %s does not exist", ash_quoted_name(sink_name));
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
@@ -419,7 +419,7 @@ ash_replicant_unmap_table(PG_FUNCTION_ARGS)
 	{
 		ash_reject(ERRCODE_UNDEFINED_OBJECT, "unmap", "config_invalid",
 				   "%s is not mapped in sink %s", ash_mapping_qualified_relname(target),
-				   ash_mapping_qname(sink_name));
+				   ash_quoted_name(sink_name));
 	}
 	bump_config_version(sink_name);
 	SPI_finish();

@@ -299,6 +299,62 @@ ash_tenant_scoped(AshApplyRel *rel)
 	return rel->tenant_col >= 0 && !rel->cols[rel->tenant_col].is_identity;
 }
 
+/*
+ * "k1 = $first AND ..." over the identity (the business key of a history
+ * mapping), then " AND tenant = $n" under attribute tenancy.  types (may be
+ * NULL) receives the parameter types; returns the next parameter number.
+ */
+int
+ash_append_key_predicate(StringInfo sql, AshApplyRel *rel, int first, Oid *types,
+						 bool with_tenant)
+{
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		AshTargetCol *col = &rel->cols[rel->keys[k]];
+
+		appendStringInfo(sql, "%s%s OPERATOR(pg_catalog.=) $%d", k ? " AND " : "",
+						 quote_identifier(col->name), first);
+		if (types)
+			types[first - 1] = col->typid;
+		first++;
+	}
+	if (with_tenant && ash_tenant_scoped(rel))
+	{
+		AshTargetCol *col = &rel->cols[rel->tenant_col];
+
+		appendStringInfo(sql, " AND %s OPERATOR(pg_catalog.=) $%d",
+						 quote_identifier(col->name), first);
+		if (types)
+			types[first - 1] = col->typid;
+		first++;
+	}
+	return first;
+}
+
+/* The predicate's parameter values from an image; returns their count. */
+int
+ash_key_values(AshApplyRel *rel, AshRowImage *img, Datum *values, char *nulls)
+{
+	int			n = 0;
+
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		int			c = rel->keys[k];
+
+		if (!img->present[c] || img->nulls[c])
+			ash_halt("source_replica_identity", "identity column %s of %s is NULL or not sent",
+					 quote_identifier(rel->cols[c].name), rel->target_name);
+		values[n] = img->values[c];
+		nulls[n++] = ' ';
+	}
+	if (ash_tenant_scoped(rel))
+	{
+		values[n] = img->values[rel->tenant_col];
+		nulls[n++] = img->nulls[rel->tenant_col] ? 'n' : ' ';
+	}
+	return n;
+}
+
 void
 ash_apply_count_missing_delete(AshApplyTarget *tgt)
 {

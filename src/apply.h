@@ -12,6 +12,7 @@
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 
 #include "change.h"
 #include "config.h"
@@ -164,6 +165,11 @@ extern bool ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char 
 
 /* SPI_prepare + SPI_keepplan, leaving the caller's memory context current. */
 extern SPIPlanPtr ash_spi_prepare_kept(const char *sql, int nargs, Oid *types);
+
+/* Identity (+ tenant) predicate and its parameter values, for strategies. */
+extern int	ash_append_key_predicate(StringInfo sql, AshApplyRel *rel, int first,
+									 Oid *types, bool with_tenant);
+extern int	ash_key_values(AshApplyRel *rel, AshRowImage *img, Datum *values, char *nulls);
 
 /* Are writes scoped by a tenant column that is not part of the identity? */
 extern bool ash_tenant_scoped(AshApplyRel *rel);

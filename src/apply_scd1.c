@@ -85,53 +85,12 @@ plans_of(AshApplyTarget *tgt)
 	return (Scd1Plans *) tgt->plans;
 }
 
-/* "WHERE k1 = $n AND ... [AND tenant = $m]"; returns the parameter count */
+/* " WHERE k1 = $n AND ... [AND tenant = $m]"; returns the parameter count */
 static int
 append_key_predicate(StringInfo sql, AshApplyRel *rel, int first_param, Oid *types)
 {
-	int			n = 0;
-
 	appendStringInfoString(sql, " WHERE ");
-	for (int k = 0; k < rel->nkeys; k++)
-	{
-		AshTargetCol *col = &rel->cols[rel->keys[k]];
-
-		if (k > 0)
-			appendStringInfoString(sql, " AND ");
-		appendStringInfo(sql, "%s OPERATOR(pg_catalog.=) $%d",
-						 quote_identifier(col->name), first_param + n);
-		types[first_param - 1 + n] = col->typid;
-		n++;
-	}
-	if (ash_tenant_scoped(rel))
-	{
-		AshTargetCol *col = &rel->cols[rel->tenant_col];
-
-		appendStringInfo(sql, " AND %s OPERATOR(pg_catalog.=) $%d",
-						 quote_identifier(col->name), first_param + n);
-		types[first_param - 1 + n] = col->typid;
-		n++;
-	}
-	return n;
-}
-
-/* Key (and tenant) parameter values from a key image. */
-static int
-key_values(AshApplyRel *rel, AshRowImage *key, Datum *values, char *nulls)
-{
-	int			n = 0;
-
-	for (int k = 0; k < rel->nkeys; k++)
-	{
-		values[n] = key->values[rel->keys[k]];
-		nulls[n++] = ' ';
-	}
-	if (ash_tenant_scoped(rel))
-	{
-		values[n] = key->values[rel->tenant_col];
-		nulls[n++] = key->nulls[rel->tenant_col] ? 'n' : ' ';
-	}
-	return n;
+	return ash_append_key_predicate(sql, rel, first_param, types, true) - first_param;
 }
 
 /* "INSERT INTO t AS t (cols) <source>": the plain insert */
@@ -691,7 +650,7 @@ scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 		nulls[i] = newrow->nulls[c] ? 'n' : ' ';
 		i++;
 	}
-	i += key_values(rel, key, values + i, nulls + i);
+	i += ash_key_values(rel, key, values + i, nulls + i);
 	nulls[i] = '\0';
 
 	n = ash_spi_execute(update_plan(rel, tgt, present), values, nulls, SPI_OK_UPDATE);
@@ -718,7 +677,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	uint64		n;
 	uint32		h = identity_hash(rel, key);
 
-	nparams = key_values(rel, key, values, nulls);
+	nparams = ash_key_values(rel, key, values, nulls);
 	if ((!ash_tenant_scoped(rel) || nulls[nparams - 1] == ' ') &&
 		target_commutes(tgt) && gather_begin(rel, tgt, h))
 	{

@@ -131,59 +131,6 @@ qcol(const char *name)
 	return quote_identifier(name);
 }
 
-/* "k1 = $n AND ..." over the business key; returns the next parameter */
-static int
-append_bk(StringInfo sql, AshApplyRel *rel, int first, Oid *types)
-{
-	for (int k = 0; k < rel->nkeys; k++)
-	{
-		AshTargetCol *col = &rel->cols[rel->keys[k]];
-
-		appendStringInfo(sql, "%s%s OPERATOR(pg_catalog.=) $%d", k ? " AND " : "",
-						 qcol(col->name), first);
-		if (types)
-			types[first - 1] = col->typid;
-		first++;
-	}
-	return first;
-}
-
-/* " AND tenant = $n" under attribute tenancy; returns the next parameter */
-static int
-append_tenant(StringInfo sql, AshApplyRel *rel, int first, Oid *types)
-{
-	if (!ash_tenant_scoped(rel))
-		return first;
-	appendStringInfo(sql, " AND %s OPERATOR(pg_catalog.=) $%d",
-					 qcol(rel->cols[rel->tenant_col].name), first);
-	types[first - 1] = rel->cols[rel->tenant_col].typid;
-	return first + 1;
-}
-
-/* Key (+ tenant) parameter values of an image. */
-static int
-key_values(AshApplyRel *rel, AshRowImage *img, Datum *values, char *nulls)
-{
-	int			n = 0;
-
-	for (int k = 0; k < rel->nkeys; k++)
-	{
-		int			c = rel->keys[k];
-
-		if (!img->present[c] || img->nulls[c])
-			ash_halt("source_replica_identity", "business key column %s of %s is NULL or not sent",
-					 qcol(rel->cols[c].name), rel->target_name);
-		values[n] = img->values[c];
-		nulls[n++] = ' ';
-	}
-	if (ash_tenant_scoped(rel))
-	{
-		values[n] = img->values[rel->tenant_col];
-		nulls[n++] = img->nulls[rel->tenant_col] ? 'n' : ' ';
-	}
-	return n;
-}
-
 static void
 append_returning(StringInfo sql, AshApplyRel *rel)
 {
@@ -213,8 +160,7 @@ close_plan(AshApplyRel *rel, AshApplyTarget *tgt, bool returning)
 
 	types = palloc(sizeof(Oid) * (rel->nkeys + 3));
 	initStringInfo(&where);
-	lsn_param = append_bk(&where, rel, 1, types);
-	lsn_param = append_tenant(&where, rel, lsn_param, types);
+	lsn_param = ash_append_key_predicate(&where, rel, 1, types, true);
 	st->nkeyparams = lsn_param - 1;
 	types[lsn_param - 1] = INT8OID;
 	types[lsn_param] = TIMESTAMPTZOID;
@@ -316,7 +262,7 @@ probe_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 		return st->probe;
 	types = palloc(sizeof(Oid) * (rel->nkeys + 2));
 	initStringInfo(&where);
-	next = append_bk(&where, rel, 1, types);
+	next = ash_append_key_predicate(&where, rel, 1, types, false);
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT %s, %s, xmin, ",
 					 qcol(m->history_valid_from_lsn_column), qcol(m->history_valid_to_lsn_column));
@@ -353,7 +299,7 @@ erase_plan(AshApplyRel *rel, AshApplyTarget *tgt, bool returning)
 	types = palloc(sizeof(Oid) * (rel->nkeys + 1));
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "DELETE FROM %s WHERE ", tgt->name);
-	next = append_bk(&sql, rel, 1, types);
+	next = ash_append_key_predicate(&sql, rel, 1, types, false);
 	appendStringInfo(&sql, " AND %s IS NULL AND %s OPERATOR(pg_catalog.=) $%d",
 					 qcol(m->history_valid_to_lsn_column),
 					 qcol(m->history_valid_from_lsn_column), next);
@@ -539,7 +485,7 @@ close_version(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowIma
 	int			n;
 	uint64		rows;
 
-	n = key_values(rel, key, values, nulls);
+	n = ash_key_values(rel, key, values, nulls);
 	window_values(values + n, nulls + n);
 	nulls[n + 2] = '\0';
 	rows = ash_spi_execute(plan, values, nulls, returning ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE);

@@ -48,9 +48,9 @@ ash_list_contains_str(List *l, const char *s)
 	return false;
 }
 
-/* text[] datum -> List of char * */
-static List *
-text_array_to_list(Datum d, bool isnull)
+/* text[] datum -> List of char * (NULL elements left out) */
+List *
+ash_text_array_to_list(Datum d, bool isnull)
 {
 	List	   *result = NIL;
 	Datum	   *elems;
@@ -78,7 +78,7 @@ get_text_list(HeapTuple tup, TupleDesc desc, const char *col)
 	bool		isnull;
 	Datum		d = get_datum(tup, desc, col, &isnull);
 
-	return text_array_to_list(d, isnull);
+	return ash_text_array_to_list(d, isnull);
 }
 
 static char *
@@ -286,7 +286,7 @@ ash_config_load(const char *sink_name)
 			/* (isnull must be read after get_datum set it) */
 			Datum		bk = get_datum(tup, desc, "history_business_key", &isnull);
 
-			m->history_business_key = text_array_to_list(bk, isnull);
+			m->history_business_key = ash_text_array_to_list(bk, isnull);
 		}
 		m->history_valid_from_lsn_column = get_text(tup, desc, "h_from_lsn");
 		m->history_valid_to_lsn_column = get_text(tup, desc, "h_to_lsn");

@@ -129,6 +129,9 @@ extern bool ash_config_is_ignored(AshPipelineConfig *cfg,
 /* Target column a source column maps to (after column_map), NULL if skipped. */
 extern const char *ash_mapping_target_column(AshMapping *m, const char *source_col);
 
+/* text[] datum -> List of char * (NULL elements left out) */
+extern List *ash_text_array_to_list(Datum d, bool isnull);
+
 extern bool ash_list_contains_str(List *l, const char *s);
 
 /* sink_kind = 'append_log'? */

@@ -51,8 +51,9 @@ name_in(const List *names, const char *name)
 	return false;
 }
 
-static void
-append_name(StringInfo buf, const char *name)
+/* Append a name to a ", "-separated list for a message. */
+void
+ash_append_name_list(StringInfo buf, const char *name)
 {
 	if (buf->len > 0)
 		appendStringInfoString(buf, ", ");
@@ -66,7 +67,7 @@ append_name_once(StringInfo buf, List **seen, const char *name)
 	if (name_in(*seen, name))
 		return;
 	*seen = lappend(*seen, (char *) name);
-	append_name(buf, name);
+	ash_append_name_list(buf, name);
 }
 
 static char *
@@ -318,9 +319,9 @@ judge_identity(const AshMapping *m, const List *business_key, const AshSourceTab
 				fed = i;
 		}
 		if (fed < 0)
-			append_name(&unfed, tname);
+			ash_append_name_list(&unfed, tname);
 		else if (!full && !src->cols[fed].in_identity)
-			append_name(&bad, src->cols[fed].name);
+			ash_append_name_list(&bad, src->cols[fed].name);
 	}
 	if (unfed.len > 0)
 		return fail(out, "source_replica_identity",
@@ -371,13 +372,13 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 		att = target_attribute(desc, tname);
 		if (att == NULL || att->attgenerated)
 		{
-			append_name(&unmapped, sc->name);
+			ash_append_name_list(&unmapped, sc->name);
 			continue;
 		}
 		if (name_in(m->encrypted, sc->name))
 			continue;			/* written as ciphertext */
 		if (!ash_coverage_types_compatible(sc->type_oid, sc->type_name, att->atttypid))
-			append_name(&badtype, sc->name);
+			ash_append_name_list(&badtype, sc->name);
 	}
 
 	/* 2: declared source columns the source does not send */

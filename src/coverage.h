@@ -66,6 +66,7 @@
 #ifndef ASH_COVERAGE_H
 #define ASH_COVERAGE_H
 
+#include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 
@@ -180,5 +181,8 @@ extern List *ash_target_identity_attnums(Relation target, const AshMapping *m);
  * callers that loaded mappings with ash_mapping_load_sink.
  */
 extern AshMapping *ash_coverage_mapping_from_spec(const struct AshMappingSpec *spec);
+
+/* Append a name to a ", "-separated list for a message. */
+extern void ash_append_name_list(StringInfo buf, const char *name);
 
 #endif							/* ASH_COVERAGE_H */

@@ -66,63 +66,17 @@ aes_256_gcm(void)
 #define STAGE_ENCRYPT	"encrypt"
 #define STAGE_DECRYPT	"decrypt"
 
-static void crypto_fail(int sqlerrcode, const char *stage, const char *reason,
-						const char *fmt,...) pg_attribute_printf(4, 5) pg_attribute_noreturn();
-
-/*
- * Raise a value-free refusal: a rejection in a backend, a halt in one of
- * the extension's background workers (a pipeline must stop with the
- * reason, not retry).
- */
-static void
-crypto_fail(int sqlerrcode, const char *stage, const char *reason,
-			const char *fmt,...)
-{
-	StringInfoData ctx;
-
-	initStringInfo(&ctx);
-	for (;;)
-	{
-		va_list		args;
-		int			needed;
-
-		va_start(args, fmt);
-		needed = appendStringInfoVA(&ctx, fmt, args);
-		va_end(args);
-		if (needed == 0)
-			break;
-		enlargeStringInfo(&ctx, needed);
-	}
-	if (ash_in_extension_worker())
-		ash_halt(reason, "%s", ctx.data);
-	ash_reject(sqlerrcode, stage, reason, "%s", ctx.data);
-}
-
-/* Append one always-quoted identifier part. */
-static void
-append_quoted(StringInfo buf, const char *part)
-{
-	appendStringInfoChar(buf, '"');
-	for (const char *p = part; *p; p++)
-	{
-		if (*p == '"')
-			appendStringInfoChar(buf, '"');
-		appendStringInfoChar(buf, *p);
-	}
-	appendStringInfoChar(buf, '"');
-}
-
 char *
 ash_crypto_binding(const char *schema, const char *table, const char *column)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	append_quoted(&buf, schema);
+	ash_append_quoted_name(&buf, schema);
 	appendStringInfoChar(&buf, '.');
-	append_quoted(&buf, table);
+	ash_append_quoted_name(&buf, table);
 	appendStringInfoChar(&buf, '.');
-	append_quoted(&buf, column);
+	ash_append_quoted_name(&buf, column);
 	return buf.data;
 }
 
@@ -245,13 +199,13 @@ ash_encrypt_column(const char *schema, const char *table, const char *column,
 	bool		ok;
 
 	if (len < 0 || (Size) len > MaxAllocSize - VARHDRSZ - ASH_CIPHER_OVERHEAD)
-		crypto_fail(ERRCODE_PROGRAM_LIMIT_EXCEEDED, STAGE_ENCRYPT, "ciphertext_invalid",
+		ash_refuse(ERRCODE_PROGRAM_LIMIT_EXCEEDED, STAGE_ENCRYPT, "ciphertext_invalid",
 					"value too long to encrypt for column %s",
 					ash_crypto_binding(schema, table, column));
 
 	key = ash_keyring_active(ASH_KEYS_COLUMN_ENCRYPTION);
 	if (key == NULL)
-		crypto_fail(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_ENCRYPT,
+		ash_refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_ENCRYPT,
 					"keyring_missing_family", "family %s has no key",
 					ASH_KEYS_COLUMN_ENCRYPTION);
 	if (key->len != ASH_KEY_AES256_BYTES)	/* the keyring guarantees it */
@@ -313,23 +267,23 @@ ash_decrypt_column(const char *schema, const char *table, const char *column,
 	Assert(!VARATT_IS_COMPRESSED(value) && !VARATT_IS_EXTERNAL(value));
 
 	if (inlen < 1)
-		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
 					"empty value for column %s", ash_crypto_binding(schema, table, column));
 	if (in[0] != ASH_CIPHER_FORMAT_V1)
-		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
 					"unknown ciphertext format for column %s",
 					ash_crypto_binding(schema, table, column));
 	if (inlen < ASH_CIPHER_OVERHEAD)
-		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
 					"truncated value for column %s", ash_crypto_binding(schema, table, column));
 	version = get_be32(in + 1);
 	if (version == 0 || version > PG_INT32_MAX)
-		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
 					"invalid key version in the value for column %s",
 					ash_crypto_binding(schema, table, column));
 	key = ash_keyring_get(ASH_KEYS_COLUMN_ENCRYPTION, (int) version);
 	if (key == NULL)
-		crypto_fail(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_DECRYPT,
+		ash_refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_DECRYPT,
 					"keyring_version_missing", "family %s has no version %u",
 					ASH_KEYS_COLUMN_ENCRYPTION, version);
 	if (key->len != ASH_KEY_AES256_BYTES)	/* the keyring guarantees it */
@@ -368,7 +322,7 @@ ash_decrypt_column(const char *schema, const char *table, const char *column,
 			ereport(ERROR,
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("ash_replicant: decryption failed in OpenSSL")));
-		crypto_fail(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
+		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
 					"authentication failed: the value was altered or does not belong to column %s",
 					ash_crypto_binding(schema, table, column));
 	}

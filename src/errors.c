@@ -8,6 +8,8 @@
 #include "postgres.h"
 
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
 
 #include "errors.h"
 
@@ -219,4 +221,57 @@ ash_reject(int sqlerrcode, const char *stage, const char *reason,
 				(errcode(sqlerrcode),
 				 errmsg("ash_replicant: %s rejected: %s", stage, reason)));
 	pg_unreachable();
+}
+
+bool
+ash_in_extension_worker(void)
+{
+	return IsBackgroundWorker && MyBgworkerEntry != NULL &&
+		strcmp(MyBgworkerEntry->bgw_library_name, "ash_replicant") == 0;
+}
+
+void
+ash_refuse(int sqlerrcode, const char *stage, const char *reason, const char *ctxfmt,...)
+{
+	StringInfoData ctx;
+
+	initStringInfo(&ctx);
+	for (;;)
+	{
+		va_list		args;
+		int			needed;
+
+		va_start(args, ctxfmt);
+		needed = appendStringInfoVA(&ctx, ctxfmt, args);
+		va_end(args);
+		if (needed == 0)
+			break;
+		enlargeStringInfo(&ctx, needed);
+	}
+	if (ash_in_extension_worker())
+		ash_halt(reason, "%s", ctx.data);
+	ash_reject(sqlerrcode, stage, reason, "%s", ctx.data);
+}
+
+void
+ash_append_quoted_name(StringInfo buf, const char *name)
+{
+	appendStringInfoChar(buf, '"');
+	for (const char *p = name; *p; p++)
+	{
+		if (*p == '"')
+			appendStringInfoChar(buf, '"');
+		appendStringInfoChar(buf, *p);
+	}
+	appendStringInfoChar(buf, '"');
+}
+
+char *
+ash_quoted_name(const char *name)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	ash_append_quoted_name(&buf, name);
+	return buf.data;
 }

@@ -17,6 +17,8 @@
 #ifndef ASH_ERRORS_H
 #define ASH_ERRORS_H
 
+#include "lib/stringinfo.h"
+
 /* Classes of reason codes, as reported by ash_replicant_status(). */
 typedef enum AshReasonClass
 {
@@ -47,5 +49,23 @@ extern void ash_reject(int sqlerrcode, const char *stage, const char *reason,
  */
 extern const char *ash_pending_halt;
 extern void ash_halt(const char *reason, const char *ctxfmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
+
+/*
+ * A name always double-quoted, embedded quotes doubled (messages, and the
+ * binding of a ciphertext): unlike quote_identifier, the same for every name.
+ */
+extern void ash_append_quoted_name(StringInfo buf, const char *name);
+extern char *ash_quoted_name(const char *name);
+
+/* Is this one of the extension's own background workers? */
+extern bool ash_in_extension_worker(void);
+
+/*
+ * A refusal raised where the caller may run in a backend or in a pipeline:
+ * a halt in the extension's workers (a pipeline must stop with the reason,
+ * not retry), a rejection (ash_reject) elsewhere.  Context structural only.
+ */
+extern void ash_refuse(int sqlerrcode, const char *stage, const char *reason,
+					   const char *ctxfmt,...) pg_attribute_printf(4, 5) pg_attribute_noreturn();
 
 #endif							/* ASH_ERRORS_H */

@@ -104,38 +104,9 @@ static struct stat loaded_stat;
  * ---------------------------------------------------------------------
  */
 
-static void keyring_fail(const char *fmt,...) pg_attribute_printf(1, 2) pg_attribute_noreturn();
-
-bool
-ash_in_extension_worker(void)
-{
-	return IsBackgroundWorker && MyBgworkerEntry != NULL &&
-		strcmp(MyBgworkerEntry->bgw_library_name, "ash_replicant") == 0;
-}
-
 /* Raise keyring_invalid with a structural context (never line text). */
-static void
-keyring_fail(const char *fmt,...)
-{
-	StringInfoData ctx;
-
-	initStringInfo(&ctx);
-	for (;;)
-	{
-		va_list		args;
-		int			needed;
-
-		va_start(args, fmt);
-		needed = appendStringInfoVA(&ctx, fmt, args);
-		va_end(args);
-		if (needed == 0)
-			break;
-		enlargeStringInfo(&ctx, needed);
-	}
-	if (ash_in_extension_worker())
-		ash_halt("keyring_invalid", "%s", ctx.data);
-	ash_reject(ERRCODE_CONFIG_FILE_ERROR, "keyring", "keyring_invalid", "%s", ctx.data);
-}
+#define keyring_fail(...) \
+	ash_refuse(ERRCODE_CONFIG_FILE_ERROR, "keyring", "keyring_invalid", __VA_ARGS__)
 
 /* ---------------------------------------------------------------------
  * Keyring storage.

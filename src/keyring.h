@@ -74,6 +74,5 @@ extern int	ash_keyring_versions(const char *family, int32 **versions);
  * Whether this process is one of the extension's background workers (where
  * keyring and crypto refusals are raised as pipeline halts).
  */
-extern bool ash_in_extension_worker(void);
 
 #endif							/* ASH_KEYRING_H */

@@ -61,7 +61,7 @@
 
 #define MAPPING_STAGE "mapping"
 
-#define qname(n) ash_mapping_qname(n)
+#define qname(n) ash_quoted_name(n)
 
 #define REJECT(reason, ...) \
 	ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, MAPPING_STAGE, (reason), __VA_ARGS__)
@@ -102,24 +102,6 @@ typedef struct ValidateCtx
  * Small helpers
  * ------------------------------------------------------------------------
  */
-
-/* Always-quoted identifier for messages: "name", embedded quotes doubled. */
-char *
-ash_mapping_qname(const char *name)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '"');
-	for (const char *p = name; *p; p++)
-	{
-		if (*p == '"')
-			appendStringInfoChar(&buf, '"');
-		appendStringInfoChar(&buf, *p);
-	}
-	appendStringInfoChar(&buf, '"');
-	return buf.data;
-}
 
 char *
 ash_mapping_qualified_relname(Oid relid)

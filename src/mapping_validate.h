@@ -149,7 +149,6 @@ typedef struct AshMappingSpec
  * ("pan", "Unit Price", "a""b"); a relation as "schema"."table" or
  * "relation with OID n" when it no longer exists.
  */
-extern char *ash_mapping_qname(const char *name);
 extern char *ash_mapping_qualified_relname(Oid relid);
 
 /* Default structural column name of an append axis. */

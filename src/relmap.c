@@ -263,14 +263,6 @@ types_compatible(uint32 remote_oid, Oid target_oid)
 	return ash_coverage_types_compatible(remote_oid, rt ? rt->typname : NULL, target_oid);
 }
 
-static void
-append_name(StringInfo buf, const char *name)
-{
-	if (buf->len > 0)
-		appendStringInfoString(buf, ", ");
-	appendStringInfoString(buf, quote_identifier(name));
-}
-
 /* Judge a re-described relation against what it was resolved with. */
 static void
 judge_schema_change(AshApplyRel *rel)
@@ -297,7 +289,7 @@ judge_schema_change(AshApplyRel *rel)
 			}
 		}
 		if (!still && ash_mapping_target_column(map, rel->prev_names[p]) != NULL)
-			append_name(&dropped, rel->prev_names[p]);
+			ash_append_name_list(&dropped, rel->prev_names[p]);
 	}
 	if (dropped.len > 0 && strcmp(map->on_schema_change, "ignore") != 0)
 		ash_halt("source_column_missing", "table %s.%s dropped mapped columns: %s",
@@ -669,13 +661,13 @@ ash_relmap_resolve(AshApplyRel *rel)
 		}
 		if (attnum == InvalidAttrNumber)
 		{
-			append_name(&unmapped, rc->name);
+			ash_append_name_list(&unmapped, rc->name);
 			continue;
 		}
 		att = TupleDescAttr(desc, attnum - 1);
 		if (att->attgenerated)
 		{
-			append_name(&unmapped, rc->name);
+			ash_append_name_list(&unmapped, rc->name);
 			continue;
 		}
 		if (ash_list_contains_str(map->encrypted, rc->name))
@@ -683,13 +675,13 @@ ash_relmap_resolve(AshApplyRel *rel)
 			/* any source type: its text form is sealed into bytea */
 			if (att->atttypid != BYTEAOID)
 			{
-				append_name(&badtype, rc->name);
+				ash_append_name_list(&badtype, rc->name);
 				continue;
 			}
 		}
 		else if (!types_compatible(rc->type_oid, att->atttypid))
 		{
-			append_name(&badtype, rc->name);
+			ash_append_name_list(&badtype, rc->name);
 			continue;
 		}
 		tc = &rel->cols[ncols++];
@@ -730,7 +722,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 		for (int i = 0; i < rel->remote.natts && !found; i++)
 			found = strcmp(rel->remote.cols[i].name, r->source) == 0;
 		if (!found)
-			append_name(&missing, r->source);
+			ash_append_name_list(&missing, r->source);
 	}
 	foreach(lc, map->skip)
 	{
@@ -740,7 +732,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 		for (int i = 0; i < rel->remote.natts && !found; i++)
 			found = strcmp(rel->remote.cols[i].name, s) == 0;
 		if (!found)
-			append_name(&missing, s);
+			ash_append_name_list(&missing, s);
 	}
 	MemoryContextSwitchTo(old);
 

@@ -20,46 +20,7 @@
 
 #include "change.h"
 #include "decode_pgoutput.h"
-
-static void **arena;
-static size_t arena_n;
-static size_t arena_cap;
-
-void *
-palloc(Size size)
-{
-	void	   *p;
-
-	if (arena_n == arena_cap)
-	{
-		arena_cap = arena_cap ? arena_cap * 2 : 256;
-		arena = realloc(arena, arena_cap * sizeof(void *));
-		if (arena == NULL)
-			abort();
-	}
-	p = malloc(size > 0 ? size : 1);
-	if (p == NULL)
-		abort();
-	arena[arena_n++] = p;
-	return p;
-}
-
-void *
-palloc0(Size size)
-{
-	void	   *p = palloc(size);
-
-	memset(p, 0, size);
-	return p;
-}
-
-static void
-arena_reset(void)
-{
-	for (size_t i = 0; i < arena_n; i++)
-		free(arena[i]);
-	arena_n = 0;
-}
+#include "palloc_arena.h"
 
 static volatile size_t sink;
 

@@ -32,57 +32,12 @@
 
 #include "change.h"
 #include "decode_pgoutput.h"
+#include "palloc_arena.h"
 
 /* ----------------------------------------------------------------
- * Arena standing in for CurrentMemoryContext.
+ * Allocation bound (the arena is test/common/palloc_arena.c).
  * ----------------------------------------------------------------
  */
-static void **arena_ptrs;
-static size_t arena_n;
-static size_t arena_cap;
-static size_t arena_bytes;
-
-void *
-palloc(Size size)
-{
-	void	   *p;
-
-	if (arena_n == arena_cap)
-	{
-		arena_cap = arena_cap ? arena_cap * 2 : 1024;
-		arena_ptrs = realloc(arena_ptrs, arena_cap * sizeof(void *));
-		if (arena_ptrs == NULL)
-			abort();
-	}
-	/* one malloc per chunk: the sanitizer sees the exact bounds */
-	p = malloc(size > 0 ? size : 1);
-	if (p == NULL)
-		abort();
-	arena_ptrs[arena_n++] = p;
-	arena_bytes += size;
-	return p;
-}
-
-void *
-palloc0(Size size)
-{
-	void	   *p = palloc(size);
-
-	memset(p, 0, size);
-	return p;
-}
-
-static void
-arena_reset(void)
-{
-	size_t		i;
-
-	for (i = 0; i < arena_n; i++)
-		free(arena_ptrs[i]);
-	arena_n = 0;
-	arena_bytes = 0;
-}
-
 /* Allocation allowed for one message of len bytes. */
 static bool
 alloc_within_bound(int len)
@@ -2268,8 +2223,7 @@ main(int argc, char **argv)
 	   "errors come from a small set of %d static, value-free strings",
 	   n_seen_errors);
 
-	arena_reset();
-	free(arena_ptrs);
+	arena_free();
 	printf("1..%d\n", tap_count);
 	if (tap_failed > 0)
 		diag("%d of %d tests failed", tap_failed, tap_count);
