@@ -245,7 +245,14 @@ reconcile(EnabledPipeline *pipes, int npipes)
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
-		if (workers[i].handle != NULL && worker_gone(i))
+		/*
+		 * A worker that detached (its exit callback marks the slot EXITED)
+		 * is settled now, even before the postmaster has reaped it:
+		 * otherwise the second pass would see an exited slot and restart a
+		 * worker that was terminated, instead of recording owner_lost.
+		 */
+		if (workers[i].handle != NULL &&
+			(slot->state == ASH_SLOT_EXITED || worker_gone(i)))
 		{
 			/*
 			 * The worker vanished.  If it did not say it left on purpose it
