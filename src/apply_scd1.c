@@ -93,6 +93,21 @@ append_key_predicate(StringInfo sql, AshApplyRel *rel, int first_param, Oid *typ
 	return ash_append_key_predicate(sql, rel, first_param, types, true) - first_param;
 }
 
+/*
+ * "SELECT unnest($1) AS c1, ..., unnest($n) AS cn": the rows of n
+ * equal-length arrays.  Set-returning functions in the target list run in
+ * lockstep, one row per call; in FROM (ROWS FROM) each would first be
+ * materialised in a tuplestore, a seventh of the apply time of a wide
+ * insert run.
+ */
+static void
+append_unnest_select(StringInfo sql, int n)
+{
+	appendStringInfoString(sql, "SELECT ");
+	for (int i = 0; i < n; i++)
+		appendStringInfo(sql, "%spg_catalog.unnest($%d) AS c%d", i ? ", " : "", i + 1, i + 1);
+}
+
 /* "INSERT INTO t AS t (cols) <source>": the plain insert */
 static void
 build_insert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
@@ -100,16 +115,22 @@ build_insert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
 	appendStringInfo(sql, "INSERT INTO %s AS t (", tgt->name);
 	for (int c = 0; c < rel->ncols; c++)
 		appendStringInfo(sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
-	appendStringInfoString(sql, many ? ") SELECT * FROM ROWS FROM (" : ") VALUES (");
+	appendStringInfoString(sql, ") ");
+	if (many)
+	{
+		append_unnest_select(sql, rel->ncols);
+		return;
+	}
+	appendStringInfoString(sql, "VALUES (");
 	for (int c = 0; c < rel->ncols; c++)
-		appendStringInfo(sql, many ? "%spg_catalog.unnest($%d)" : "%s$%d", c ? ", " : "", c + 1);
+		appendStringInfo(sql, "%s$%d", c ? ", " : "", c + 1);
 	appendStringInfoChar(sql, ')');
 }
 
 /*
  * "INSERT INTO t AS t (cols) <source> ON CONFLICT (identity) DO UPDATE SET
  * ... [WHERE t.tenant = EXCLUDED.tenant]"; source is "VALUES ($1, ...)" or
- * the multi-row "SELECT * FROM ROWS FROM (unnest($1), ...)".  Returns
+ * the multi-row "SELECT unnest($1), ...".  Returns
  * whether the statement checks the tenant (affects no row on a conflict
  * with another tenant).
  */
@@ -182,7 +203,7 @@ nulls_of(AshApplyRel *rel, AshRowImage *img)
  * Gathered writes.
  *
  * Consecutive writes to one target are gathered and written by multi-row
- * statements: inserts as one INSERT ... SELECT FROM ROWS FROM (unnest ...)
+ * statements: inserts as one INSERT ... SELECT unnest($1), ...
  * per run.  Every gathered write touches a different identity (a write to
  * an identity already gathered flushes first), so writes of one run touch
  * different rows.  On a target where rows cannot observe each other --
@@ -352,7 +373,7 @@ upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 
 /*
  * "DELETE FROM t WHERE k = ANY ($1)", or for several identity columns (or
- * a tenant) "DELETE FROM t USING ROWS FROM (unnest($1), ...) AS u(...)
+ * a tenant) "DELETE FROM t USING (SELECT unnest($1) AS c1, ...) AS u
  * WHERE t.k1 = u.c1 AND ...".  The identities are distinct, so each row
  * matches at most one.
  */
@@ -377,13 +398,9 @@ delete_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 						 quote_identifier(rel->cols[rel->keys[0]].name));
 	else
 	{
-		appendStringInfoString(&sql, " USING ROWS FROM (");
-		for (int i = 0; i < n; i++)
-			appendStringInfo(&sql, "%spg_catalog.unnest($%d)", i ? ", " : "", i + 1);
-		appendStringInfoString(&sql, ") AS u(");
-		for (int i = 0; i < n; i++)
-			appendStringInfo(&sql, "%sc%d", i ? ", " : "", i + 1);
-		appendStringInfoString(&sql, ") WHERE ");
+		appendStringInfoString(&sql, " USING (");
+		append_unnest_select(&sql, n);
+		appendStringInfoString(&sql, ") AS u WHERE ");
 		for (int i = 0; i < n; i++)
 		{
 			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;

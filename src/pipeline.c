@@ -507,13 +507,16 @@ run_census_if_due(void)
 /*
  * After a source COMMIT: is another transaction about to join the batch?
  * Yes when a message is already received.  Otherwise, while the source is
- * streaming a backlog (the last batch held several transactions, and each
- * wait since paid off), wait up to BATCH_LINGER_MS for it: closing a batch per
- * transaction costs a commit, a checkpoint write and a statement per
- * target, so a consumer that is slightly faster than the source would
- * otherwise spend more per transaction than one that is behind.  A quiet
- * source never waits: its batches hold one transaction, and the first wait
- * that finds nothing stops the waiting.
+ * streaming a backlog (the last batch held several transactions), sleep
+ * BATCH_LINGER_MS and look again: closing a batch per transaction costs a
+ * commit, a checkpoint write and a statement per target, so a consumer
+ * slightly faster than the source would otherwise spend more per
+ * transaction than one that is behind.  The sleep does not watch the
+ * socket: waking on every arriving message of a stream of tiny
+ * transactions cost half the worker's time, while one read after the
+ * sleep takes everything that arrived.  A quiet source never waits: its
+ * batches hold one transaction, and the first look that finds nothing
+ * stops the lingering.
  */
 #define BATCH_LINGER_MS 1
 
@@ -524,9 +527,15 @@ more_coming(void)
 {
 	if (ash_stream_more_buffered(&stream))
 		return true;
-	if (stream_busy && ash_stream_wait(&stream, BATCH_LINGER_MS) &&
-		ash_stream_more_buffered(&stream))
-		return true;
+	if (stream_busy)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 BATCH_LINGER_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ash_stream_more_buffered(&stream))
+			return true;
+	}
 	stream_busy = false;
 	return false;
 }

