@@ -424,14 +424,17 @@ def memdump_extract(logpos, pid, tag):
     return out
 
 
-def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, profile_tag=None, memdump_tag=None):
-    """Start a contender and wait for the marker row.  Returns (seconds, pid, mem)."""
+def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, profile_tag=None, memdump_tag=None,
+                src=None, slot=None):
+    """Start a contender and wait for the marker row.  Returns (seconds, pid, mem, anon, profile);
+    mem["sender_cpu_s"] is the CPU of the source walsender serving `slot` (when src and slot are given)."""
     timeout = timeout or (120 + 1500 * SCALE)
     logpos = os.path.getsize(os.path.join(BASE, "dest.log"))
     dumped = False
     t0 = time.monotonic()
     start()
     pid, mem, anon_max, perf = None, None, 0, None
+    sender, sender_cpu = None, None
     next_check = t0 + 0.5
     while True:
         now = time.monotonic()
@@ -442,6 +445,12 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
             pid = pid_of()
             if pid and profile_tag:
                 perf = Perf(pid, profile_tag)
+        if slot and sender is None:
+            sender = q1(src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        if sender:
+            sst = proc_status(sender)
+            if sst:
+                sender_cpu = sst["cpu_s"]
         if pid:
             st = proc_status(pid)
             if st:
@@ -462,6 +471,10 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
     if st:
         mem = st
         anon_max = max(anon_max, st.get("RssAnon", 0))
+    if sender and proc_status(sender):
+        sender_cpu = proc_status(sender)["cpu_s"]
+    if mem is not None:
+        mem["sender_cpu_s"] = sender_cpu
     prof = perf.stop() if perf else None
     if dumped:
         time.sleep(0.5)
@@ -571,7 +584,8 @@ class Ash(Contender):
 
         tag = "ash-%s" % w.name if PROFILE else None
         secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, check, profile_tag=tag,
-                                                 memdump_tag="ash-%s-%d" % (w.name, self.rep))
+                                                 memdump_tag="ash-%s-%d" % (w.name, self.rep),
+                                                 src=src, slot=self.slot)
         stats = q(dst, "SELECT applied_transactions, applied_changes, batches, applied_lsn::text"
                        " FROM ash_replicant.stat_pipelines WHERE sink_name = %s", (self.slot,))
         ck = q(dst, "SELECT commit_lsn::text, end_lsn::text FROM ash_replicant.checkpoints WHERE slot_name = %s",
@@ -643,7 +657,8 @@ class Native(Contender):
             return q1(dst, "SELECT pid FROM pg_stat_subscription WHERE subname = %s AND relid IS NULL", (self.sub,))
 
         tag = "native-%s" % w.name if PROFILE else None
-        secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, profile_tag=tag)
+        secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, profile_tag=tag,
+                                                 src=src, slot=self.slot)
         return {"seconds": secs, "pid": pid, "mem": mem, "peak_anon_kb": anon, "profile": prof}
 
     def cleanup(self, src, dst):
@@ -703,7 +718,7 @@ class Pglogical(Contender):
             pids = [p for p in self.apply_pids() if p not in before]
             return pids[0] if pids else None
 
-        secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of)
+        secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, src=src, slot=self.real_slot)
         return {"seconds": secs, "pid": pid, "mem": mem, "peak_anon_kb": anon, "pglogical_slot": self.real_slot}
 
     @staticmethod
@@ -856,6 +871,8 @@ def run_workload(w, rep):
                 # CPU the apply process used (start-up included): steadier than
                 # wall-clock seconds on a loaded machine
                 r["apply_cpu_s"] = mem.get("cpu_s")
+                # CPU of the source walsender decoding and sending for this contender
+                r["sender_cpu_s"] = mem.get("sender_cpu_s")
                 r["rows_per_s"] = w.rows / m["seconds"]
                 if c.name == "ceiling":
                     r["status"] = "ok"
@@ -880,8 +897,9 @@ def run_workload(w, rep):
             log("  cleanup %s: %s" % (c.label(), e))
         src, dst = alive(src, SRC_PORT), alive(dst, DST_PORT)
         results.append(r)
-        log("  %-18s %s" % (c.label(), ("%.2fs  %.0f rows/s  cpu %s s  VmHWM %s kB  anon %s kB  %s" % (
-            r["seconds"], r["rows_per_s"], r.get("apply_cpu_s"), r.get("peak_rss_kb"), r.get("peak_anon_kb"), r["status"]))
+        log("  %-18s %s" % (c.label(), ("%.2fs  %.0f rows/s  cpu %s s  sender cpu %s s  VmHWM %s kB  anon %s kB  %s" % (
+            r["seconds"], r["rows_per_s"], r.get("apply_cpu_s"), r.get("sender_cpu_s"), r.get("peak_rss_kb"),
+            r.get("peak_anon_kb"), r["status"]))
             if "seconds" in r else "%s: %s" % (r["status"], r.get("note"))))
 
     ok = lambda name: [x for x in results if x["contender"] == name and x["status"] == "ok"]
@@ -927,14 +945,14 @@ def fmt_summary(rows):
         if k not in keys:
             keys.append(k)
     hdr = ["workload", "contender", "runs ok", "median s", "spread", "rows/s", "vs native", "vs ceiling",
-           "cpu s", "VmHWM MB", "anon MB", "status"]
+           "cpu s", "sender cpu s", "VmHWM MB", "anon MB", "status"]
     lines = []
     for k in keys:
         rs = [r for r in rows if (r["workload"], r["contender"], r.get("variant")) == k]
         ok = [r for r in rs if r["status"] == "ok"]
         name = k[1] + ("(%s)" % k[2] if k[2] else "")
         if not ok:
-            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-",
+            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-", "-",
                           rs[0]["status"] + ((": " + short_note(rs[0]["note"])) if rs[0].get("note") else "")])
             continue
         secs = [r["seconds"] for r in ok]
@@ -944,11 +962,12 @@ def fmt_summary(rows):
         hwm = [r["peak_rss_kb"] for r in ok if r.get("peak_rss_kb")]
         anon = [r["peak_anon_kb"] for r in ok if r.get("peak_anon_kb")]
         cpu = [r["apply_cpu_s"] for r in ok if r.get("apply_cpu_s") is not None]
+        scpu = [r["sender_cpu_s"] for r in ok if r.get("sender_cpu_s") is not None]
         lines.append([k[0], name, "%d/%d" % (len(ok), len(rs)), "%.2f" % med,
                       "%.0f%%" % (100 * (max(secs) - min(secs)) / med) if len(secs) > 1 else "-",
                       "%.0f" % (ok[0]["changes"] / med),
                       "%.2f" % median(vn) if vn else "-", "%.2f" % median(vc) if vc else "-",
-                      "%.2f" % median(cpu) if cpu else "-",
+                      "%.2f" % median(cpu) if cpu else "-", "%.2f" % median(scpu) if scpu else "-",
                       "%.0f" % (max(hwm) / 1024) if hwm else "-", "%.1f" % (max(anon) / 1024) if anon else "-",
                       "ok" if len(ok) == len(rs) else "some runs: " + ", ".join(sorted(set(r["status"] for r in rs if r["status"] != "ok")))])
     return table(hdr, lines)
@@ -965,13 +984,14 @@ def table(hdr, lines):
 
 def fmt_table(rows):
     hdr = ["workload", "contender", "rep", "changes", "seconds", "rows/s", "vs native", "vs ceiling",
-           "cpu s", "VmHWM MB", "anon MB", "status"]
+           "cpu s", "sender cpu s", "VmHWM MB", "anon MB", "status"]
     lines = []
     for r in rows:
         f = lambda k, fmt: (fmt % r[k]) if r.get(k) is not None else "-"
         lines.append([r["workload"], r["contender"] + ("(%s)" % r["variant"] if r.get("variant") else ""),
                       str(r["rep"]), str(r["changes"]), f("seconds", "%.2f"), f("rows_per_s", "%.0f"),
                       f("vs_native", "%.2f"), f("vs_ceiling", "%.2f"), f("apply_cpu_s", "%.2f"),
+                      f("sender_cpu_s", "%.2f"),
                       ("%.0f" % (r["peak_rss_kb"] / 1024)) if r.get("peak_rss_kb") else "-",
                       ("%.1f" % (r["peak_anon_kb"] / 1024)) if r.get("peak_anon_kb") else "-",
                       r["status"] + ((": " + short_note(r["note"])) if r.get("note") else "")])

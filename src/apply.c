@@ -184,15 +184,22 @@ ash_apply_batch_pending(void)
 /*
  * A batch also closes after BATCH_MAX_CHANGES applied changes (at the next
  * transaction boundary), so a backlog does not become one huge destination
- * transaction that a fault would throw away whole.
+ * transaction that a fault would throw away whole; and once it has been open
+ * BATCH_MAX_MS, so a source that commits steadily (each transaction arriving
+ * within the linger of the last) sees its rows within that time rather than
+ * after batch_max_transactions of them.
  */
 #define BATCH_MAX_CHANGES 20000
+#define BATCH_MAX_MS 100
+
+static TimestampTz batch_started;
 
 bool
 ash_apply_batch_full(void)
 {
 	return batch_xacts >= apply_cfg->batch_max_transactions ||
-		batch_changes >= BATCH_MAX_CHANGES;
+		batch_changes >= BATCH_MAX_CHANGES ||
+		TimestampDifferenceExceeds(batch_started, GetCurrentTimestamp(), BATCH_MAX_MS);
 }
 
 static void
@@ -202,6 +209,7 @@ begin_batch(void)
 
 	Assert(!batch_open);
 	SetCurrentStatementStartTimestamp();
+	batch_started = GetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

@@ -13,6 +13,11 @@
 #  mix    a seeded random mix of every operation, on a target whose rows
 #         commute (deletes and updates gathered) and on one with a trigger
 #         (row by row): both mirrors equal the source.  Seed: ASH_SEED.
+#  pace   a batch is closed after 100 ms even when the next transaction is
+#         always already there: 3000 single-row transactions into a target
+#         whose row trigger takes 0.2 ms (apply is slower than the source, so
+#         a next transaction is always received), batch_max_transactions far
+#         above it: without the time limit one batch, with it at least 3.
 #  priv   writes are the sink owner's: a deferred multi-row insert into a
 #         table the owner lost INSERT on fails (42501) and halts apply_failed,
 #         nothing of it committed, checkpoint unchanged; granted again and
@@ -151,6 +156,42 @@ AshTest::wait_caught_up($src, $dst, 'mix');
 AshTest::assert_mirror_equal($src, $dst, [ 'mixc', 'mixt' ], name => 'mix: gathered and row-by-row mirrors equal the source');
 is(AshTest::status_row($dst, 'mix')->{state}, 'healthy', 'mix: healthy');
 note "mix: mixt trigger events " . $dst->safe_psql('postgres', 'SELECT count(*) FROM mixt_audit');
+
+# --- pace -------------------------------------------------------------------
+AshTest::both($src, $dst, 'CREATE TABLE pace (id integer PRIMARY KEY, at timestamptz)');
+$dst->safe_psql('postgres', q{
+CREATE FUNCTION pace_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(0.0002); RETURN NEW; END $$;
+CREATE TRIGGER pace_slow BEFORE INSERT ON pace FOR EACH ROW EXECUTE FUNCTION pace_slow();
+ALTER TABLE pace ENABLE ALWAYS TRIGGER pace_slow;
+});
+$src->safe_psql('postgres', q{
+CREATE PUBLICATION pub_pace FOR TABLE pace;
+CREATE PROCEDURE pace(n integer) LANGUAGE plpgsql AS $$
+BEGIN
+	FOR i IN 1 .. n LOOP
+		INSERT INTO pace VALUES (i, clock_timestamp());
+		COMMIT;
+	END LOOP;
+END $$;
+});
+AshTest::setup_pipeline($src, $dst, sink => 'pace', publication => 'pub_pace', maps => [ ['pace'] ],
+	batch_max_transactions => 1000000);
+AshTest::wait_caught_up($src, $dst, 'pace');
+AshTest::stop_sink($dst, 'pace');
+AshTest::poll($dst,
+	"SELECT count(*) FROM ash_replicant_status('pace') WHERE state = 'not_started' AND worker_pid IS NULL", '1');
+$src->safe_psql('postgres', 'CALL pace(3000)');
+my $pbefore = AshTest::stat_row($dst, 'pace');
+my $t0 = time();
+AshTest::start_sink($dst, 'pace');
+AshTest::wait_caught_up($src, $dst, 'pace');
+my $took = time() - $t0;
+AshTest::assert_mirror_equal($src, $dst, ['pace'], name => 'pace: mirror equals source');
+my $pafter = AshTest::stat_row($dst, 'pace');
+my $pbatches = $pafter->{batches} - ($pbefore->{batches} // 0);
+note "pace: a backlog of 3000 transactions applied in $pbatches batches (about $took s)";
+cmp_ok($pbatches, '>=', 3, 'pace: batches close after 100 ms, not only when no transaction is waiting');
 
 # --- priv -------------------------------------------------------------------
 AshTest::setup_pipeline($src, $dst, sink => 'priv', publication => 'pub_priv', maps => [ ['priv'] ],
