@@ -217,6 +217,48 @@ nulls_of(AshApplyRel *rel, AshRowImage *img)
  */
 #define GATHER_MAX_ROWS 1000
 
+/*
+ * One column of a run: its values, copied into the run's context, become
+ * one array parameter at the flush (built once; accumulating an array
+ * element by element cost twice as much).
+ */
+typedef struct GatherCol
+{
+	Oid			typid;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Datum	   *values;
+	bool	   *nulls;
+} GatherCol;
+
+static void
+gcol_init(GatherCol *g, Oid typid)
+{
+	g->typid = typid;
+	get_typlenbyvalalign(typid, &g->typlen, &g->typbyval, &g->typalign);
+	g->values = palloc(sizeof(Datum) * GATHER_MAX_ROWS);
+	g->nulls = palloc(sizeof(bool) * GATHER_MAX_ROWS);
+}
+
+/* in the run's memory context */
+static void
+gcol_put(GatherCol *g, int i, Datum value, bool isnull)
+{
+	Assert(i < GATHER_MAX_ROWS);
+	g->nulls[i] = isnull;
+	g->values[i] = isnull || g->typbyval ? value : datumCopy(value, false, g->typlen);
+}
+
+static Datum
+gcol_array(GatherCol *g, int n)
+{
+	int			lb = 1;
+
+	return PointerGetDatum(construct_md_array(g->values, g->nulls, 1, &n, &lb, g->typid,
+											  g->typlen, g->typbyval, g->typalign));
+}
+
 typedef struct Gathered
 {
 	AshApplyRel *rel;			/* NULL when empty */
@@ -224,9 +266,9 @@ typedef struct Gathered
 	int			nrows;			/* upserted rows */
 	bool		has_updates;	/* some rows exist already: skip the plain
 								 * INSERT attempt */
-	ArrayBuildState **cols;
+	GatherCol  *cols;
 	int			ndeletes;
-	ArrayBuildState **dkeys;	/* identity (+ tenant) values of deletes */
+	GatherCol  *dkeys;			/* identity (+ tenant) values of deletes */
 	uint32	   *key_hashes;		/* open-addressing set of identity hashes */
 	XLogRecPtr	first_commit_lsn;	/* source transaction of the first write */
 	TransactionId first_xid;
@@ -462,7 +504,7 @@ scd1_flush(void)
 		Datum	   *keys = palloc(sizeof(Datum) * nk);
 
 		for (int i = 0; i < nk; i++)
-			keys[i] = makeArrayResult(gbuf.dkeys[i], CurrentMemoryContext);
+			keys[i] = gcol_array(&gbuf.dkeys[i], ndeletes);
 		ash_apply_errctx.command = "delete";
 		n = ash_spi_execute(delete_many_plan(rel, tgt), keys, NULL, SPI_OK_DELETE);
 		if (n > ndeletes)
@@ -477,7 +519,7 @@ scd1_flush(void)
 		bool		inserted = false;
 
 		for (int c = 0; c < rel->ncols; c++)
-			values[c] = makeArrayResult(gbuf.cols[c], CurrentMemoryContext);
+			values[c] = gcol_array(&gbuf.cols[c], nrows);
 		ash_apply_errctx.command = gbuf.has_updates ? "update" : "insert";
 		if (st->optimism_paused > 0)
 			st->optimism_paused--;
@@ -529,9 +571,9 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h)
 	old = MemoryContextSwitchTo(gbuf.cxt);
 	gbuf.rel = rel;
 	gbuf.tgt = tgt;
-	gbuf.cols = palloc0(sizeof(ArrayBuildState *) * rel->ncols);
+	gbuf.cols = palloc(sizeof(GatherCol) * rel->ncols);
 	for (int c = 0; c < rel->ncols; c++)
-		gbuf.cols[c] = initArrayResult(rel->cols[c].typid, gbuf.cxt, false);
+		gcol_init(&gbuf.cols[c], rel->cols[c].typid);
 	gbuf.key_hashes = palloc0(sizeof(uint32) * KEY_SET_SIZE);
 	gbuf.first_commit_lsn = ash_apply_errctx.commit_lsn;
 	gbuf.first_xid = ash_apply_errctx.xid;
@@ -553,8 +595,7 @@ gather_row(AshApplyRel *rel, AshRowImage *row, bool update, uint32 h)
 	MemoryContext old = MemoryContextSwitchTo(gbuf.cxt);
 
 	for (int c = 0; c < rel->ncols; c++)
-		accumArrayResult(gbuf.cols[c], row->values[c], row->nulls[c],
-						 rel->cols[c].typid, gbuf.cxt);
+		gcol_put(&gbuf.cols[c], gbuf.nrows, row->values[c], row->nulls[c]);
 	gbuf.nrows++;
 	gbuf.has_updates |= update;
 	MemoryContextSwitchTo(old);
@@ -702,20 +743,16 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 
 		if (gbuf.dkeys == NULL)
 		{
-			gbuf.dkeys = palloc0(sizeof(ArrayBuildState *) * nparams);
+			gbuf.dkeys = palloc(sizeof(GatherCol) * nparams);
 			for (int i = 0; i < nparams; i++)
 			{
 				int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
 
-				gbuf.dkeys[i] = initArrayResult(rel->cols[c].typid, gbuf.cxt, false);
+				gcol_init(&gbuf.dkeys[i], rel->cols[c].typid);
 			}
 		}
 		for (int i = 0; i < nparams; i++)
-		{
-			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
-
-			accumArrayResult(gbuf.dkeys[i], values[i], false, rel->cols[c].typid, gbuf.cxt);
-		}
+			gcol_put(&gbuf.dkeys[i], gbuf.ndeletes, values[i], false);
 		gbuf.ndeletes++;
 		MemoryContextSwitchTo(old);
 		gather_end(h);
