@@ -10,6 +10,10 @@
 #         multi-row insert statements: a statement-level trigger fires at most
 #         once per batch, never once per source transaction; every row exact;
 #         no apply error (nothing opens a transaction inside an open batch).
+#  rcvbuf the streaming connection to a loopback source has its receive
+#         buffer sized (256 kB, the kernel shows 512 kB), not autotuned to
+#         megabytes: the source's window fills and its walsender sends large
+#         segments instead of one per message (ss shows it).
 #  mix    a seeded random mix of every operation, on a target whose rows
 #         commute (deletes and updates gathered) and on one with a trigger
 #         (row by row): both mirrors equal the source.  Seed: ASH_SEED.
@@ -102,6 +106,15 @@ cmp_ok($stmts, '<=', $batches, 'many: at most one insert statement per batch (no
 # open, so applying it never failed and retried
 is(scalar(AshTest::log_lines_like($dst, qr/event=apply\.error sink=many /)), 0,
 	'many: no apply error while the backlog streamed');
+
+# --- rcvbuf -----------------------------------------------------------------
+{
+	my $port = $src->port;
+	my $ss = `ss -tmnH state established '( dport = :$port )' 2>&1`;
+	note "connections to the source:\n$ss";
+	my @rb = $ss =~ /\brb(\d+)\b/g;
+	ok((grep { $_ == 524288 } @rb), 'rcvbuf: the replication connection has a 256 kB receive buffer');
+}
 
 # --- mix --------------------------------------------------------------------
 # The same seeded random mix of inserts, updates (some changing the key),
