@@ -233,24 +233,15 @@ ash_in_extension_worker(void)
 void
 ash_refuse(int sqlerrcode, const char *stage, const char *reason, const char *ctxfmt,...)
 {
-	StringInfoData ctx;
+	va_list		args;
+	char	   *ctx;
 
-	initStringInfo(&ctx);
-	for (;;)
-	{
-		va_list		args;
-		int			needed;
-
-		va_start(args, ctxfmt);
-		needed = appendStringInfoVA(&ctx, ctxfmt, args);
-		va_end(args);
-		if (needed == 0)
-			break;
-		enlargeStringInfo(&ctx, needed);
-	}
+	va_start(args, ctxfmt);
+	ctx = format_context(ctxfmt, args);
+	va_end(args);
 	if (ash_in_extension_worker())
-		ash_halt(reason, "%s", ctx.data);
-	ash_reject(sqlerrcode, stage, reason, "%s", ctx.data);
+		ash_halt(reason, "%s", ctx);
+	ash_reject(sqlerrcode, stage, reason, "%s", ctx);
 }
 
 void
