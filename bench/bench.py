@@ -34,6 +34,7 @@ WORKLOADS = [w.strip().upper() for w in os.environ.get("WORKLOADS", "W1,W2,W3,W4
 CONTENDERS = [c.strip() for c in os.environ.get("CONTENDERS", "ceiling,ash,native,pglogical").split(",") if c.strip()]
 REPEAT = int(os.environ.get("REPEAT", "1"))
 PROFILE = os.environ.get("PROFILE", "0") == "1"
+PROFILE_SENDER = os.environ.get("PROFILE_SENDER", "0") == "1"   # profile the source walsender instead
 BASE = os.environ.get("BENCH_DIR", "/tmp/ash_bench")
 SRC_PORT = int(os.environ.get("BENCH_SRC_PORT", "57001"))
 DST_PORT = int(os.environ.get("BENCH_DST_PORT", "57002"))
@@ -443,10 +444,12 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
             break
         if pid is None:
             pid = pid_of()
-            if pid and profile_tag:
+            if pid and profile_tag and not PROFILE_SENDER:
                 perf = Perf(pid, profile_tag)
         if slot and sender is None:
             sender = q1(src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+            if sender and profile_tag and PROFILE_SENDER:
+                perf = Perf(sender, profile_tag + "-sender")
         if sender:
             sst = proc_status(sender)
             if sst:

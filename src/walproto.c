@@ -66,16 +66,17 @@ put_int64(char *p, int64 v)
  * reads quickly, the source's window never closes, and its walsender sends
  * every logical decoding message as a TCP segment of its own: each send runs
  * the whole transmit path, and on a shared machine that CPU is taken from the
- * worker.  With a window that fills while the worker applies, the walsender
- * queues messages and sends them in large segments (seen on loopback: 42,705
- * segments for 1,000,000 rows against 811).  The buffer is sized for 1 GB/s
- * at the connection's smallest round-trip time, at least 256 kB (well above
- * a loopback segment, so the window never shrinks below one), and left to
- * autotuning when that would exceed 4 MB: a distant source keeps a window
- * that covers its bandwidth-delay product.
+ * worker.  With a window that fills while the worker applies (or lingers,
+ * see pipeline.c), the walsender queues messages and sends them in large
+ * segments (seen on loopback: 42,705 segments for 1,000,000 rows against
+ * 811).  The buffer is sized for 1 GB/s at the connection's smallest
+ * round-trip time, at least 128 kB (twice a loopback segment, so the window
+ * never shrinks below one), and left to autotuning when that would exceed
+ * 4 MB: a distant source keeps a window that covers its bandwidth-delay
+ * product.
  */
 #define RCVBUF_BYTES_PER_USEC 1000
-#define RCVBUF_MIN (256 * 1024)
+#define RCVBUF_MIN (128 * 1024)
 #define RCVBUF_MAX (4 * 1024 * 1024)
 
 static void

@@ -11,7 +11,7 @@
 #         once per batch, never once per source transaction; every row exact;
 #         no apply error (nothing opens a transaction inside an open batch).
 #  rcvbuf the streaming connection to a loopback source has its receive
-#         buffer sized (256 kB, the kernel shows 512 kB), not autotuned to
+#         buffer sized (128 kB, the kernel shows 256 kB), not autotuned to
 #         megabytes: the source's window fills and its walsender sends large
 #         segments instead of one per message (ss shows it).
 #  mix    a seeded random mix of every operation, on a target whose rows
@@ -113,7 +113,7 @@ is(scalar(AshTest::log_lines_like($dst, qr/event=apply\.error sink=many /)), 0,
 	my $ss = `ss -tmnH state established '( dport = :$port )' 2>&1`;
 	note "connections to the source:\n$ss";
 	my @rb = $ss =~ /\brb(\d+)\b/g;
-	ok((grep { $_ == 524288 } @rb), 'rcvbuf: the replication connection has a 256 kB receive buffer');
+	ok((grep { $_ == 262144 } @rb), 'rcvbuf: the replication connection has a 128 kB receive buffer');
 }
 
 # --- mix --------------------------------------------------------------------
