@@ -491,7 +491,7 @@ class Contender:
 
     def __init__(self, w, rep):
         self.w, self.rep = w, rep
-        self.slot = "%s_%s_%d" % (self.short, w.name.lower(), rep) + (("_" + self.variant) if self.variant else "")
+        self.slot = "%s_%s_%d" % (self.short, w.name.lower(), rep) + (("_" + self.variant.replace("+", "_")) if self.variant else "")
 
     def label(self):
         return self.name + ("(%s)" % self.variant if self.variant else "")
@@ -520,9 +520,10 @@ class Ceiling(Contender):
 class Ash(Contender):
     name, short = "ash_replicant", "ash"
 
-    def __init__(self, w, rep, binary=False):
+    def __init__(self, w, rep, binary=False, streaming=False):
         self.binary = binary
-        self.variant = "binary" if binary else None
+        self.streaming = streaming
+        self.variant = "+".join(v for v, on in (("stream", streaming), ("binary", binary)) if on) or None
         super().__init__(w, rep)
 
     def prepare(self, src, dst):
@@ -536,8 +537,9 @@ class Ash(Contender):
         self.map_table(dst, w.ash_target, w.table.split(".")[0], w.table.split(".")[1], extra)
         self.map_table(dst, "bench.marker", "bench", "marker", {})
         q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, publication => %s,"
-               " source_system_identifier => %s, source_database => 'postgres', binary_transfer => %s)",
-          (self.slot, SRC_DSN, w.pub, sysid, self.binary))
+               " source_system_identifier => %s, source_database => 'postgres', binary_transfer => %s,"
+               " streaming => %s)",
+          (self.slot, SRC_DSN, w.pub, sysid, self.binary, self.streaming))
         super().prepare(src, dst)
 
     def map_table(self, dst, target, sschema, stable, extra):
@@ -759,6 +761,13 @@ def make_contenders(w, rep):
             out.append(Ash(w, rep))
         elif c == "ashbin":
             out.append(Ash(w, rep, binary=True))
+        elif c == "ashstream":
+            # streaming of in-progress transactions only changes W4
+            if w.name == "W4":
+                out.append(Ash(w, rep, streaming=True))
+        elif c == "ashstreambin":
+            if w.name == "W4":
+                out.append(Ash(w, rep, binary=True, streaming=True))
         elif c == "native":
             if w.name == "W4":
                 out.append(Native(w, rep, True))

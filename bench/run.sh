@@ -9,8 +9,11 @@
 #   SCALE=1            row counts multiplier
 #   WORKLOADS=W1,W2,W3,W4,W5
 #   CONTENDERS=ceiling,ash,native,pglogical
+#                      also: ashbin, nativebin (binary transfer), ashstream,
+#                      ashstreambin (streaming => true; W4 only)
 #   REPEAT=1           measure each workload this many times (fresh WAL each time)
 #   PROFILE=0          1: perf record the apply worker of ash and native during W1
+#   PROFILE_SENDER=0   1 (with PROFILE=1): perf record the source walsender instead
 #   BENCH_DIR=/tmp/ash_bench   BENCH_SRC_PORT=57001   BENCH_DST_PORT=57002
 #   KEEP=0             1: leave the clusters running at the end
 #

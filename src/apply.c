@@ -81,6 +81,20 @@ static bool in_remote_xact = false;
 static bool skip_xact = false;
 static XLogRecPtr xact_final_lsn;
 
+/*
+ * A streamed transaction applied as it arrives: its top-level xid, and the
+ * subtransactions whose changes were applied (a subtransaction abort of one
+ * of them cannot be undone in place).
+ */
+static TransactionId stream_xid = InvalidTransactionId;
+static TransactionId *stream_subxids = NULL;
+static int	stream_nsubxids = 0;
+static int	stream_maxsubxids = 0;
+const char *ash_apply_stream_fallback = NULL;
+
+static void stream_fall_back(const char *reason) pg_attribute_noreturn();
+static void stream_note_change(bool mirror_target, TransactionId xid);
+
 static MemoryContext change_cxt = NULL;
 static AshChangeMeta meta;
 static SPIPlanPtr checkpoint_plan = NULL;
@@ -172,7 +186,7 @@ ash_apply_watermark(void)
 bool
 ash_apply_in_remote_xact(void)
 {
-	return in_remote_xact;
+	return in_remote_xact || TransactionIdIsValid(stream_xid);
 }
 
 bool
@@ -797,6 +811,8 @@ apply_row_change(AshChange *c)
 	}
 	ash_apply_errctx.relation = rel->target_name;
 	strategy = strategy_for(rel);
+	if (TransactionIdIsValid(stream_xid))
+		stream_note_change(strategy == &ash_scd1_strategy, c->xid);
 	/* only SCD1 defers inserts: anything else keeps the source's order */
 	if (strategy != &ash_scd1_strategy)
 		flush_deferred();
@@ -905,6 +921,8 @@ apply_truncate(AshChange *c)
 		if (rel == NULL)
 			continue;			/* ignored source: truncate ignored too */
 		ash_apply_errctx.relation = rel->target_name;
+		if (TransactionIdIsValid(stream_xid))
+			stream_note_change(strategy_for(rel) == &ash_scd1_strategy, c->xid);
 		if (strcmp(rel->map->on_truncate, "halt") != 0 &&
 			rel->tenant_mode == ASH_TENANT_CONTEXT)
 			ash_halt("mapping_unsupported",
@@ -956,6 +974,9 @@ apply_message(AshChange *c)
 
 	ash_apply_errctx.command = "message";
 	ash_apply_errctx.relation = NULL;
+	/* a message needs its commit LSN; between blocks it would commit them */
+	if (TransactionIdIsValid(stream_xid))
+		stream_fall_back("message");
 	if (transactional)
 	{
 		require_xact("transactional message");
@@ -1004,6 +1025,172 @@ apply_message(AshChange *c)
 	}
 }
 
+/* ---------------------------------------------------------------------
+ * Streamed (in-progress) transactions.
+ *
+ * With pipelines.streaming the source sends a large transaction in blocks
+ * while it is still running (STREAM START ... STREAM STOP), then STREAM
+ * COMMIT or STREAM ABORT.  Each block is applied as it arrives, in one
+ * destination transaction that the STREAM COMMIT commits with the
+ * watermark like any other; nothing is acknowledged before that.  So the
+ * apply overlaps the source's decoding instead of waiting for the whole
+ * transaction, and no spool is written.
+ *
+ * That holds while the streamed transaction is the only one in flight and
+ * only mirrors (SCD1) see it.  Whatever breaks it -- a transaction that
+ * commits in between (it must land first), a second streamed transaction,
+ * an aborted subtransaction whose changes were applied, a history or
+ * append-log target or a message (they record the commit LSN, unknown
+ * until the end) -- rolls the destination transaction back and the
+ * pipeline streams again from its checkpoint without streaming
+ * (stream_fall_back): the transaction then arrives whole, after its
+ * commit.  Nothing was committed, so nothing is applied twice.
+ * ---------------------------------------------------------------------
+ */
+static void
+stream_fall_back(const char *reason)
+{
+	ash_apply_stream_fallback = reason;
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("ash_replicant: a streamed transaction cannot be applied as it arrives (%s)",
+					reason)));
+}
+
+/* A change of the streamed transaction (or of one of its subtransactions). */
+static void
+stream_note_change(bool mirror_target, TransactionId xid)
+{
+	if (!mirror_target)
+		stream_fall_back("history_target");
+	if (xid == stream_xid || !TransactionIdIsValid(xid))
+		return;
+	if (stream_nsubxids > 0 && stream_subxids[stream_nsubxids - 1] == xid)
+		return;					/* changes of one subtransaction come together */
+	for (int i = 0; i < stream_nsubxids; i++)
+		if (stream_subxids[i] == xid)
+			return;
+	if (stream_nsubxids == stream_maxsubxids)
+	{
+		stream_maxsubxids = Max(16, stream_maxsubxids * 2);
+		stream_subxids = stream_subxids == NULL ?
+			MemoryContextAlloc(TopMemoryContext, stream_maxsubxids * sizeof(TransactionId)) :
+			repalloc(stream_subxids, stream_maxsubxids * sizeof(TransactionId));
+	}
+	stream_subxids[stream_nsubxids++] = xid;
+}
+
+static void
+stream_start(AshChange *c)
+{
+	TransactionId xid = c->u.stream_start.xid;
+
+	if (in_remote_xact)
+		ash_halt("protocol_violation", "stream start inside a transaction");
+	if (TransactionIdIsValid(stream_xid))
+	{
+		if (xid != stream_xid)
+			stream_fall_back("interleaved");
+		in_remote_xact = true;	/* the next block of the same transaction */
+		return;
+	}
+	/* a later block of a transaction whose start this session did not see */
+	if (!c->u.stream_start.first_segment)
+		stream_fall_back("resumed");
+
+	/* the pipeline commits a pending batch first: this one may roll back */
+	Assert(!ash_apply_batch_pending());
+	stream_xid = xid;
+	stream_nsubxids = 0;
+	in_remote_xact = true;
+	skip_xact = false;
+	xact_final_lsn = InvalidXLogRecPtr;
+	meta.commit_lsn = InvalidXLogRecPtr;	/* known at STREAM COMMIT */
+	meta.commit_time = 0;
+	meta.xid = xid;
+	meta.ordinal = 0;
+	meta.origin = "stream";
+	ash_apply_errctx.commit_lsn = InvalidXLogRecPtr;
+	ash_apply_errctx.xid = xid;
+	ash_apply_errctx.relation = NULL;
+	ash_apply_errctx.command = "stream";
+	pending.received_xacts++;
+	if (!batch_open)
+		begin_batch();
+}
+
+/* Roll back the destination transaction of a streamed one. */
+static void
+stream_discard(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (ash_scd1_strategy.discard)
+		ash_scd1_strategy.discard();
+	if (batch_open)
+		AbortCurrentTransaction();
+	MemoryContextSwitchTo(cxt);
+	batch_open = false;
+	batch_xacts = 0;
+	in_remote_xact = false;
+	skip_xact = false;
+	missing_deletes = NIL;
+	stream_xid = InvalidTransactionId;
+	stream_nsubxids = 0;
+	/* what the rolled-back transaction resolved may not exist any more */
+	ash_relmap_invalidate_all();
+}
+
+static void
+stream_commit(AshChange *c)
+{
+	if (in_remote_xact)
+		ash_halt("protocol_violation", "stream commit inside a streaming block");
+	if (!TransactionIdIsValid(stream_xid) || c->u.stream_commit.xid != stream_xid)
+		stream_fall_back("unseen");
+	ash_apply_errctx.commit_lsn = c->u.stream_commit.commit_lsn;
+	if (c->u.stream_commit.commit_lsn <= watermark)
+	{
+		/* applied before this session (redelivered after a restart) */
+		stream_discard();
+		pending.skipped_xacts++;
+		return;
+	}
+	stream_xid = InvalidTransactionId;
+	batch_commit_lsn = c->u.stream_commit.commit_lsn;
+	batch_end_lsn = c->u.stream_commit.end_lsn;
+	batch_commit_time = c->u.stream_commit.commit_time;
+	batch_xacts++;
+	/* one line per large transaction: what streaming did, for operators */
+	ereport(LOG,
+			(errmsg("ash_replicant event=apply.streamed sink=%s commit_lsn=%X/%X changes=" INT64_FORMAT,
+					apply_cfg->sink_name, LSN_FORMAT_ARGS(batch_commit_lsn), batch_changes)));
+}
+
+static void
+stream_abort(AshChange *c)
+{
+	TransactionId xid = c->u.stream_abort.xid;
+	TransactionId subxid = c->u.stream_abort.subxid;
+
+	if (in_remote_xact)
+		ash_halt("protocol_violation", "stream abort inside a streaming block");
+	if (!TransactionIdIsValid(stream_xid))
+		return;					/* nothing of it was applied */
+	if (xid != stream_xid)
+		stream_fall_back("interleaved");
+	if (subxid == xid)
+	{
+		stream_discard();
+		pending.skipped_xacts++;
+		return;
+	}
+	for (int i = 0; i < stream_nsubxids; i++)
+		if (stream_subxids[i] == subxid)
+			stream_fall_back("subtransaction_abort");
+	/* an aborted subtransaction none of whose changes was applied */
+}
+
 /* Execute what strategies deferred (multi-row inserts). */
 /* Deferred writes are the sink owner's, as every other write. */
 static void
@@ -1033,7 +1220,9 @@ ash_apply_change(AshChange *c)
 	 */
 	if (c->kind != ASH_CHANGE_INSERT && c->kind != ASH_CHANGE_UPDATE &&
 		c->kind != ASH_CHANGE_DELETE && c->kind != ASH_CHANGE_BEGIN &&
-		c->kind != ASH_CHANGE_COMMIT && c->kind != ASH_CHANGE_ORIGIN)
+		c->kind != ASH_CHANGE_COMMIT && c->kind != ASH_CHANGE_ORIGIN &&
+		c->kind != ASH_CHANGE_STREAM_START && c->kind != ASH_CHANGE_STREAM_STOP &&
+		c->kind != ASH_CHANGE_STREAM_ABORT)
 		flush_deferred();
 
 	switch (c->kind)
@@ -1041,6 +1230,9 @@ ash_apply_change(AshChange *c)
 		case ASH_CHANGE_BEGIN:
 			if (in_remote_xact)
 				ash_halt("protocol_violation", "BEGIN inside a transaction");
+			/* it commits before the streamed one, which holds the batch */
+			if (TransactionIdIsValid(stream_xid))
+				stream_fall_back("interleaved");
 			in_remote_xact = true;
 			xact_final_lsn = c->u.begin.final_lsn;
 			meta.commit_lsn = c->u.begin.final_lsn;
@@ -1102,11 +1294,22 @@ ash_apply_change(AshChange *c)
 			break;
 
 		case ASH_CHANGE_STREAM_START:
+			stream_start(c);
+			break;
+
 		case ASH_CHANGE_STREAM_STOP:
+			if (!TransactionIdIsValid(stream_xid) || !in_remote_xact)
+				ash_halt("protocol_violation", "stream stop outside a streamed transaction");
+			in_remote_xact = false;
+			break;
+
 		case ASH_CHANGE_STREAM_COMMIT:
+			stream_commit(c);
+			break;
+
 		case ASH_CHANGE_STREAM_ABORT:
-			/* streaming of in-progress transactions is never requested */
-			ash_halt("protocol_violation", "unrequested streamed transaction");
+			stream_abort(c);
+			break;
 	}
 
 	MemoryContextSwitchTo(old);
@@ -1226,6 +1429,8 @@ ash_apply_abort(void)
 	batch_xacts = 0;
 	in_remote_xact = false;
 	skip_xact = false;
+	stream_xid = InvalidTransactionId;
+	stream_nsubxids = 0;
 	missing_deletes = NIL;
 	ash_relmap_invalidate_all();
 	memset(&pending, 0, sizeof(pending));

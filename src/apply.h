@@ -124,8 +124,19 @@ extern AshPipelineConfig *ash_apply_config(void);
 /* Handle one decoded change. */
 extern void ash_apply_change(AshChange *change);
 
-/* Is a source transaction open (BEGIN seen, COMMIT not yet)? */
+/*
+ * Is a source transaction open (BEGIN seen, COMMIT not yet; or a streamed
+ * transaction begun and neither committed nor aborted)?
+ */
 extern bool ash_apply_in_remote_xact(void);
+
+/*
+ * Set when apply gave up applying a streamed (in-progress) transaction as
+ * it arrives and raised an error to roll it back: the pipeline then
+ * streams again from its checkpoint without streaming, so the transaction
+ * arrives whole after its commit.  A value-free reason word.
+ */
+extern const char *ash_apply_stream_fallback;
 
 /* Is a destination transaction open with complete source transactions? */
 extern bool ash_apply_batch_pending(void);

@@ -112,6 +112,8 @@ static AshCheckpointKey *ckey = NULL;
 static dlist_head flush_positions = DLIST_STATIC_INIT(flush_positions);
 static XLogRecPtr flushed_remote = InvalidXLogRecPtr;
 static XLogRecPtr idle_lsn = InvalidXLogRecPtr;
+/* streaming stays off until the watermark passes what a fallback had received */
+static XLogRecPtr stream_fallback_lsn = InvalidXLogRecPtr;
 
 static int	apply_failures = 0;
 static int	slot_busy_failures = 0;
@@ -472,6 +474,10 @@ plugin_options(AshConn *conn)
 		appendStringInfoString(&o, ", messages 'true'");
 	if (cfg->binary_transfer && conn->server_version >= 140000 && !ash_apply_binary_refused())
 		appendStringInfoString(&o, ", binary 'true'");
+	/* after a fallback, not until everything then received is applied */
+	if (cfg->streaming && conn->server_version >= 140000 &&
+		ash_apply_watermark() >= stream_fallback_lsn)
+		appendStringInfoString(&o, ", streaming 'on'");
 	return o.data;
 }
 
@@ -598,9 +604,13 @@ receive_loop(void)
 			if (!ash_decode_pgoutput(&dstate, msg.data, msg.len, &change, &derr))
 				ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
 
-			/* a non-transactional message commits in a batch of its own */
+			/*
+			 * A non-transactional message commits in a batch of its own; a
+			 * streamed transaction starts one (it may roll back alone).
+			 */
 			nontx_message = change.kind == ASH_CHANGE_MESSAGE && !change.u.message.transactional;
-			if (nontx_message && ash_apply_batch_pending())
+			if ((nontx_message || change.kind == ASH_CHANGE_STREAM_START) &&
+				ash_apply_batch_pending())
 			{
 				AshBatchResult r = ash_apply_commit_batch();
 
@@ -609,7 +619,8 @@ receive_loop(void)
 			}
 			ash_apply_change(&change);
 
-			if ((change.kind == ASH_CHANGE_COMMIT || nontx_message) && ash_apply_batch_pending() &&
+			if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
+				 nontx_message) && ash_apply_batch_pending() &&
 				(ash_apply_batch_full() || nontx_message || !more_coming()))
 			{
 				AshBatchResult r = ash_apply_commit_batch();
@@ -784,6 +795,18 @@ handle_error(ErrorData *edata, long backoff)
 
 	if (halt != NULL)
 		do_halt_detail(halt, NULL, edata->message);
+
+	/* a streamed transaction not applicable as it arrived: stream it whole */
+	if (ash_apply_stream_fallback != NULL)
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=apply.stream_fallback sink=%s reason=%s received_lsn=%X/%X",
+						cfg->sink_name, ash_apply_stream_fallback,
+						LSN_FORMAT_ARGS(stream.received_lsn))));
+		ash_apply_stream_fallback = NULL;
+		stream_fallback_lsn = stream.received_lsn;
+		return 0;
+	}
 
 	if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
 		edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
