@@ -1119,24 +1119,27 @@ stream_start(AshChange *c)
 		begin_batch();
 }
 
-/* Roll back the destination transaction of a streamed one. */
+/*
+ * Roll back the open destination transaction (if any) and forget the
+ * source transaction it held: after an error, or a streamed transaction
+ * the source aborted or had already delivered.
+ */
 static void
-stream_discard(void)
+roll_back(void)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
 	if (ash_scd1_strategy.discard)
 		ash_scd1_strategy.discard();
-	if (batch_open)
-		AbortCurrentTransaction();
+	AbortCurrentTransaction();
 	MemoryContextSwitchTo(cxt);
 	batch_open = false;
 	batch_xacts = 0;
 	in_remote_xact = false;
 	skip_xact = false;
-	missing_deletes = NIL;
 	stream_xid = InvalidTransactionId;
 	stream_nsubxids = 0;
+	missing_deletes = NIL;
 	/* what the rolled-back transaction resolved may not exist any more */
 	ash_relmap_invalidate_all();
 }
@@ -1152,7 +1155,7 @@ stream_commit(AshChange *c)
 	if (c->u.stream_commit.commit_lsn <= watermark)
 	{
 		/* applied before this session (redelivered after a restart) */
-		stream_discard();
+		roll_back();
 		pending.skipped_xacts++;
 		return;
 	}
@@ -1181,7 +1184,7 @@ stream_abort(AshChange *c)
 		stream_fall_back("interleaved");
 	if (subxid == xid)
 	{
-		stream_discard();
+		roll_back();
 		pending.skipped_xacts++;
 		return;
 	}
@@ -1419,20 +1422,7 @@ ash_apply_commit_batch(void)
 void
 ash_apply_abort(void)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-
-	if (ash_scd1_strategy.discard)
-		ash_scd1_strategy.discard();
-	AbortCurrentTransaction();
-	MemoryContextSwitchTo(cxt);
-	batch_open = false;
-	batch_xacts = 0;
-	in_remote_xact = false;
-	skip_xact = false;
-	stream_xid = InvalidTransactionId;
-	stream_nsubxids = 0;
-	missing_deletes = NIL;
-	ash_relmap_invalidate_all();
+	roll_back();
 	memset(&pending, 0, sizeof(pending));
 	if (change_cxt)				/* a halt may come before ash_apply_init */
 		MemoryContextReset(change_cxt);
