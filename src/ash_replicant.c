@@ -32,6 +32,7 @@ int			ash_reconnect_max_ms = 60000;
 int			ash_max_pipelines = 16;
 int			ash_receive_timeout_ms = 60000;
 int			ash_connect_timeout_ms = 30000;
+int			ash_streaming_retry_ms = 60000;
 
 void		_PG_init(void);
 
@@ -82,6 +83,15 @@ _PG_init(void)
 							NULL,
 							&ash_reconnect_max_ms,
 							60000, 10, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ash_replicant.streaming_retry_delay",
+							"After a streamed transaction fell back to whole delivery, wait this long (doubling up to an hour while it keeps happening) before streaming again.",
+							NULL,
+							&ash_streaming_retry_ms,
+							60000, 100, 3600000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);

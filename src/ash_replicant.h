@@ -18,5 +18,6 @@ extern int	ash_reconnect_max_ms;
 extern int	ash_max_pipelines;
 extern int	ash_receive_timeout_ms;
 extern int	ash_connect_timeout_ms;
+extern int	ash_streaming_retry_ms;
 
 #endif							/* ASH_REPLICANT_H */

@@ -112,8 +112,18 @@ static AshCheckpointKey *ckey = NULL;
 static dlist_head flush_positions = DLIST_STATIC_INIT(flush_positions);
 static XLogRecPtr flushed_remote = InvalidXLogRecPtr;
 static XLogRecPtr idle_lsn = InvalidXLogRecPtr;
-/* streaming stays off until the watermark passes what a fallback had received */
+/*
+ * After a streaming fallback, streaming stays off until the watermark passes
+ * what the fallback had received and a retry delay (doubling while
+ * fallbacks repeat, reset by a streamed commit) has passed; an idle session
+ * then reconnects to stream again.
+ */
 static XLogRecPtr stream_fallback_lsn = InvalidXLogRecPtr;
+static TimestampTz stream_retry_at = 0;
+static int	stream_retry_ms = 0;
+static bool session_streams = false;	/* this session requested streaming */
+
+#define STREAM_RETRY_MAX_MS (3600 * 1000)
 
 static int	apply_failures = 0;
 static int	slot_busy_failures = 0;
@@ -455,6 +465,15 @@ ensure_slot(AshConn *conn, AshBinding *binding, bool *created, XLogRecPtr *posit
 	PQclear(res);
 }
 
+/* No fallback pending, or what it concerned is applied and its delay over. */
+static bool
+streaming_allowed(void)
+{
+	return XLogRecPtrIsInvalid(stream_fallback_lsn) ||
+		(ash_apply_watermark() >= stream_fallback_lsn &&
+		 GetCurrentTimestamp() >= stream_retry_at);
+}
+
 static char *
 plugin_options(AshConn *conn)
 {
@@ -474,9 +493,8 @@ plugin_options(AshConn *conn)
 		appendStringInfoString(&o, ", messages 'true'");
 	if (cfg->binary_transfer && conn->server_version >= 140000 && !ash_apply_binary_refused())
 		appendStringInfoString(&o, ", binary 'true'");
-	/* after a fallback, not until everything then received is applied */
-	if (cfg->streaming && conn->server_version >= 140000 &&
-		ash_apply_watermark() >= stream_fallback_lsn)
+	session_streams = cfg->streaming && conn->server_version >= 140000 && streaming_allowed();
+	if (session_streams)
 		appendStringInfoString(&o, ", streaming 'on'");
 	return o.data;
 }
@@ -619,6 +637,8 @@ receive_loop(void)
 			}
 			ash_apply_change(&change);
 
+			if (change.kind == ASH_CHANGE_STREAM_COMMIT)
+				stream_retry_ms = 0;
 			if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
 				 nontx_message) && ash_apply_batch_pending() &&
 				(ash_apply_batch_full() || nontx_message || !more_coming()))
@@ -653,6 +673,18 @@ receive_loop(void)
 		send_feedback(false, false);
 		prove_session();
 		run_census_if_due();
+
+		/* streaming was suspended by a fallback: resume it when idle */
+		if (cfg->streaming && !session_streams && !XLogRecPtrIsInvalid(stream_fallback_lsn) &&
+			!ash_apply_in_remote_xact() && !ash_apply_batch_pending() && streaming_allowed())
+		{
+			ereport(LOG,
+					(errmsg("ash_replicant event=apply.stream_resume sink=%s", cfg->sink_name)));
+			stream_fallback_lsn = InvalidXLogRecPtr;
+			ash_stream_close(&stream);
+			stream_open = false;
+			return;				/* run_session starts over, streaming */
+		}
 
 		/* silent source detection */
 		now = GetCurrentTimestamp();
@@ -799,12 +831,15 @@ handle_error(ErrorData *edata, long backoff)
 	/* a streamed transaction not applicable as it arrived: stream it whole */
 	if (ash_apply_stream_fallback != NULL)
 	{
-		ereport(LOG,
-				(errmsg("ash_replicant event=apply.stream_fallback sink=%s reason=%s received_lsn=%X/%X",
-						cfg->sink_name, ash_apply_stream_fallback,
-						LSN_FORMAT_ARGS(stream.received_lsn))));
-		ash_apply_stream_fallback = NULL;
 		stream_fallback_lsn = stream.received_lsn;
+		stream_retry_ms = stream_retry_ms == 0 ? ash_streaming_retry_ms :
+			Min(stream_retry_ms * 2, STREAM_RETRY_MAX_MS);
+		stream_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), stream_retry_ms);
+		ereport(LOG,
+				(errmsg("ash_replicant event=apply.stream_fallback sink=%s reason=%s received_lsn=%X/%X retry_in_ms=%d",
+						cfg->sink_name, ash_apply_stream_fallback,
+						LSN_FORMAT_ARGS(stream_fallback_lsn), stream_retry_ms)));
+		ash_apply_stream_fallback = NULL;
 		return 0;
 	}
 

@@ -21,6 +21,10 @@
 #  interleave  a small transaction commits while a streamed one is open:
 #              fallback (reason interleaved); the small one is applied before
 #              the large one commits; both exact.
+#  resume      after the fallback's transaction is applied and the retry
+#              delay (ash_replicant.streaming_retry_delay, 1 s here) passed,
+#              the idle worker reconnects by itself and streams the next large
+#              transaction again.
 #  history     a streamed transaction that touches an SCD2 target falls back
 #              (history_target): its versions carry the commit LSN; exact.
 #  crash       the destination is killed (SIGKILL) while a streamed
@@ -41,7 +45,8 @@ use Test::More;
 
 my $SENTINEL = 'STRM_SENTINEL_7c41e2';
 my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
-	src_conf => "logical_decoding_work_mem = '64kB'\n");
+	src_conf => "logical_decoding_work_mem = '64kB'\n",
+	dst_conf => "ash_replicant.streaming_retry_delay = '1s'\n");
 
 AshTest::both($src, $dst, q{
 CREATE TABLE big (id bigint PRIMARY KEY, grp integer NOT NULL, val text);
@@ -188,9 +193,21 @@ AshTest::wait_caught_up($src, $dst, 'strm', name => 'restarted');
 	is(streamed_events(), $before, 'interleave: the long transaction arrived whole');
 }
 
-AshTest::stop_settled($src, $dst, 'strm');
-AshTest::start_sink($dst, 'strm');
-AshTest::wait_caught_up($src, $dst, 'strm', name => 'restarted again');
+# --- resume -----------------------------------------------------------------
+# Once what the fallback concerned is applied and the retry delay (1 s here)
+# has passed, the idle worker reconnects and streams again, without a restart.
+{
+	my $before = streamed_events();
+	my $log = $dst->logfile;
+	ok(AshTest::poll($dst, qq{SELECT pg_read_file('$log') LIKE '%event=apply.stream_resume sink=strm%'}),
+		'resume: the worker reconnected by itself after the retry delay');
+	AshTest::wait_caught_up($src, $dst, 'strm', name => 'resume: caught up');
+	is(scalar(AshTest::log_lines_like($dst, qr/event=apply\.stream_resume sink=strm/)), 1, 'resume: one stream_resume event');
+	$src->safe_psql('postgres', q{INSERT INTO big SELECT g, 5, 'again' FROM generate_series(6200001, 6208000) g});
+	AshTest::wait_caught_up($src, $dst, 'strm', name => 'resume: the next large transaction applied');
+	is(streamed_events(), $before + 1, 'resume: ... as it streamed');
+	mirror_equal('resume');
+}
 
 # --- history ----------------------------------------------------------------
 {
