@@ -114,16 +114,28 @@ static XLogRecPtr flushed_remote = InvalidXLogRecPtr;
 static XLogRecPtr idle_lsn = InvalidXLogRecPtr;
 /*
  * After a streaming fallback, streaming stays off until the watermark passes
- * what the fallback had received and a retry delay (doubling while
- * fallbacks repeat, reset by a streamed commit) has passed; an idle session
- * then reconnects to stream again.
+ * what the fallback had received and the retry delay has passed since it
+ * (ash_replicant.streaming_retry_delay, doubled per further fallback in a
+ * row, reset by a streamed commit); an idle session then reconnects to
+ * stream again.
  */
 static XLogRecPtr stream_fallback_lsn = InvalidXLogRecPtr;
-static TimestampTz stream_retry_at = 0;
-static int	stream_retry_ms = 0;
+static TimestampTz stream_fallback_at = 0;
+static int	stream_fallbacks = 0;	/* in a row, without a streamed commit */
 static bool session_streams = false;	/* this session requested streaming */
 
 #define STREAM_RETRY_MAX_MS (3600 * 1000)
+
+/* The retry delay after the latest fallback (the setting may change). */
+static int
+stream_retry_ms(void)
+{
+	int64		ms = ash_streaming_retry_ms;
+
+	for (int i = 1; i < stream_fallbacks && ms < STREAM_RETRY_MAX_MS; i++)
+		ms *= 2;
+	return (int) Min(ms, STREAM_RETRY_MAX_MS);
+}
 
 static int	apply_failures = 0;
 static int	slot_busy_failures = 0;
@@ -471,7 +483,8 @@ streaming_allowed(void)
 {
 	return XLogRecPtrIsInvalid(stream_fallback_lsn) ||
 		(ash_apply_watermark() >= stream_fallback_lsn &&
-		 GetCurrentTimestamp() >= stream_retry_at);
+		 TimestampDifferenceExceeds(stream_fallback_at, GetCurrentTimestamp(),
+									stream_retry_ms()));
 }
 
 static char *
@@ -638,7 +651,7 @@ receive_loop(void)
 			ash_apply_change(&change);
 
 			if (change.kind == ASH_CHANGE_STREAM_COMMIT)
-				stream_retry_ms = 0;
+				stream_fallbacks = 0;
 			if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
 				 nontx_message) && ash_apply_batch_pending() &&
 				(ash_apply_batch_full() || nontx_message || !more_coming()))
@@ -832,13 +845,12 @@ handle_error(ErrorData *edata, long backoff)
 	if (ash_apply_stream_fallback != NULL)
 	{
 		stream_fallback_lsn = stream.received_lsn;
-		stream_retry_ms = stream_retry_ms == 0 ? ash_streaming_retry_ms :
-			Min(stream_retry_ms * 2, STREAM_RETRY_MAX_MS);
-		stream_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), stream_retry_ms);
+		stream_fallback_at = GetCurrentTimestamp();
+		stream_fallbacks++;
 		ereport(LOG,
 				(errmsg("ash_replicant event=apply.stream_fallback sink=%s reason=%s received_lsn=%X/%X retry_in_ms=%d",
 						cfg->sink_name, ash_apply_stream_fallback,
-						LSN_FORMAT_ARGS(stream_fallback_lsn), stream_retry_ms)));
+						LSN_FORMAT_ARGS(stream_fallback_lsn), stream_retry_ms())));
 		ash_apply_stream_fallback = NULL;
 		return 0;
 	}

@@ -22,7 +22,8 @@
 #              fallback (reason interleaved); the small one is applied before
 #              the large one commits; both exact.
 #  resume      after the fallback's transaction is applied and the retry
-#              delay (ash_replicant.streaming_retry_delay, 1 s here) passed,
+#              delay (ash_replicant.streaming_retry_delay: 1 h while the long
+#              transaction is open, then lowered to 1 s at run time) passed,
 #              the idle worker reconnects by itself and streams the next large
 #              transaction again.
 #  history     a streamed transaction that touches an SCD2 target falls back
@@ -177,6 +178,8 @@ AshTest::wait_caught_up($src, $dst, 'strm', name => 'restarted');
 # --- interleave -------------------------------------------------------------
 # (the subabort fallback may have resumed streaming already: count from here)
 my $resumes = scalar(AshTest::log_lines_like($dst, qr/event=apply\.stream_resume sink=strm/));
+# no resume while the long transaction is open (shortened again below)
+$dst->safe_psql('postgres', "ALTER SYSTEM SET ash_replicant.streaming_retry_delay = '1h'; SELECT pg_reload_conf()");
 {
 	my $before = streamed_events();
 	my $s = open_xact(q{INSERT INTO big SELECT g, 5, 'long' FROM generate_series(6000001, 6015000) g});
@@ -201,6 +204,7 @@ my $resumes = scalar(AshTest::log_lines_like($dst, qr/event=apply\.stream_resume
 {
 	my $before = streamed_events();
 	my $log = $dst->logfile;
+	$dst->safe_psql('postgres', "ALTER SYSTEM SET ash_replicant.streaming_retry_delay = '1s'; SELECT pg_reload_conf()");
 	ok(AshTest::poll($dst, qq{SELECT regexp_count(pg_read_file('$log'), 'event=apply\\.stream_resume sink=strm') > $resumes}),
 		'resume: the worker reconnected by itself after the retry delay');
 	AshTest::wait_caught_up($src, $dst, 'strm', name => 'resume: caught up');
