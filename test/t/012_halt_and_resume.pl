@@ -30,15 +30,7 @@ CREATE TABLE orders (id integer PRIMARY KEY, customer_id integer, qty integer NO
 });
 # destination only: a write audit (every INSERT/UPDATE row event, by key), and
 # the constraint of round 1
-$dst->safe_psql('postgres', q{
-CREATE TABLE orders_audit (id integer NOT NULL, op text NOT NULL);
-CREATE FUNCTION orders_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	INSERT INTO orders_audit VALUES (NEW.id, TG_OP);
-	RETURN NULL;
-END $$;
-CREATE TRIGGER orders_audit AFTER INSERT OR UPDATE ON orders
-	FOR EACH ROW EXECUTE FUNCTION orders_audit_fn();
+$dst->safe_psql('postgres', AshTest::write_audit_sql('orders', 'integer') . q{
 ALTER TABLE orders ADD CONSTRAINT qty_small CHECK (qty < 1000);
 });
 $src->safe_psql('postgres', 'CREATE PUBLICATION pub_hr FOR TABLE customers, orders');

@@ -39,15 +39,7 @@ my ($src, $dst) = AshTest::start_pair(log_statement => 'none');
 
 AshTest::both($src, $dst, q{
 CREATE TABLE items (id bigint PRIMARY KEY, grp integer NOT NULL, val text, n bigint NOT NULL DEFAULT 0);
-CREATE TABLE items_audit (id bigint NOT NULL, op text NOT NULL);
-CREATE FUNCTION items_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	INSERT INTO items_audit VALUES (NEW.id, TG_OP);
-	RETURN NULL;
-END $$;
-CREATE TRIGGER items_audit AFTER INSERT OR UPDATE ON items
-	FOR EACH ROW EXECUTE FUNCTION items_audit_fn();
-});
+} . AshTest::write_audit_sql('items', 'bigint'));
 $src->safe_psql('postgres', 'CREATE PUBLICATION pub_crash FOR TABLE items');
 
 # The batch size is drawn from the seed too: the default 1000 (few, large

@@ -51,16 +51,8 @@ my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
 
 AshTest::both($src, $dst, q{
 CREATE TABLE big (id bigint PRIMARY KEY, grp integer NOT NULL, val text);
-CREATE TABLE big_audit (id bigint NOT NULL, op text NOT NULL);
-CREATE FUNCTION big_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	INSERT INTO big_audit VALUES (NEW.id, TG_OP);
-	RETURN NULL;
-END $$;
-CREATE TRIGGER big_audit AFTER INSERT OR UPDATE ON big
-	FOR EACH ROW EXECUTE FUNCTION big_audit_fn();
 CREATE TABLE acct (id bigint PRIMARY KEY, bal integer NOT NULL);
-});
+} . AshTest::write_audit_sql('big', 'bigint'));
 $dst->safe_psql('postgres', q{
 CREATE TABLE acct_hist (
 	version_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

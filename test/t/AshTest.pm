@@ -150,6 +150,25 @@ sub text_array_literal
 	return 'ARRAY[' . join(',', map { lit($_) } @items) . ']::text[]';
 }
 
+# write_audit_sql($table, $keytype): SQL creating "<table>_audit (id, op)" and an
+# AFTER INSERT OR UPDATE row trigger on $table that logs (NEW.id, TG_OP) into it.
+# Run on both ends, it proves effect-once: per key, a change applied twice
+# writes its row twice.
+sub write_audit_sql
+{
+	my ($table, $keytype) = @_;
+	return qq{
+CREATE TABLE ${table}_audit (id $keytype NOT NULL, op text NOT NULL);
+CREATE FUNCTION ${table}_audit_fn() RETURNS trigger LANGUAGE plpgsql AS \$\$
+BEGIN
+	INSERT INTO ${table}_audit VALUES (NEW.id, TG_OP);
+	RETURN NULL;
+END \$\$;
+CREATE TRIGGER ${table}_audit AFTER INSERT OR UPDATE ON $table
+	FOR EACH ROW EXECUTE FUNCTION ${table}_audit_fn();
+};
+}
+
 ##############################################################################
 # Pipeline setup
 ##############################################################################
