@@ -10,7 +10,8 @@ transaction is then applied: all contenders apply in commit order), then
 check that the mirror's content hash equals the source's.
 
 Contenders: ceiling (pg_logical_slot_get_binary_changes on the source: decoding
-alone), ash (ash_replicant pipeline), native (CREATE SUBSCRIPTION), pglogical.
+alone), ash (ash_replicant pipeline), native (CREATE SUBSCRIPTION), pglogical,
+recvlogical (pg_recvlogical into /dev/null; optional, not a ceiling: see the class).
 """
 import datetime
 import json
@@ -517,6 +518,41 @@ class Ceiling(Contender):
         return {"seconds": secs, "messages": n, "mem": st, "peak_anon_kb": None, "verified": "n/a (decode only)"}
 
 
+class Recvlogical(Contender):
+    """pg_recvlogical reading the stream into /dev/null: no apply at all, yet not a
+    ceiling -- it reads every message as it arrives, which keeps the source's TCP
+    window open, and the walsender then sends each message as a segment of its own
+    (twice the sender CPU an applying consumer costs it).  Shows that regime."""
+    name, short = "pg_recvlogical", "rlog"
+
+    def measure(self, src, dst, marker_id):
+        cmd = [os.path.join(PGBIN, "pg_recvlogical"), "-h", "127.0.0.1", "-p", str(SRC_PORT), "-U", "postgres",
+               "-d", "postgres", "--slot", self.slot, "--start", "--no-loop", "-f", "/dev/null", "-F", "0",
+               "-o", "proto_version=1", "-o", "publication_names=%s" % self.w.pub, "-E", self.w.end_lsn]
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        sender, sender_cpu, st = None, None, None
+        while p.poll() is None:
+            if sender is None:
+                sender = q1(src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
+            if sender:
+                sst = proc_status(sender)
+                sender_cpu = sst["cpu_s"] if sst else sender_cpu
+            cst = proc_status(p.pid)
+            st = cst or st
+            if time.monotonic() - t0 > 120 + 1500 * SCALE:
+                p.kill()
+                raise Failed("pg_recvlogical timed out")
+            time.sleep(POLL / 5)
+        secs = time.monotonic() - t0
+        err = p.stderr.read().decode(errors="replace").strip()
+        if p.returncode != 0:
+            raise Failed("pg_recvlogical exited %d: %s" % (p.returncode, err.splitlines()[-1] if err else ""))
+        mem = dict(st or {})
+        mem["sender_cpu_s"] = sender_cpu
+        return {"seconds": secs, "mem": mem, "peak_anon_kb": None, "verified": "n/a (no apply)"}
+
+
 class Ash(Contender):
     name, short = "ash_replicant", "ash"
 
@@ -757,6 +793,8 @@ def make_contenders(w, rep):
     for c in CONTENDERS:
         if c == "ceiling":
             out.append(Ceiling(w, rep))
+        elif c == "recvlogical":
+            out.append(Recvlogical(w, rep))
         elif c == "ash":
             out.append(Ash(w, rep))
         elif c == "ashbin":
@@ -856,6 +894,7 @@ def run_workload(w, rep):
     q(src, "INSERT INTO bench.marker VALUES (%s, %s)", (marker_id, "%s rep %d" % (w.name, rep)))
     gen_secs = time.monotonic() - t0
     lsn1 = q1(src, "SELECT pg_current_wal_insert_lsn()")
+    w.end_lsn = lsn1
     wal_bytes = q1(src, "SELECT pg_wal_lsn_diff(%s, %s)::bigint", (lsn1, lsn0))
     q(src, "CHECKPOINT")
     log("  workload generated in %.1fs, %.0f MB WAL, end LSN %s" % (gen_secs, wal_bytes / 1e6, lsn1))
@@ -886,7 +925,7 @@ def run_workload(w, rep):
                 # CPU of the source walsender decoding and sending for this contender
                 r["sender_cpu_s"] = mem.get("sender_cpu_s")
                 r["rows_per_s"] = w.rows / m["seconds"]
-                if c.name == "ceiling":
+                if c.name in ("ceiling", "pg_recvlogical"):
                     r["status"] = "ok"
                 else:
                     target = w.ash_target if c.name == "ash_replicant" else w.table

@@ -10,7 +10,9 @@
 #   WORKLOADS=W1,W2,W3,W4,W5
 #   CONTENDERS=ceiling,ash,native,pglogical
 #                      also: ashbin, nativebin (binary transfer), ashstream,
-#                      ashstreambin (streaming => true; W4 only)
+#                      ashstreambin (streaming => true; W4 only), recvlogical
+#                      (pg_recvlogical into /dev/null: the walsender's cost for
+#                      a reader that keeps its TCP window open; not a ceiling)
 #   REPEAT=1           measure each workload this many times (fresh WAL each time)
 #   PROFILE=0          1: perf record the apply worker of ash and native during W1
 #   PROFILE_SENDER=0   1 (with PROFILE=1): perf record the source walsender instead

@@ -836,21 +836,13 @@ check_output_plugin(Doctor *d)
  * ---------------------------------------------------------------------
  */
 
+/* The table set and its columns, in one snapshot of the source. */
 static void
-fetch_fn(Doctor *d, void *arg)
+read_table_set_fn(Doctor *d, void *arg)
 {
 	MemoryContext old = MemoryContextSwitchTo(d->cxt);
 
-	*(const char **) arg = ash_source_fetch_table_set(d->conn, &d->tableset, &d->rels, &d->pub);
-	MemoryContextSwitchTo(old);
-}
-
-static void
-describe_fn(Doctor *d, void *arg)
-{
-	MemoryContext old = MemoryContextSwitchTo(d->cxt);
-
-	ash_source_describe_tables(d->conn, d->rels);
+	*(const char **) arg = ash_source_read_table_set(d->conn, &d->tableset, &d->rels, &d->pub);
 	MemoryContextSwitchTo(old);
 }
 
@@ -880,9 +872,7 @@ check_publication(Doctor *d)
 	d->tableset.replication_sets = d->f.replication_sets;
 	d->tableset.tables = d->f.tables;
 
-	e = guarded(d, fetch_fn, &absent);
-	if (e == NULL && absent == NULL)
-		e = guarded(d, describe_fn, NULL);
+	e = guarded(d, read_table_set_fn, &absent);
 	if (e != NULL)
 		absent = probe_failure(d, e);
 	if (absent != NULL)

@@ -42,6 +42,7 @@
 #include "access/xlog.h"
 #include "catalog/catalog.h"
 #include "catalog/pg_type.h"
+#include "libpq/pqformat.h"
 #include "miscadmin.h"
 #include "utils/resowner.h"
 #include "utils/builtins.h"
@@ -459,21 +460,41 @@ binary_buffer(AshColumnValue *v)
 static char *
 value_text(AshApplyRel *rel, int remote_idx, AshColumnValue *v)
 {
-	Oid			type = rel->remote.cols[remote_idx].type_oid;
-	Oid			recv;
-	Oid			ioparam;
-	Oid			out;
-	bool		varlena;
+	AshTextConv *tc;
 	StringInfoData buf;
 
 	if (v->status != ASH_COL_BINARY)
 		return v->data;
-	if (type >= FirstGenbkiObjectId)
-		refuse_binary(rel);
-	getTypeBinaryInputInfo(type, &recv, &ioparam);
-	getTypeOutputInfo(type, &out, &varlena);
+	if (rel->remote.cols[remote_idx].type_oid == TEXTOID ||
+		rel->remote.cols[remote_idx].type_oid == VARCHAROID)
+	{
+		/* their binary form is the text itself: what textrecv reads */
+		int			n;
+
+		buf = binary_buffer(v);
+		return pq_getmsgtext(&buf, buf.len, &n);
+	}
+	if (rel->textconv == NULL)
+		rel->textconv = MemoryContextAllocZero(rel->cxt,
+											   sizeof(AshTextConv) * Max(rel->remote.natts, 1));
+	tc = &rel->textconv[remote_idx];
+	if (!tc->ready)
+	{
+		Oid			type = rel->remote.cols[remote_idx].type_oid;
+		Oid			recv;
+		Oid			out;
+		bool		varlena;
+
+		if (type >= FirstGenbkiObjectId)
+			refuse_binary(rel);
+		getTypeBinaryInputInfo(type, &recv, &tc->ioparam);
+		getTypeOutputInfo(type, &out, &varlena);
+		fmgr_info_cxt(recv, &tc->recv, rel->cxt);
+		fmgr_info_cxt(out, &tc->out, rel->cxt);
+		tc->ready = true;
+	}
 	buf = binary_buffer(v);
-	return OidOutputFunctionCall(out, OidReceiveFunctionCall(recv, &buf, ioparam, -1));
+	return OutputFunctionCall(&tc->out, ReceiveFunctionCall(&tc->recv, &buf, tc->ioparam, -1));
 }
 
 static Datum

@@ -251,16 +251,9 @@ judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
 
 	load_inputs(cfg, &in);
 
-	/*
-	 * One snapshot for the table set and its columns: a column added between
-	 * the two reads would look withheld by the publication's column list.
-	 */
-	PQclear(ash_conn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false));
-	absent = ash_source_fetch_table_set(conn, &in.tableset, &rels, &pub);
+	absent = ash_source_read_table_set(conn, &in.tableset, &rels, &pub);
 	if (absent != NULL)
 		ash_halt(absent, "%s probe: the table set is absent", when);
-	ash_source_describe_tables(conn, rels);
-	PQclear(ash_conn_exec(conn, "COMMIT", false));
 	missing = ash_source_missing_tables(&in.tableset, &rels);
 	if (missing != NULL)
 		ash_halt("decoder_table_missing", "%s", missing);

@@ -80,19 +80,69 @@ ash_crypto_binding(const char *schema, const char *table, const char *column)
 	return buf.data;
 }
 
+/*
+ * The bindings of the last few columns sealed, so a value does not rebuild
+ * its column's quoted name.  Entries are compared by content: a caller's
+ * strings may be freed and their addresses reused.
+ */
+#define BINDING_CACHE_SIZE 8
+
+typedef struct BindingEntry
+{
+	char	   *schema;
+	char	   *table;
+	char	   *column;
+	char	   *binding;
+	int			len;
+} BindingEntry;
+
+static BindingEntry binding_cache[BINDING_CACHE_SIZE];
+static int	binding_next = 0;
+
+static const BindingEntry *
+cached_binding(const char *schema, const char *table, const char *column)
+{
+	BindingEntry *e;
+	MemoryContext old;
+
+	for (int i = 0; i < BINDING_CACHE_SIZE; i++)
+	{
+		e = &binding_cache[i];
+		if (e->binding != NULL && strcmp(e->column, column) == 0 &&
+			strcmp(e->table, table) == 0 && strcmp(e->schema, schema) == 0)
+			return e;
+	}
+	e = &binding_cache[binding_next];
+	binding_next = (binding_next + 1) % BINDING_CACHE_SIZE;
+	if (e->binding != NULL)
+	{
+		pfree(e->schema);
+		pfree(e->table);
+		pfree(e->column);
+		pfree(e->binding);
+		e->binding = NULL;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	e->schema = pstrdup(schema);
+	e->table = pstrdup(table);
+	e->column = pstrdup(column);
+	e->binding = ash_crypto_binding(schema, table, column);
+	e->len = strlen(e->binding);
+	MemoryContextSwitchTo(old);
+	return e;
+}
+
 /* AAD = header || binding, palloc'd; *len set. */
 static uint8 *
 build_aad(const uint8 *header, const char *schema, const char *table,
 		  const char *column, int *len)
 {
-	char	   *binding = ash_crypto_binding(schema, table, column);
-	int			blen = strlen(binding);
-	uint8	   *aad = palloc(ASH_CIPHER_HEADER_LEN + blen);
+	const BindingEntry *b = cached_binding(schema, table, column);
+	uint8	   *aad = palloc(ASH_CIPHER_HEADER_LEN + b->len);
 
 	memcpy(aad, header, ASH_CIPHER_HEADER_LEN);
-	memcpy(aad + ASH_CIPHER_HEADER_LEN, binding, blen);
-	pfree(binding);
-	*len = ASH_CIPHER_HEADER_LEN + blen;
+	memcpy(aad + ASH_CIPHER_HEADER_LEN, b->binding, b->len);
+	*len = ASH_CIPHER_HEADER_LEN + b->len;
 	return aad;
 }
 

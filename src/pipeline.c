@@ -562,10 +562,44 @@ run_census_if_due(void)
  * regime native apply runs in because it is slower than the source.  The
  * worker applies the burst faster than the walsender produces it, so the
  * pause costs no throughput; it bounds the added latency of a busy stream.
+ *
+ * The linger ends early when the source has gone quiet: the kernel's queue
+ * for our socket (looked at without reading it, which would open the window)
+ * is small and did not grow for LINGER_QUIET_STEPS steps of LINGER_STEP_MS
+ * (two: one step can be a walsender waiting for a CPU).  A full receive buffer
+ * stops growing too; that one lingers on, since the walsender is then
+ * queueing cheaply on its side.
  */
 #define BATCH_LINGER_MS 30
+#define LINGER_STEP_MS 5
+#define LINGER_QUIET_STEPS 2
+#define LINGER_QUIET_BYTES (16 * 1024)
 
 static bool stream_busy = false;
+
+static void
+linger(void)
+{
+	int			queued = ash_stream_queued_bytes(&stream);
+	int			still = 0;
+
+	for (int waited = 0; waited < BATCH_LINGER_MS; waited += LINGER_STEP_MS)
+	{
+		int			now_queued;
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 LINGER_STEP_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		now_queued = ash_stream_queued_bytes(&stream);
+		if (now_queued < 0)
+			break;
+		still = (now_queued == queued && now_queued < LINGER_QUIET_BYTES) ? still + 1 : 0;
+		if (still >= LINGER_QUIET_STEPS)
+			break;
+		queued = now_queued;
+	}
+}
 
 static bool
 more_coming(void)
@@ -574,10 +608,7 @@ more_coming(void)
 		return true;
 	if (stream_busy)
 	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 BATCH_LINGER_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		linger();
 		if (ash_stream_more_buffered(&stream))
 			return true;
 	}
@@ -905,11 +936,12 @@ handle_error(ErrorData *edata, long backoff)
 	/* a destination error while applying: never print its text */
 	apply_failures++;
 	ereport(LOG,
-			(errmsg("ash_replicant event=apply.error sink=%s sqlstate=%s step=%s command=%s table=%s commit_lsn=%X/%X attempt=%d/%d",
+			(errmsg("ash_replicant event=apply.error sink=%s sqlstate=%s step=%s command=%s table=%s commit_lsn=%X/%X xid=%u attempt=%d/%d",
 					cfg->sink_name, sqlstate, step_names[step],
 					ash_apply_errctx.command ? ash_apply_errctx.command : "none",
 					ash_apply_errctx.relation ? ash_apply_errctx.relation : "none",
 					LSN_FORMAT_ARGS(ash_apply_errctx.commit_lsn),
+					ash_apply_errctx.xid,
 					apply_failures, cfg->max_command_retries + 1),
 			 edata->sqlerrcode == ERRCODE_INTERNAL_ERROR ?
 			 errdetail_internal("at %s:%d", edata->filename ? edata->filename : "?", edata->lineno) : 0));

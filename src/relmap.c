@@ -140,6 +140,7 @@ release_resolution(AshApplyRel *rel)
 	rel->map = NULL;
 	rel->cols = NULL;
 	rel->keys = NULL;
+	rel->textconv = NULL;
 	rel->ncols = rel->nkeys = 0;
 	if (rel->cxt)
 		MemoryContextReset(rel->cxt);

@@ -57,6 +57,15 @@ typedef enum AshTenantMode
 	ASH_TENANT_CONTEXT			/* schema per tenant */
 } AshTenantMode;
 
+/* Text form of a binary-sent source column: looked up once per resolution */
+typedef struct AshTextConv
+{
+	bool		ready;
+	FmgrInfo	recv;
+	Oid			ioparam;
+	FmgrInfo	out;
+} AshTextConv;
+
 typedef struct AshApplyRel
 {
 	uint32		remote_relid;	/* hash key */
@@ -71,6 +80,7 @@ typedef struct AshApplyRel
 	int			nkeys;
 	int		   *keys;			/* indexes into cols of the identity */
 	AshApplyTarget *target_default; /* the mapping's target table */
+	AshTextConv *textconv;		/* per remote column; NULL until needed */
 
 	/* tenancy */
 	AshTenantMode tenant_mode;

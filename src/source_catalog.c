@@ -276,6 +276,31 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 	}
 }
 
+const char *
+ash_source_read_table_set(AshConn *conn, const AshTableSetSpec *spec,
+						  List **rels, AshPublicationFacts *pub)
+{
+	const char *volatile absent = NULL;
+
+	PQclear(ash_conn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false));
+	PG_TRY();
+	{
+		absent = ash_source_fetch_table_set(conn, spec, rels, pub);
+		if (absent == NULL)
+			ash_source_describe_tables(conn, *rels);
+	}
+	PG_CATCH();
+	{
+		/* best effort: the connection may be gone; the caller decides */
+		if (PQstatus(conn->conn) == CONNECTION_OK)
+			PQclear(PQexec(conn->conn, "ROLLBACK"));
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	PQclear(ash_conn_exec(conn, absent == NULL ? "COMMIT" : "ROLLBACK", false));
+	return absent;
+}
+
 char *
 ash_source_missing_tables(const AshTableSetSpec *spec, List **rels)
 {

@@ -95,6 +95,15 @@ extern const char *ash_source_fetch_table_set(AshConn *conn, const AshTableSetSp
 extern void ash_source_describe_tables(AshConn *conn, List *rels);
 
 /*
+ * Steps 2 and 3 in one REPEATABLE READ snapshot of the source: a column
+ * added between the two reads would look withheld by a column list.
+ * Returns what ash_source_fetch_table_set returns (rels described only
+ * when NULL).  A failure rolls the snapshot back before it is re-raised.
+ */
+extern const char *ash_source_read_table_set(AshConn *conn, const AshTableSetSpec *spec,
+											 List **rels, AshPublicationFacts *pub);
+
+/*
  * After describing: tables of the set the source does not have.  A
  * configured table (wal2json) that is absent is returned as a structural
  * context ("tables: ..."); a publication or replication-set table that

@@ -7,9 +7,9 @@
 #         arrays with NULL elements, inet, money) lands exactly: the
 #         mirror's content hash equals the source's; a column whose source and
 #         destination types differ (int4 -> int8) is read through text.
-#  ten    attribute tenancy with the tenant column sent in binary, and an
-#         encrypted column: the tenant scopes each row, the ciphertext
-#         decrypts to the source's text.
+#  ten    attribute tenancy with the tenant column sent in binary, and
+#         encrypted text, varchar and date columns: the tenant scopes each
+#         row, each ciphertext decrypts to the source's text form.
 #  enum   a source type that is not built in (an enum, a domain): its OID means nothing
 #         at the destination, so the pipeline logs binary_transfer.off, starts
 #         the session over in text and the mirror is still exact.
@@ -38,7 +38,8 @@ CREATE TABLE en (id integer PRIMARY KEY, m mood, d posint, note text);
 });
 $src->safe_psql('postgres', q{
 CREATE TABLE widen (id integer PRIMARY KEY, n int4);
-CREATE TABLE ten (id integer PRIMARY KEY, tenant text NOT NULL, pan text, note text);
+CREATE TABLE ten (id integer PRIMARY KEY, tenant text NOT NULL, pan text, note text,
+	code varchar(12), born date);
 ALTER TABLE ten REPLICA IDENTITY FULL;
 CREATE PUBLICATION pub_bin FOR TABLE bt, widen;
 CREATE PUBLICATION pub_ten FOR TABLE ten;
@@ -46,7 +47,8 @@ CREATE PUBLICATION pub_en FOR TABLE en;
 });
 $dst->safe_psql('postgres', q{
 CREATE TABLE widen (id integer PRIMARY KEY, n int8);
-CREATE TABLE ten (id integer PRIMARY KEY, tenant text NOT NULL, pan bytea, note text);
+CREATE TABLE ten (id integer PRIMARY KEY, tenant text NOT NULL, pan bytea, note text,
+	code bytea, born bytea);
 CREATE ROLE reader LOGIN;
 GRANT ash_replicant_decrypt TO reader;
 GRANT SELECT ON ten TO reader;
@@ -87,20 +89,22 @@ is(AshTest::status_row($dst, 'bin')->{state}, 'healthy', 'bin: healthy');
 # --- ten ------------------------------------------------------------------
 AshTest::setup_pipeline($src, $dst, sink => 'ten', publication => 'pub_ten',
 	maps => [ [ 'ten', tenant_column => 'tenant', tenant_strategy => 'attribute',
-			sensitive => ['pan'], encrypted => ['pan'] ] ],
+			sensitive => [ 'pan', 'code', 'born' ], encrypted => [ 'pan', 'code', 'born' ] ] ],
 	pipeline_extra => $binary);
 AshTest::wait_slot_consistent($src, $dst, 'ten');
 $src->safe_psql('postgres', q{
-INSERT INTO ten SELECT g, 'tenant_' || (g % 3), '4111 1111 1111 ' || lpad(g::text, 4, '0'), 'n' || g
+INSERT INTO ten SELECT g, 'tenant_' || (g % 3), '4111 1111 1111 ' || lpad(g::text, 4, '0'), 'n' || g,
+  E'c\u00e9-' || g, date '1970-01-01' + g * 97
   FROM generate_series(1, 60) g;
 UPDATE ten SET note = 'changed' WHERE id % 4 = 0;
 DELETE FROM ten WHERE id % 9 = 0;
 });
 AshTest::wait_caught_up($src, $dst, 'ten');
 is($dst->safe_psql('postgres',
-		q{SET ROLE reader; SELECT string_agg(id || ':' || tenant || ':' || ash_replicant_decrypt(pan, 'public.ten', 'pan') || ':' || note, ',' ORDER BY id) FROM ten}),
+		q{SET ROLE reader; SELECT string_agg(id || ':' || tenant || ':' || ash_replicant_decrypt(pan, 'public.ten', 'pan') || ':' || note
+			|| ':' || ash_replicant_decrypt(code, 'public.ten', 'code') || ':' || ash_replicant_decrypt(born, 'public.ten', 'born'), ',' ORDER BY id) FROM ten}),
 	$src->safe_psql('postgres',
-		q{SELECT string_agg(id || ':' || tenant || ':' || pan || ':' || note, ',' ORDER BY id) FROM ten}),
+		q{SELECT string_agg(id || ':' || tenant || ':' || pan || ':' || note || ':' || code || ':' || born, ',' ORDER BY id) FROM ten}),
 	'ten: tenants and decrypted values equal the source');
 is(AshTest::status_row($dst, 'ten')->{state}, 'healthy', 'ten: healthy');
 
