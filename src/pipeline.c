@@ -562,44 +562,13 @@ run_census_if_due(void)
  * regime native apply runs in because it is slower than the source.  The
  * worker applies the burst faster than the walsender produces it, so the
  * pause costs no throughput; it bounds the added latency of a busy stream.
- *
- * The linger ends early when the source has gone quiet: the kernel's queue
- * for our socket (looked at without reading it, which would open the window)
- * is small and did not grow for LINGER_QUIET_STEPS steps of LINGER_STEP_MS
- * (two: one step can be a walsender waiting for a CPU).  A full receive buffer
- * stops growing too; that one lingers on, since the walsender is then
- * queueing cheaply on its side.
+ * (Ending the sleep early once the socket's kernel queue stopped growing
+ * was measured: the walsender, sharing two cores, pauses that long often
+ * enough that W2 lost ~5 % and its sender CPU rose; not kept.)
  */
 #define BATCH_LINGER_MS 30
-#define LINGER_STEP_MS 5
-#define LINGER_QUIET_STEPS 2
-#define LINGER_QUIET_BYTES (16 * 1024)
 
 static bool stream_busy = false;
-
-static void
-linger(void)
-{
-	int			queued = ash_stream_queued_bytes(&stream);
-	int			still = 0;
-
-	for (int waited = 0; waited < BATCH_LINGER_MS; waited += LINGER_STEP_MS)
-	{
-		int			now_queued;
-
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 LINGER_STEP_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		now_queued = ash_stream_queued_bytes(&stream);
-		if (now_queued < 0)
-			break;
-		still = (now_queued == queued && now_queued < LINGER_QUIET_BYTES) ? still + 1 : 0;
-		if (still >= LINGER_QUIET_STEPS)
-			break;
-		queued = now_queued;
-	}
-}
 
 static bool
 more_coming(void)
@@ -608,7 +577,10 @@ more_coming(void)
 		return true;
 	if (stream_busy)
 	{
-		linger();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 BATCH_LINGER_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
 		if (ash_stream_more_buffered(&stream))
 			return true;
 	}

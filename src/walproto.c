@@ -21,7 +21,6 @@
  */
 #include "postgres.h"
 
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #ifdef __linux__
@@ -248,16 +247,6 @@ ash_stream_more_buffered(AshStream *s)
 		return false;
 	}
 	return true;
-}
-
-int
-ash_stream_queued_bytes(AshStream *s)
-{
-	int			n = -1;
-
-	if (s->conn == NULL || ioctl(PQsocket(s->conn->conn), FIONREAD, &n) != 0)
-		return -1;
-	return n;
 }
 
 void

@@ -59,9 +59,6 @@ extern void ash_stream_receive(AshStream *s, AshStreamMsg *msg);
 /* Is a further complete message already received (not blocking)? */
 extern bool ash_stream_more_buffered(AshStream *s);
 
-/* Bytes the kernel holds for us unread (not libpq's buffer); -1 unknown. */
-extern int	ash_stream_queued_bytes(AshStream *s);
-
 /* Send a standby status update. */
 extern void ash_stream_send_feedback(AshStream *s, XLogRecPtr write,
 									 XLogRecPtr flush, bool request_reply);
