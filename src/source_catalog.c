@@ -291,8 +291,14 @@ ash_source_read_table_set(AshConn *conn, const AshTableSetSpec *spec,
 	}
 	PG_CATCH();
 	{
-		/* best effort: the connection may be gone; the caller decides */
-		if (PQstatus(conn->conn) == CONNECTION_OK)
+		/*
+		 * Best effort, and only when the source is idle in the snapshot (a
+		 * lost connection or an interrupted query is the caller's to handle):
+		 * the doctor goes on probing on this connection.
+		 */
+		PGTransactionStatusType ts = PQtransactionStatus(conn->conn);
+
+		if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)
 			PQclear(PQexec(conn->conn, "ROLLBACK"));
 		PG_RE_THROW();
 	}
