@@ -681,11 +681,27 @@ check_reachable(Doctor *d)
 	e = guarded(d, open_probe_fn, NULL);
 	if (e != NULL)
 	{
+		const char *reason;
+
 		if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
 			ReThrowError(e);
+		/* what waiting cannot fix is named as the pipeline names it */
+		switch (ash_conn_last_failure)
+		{
+			case ASH_CONN_INVALID_SETTINGS:
+			case ASH_CONN_DATABASE_MISSING:
+				reason = "source_connection_invalid";
+				break;
+			case ASH_CONN_AUTH_FAILED:
+				reason = "source_authentication_failed";
+				break;
+			default:
+				reason = "source_unreachable";
+				break;
+		}
 		d->conn = NULL;
-		emit(d, "source_reachable", V_FAIL, "source_unreachable");
-		d->source_skip = "source_unreachable";
+		emit(d, "source_reachable", V_FAIL, reason);
+		d->source_skip = reason;
 		return;
 	}
 	emit(d, "source_reachable", V_PASS, NULL);

@@ -21,7 +21,9 @@
 #
 #   malformed conninfo (syntax)   configure_pipeline refuses config_invalid
 #   unusable conninfo (port=x)    misconfigured source_connection_invalid
+#                                 (the doctor's source_reachable says the same)
 #   wrong password                misconfigured source_authentication_failed
+#                                 (the doctor's source_reachable says the same)
 #   role without REPLICATION      misconfigured privilege_replication_missing
 #   publication does not exist    misconfigured source_publication_missing
 #   slot held by pg_recvlogical   catching_up while retrying, then
@@ -174,6 +176,14 @@ sub bad_case
 	AshTest::wait_status($dst, $sink, $c{state}, $c{reason}, src => $src,
 		name => "$label: $c{state}/$c{reason}", timeout => $c{timeout} // 60);
 	halt_logged($sink, $c{reason}, $c{context}, $label);
+	if ($c{doctor})
+	{
+		# the doctor names a source it cannot connect to as the pipeline does
+		my ($check, $reason) = @{ $c{doctor} };
+		is($dst->safe_psql($DB, "SELECT verdict || '/' || coalesce(reason, '') FROM ash_replicant_doctor('$sink')"
+				  . " WHERE check_name = '$check'"),
+			"fail/$reason", "$label: doctor $check fails $reason");
+	}
 	is(AshTest::table_hash($dst, $table), $h0, "$label: mirror unchanged");
 	is(AshTest::checkpoint_facts($dst, $sink), $cp0, "$label: checkpoint unchanged");
 	no_sentinel($label);
@@ -220,11 +230,13 @@ sub restore_good
 
 bad_case(label => 'unusable conninfo', state => 'misconfigured', reason => 'source_connection_invalid',
 	context => qr/context="[^"]*connection settings/,
+	doctor => [ 'source_reachable', 'source_connection_invalid' ],
 	inject => sub { configure('bi', conn_of('pw_user', $good_pw, " port=notaport$S"), 'pub_bi') },
 	fix => \&restore_good);
 
 bad_case(label => 'wrong password', state => 'misconfigured', reason => 'source_authentication_failed',
 	context => qr/context="[^"]*authentication/,
+	doctor => [ 'source_reachable', 'source_authentication_failed' ],
 	inject => sub { configure('bi', conn_of('pw_user', "${S}wrong"), 'pub_bi') },
 	fix => \&restore_good);
 
