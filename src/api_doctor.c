@@ -682,23 +682,14 @@ check_reachable(Doctor *d)
 	if (e != NULL)
 	{
 		const char *reason;
+		const char *context;
 
 		if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
 			ReThrowError(e);
 		/* what waiting cannot fix is named as the pipeline names it */
-		switch (ash_conn_last_failure)
-		{
-			case ASH_CONN_INVALID_SETTINGS:
-			case ASH_CONN_DATABASE_MISSING:
-				reason = "source_connection_invalid";
-				break;
-			case ASH_CONN_AUTH_FAILED:
-				reason = "source_authentication_failed";
-				break;
-			default:
-				reason = "source_unreachable";
-				break;
-		}
+		reason = ash_conn_final_failure(&context);
+		if (reason == NULL)
+			reason = "source_unreachable";
 		d->conn = NULL;
 		emit(d, "source_reachable", V_FAIL, reason);
 		d->source_skip = reason;

@@ -35,6 +35,26 @@
 char		ash_conn_last_sqlstate[6] = "";
 AshConnFailure ash_conn_last_failure = ASH_CONN_OK;
 
+const char *
+ash_conn_final_failure(const char **context)
+{
+	switch (ash_conn_last_failure)
+	{
+		case ASH_CONN_INVALID_SETTINGS:
+			*context = "libpq cannot use the connection settings";
+			return "source_connection_invalid";
+		case ASH_CONN_DATABASE_MISSING:
+			*context = "the source has no database of the configured name";
+			return "source_connection_invalid";
+		case ASH_CONN_AUTH_FAILED:
+			*context = "the source rejected the authentication of the connection";
+			return "source_authentication_failed";
+		default:
+			*context = NULL;
+			return NULL;
+	}
+}
+
 static void
 set_sqlstate(const char *s)
 {

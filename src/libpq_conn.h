@@ -49,6 +49,13 @@ extern char ash_conn_last_sqlstate[6];
 extern AshConnFailure ash_conn_last_failure;
 
 /*
+ * When the last ash_conn_open failed for a reason that waiting cannot fix
+ * (settings libpq cannot use, no such database, rejected credentials): its
+ * reason code, with a value-free context in *context.  NULL otherwise.
+ */
+extern const char *ash_conn_final_failure(const char **context);
+
+/*
  * Connect asynchronously, waiting on the latch so that SIGTERM is serviced.
  * On failure raises ERROR with ERRCODE_CONNECTION_FAILURE and a value-free
  * message.  The conninfo is never printed.

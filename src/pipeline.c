@@ -862,17 +862,12 @@ handle_error(ErrorData *edata, long backoff)
 		edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
 	{
 		const char *src = ash_conn_last_sqlstate;
+		const char *final;
+		const char *context;
 
 		/* connection settings or credentials that waiting cannot fix */
-		if (step == STEP_CONNECT && ash_conn_last_failure == ASH_CONN_INVALID_SETTINGS)
-			do_halt_detail("source_connection_invalid", NULL,
-						   "libpq cannot use the connection settings");
-		if (step == STEP_CONNECT && ash_conn_last_failure == ASH_CONN_DATABASE_MISSING)
-			do_halt_detail("source_connection_invalid", src,
-						   "the source has no database of the configured name");
-		if (step == STEP_CONNECT && ash_conn_last_failure == ASH_CONN_AUTH_FAILED)
-			do_halt_detail("source_authentication_failed", src[0] != '\0' ? src : NULL,
-						   "the source rejected the authentication of the connection");
+		if (step == STEP_CONNECT && (final = ash_conn_final_failure(&context)) != NULL)
+			do_halt_detail(final, src[0] != '\0' ? src : NULL, context);
 
 		/* a source refusal that waiting cannot fix */
 		if (src[0] != '\0')
