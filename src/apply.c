@@ -255,15 +255,14 @@ ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_
 }
 
 /*
- * Execute a plan inside a subtransaction; when it fails with the SQLSTATE
- * catch_code, roll back only that subtransaction (nothing of the statement
- * stays: rows, trigger effects) and return false.  Any other error is
- * re-thrown.  The caught error's text is dropped unread: constraint errors
- * carry row values.
+ * Run fn(arg) inside a subtransaction; when it fails with the SQLSTATE
+ * catch_code, roll back only that subtransaction (nothing of it stays:
+ * rows, trigger effects) and return false.  Any other error is re-thrown.
+ * The caught error's text is dropped unread: constraint errors carry row
+ * values.
  */
 bool
-ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
-						 int expected_ret, int catch_code, uint64 *processed)
+ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -273,7 +272,7 @@ ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		*processed = ash_spi_execute(plan, values, nulls, expected_ret);
+		fn(arg);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -294,6 +293,36 @@ ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
 		ok = false;
 	}
 	PG_END_TRY();
+	return ok;
+}
+
+typedef struct SpiCall
+{
+	SPIPlanPtr	plan;
+	Datum	   *values;
+	const char *nulls;
+	int			expected_ret;
+	uint64		processed;
+} SpiCall;
+
+static void
+spi_call(void *arg)
+{
+	SpiCall    *call = (SpiCall *) arg;
+
+	call->processed = ash_spi_execute(call->plan, call->values, call->nulls,
+									  call->expected_ret);
+}
+
+/* ash_spi_execute in a subtransaction, see ash_run_catching */
+bool
+ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
+						 int expected_ret, int catch_code, uint64 *processed)
+{
+	SpiCall		call = {plan, values, nulls, expected_ret, 0};
+	bool		ok = ash_run_catching(spi_call, &call, catch_code);
+
+	*processed = call.processed;
 	return ok;
 }
 

@@ -171,6 +171,7 @@ extern void ash_apply_seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowIm
 extern void ash_apply_count_missing_delete(AshApplyTarget *tgt);
 extern uint64 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
 							  int expected_ret);
+extern bool ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code);
 extern bool ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
 									 int expected_ret, int catch_code, uint64 *processed);
 

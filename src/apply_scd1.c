@@ -25,8 +25,10 @@
  *	  and updates that carry the complete row under an unchanged identity.
  *	  A run may span the source transactions of one batch; anything that
  *	  cannot join it flushes it first, so each row sees its changes in
- *	  source order.  Gathered inserts try a plain INSERT first and fall back
- *	  to the upsert on a unique violation.
+ *	  source order.  Gathered inserts try a plain insert first -- written
+ *	  straight into the table where that is all the INSERT would do
+ *	  (apply_bulk.c), else by a multi-row INSERT -- and fall back to the
+ *	  upsert on a unique violation.
  *
  *	  Plans are prepared once per target table and operation (and per set
  *	  of sent columns for updates, since unchanged TOAST columns are left
@@ -54,6 +56,7 @@
 #include "utils/memutils.h"
 
 #include "apply.h"
+#include "apply_bulk.h"
 #include "errors.h"
 
 typedef struct UpdatePlan
@@ -74,6 +77,7 @@ typedef struct Scd1Plans
 	SPIPlanPtr	delete_many;	/* gathered deletes */
 	LocalTransactionId commutes_lxid;	/* transaction "commutes" was judged in */
 	bool		commutes;
+	AshBulkTarget bulk;			/* gathered inserts without a statement */
 	List	   *updates;		/* UpdatePlan * */
 } Scd1Plans;
 
@@ -463,8 +467,35 @@ scd1_discard(void)
 		MemoryContextReset(gbuf.cxt);
 }
 
+/* One array parameter per column, for the multi-row statements. */
+static Datum *
+column_arrays(AshApplyRel *rel, int nrows)
+{
+	Datum	   *values = palloc(sizeof(Datum) * rel->ncols);
+
+	for (int c = 0; c < rel->ncols; c++)
+		values[c] = gcol_array(&gbuf.cols[c], nrows);
+	return values;
+}
+
+/* The run's rows straight into its table (see apply_bulk.c). */
+static void
+bulk_insert(void *arg)
+{
+	Datum	  **values = palloc(sizeof(Datum *) * gbuf.rel->ncols);
+	bool	  **nulls = palloc(sizeof(bool *) * gbuf.rel->ncols);
+
+	for (int c = 0; c < gbuf.rel->ncols; c++)
+	{
+		values[c] = gbuf.cols[c].values;
+		nulls[c] = gbuf.cols[c].nulls;
+	}
+	ash_bulk_insert(&plans_of(gbuf.tgt)->bulk, gbuf.tgt, gbuf.rel->ncols, gbuf.nrows,
+					values, nulls);
+}
+
 /*
- * Most gathered inserts are new rows, so a plain INSERT is tried first: it
+ * Most gathered inserts are new rows, so a plain insert is tried first: it
  * skips what ON CONFLICT costs per row (an identity-index probe, a
  * speculative insertion lock, a second index pass).  It runs in a
  * subtransaction; a unique violation rolls it back whole (rows and trigger
@@ -515,23 +546,37 @@ scd1_flush(void)
 
 	if (nrows > 0)
 	{
-		Datum	   *values = palloc(sizeof(Datum) * rel->ncols);
+		Datum	   *values = NULL;
 		bool		inserted = false;
 
-		for (int c = 0; c < rel->ncols; c++)
-			values[c] = gcol_array(&gbuf.cols[c], nrows);
 		ash_apply_errctx.command = gbuf.has_updates ? "update" : "insert";
 		if (st->optimism_paused > 0)
 			st->optimism_paused--;
 		else if (gbuf.has_updates)
 			;					/* existing rows: the plain INSERT would fail */
-		else if (ash_spi_execute_or_catch(st->insert_many, values, NULL, SPI_OK_INSERT,
-										  ERRCODE_UNIQUE_VIOLATION, &n))
-			inserted = true;
 		else
-			st->optimism_paused = OPTIMISM_PAUSE_FLUSHES;
-		if (!inserted)
+		{
+			/* no statement where it would only store the rows */
+			if (target_commutes(tgt) && ash_bulk_insert_usable(&st->bulk, rel, tgt))
+				inserted = ash_run_catching(bulk_insert, NULL, ERRCODE_UNIQUE_VIOLATION);
+			else
+			{
+				values = column_arrays(rel, nrows);
+				inserted = ash_spi_execute_or_catch(st->insert_many, values, NULL,
+													SPI_OK_INSERT, ERRCODE_UNIQUE_VIOLATION,
+													&n);
+			}
+			if (!inserted)
+				st->optimism_paused = OPTIMISM_PAUSE_FLUSHES;
+		}
+		if (inserted)
+			n = nrows;
+		else
+		{
+			if (values == NULL)
+				values = column_arrays(rel, nrows);
 			n = ash_spi_execute(st->upsert_many, values, NULL, SPI_OK_INSERT);
+		}
 		if (n < nrows && st->upsert_checks_tenant)
 			ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s",
 					 tgt->log_name);

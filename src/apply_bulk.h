@@ -1,0 +1,40 @@
+/*-------------------------------------------------------------------------
+ *
+ * apply_bulk.h
+ *	  Gathered inserts written straight into the table (multi-insert and
+ *	  index insertion), where that is exactly what a plain INSERT would do.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_APPLY_BULK_H
+#define ASH_APPLY_BULK_H
+
+#include "storage/lock.h"
+
+#include "relmap.h"
+
+/* Per destination table; zeroed with the strategy's plans. */
+typedef struct AshBulkTarget
+{
+	LocalTransactionId judged_lxid; /* transaction "usable" was judged in */
+	bool		usable;
+	AttrNumber *attnums;		/* per mapped column: the table's attribute */
+} AshBulkTarget;
+
+/*
+ * Can the gathered columns of rel be written to tgt this way?  Judged once
+ * per destination transaction (takes the table's RowExclusiveLock).  The
+ * caller has judged that rows of tgt cannot observe each other.
+ */
+extern bool ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel,
+								   AshApplyTarget *tgt);
+
+/*
+ * Insert nrows rows; values[c][i] / nulls[c][i] is mapped column c of row
+ * i.  Raises what the INSERT would (privileges, constraints, unique
+ * violations); the caller runs it in a subtransaction to catch the latter.
+ */
+extern void ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
+							Datum *const *values, bool *const *nulls);
+
+#endif							/* ASH_APPLY_BULK_H */
