@@ -9,8 +9,6 @@
 #ifndef ASH_APPLY_BULK_H
 #define ASH_APPLY_BULK_H
 
-#include "storage/lock.h"
-
 #include "relmap.h"
 
 /* Per destination table; zeroed with the strategy's plans. */

@@ -194,7 +194,6 @@ ash_stream_receive(AshStream *s, AshStreamMsg *msg)
 		return;
 	}
 	s->buf = buf;
-	s->received_bytes += len;
 	s->last_recv_time = GetCurrentTimestamp();
 	s->ping_sent = false;
 

@@ -25,7 +25,6 @@ typedef struct AshStream
 	XLogRecPtr	last_flush_sent;
 	TimestampTz last_recv_time;
 	TimestampTz last_send_time;
-	uint64		received_bytes; /* CopyData bytes received so far */
 	bool		ping_sent;
 	bool		ended;			/* the source ended the COPY */
 	struct WaitEventSet *wait_set;	/* latch + socket, made on first wait */
