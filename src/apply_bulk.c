@@ -42,7 +42,6 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
-#include "nodes/makefuncs.h"
 #include "storage/proc.h"
 #include "utils/memutils.h"
 #include "utils/lsyscache.h"

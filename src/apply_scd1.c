@@ -558,7 +558,10 @@ scd1_flush(void)
 		{
 			/* no statement where it would only store the rows */
 			if (target_commutes(tgt) && ash_bulk_insert_usable(&st->bulk, rel, tgt))
+			{
 				inserted = ash_run_catching(bulk_insert, NULL, ERRCODE_UNIQUE_VIOLATION);
+				n = inserted ? nrows : 0;	/* no trigger can skip a row here */
+			}
 			else
 			{
 				values = column_arrays(rel, nrows);
@@ -569,9 +572,7 @@ scd1_flush(void)
 			if (!inserted)
 				st->optimism_paused = OPTIMISM_PAUSE_FLUSHES;
 		}
-		if (inserted)
-			n = nrows;
-		else
+		if (!inserted)
 		{
 			if (values == NULL)
 				values = column_arrays(rel, nrows);
