@@ -871,6 +871,27 @@ def crash_report(logpos, tag):
     return note
 
 
+def tcp_counters():
+    """Host-wide TCP counters (/proc/net/snmp, /proc/net/netstat): segments sent, retransmitted, and
+    segments a full receive buffer dropped.  During a measurement the replication connection is
+    nearly all the traffic; how the walsender's messages were cut into segments is what its CPU
+    depends on (one segment per change when the consumer keeps the window open)."""
+    vals = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for hdr, val in zip(lines[::2], lines[1::2]):
+            names, nums = hdr.split()[1:], val.split()[1:]
+            prefix = hdr.split(":")[0]
+            for n, v in zip(names, nums):
+                vals[prefix + n] = int(v)
+    return {"tcp_segments": vals.get("TcpOutSegs"), "tcp_retrans": vals.get("TcpRetransSegs"),
+            "tcp_rcvq_drops": vals.get("TcpExtTCPRcvQDrop")}
+
+
 def run_workload(w, rep):
     src, dst = connect(SRC_PORT), connect(DST_PORT)
     log("%s rep %d: %d changes (%s)%s" % (w.name, rep, w.rows, w.desc,
@@ -914,7 +935,10 @@ def run_workload(w, rep):
         else:
             logpos = os.path.getsize(os.path.join(BASE, "dest.log"))
             try:
+                tcp0 = tcp_counters()
                 m = c.measure(src, dst, marker_id)
+                tcp1 = tcp_counters()
+                r.update({k: tcp1[k] - tcp0[k] for k in tcp0 if tcp0[k] is not None and tcp1[k] is not None})
                 mem = m.pop("mem") or {}
                 r.update(m)
                 r["peak_rss_kb"] = mem.get("VmHWM")
@@ -996,14 +1020,14 @@ def fmt_summary(rows):
         if k not in keys:
             keys.append(k)
     hdr = ["workload", "contender", "runs ok", "median s", "spread", "rows/s", "vs native", "vs ceiling",
-           "cpu s", "sender cpu s", "VmHWM MB", "anon MB", "status"]
+           "cpu s", "sender cpu s", "tcp segs", "VmHWM MB", "anon MB", "status"]
     lines = []
     for k in keys:
         rs = [r for r in rows if (r["workload"], r["contender"], r.get("variant")) == k]
         ok = [r for r in rs if r["status"] == "ok"]
         name = k[1] + ("(%s)" % k[2] if k[2] else "")
         if not ok:
-            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-", "-",
+            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
                           rs[0]["status"] + ((": " + short_note(rs[0]["note"])) if rs[0].get("note") else "")])
             continue
         secs = [r["seconds"] for r in ok]
@@ -1014,11 +1038,13 @@ def fmt_summary(rows):
         anon = [r["peak_anon_kb"] for r in ok if r.get("peak_anon_kb")]
         cpu = [r["apply_cpu_s"] for r in ok if r.get("apply_cpu_s") is not None]
         scpu = [r["sender_cpu_s"] for r in ok if r.get("sender_cpu_s") is not None]
+        segs = [r["tcp_segments"] for r in ok if r.get("tcp_segments") is not None]
         lines.append([k[0], name, "%d/%d" % (len(ok), len(rs)), "%.2f" % med,
                       "%.0f%%" % (100 * (max(secs) - min(secs)) / med) if len(secs) > 1 else "-",
                       "%.0f" % (ok[0]["changes"] / med),
                       "%.2f" % median(vn) if vn else "-", "%.2f" % median(vc) if vc else "-",
                       "%.2f" % median(cpu) if cpu else "-", "%.2f" % median(scpu) if scpu else "-",
+                      "%d" % median(segs) if segs else "-",
                       "%.0f" % (max(hwm) / 1024) if hwm else "-", "%.1f" % (max(anon) / 1024) if anon else "-",
                       "ok" if len(ok) == len(rs) else "some runs: " + ", ".join(sorted(set(r["status"] for r in rs if r["status"] != "ok")))])
     return table(hdr, lines)
@@ -1035,14 +1061,14 @@ def table(hdr, lines):
 
 def fmt_table(rows):
     hdr = ["workload", "contender", "rep", "changes", "seconds", "rows/s", "vs native", "vs ceiling",
-           "cpu s", "sender cpu s", "VmHWM MB", "anon MB", "status"]
+           "cpu s", "sender cpu s", "tcp segs", "drops", "VmHWM MB", "anon MB", "status"]
     lines = []
     for r in rows:
         f = lambda k, fmt: (fmt % r[k]) if r.get(k) is not None else "-"
         lines.append([r["workload"], r["contender"] + ("(%s)" % r["variant"] if r.get("variant") else ""),
                       str(r["rep"]), str(r["changes"]), f("seconds", "%.2f"), f("rows_per_s", "%.0f"),
                       f("vs_native", "%.2f"), f("vs_ceiling", "%.2f"), f("apply_cpu_s", "%.2f"),
-                      f("sender_cpu_s", "%.2f"),
+                      f("sender_cpu_s", "%.2f"), f("tcp_segments", "%d"), f("tcp_rcvq_drops", "%d"),
                       ("%.0f" % (r["peak_rss_kb"] / 1024)) if r.get("peak_rss_kb") else "-",
                       ("%.1f" % (r["peak_anon_kb"] / 1024)) if r.get("peak_anon_kb") else "-",
                       r["status"] + ((": " + short_note(r["note"])) if r.get("note") else "")])

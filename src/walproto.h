@@ -25,6 +25,8 @@ typedef struct AshStream
 	XLogRecPtr	last_flush_sent;
 	TimestampTz last_recv_time;
 	TimestampTz last_send_time;
+	uint64		received_bytes; /* CopyData bytes received so far */
+	int			window_clamp;	/* TCP_WINDOW_CLAMP while pausing; 0 none */
 	bool		ping_sent;
 	bool		ended;			/* the source ended the COPY */
 	struct WaitEventSet *wait_set;	/* latch + socket, made on first wait */
@@ -65,6 +67,9 @@ extern void ash_stream_send_feedback(AshStream *s, XLogRecPtr write,
 
 /* Wait for socket data or latch or timeout (ms).  Services interrupts. */
 extern bool ash_stream_wait(AshStream *s, long timeout_ms);
+
+/* Sleep without reading, the window clamped, so the source's window may close. */
+extern void ash_stream_pause(AshStream *s, long timeout_ms);
 
 /* End the stream politely (best effort) and close the connection. */
 extern void ash_stream_close(AshStream *s);
