@@ -321,7 +321,7 @@ ash_stream_wait(AshStream *s, long timeout_ms)
  * stalled W1 for seconds (TcpExtTCPRcvQDrop; 1 run in 4).  Re-clamping the
  * window to half the buffer before each pause bounds each promise well
  * below what fits once collapsed: the drops that remain are rare, and fast
- * retransmission repairs them (no stalled run in 35 W1 runs since).
+ * retransmission repairs them (none of 66 W1 runs stalled since).
  */
 void
 ash_stream_pause(AshStream *s, long timeout_ms)
