@@ -71,7 +71,8 @@ put_int64(char *p, int64 v)
  * loopback: 42,705 segments for 1,000,000 rows against 811).  The buffer is
  * sized for 1 GB/s at the connection's smallest round-trip time, at least
  * 256 kB (so the window clamp of a pause, half of it, is two loopback
- * segments: a clamp below one segment stalls the sender), and left to
+ * segments: clamps of one segment or less, 64 kB and 32 kB, stalled every
+ * run on delayed acknowledgements, W1 taking 14-30 s), and left to
  * autotuning when that would exceed 4 MB: a distant source keeps a window
  * that covers its bandwidth-delay product.  Returns the clamp for pauses,
  * 0 when the buffer was left alone.
