@@ -11,7 +11,9 @@ check that the mirror's content hash equals the source's.
 
 Contenders: ceiling (pg_logical_slot_get_binary_changes on the source: decoding
 alone), ash (ash_replicant pipeline), native (CREATE SUBSCRIPTION), pglogical,
-recvlogical (pg_recvlogical into /dev/null; optional, not a ceiling: see the class).
+recvlogical (pg_recvlogical into /dev/null; optional, not a ceiling: see the class),
+floor (bench/floor_reader: ash_replicant's paced reading with no apply -- the
+walsender's bound for such a consumer; optional).
 """
 import datetime
 import json
@@ -32,7 +34,7 @@ PGBIN = os.environ.get("BENCH_PGBIN", "/usr/lib/postgresql/15/bin")
 
 SCALE = float(os.environ.get("SCALE", "1"))
 WORKLOADS = [w.strip().upper() for w in os.environ.get("WORKLOADS", "W1,W2,W3,W4,W5").split(",") if w.strip()]
-CONTENDERS = [c.strip() for c in os.environ.get("CONTENDERS", "ceiling,ash,native,pglogical").split(",") if c.strip()]
+CONTENDERS = [c.strip() for c in os.environ.get("CONTENDERS", "ceiling,floor,ash,native,pglogical").split(",") if c.strip()]
 REPEAT = int(os.environ.get("REPEAT", "1"))
 PROFILE = os.environ.get("PROFILE", "0") == "1"
 PROFILE_SENDER = os.environ.get("PROFILE_SENDER", "0") == "1"   # profile the source walsender instead
@@ -518,19 +520,17 @@ class Ceiling(Contender):
         return {"seconds": secs, "messages": n, "mem": st, "peak_anon_kb": None, "verified": "n/a (decode only)"}
 
 
-class Recvlogical(Contender):
-    """pg_recvlogical reading the stream into /dev/null: no apply at all, yet not a
-    ceiling -- it reads every message as it arrives, which keeps the source's TCP
-    window open, and the walsender then sends each message as a segment of its own
-    (twice the sender CPU an applying consumer costs it).  Shows that regime."""
-    name, short = "pg_recvlogical", "rlog"
+class Reader(Contender):
+    """A process that reads the slot's stream and applies nothing; timed until it exits
+    at the workload's end LSN.  Its seconds are what the source's walsender needs to
+    decode and send the workload to a reader of that kind."""
+
+    def command(self):
+        raise NotImplementedError
 
     def measure(self, src, dst, marker_id):
-        cmd = [os.path.join(PGBIN, "pg_recvlogical"), "-h", "127.0.0.1", "-p", str(SRC_PORT), "-U", "postgres",
-               "-d", "postgres", "--slot", self.slot, "--start", "--no-loop", "-f", "/dev/null", "-F", "0",
-               "-o", "proto_version=1", "-o", "publication_names=%s" % self.w.pub, "-E", self.w.end_lsn]
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        p = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         sender, sender_cpu, st = None, None, None
         while p.poll() is None:
             if sender is None:
@@ -542,15 +542,56 @@ class Recvlogical(Contender):
             st = cst or st
             if time.monotonic() - t0 > 120 + 1500 * SCALE:
                 p.kill()
-                raise Failed("pg_recvlogical timed out")
+                raise Failed("%s timed out" % self.name)
             time.sleep(POLL / 5)
         secs = time.monotonic() - t0
+        out = p.stdout.read().decode(errors="replace").strip()
         err = p.stderr.read().decode(errors="replace").strip()
         if p.returncode != 0:
-            raise Failed("pg_recvlogical exited %d: %s" % (p.returncode, err.splitlines()[-1] if err else ""))
+            raise Failed("%s exited %d: %s" % (self.name, p.returncode, err.splitlines()[-1] if err else ""))
         mem = dict(st or {})
         mem["sender_cpu_s"] = sender_cpu
-        return {"seconds": secs, "mem": mem, "peak_anon_kb": None, "verified": "n/a (no apply)"}
+        res = {"seconds": secs, "mem": mem, "peak_anon_kb": None, "verified": "n/a (no apply)"}
+        if out.startswith("{"):
+            res["reader"] = json.loads(out.splitlines()[-1])
+        return res
+
+
+class Recvlogical(Reader):
+    """pg_recvlogical reading the stream into /dev/null: no apply at all, yet not a
+    ceiling -- it reads every message as it arrives, which keeps the source's TCP
+    window open, and the walsender then sends each message as a segment of its own
+    (twice the sender CPU an applying consumer costs it).  Shows that regime."""
+    name, short = "pg_recvlogical", "rlog"
+
+    def command(self):
+        return [os.path.join(PGBIN, "pg_recvlogical"), "-h", "127.0.0.1", "-p", str(SRC_PORT), "-U", "postgres",
+                "-d", "postgres", "--slot", self.slot, "--start", "--no-loop", "-f", "/dev/null", "-F", "0",
+                "-o", "proto_version=1", "-o", "publication_names=%s" % self.w.pub, "-E", self.w.end_lsn]
+
+
+FLOOR_READER = os.environ.get("BENCH_FLOOR_READER", os.path.join(BASE, "floor_reader"))
+
+
+class Floor(Reader):
+    """bench/floor_reader: reads with ash_replicant's pacing (256 kB receive buffer; a
+    30 ms pause with the window clamped whenever a backlog of 64 kB or more was
+    drained) and applies nothing.  The walsender serving it does what it does for
+    ash_replicant, so its seconds are the bound for any consumer reading this way:
+    ash_replicant's seconds minus these are what its apply adds to the wall clock."""
+    name, short = "floor", "floor"
+
+    def __init__(self, w, rep, binary=False):
+        self.binary = binary
+        self.variant = "binary" if binary else None
+        super().__init__(w, rep)
+
+    def command(self):
+        opts = "proto_version '3', publication_names '\"%s\"', messages 'true'" % self.w.pub
+        if self.binary:
+            opts += ", binary 'true'"
+        return [FLOOR_READER, "host=127.0.0.1 port=%d dbname=postgres user=postgres replication=database" % SRC_PORT,
+                self.slot, opts, self.w.end_lsn] + os.environ.get("FLOOR_ARGS", "").split()
 
 
 class Ash(Contender):
@@ -795,6 +836,10 @@ def make_contenders(w, rep):
             out.append(Ceiling(w, rep))
         elif c == "recvlogical":
             out.append(Recvlogical(w, rep))
+        elif c == "floor":
+            out.append(Floor(w, rep))
+        elif c == "floorbin":
+            out.append(Floor(w, rep, binary=True))
         elif c == "ash":
             out.append(Ash(w, rep))
         elif c == "ashbin":
@@ -949,7 +994,7 @@ def run_workload(w, rep):
                 # CPU of the source walsender decoding and sending for this contender
                 r["sender_cpu_s"] = mem.get("sender_cpu_s")
                 r["rows_per_s"] = w.rows / m["seconds"]
-                if c.name in ("ceiling", "pg_recvlogical"):
+                if c.name in ("ceiling", "pg_recvlogical", "floor"):
                     r["status"] = "ok"
                 else:
                     target = w.ash_target if c.name == "ash_replicant" else w.table

@@ -8,11 +8,14 @@
 # Knobs (environment):
 #   SCALE=1            row counts multiplier
 #   WORKLOADS=W1,W2,W3,W4,W5
-#   CONTENDERS=ceiling,ash,native,pglogical
-#                      also: ashbin, nativebin (binary transfer), ashstream,
+#   CONTENDERS=ceiling,floor,ash,native,pglogical
+#                      floor = bench/floor_reader: ash_replicant's paced reading
+#                      with no apply, the walsender's bound for such a reader;
+#                      also: ashbin, nativebin, floorbin (binary transfer), ashstream,
 #                      ashstreambin (streaming => true; W4 only), recvlogical
 #                      (pg_recvlogical into /dev/null: the walsender's cost for
 #                      a reader that keeps its TCP window open; not a ceiling)
+#   FLOOR_ARGS=        "PAUSE_MS [RCVBUF_BYTES]" for floor_reader (30 262144)
 #   REPEAT=1           measure each workload this many times (fresh WAL each time)
 #   PROFILE=0          1: perf record the apply worker of ash and native during W1
 #   PROFILE_SENDER=0   1 (with PROFILE=1): perf record the source walsender instead
@@ -66,7 +69,9 @@ mkdir -p "$inst/usr/lib/postgresql" "$inst/usr/share/postgresql"
 cp -a /usr/lib/postgresql/15 "$inst/usr/lib/postgresql/"
 cp -a /usr/share/postgresql/15 "$inst/usr/share/postgresql/"
 env -u PROFILE make -s install DESTDIR="$inst" >/dev/null
+cc -O2 -Wall -Werror -I"$(pg_config --includedir)" bench/floor_reader.c -lpq -o "$inst/floor_reader"
 chmod -R a+rX "$inst"
 export BENCH_PGBIN="$inst/usr/lib/postgresql/15/bin"
+export BENCH_FLOOR_READER="$inst/floor_reader"
 
 exec /usr/bin/python3 -u bench/bench.py "$@"
