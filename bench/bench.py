@@ -1025,6 +1025,9 @@ def run_workload(w, rep):
     ok = lambda name: [x for x in results if x["contender"] == name and x["status"] == "ok"]
     nat = ok("native")
     ceil = ok("ceiling")
+    binary = lambda x: "binary" in (x.get("variant") or "")
+    # the floor reader of the same transfer mode (the walsender's work differs)
+    floor = {binary(x): x for x in ok("floor")}
     best = min(nat, key=lambda x: x["seconds"]) if nat else None
     for r in results:
         if r["status"] != "ok":
@@ -1034,6 +1037,8 @@ def run_workload(w, rep):
             r["native_best_variant"] = best["variant"] or "streaming off"
         if ceil:
             r["vs_ceiling"] = ceil[0]["seconds"] / r["seconds"]
+        if binary(r) in floor and r["contender"] != "ceiling":
+            r["vs_floor"] = floor[binary(r)]["seconds"] / r["seconds"]
     for r in results:
         emit(r)
         ALL.append(r)
@@ -1065,20 +1070,21 @@ def fmt_summary(rows):
         if k not in keys:
             keys.append(k)
     hdr = ["workload", "contender", "runs ok", "median s", "spread", "rows/s", "vs native", "vs ceiling",
-           "cpu s", "sender cpu s", "tcp segs", "VmHWM MB", "anon MB", "status"]
+           "vs floor", "cpu s", "sender cpu s", "tcp segs", "VmHWM MB", "anon MB", "status"]
     lines = []
     for k in keys:
         rs = [r for r in rows if (r["workload"], r["contender"], r.get("variant")) == k]
         ok = [r for r in rs if r["status"] == "ok"]
         name = k[1] + ("(%s)" % k[2] if k[2] else "")
         if not ok:
-            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
                           rs[0]["status"] + ((": " + short_note(rs[0]["note"])) if rs[0].get("note") else "")])
             continue
         secs = [r["seconds"] for r in ok]
         med = median(secs)
         vn = [r["vs_native"] for r in ok if r.get("vs_native") is not None]
         vc = [r["vs_ceiling"] for r in ok if r.get("vs_ceiling") is not None]
+        vf = [r["vs_floor"] for r in ok if r.get("vs_floor") is not None]
         hwm = [r["peak_rss_kb"] for r in ok if r.get("peak_rss_kb")]
         anon = [r["peak_anon_kb"] for r in ok if r.get("peak_anon_kb")]
         cpu = [r["apply_cpu_s"] for r in ok if r.get("apply_cpu_s") is not None]
@@ -1088,6 +1094,7 @@ def fmt_summary(rows):
                       "%.0f%%" % (100 * (max(secs) - min(secs)) / med) if len(secs) > 1 else "-",
                       "%.0f" % (ok[0]["changes"] / med),
                       "%.2f" % median(vn) if vn else "-", "%.2f" % median(vc) if vc else "-",
+                      "%.2f" % median(vf) if vf else "-",
                       "%.2f" % median(cpu) if cpu else "-", "%.2f" % median(scpu) if scpu else "-",
                       "%d" % median(segs) if segs else "-",
                       "%.0f" % (max(hwm) / 1024) if hwm else "-", "%.1f" % (max(anon) / 1024) if anon else "-",
@@ -1106,13 +1113,14 @@ def table(hdr, lines):
 
 def fmt_table(rows):
     hdr = ["workload", "contender", "rep", "changes", "seconds", "rows/s", "vs native", "vs ceiling",
-           "cpu s", "sender cpu s", "tcp segs", "drops", "VmHWM MB", "anon MB", "status"]
+           "vs floor", "cpu s", "sender cpu s", "tcp segs", "drops", "VmHWM MB", "anon MB", "status"]
     lines = []
     for r in rows:
         f = lambda k, fmt: (fmt % r[k]) if r.get(k) is not None else "-"
         lines.append([r["workload"], r["contender"] + ("(%s)" % r["variant"] if r.get("variant") else ""),
                       str(r["rep"]), str(r["changes"]), f("seconds", "%.2f"), f("rows_per_s", "%.0f"),
-                      f("vs_native", "%.2f"), f("vs_ceiling", "%.2f"), f("apply_cpu_s", "%.2f"),
+                      f("vs_native", "%.2f"), f("vs_ceiling", "%.2f"), f("vs_floor", "%.2f"),
+                      f("apply_cpu_s", "%.2f"),
                       f("sender_cpu_s", "%.2f"), f("tcp_segments", "%d"), f("tcp_rcvq_drops", "%d"),
                       ("%.0f" % (r["peak_rss_kb"] / 1024)) if r.get("peak_rss_kb") else "-",
                       ("%.1f" % (r["peak_anon_kb"] / 1024)) if r.get("peak_anon_kb") else "-",
@@ -1151,7 +1159,8 @@ def main():
     print()
     print("SCALE=%s  (%s, %d cores, PostgreSQL %s)" % (SCALE, meta["date"], meta["nproc"],
                                                        meta["server_version"].split()[1]))
-    print("vs native = native-best seconds / seconds (>1 faster than native); vs ceiling = decode-only seconds / seconds")
+    print("vs native = native-best seconds / seconds (>1 faster than native); vs ceiling = decode-only seconds / seconds;"
+          " vs floor = floor-reader seconds (same transfer mode) / seconds")
     print(table)
     with open(OUT[:-len(".jsonl")] + ".txt", "w") as f:
         f.write("SCALE=%s %s\n%s\n" % (SCALE, meta["date"], table))
