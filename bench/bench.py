@@ -576,7 +576,8 @@ FLOOR_READER = os.environ.get("BENCH_FLOOR_READER", os.path.join(BASE, "floor_re
 class Floor(Reader):
     """bench/floor_reader: reads with ash_replicant's pacing (256 kB receive buffer; a
     30 ms pause with the window clamped whenever a backlog of 64 kB or more was
-    drained) and applies nothing.  The walsender serving it does what it does for
+    drained, or at a COMMIT with nothing more received while a backlog streams) and
+    applies nothing.  The walsender serving it does what it does for
     ash_replicant, so its seconds are the bound for any consumer reading this way:
     ash_replicant's seconds minus these are what its apply adds to the wall clock."""
     name, short = "floor", "floor"
