@@ -1580,6 +1580,18 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 				   "sink \"%s\" declares initial_state %s, which snapshot %s contradicts",
 				   sink_name, sink.initial_state, snapshot);
 
+	/* snapshot settings this version would not act on (docs/snapshots.md) */
+	if (strcmp(snapshot, "incremental") == 0)
+		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
+				   "snapshot incremental is not built into this version (snapshot v1 is)");
+	catalog_exec("SELECT pg_catalog.count(*) FROM ash_replicant.resources"
+				 " WHERE sink_name = $1 AND snapshot_provenance",
+				 1, types, values, NULL, true);
+	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0)
+		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
+				   "snapshot_provenance is not built into this version; sink \"%s\" maps a table with it",
+				   sink_name);
+
 	/* message routes against the recovery horizon */
 	if (sink.has_horizon)
 		values[1] = IntervalPGetDatum(sink.recovery_horizon);

@@ -28,6 +28,8 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
@@ -37,6 +39,8 @@
 
 PG_FUNCTION_INFO_V1(ash_replicant_status);
 PG_FUNCTION_INFO_V1(ash_replicant_stat_pipelines);
+PG_FUNCTION_INFO_V1(ash_replicant_stat_snapshot_tables);
+PG_FUNCTION_INFO_V1(ash_replicant_wait_for_slot);
 
 typedef struct StatusRow
 {
@@ -59,6 +63,13 @@ typedef struct CatalogFacts
 	TimestampTz halted_at;
 	char	   *terminal_cause; /* checkpoint tombstone, may be NULL */
 	char	   *terminal_class;
+
+	/* the snapshot recorded on the checkpoint (used when no worker runs) */
+	char	   *snapshot_phase; /* NULL, "copying", "complete" */
+	int32		snapshot_tables_total;
+	int32		snapshot_tables_copied;
+	int64		snapshot_rows_copied;
+	int64		snapshot_rows_estimate;
 } CatalogFacts;
 
 static const char *
@@ -181,13 +192,24 @@ read_catalog_facts(text *sink_filter)
 		"SELECT s.sink_name, p.sink_name IS NOT NULL, coalesce(p.enabled, false),"
 		" coalesce(p.start_generation, 0), coalesce(p.halt_generation, -1),"
 		" p.halt_reason, p.halt_class, p.halted_at,"
-		" c.terminal_cause, c.terminal_class"
+		" c.terminal_cause, c.terminal_class, c.snapshot_phase,"
+		" coalesce(st.total, 0)::int4, coalesce(st.copied, 0)::int4,"
+		" coalesce(st.rows_copied, 0)::int8, coalesce(st.rows_estimate, 0)::int8"
 		" FROM ash_replicant.sinks s"
 		" LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
 		" LEFT JOIN ash_replicant.checkpoints c"
 		"   ON c.slot_name = s.slot_name"
 		"  AND c.source_system_id = p.source_system_identifier"
 		"  AND c.source_database = p.source_database"
+		" LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS total,"
+		"     pg_catalog.count(*) FILTER (WHERE t.state = 'copied') AS copied,"
+		"     pg_catalog.sum(t.rows_copied) AS rows_copied,"
+		"     pg_catalog.sum(CASE WHEN t.state = 'copied'"
+		"       THEN GREATEST(t.rows_copied, coalesce(t.rows_estimate, 0))"
+		"       ELSE coalesce(t.rows_estimate, 0) END) AS rows_estimate"
+		"   FROM ash_replicant.snapshot_tables t"
+		"  WHERE t.source_system_id = c.source_system_id"
+		"    AND t.source_database = c.source_database AND t.slot_name = c.slot_name) st ON true"
 		" WHERE $1 IS NULL OR s.sink_name = $1"
 		" ORDER BY s.sink_name",
 		1, argtypes, values, nulls, true, 0);
@@ -216,6 +238,11 @@ read_catalog_facts(text *sink_filter)
 		s = SPI_getvalue(tup, desc, 9);
 		f->terminal_cause = s;
 		f->terminal_class = SPI_getvalue(tup, desc, 10);
+		f->snapshot_phase = SPI_getvalue(tup, desc, 11);
+		f->snapshot_tables_total = DatumGetInt32(SPI_getbinval(tup, desc, 12, &isnull));
+		f->snapshot_tables_copied = DatumGetInt32(SPI_getbinval(tup, desc, 13, &isnull));
+		f->snapshot_rows_copied = DatumGetInt64(SPI_getbinval(tup, desc, 14, &isnull));
+		f->snapshot_rows_estimate = DatumGetInt64(SPI_getbinval(tup, desc, 15, &isnull));
 		result = lappend(result, f);
 		MemoryContextSwitchTo(old);
 	}
@@ -277,8 +304,8 @@ ash_replicant_stat_pipelines(PG_FUNCTION_ARGS)
 		StatusRow	row;
 		AshPipelineSlot snap;
 		bool		have_slot = false;
-		Datum		values[20];
-		bool		nulls[20] = {false};
+		Datum		values[25];
+		bool		nulls[25] = {false};
 		AshPipelineStats *st = &snap.stats;
 
 		if (!f->configured)
@@ -349,7 +376,155 @@ ash_replicant_stat_pipelines(PG_FUNCTION_ARGS)
 			values[19] = TimestampTzGetDatum(snap.started_at);
 		else
 			nulls[19] = true;
+
+		/* snapshot progress: live from the worker, else as recorded */
+		if (have_slot && snap.state == ASH_SLOT_RUNNING && st->snapshot_phase[0] != '\0')
+		{
+			values[20] = CStringGetTextDatum(st->snapshot_phase);
+			values[21] = Int32GetDatum(st->snapshot_tables_total);
+			values[22] = Int32GetDatum(st->snapshot_tables_copied);
+			values[23] = Int64GetDatum((int64) st->snapshot_rows_copied);
+			values[24] = Int64GetDatum((int64) st->snapshot_rows_estimate);
+		}
+		else if (f->snapshot_phase != NULL)
+		{
+			values[20] = CStringGetTextDatum(f->snapshot_phase);
+			values[21] = Int32GetDatum(f->snapshot_tables_total);
+			values[22] = Int32GetDatum(f->snapshot_tables_copied);
+			values[23] = Int64GetDatum(f->snapshot_rows_copied);
+			values[24] = Int64GetDatum(f->snapshot_rows_estimate);
+		}
+		else
+		{
+			for (int i = 20; i < 25; i++)
+				nulls[i] = true;
+		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * Per source table of each sink's snapshot attempt: the catalog's record,
+ * with the live row count of the table the worker is copying.
+ */
+Datum
+ash_replicant_stat_snapshot_tables(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext caller = CurrentMemoryContext;
+	int			ret;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	ret = SPI_execute("SELECT s.sink_name, t.source_schema, t.source_table, t.state,"
+					  "  t.rows_copied, t.rows_estimate, t.copied_at"
+					  "  FROM ash_replicant.sinks s"
+					  "  JOIN ash_replicant.pipelines p USING (sink_name)"
+					  "  JOIN ash_replicant.snapshot_tables t"
+					  "    ON t.slot_name = s.slot_name"
+					  "   AND t.source_system_id = p.source_system_identifier"
+					  "   AND t.source_database = p.source_database"
+					  " ORDER BY 1, 2, 3", true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: snapshot table query failed");
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		MemoryContext old = MemoryContextSwitchTo(caller);
+		Datum		values[7];
+		bool		nulls[7] = {false};
+		char	   *sink = SPI_getvalue(tup, desc, 1);
+		char	   *nsp = SPI_getvalue(tup, desc, 2);
+		char	   *rel = SPI_getvalue(tup, desc, 3);
+		char	   *state = SPI_getvalue(tup, desc, 4);
+		AshPipelineSlot snap;
+		bool		isnull;
+
+		values[4] = SPI_getbinval(tup, desc, 5, &isnull);
+		values[5] = SPI_getbinval(tup, desc, 6, &nulls[5]);
+		values[6] = SPI_getbinval(tup, desc, 7, &nulls[6]);
+		if (strcmp(state, "pending") == 0 && snapshot_slot(sink, &snap) &&
+			snap.state == ASH_SLOT_RUNNING && snap.stats.snapshot_in_flight &&
+			strcmp(snap.stats.snapshot_schema, nsp) == 0 &&
+			strcmp(snap.stats.snapshot_table, rel) == 0)
+		{
+			state = "copying";
+			values[4] = Int64GetDatum((int64) snap.stats.snapshot_table_rows);
+		}
+		values[0] = CStringGetTextDatum(sink);
+		values[1] = CStringGetTextDatum(nsp);
+		values[2] = CStringGetTextDatum(rel);
+		values[3] = CStringGetTextDatum(state);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * Wait until the started pipeline holds its replication slot: from then on
+ * every source commit is mirrored.  Raises when the pipeline is not
+ * started, halts, or does not get there within the timeout.
+ */
+Datum
+ash_replicant_wait_for_slot(PG_FUNCTION_ARGS)
+{
+	text	   *sink = PG_GETARG_TEXT_PP(0);
+	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+	char	   *sink_name = text_to_cstring(sink);
+	int64		timeout_ms;
+	TimestampTz deadline;
+
+	ash_require_shmem();
+	timeout_ms = (int64) (timeout->time / 1000) +
+		((int64) timeout->day * 86400 + (int64) timeout->month * 30 * 86400) * 1000;
+	if (timeout_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ash_replicant: the timeout must not be negative")));
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	for (;;)
+	{
+		List	   *facts = read_catalog_facts(sink);
+		CatalogFacts *f;
+		StatusRow	row;
+		AshPipelineSlot snap;
+
+		if (facts == NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("ash_replicant: sink \"%s\" does not exist", sink_name)));
+		f = linitial(facts);
+		derive_status(f, &row);
+		if (strcmp(row.state, "halted") == 0 || strcmp(row.state, "misconfigured") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("ash_replicant: pipeline of sink \"%s\" is %s: %s",
+							sink_name, row.state, row.reason ? row.reason : "unknown"),
+					 errhint("SELECT * FROM ash_replicant_doctor('%s') says more.", sink_name)));
+		if (strcmp(row.state, "not_started") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("ash_replicant: pipeline of sink \"%s\" is not started", sink_name),
+					 errhint("Call ash_replicant_start first.")));
+		if (snapshot_slot(f->sink_name, &snap) && snap.generation == f->start_generation &&
+			snap.state == ASH_SLOT_RUNNING && snap.stats.slot_ready)
+			PG_RETURN_VOID();
+		if (GetCurrentTimestamp() >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("ash_replicant: pipeline of sink \"%s\" did not reach its replication slot within the timeout",
+							sink_name),
+					 errhint("ash_replicant_status() and the server log (event=source.fault) say why.")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }

@@ -643,6 +643,80 @@ rel_for_change(uint32 relid)
 	return rel;
 }
 
+/* ---------------------------------------------------------------------
+ * Snapshot floors.
+ *
+ * A table copied by a snapshot under a source snapshot taken at LSN F
+ * already holds the effect of every transaction committed before F: the
+ * stream applies its changes only from commits at or after F.  Tables
+ * copied at the slot's own consistent point need no floor (the stream
+ * starts there); a table copied later (after a restart of the copy, under
+ * a snapshot of its own) does, until the watermark passes F.
+ * ---------------------------------------------------------------------
+ */
+static List *floors = NIL;		/* AshTableFloor * in TopMemoryContext */
+
+void
+ash_apply_set_floors(List *new_floors)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	ListCell   *lc;
+
+	list_free_deep(floors);
+	floors = NIL;
+	foreach(lc, new_floors)
+	{
+		AshTableFloor *in = lfirst(lc);
+		AshTableFloor *f = palloc(sizeof(AshTableFloor));
+
+		strlcpy(f->nspname, in->nspname, NAMEDATALEN);
+		strlcpy(f->relname, in->relname, NAMEDATALEN);
+		f->lsn = in->lsn;
+		floors = lappend(floors, f);
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/* Forget floors no commit after the watermark can be below. */
+static void
+prune_floors(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, floors)
+	{
+		AshTableFloor *f = lfirst(lc);
+
+		if (f->lsn <= watermark + 1)
+		{
+			floors = foreach_delete_current(floors, lc);
+			pfree(f);
+		}
+	}
+}
+
+static bool
+below_floor(AshApplyRel *rel)
+{
+	ListCell   *lc;
+
+	if (floors == NIL || meta.origin == NULL || strcmp(meta.origin, "snapshot") == 0)
+		return false;
+	foreach(lc, floors)
+	{
+		AshTableFloor *f = lfirst(lc);
+
+		if (strcmp(f->nspname, rel->remote.nspname) != 0 ||
+			strcmp(f->relname, rel->remote.relname) != 0)
+			continue;
+		/* a streamed transaction's commit LSN is not known yet */
+		if (XLogRecPtrIsInvalid(meta.commit_lsn))
+			stream_fall_back("snapshot_floor");
+		return meta.commit_lsn < f->lsn;
+	}
+	return false;
+}
+
 static void
 require_xact(const char *what)
 {
@@ -854,7 +928,7 @@ apply_row_change(AshChange *c)
 		return;
 	}
 	rel = rel_for_change(relid);
-	if (rel == NULL)
+	if (rel == NULL || below_floor(rel))
 	{
 		pending.skipped_changes++;
 		return;
@@ -970,6 +1044,8 @@ apply_truncate(AshChange *c)
 
 		if (rel == NULL)
 			continue;			/* ignored source: truncate ignored too */
+		if (below_floor(rel))
+			continue;			/* its copy was taken after this truncate */
 		ash_apply_errctx.relation = rel->target_name;
 		if (TransactionIdIsValid(stream_xid))
 			stream_note_change(strategy_for(rel) == &ash_scd1_strategy, c->xid);
@@ -1190,6 +1266,8 @@ roll_back(void)
 	stream_xid = InvalidTransactionId;
 	stream_nsubxids = 0;
 	missing_deletes = NIL;
+	meta.origin = "stream";
+	meta.snapshot_attempt = NULL;
 	/* what the rolled-back transaction resolved may not exist any more */
 	ash_relmap_invalidate_all();
 }
@@ -1460,6 +1538,8 @@ ash_apply_commit_batch(void)
 	r.local_end = XactLastCommitEnd;
 	watermark = batch_commit_lsn;
 	watermark_end = batch_end_lsn;
+	if (floors != NIL)
+		prune_floors();
 	r.xacts = batch_xacts;
 	pending.applied_xacts += batch_xacts;
 	pending.batches++;
@@ -1467,6 +1547,77 @@ ash_apply_commit_batch(void)
 	batch_xacts = 0;
 	publish_stats();
 	return r;
+}
+
+/* ---------------------------------------------------------------------
+ * Snapshot copy (snapshot.c).
+ *
+ * A table's copied rows are inserts of one pseudo-transaction that
+ * commits at LSN - 1 of the source snapshot's position: below every
+ * commit the stream may still deliver for that table, so SCD2 versions
+ * opened by the copy are closed by later stream changes, and append-log
+ * events (operation snapshot, origin snapshot) never share an identity
+ * with a streamed event (commit records start 8-byte aligned, LSN - 1
+ * never is).  Ordinals continue across the tables copied at one LSN.
+ * The copy owns the destination transaction from begin to commit; the
+ * caller records its progress in it between flush and commit.
+ * ---------------------------------------------------------------------
+ */
+void
+ash_apply_snapshot_begin(XLogRecPtr snapshot_lsn, int32 ordinal_base, bytea *attempt)
+{
+	Assert(!batch_open && !in_remote_xact);
+	begin_batch();
+	in_remote_xact = true;
+	skip_xact = false;
+	meta.commit_lsn = snapshot_lsn - 1;
+	meta.commit_time = GetCurrentTimestamp();
+	meta.xid = InvalidTransactionId;
+	meta.ordinal = ordinal_base;
+	meta.origin = "snapshot";
+	meta.snapshot_attempt = attempt;
+	ash_apply_errctx.commit_lsn = meta.commit_lsn;
+	ash_apply_errctx.xid = InvalidTransactionId;
+	ash_apply_errctx.relation = NULL;
+	ash_apply_errctx.command = "snapshot";
+}
+
+int32
+ash_apply_snapshot_flush(void)
+{
+	Assert(batch_open && in_remote_xact);
+	flush_deferred();
+	return meta.ordinal;
+}
+
+XLogRecPtr
+ash_apply_snapshot_commit(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	Assert(batch_open && in_remote_xact);
+	flush_deferred();
+	SPI_finish();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	batch_open = false;
+	in_remote_xact = false;
+	meta.origin = "stream";
+	meta.snapshot_attempt = NULL;
+	missing_deletes = NIL;
+	pending.batches++;
+	publish_stats();
+	return XactLastCommitEnd;
+}
+
+void
+ash_apply_set_watermark(XLogRecPtr wm, XLogRecPtr wm_end)
+{
+	Assert(!batch_open);
+	watermark = wm;
+	watermark_end = wm_end;
+	prune_floors();
+	publish_stats();
 }
 
 void

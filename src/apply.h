@@ -82,6 +82,7 @@ typedef struct AshChangeMeta
 	TransactionId xid;
 	int32		ordinal;
 	const char *origin;			/* "stream" (or "snapshot") */
+	bytea	   *snapshot_attempt;	/* the snapshot's attempt id, or NULL */
 } AshChangeMeta;
 
 extern const AshChangeMeta *ash_apply_current(void);
@@ -155,6 +156,36 @@ extern bool ash_apply_binary_refused(void);
 
 /* The durable watermark. */
 extern XLogRecPtr ash_apply_watermark(void);
+
+/*
+ * Snapshot copy (snapshot.c): one table's rows, as inserts, in one
+ * destination transaction.  begin opens it (origin "snapshot", commit LSN
+ * snapshot_lsn - 1, ordinals from ordinal_base + 1); row changes go
+ * through ash_apply_change; flush executes deferred writes and returns
+ * the last ordinal used, leaving the transaction and SPI open for the
+ * caller's progress writes; commit commits and returns the local commit
+ * record's end.
+ */
+extern void ash_apply_snapshot_begin(XLogRecPtr snapshot_lsn, int32 ordinal_base,
+									 bytea *attempt);
+extern int32 ash_apply_snapshot_flush(void);
+extern XLogRecPtr ash_apply_snapshot_commit(void);
+
+/* Set the durable watermark after a snapshot completed (no batch open). */
+extern void ash_apply_set_watermark(XLogRecPtr wm, XLogRecPtr wm_end);
+
+/*
+ * Tables copied under a snapshot taken after the stream's start: their
+ * changes committed before lsn are in the copy and are skipped.
+ */
+typedef struct AshTableFloor
+{
+	char		nspname[NAMEDATALEN];
+	char		relname[NAMEDATALEN];
+	XLogRecPtr	lsn;
+} AshTableFloor;
+
+extern void ash_apply_set_floors(List *floors);
 
 /* Publish counters of skipped work when no batch is open. */
 extern void ash_apply_publish_idle(void);

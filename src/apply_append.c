@@ -59,7 +59,7 @@
 #include "apply.h"
 #include "errors.h"
 
-#define NSTRUCT	7				/* five axes + operation + origin */
+#define NSTRUCT	8				/* five axes, operation, origin, attempt */
 
 typedef struct AppendPlans
 {
@@ -90,7 +90,7 @@ plans_of(AshApplyTarget *tgt)
 }
 
 static const Oid struct_types[NSTRUCT] = {
-	TEXTOID, TEXTOID, TEXTOID, INT8OID, INT4OID, TEXTOID, TEXTOID
+	TEXTOID, TEXTOID, TEXTOID, INT8OID, INT4OID, TEXTOID, TEXTOID, BYTEAOID
 };
 
 /*
@@ -155,6 +155,10 @@ struct_values(const char *operation, Datum *values, char *nulls)
 	values[5] = CStringGetTextDatum(operation);
 	values[6] = CStringGetTextDatum(meta->origin ? meta->origin : "stream");
 	memset(nulls, ' ', NSTRUCT);
+	if (meta->snapshot_attempt != NULL)
+		values[7] = PointerGetDatum(meta->snapshot_attempt);
+	else
+		nulls[7] = 'n';
 }
 
 static void
@@ -192,7 +196,9 @@ append_row(AshApplyRel *rel, AshApplyTarget *tgt, const char *operation, AshRowI
 static void
 append_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 {
-	append_row(rel, tgt, "insert", newrow);
+	/* a row copied by a snapshot is a snapshot event, not an insert */
+	append_row(rel, tgt, ash_apply_current()->snapshot_attempt != NULL ? "snapshot" : "insert",
+			   newrow);
 }
 
 static void

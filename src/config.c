@@ -174,7 +174,7 @@ ash_config_load(const char *sink_name)
 		" s.config_version, p.connection, p.decoder, p.publication,"
 		" p.source_system_identifier, p.source_database, p.streaming,"
 		" p.binary_transfer, p.max_inflight_lag, p.max_command_retries,"
-		" p.census::text AS census, p.start_generation"
+		" p.census::text AS census, p.start_generation, p.snapshot"
 		" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
 		" WHERE s.sink_name = $1",
 		1, argtypes, values, NULL, true, 0);
@@ -209,6 +209,7 @@ ash_config_load(const char *sink_name)
 		cfg->max_inflight_lag = DatumGetInt64(get_datum(tup, desc, "max_inflight_lag", &isnull));
 		cfg->max_command_retries = DatumGetInt32(get_datum(tup, desc, "max_command_retries", &isnull));
 		cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));
+		cfg->snapshot = get_text(tup, desc, "snapshot");
 		census_json = get_text(tup, desc, "census");
 
 		/* ignored sources: "schema.table" with SQL identifier rules */

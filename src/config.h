@@ -105,6 +105,7 @@ typedef struct AshPipelineConfig
 	char	   *publication;
 	char	   *source_system_identifier;
 	char	   *source_database;
+	char	   *snapshot;		/* "off", "v1", "incremental" */
 	bool		streaming;
 	bool		binary_transfer;
 	int64		max_inflight_lag;

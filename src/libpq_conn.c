@@ -394,3 +394,38 @@ ash_conn_quote_ident(AshConn *c, const char *s)
 	PQfreemem(q);
 	return r;
 }
+
+int
+ash_conn_copy_row(AshConn *c, char **buf, long idle_ms)
+{
+	for (;;)
+	{
+		int			n = PQgetCopyData(c->conn, buf, 1);
+
+		if (n > 0)
+			return n;
+		if (n == 0)
+		{
+			TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idle_ms);
+
+			if (!wait_socket(c->conn, WL_SOCKET_READABLE, deadline))
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ash_replicant: the source sent no copy data within receive_timeout")));
+			if (PQconsumeInput(c->conn) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ash_replicant: source connection lost during a copy")));
+			continue;
+		}
+		if (n == -1)
+		{
+			/* end of the data: the command's own result says how it ended */
+			PQclear(finish_exec(c, collect_result(c, "copy"), "copy", false));
+			return 0;
+		}
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: source connection lost during a copy")));
+	}
+}

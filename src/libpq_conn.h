@@ -75,6 +75,14 @@ extern PGresult *ash_conn_exec(AshConn *c, const char *query, bool allow_error);
 extern PGresult *ash_conn_exec_params(AshConn *c, const char *query, int nparams,
 									  const char *const *values, bool allow_error);
 
+/*
+ * The next row of a COPY ... TO STDOUT that ash_conn_exec started: its
+ * length, with *buf set (free it with PQfreemem); 0 once the data ended
+ * and the command completed.  Raises (value-free) when the command fails,
+ * the connection is lost or no data arrives for idle_ms.
+ */
+extern int	ash_conn_copy_row(AshConn *c, char **buf, long idle_ms);
+
 /* Raise the value-free error for a failed command result. */
 extern void ash_conn_report_result(PGresult *res, const char *what) pg_attribute_noreturn();
 

@@ -73,6 +73,7 @@
 #include "messages.h"
 #include "pipeline.h"
 #include "shmem.h"
+#include "snapshot.h"
 #include "walproto.h"
 
 /* Where a session is, to classify source errors. */
@@ -83,12 +84,13 @@ typedef enum SessionStep
 	STEP_COVERAGE,
 	STEP_BIND,
 	STEP_SLOT,
+	STEP_SNAPSHOT,
 	STEP_START,
 	STEP_STREAM
 } SessionStep;
 
 static const char *const step_names[] = {
-	"connect", "identify", "coverage", "bind", "slot", "start", "stream"
+	"connect", "identify", "coverage", "bind", "slot", "snapshot", "start", "stream"
 };
 
 typedef struct FlushPosition
@@ -416,9 +418,17 @@ verify_identity(AshConn *conn, uint32 *timeline, XLogRecPtr *xlogpos)
 		ash_halt("source_release_unsupported", "pgoutput needs a source of PostgreSQL 12 or later");
 }
 
+/*
+ * Check or create the slot.  must_exist: a snapshot attempt is recorded
+ * against it (a new slot would start after what the attempt copied).
+ * export: create it exporting a snapshot (start->exported; the connection
+ * must then stay idle until the snapshot is imported).
+ */
 static void
-ensure_slot(AshConn *conn, AshBinding *binding, bool *created, XLogRecPtr *position)
+ensure_slot(AshConn *conn, AshBinding *binding, bool must_exist, bool export,
+			bool *created, AshSlotStart *start)
 {
+	XLogRecPtr *position = &start->slot_position;
 	StringInfoData q;
 	PGresult   *res;
 
@@ -438,10 +448,14 @@ ensure_slot(AshConn *conn, AshBinding *binding, bool *created, XLogRecPtr *posit
 		PQclear(res);
 		if (binding->commit_lsn != InvalidXLogRecPtr)
 			ash_halt("retention_lost", "the slot is gone while a watermark exists");
+		if (must_exist)
+			ash_halt("retention_lost", "the slot is gone while a snapshot attempt is recorded");
 		resetStringInfo(&q);
 		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
 						 ash_conn_quote_ident(conn, cfg->slot_name),
-						 conn->server_version >= 150000 ? "(SNAPSHOT 'nothing')" : "NOEXPORT_SNAPSHOT");
+						 conn->server_version >= 150000 ?
+						 (export ? "(SNAPSHOT 'export')" : "(SNAPSHOT 'nothing')") :
+						 (export ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT"));
 		res = ash_conn_exec(conn, q.data, false);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			ash_conn_report_result(res, "CREATE_REPLICATION_SLOT");
@@ -449,6 +463,17 @@ ensure_slot(AshConn *conn, AshBinding *binding, bool *created, XLogRecPtr *posit
 		*position = PQntuples(res) == 1 && !PQgetisnull(res, 0, 1) ?
 			DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 1)))) :
 			InvalidXLogRecPtr;
+		if (export)
+		{
+			if (PQntuples(res) != 1 || PQnfields(res) < 3 || PQgetisnull(res, 0, 2) ||
+				XLogRecPtrIsInvalid(*position))
+			{
+				PQclear(res);
+				ash_halt("protocol_violation", "CREATE_REPLICATION_SLOT exported no snapshot");
+			}
+			start->exported = pstrdup(PQgetvalue(res, 0, 2));
+			start->exported_lsn = *position;
+		}
 		PQclear(res);
 		ereport(LOG,
 				(errmsg("ash_replicant event=slot.created sink=%s", cfg->sink_name)));
@@ -748,6 +773,28 @@ receive_loop(void)
 	}
 }
 
+/*
+ * Snapshot settings this version does not act on are refused, never
+ * stored and ignored (ash_replicant_start refuses them too).
+ */
+static void
+check_snapshot_settings(void)
+{
+	ListCell   *lc;
+
+	if (cfg->snapshot != NULL && strcmp(cfg->snapshot, "incremental") == 0)
+		ash_halt("snapshot_unsupported", "snapshot incremental is not built into this version");
+	foreach(lc, cfg->mappings)
+	{
+		AshMapping *m = lfirst(lc);
+
+		if (m->snapshot_provenance)
+			ash_halt("snapshot_unsupported",
+					 "snapshot_provenance of a mapping of %s is not built into this version",
+					 quote_qualified_identifier(m->source_schema, m->source_table));
+	}
+}
+
 /* Every key family the mappings need must be in the keyring. */
 static void
 check_key_families(void)
@@ -774,7 +821,10 @@ run_session(void)
 	AshBinding	binding;
 	char		appname[NAMEDATALEN];
 	bool		slot_created = false;
-	XLogRecPtr	slot_position = InvalidXLogRecPtr;
+	AshSlotStart slot_start = {0};
+	bool		snapshot = ash_snapshot_configured(cfg);
+	AshSnapshotPhase phase = ASH_SNAPSHOT_NONE;
+	XLogRecPtr	append_frontier;
 
 	MemoryContextReset(session_cxt);
 	MemoryContextSwitchTo(session_cxt);
@@ -783,6 +833,7 @@ run_session(void)
 	if (strcmp(cfg->decoder, "pgoutput") != 0)
 		ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
 				 cfg->decoder);
+	check_snapshot_settings();
 
 	step = STEP_CONNECT;
 	ash_conn_last_sqlstate[0] = '\0';
@@ -808,11 +859,29 @@ run_session(void)
 	}
 
 	step = STEP_SLOT;
-	ensure_slot(conn, &binding, &slot_created, &slot_position);
+	if (snapshot)
+		phase = ash_snapshot_phase(ckey);
+	ensure_slot(conn, &binding, phase != ASH_SNAPSHOT_NONE,
+				snapshot && phase == ASH_SNAPSHOT_NONE && XLogRecPtrIsInvalid(binding.commit_lsn),
+				&slot_created, &slot_start);
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.slot_ready = true;
+	SpinLockRelease(&MySlot->mutex);
 
 	ash_apply_init(cfg, ckey, binding.commit_lsn, binding.end_lsn);
-	ash_append_activate(cfg, ckey, binding.commit_lsn, binding.end_lsn,
-						slot_created, slot_position);
+	/* events a snapshot appended sit at their copy's position - 1 */
+	append_frontier = binding.commit_lsn;
+	if (snapshot && ash_config_is_append_log(cfg))
+		append_frontier = Max(append_frontier, ash_snapshot_frontier(ckey));
+	ash_append_activate(cfg, ckey, append_frontier, binding.end_lsn,
+						slot_created, slot_start.slot_position);
+
+	/* existing rows first: the stream starts where the copy left off */
+	if (snapshot)
+	{
+		step = STEP_SNAPSHOT;
+		ash_snapshot_run(cfg, ckey, &slot_start, &binding);
+	}
 	ash_messages_activate(cfg, ckey);
 
 	/*
@@ -862,6 +931,7 @@ handle_error(ErrorData *edata, long backoff)
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.streaming = false;
+	MySlot->stats.slot_ready = false;
 	SpinLockRelease(&MySlot->mutex);
 
 	if (halt != NULL)
@@ -904,6 +974,9 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "55000") == 0 && step >= STEP_START)
 				do_halt_detail("retention_lost", src,
 							   "the source can no longer decode changes from the slot");
+			if (strcmp(src, "42501") == 0 && step == STEP_SNAPSHOT)
+				do_halt_detail("privilege_select_missing", src,
+							   "the source refused the snapshot a read of a mapped table");
 			if (strcmp(src, "42501") == 0 && step == STEP_COVERAGE)
 				do_halt_detail("privilege_probe_missing", src,
 							   "the source refused the probe connection for lack of privilege");

@@ -38,7 +38,18 @@ typedef struct AshPipelineStats
 	TimestampTz last_census_at;
 	char		last_census_verdict[16];	/* "", pass, drift, fault */
 	bool		census_enabled;
+	bool		slot_ready;		/* this session holds its slot */
+
+	/* snapshot progress (snapshot.c); snapshot_in_flight while copying */
 	bool		snapshot_in_flight;
+	char		snapshot_phase[16]; /* "", "copying", "complete" */
+	int32		snapshot_tables_total;
+	int32		snapshot_tables_copied;
+	uint64		snapshot_rows_copied;	/* copied tables + the table in flight */
+	uint64		snapshot_rows_estimate;
+	char		snapshot_schema[NAMEDATALEN];	/* the table in flight, or "" */
+	char		snapshot_table[NAMEDATALEN];
+	uint64		snapshot_table_rows;	/* its rows so far (not yet committed) */
 	bool		streaming;		/* reached the streaming phase */
 } AshPipelineStats;
 

@@ -20,7 +20,7 @@ SELECT p.oid::regprocedure AS function,
        p.proconfig IS NOT NULL AND 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig) AS pinned
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'ash_replicant')
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text COLLATE "C";
 
 -- every catalog and the view: nobody but the owner writes; reads as granted
 SELECT c.oid::regclass AS relation,
@@ -31,7 +31,7 @@ SELECT c.oid::regclass AS relation,
          OR has_table_privilege('regress_sec_admin', c.oid, 'DELETE') AS admin_writes
   FROM pg_class c
  WHERE c.relnamespace = 'ash_replicant'::regnamespace AND c.relkind IN ('r', 'v')
- ORDER BY 1::text;
+ ORDER BY c.oid::regclass::text COLLATE "C";
 
 -- the conninfo column: no role but the owner reads it
 SELECT r AS role, has_column_privilege(r, 'ash_replicant.pipelines', 'connection', 'SELECT') AS reads_conninfo

@@ -1,0 +1,167 @@
+/*-------------------------------------------------------------------------
+ *
+ * copy_text.c
+ *	  One row of COPY's text format as column values.
+ *
+ * NOTES
+ *	  The snapshot copy (snapshot.c) reads source tables with COPY ... TO
+ *	  STDOUT in text format, the format native logical replication's table
+ *	  synchronisation reads too.  Values are the types' text output, so
+ *	  once un-escaped they are exactly what pgoutput sends for the same row
+ *	  in text mode, and apply converts them the same way.  A pure function
+ *	  of its input: no catalog, no allocation.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "copy_text.h"
+
+static inline int
+octal_value(char c)
+{
+	return c - '0';
+}
+
+static inline int
+hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return c - 'A' + 10;
+}
+
+bool
+ash_copy_text_split(char *line, int len, int ncols, AshColumnValue *cols, const char **err)
+{
+	char	   *end = line + len;
+	char	   *p = line;
+	int			col = 0;
+
+	/* the row's newline ends its last value */
+	if (len > 0 && end[-1] == '\n')
+		end--;
+
+	for (;;)
+	{
+		char	   *start = p;
+		char	   *out = p;
+
+		if (col >= ncols)
+		{
+			*err = "more columns than described";
+			return false;
+		}
+
+		/* \N alone is NULL (an escaped value that reads N is "\\N") */
+		if (end - p >= 2 && p[0] == '\\' && p[1] == 'N' && (p + 2 == end || p[2] == '\t'))
+		{
+			cols[col].status = ASH_COL_NULL;
+			cols[col].len = 0;
+			cols[col].data = NULL;
+			p += 2;
+			col++;
+			if (p >= end)
+				break;
+			p++;
+			continue;
+		}
+
+		while (p < end && *p != '\t')
+		{
+			char		c = *p++;
+
+			if (c != '\\')
+			{
+				*out++ = c;
+				continue;
+			}
+			if (p >= end)
+			{
+				*err = "unfinished escape";
+				return false;
+			}
+			c = *p++;
+			switch (c)
+			{
+				case 'b':
+					*out++ = '\b';
+					break;
+				case 'f':
+					*out++ = '\f';
+					break;
+				case 'n':
+					*out++ = '\n';
+					break;
+				case 'r':
+					*out++ = '\r';
+					break;
+				case 't':
+					*out++ = '\t';
+					break;
+				case 'v':
+					*out++ = '\v';
+					break;
+				case '0':
+				case '1':
+				case '2':
+				case '3':
+				case '4':
+				case '5':
+				case '6':
+				case '7':
+					{
+						int			v = octal_value(c);
+
+						if (p < end && *p >= '0' && *p <= '7')
+						{
+							v = (v << 3) + octal_value(*p++);
+							if (p < end && *p >= '0' && *p <= '7')
+								v = (v << 3) + octal_value(*p++);
+						}
+						*out++ = (char) (v & 0377);
+					}
+					break;
+				case 'x':
+					if (p < end && isxdigit((unsigned char) *p))
+					{
+						int			v = hex_value(*p++);
+
+						if (p < end && isxdigit((unsigned char) *p))
+							v = (v << 4) + hex_value(*p++);
+						*out++ = (char) (v & 0xff);
+					}
+					else
+						*out++ = 'x';
+					break;
+				default:
+					/* \\ and any other escaped byte stand for themselves */
+					*out++ = c;
+					break;
+			}
+		}
+
+		cols[col].status = ASH_COL_TEXT;
+		cols[col].len = out - start;
+		cols[col].data = start;
+
+		col++;
+		if (p >= end)
+		{
+			*out = '\0';
+			break;
+		}
+		/* p is at the tab: the value's terminator may overwrite it */
+		*out = '\0';
+		p++;
+	}
+
+	if (col != ncols)
+	{
+		*err = "fewer columns than described";
+		return false;
+	}
+	return true;
+}

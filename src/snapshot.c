@@ -1,0 +1,923 @@
+/*-------------------------------------------------------------------------
+ *
+ * snapshot.c
+ *	  Snapshots of existing rows (snapshot => 'v1').
+ *
+ * NOTES
+ *	  A snapshot copies every mapped table of the publication into the
+ *	  mirror, then the stream applies what was committed after each copy.
+ *
+ *	  First start: the slot is created exporting a snapshot (pipeline.c),
+ *	  its consistent point S is recorded as the attempt's snapshot_lsn and
+ *	  every mapped table of the publication is listed as pending
+ *	  (ash_replicant.snapshot_tables) -- "armed", one destination
+ *	  transaction.  Then, on a second, read-only connection importing the
+ *	  snapshot (SET TRANSACTION SNAPSHOT), each table is read with COPY and
+ *	  its rows go through apply exactly as streamed inserts do (mapping,
+ *	  skips, tenancy, encryption, SCD2 versions, append-log events of
+ *	  origin snapshot), in ONE destination transaction per table that
+ *	  also marks the table copied.  The last table's transaction marks the
+ *	  attempt complete and sets the watermark to S - 1, so the stream
+ *	  starts at S and applies every transaction committed at or after it.
+ *
+ *	  Restart: a crash or fault rolls back the table in flight, nothing of
+ *	  it stays; tables already copied stay copied.  The exported snapshot
+ *	  died with the session, so the next session copies the remaining
+ *	  tables under a snapshot of its own, exported by a TEMPORARY slot
+ *	  created for the purpose at a later position F.  Such a table has a
+ *	  floor: the stream skips its changes committed before F (they are in
+ *	  its copy) and applies those at or after F -- native logical
+ *	  replication's table synchronisation does the same.  A table is never
+ *	  streamed on top of a partial copy and never copied from two
+ *	  snapshots; every host effect of a copied row happens once.
+ *
+ *	  A mapped table of the publication that the attempt does not list
+ *	  (mapped after the snapshot, with the pipeline stopped) is copied the
+ *	  same way at the next start, with a floor.  Without provenance, rows
+ *	  the mirror holds that the source lacks are kept (docs/snapshots.md).
+ *
+ *	  Progress is published in shared memory for the stat views and logged
+ *	  as event=snapshot.progress at most every 10 seconds; table names and
+ *	  counts only, never a value.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "ash_replicant.h"
+#include "copy_text.h"
+#include "errors.h"
+#include "shmem.h"
+#include "snapshot.h"
+#include "source_catalog.h"
+
+/* One table of the attempt. */
+typedef struct SnapTable
+{
+	char	   *nspname;
+	char	   *relname;
+	bool		has_estimate;
+	int64		estimate;
+	bool		copied;
+	int64		rows;
+	XLogRecPtr	lsn;			/* copied: its snapshot's position */
+} SnapTable;
+
+/* The attempt as recorded on the checkpoint. */
+typedef struct Attempt
+{
+	AshSnapshotPhase phase;
+	XLogRecPtr	start_lsn;		/* where the stream resumes */
+	bytea	   *id;
+	List	   *tables;			/* SnapTable *, by schema and name */
+} Attempt;
+
+#define PROGRESS_LOG_MS 10000
+#define PROGRESS_ROWS	1024
+
+static AshPipelineConfig *snap_cfg;
+static const AshCheckpointKey *snap_key;
+static TimestampTz last_progress_log = 0;
+static char *row_buf = NULL;	/* libpq's row in flight, freed after an error */
+
+bool
+ash_snapshot_configured(AshPipelineConfig *cfg)
+{
+	return cfg->snapshot != NULL && strcmp(cfg->snapshot, "off") != 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Catalog access.
+ * ---------------------------------------------------------------------
+ */
+static void
+catalog_begin(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	MemoryContextSwitchTo(cxt);
+}
+
+static void
+catalog_end(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+}
+
+/*
+ * One statement with the checkpoint key as $1..$3 and extra parameters
+ * after it; returns SPI_processed.  The caller's memory context stays
+ * current.
+ */
+static uint64
+key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
+		 const char *extra_nulls, int expected)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			types[8] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[8];
+	char		nulls[9] = "   ";
+	int			ret;
+
+	Assert(nextra <= 5);
+	values[0] = CStringGetTextDatum(snap_key->system_id);
+	values[1] = CStringGetTextDatum(snap_key->database);
+	values[2] = CStringGetTextDatum(snap_key->slot_name);
+	for (int i = 0; i < nextra; i++)
+	{
+		types[3 + i] = extra_types[i];
+		values[3 + i] = extra_values[i];
+		nulls[3 + i] = extra_nulls ? extra_nulls[i] : ' ';
+	}
+	nulls[3 + nextra] = '\0';
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ret = SPI_execute_with_args(sql, 3 + nextra, types, values, nulls, false, 0);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(cxt);
+	if (ret != expected)
+		elog(ERROR, "ash_replicant: snapshot catalog statement failed");
+	return SPI_processed;
+}
+
+static Attempt *
+read_attempt(void)
+{
+	Attempt    *a = palloc0(sizeof(Attempt));
+	bool		isnull;
+	uint64		n;
+
+	n = key_exec("SELECT snapshot_phase, snapshot_lsn, snapshot_attempt"
+				 "  FROM ash_replicant.checkpoints"
+				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				 "   FOR UPDATE",
+				 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	if (n != 1)
+		ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *phase = SPI_getvalue(tup, desc, 1);
+		Datum		d;
+
+		a->phase = phase == NULL ? ASH_SNAPSHOT_NONE :
+			strcmp(phase, "complete") == 0 ? ASH_SNAPSHOT_COMPLETE : ASH_SNAPSHOT_COPYING;
+		d = SPI_getbinval(tup, desc, 2, &isnull);
+		a->start_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+		d = SPI_getbinval(tup, desc, 3, &isnull);
+		a->id = isnull ? NULL : DatumGetByteaPCopy(d);
+		if (a->phase != ASH_SNAPSHOT_NONE && (XLogRecPtrIsInvalid(a->start_lsn) || a->id == NULL))
+			ash_halt("snapshot_state_invalid", "the snapshot attempt lacks its position or id");
+	}
+
+	n = key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn"
+				 "  FROM ash_replicant.snapshot_tables"
+				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				 " ORDER BY source_schema, source_table",
+				 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		SnapTable  *t = palloc0(sizeof(SnapTable));
+		Datum		d;
+
+		t->nspname = SPI_getvalue(tup, desc, 1);
+		t->relname = SPI_getvalue(tup, desc, 2);
+		t->copied = strcmp(SPI_getvalue(tup, desc, 3), "copied") == 0;
+		d = SPI_getbinval(tup, desc, 4, &isnull);
+		t->has_estimate = !isnull;
+		t->estimate = isnull ? 0 : DatumGetInt64(d);
+		t->rows = DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
+		d = SPI_getbinval(tup, desc, 6, &isnull);
+		t->lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+		if (t->copied && XLogRecPtrIsInvalid(t->lsn))
+			ash_halt("snapshot_state_invalid", "copied table %s lacks its snapshot position",
+					 quote_qualified_identifier(t->nspname, t->relname));
+		a->tables = lappend(a->tables, t);
+	}
+	return a;
+}
+
+AshSnapshotPhase
+ash_snapshot_phase(const AshCheckpointKey *key)
+{
+	AshSnapshotPhase phase;
+
+	snap_key = key;
+	catalog_begin();
+	phase = read_attempt()->phase;
+	catalog_end();
+	return phase;
+}
+
+XLogRecPtr
+ash_snapshot_frontier(const AshCheckpointKey *key)
+{
+	XLogRecPtr	frontier = InvalidXLogRecPtr;
+	bool		isnull;
+	Datum		d;
+
+	snap_key = key;
+	catalog_begin();
+	(void) key_exec("SELECT max(snapshot_lsn) FROM ash_replicant.snapshot_tables"
+					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					"   AND state = 'copied'",
+					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+		frontier = DatumGetLSN(d) - 1;
+	catalog_end();
+	return frontier;
+}
+
+static SnapTable *
+find_table(List *tables, const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, tables)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
+			return t;
+	}
+	return NULL;
+}
+
+static void
+insert_pending(SnapTable *t)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
+	Datum		values[3];
+	char		nulls[3] = "  ";
+
+	values[0] = CStringGetTextDatum(t->nspname);
+	values[1] = CStringGetTextDatum(t->relname);
+	values[2] = Int64GetDatum(t->estimate);
+	if (!t->has_estimate)
+		nulls[2] = 'n';
+	(void) key_exec("INSERT INTO ash_replicant.snapshot_tables"
+					" (source_system_id, source_database, slot_name, source_schema, source_table,"
+					"  state, rows_estimate)"
+					" VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
+					3, types, values, nulls, SPI_OK_INSERT);
+}
+
+/*
+ * The watermark a completed attempt starts from: just below its start, or
+ * the watermark it had before (a go-forward checkpoint switched to v1).
+ */
+static void
+mark_complete(XLogRecPtr start_lsn)
+{
+	Oid			types[2] = {LSNOID, LSNOID};
+	Datum		values[2];
+
+	values[0] = LSNGetDatum(start_lsn - 1);
+	values[1] = LSNGetDatum(start_lsn);
+	if (key_exec("UPDATE ash_replicant.checkpoints"
+				 "   SET snapshot_phase = 'complete',"
+				 "       commit_lsn = GREATEST(commit_lsn, $4),"
+				 "       end_lsn = GREATEST(end_lsn, $5),"
+				 "       updated_at = pg_catalog.now()"
+				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				 "   AND snapshot_phase = 'copying'",
+				 2, types, values, NULL, SPI_OK_UPDATE) != 1)
+		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
+}
+
+/* ---------------------------------------------------------------------
+ * Source side.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The mapped tables of the publication, with the source's row estimate.
+ * Tables the configuration ignores are not copied.
+ */
+static List *
+source_tables(AshConn *conn)
+{
+	const char *params[1];
+	PGresult   *res;
+	List	   *tables = NIL;
+
+	params[0] = snap_cfg->publication;
+	res = ash_conn_exec_params(conn,
+							   "SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
+							   "  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
+							   "  FROM pg_catalog.pg_publication_tables pt"
+							   "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
+							   "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+							   " WHERE pt.pubname = $1 ORDER BY 1, 2",
+							   1, params, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "snapshot table list");
+	for (int i = 0; i < PQntuples(res); i++)
+	{
+		SnapTable  *t;
+
+		if (ash_config_find_mapping(snap_cfg, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)) == NULL)
+			continue;
+		t = palloc0(sizeof(SnapTable));
+		t->nspname = pstrdup(PQgetvalue(res, i, 0));
+		t->relname = pstrdup(PQgetvalue(res, i, 1));
+		t->has_estimate = !PQgetisnull(res, i, 2);
+		if (t->has_estimate)
+			t->estimate = strtoll(PQgetvalue(res, i, 2), NULL, 10);
+		tables = lappend(tables, t);
+	}
+	PQclear(res);
+	return tables;
+}
+
+static XLogRecPtr
+parse_lsn(const char *s)
+{
+	uint32		hi,
+				lo;
+
+	if (s == NULL || sscanf(s, "%X/%X", &hi, &lo) != 2)
+		ash_halt("protocol_violation", "a slot position could not be read");
+	return ((uint64) hi << 32) | lo;
+}
+
+/*
+ * A snapshot of the source now: a temporary slot (gone with its
+ * connection) exporting one.  *repl must stay open, idle, until the
+ * snapshot is imported.
+ */
+static char *
+temporary_snapshot(AshConn **repl, XLogRecPtr *lsn)
+{
+	AshConn    *c;
+	PGresult   *res;
+	char		name[NAMEDATALEN];
+	char	   *cmd;
+	char	   *snapshot;
+
+	c = ash_conn_open(snap_cfg->connection, ASH_CONN_REPLICATION, "ash_replicant snapshot");
+	*repl = c;
+	snprintf(name, sizeof(name), "%.40s_snap_%d", snap_cfg->slot_name, MyProcPid);
+	cmd = psprintf("CREATE_REPLICATION_SLOT %s TEMPORARY LOGICAL pgoutput %s",
+				   ash_conn_quote_ident(c, name),
+				   c->server_version >= 150000 ? "(SNAPSHOT 'export')" : "EXPORT_SNAPSHOT");
+	res = ash_conn_exec(c, cmd, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < 3 ||
+		PQgetisnull(res, 0, 2))
+		ash_conn_report_result(res, "CREATE_REPLICATION_SLOT TEMPORARY");
+	*lsn = parse_lsn(PQgetvalue(res, 0, 1));
+	snapshot = pstrdup(PQgetvalue(res, 0, 2));
+	PQclear(res);
+	return snapshot;
+}
+
+/* Start the data connection's transaction under the snapshot. */
+static void
+import_snapshot(AshConn *data, const char *snapshot)
+{
+	PGresult   *res;
+
+	res = ash_conn_exec(data, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false);
+	PQclear(res);
+	res = ash_conn_exec(data, psprintf("SET TRANSACTION SNAPSHOT %s",
+									   ash_conn_quote_literal(data, snapshot)), false);
+	PQclear(res);
+}
+
+/* The table as pgoutput would describe it (Type messages first). */
+static void
+describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
+{
+	const char *params[2];
+	PGresult   *res;
+
+	params[0] = t->nspname;
+	params[1] = t->relname;
+	res = ash_conn_exec_params(data,
+							   "SELECT c.oid::pg_catalog.int8, c.relreplident, a.attname::pg_catalog.text,"
+							   "  a.atttypid::pg_catalog.int8, a.atttypmod,"
+							   "  CASE c.relreplident WHEN 'f' THEN true"
+							   "   WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
+							   "     WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY (i.indkey))"
+							   "   WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
+							   "     WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY (i.indkey))"
+							   "   ELSE false END,"
+							   "  bn.nspname::pg_catalog.text, bt.typname::pg_catalog.text"
+							   "  FROM pg_catalog.pg_class c"
+							   "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+							   "  JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+							   "   AND NOT a.attisdropped AND a.attgenerated = ''"
+							   "  LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typnamespace, typtype, typbasetype) AS ("
+							   "     SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype"
+							   "       FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid"
+							   "     UNION ALL"
+							   "     SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype"
+							   "       FROM pg_catalog.pg_type t, b WHERE b.typtype = 'd' AND t.oid = b.typbasetype)"
+							   "    SELECT typname, typnamespace FROM b WHERE typtype <> 'd') bt ON true"
+							   "  LEFT JOIN pg_catalog.pg_namespace bn ON bn.oid = bt.typnamespace"
+							   " WHERE n.nspname = $1 AND c.relname = $2"
+							   " ORDER BY a.attnum",
+							   2, params, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "snapshot table description");
+	if (PQntuples(res) == 0)
+	{
+		PQclear(res);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: source table %s vanished during the snapshot",
+						quote_qualified_identifier(t->nspname, t->relname))));
+	}
+
+	rel->relid = (uint32) strtoul(PQgetvalue(res, 0, 0), NULL, 10);
+	rel->nspname = t->nspname;
+	rel->relname = t->relname;
+	rel->replident = PQgetvalue(res, 0, 1)[0];
+	rel->natts = PQntuples(res);
+	rel->cols = palloc0(sizeof(AshRelColumn) * rel->natts);
+	for (int i = 0; i < rel->natts; i++)
+	{
+		AshRelColumn *col = &rel->cols[i];
+
+		col->name = pstrdup(PQgetvalue(res, i, 2));
+		col->type_oid = (uint32) strtoul(PQgetvalue(res, i, 3), NULL, 10);
+		col->typmod = (int32) strtol(PQgetvalue(res, i, 4), NULL, 10);
+		col->is_key = PQgetvalue(res, i, 5)[0] == 't';
+
+		/* as pgoutput: a Type message for every non-built-in type */
+		if (col->type_oid >= FirstGenbkiObjectId && !PQgetisnull(res, i, 7))
+		{
+			AshChange	tc;
+
+			memset(&tc, 0, sizeof(tc));
+			tc.kind = ASH_CHANGE_TYPE;
+			tc.u.type.type_oid = col->type_oid;
+			tc.u.type.nspname = PQgetvalue(res, i, 6);
+			tc.u.type.typname = PQgetvalue(res, i, 7);
+			ash_apply_change(&tc);
+		}
+	}
+	PQclear(res);
+}
+
+/* ---------------------------------------------------------------------
+ * Progress.
+ * ---------------------------------------------------------------------
+ */
+static AshPipelineSlot *
+my_slot(void)
+{
+	AshPipelineSlot *slot = NULL;
+
+	if (AshShmem == NULL)
+		return NULL;
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	slot = ash_slot_find(MyDatabaseId, snap_cfg->sink_name);
+	LWLockRelease(AshShmem->lock);
+	return slot;
+}
+
+static void
+publish_progress(Attempt *a, SnapTable *current, int64 current_rows, bool in_flight)
+{
+	AshPipelineSlot *slot = my_slot();
+	int			ncopied = 0;
+	uint64		rows = 0;
+	uint64		estimate = 0;
+	ListCell   *lc;
+
+	if (slot == NULL)
+		return;
+	foreach(lc, a->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		if (t->copied)
+		{
+			ncopied++;
+			rows += t->rows;
+			estimate += Max(t->rows, t->estimate);
+		}
+		else
+			estimate += t->has_estimate ? t->estimate : 0;
+	}
+	rows += current_rows;
+
+	SpinLockAcquire(&slot->mutex);
+	slot->stats.snapshot_in_flight = in_flight;
+	strlcpy(slot->stats.snapshot_phase, in_flight ? "copying" : "complete",
+			sizeof(slot->stats.snapshot_phase));
+	slot->stats.snapshot_tables_total = list_length(a->tables);
+	slot->stats.snapshot_tables_copied = ncopied;
+	slot->stats.snapshot_rows_copied = rows;
+	slot->stats.snapshot_rows_estimate = estimate;
+	strlcpy(slot->stats.snapshot_schema, current ? current->nspname : "", NAMEDATALEN);
+	strlcpy(slot->stats.snapshot_table, current ? current->relname : "", NAMEDATALEN);
+	slot->stats.snapshot_table_rows = current_rows;
+	SpinLockRelease(&slot->mutex);
+
+	if (current != NULL &&
+		TimestampDifferenceExceeds(last_progress_log, GetCurrentTimestamp(), PROGRESS_LOG_MS))
+	{
+		last_progress_log = GetCurrentTimestamp();
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.progress sink=%s table=%s rows=" INT64_FORMAT
+						" estimate=" INT64_FORMAT " tables_copied=%d/%d",
+						snap_cfg->sink_name,
+						quote_qualified_identifier(current->nspname, current->relname),
+						current_rows, current->has_estimate ? current->estimate : (int64) -1,
+						ncopied, list_length(a->tables))));
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Copy.
+ * ---------------------------------------------------------------------
+ */
+
+/* Rows already copied at this position (append-log ordinals continue). */
+static int32
+ordinal_base(Attempt *a, XLogRecPtr lsn)
+{
+	int64		base = 0;
+	ListCell   *lc;
+
+	foreach(lc, a->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		if (t->copied && t->lsn == lsn)
+			base += t->rows;
+	}
+	if (base > PG_INT32_MAX)
+		ash_halt("snapshot_state_invalid", "more rows at one snapshot position than ordinals can number");
+	return (int32) base;
+}
+
+static void
+copy_table(Attempt *a, SnapTable *t, AshConn *data, XLogRecPtr lsn)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext tcxt = AllocSetContextCreate(cxt, "ash_replicant snapshot table",
+											   ALLOCSET_DEFAULT_SIZES);
+	AshRelation rel;
+	AshChange	change;
+	StringInfoData sql;
+	PGresult   *res;
+	int64		rows = 0;
+	int			len;
+	int32		last_ordinal;
+	int			remaining;
+	bool		append_log = ash_config_is_append_log(snap_cfg);
+
+	MemoryContextSwitchTo(tcxt);
+	ash_apply_snapshot_begin(lsn, ordinal_base(a, lsn), a->id);
+
+	memset(&rel, 0, sizeof(rel));
+	describe_table(data, t, &rel);
+	memset(&change, 0, sizeof(change));
+	change.kind = ASH_CHANGE_RELATION;
+	change.u.relation = rel;
+	ash_apply_change(&change);
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "COPY (SELECT ");
+	for (int i = 0; i < rel.natts; i++)
+		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel.cols[i].name));
+	appendStringInfo(&sql, " FROM ONLY %s) TO STDOUT",
+					 quote_qualified_identifier(t->nspname, t->relname));
+	res = ash_conn_exec(data, sql.data, false);
+	if (PQresultStatus(res) != PGRES_COPY_OUT)
+		ash_conn_report_result(res, "snapshot COPY");
+	PQclear(res);
+
+	memset(&change, 0, sizeof(change));
+	change.kind = ASH_CHANGE_INSERT;
+	change.xid = InvalidTransactionId;
+	change.u.insert.relid = rel.relid;
+	change.u.insert.newtup.natts = rel.natts;
+	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(rel.natts, 1));
+
+	publish_progress(a, t, 0, true);
+	while ((len = ash_conn_copy_row(data, &row_buf, ash_receive_timeout_ms)) > 0)
+	{
+		const char *err;
+
+		if (!ash_copy_text_split(row_buf, len, rel.natts, change.u.insert.newtup.cols, &err))
+			ash_halt("protocol_violation", "undecodable COPY row of %s: %s",
+					 quote_qualified_identifier(t->nspname, t->relname), err);
+		ash_apply_change(&change);
+		PQfreemem(row_buf);
+		row_buf = NULL;
+		if (++rows % PROGRESS_ROWS == 0)
+		{
+			CHECK_FOR_INTERRUPTS();
+			publish_progress(a, t, rows, true);
+		}
+	}
+
+	/* the table's rows, its progress and perhaps the completion: one commit */
+	last_ordinal = ash_apply_snapshot_flush();
+	if (append_log && (int64) ordinal_base(a, lsn) + rows != last_ordinal)
+		elog(ERROR, "ash_replicant: snapshot ordinals diverged from the rows copied");
+	{
+		Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, LSNOID};
+		Datum		values[4];
+
+		values[0] = CStringGetTextDatum(t->nspname);
+		values[1] = CStringGetTextDatum(t->relname);
+		values[2] = Int64GetDatum(rows);
+		values[3] = LSNGetDatum(lsn);
+		if (key_exec("UPDATE ash_replicant.snapshot_tables"
+					 "   SET state = 'copied', rows_copied = $6, snapshot_lsn = $7,"
+					 "       copied_at = pg_catalog.now()"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					 "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'",
+					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
+			ash_halt("snapshot_state_invalid", "table %s is no longer pending in the attempt",
+					 quote_qualified_identifier(t->nspname, t->relname));
+	}
+	(void) key_exec("SELECT pg_catalog.count(*) FROM ash_replicant.snapshot_tables"
+					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					"   AND state = 'pending'",
+					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	{
+		bool		isnull;
+
+		remaining = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													   SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	if (remaining == 0)
+		mark_complete(a->start_lsn);
+	(void) ash_apply_snapshot_commit();
+
+	t->copied = true;
+	t->rows = rows;
+	t->lsn = lsn;
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT,
+					snap_cfg->sink_name, quote_qualified_identifier(t->nspname, t->relname), rows)));
+	if (remaining == 0)
+		a->phase = ASH_SNAPSHOT_COMPLETE;
+	MemoryContextSwitchTo(cxt);
+	MemoryContextDelete(tcxt);
+}
+
+/* ---------------------------------------------------------------------
+ * The attempt.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Arm a new attempt or extend the recorded one with tables mapped since;
+ * returns it with every table (one transaction).
+ */
+static Attempt *
+arm(List *source, const AshSlotStart *start, const AshBinding *binding)
+{
+	Attempt    *a;
+	ListCell   *lc;
+	int			added = 0;
+
+	catalog_begin();
+	a = read_attempt();
+	if (a->phase == ASH_SNAPSHOT_NONE)
+	{
+		Oid			types[2] = {LSNOID, BYTEAOID};
+		Datum		values[2];
+		bytea	   *id = palloc(VARHDRSZ + 32);
+
+		/* the stream resumes at the slot's position, or the watermark's */
+		if (start->exported != NULL)
+			a->start_lsn = start->exported_lsn;
+		else if (!XLogRecPtrIsInvalid(binding->commit_lsn))
+			a->start_lsn = binding->end_lsn;
+		else
+			a->start_lsn = start->slot_position;
+		if (XLogRecPtrIsInvalid(a->start_lsn))
+			ash_halt("snapshot_state_invalid", "the slot has no position to start the snapshot from");
+
+		SET_VARSIZE(id, VARHDRSZ + 32);
+		if (!pg_strong_random(VARDATA(id), 32))
+			elog(ERROR, "ash_replicant: could not generate a snapshot attempt id");
+		a->id = id;
+		(void) key_exec("DELETE FROM ash_replicant.snapshot_tables"
+						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+						0, NULL, NULL, NULL, SPI_OK_DELETE);
+		values[0] = LSNGetDatum(a->start_lsn);
+		values[1] = PointerGetDatum(id);
+		if (key_exec("UPDATE ash_replicant.checkpoints"
+					 "   SET snapshot_phase = 'copying', snapshot_lsn = $4, snapshot_attempt = $5,"
+					 "       updated_at = pg_catalog.now()"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+					 2, types, values, NULL, SPI_OK_UPDATE) != 1)
+			ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
+		a->phase = ASH_SNAPSHOT_COPYING;
+		a->tables = NIL;
+	}
+
+	foreach(lc, source)
+	{
+		SnapTable  *t = lfirst(lc);
+		SnapTable  *known = find_table(a->tables, t->nspname, t->relname);
+
+		if (known != NULL)
+			continue;
+		insert_pending(t);
+		a->tables = lappend(a->tables, t);
+		added++;
+	}
+
+	if (added > 0 && a->phase == ASH_SNAPSHOT_COMPLETE)
+	{
+		/* tables mapped after the snapshot: copy them too, with floors */
+		(void) key_exec("UPDATE ash_replicant.checkpoints SET snapshot_phase = 'copying'"
+						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+						0, NULL, NULL, NULL, SPI_OK_UPDATE);
+		a->phase = ASH_SNAPSHOT_COPYING;
+	}
+	if (a->phase == ASH_SNAPSHOT_COPYING && list_length(a->tables) == 0)
+	{
+		/* nothing to copy: the attempt is complete as armed */
+		mark_complete(a->start_lsn);
+		a->phase = ASH_SNAPSHOT_COMPLETE;
+	}
+	if (added > 0 || a->phase != ASH_SNAPSHOT_COMPLETE)
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.armed sink=%s tables=%d new_tables=%d",
+						snap_cfg->sink_name, list_length(a->tables), added)));
+	catalog_end();
+	return a;
+}
+
+/* Tables whose copy is newer than where the stream resumes. */
+static void
+install_floors(Attempt *a, XLogRecPtr watermark)
+{
+	List	   *floors = NIL;
+	ListCell   *lc;
+
+	foreach(lc, a->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+		AshTableFloor *f;
+
+		if (!t->copied || t->lsn <= watermark + 1)
+			continue;
+		f = palloc(sizeof(AshTableFloor));
+		strlcpy(f->nspname, t->nspname, NAMEDATALEN);
+		strlcpy(f->relname, t->relname, NAMEDATALEN);
+		f->lsn = t->lsn;
+		floors = lappend(floors, f);
+	}
+	ash_apply_set_floors(floors);
+}
+
+static void
+read_watermark(AshBinding *binding)
+{
+	bool		isnull;
+
+	catalog_begin();
+	(void) key_exec("SELECT commit_lsn, end_lsn FROM ash_replicant.checkpoints"
+					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	if (SPI_processed != 1)
+		ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
+	binding->commit_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 1, &isnull));
+	binding->end_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 2, &isnull));
+	catalog_end();
+}
+
+/* Connections of the attempt in progress: closed after an error too. */
+static AshConn *data_conn = NULL;
+static AshConn *temp_repl = NULL;
+
+static void
+close_connections(void)
+{
+	if (temp_repl != NULL)
+		ash_conn_close(temp_repl);
+	temp_repl = NULL;
+	if (data_conn != NULL)
+		ash_conn_close(data_conn);
+	data_conn = NULL;
+}
+
+static Attempt *
+run_attempt(const AshSlotStart *start, const AshBinding *binding)
+{
+	Attempt    *a;
+	List	   *pending = NIL;
+	ListCell   *lc;
+	char	   *snapshot;
+	XLogRecPtr	snapshot_lsn;
+	int64		copied_rows = 0;
+
+	data_conn = ash_conn_open(snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+	if (!ash_source_identity_matches(data_conn, snap_cfg->source_system_identifier,
+									 snap_cfg->source_database))
+		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
+
+	a = arm(source_tables(data_conn), start, binding);
+	foreach(lc, a->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		if (!t->copied)
+			pending = lappend(pending, t);
+	}
+	if (pending == NIL)
+		return a;
+
+	/* the slot's own snapshot only when the attempt starts with it */
+	if (start->exported != NULL && a->start_lsn == start->exported_lsn)
+	{
+		snapshot = pstrdup(start->exported);
+		snapshot_lsn = start->exported_lsn;
+	}
+	else
+		snapshot = temporary_snapshot(&temp_repl, &snapshot_lsn);
+	import_snapshot(data_conn, snapshot);
+	if (temp_repl != NULL)
+	{
+		/* imported: the temporary slot has served */
+		ash_conn_close(temp_repl);
+		temp_repl = NULL;
+	}
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d pending=%d",
+					snap_cfg->sink_name, list_length(a->tables), list_length(pending))));
+
+	foreach(lc, pending)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		copy_table(a, t, data_conn, snapshot_lsn);
+		copied_rows += t->rows;
+	}
+	PQclear(ash_conn_exec(data_conn, "COMMIT", false));
+	if (a->phase != ASH_SNAPSHOT_COMPLETE)
+		elog(ERROR, "ash_replicant: the snapshot attempt did not complete");
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d rows=" INT64_FORMAT,
+					snap_cfg->sink_name, list_length(a->tables), copied_rows)));
+	return a;
+}
+
+void
+ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotStart *start,
+				 AshBinding *binding)
+{
+	Attempt    *a;
+
+	snap_cfg = cfg;
+	snap_key = key;
+	if (row_buf != NULL)
+	{
+		PQfreemem(row_buf);
+		row_buf = NULL;
+	}
+	close_connections();
+
+	PG_TRY();
+	{
+		a = run_attempt(start, binding);
+	}
+	PG_CATCH();
+	{
+		close_connections();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	close_connections();
+
+	read_watermark(binding);
+	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
+	install_floors(a, binding->commit_lsn);
+	publish_progress(a, NULL, 0, false);
+}

@@ -1,0 +1,122 @@
+# snapshot => 'v1': rows that exist before the pipeline starts are mirrored
+# exactly (awkward values included), stale and wrong destination rows are
+# corrected, rows the source lacks are kept (no provenance), writes during
+# the copy are applied once, progress is visible, and the pipeline then
+# streams as any other.  Settings this version does not act on are refused.
+use strict;
+use warnings;
+
+use lib 'test/t';
+use AshTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my ($src, $dst) = AshTest::start_pair();
+my $DB = $AshTest::DB;
+
+my $table_sql = q{
+CREATE TABLE items (
+	id bigint PRIMARY KEY,
+	name text,
+	qty integer,
+	price numeric(12,2),
+	seen timestamptz,
+	blob text,
+	tags text[]
+)};
+AshTest::both($src, $dst, $table_sql);
+AshTest::both($src, $dst, "CREATE TABLE empty (id int PRIMARY KEY, v text)");
+$dst->safe_psql($DB, AshTest::write_audit_sql('items', 'bigint'));
+
+# existing rows: tabs, newlines, backslashes, \N lookalikes, NULLs, TOAST
+$src->safe_psql($DB, q{
+INSERT INTO items
+SELECT g, 'item ' || g, g % 7, g * 1.25, '2026-01-01 00:00:00+00'::timestamptz + g * interval '1 minute',
+       CASE WHEN g % 1000 = 0 THEN repeat(md5(g::text), 400) END,
+       ARRAY['a', 'b' || g]
+  FROM generate_series(1, 20000) g;
+INSERT INTO items VALUES
+	(100001, E'tab\there', NULL, NULL, NULL, E'new\nline and back\\slash', ARRAY[E'q"uote', NULL]),
+	(100002, E'\\N', 0, -0.5, 'infinity', '\N', '{}'),
+	(100003, '', -1, 0, '-infinity', E'\\\\N', NULL),
+	(100004, E'cr\r and \b\f\v', 1, 1, NULL, E'\x01\x7f', ARRAY['']);
+});
+# the destination already holds some rows: stale, wrong, and one the source lacks
+$dst->safe_psql($DB, q{
+SET session_replication_role = replica;
+INSERT INTO items (id, name, qty) VALUES (1, 'stale', 999), (2, NULL, NULL), (999999, 'only here', 1);
+});
+
+$src->safe_psql($DB, "CREATE PUBLICATION pub FOR TABLE items, empty");
+AshTest::setup_pipeline($src, $dst, sink => 's1', publication => 'pub',
+	maps => [ ['items'], ['empty'] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+$dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('s1')");
+pass('wait_for_slot returned once the slot exists');
+
+# writes while the copy may run: each applied once
+$src->safe_psql($DB, q{
+UPDATE items SET qty = qty + 100 WHERE id % 97 = 0;
+DELETE FROM items WHERE id % 89 = 0;
+INSERT INTO items (id, name) SELECT g, 'late ' || g FROM generate_series(20001, 20500) g;
+UPDATE items SET id = id + 500000 WHERE id BETWEEN 30 AND 40;
+});
+
+ok(AshTest::wait_caught_up($src, $dst, 's1'), 'caught up after the snapshot');
+my $keep = $dst->safe_psql($DB, "SELECT count(*) FROM items WHERE id = 999999");
+is($keep, '1', 'a destination row the source lacks is kept (no provenance)');
+$dst->safe_psql($DB, "DELETE FROM items WHERE id = 999999");
+AshTest::assert_mirror_equal($src, $dst, [ 'items', 'empty', 'ash_marker_s1' ],
+	name => 'snapshot then stream');
+
+# effect-once: every source row's insert effect happened once
+my $twice = $dst->safe_psql($DB,
+	"SELECT count(*) FROM (SELECT id FROM items_audit WHERE op = 'INSERT' GROUP BY id HAVING count(*) > 1) x");
+is($twice, '0', 'no row was inserted twice by the copy and the stream');
+
+# progress: catalog, stat views, status
+my $st = AshTest::stat_row($dst, 's1');
+is($st->{snapshot_phase}, 'complete', 'stat_pipelines: snapshot complete');
+is($st->{snapshot_tables_total}, 3, 'stat_pipelines: three tables in the snapshot');
+is($st->{snapshot_tables_copied}, 3, 'stat_pipelines: all copied');
+ok($st->{snapshot_rows_copied} >= 20004, 'stat_pipelines: rows copied counted');
+my $tabs = AshTest::json_rows($dst,
+	"SELECT source_table, state, rows_copied FROM ash_replicant.stat_snapshot_tables WHERE sink_name = 's1' ORDER BY 1");
+is(join(',', map { "$_->{source_table}:$_->{state}" } @$tabs),
+	'ash_marker_s1:copied,empty:copied,items:copied', 'stat_snapshot_tables lists every table copied');
+AshTest::wait_status($dst, 's1', 'healthy');
+is(AshTest::status_row($dst, 's1')->{state}, 'healthy', 'healthy once the snapshot is complete');
+ok(AshTest::log_lines_like($dst, qr/event=snapshot\.complete sink=s1 tables=3/),
+	'snapshot.complete logged');
+
+# a restart does not copy again
+AshTest::stop_sink($dst, 's1');
+$src->safe_psql($DB, "UPDATE items SET name = 'after restart' WHERE id = 5");
+AshTest::start_sink($dst, 's1');
+ok(AshTest::wait_caught_up($src, $dst, 's1'), 'caught up after a restart');
+AshTest::assert_mirror_equal($src, $dst, ['items'], name => 'after restart');
+$twice = $dst->safe_psql($DB,
+	"SELECT count(*) FROM (SELECT id FROM items_audit WHERE op = 'INSERT' GROUP BY id HAVING count(*) > 1) x");
+is($twice, '0', 'a restart copies nothing again');
+
+# a table mapped later (pipeline stopped) gets its existing rows copied
+AshTest::both($src, $dst, "CREATE TABLE later (id int PRIMARY KEY, v text)");
+$src->safe_psql($DB, "INSERT INTO later SELECT g, 'v' || g FROM generate_series(1, 3000) g");
+AshTest::stop_sink($dst, 's1');
+$src->safe_psql($DB, "ALTER PUBLICATION pub ADD TABLE later");
+$dst->safe_psql($DB, "SELECT ash_replicant_map_table('s1', 'later'::regclass)");
+$src->safe_psql($DB, "UPDATE later SET v = 'changed' WHERE id <= 10");
+AshTest::start_sink($dst, 's1');
+$src->safe_psql($DB, "DELETE FROM later WHERE id > 2990");
+ok(AshTest::wait_caught_up($src, $dst, 's1'), 'caught up after mapping a table later');
+AshTest::assert_mirror_equal($src, $dst, [ 'later', 'items' ], name => 'table mapped later');
+
+# refusals: settings this version does not act on are never stored and ignored
+AshTest::both($src, $dst, "CREATE TABLE inc (id int PRIMARY KEY)");
+$src->safe_psql($DB, "CREATE PUBLICATION pub2 FOR TABLE inc");
+AshTest::setup_pipeline($src, $dst, sink => 's2', publication => 'pub2', maps => [ ['inc'] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental'", start => 0);
+my ($rc, $out, $err) = $dst->psql($DB, "SELECT ash_replicant_start('s2')");
+like($err, qr/snapshot_unsupported/, 'snapshot incremental is refused at start');
+
+done_testing();
