@@ -46,7 +46,7 @@ as_pg pg_ctl -D "$base/dest" -l "$base/dest.log" -w start >/dev/null
 src() { as_pg psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$src_port" -U postgres -d postgres "$@"; }
 dst() { as_pg psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$dst_port" -U postgres -d postgres "$@"; }
 
-echo "== 2. source schema: orders of three tenants, with a sensitive card number"
+echo "== 2. source schema: 1000 existing orders of three tenants, with a sensitive card number"
 src <<'SQL'
 CREATE SCHEMA shop;
 CREATE TABLE shop.orders (
@@ -59,6 +59,10 @@ CREATE TABLE shop.orders (
 );
 ALTER TABLE shop.orders REPLICA IDENTITY FULL;
 CREATE PUBLICATION shop_pub FOR TABLE shop.orders;
+INSERT INTO shop.orders (id, tenant_id, customer, amount, card_number)
+SELECT g, (ARRAY['acme','globex','initech'])[1 + g % 3], 'customer ' || g, g * 1.25,
+       '4111-0000-0000-' || lpad(g::text, 4, '0')
+  FROM generate_series(1, 1000) g;
 SQL
 
 echo "== 3. destination: the extension, an operator-created target (no card numbers), a sink"
@@ -82,24 +86,22 @@ SELECT ash_replicant_configure_pipeline('shop',
         publication => 'shop_pub',
         source_system_identifier => '$sysid',
         source_database => 'postgres',
+        go_forward_only => false, snapshot => 'v1',   -- copy the existing orders first
         census => '{"interval_ms": 2000}');
 SELECT ash_replicant_start('shop');
+-- from here on every source commit is mirrored (and the existing rows are copied)
+SELECT ash_replicant_wait_for_slot('shop');
 SQL
 
-echo "   waiting for the pipeline to stream (go-forward: it mirrors what commits from now on)"
+echo "   waiting for the snapshot of the existing orders and the stream (status healthy)"
 for i in $(seq 1 120); do
     [ "$(dst -Atc "SELECT state FROM ash_replicant_status('shop')")" = "healthy" ] && break
     sleep 0.5
 done
 dst -c "SELECT * FROM ash_replicant_status();"
+dst -c "SELECT sink_name, source_schema, source_table, state, rows_copied, rows_estimate FROM ash_replicant.stat_snapshot_tables;"
 
-echo "== 4. a live workload on the source: 1000 seed orders, then 15 seconds of pgbench (2 clients)"
-src <<'SQL'
-INSERT INTO shop.orders (id, tenant_id, customer, amount, card_number)
-SELECT g, (ARRAY['acme','globex','initech'])[1 + g % 3], 'customer ' || g, g * 1.25,
-       '4111-0000-0000-' || lpad(g::text, 4, '0')
-  FROM generate_series(1, 1000) g;
-SQL
+echo "== 4. a live workload on the source: 15 seconds of pgbench (2 clients)"
 cat >"$base/workload.sql" <<'SQL'
 \set id random(1, 5000)
 \set amt random(1, 100000)
@@ -131,5 +133,5 @@ for i in $(seq 1 60); do
     sleep 0.5
 done
 dst -c "SELECT * FROM ash_replicant_status();"
-dst -c "SELECT sink_name, state, applied_transactions, applied_changes, lag_bytes, last_census_verdict FROM ash_replicant.stat_pipelines;"
+dst -c "SELECT sink_name, state, snapshot_phase, snapshot_rows_copied, applied_transactions, applied_changes, lag_bytes, last_census_verdict FROM ash_replicant.stat_pipelines;"
 echo "(logs: $base/source.log $base/dest.log; clusters are stopped on exit)"

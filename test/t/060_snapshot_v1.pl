@@ -8,6 +8,7 @@ use warnings;
 
 use lib 'test/t';
 use AshTest;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -88,6 +89,13 @@ AshTest::wait_status($dst, 's1', 'healthy');
 is(AshTest::status_row($dst, 's1')->{state}, 'healthy', 'healthy once the snapshot is complete');
 ok(AshTest::log_lines_like($dst, qr/event=snapshot\.complete sink=s1 tables=3/),
 	'snapshot.complete logged');
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'ash_replicant_ctl', 'status', '--sink', 's1', '--format', 'json',
+		'-h', $dst->host, '-p', $dst->port, '-d', $DB ], '<', \undef, '>', \$out, '2>', \$err);
+	like($out, qr/"snapshot":\{"phase":"complete","tables_copied":3,"tables_total":3,"rows_copied":\d+/,
+		'ash_replicant_ctl status shows the snapshot');
+}
 
 # a restart does not copy again
 AshTest::stop_sink($dst, 's1');
