@@ -30,7 +30,9 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "catalog/namespace.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 
@@ -168,6 +170,45 @@ derive_status(CatalogFacts *f, StatusRow *row)
 		row->since = snap.started_at;
 }
 
+static const char *facts_sql =
+"SELECT s.sink_name, p.sink_name IS NOT NULL, coalesce(p.enabled, false),"
+" coalesce(p.start_generation, 0), coalesce(p.halt_generation, -1),"
+" p.halt_reason, p.halt_class, p.halted_at,"
+" c.terminal_cause, c.terminal_class, c.snapshot_phase,"
+" coalesce(st.total, 0)::int4, coalesce(st.copied, 0)::int4,"
+" coalesce(st.rows_copied, 0)::int8, coalesce(st.rows_estimate, 0)::int8"
+" FROM ash_replicant.sinks s"
+" LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
+" LEFT JOIN ash_replicant.checkpoints c"
+"   ON c.slot_name = s.slot_name"
+"  AND c.source_system_id = p.source_system_identifier"
+"  AND c.source_database = p.source_database"
+" LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS total,"
+"     pg_catalog.count(*) FILTER (WHERE t.state = 'copied') AS copied,"
+"     pg_catalog.sum(t.rows_copied) AS rows_copied,"
+"     pg_catalog.sum(CASE WHEN t.state = 'copied'"
+"       THEN GREATEST(t.rows_copied, coalesce(t.rows_estimate, 0))"
+"       ELSE coalesce(t.rows_estimate, 0) END) AS rows_estimate"
+"   FROM ash_replicant.snapshot_tables t"
+"  WHERE t.source_system_id = c.source_system_id"
+"    AND t.source_database = c.source_database AND t.slot_name = c.slot_name) st ON true"
+" WHERE $1 IS NULL OR s.sink_name = $1"
+" ORDER BY s.sink_name";
+
+static const char *facts_sql_1_0 =
+"SELECT s.sink_name, p.sink_name IS NOT NULL, coalesce(p.enabled, false),"
+" coalesce(p.start_generation, 0), coalesce(p.halt_generation, -1),"
+" p.halt_reason, p.halt_class, p.halted_at,"
+" c.terminal_cause, c.terminal_class, NULL::text, 0, 0, 0::int8, 0::int8"
+" FROM ash_replicant.sinks s"
+" LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
+" LEFT JOIN ash_replicant.checkpoints c"
+"   ON c.slot_name = s.slot_name"
+"  AND c.source_system_id = p.source_system_identifier"
+"  AND c.source_database = p.source_database"
+" WHERE $1 IS NULL OR s.sink_name = $1"
+" ORDER BY s.sink_name";
+
 /*
  * Read the catalog facts of every sink (or one).  Returns a List of
  * CatalogFacts in the caller's memory context.
@@ -181,6 +222,7 @@ read_catalog_facts(text *sink_filter)
 	Datum		values[1];
 	char		nulls[1] = {' '};
 	int			ret;
+	bool		have_snapshots;
 
 	values[0] = sink_filter ? PointerGetDatum(sink_filter) : (Datum) 0;
 	if (sink_filter == NULL)
@@ -188,31 +230,15 @@ read_catalog_facts(text *sink_filter)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	ret = SPI_execute_with_args(
-		"SELECT s.sink_name, p.sink_name IS NOT NULL, coalesce(p.enabled, false),"
-		" coalesce(p.start_generation, 0), coalesce(p.halt_generation, -1),"
-		" p.halt_reason, p.halt_class, p.halted_at,"
-		" c.terminal_cause, c.terminal_class, c.snapshot_phase,"
-		" coalesce(st.total, 0)::int4, coalesce(st.copied, 0)::int4,"
-		" coalesce(st.rows_copied, 0)::int8, coalesce(st.rows_estimate, 0)::int8"
-		" FROM ash_replicant.sinks s"
-		" LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
-		" LEFT JOIN ash_replicant.checkpoints c"
-		"   ON c.slot_name = s.slot_name"
-		"  AND c.source_system_id = p.source_system_identifier"
-		"  AND c.source_database = p.source_database"
-		" LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS total,"
-		"     pg_catalog.count(*) FILTER (WHERE t.state = 'copied') AS copied,"
-		"     pg_catalog.sum(t.rows_copied) AS rows_copied,"
-		"     pg_catalog.sum(CASE WHEN t.state = 'copied'"
-		"       THEN GREATEST(t.rows_copied, coalesce(t.rows_estimate, 0))"
-		"       ELSE coalesce(t.rows_estimate, 0) END) AS rows_estimate"
-		"   FROM ash_replicant.snapshot_tables t"
-		"  WHERE t.source_system_id = c.source_system_id"
-		"    AND t.source_database = c.source_database AND t.slot_name = c.slot_name) st ON true"
-		" WHERE $1 IS NULL OR s.sink_name = $1"
-		" ORDER BY s.sink_name",
-		1, argtypes, values, nulls, true, 0);
+	/*
+	 * Catalogs of 1.0.0 (library updated, ALTER EXTENSION not yet run) have
+	 * no snapshot columns: status must still answer, so the operator sees
+	 * the extension_version_mismatch halt.
+	 */
+	have_snapshots = OidIsValid(get_relname_relid("snapshot_tables",
+												  get_namespace_oid("ash_replicant", true)));
+	ret = SPI_execute_with_args(have_snapshots ? facts_sql : facts_sql_1_0,
+								1, argtypes, values, nulls, true, 0);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "ash_replicant: status query failed");
 

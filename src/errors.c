@@ -108,7 +108,7 @@ static const AshReasonEntry reason_table[] = {
 	{"checkpoint_state_unknown", ASH_REASON_DOCTOR},
 	{"retention_at_risk", ASH_REASON_DOCTOR},
 	{"ignore_never_matches", ASH_REASON_DOCTOR},
-	{"extension_version_mismatch", ASH_REASON_DOCTOR},
+	{"extension_version_mismatch", ASH_REASON_MISCONFIGURED},	/* also a halt */
 	{"mapping_never_matches", ASH_REASON_DOCTOR},
 	{"library_not_preloaded", ASH_REASON_DOCTOR},
 	{"launcher_not_running", ASH_REASON_DOCTOR},

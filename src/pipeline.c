@@ -161,6 +161,30 @@ static bool session_proven = false;
 static XLogRecPtr session_start_watermark = InvalidXLogRecPtr;
 static TimestampTz session_streaming_at = 0;
 
+/* Is the installed extension the version this library was built for? */
+static bool catalogs_current = true;
+
+static bool
+extension_version_current(void)
+{
+	bool		current;
+	bool		isnull;
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'ash_replicant'",
+					true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: could not read the extension version");
+	current = SPI_processed == 1 &&
+		strcmp(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+												 1, &isnull)),
+			   ASH_EXTENSION_VERSION) == 0;
+	SPI_finish();
+	PopActiveSnapshot();
+	return current;
+}
+
 /* ---------------------------------------------------------------------
  * Slot attachment.
  * ---------------------------------------------------------------------
@@ -1053,6 +1077,7 @@ ash_pipeline_main(Datum main_arg)
 		cfg = ash_config_load(sink_name);
 		MemoryContextSwitchTo(old);
 	}
+	catalogs_current = extension_version_current();
 	CommitTransactionCommand();
 
 	if (cfg->start_generation != my_generation)
@@ -1074,6 +1099,11 @@ ash_pipeline_main(Datum main_arg)
 	}
 
 	ereport(LOG, (errmsg("ash_replicant event=pipeline.started sink=%s", cfg->sink_name)));
+
+	/* the catalogs must be the ones this library was built for */
+	if (!catalogs_current)
+		do_halt_detail("extension_version_mismatch", NULL,
+					   "the installed extension is not this library's version: ALTER EXTENSION ash_replicant UPDATE");
 
 	backoff = ash_reconnect_min_ms;
 	for (;;)
