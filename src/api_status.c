@@ -314,6 +314,17 @@ ash_replicant_status(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* Rows of the copied tables and of the tables in flight. */
+static uint64
+copied_rows(AshPipelineSlot *snap)
+{
+	uint64		rows = snap->stats.snapshot_rows_committed;
+
+	for (int i = 0; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		rows += snap->copiers[i].rows;
+	return rows;
+}
+
 Datum
 ash_replicant_stat_pipelines(PG_FUNCTION_ARGS)
 {
@@ -409,7 +420,7 @@ ash_replicant_stat_pipelines(PG_FUNCTION_ARGS)
 			values[20] = CStringGetTextDatum(st->snapshot_phase);
 			values[21] = Int32GetDatum(st->snapshot_tables_total);
 			values[22] = Int32GetDatum(st->snapshot_tables_copied);
-			values[23] = Int64GetDatum((int64) st->snapshot_rows_copied);
+			values[23] = Int64GetDatum((int64) copied_rows(&snap));
 			values[24] = Int64GetDatum((int64) st->snapshot_rows_estimate);
 		}
 		else if (f->snapshot_phase != NULL)
@@ -474,12 +485,17 @@ ash_replicant_stat_snapshot_tables(PG_FUNCTION_ARGS)
 		values[5] = SPI_getbinval(tup, desc, 6, &nulls[5]);
 		values[6] = SPI_getbinval(tup, desc, 7, &nulls[6]);
 		if (strcmp(state, "pending") == 0 && snapshot_slot(sink, &snap) &&
-			snap.state == ASH_SLOT_RUNNING && snap.stats.snapshot_in_flight &&
-			strcmp(snap.stats.snapshot_schema, nsp) == 0 &&
-			strcmp(snap.stats.snapshot_table, rel) == 0)
+			snap.state == ASH_SLOT_RUNNING && snap.stats.snapshot_in_flight)
 		{
-			state = "copying";
-			values[4] = Int64GetDatum((int64) snap.stats.snapshot_table_rows);
+			for (int c = 0; c < ASH_SNAPSHOT_COPIERS_MAX; c++)
+			{
+				if (strcmp(snap.copiers[c].schema, nsp) == 0 &&
+					strcmp(snap.copiers[c].table, rel) == 0)
+				{
+					state = "copying";
+					values[4] = Int64GetDatum((int64) snap.copiers[c].rows);
+				}
+			}
 		}
 		values[0] = CStringGetTextDatum(sink);
 		values[1] = CStringGetTextDatum(nsp);

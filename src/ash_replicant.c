@@ -33,6 +33,7 @@ int			ash_max_pipelines = 16;
 int			ash_receive_timeout_ms = 60000;
 int			ash_connect_timeout_ms = 30000;
 int			ash_streaming_retry_ms = 60000;
+int			ash_snapshot_workers = 2;
 
 void		_PG_init(void);
 
@@ -112,6 +113,15 @@ _PG_init(void)
 							30000, 1000, 3600000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("ash_replicant.snapshot_workers",
+							"Tables a pipeline's snapshot copies at once (the pipeline worker and helper workers).",
+							"Each helper is a background worker of its own (max_worker_processes) with a source connection.",
+							&ash_snapshot_workers,
+							2, 1, ASH_SNAPSHOT_COPIERS_MAX,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("ash_replicant.max_pipelines",

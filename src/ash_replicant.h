@@ -19,5 +19,6 @@ extern int	ash_max_pipelines;
 extern int	ash_receive_timeout_ms;
 extern int	ash_connect_timeout_ms;
 extern int	ash_streaming_retry_ms;
+extern int	ash_snapshot_workers;
 
 #endif							/* ASH_REPLICANT_H */

@@ -45,13 +45,39 @@ typedef struct AshPipelineStats
 	char		snapshot_phase[16]; /* "", "copying", "complete" */
 	int32		snapshot_tables_total;
 	int32		snapshot_tables_copied;
-	uint64		snapshot_rows_copied;	/* copied tables + the table in flight */
+	uint64		snapshot_rows_committed;	/* rows of the copied tables */
 	uint64		snapshot_rows_estimate;
-	char		snapshot_schema[NAMEDATALEN];	/* the table in flight, or "" */
-	char		snapshot_table[NAMEDATALEN];
-	uint64		snapshot_table_rows;	/* its rows so far (not yet committed) */
 	bool		streaming;		/* reached the streaming phase */
 } AshPipelineStats;
+
+/*
+ * One copier of a snapshot (snapshot.c): the pipeline worker itself (index
+ * 0) or a helper worker it started.  The table in flight, and how a
+ * helper ended.  Protected by the slot's mutex.
+ */
+#define ASH_SNAPSHOT_COPIERS_MAX 8
+
+typedef enum AshCopierEnd
+{
+	ASH_COPIER_RUNNING = 0,
+	ASH_COPIER_DONE,			/* no table left to claim */
+	ASH_COPIER_HALT,			/* halt: reason, context */
+	ASH_COPIER_SOURCE_FAULT,	/* source/transport: source_sqlstate */
+	ASH_COPIER_APPLY_ERROR		/* destination error: sqlerrcode */
+} AshCopierEnd;
+
+typedef struct AshCopier
+{
+	pid_t		pid;			/* 0: not running */
+	char		schema[NAMEDATALEN];	/* the table in flight, or "" */
+	char		table[NAMEDATALEN];
+	uint64		rows;			/* its rows so far (not yet committed) */
+	AshCopierEnd end;
+	int			sqlerrcode;
+	char		source_sqlstate[6];
+	char		reason[ASH_REASON_LEN];
+	char		context[128];	/* structural (table names) only */
+} AshCopier;
 
 typedef enum AshSlotState
 {
@@ -80,8 +106,13 @@ typedef struct AshPipelineSlot
 	int64		halt_generation;
 	TimestampTz halted_at;
 
-	slock_t		mutex;			/* protects stats */
+	slock_t		mutex;			/* protects stats and the snapshot below */
 	AshPipelineStats stats;
+
+	/* the snapshot the copiers import, while one is copied */
+	char		snapshot_name[64];
+	XLogRecPtr	snapshot_lsn;
+	AshCopier	copiers[ASH_SNAPSHOT_COPIERS_MAX];
 } AshPipelineSlot;
 
 typedef struct AshShared

@@ -48,14 +48,19 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "ash_replicant.h"
-#include "copy_text.h"
+#include "copy_row.h"
 #include "errors.h"
 #include "shmem.h"
 #include "snapshot.h"
@@ -486,10 +491,13 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
  * Progress.
  * ---------------------------------------------------------------------
  */
+static AshPipelineSlot *snap_slot = NULL;
+static int	my_copier = 0;		/* index in snap_slot->copiers */
+
 static AshPipelineSlot *
-my_slot(void)
+find_slot(void)
 {
-	AshPipelineSlot *slot = NULL;
+	AshPipelineSlot *slot;
 
 	if (AshShmem == NULL)
 		return NULL;
@@ -499,16 +507,16 @@ my_slot(void)
 	return slot;
 }
 
+/* The attempt's totals, before copying (or after it, in_flight false). */
 static void
-publish_progress(Attempt *a, SnapTable *current, int64 current_rows, bool in_flight)
+publish_attempt(Attempt *a, bool in_flight)
 {
-	AshPipelineSlot *slot = my_slot();
 	int			ncopied = 0;
 	uint64		rows = 0;
 	uint64		estimate = 0;
 	ListCell   *lc;
 
-	if (slot == NULL)
+	if (snap_slot == NULL)
 		return;
 	foreach(lc, a->tables)
 	{
@@ -523,33 +531,64 @@ publish_progress(Attempt *a, SnapTable *current, int64 current_rows, bool in_fli
 		else
 			estimate += t->has_estimate ? t->estimate : 0;
 	}
-	rows += current_rows;
+	SpinLockAcquire(&snap_slot->mutex);
+	snap_slot->stats.snapshot_in_flight = in_flight;
+	strlcpy(snap_slot->stats.snapshot_phase, in_flight ? "copying" : "complete",
+			sizeof(snap_slot->stats.snapshot_phase));
+	snap_slot->stats.snapshot_tables_total = list_length(a->tables);
+	snap_slot->stats.snapshot_tables_copied = ncopied;
+	snap_slot->stats.snapshot_rows_committed = rows;
+	snap_slot->stats.snapshot_rows_estimate = estimate;
+	SpinLockRelease(&snap_slot->mutex);
+}
 
-	SpinLockAcquire(&slot->mutex);
-	slot->stats.snapshot_in_flight = in_flight;
-	strlcpy(slot->stats.snapshot_phase, in_flight ? "copying" : "complete",
-			sizeof(slot->stats.snapshot_phase));
-	slot->stats.snapshot_tables_total = list_length(a->tables);
-	slot->stats.snapshot_tables_copied = ncopied;
-	slot->stats.snapshot_rows_copied = rows;
-	slot->stats.snapshot_rows_estimate = estimate;
-	strlcpy(slot->stats.snapshot_schema, current ? current->nspname : "", NAMEDATALEN);
-	strlcpy(slot->stats.snapshot_table, current ? current->relname : "", NAMEDATALEN);
-	slot->stats.snapshot_table_rows = current_rows;
-	SpinLockRelease(&slot->mutex);
+/* This copier's table in flight (NULL: none) and its rows so far. */
+static void
+publish_table(const char *nspname, const char *relname, int64 rows, int64 estimate)
+{
+	AshCopier  *me;
 
-	if (current != NULL &&
+	if (snap_slot == NULL)
+		return;
+	me = &snap_slot->copiers[my_copier];
+	SpinLockAcquire(&snap_slot->mutex);
+	strlcpy(me->schema, nspname ? nspname : "", NAMEDATALEN);
+	strlcpy(me->table, relname ? relname : "", NAMEDATALEN);
+	me->rows = rows;
+	SpinLockRelease(&snap_slot->mutex);
+
+	if (relname != NULL &&
 		TimestampDifferenceExceeds(last_progress_log, GetCurrentTimestamp(), PROGRESS_LOG_MS))
 	{
+		int			ncopied;
+		int			ntotal;
+
+		SpinLockAcquire(&snap_slot->mutex);
+		ncopied = snap_slot->stats.snapshot_tables_copied;
+		ntotal = snap_slot->stats.snapshot_tables_total;
+		SpinLockRelease(&snap_slot->mutex);
 		last_progress_log = GetCurrentTimestamp();
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.progress sink=%s table=%s rows=" INT64_FORMAT
 						" estimate=" INT64_FORMAT " tables_copied=%d/%d",
-						snap_cfg->sink_name,
-						quote_qualified_identifier(current->nspname, current->relname),
-						current_rows, current->has_estimate ? current->estimate : (int64) -1,
-						ncopied, list_length(a->tables))));
+						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
+						rows, estimate, ncopied, ntotal)));
 	}
+}
+
+/* A table committed: into the totals, out of this copier's slot. */
+static void
+publish_copied(int64 rows)
+{
+	if (snap_slot == NULL)
+		return;
+	SpinLockAcquire(&snap_slot->mutex);
+	snap_slot->stats.snapshot_tables_copied++;
+	snap_slot->stats.snapshot_rows_committed += rows;
+	snap_slot->copiers[my_copier].schema[0] = '\0';
+	snap_slot->copiers[my_copier].table[0] = '\0';
+	snap_slot->copiers[my_copier].rows = 0;
+	SpinLockRelease(&snap_slot->mutex);
 }
 
 /* ---------------------------------------------------------------------
@@ -557,57 +596,106 @@ publish_progress(Attempt *a, SnapTable *current, int64 current_rows, bool in_fli
  * ---------------------------------------------------------------------
  */
 
-/* Rows already copied at this position (append-log ordinals continue). */
+/*
+ * Rows already copied at this position: append-log ordinals continue from
+ * them (append logs are copied by one copier, so this is exact).
+ */
 static int32
-ordinal_base(Attempt *a, XLogRecPtr lsn)
+ordinal_base(XLogRecPtr lsn)
 {
-	int64		base = 0;
-	ListCell   *lc;
+	Oid			types[1] = {LSNOID};
+	Datum		values[1];
+	bool		isnull;
+	int64		base;
 
-	foreach(lc, a->tables)
-	{
-		SnapTable  *t = lfirst(lc);
-
-		if (t->copied && t->lsn == lsn)
-			base += t->rows;
-	}
+	values[0] = LSNGetDatum(lsn);
+	catalog_begin();
+	(void) key_exec("SELECT coalesce(pg_catalog.sum(rows_copied), 0)::int8"
+					"  FROM ash_replicant.snapshot_tables"
+					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					"   AND state = 'copied' AND snapshot_lsn = $4",
+					1, types, values, NULL, SPI_OK_SELECT);
+	base = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	catalog_end();
 	if (base > PG_INT32_MAX)
 		ash_halt("snapshot_state_invalid", "more rows at one snapshot position than ordinals can number");
 	return (int32) base;
 }
 
-static void
-copy_table(Attempt *a, SnapTable *t, AshConn *data, XLogRecPtr lsn)
+/*
+ * Claim a pending table and copy it: one destination transaction that
+ * holds the table's catalog row locked (other copiers skip it), writes its
+ * rows and marks it copied.  Returns false when no table is left to claim.
+ */
+static bool
+copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	MemoryContext tcxt = AllocSetContextCreate(cxt, "ash_replicant snapshot table",
-											   ALLOCSET_DEFAULT_SIZES);
+	MemoryContext tcxt;
+	SnapTable	t;
 	AshRelation rel;
 	AshChange	change;
 	StringInfoData sql;
 	PGresult   *res;
 	int64		rows = 0;
 	int			len;
+	int32		base = 0;
 	int32		last_ordinal;
-	int			remaining;
 	bool		append_log = ash_config_is_append_log(snap_cfg);
+	bool		binary = true;
+	int			binary_state = 0;
 
+	if (append_log)
+		base = ordinal_base(lsn);
+
+	tcxt = AllocSetContextCreate(cxt, "ash_replicant snapshot table", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(tcxt);
-	ash_apply_snapshot_begin(lsn, ordinal_base(a, lsn), a->id);
+	ash_apply_snapshot_begin(lsn, base, attempt);
+
+	/* the largest table first: copiers finish closer together */
+	memset(&t, 0, sizeof(t));
+	if (key_exec("SELECT source_schema, source_table, rows_estimate"
+				 "  FROM ash_replicant.snapshot_tables"
+				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				 "   AND state = 'pending'"
+				 " ORDER BY coalesce(rows_estimate, 0) DESC, source_schema, source_table"
+				 "   FOR UPDATE SKIP LOCKED LIMIT 1",
+				 0, NULL, NULL, NULL, SPI_OK_SELECT) == 0)
+	{
+		(void) ash_apply_snapshot_commit();
+		MemoryContextSwitchTo(cxt);
+		MemoryContextDelete(tcxt);
+		return false;
+	}
+	{
+		bool		isnull;
+		Datum		d;
+
+		t.nspname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		t.relname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+		t.has_estimate = !isnull;
+		t.estimate = isnull ? -1 : DatumGetInt64(d);
+	}
 
 	memset(&rel, 0, sizeof(rel));
-	describe_table(data, t, &rel);
+	describe_table(data, &t, &rel);
 	memset(&change, 0, sizeof(change));
 	change.kind = ASH_CHANGE_RELATION;
 	change.u.relation = rel;
 	ash_apply_change(&change);
 
+	/* binary when every type is built in (its send format is known here) */
+	for (int i = 0; i < rel.natts; i++)
+		if (rel.cols[i].type_oid >= FirstGenbkiObjectId)
+			binary = false;
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "COPY (SELECT ");
 	for (int i = 0; i < rel.natts; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel.cols[i].name));
-	appendStringInfo(&sql, " FROM ONLY %s) TO STDOUT",
-					 quote_qualified_identifier(t->nspname, t->relname));
+	appendStringInfo(&sql, " FROM ONLY %s) TO STDOUT%s",
+					 quote_qualified_identifier(t.nspname, t.relname),
+					 binary ? " (FORMAT binary)" : "");
 	res = ash_conn_exec(data, sql.data, false);
 	if (PQresultStatus(res) != PGRES_COPY_OUT)
 		ash_conn_report_result(res, "snapshot COPY");
@@ -620,34 +708,47 @@ copy_table(Attempt *a, SnapTable *t, AshConn *data, XLogRecPtr lsn)
 	change.u.insert.newtup.natts = rel.natts;
 	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(rel.natts, 1));
 
-	publish_progress(a, t, 0, true);
+	publish_table(t.nspname, t.relname, 0, t.estimate);
 	while ((len = ash_conn_copy_row(data, &row_buf, ash_receive_timeout_ms)) > 0)
 	{
-		const char *err;
+		const char *err = NULL;
+		int			r;
 
-		if (!ash_copy_text_split(row_buf, len, rel.natts, change.u.insert.newtup.cols, &err))
+		if (binary)
+			r = ash_copy_binary_split(row_buf, len, &binary_state, rel.natts,
+									  change.u.insert.newtup.cols, &err);
+		else
+			r = ash_copy_text_split(row_buf, len, rel.natts, change.u.insert.newtup.cols, &err) ? 1 : -1;
+		if (r < 0)
 			ash_halt("protocol_violation", "undecodable COPY row of %s: %s",
-					 quote_qualified_identifier(t->nspname, t->relname), err);
+					 quote_qualified_identifier(t.nspname, t.relname), err);
+		if (r == 0)
+		{
+			/* the binary trailer */
+			PQfreemem(row_buf);
+			row_buf = NULL;
+			continue;
+		}
 		ash_apply_change(&change);
 		PQfreemem(row_buf);
 		row_buf = NULL;
 		if (++rows % PROGRESS_ROWS == 0)
 		{
 			CHECK_FOR_INTERRUPTS();
-			publish_progress(a, t, rows, true);
+			publish_table(t.nspname, t.relname, rows, t.estimate);
 		}
 	}
 
-	/* the table's rows, its progress and perhaps the completion: one commit */
+	/* the table's rows and its progress: one commit */
 	last_ordinal = ash_apply_snapshot_flush();
-	if (append_log && (int64) ordinal_base(a, lsn) + rows != last_ordinal)
+	if (append_log && (int64) base + rows != last_ordinal)
 		elog(ERROR, "ash_replicant: snapshot ordinals diverged from the rows copied");
 	{
 		Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, LSNOID};
 		Datum		values[4];
 
-		values[0] = CStringGetTextDatum(t->nspname);
-		values[1] = CStringGetTextDatum(t->relname);
+		values[0] = CStringGetTextDatum(t.nspname);
+		values[1] = CStringGetTextDatum(t.relname);
 		values[2] = Int64GetDatum(rows);
 		values[3] = LSNGetDatum(lsn);
 		if (key_exec("UPDATE ash_replicant.snapshot_tables"
@@ -657,32 +758,16 @@ copy_table(Attempt *a, SnapTable *t, AshConn *data, XLogRecPtr lsn)
 					 "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'",
 					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
 			ash_halt("snapshot_state_invalid", "table %s is no longer pending in the attempt",
-					 quote_qualified_identifier(t->nspname, t->relname));
+					 quote_qualified_identifier(t.nspname, t.relname));
 	}
-	(void) key_exec("SELECT pg_catalog.count(*) FROM ash_replicant.snapshot_tables"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					"   AND state = 'pending'",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
-	{
-		bool		isnull;
-
-		remaining = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-													   SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	if (remaining == 0)
-		mark_complete(a->start_lsn);
 	(void) ash_apply_snapshot_commit();
-
-	t->copied = true;
-	t->rows = rows;
-	t->lsn = lsn;
+	publish_copied(rows);
 	ereport(LOG,
 			(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT,
-					snap_cfg->sink_name, quote_qualified_identifier(t->nspname, t->relname), rows)));
-	if (remaining == 0)
-		a->phase = ASH_SNAPSHOT_COMPLETE;
+					snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname), rows)));
 	MemoryContextSwitchTo(cxt);
 	MemoryContextDelete(tcxt);
+	return true;
 }
 
 /* ---------------------------------------------------------------------
@@ -813,6 +898,23 @@ read_watermark(AshBinding *binding)
 	catalog_end();
 }
 
+/* ---------------------------------------------------------------------
+ * Copiers: the pipeline worker and its helpers.
+ *
+ * Tables are copied by up to ash_replicant.snapshot_workers copiers at
+ * once: the pipeline worker (copier 0) and helper background workers it
+ * starts.  Every copier imports the same snapshot on a connection of its
+ * own and claims pending tables one at a time (FOR UPDATE SKIP LOCKED on
+ * the table's catalog row, held by the table's copy transaction), so a
+ * table is copied by exactly one of them and one that dies leaves its
+ * table pending.  Append logs are copied by the pipeline worker alone:
+ * their ordinals continue across the tables of one position.  A helper
+ * reports how it ended in shared memory, never an error's text; the
+ * pipeline worker waits for every helper, then raises what one reported
+ * as its own error (halt, source fault or destination error).
+ * ---------------------------------------------------------------------
+ */
+
 /* Connections of the attempt in progress: closed after an error too. */
 static AshConn *data_conn = NULL;
 static AshConn *temp_repl = NULL;
@@ -828,15 +930,168 @@ close_connections(void)
 	data_conn = NULL;
 }
 
+static BackgroundWorkerHandle *helpers[ASH_SNAPSHOT_COPIERS_MAX];
+static int	nhelpers = 0;
+
+static void
+start_helpers(int n)
+{
+	int			slotno = snap_slot - AshShmem->slots;
+	int64		generation;
+	pid_t		coordinator = MyProcPid;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	for (int i = 0; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
+	SpinLockRelease(&snap_slot->mutex);
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	generation = snap_slot->generation;
+	LWLockRelease(AshShmem->lock);
+
+	nhelpers = 0;
+	for (int i = 1; i <= n && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+	{
+		BackgroundWorker w;
+		int32		index = i;
+
+		memset(&w, 0, sizeof(w));
+		w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		w.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		w.bgw_restart_time = BGW_NEVER_RESTART;
+		snprintf(w.bgw_library_name, BGW_MAXLEN, "ash_replicant");
+		snprintf(w.bgw_function_name, BGW_MAXLEN, "ash_snapshot_copier_main");
+		snprintf(w.bgw_name, BGW_MAXLEN, "ash_replicant snapshot %s", snap_cfg->sink_name);
+		snprintf(w.bgw_type, BGW_MAXLEN, "ash_replicant snapshot");
+		w.bgw_main_arg = Int32GetDatum(slotno);
+		memcpy(w.bgw_extra, &generation, sizeof(int64));
+		memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
+		memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
+		w.bgw_notify_pid = MyProcPid;
+		/* no worker slot free: copy with fewer copiers */
+		if (!RegisterDynamicBackgroundWorker(&w, &helpers[nhelpers]))
+			break;
+		nhelpers++;
+	}
+}
+
+static void
+stop_helpers(void)
+{
+	for (int i = 0; i < nhelpers; i++)
+		TerminateBackgroundWorker(helpers[i]);
+	nhelpers = 0;
+}
+
+/* How a helper ended, raised as the pipeline worker's own error. */
+static void
+raise_helper_end(AshCopier *c)
+{
+	switch (c->end)
+	{
+		case ASH_COPIER_DONE:
+			return;
+		case ASH_COPIER_HALT:
+			ash_halt(c->reason, "%s", c->context);
+			break;
+		case ASH_COPIER_SOURCE_FAULT:
+			strlcpy(ash_conn_last_sqlstate, c->source_sqlstate, sizeof(ash_conn_last_sqlstate));
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: a snapshot copier lost its source connection")));
+			break;
+		case ASH_COPIER_APPLY_ERROR:
+			ash_apply_errctx.command = "snapshot";
+			ash_apply_errctx.relation = pstrdup(c->context);
+			ereport(ERROR,
+					(errcode(c->sqlerrcode),
+					 errmsg("ash_replicant: a snapshot copier's write failed")));
+			break;
+		case ASH_COPIER_RUNNING:
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("ash_replicant: a snapshot copier ended without a word")));
+			break;
+	}
+}
+
+/* Did a helper end with a failure? (The pipeline worker then stops claiming.) */
+static AshCopier *
+failed_helper(AshCopier *copy)
+{
+	bool		failed = false;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	for (int i = 1; i <= nhelpers; i++)
+	{
+		if (snap_slot->copiers[i].end != ASH_COPIER_RUNNING &&
+			snap_slot->copiers[i].end != ASH_COPIER_DONE)
+		{
+			memcpy(copy, &snap_slot->copiers[i], sizeof(AshCopier));
+			failed = true;
+			break;
+		}
+	}
+	SpinLockRelease(&snap_slot->mutex);
+	return failed ? copy : NULL;
+}
+
+static void
+wait_helpers(void)
+{
+	AshCopier	c;
+
+	for (int i = 0; i < nhelpers; i++)
+	{
+		pid_t		pid;
+
+		if (GetBackgroundWorkerPid(helpers[i], &pid) != BGWH_POSTMASTER_DIED)
+			(void) WaitForBackgroundWorkerShutdown(helpers[i]);
+	}
+	for (int i = 1; i <= nhelpers; i++)
+	{
+		SpinLockAcquire(&snap_slot->mutex);
+		memcpy(&c, &snap_slot->copiers[i], sizeof(AshCopier));
+		SpinLockRelease(&snap_slot->mutex);
+		if (c.end != ASH_COPIER_DONE)
+		{
+			nhelpers = 0;
+			raise_helper_end(&c);
+		}
+	}
+	nhelpers = 0;
+}
+
+/* Every table copied: the attempt is complete (its own transaction). */
+static void
+complete_attempt(Attempt *a)
+{
+	bool		isnull;
+	int64		remaining;
+
+	catalog_begin();
+	(void) key_exec("SELECT pg_catalog.count(*) FROM ash_replicant.snapshot_tables"
+					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					"   AND state = 'pending'",
+					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	remaining = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (remaining > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("ash_replicant: %d snapshot tables are still being copied by an earlier session",
+						(int) remaining)));
+	mark_complete(a->start_lsn);
+	catalog_end();
+	a->phase = ASH_SNAPSHOT_COMPLETE;
+}
+
 static Attempt *
 run_attempt(const AshSlotStart *start, const AshBinding *binding)
 {
 	Attempt    *a;
-	List	   *pending = NIL;
 	ListCell   *lc;
 	char	   *snapshot;
 	XLogRecPtr	snapshot_lsn;
-	int64		copied_rows = 0;
+	int			npending = 0;
 
 	data_conn = ash_conn_open(snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
 	if (!ash_source_identity_matches(data_conn, snap_cfg->source_system_identifier,
@@ -845,47 +1100,65 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 
 	a = arm(source_tables(data_conn), start, binding);
 	foreach(lc, a->tables)
-	{
-		SnapTable  *t = lfirst(lc);
+		if (!((SnapTable *) lfirst(lc))->copied)
+			npending++;
+	publish_attempt(a, a->phase != ASH_SNAPSHOT_COMPLETE);
 
-		if (!t->copied)
-			pending = lappend(pending, t);
-	}
-	if (pending == NIL)
-		return a;
-
-	/* the slot's own snapshot only when the attempt starts with it */
-	if (start->exported != NULL && a->start_lsn == start->exported_lsn)
+	if (npending > 0)
 	{
-		snapshot = pstrdup(start->exported);
-		snapshot_lsn = start->exported_lsn;
-	}
-	else
-		snapshot = temporary_snapshot(&temp_repl, &snapshot_lsn);
-	import_snapshot(data_conn, snapshot);
-	if (temp_repl != NULL)
-	{
-		/* imported: the temporary slot has served */
-		ash_conn_close(temp_repl);
-		temp_repl = NULL;
-	}
-	ereport(LOG,
-			(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d pending=%d",
-					snap_cfg->sink_name, list_length(a->tables), list_length(pending))));
+		AshCopier	failed;
+		int64		rows_before;
 
-	foreach(lc, pending)
-	{
-		SnapTable  *t = lfirst(lc);
+		/* the slot's own snapshot only when the attempt starts with it */
+		if (start->exported != NULL && a->start_lsn == start->exported_lsn)
+		{
+			snapshot = pstrdup(start->exported);
+			snapshot_lsn = start->exported_lsn;
+		}
+		else
+			snapshot = temporary_snapshot(&temp_repl, &snapshot_lsn);
+		import_snapshot(data_conn, snapshot);
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d pending=%d",
+						snap_cfg->sink_name, list_length(a->tables), npending)));
 
-		copy_table(a, t, data_conn, snapshot_lsn);
-		copied_rows += t->rows;
+		/* helpers import the same snapshot: the exporter stays idle until they end */
+		if (snap_slot != NULL)
+		{
+			SpinLockAcquire(&snap_slot->mutex);
+			strlcpy(snap_slot->snapshot_name, snapshot, sizeof(snap_slot->snapshot_name));
+			snap_slot->snapshot_lsn = snapshot_lsn;
+			rows_before = snap_slot->stats.snapshot_rows_committed;
+			SpinLockRelease(&snap_slot->mutex);
+			if (!ash_config_is_append_log(snap_cfg))
+				start_helpers(Min(ash_snapshot_workers, npending) - 1);
+		}
+		else
+			rows_before = 0;
+
+		while (!(nhelpers > 0 && failed_helper(&failed)) &&
+			   copy_next(data_conn, snapshot_lsn, a->id))
+			;
+		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
+		wait_helpers();
+		if (temp_repl != NULL)
+		{
+			ash_conn_close(temp_repl);
+			temp_repl = NULL;
+		}
+		complete_attempt(a);
+		if (snap_slot != NULL)
+		{
+			SpinLockAcquire(&snap_slot->mutex);
+			rows_before = snap_slot->stats.snapshot_rows_committed - rows_before;
+			SpinLockRelease(&snap_slot->mutex);
+		}
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d rows=" INT64_FORMAT,
+						snap_cfg->sink_name, list_length(a->tables), rows_before)));
 	}
-	PQclear(ash_conn_exec(data_conn, "COMMIT", false));
-	if (a->phase != ASH_SNAPSHOT_COMPLETE)
-		elog(ERROR, "ash_replicant: the snapshot attempt did not complete");
-	ereport(LOG,
-			(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d rows=" INT64_FORMAT,
-					snap_cfg->sink_name, list_length(a->tables), copied_rows)));
+	else if (a->phase != ASH_SNAPSHOT_COMPLETE)
+		complete_attempt(a);	/* the last table committed, the session ended */
 	return a;
 }
 
@@ -897,6 +1170,8 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 
 	snap_cfg = cfg;
 	snap_key = key;
+	snap_slot = find_slot();
+	my_copier = 0;
 	if (row_buf != NULL)
 	{
 		PQfreemem(row_buf);
@@ -906,10 +1181,11 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 
 	PG_TRY();
 	{
-		a = run_attempt(start, binding);
+		(void) run_attempt(start, binding);
 	}
 	PG_CATCH();
 	{
+		stop_helpers();
 		close_connections();
 		PG_RE_THROW();
 	}
@@ -918,6 +1194,157 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 
 	read_watermark(binding);
 	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
+	/* the tables as committed (helpers copied some): floors and totals */
+	catalog_begin();
+	a = read_attempt();
+	catalog_end();
 	install_floors(a, binding->commit_lsn);
-	publish_progress(a, NULL, 0, false);
+	publish_attempt(a, false);
+}
+
+/*
+ * A helper copier (a background worker started by the pipeline worker):
+ * copy pending tables of the attempt under the pipeline's snapshot until
+ * none is left, then report how it ended.
+ */
+void
+ash_snapshot_copier_main(Datum main_arg)
+{
+	int			slotno = DatumGetInt32(main_arg);
+	int64		generation;
+	int32		index;
+	pid_t		coordinator;
+	AshPipelineSlot *slot;
+	Oid			dboid = InvalidOid;
+	char		sink_name[ASH_NAME_LEN];
+	char		snapshot[64];
+	XLogRecPtr	snapshot_lsn = InvalidXLogRecPtr;
+	bool		ok = false;
+
+	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
+	memcpy(&index, MyBgworkerEntry->bgw_extra + sizeof(int64), sizeof(int32));
+	memcpy(&coordinator, MyBgworkerEntry->bgw_extra + sizeof(int64) + sizeof(int32), sizeof(pid_t));
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots ||
+		index < 1 || index >= ASH_SNAPSHOT_COPIERS_MAX)
+		proc_exit(0);
+	slot = &AshShmem->slots[slotno];
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	if (slot->in_use && slot->generation == generation && slot->pid == coordinator)
+	{
+		ok = true;
+		dboid = slot->dboid;
+		strlcpy(sink_name, slot->sink_name, sizeof(sink_name));
+	}
+	LWLockRelease(AshShmem->lock);
+	if (!ok)
+		proc_exit(0);			/* the pipeline worker is gone */
+
+	SpinLockAcquire(&slot->mutex);
+	slot->copiers[index].pid = MyProcPid;
+	strlcpy(snapshot, slot->snapshot_name, sizeof(snapshot));
+	snapshot_lsn = slot->snapshot_lsn;
+	SpinLockRelease(&slot->mutex);
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
+	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
+
+	PG_TRY();
+	{
+		AshPipelineConfig *cfg;
+		AshCheckpointKey *key;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+			cfg = ash_config_load(sink_name);
+			MemoryContextSwitchTo(old);
+		}
+		CommitTransactionCommand();
+		key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
+		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
+		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
+		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
+		snap_cfg = cfg;
+		snap_key = key;
+		snap_slot = slot;
+		my_copier = index;
+		Assert(!ash_config_is_append_log(cfg));
+
+		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
+		data_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+		if (!ash_source_identity_matches(data_conn, cfg->source_system_identifier,
+										 cfg->source_database))
+			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
+		import_snapshot(data_conn, snapshot);
+
+		for (;;)
+		{
+			bool		alive;
+
+			LWLockAcquire(AshShmem->lock, LW_SHARED);
+			alive = slot->in_use && slot->generation == generation && slot->pid == coordinator;
+			LWLockRelease(AshShmem->lock);
+			if (!alive)
+				ereport(ERROR,
+						(errcode(ERRCODE_ADMIN_SHUTDOWN),
+						 errmsg("ash_replicant: the pipeline worker of this snapshot is gone")));
+			if (!copy_next(data_conn, snapshot_lsn, NULL))
+				break;
+		}
+		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
+		close_connections();
+		SpinLockAcquire(&slot->mutex);
+		slot->copiers[index].end = ASH_COPIER_DONE;
+		SpinLockRelease(&slot->mutex);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		AshCopier  *me = &slot->copiers[index];
+
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(TopMemoryContext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ash_apply_abort();
+		close_connections();
+		RESUME_INTERRUPTS();
+
+		/* never the error's text: it can carry values */
+		SpinLockAcquire(&slot->mutex);
+		me->sqlerrcode = edata->sqlerrcode;
+		if (ash_pending_halt != NULL)
+		{
+			me->end = ASH_COPIER_HALT;
+			strlcpy(me->reason, ash_pending_halt, sizeof(me->reason));
+			strlcpy(me->context, edata->message ? edata->message : "", sizeof(me->context));
+		}
+		else if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
+				 edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
+		{
+			me->end = ASH_COPIER_SOURCE_FAULT;
+			strlcpy(me->source_sqlstate, ash_conn_last_sqlstate, sizeof(me->source_sqlstate));
+		}
+		else
+		{
+			me->end = ASH_COPIER_APPLY_ERROR;
+			strlcpy(me->context, me->table[0] ? quote_qualified_identifier(me->schema, me->table) : "none",
+					sizeof(me->context));
+		}
+		me->schema[0] = me->table[0] = '\0';
+		me->rows = 0;
+		SpinLockRelease(&slot->mutex);
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copier_failed sink=%s copier=%d sqlstate=%s",
+						sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+	}
+	PG_END_TRY();
+	proc_exit(0);
 }

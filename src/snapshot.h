@@ -58,4 +58,7 @@ extern void ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key,
  */
 extern XLogRecPtr ash_snapshot_frontier(const AshCheckpointKey *key);
 
+/* Entry point of a snapshot helper worker (snapshot.c). */
+extern PGDLLEXPORT void ash_snapshot_copier_main(Datum main_arg);
+
 #endif							/* ASH_SNAPSHOT_H */

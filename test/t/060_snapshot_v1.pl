@@ -27,6 +27,17 @@ CREATE TABLE items (
 )};
 AshTest::both($src, $dst, $table_sql);
 AshTest::both($src, $dst, "CREATE TABLE empty (id int PRIMARY KEY, v text)");
+# a non-built-in type: the copy reads this table in text format
+AshTest::both($src, $dst, q{
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE DOMAIN posint AS integer CHECK (VALUE > 0);
+CREATE TABLE typed (id int PRIMARY KEY, m mood, p posint, note text, ms mood[]);
+});
+$src->safe_psql($DB, q{
+INSERT INTO typed SELECT g, (ARRAY['sad','ok','happy']::mood[])[1 + g % 3], g, E'a\tb\\c\nd ' || g,
+       ARRAY['ok', NULL]::mood[] FROM generate_series(1, 3000) g;
+INSERT INTO typed VALUES (0, NULL, NULL, NULL, NULL);
+});
 $dst->safe_psql($DB, AshTest::write_audit_sql('items', 'bigint'));
 
 # existing rows: tabs, newlines, backslashes, \N lookalikes, NULLs, TOAST
@@ -48,9 +59,9 @@ SET session_replication_role = replica;
 INSERT INTO items (id, name, qty) VALUES (1, 'stale', 999), (2, NULL, NULL), (999999, 'only here', 1);
 });
 
-$src->safe_psql($DB, "CREATE PUBLICATION pub FOR TABLE items, empty");
+$src->safe_psql($DB, "CREATE PUBLICATION pub FOR TABLE items, empty, typed");
 AshTest::setup_pipeline($src, $dst, sink => 's1', publication => 'pub',
-	maps => [ ['items'], ['empty'] ],
+	maps => [ ['items'], ['empty'], ['typed'] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
 $dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('s1')");
 pass('wait_for_slot returned once the slot exists');
@@ -67,7 +78,7 @@ ok(AshTest::wait_caught_up($src, $dst, 's1'), 'caught up after the snapshot');
 my $keep = $dst->safe_psql($DB, "SELECT count(*) FROM items WHERE id = 999999");
 is($keep, '1', 'a destination row the source lacks is kept (no provenance)');
 $dst->safe_psql($DB, "DELETE FROM items WHERE id = 999999");
-AshTest::assert_mirror_equal($src, $dst, [ 'items', 'empty', 'ash_marker_s1' ],
+AshTest::assert_mirror_equal($src, $dst, [ 'items', 'empty', 'typed', 'ash_marker_s1' ],
 	name => 'snapshot then stream');
 
 # effect-once: every source row's insert effect happened once
@@ -78,22 +89,22 @@ is($twice, '0', 'no row was inserted twice by the copy and the stream');
 # progress: catalog, stat views, status
 my $st = AshTest::stat_row($dst, 's1');
 is($st->{snapshot_phase}, 'complete', 'stat_pipelines: snapshot complete');
-is($st->{snapshot_tables_total}, 3, 'stat_pipelines: three tables in the snapshot');
-is($st->{snapshot_tables_copied}, 3, 'stat_pipelines: all copied');
+is($st->{snapshot_tables_total}, 4, 'stat_pipelines: four tables in the snapshot');
+is($st->{snapshot_tables_copied}, 4, 'stat_pipelines: all copied');
 ok($st->{snapshot_rows_copied} >= 20004, 'stat_pipelines: rows copied counted');
 my $tabs = AshTest::json_rows($dst,
 	"SELECT source_table, state, rows_copied FROM ash_replicant.stat_snapshot_tables WHERE sink_name = 's1' ORDER BY 1");
 is(join(',', map { "$_->{source_table}:$_->{state}" } @$tabs),
-	'ash_marker_s1:copied,empty:copied,items:copied', 'stat_snapshot_tables lists every table copied');
+	'ash_marker_s1:copied,empty:copied,items:copied,typed:copied', 'stat_snapshot_tables lists every table copied');
 AshTest::wait_status($dst, 's1', 'healthy');
 is(AshTest::status_row($dst, 's1')->{state}, 'healthy', 'healthy once the snapshot is complete');
-ok(AshTest::log_lines_like($dst, qr/event=snapshot\.complete sink=s1 tables=3/),
+ok(AshTest::log_lines_like($dst, qr/event=snapshot\.complete sink=s1 tables=4/),
 	'snapshot.complete logged');
 {
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ 'ash_replicant_ctl', 'status', '--sink', 's1', '--format', 'json',
 		'-h', $dst->host, '-p', $dst->port, '-d', $DB ], '<', \undef, '>', \$out, '2>', \$err);
-	like($out, qr/"snapshot":\{"phase":"complete","tables_copied":3,"tables_total":3,"rows_copied":\d+/,
+	like($out, qr/"snapshot":\{"phase":"complete","tables_copied":4,"tables_total":4,"rows_copied":\d+/,
 		'ash_replicant_ctl status shows the snapshot');
 }
 

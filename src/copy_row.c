@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * copy_text.c
+ * copy_row.c
  *	  One row of COPY's text format as column values.
  *
  * NOTES
@@ -15,7 +15,7 @@
  */
 #include "postgres.h"
 
-#include "copy_text.h"
+#include "copy_row.h"
 
 static inline int
 octal_value(char c)
@@ -164,4 +164,108 @@ ash_copy_text_split(char *line, int len, int ncols, AshColumnValue *cols, const 
 		return false;
 	}
 	return true;
+}
+
+static const char binary_signature[11] = "PGCOPY\n\377\r\n\0";
+
+static inline uint32
+read_uint32(const char *p)
+{
+	return ((uint32) (unsigned char) p[0] << 24) | ((uint32) (unsigned char) p[1] << 16) |
+		((uint32) (unsigned char) p[2] << 8) | (uint32) (unsigned char) p[3];
+}
+
+int
+ash_copy_binary_split(char *msg, int len, int *state, int ncols, AshColumnValue *cols,
+					  const char **err)
+{
+	char	   *p = msg;
+	char	   *end = msg + len;
+	int16		nfields;
+
+	if (*state == 0)
+	{
+		uint32		ext;
+
+		/* signature, flags, header extension */
+		if (len < 19 || memcmp(p, binary_signature, 11) != 0)
+		{
+			*err = "no binary COPY header";
+			return -1;
+		}
+		if (read_uint32(p + 11) & (1U << 16))
+		{
+			*err = "binary COPY with OIDs";
+			return -1;
+		}
+		ext = read_uint32(p + 15);
+		p += 19;
+		if (ext > (uint32) (end - p))
+		{
+			*err = "truncated binary COPY header";
+			return -1;
+		}
+		p += ext;
+		*state = 1;
+	}
+
+	if (end - p < 2)
+	{
+		*err = "truncated binary COPY row";
+		return -1;
+	}
+	nfields = (int16) (((unsigned char) p[0] << 8) | (unsigned char) p[1]);
+	p += 2;
+	if (nfields == -1)
+	{
+		if (p != end)
+		{
+			*err = "data after the binary COPY trailer";
+			return -1;
+		}
+		return 0;
+	}
+	if (nfields != ncols)
+	{
+		*err = "binary COPY row with another column count";
+		return -1;
+	}
+	for (int c = 0; c < ncols; c++)
+	{
+		int32		flen;
+
+		if (end - p < 4)
+		{
+			*err = "truncated binary COPY value";
+			return -1;
+		}
+		flen = (int32) read_uint32(p);
+		p += 4;
+		if (flen == -1)
+		{
+			cols[c].status = ASH_COL_NULL;
+			cols[c].len = 0;
+			cols[c].data = NULL;
+			continue;
+		}
+		if (flen < 0 || flen > end - p)
+		{
+			*err = "binary COPY value length out of range";
+			return -1;
+		}
+		cols[c].status = ASH_COL_BINARY;
+		cols[c].len = flen;
+		cols[c].data = p;
+		p += flen;
+	}
+	if (p != end)
+	{
+		*err = "data after the last binary COPY value";
+		return -1;
+	}
+	/* terminate each value: what follows it was read already */
+	for (int c = 0; c < ncols; c++)
+		if (cols[c].status == ASH_COL_BINARY)
+			cols[c].data[cols[c].len] = '\0';
+	return 1;
 }

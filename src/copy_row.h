@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * copy_text.h
+ * copy_row.h
  *	  One row of COPY's text format as column values.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef ASH_COPY_TEXT_H
-#define ASH_COPY_TEXT_H
+#ifndef ASH_COPY_ROW_H
+#define ASH_COPY_ROW_H
 
 #include "change.h"
 
@@ -21,4 +21,16 @@
 extern bool ash_copy_text_split(char *line, int len, int ncols, AshColumnValue *cols,
 								const char **err);
 
-#endif							/* ASH_COPY_TEXT_H */
+/*
+ * Binary format (COPY ... (FORMAT binary)): the first message starts with
+ * the file header, a tuple is a field count and length-prefixed values, the
+ * last message is the trailer.  *state starts at 0 (header expected) and is
+ * kept between calls.  Returns 1 for a row (cols[i].data points into msg
+ * and is NUL-terminated: the byte after a value belongs to the next
+ * value's length, already read, or is libpq's terminator), 0 for the
+ * trailer, -1 with a value-free *err when the message is malformed.
+ */
+extern int	ash_copy_binary_split(char *msg, int len, int *state, int ncols,
+								  AshColumnValue *cols, const char **err);
+
+#endif							/* ASH_COPY_ROW_H */
