@@ -596,6 +596,27 @@ publish_copied(int64 rows)
  * ---------------------------------------------------------------------
  */
 
+/* A helper copier: the pipeline worker it serves, to stop with it. */
+static int64 helper_generation = 0;
+static pid_t helper_coordinator = 0;
+
+static void
+check_coordinator(void)
+{
+	bool		alive;
+
+	if (my_copier == 0 || snap_slot == NULL)
+		return;
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	alive = snap_slot->in_use && snap_slot->generation == helper_generation &&
+		snap_slot->pid == helper_coordinator && !snap_slot->stop_requested;
+	LWLockRelease(AshShmem->lock);
+	if (!alive)
+		ereport(ERROR,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("ash_replicant: the pipeline worker of this snapshot is gone")));
+}
+
 /*
  * Rows already copied at this position: append-log ordinals continue from
  * them (append logs are copied by one copier, so this is exact).
@@ -735,6 +756,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		if (++rows % PROGRESS_ROWS == 0)
 		{
 			CHECK_FOR_INTERRUPTS();
+			check_coordinator();
 			publish_table(t.nspname, t.relname, rows, t.estimate);
 		}
 	}
@@ -1275,6 +1297,8 @@ ash_snapshot_copier_main(Datum main_arg)
 		snap_key = key;
 		snap_slot = slot;
 		my_copier = index;
+		helper_generation = generation;
+		helper_coordinator = coordinator;
 		Assert(!ash_config_is_append_log(cfg));
 
 		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
@@ -1284,20 +1308,9 @@ ash_snapshot_copier_main(Datum main_arg)
 			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
 		import_snapshot(data_conn, snapshot);
 
-		for (;;)
-		{
-			bool		alive;
-
-			LWLockAcquire(AshShmem->lock, LW_SHARED);
-			alive = slot->in_use && slot->generation == generation && slot->pid == coordinator;
-			LWLockRelease(AshShmem->lock);
-			if (!alive)
-				ereport(ERROR,
-						(errcode(ERRCODE_ADMIN_SHUTDOWN),
-						 errmsg("ash_replicant: the pipeline worker of this snapshot is gone")));
-			if (!copy_next(data_conn, snapshot_lsn, NULL))
-				break;
-		}
+		do
+			check_coordinator();
+		while (copy_next(data_conn, snapshot_lsn, NULL));
 		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
 		close_connections();
 		SpinLockAcquire(&slot->mutex);

@@ -130,6 +130,32 @@ $src->safe_psql($DB, "DELETE FROM later WHERE id > 2990");
 ok(AshTest::wait_caught_up($src, $dst, 's1'), 'caught up after mapping a table later');
 AshTest::assert_mirror_equal($src, $dst, [ 'later', 'items' ], name => 'table mapped later');
 
+# a stop while two copiers run ends both promptly; the next start finishes
+AshTest::both($src, $dst, "CREATE TABLE wide1 (id int PRIMARY KEY, v text); CREATE TABLE wide2 (id int PRIMARY KEY, v text)");
+$dst->safe_psql($DB, AshTest::write_audit_sql('wide1', 'int') . AshTest::write_audit_sql('wide2', 'int'));
+$src->safe_psql($DB, "INSERT INTO wide1 SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 400000) g;"
+	  . " INSERT INTO wide2 SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 400000) g;"
+	  . " ANALYZE wide1; ANALYZE wide2; CREATE PUBLICATION pub3 FOR TABLE wide1, wide2");
+AshTest::setup_pipeline($src, $dst, sink => 's3', publication => 'pub3', maps => [ ['wide1'], ['wide2'] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+ok(AshTest::poll($dst,
+		"SELECT count(*) = 2 FROM ash_replicant.stat_snapshot_tables WHERE sink_name = 's3' AND state = 'copying'"),
+	'two tables are copied at once');
+AshTest::stop_sink($dst, 's3');
+ok(AshTest::poll($dst,
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type IN ('ash_replicant snapshot', 'ash_replicant pipeline')"
+		  . " AND application_name LIKE '%s3'", 't', timeout => 20),
+	'a stop ends the pipeline worker and its helper copier');
+AshTest::start_sink($dst, 's3');
+ok(AshTest::wait_caught_up($src, $dst, 's3'), 's3 caught up after a stop during the snapshot');
+AshTest::assert_mirror_equal($src, $dst, [ 'wide1', 'wide2' ], name => 'stop during the snapshot');
+for my $t ('wide1', 'wide2')
+{
+	is($dst->safe_psql($DB,
+			"SELECT count(*) FROM (SELECT id FROM ${t}_audit WHERE op = 'INSERT' GROUP BY id HAVING count(*) > 1) x"),
+		'0', "$t: every row inserted once across the stop");
+}
+
 # refusals: settings this version does not act on are never stored and ignored
 AshTest::both($src, $dst, "CREATE TABLE inc (id int PRIMARY KEY)");
 $src->safe_psql($DB, "CREATE PUBLICATION pub2 FOR TABLE inc");
