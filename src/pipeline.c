@@ -792,7 +792,22 @@ receive_loop(void)
 			ash_stream_pause(&stream, BATCH_LINGER_MS);
 		}
 		else
+		{
+			/*
+			 * The stream is quiet: acknowledge what is applied now rather
+			 * than when the WAL writer gets to our asynchronous commits and
+			 * the next wake-up reports them (up to a second later).  One
+			 * flush per quiet moment costs a backlog nothing (it pauses
+			 * above instead) and lets the source release WAL -- and a
+			 * synchronous source's commits return -- at once.
+			 */
+			if (!dlist_is_empty(&flush_positions))
+			{
+				XLogFlush(dlist_tail_element(FlushPosition, node, &flush_positions)->local_end);
+				send_feedback(false, false);
+			}
 			(void) ash_stream_wait(&stream, wait_ms);
+		}
 		paced_from = stream.received_bytes;
 	}
 }

@@ -1,0 +1,50 @@
+# Prompt acknowledgement (docs/operations.md "Acknowledgement and synchronous
+# standby"): the worker reports a durably applied commit to the source as soon
+# as the stream goes quiet, not when the WAL writer and the next wake-up get to
+# it.  As the source's synchronous standby (synchronous_standby_names lists the
+# worker's application_name "ash_replicant <sink>"):
+#   - every source commit returns only once the mirror has applied it: the
+#     rows are there the moment the commit returns, without waiting;
+#   - 50 sequential commits take well under the ~1 s each a late
+#     acknowledgement costs (bound generous: 0.4 s a commit on average).
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none');
+my $DB = $AshTest::DB;
+
+AshTest::both($src, $dst, "CREATE TABLE acks (id int PRIMARY KEY, at timestamptz)");
+$src->safe_psql($DB, "CREATE PUBLICATION pub_ack FOR TABLE acks");
+AshTest::setup_pipeline($src, $dst, sink => 'ack', publication => 'pub_ack', maps => [ ['acks'] ]);
+ok(AshTest::wait_caught_up($src, $dst, 'ack'), 'streams');
+
+# the pipeline becomes the source's synchronous standby
+$src->safe_psql($DB, q{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant ack"'});
+$src->safe_psql($DB, "SELECT pg_reload_conf()");
+ok(AshTest::poll($src,
+		"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'ash_replicant ack'"),
+	'the worker is the synchronous standby');
+
+my $n = 50;
+my $t0 = time;
+my $sql = join('', map { "INSERT INTO acks VALUES ($_, now());\n" } 1 .. $n);
+my ($out, $err) = ('', '');
+my $ok = eval {
+	IPC::Run::run([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', $src->host, '-p', $src->port, '-d', $DB ],
+		'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(180));
+};
+my $elapsed = time - $t0;
+ok($ok, "$n synchronous commits returned") or diag $err;
+# no poll: an acknowledged commit is applied and durable at the destination
+is($dst->safe_psql($DB, "SELECT count(*) FROM acks"), $n, 'every acknowledged commit is already visible');
+diag sprintf("%d synchronous commits in %.2f s (%.1f ms each)", $n, $elapsed, 1000 * $elapsed / $n);
+cmp_ok($elapsed, '<', 0.4 * $n, 'acknowledged promptly (a late acknowledgement costs about a second each)');
+
+$src->safe_psql($DB, q{ALTER SYSTEM RESET synchronous_standby_names});
+$src->safe_psql($DB, "SELECT pg_reload_conf()");
+done_testing();
