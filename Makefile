@@ -41,7 +41,9 @@ $(OBJS): $(wildcard src/*.h)
 # Decoder unit tests (branch "decoder"): `make unit` builds
 # test/unit/decode_test, a frontend TAP program over the pure decoder,
 # under AddressSanitizer + UBSan (clang when available, else gcc).  Run by
-# test/t/001_decoder_unit.pl; needs no server.
+# test/t/001_decoder_unit.pl; needs no server.  It builds
+# test/unit/copy_row_test too (the COPY row splitters, src/copy_row.c), run by
+# test/t/004_copy_row_unit.pl.
 # ---------------------------------------------------------------------------
 UNIT_CC := $(if $(shell command -v clang 2>/dev/null),clang,gcc)
 UNIT_SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all \
@@ -54,12 +56,18 @@ UNIT_LDLIBS = -L$(shell $(PG_CONFIG) --pkglibdir) -L$(shell $(PG_CONFIG) --libdi
 UNIT_SRCS = test/unit/decode_test.c test/common/palloc_arena.c src/decode_pgoutput.c src/change.c
 
 .PHONY: unit
-unit: test/unit/decode_test
+unit: test/unit/decode_test test/unit/copy_row_test
 
 test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h test/common/palloc_arena.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
-EXTRA_CLEAN += test/unit/decode_test
+COPY_ROW_TEST_SRCS = test/unit/copy_row_test.c src/copy_row.c
+
+test/unit/copy_row_test: $(COPY_ROW_TEST_SRCS) src/change.h src/copy_row.h
+	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(COPY_ROW_TEST_SRCS) $(UNIT_SANITIZE) \
+		$(UNIT_LDLIBS)
+
+EXTRA_CLEAN += test/unit/decode_test test/unit/copy_row_test
 
 # ---------------------------------------------------------------------------
 # Decoder fuzzing: `make fuzz` builds test/fuzz/fuzz_decoder with libFuzzer,
