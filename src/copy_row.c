@@ -193,9 +193,15 @@ ash_copy_binary_split(char *msg, int len, int *state, int ncols, AshColumnValue 
 			*err = "no binary COPY header";
 			return -1;
 		}
+		/* bits 16-31 are critical: OIDs (16) and any this reader does not know */
 		if (read_uint32(p + 11) & (1U << 16))
 		{
 			*err = "binary COPY with OIDs";
+			return -1;
+		}
+		if (read_uint32(p + 11) >> 17)
+		{
+			*err = "unknown critical flags in the binary COPY header";
 			return -1;
 		}
 		ext = read_uint32(p + 15);
