@@ -898,8 +898,8 @@ run_session(void)
 	}
 
 	step = STEP_SLOT;
-	if (snapshot)
-		phase = ash_snapshot_phase(ckey);
+	/* an attempt recorded under this checkpoint binds whatever is configured now */
+	phase = ash_snapshot_phase(ckey);
 	ensure_slot(conn, &binding, phase != ASH_SNAPSHOT_NONE,
 				snapshot && phase == ASH_SNAPSHOT_NONE && XLogRecPtrIsInvalid(binding.commit_lsn),
 				&slot_created, &slot_start);
@@ -916,7 +916,7 @@ run_session(void)
 						slot_created, slot_start.slot_position);
 
 	/* existing rows first: the stream starts where the copy left off */
-	if (snapshot)
+	if (snapshot || phase != ASH_SNAPSHOT_NONE)
 	{
 		step = STEP_SNAPSHOT;
 		ash_snapshot_run(cfg, ckey, &slot_start, &binding);

@@ -1201,6 +1201,23 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	}
 	close_connections();
 
+	if (!ash_snapshot_configured(cfg))
+	{
+		/*
+		 * snapshot is off now, but an attempt is recorded: a half-copied
+		 * one cannot simply stream (its tables would miss or repeat
+		 * changes); a complete one still needs its floors.
+		 */
+		catalog_begin();
+		a = read_attempt();
+		catalog_end();
+		if (a->phase == ASH_SNAPSHOT_COPYING)
+			ash_halt("snapshot_state_invalid",
+					 "a snapshot attempt is in progress under this checkpoint: configure snapshot v1 to finish it, or reset the checkpoint");
+		install_floors(a, binding->commit_lsn);
+		return;
+	}
+
 	PG_TRY();
 	{
 		(void) run_attempt(start, binding);

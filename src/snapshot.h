@@ -46,7 +46,9 @@ typedef struct AshSlotStart
  * table it still lacks; on completion the watermark starts at the slot's
  * position.  Updates *binding to where the stream resumes, and installs
  * the per-table floors apply needs (also when the snapshot completed in an
- * earlier session).  Needs ash_apply_init; runs its own transactions.
+ * earlier session, or snapshot is off now; an unfinished attempt with
+ * snapshot off halts snapshot_state_invalid).  Needs ash_apply_init; runs
+ * its own transactions.
  */
 extern void ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key,
 							 const AshSlotStart *start, AshBinding *binding);
