@@ -404,6 +404,13 @@ import_snapshot(AshConn *data, const char *snapshot)
 {
 	PGresult   *res;
 
+	/*
+	 * Row security must not thin the copy out silently: with it off, a
+	 * table whose policies would filter rows for the source role fails
+	 * the read (42501: privilege_select_missing) instead.
+	 */
+	res = ash_conn_exec(data, "SET row_security = off", false);
+	PQclear(res);
 	res = ash_conn_exec(data, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false);
 	PQclear(res);
 	res = ash_conn_exec(data, psprintf("SET TRANSACTION SNAPSHOT %s",

@@ -177,6 +177,24 @@ for my $t ('wide1', 'wide2')
 		'0', "$t: every row inserted once across the stop");
 }
 
+# row security never thins a snapshot out silently: a source role whose
+# policies would hide rows gets no partial copy, the pipeline halts
+AshTest::both($src, $dst, "CREATE TABLE guarded (id int PRIMARY KEY, owner text)");
+$src->safe_psql($DB, q{
+INSERT INTO guarded SELECT g, CASE WHEN g % 2 = 0 THEN 'snapro' ELSE 'other' END FROM generate_series(1, 100) g;
+CREATE ROLE snapro LOGIN REPLICATION;
+GRANT SELECT ON guarded TO snapro;
+ALTER TABLE guarded ENABLE ROW LEVEL SECURITY;
+CREATE POLICY mine ON guarded FOR SELECT USING (owner = current_user);
+CREATE PUBLICATION pub_rls FOR TABLE guarded;
+});
+AshTest::setup_pipeline($src, $dst, sink => 'rls', publication => 'pub_rls', maps => [ ['guarded'] ],
+	marker => 0, connection => AshTest::conninfo($src) =~ s/user=\w+/user=snapro/r,
+	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+AshTest::wait_status($dst, 'rls', 'halted', 'privilege_select_missing',
+	name => 'a snapshot that row security would filter halts privilege_select_missing');
+is($dst->safe_psql($DB, "SELECT count(*) FROM guarded"), '0', 'nothing of the filtered table was copied');
+
 # refusals: settings this version does not act on are never stored and ignored
 AshTest::both($src, $dst, "CREATE TABLE inc (id int PRIMARY KEY)");
 $src->safe_psql($DB, "CREATE PUBLICATION pub2 FOR TABLE inc");
