@@ -59,6 +59,7 @@
 #include "keyring.h"
 #include "errors.h"
 #include "messages.h"
+#include "provenance.h"
 #include "shmem.h"
 
 AshApplyErrorContext ash_apply_errctx;
@@ -143,7 +144,8 @@ ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 		ListCell   *lc;
 
 		foreach(lc, cfg->mappings)
-			if (((AshMapping *) lfirst(lc))->encrypted != NIL)
+			if (((AshMapping *) lfirst(lc))->encrypted != NIL ||
+				((AshMapping *) lfirst(lc))->snapshot_provenance)
 				apply_needs_keys = true;
 		/* claims use the message_digest keys of the moment */
 		if (ash_messages_need_keys(cfg))
@@ -981,7 +983,10 @@ apply_row_change(AshChange *c)
 
 				build_image(rel, &c->u.insert.newtup, &newrow);
 				seal_image(rel, to, &newrow);
-				strategy->insert(rel, to, &newrow);
+				if (rel->map->snapshot_provenance && meta.snapshot_attempt != NULL)
+					ash_provenance_insert(rel, to, &newrow, strategy);
+				else
+					strategy->insert(rel, to, &newrow);
 			}
 			break;
 		case ASH_CHANGE_UPDATE:
@@ -1268,6 +1273,7 @@ roll_back(void)
 	missing_deletes = NIL;
 	meta.origin = "stream";
 	meta.snapshot_attempt = NULL;
+	ash_provenance_discard();
 	/* what the rolled-back transaction resolved may not exist any more */
 	ash_relmap_invalidate_all();
 }
@@ -1334,6 +1340,19 @@ flush_deferred(void)
 		return;
 	as_owner_begin(&save_userid, &save_sec);
 	ash_scd1_strategy.flush();
+	as_owner_end(save_userid, save_sec);
+}
+
+/* Deferred writes, then the provenance stamps of their rows. */
+void
+ash_apply_flush_deferred(void)
+{
+	Oid			save_userid;
+	int			save_sec;
+
+	flush_deferred();
+	as_owner_begin(&save_userid, &save_sec);
+	ash_provenance_flush();
 	as_owner_end(save_userid, save_sec);
 }
 
@@ -1586,8 +1605,26 @@ int32
 ash_apply_snapshot_flush(void)
 {
 	Assert(batch_open && in_remote_xact);
-	flush_deferred();
+	ash_apply_flush_deferred();
 	return meta.ordinal;
+}
+
+/* Retire what the snapshot of m did not see, as the sink owner. */
+int64
+ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn)
+{
+	Oid			save_userid;
+	int			save_sec;
+	int64		rows;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	Assert(batch_open && meta.snapshot_attempt != NULL);
+	ash_apply_errctx.command = "retire";
+	as_owner_begin(&save_userid, &save_sec);
+	rows = ash_provenance_retire(m, meta.snapshot_attempt, close_lsn);
+	as_owner_end(save_userid, save_sec);
+	MemoryContextSwitchTo(cxt);
+	return rows;
 }
 
 XLogRecPtr

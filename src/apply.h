@@ -169,6 +169,15 @@ extern XLogRecPtr ash_apply_watermark(void);
 extern void ash_apply_snapshot_begin(XLogRecPtr snapshot_lsn, int32 ordinal_base,
 									 bytea *attempt);
 extern int32 ash_apply_snapshot_flush(void);
+
+/*
+ * In the table's snapshot transaction, after flush: retire the rows of a
+ * provenance mapping's target the attempt did not see (provenance.c).
+ */
+extern int64 ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn);
+
+/* Execute deferred writes (and their provenance stamps) now. */
+extern void ash_apply_flush_deferred(void);
 extern XLogRecPtr ash_apply_snapshot_commit(void);
 
 /* Set the durable watermark after a snapshot completed (no batch open). */

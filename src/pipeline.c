@@ -827,9 +827,15 @@ check_snapshot_settings(void)
 	{
 		AshMapping *m = lfirst(lc);
 
-		if (m->snapshot_provenance)
+		if (!m->snapshot_provenance)
+			continue;
+		if (!ash_snapshot_configured(cfg))
+			ash_halt("snapshot_provenance_invalid",
+					 "snapshot_provenance of %s needs a snapshot mode",
+					 quote_qualified_identifier(m->source_schema, m->source_table));
+		if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0)
 			ash_halt("snapshot_unsupported",
-					 "snapshot_provenance of a mapping of %s is not built into this version",
+					 "snapshot_provenance under context tenancy (%s) is not built into this version",
 					 quote_qualified_identifier(m->source_schema, m->source_table));
 	}
 }
@@ -840,15 +846,22 @@ check_key_families(void)
 {
 	ListCell   *lc;
 	bool		encryption = false;
+	bool		provenance = false;
 
 	foreach(lc, cfg->mappings)
+	{
 		if (((AshMapping *) lfirst(lc))->encrypted != NIL)
 			encryption = true;
-	if (!encryption)
+		if (((AshMapping *) lfirst(lc))->snapshot_provenance)
+			provenance = true;
+	}
+	if (!encryption && !provenance)
 		return;
 	ash_keyring_load();
-	if (!ash_keyring_has_family(ASH_KEYS_COLUMN_ENCRYPTION))
+	if (encryption && !ash_keyring_has_family(ASH_KEYS_COLUMN_ENCRYPTION))
 		ash_halt("keyring_missing_family", "family %s", ASH_KEYS_COLUMN_ENCRYPTION);
+	if (provenance && !ash_keyring_has_family(ASH_KEYS_SNAPSHOT_PROVENANCE))
+		ash_halt("keyring_missing_family", "family %s", ASH_KEYS_SNAPSHOT_PROVENANCE);
 }
 
 static void

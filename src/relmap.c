@@ -312,8 +312,9 @@ refuse_unsupported(AshApplyRel *rel, AshMapping *map)
 
 	if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0 && !is_scd2(map))
 		what = "history_strategy";
-	else if (map->snapshot_provenance)
-		what = "snapshot_provenance";
+	else if (map->snapshot_provenance && map->tenant_strategy != NULL &&
+			 strcmp(map->tenant_strategy, "context") == 0)
+		what = "snapshot_provenance under context tenancy";
 	if (what)
 		ash_halt("mapping_unsupported", "table %s: %s is not supported by this apply path yet",
 				 rel->target_name, what);

@@ -62,6 +62,7 @@
 #include "ash_replicant.h"
 #include "copy_row.h"
 #include "errors.h"
+#include "provenance.h"
 #include "shmem.h"
 #include "snapshot.h"
 #include "source_catalog.h"
@@ -84,6 +85,7 @@ typedef struct Attempt
 	AshSnapshotPhase phase;
 	XLogRecPtr	start_lsn;		/* where the stream resumes */
 	bytea	   *id;
+	bytea	   *state;			/* snapshot_state: authenticated (provenance) */
 	List	   *tables;			/* SnapTable *, by schema and name */
 } Attempt;
 
@@ -171,7 +173,7 @@ read_attempt(void)
 	bool		isnull;
 	uint64		n;
 
-	n = key_exec("SELECT snapshot_phase, snapshot_lsn, snapshot_attempt"
+	n = key_exec("SELECT snapshot_phase, snapshot_lsn, snapshot_attempt, snapshot_state"
 				 "  FROM ash_replicant.checkpoints"
 				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 				 "   FOR UPDATE",
@@ -190,6 +192,8 @@ read_attempt(void)
 		a->start_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
 		d = SPI_getbinval(tup, desc, 3, &isnull);
 		a->id = isnull ? NULL : DatumGetByteaPCopy(d);
+		d = SPI_getbinval(tup, desc, 4, &isnull);
+		a->state = isnull ? NULL : DatumGetByteaPCopy(d);
 		if (a->phase != ASH_SNAPSHOT_NONE && (XLogRecPtrIsInvalid(a->start_lsn) || a->id == NULL))
 			ash_halt("snapshot_state_invalid", "the snapshot attempt lacks its position or id");
 	}
@@ -672,6 +676,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	bool		append_log = ash_config_is_append_log(snap_cfg);
 	bool		binary = true;
 	int			binary_state = 0;
+	AshMapping *map;
 
 	if (append_log)
 		base = ordinal_base(lsn);
@@ -705,6 +710,10 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		t.has_estimate = !isnull;
 		t.estimate = isnull ? -1 : DatumGetInt64(d);
 	}
+
+	map = ash_config_find_mapping(snap_cfg, t.nspname, t.relname);
+	if (map != NULL && map->snapshot_provenance)
+		ash_provenance_check_versions(map);
 
 	memset(&rel, 0, sizeof(rel));
 	describe_table(data, &t, &rel);
@@ -768,10 +777,19 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		}
 	}
 
-	/* the table's rows and its progress: one commit */
+	/* the table's rows, what it no longer has, its progress: one commit */
 	last_ordinal = ash_apply_snapshot_flush();
 	if (append_log && (int64) base + rows != last_ordinal)
 		elog(ERROR, "ash_replicant: snapshot ordinals diverged from the rows copied");
+	if (map != NULL && map->snapshot_provenance)
+	{
+		int64		retired = ash_apply_snapshot_retire(map, lsn - 1);
+
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
+						snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname),
+						retired)));
+	}
 	{
 		Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, LSNOID};
 		Datum		values[4];
@@ -844,12 +862,31 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		values[1] = PointerGetDatum(id);
 		if (key_exec("UPDATE ash_replicant.checkpoints"
 					 "   SET snapshot_phase = 'copying', snapshot_lsn = $4, snapshot_attempt = $5,"
-					 "       updated_at = pg_catalog.now()"
+					 "       snapshot_state = NULL, updated_at = pg_catalog.now()"
 					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
 					 2, types, values, NULL, SPI_OK_UPDATE) != 1)
 			ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 		a->phase = ASH_SNAPSHOT_COPYING;
+		a->state = NULL;
 		a->tables = NIL;
+	}
+
+	/* provenance: the attempt is authenticated, a tampered one never retires */
+	if (ash_provenance_in_use(snap_cfg))
+	{
+		if (a->state != NULL)
+			ash_provenance_verify_state(snap_key, a->id, a->start_lsn, a->state);
+		else
+		{
+			Oid			types[1] = {BYTEAOID};
+			Datum		values[1];
+
+			a->state = ash_provenance_sign_state(snap_key, a->id, a->start_lsn);
+			values[0] = PointerGetDatum(a->state);
+			(void) key_exec("UPDATE ash_replicant.checkpoints SET snapshot_state = $4"
+							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+							1, types, values, NULL, SPI_OK_UPDATE);
+		}
 	}
 
 	foreach(lc, source)
@@ -1303,6 +1340,7 @@ ash_snapshot_copier_main(Datum main_arg)
 	{
 		AshPipelineConfig *cfg;
 		AshCheckpointKey *key;
+		bytea	   *attempt;
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
@@ -1331,10 +1369,13 @@ ash_snapshot_copier_main(Datum main_arg)
 										 cfg->source_database))
 			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
 		import_snapshot(data_conn, snapshot);
+		catalog_begin();
+		attempt = read_attempt()->id;
+		catalog_end();
 
 		do
 			check_coordinator();
-		while (copy_next(data_conn, snapshot_lsn, NULL));
+		while (copy_next(data_conn, snapshot_lsn, attempt));
 		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
 		close_connections();
 		SpinLockAcquire(&slot->mutex);

@@ -1,0 +1,514 @@
+/*-------------------------------------------------------------------------
+ *
+ * provenance.c
+ *	  Snapshot provenance: fingerprints, seen-marks and retirement.
+ *
+ * NOTES
+ *	  A mapping with snapshot_provenance => true lets a snapshot tell apart
+ *	  the rows its target already holds unchanged, the rows it must write,
+ *	  and the rows the source no longer has (docs/snapshots.md):
+ *
+ *	  - each copied row's fingerprint is HMAC-SHA-256, with the active key
+ *		of family snapshot_provenance, of the values given to the write
+ *		(every mapped target column by name: NULL, or its type's send
+ *		format; the plaintext of an encrypted column, whose ciphertext
+ *		differs at every write), tagged with a format byte and the key
+ *		version: replica_fingerprint;
+ *	  - a target row with the same fingerprint (the open version under
+ *		SCD2) is not written: no host effect, no trigger; a new or
+ *		different row is written by the mapping's strategy as any insert;
+ *		either way the row is stamped with its fingerprint and the attempt
+ *		(replica_seen_attempt) by an UPDATE run with
+ *		session_replication_role = replica, so ordinary triggers do not
+ *		fire for the stamp;
+ *	  - in the transaction that copies a table, once its rows are written,
+ *		the rows of its target whose seen-mark is not this attempt are
+ *		retired: deleted under SCD1, closed under SCD2 -- rows the source
+ *		lacks at the table's snapshot.  A snapshot (v1) streams nothing
+ *		while it copies, so no streamed row can be mistaken for unseen.
+ *
+ *	  The attempt recorded on the checkpoint is authenticated with the
+ *	  same key family (snapshot_state), so a hand-edited attempt cannot
+ *	  retire rows.  A fingerprint or state naming a key version the keyring
+ *	  lacks fails closed (keyring_version_missing), never "changed".
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "crypto.h"
+#include "errors.h"
+#include "keyring.h"
+#include "provenance.h"
+
+#define PROVENANCE_FORMAT	1
+#define STAMP_QUEUE_MAX		1000
+
+/* Plans and send functions of one target (rel's shape at first use). */
+typedef struct ProvTarget
+{
+	Oid			relid;
+	AshApplyRel *rel;			/* the resolution the plans were made for */
+	AshTargetCol *cols;
+	bool		scd2;
+	int			nkeyparams;
+	SPIPlanPtr	probe;			/* the stored fingerprint of a key */
+	SPIPlanPtr	stamp;			/* fingerprint + attempt of a key */
+	FmgrInfo   *send;			/* per column; fn_oid InvalidOid: output */
+} ProvTarget;
+
+/* A queued stamp. */
+typedef struct Stamp
+{
+	ProvTarget *pt;
+	Datum	   *values;			/* key params, fingerprint, attempt */
+	char	   *nulls;
+} Stamp;
+
+static MemoryContext prov_cxt = NULL;	/* plans, send functions */
+static MemoryContext queue_cxt = NULL;	/* stamps until flushed */
+static List *targets = NIL;
+static List *queue = NIL;
+
+bool
+ash_provenance_in_use(AshPipelineConfig *cfg)
+{
+	ListCell   *lc;
+
+	foreach(lc, cfg->mappings)
+		if (((AshMapping *) lfirst(lc))->snapshot_provenance)
+			return true;
+	return false;
+}
+
+static void
+ensure_contexts(void)
+{
+	if (prov_cxt == NULL)
+	{
+		prov_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant provenance",
+										 ALLOCSET_SMALL_SIZES);
+		queue_cxt = AllocSetContextCreate(prov_cxt, "ash_replicant provenance stamps",
+										  ALLOCSET_DEFAULT_SIZES);
+	}
+}
+
+static const AshKey *
+active_key(void)
+{
+	const AshKey *key = ash_keyring_active(ASH_KEYS_SNAPSHOT_PROVENANCE);
+
+	if (key == NULL)
+		ash_halt("keyring_missing_family", "family %s", ASH_KEYS_SNAPSHOT_PROVENANCE);
+	return key;
+}
+
+static void
+put_uint32(StringInfo buf, uint32 v)
+{
+	char		b[4];
+
+	b[0] = (char) (v >> 24);
+	b[1] = (char) (v >> 16);
+	b[2] = (char) (v >> 8);
+	b[3] = (char) v;
+	appendBinaryStringInfo(buf, b, 4);
+}
+
+static void
+put_bytes(StringInfo buf, const char *data, int len)
+{
+	put_uint32(buf, (uint32) len);
+	appendBinaryStringInfo(buf, data, len);
+}
+
+/* Format byte, key version, HMAC of data with that key. */
+static bytea *
+tagged_mac(const AshKey *key, const char *data, int len)
+{
+	bytea	   *out = palloc(VARHDRSZ + ASH_PROVENANCE_BYTES);
+	uint8	   *p = (uint8 *) VARDATA(out);
+
+	SET_VARSIZE(out, VARHDRSZ + ASH_PROVENANCE_BYTES);
+	p[0] = PROVENANCE_FORMAT;
+	p[1] = (uint8) ((uint32) key->version >> 24);
+	p[2] = (uint8) ((uint32) key->version >> 16);
+	p[3] = (uint8) ((uint32) key->version >> 8);
+	p[4] = (uint8) key->version;
+	ash_hmac_sha256(key, data, len, p + ASH_PROVENANCE_TAG_BYTES);
+	return out;
+}
+
+/* The key version a tagged MAC names, or -1 when it is not one. */
+static int32
+tagged_version(const bytea *mac)
+{
+	const uint8 *p = (const uint8 *) VARDATA_ANY(mac);
+
+	if (VARSIZE_ANY_EXHDR(mac) != ASH_PROVENANCE_BYTES || p[0] != PROVENANCE_FORMAT)
+		return -1;
+	return (int32) (((uint32) p[1] << 24) | ((uint32) p[2] << 16) | ((uint32) p[3] << 8) | p[4]);
+}
+
+/* ---------------------------------------------------------------------
+ * The attempt's state.
+ * ---------------------------------------------------------------------
+ */
+static void
+state_message(StringInfo buf, const AshCheckpointKey *key, const bytea *attempt,
+			  XLogRecPtr start_lsn)
+{
+	initStringInfo(buf);
+	put_bytes(buf, "ash_replicant snapshot_state", 28);
+	put_bytes(buf, key->system_id, strlen(key->system_id));
+	put_bytes(buf, key->database, strlen(key->database));
+	put_bytes(buf, key->slot_name, strlen(key->slot_name));
+	put_bytes(buf, VARDATA_ANY(attempt), VARSIZE_ANY_EXHDR(attempt));
+	put_uint32(buf, (uint32) (start_lsn >> 32));
+	put_uint32(buf, (uint32) start_lsn);
+}
+
+bytea *
+ash_provenance_sign_state(const AshCheckpointKey *key, const bytea *attempt, XLogRecPtr start_lsn)
+{
+	StringInfoData buf;
+
+	ash_keyring_load();
+	state_message(&buf, key, attempt, start_lsn);
+	return tagged_mac(active_key(), buf.data, buf.len);
+}
+
+void
+ash_provenance_verify_state(const AshCheckpointKey *key, const bytea *attempt,
+							XLogRecPtr start_lsn, const bytea *state)
+{
+	StringInfoData buf;
+	int32		version;
+	const AshKey *k;
+	bytea	   *expected;
+
+	ash_keyring_load();
+	version = state == NULL ? -1 : tagged_version(state);
+	if (version <= 0)
+		ash_halt("snapshot_state_invalid", "the snapshot attempt's state is missing or malformed");
+	k = ash_keyring_get(ASH_KEYS_SNAPSHOT_PROVENANCE, version);
+	if (k == NULL)
+		ash_halt("keyring_version_missing", "family %s lacks the version the snapshot state names",
+				 ASH_KEYS_SNAPSHOT_PROVENANCE);
+	state_message(&buf, key, attempt, start_lsn);
+	expected = tagged_mac(k, buf.data, buf.len);
+	if (!ash_digest_equal((const uint8 *) VARDATA(expected), (const uint8 *) VARDATA_ANY(state),
+						  ASH_PROVENANCE_BYTES))
+		ash_halt("snapshot_state_invalid", "the snapshot attempt's state does not authenticate");
+}
+
+/* ---------------------------------------------------------------------
+ * Copy: fingerprint, probe, stamp.
+ * ---------------------------------------------------------------------
+ */
+static bool
+is_scd2(AshMapping *m)
+{
+	return m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0;
+}
+
+static ProvTarget *
+target_of(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	ListCell   *lc;
+	ProvTarget *pt;
+	MemoryContext old;
+	StringInfoData where;
+	StringInfoData sql;
+	Oid		   *types;
+	int			next;
+
+	ensure_contexts();
+	foreach(lc, targets)
+	{
+		pt = lfirst(lc);
+		if (pt->relid == tgt->relid && pt->rel == rel && pt->cols == rel->cols)
+			return pt;
+		if (pt->relid == tgt->relid)
+		{
+			/* a new resolution of the relation: plans again */
+			targets = foreach_delete_current(targets, lc);
+			break;
+		}
+	}
+
+	old = MemoryContextSwitchTo(prov_cxt);
+	pt = palloc0(sizeof(ProvTarget));
+	pt->relid = tgt->relid;
+	pt->rel = rel;
+	pt->cols = rel->cols;
+	pt->scd2 = is_scd2(rel->map);
+	pt->send = palloc0(sizeof(FmgrInfo) * Max(rel->ncols, 1));
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		Oid			sendfn;
+		bool		varlena;
+
+		if (rel->cols[c].encrypt)
+			continue;			/* its plaintext is fingerprinted */
+		getTypeBinaryOutputInfo(rel->cols[c].typid, &sendfn, &varlena);
+		fmgr_info_cxt(sendfn, &pt->send[c], prov_cxt);
+	}
+	MemoryContextSwitchTo(old);
+
+	types = palloc(sizeof(Oid) * (rel->nkeys + 3));
+	initStringInfo(&where);
+	next = ash_append_key_predicate(&where, rel, 1, types, true);
+	pt->nkeyparams = next - 1;
+	if (pt->scd2)
+		appendStringInfo(&where, " AND %s IS NULL",
+						 quote_identifier(rel->map->history_valid_to_lsn_column));
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT %s FROM %s WHERE %s",
+					 ASH_PROVENANCE_FINGERPRINT_COLUMN, tgt->name, where.data);
+	pt->probe = ash_spi_prepare_kept(sql.data, pt->nkeyparams, types);
+
+	types[next - 1] = BYTEAOID;
+	types[next] = BYTEAOID;
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "UPDATE %s SET %s = $%d, %s = $%d WHERE %s", tgt->name,
+					 ASH_PROVENANCE_FINGERPRINT_COLUMN, next,
+					 ASH_PROVENANCE_SEEN_COLUMN, next + 1, where.data);
+	pt->stamp = ash_spi_prepare_kept(sql.data, pt->nkeyparams + 2, types);
+
+	old = MemoryContextSwitchTo(prov_cxt);
+	targets = lappend(targets, pt);
+	MemoryContextSwitchTo(old);
+	return pt;
+}
+
+/* The values given to the write, by column name. */
+static bytea *
+fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		put_bytes(&buf, rel->cols[c].name, strlen(rel->cols[c].name));
+		if (!row->present[c])
+			ash_halt("unchanged_value_unavailable", "a snapshot row of %s lacks a column value",
+					 rel->target_name);
+		if (row->nulls[c])
+			appendStringInfoChar(&buf, 'N');
+		else if (rel->cols[c].encrypt)
+		{
+			appendStringInfoChar(&buf, 'P');
+			put_bytes(&buf, row->plain[c], strlen(row->plain[c]));
+		}
+		else
+		{
+			bytea	   *b = SendFunctionCall(&pt->send[c], row->values[c]);
+
+			appendStringInfoChar(&buf, 'V');
+			put_bytes(&buf, VARDATA(b), VARSIZE(b) - VARHDRSZ);
+		}
+	}
+	return tagged_mac(active_key(), buf.data, buf.len);
+}
+
+void
+ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
+					  const AshApplyStrategy *strategy)
+{
+	ProvTarget *pt = target_of(rel, tgt);
+	const AshChangeMeta *meta = ash_apply_current();
+	bytea	   *fp = fingerprint(pt, rel, row);
+	Datum	   *values = palloc(sizeof(Datum) * (pt->nkeyparams + 2));
+	char	   *nulls = palloc(pt->nkeyparams + 3);
+	bool		unchanged = false;
+	int			n;
+
+	if (meta->snapshot_attempt == NULL)
+		elog(ERROR, "ash_replicant: a provenance row without its snapshot attempt");
+
+	n = ash_key_values(rel, row, values, nulls);
+	nulls[n] = '\0';
+	if (ash_spi_execute(pt->probe, values, nulls, SPI_OK_SELECT) > 0)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+		{
+			bytea	   *stored = DatumGetByteaPP(d);
+
+			unchanged = VARSIZE_ANY_EXHDR(stored) == ASH_PROVENANCE_BYTES &&
+				ash_digest_equal((const uint8 *) VARDATA_ANY(stored),
+								 (const uint8 *) VARDATA(fp), ASH_PROVENANCE_BYTES);
+		}
+	}
+	if (!unchanged)
+		strategy->insert(rel, tgt, row);
+
+	/* the stamp: key values copied, the change's memory is reset after it */
+	{
+		MemoryContext old = MemoryContextSwitchTo(queue_cxt);
+		Stamp	   *s = palloc(sizeof(Stamp));
+
+		s->pt = pt;
+		s->values = palloc(sizeof(Datum) * (n + 2));
+		s->nulls = palloc(n + 3);
+		for (int i = 0; i < n; i++)
+		{
+			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+			s->values[i] = nulls[i] == 'n' ? (Datum) 0 :
+				datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
+			s->nulls[i] = nulls[i];
+		}
+		s->values[n] = PointerGetDatum(datumCopy(PointerGetDatum(fp), false, -1));
+		s->values[n + 1] = PointerGetDatum(datumCopy(PointerGetDatum(meta->snapshot_attempt), false, -1));
+		s->nulls[n] = s->nulls[n + 1] = ' ';
+		s->nulls[n + 2] = '\0';
+		queue = lappend(queue, s);
+		MemoryContextSwitchTo(old);
+	}
+	if (list_length(queue) >= STAMP_QUEUE_MAX)
+		ash_apply_flush_deferred();		/* writes first, then their stamps */
+}
+
+void
+ash_provenance_flush(void)
+{
+	ListCell   *lc;
+	int			nestlevel;
+
+	if (queue == NIL)
+		return;
+
+	/* stamps are no host write: ordinary triggers stay silent */
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	foreach(lc, queue)
+	{
+		Stamp	   *s = lfirst(lc);
+
+		if (ash_spi_execute(s->pt->stamp, s->values, s->nulls, SPI_OK_UPDATE) != 1)
+			elog(ERROR, "ash_replicant: a snapshot row to stamp is not in its target");
+	}
+	PopActiveSnapshot();
+	AtEOXact_GUC(true, nestlevel);
+	ash_provenance_discard();
+}
+
+void
+ash_provenance_discard(void)
+{
+	queue = NIL;
+	if (queue_cxt != NULL)
+		MemoryContextReset(queue_cxt);
+}
+
+/* ---------------------------------------------------------------------
+ * Key versions and retirement.
+ * ---------------------------------------------------------------------
+ */
+static char *
+target_name(AshMapping *m)
+{
+	char	   *nsp = get_namespace_name(get_rel_namespace(m->target_relid));
+	char	   *rel = get_rel_name(m->target_relid);
+
+	if (nsp == NULL || rel == NULL)
+		ash_halt("destination_table_missing", "a provenance target is gone");
+	return quote_qualified_identifier(nsp, rel);
+}
+
+void
+ash_provenance_check_versions(AshMapping *m)
+{
+	StringInfoData sql;
+	MemoryContext cxt = CurrentMemoryContext;
+	int			ret;
+
+	ash_keyring_load();
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "SELECT DISTINCT pg_catalog.substr(%s, 1, %d) FROM %s WHERE %s IS NOT NULL",
+					 ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_TAG_BYTES, target_name(m),
+					 ASH_PROVENANCE_FINGERPRINT_COLUMN);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ret = SPI_execute(sql.data, true, 0);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(cxt);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: could not read the fingerprints' key versions");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		bytea	   *tag = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[i],
+														 SPI_tuptable->tupdesc, 1, &isnull));
+		const uint8 *p = (const uint8 *) VARDATA_ANY(tag);
+		int32		version;
+
+		/* not one of ours: compared as different, rewritten */
+		if (VARSIZE_ANY_EXHDR(tag) != ASH_PROVENANCE_TAG_BYTES || p[0] != PROVENANCE_FORMAT)
+			continue;
+		version = (int32) (((uint32) p[1] << 24) | ((uint32) p[2] << 16) | ((uint32) p[3] << 8) | p[4]);
+		if (ash_keyring_get(ASH_KEYS_SNAPSHOT_PROVENANCE, version) == NULL)
+			ash_halt("keyring_version_missing",
+					 "a fingerprint in %s names a version family %s lacks",
+					 target_name(m), ASH_KEYS_SNAPSHOT_PROVENANCE);
+	}
+}
+
+int64
+ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn)
+{
+	StringInfoData sql;
+	Oid			types[2] = {BYTEAOID, INT8OID};
+	Datum		values[2];
+	int			ret;
+	int64		rows;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	initStringInfo(&sql);
+	if (is_scd2(m))
+	{
+		appendStringInfo(&sql, "UPDATE %s SET %s = $2", target_name(m),
+						 quote_identifier(m->history_valid_to_lsn_column));
+		if (m->history_valid_to_ts_column)
+			appendStringInfo(&sql, ", %s = pg_catalog.now()",
+							 quote_identifier(m->history_valid_to_ts_column));
+		if (m->history_current_column)
+			appendStringInfo(&sql, ", %s = false", quote_identifier(m->history_current_column));
+		appendStringInfo(&sql, " WHERE %s IS NULL AND %s OPERATOR(pg_catalog.<) $2"
+						 " AND %s IS DISTINCT FROM $1",
+						 quote_identifier(m->history_valid_to_lsn_column),
+						 quote_identifier(m->history_valid_from_lsn_column),
+						 ASH_PROVENANCE_SEEN_COLUMN);
+	}
+	else
+		appendStringInfo(&sql, "DELETE FROM %s WHERE %s IS DISTINCT FROM $1 AND $2 IS NOT NULL",
+						 target_name(m), ASH_PROVENANCE_SEEN_COLUMN);
+	values[0] = PointerGetDatum(attempt);
+	values[1] = Int64GetDatum((int64) close_lsn);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ret = SPI_execute_with_args(sql.data, 2, types, values, NULL, false, 0);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(cxt);
+	if (ret != SPI_OK_DELETE && ret != SPI_OK_UPDATE)
+		elog(ERROR, "ash_replicant: could not retire the rows a snapshot did not see");
+	rows = (int64) SPI_processed;
+	return rows;
+}

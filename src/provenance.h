@@ -1,0 +1,68 @@
+/*-------------------------------------------------------------------------
+ *
+ * provenance.h
+ *	  Snapshot provenance: fingerprints, seen-marks and retirement.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_PROVENANCE_H
+#define ASH_PROVENANCE_H
+
+#include "access/xlogdefs.h"
+
+#include "apply.h"
+
+/* Target columns of a provenance mapping. */
+#define ASH_PROVENANCE_FINGERPRINT_COLUMN	"replica_fingerprint"
+#define ASH_PROVENANCE_SEEN_COLUMN			"replica_seen_attempt"
+
+/* Format byte + key version + HMAC-SHA-256. */
+#define ASH_PROVENANCE_TAG_BYTES	5
+#define ASH_PROVENANCE_BYTES		(ASH_PROVENANCE_TAG_BYTES + 32)
+
+/* Does any mapping of cfg keep snapshot provenance? */
+extern bool ash_provenance_in_use(AshPipelineConfig *cfg);
+
+/*
+ * The attempt (id, start position, checkpoint identity) authenticated with
+ * the active snapshot_provenance key: checkpoints.snapshot_state.
+ * verify halts snapshot_state_invalid when state does not authenticate
+ * it, keyring_version_missing when its key version is gone.
+ */
+extern bytea *ash_provenance_sign_state(const AshCheckpointKey *key, const bytea *attempt,
+										XLogRecPtr start_lsn);
+extern void ash_provenance_verify_state(const AshCheckpointKey *key, const bytea *attempt,
+										XLogRecPtr start_lsn, const bytea *state);
+
+/*
+ * A snapshot row of a provenance mapping (called by apply in place of the
+ * strategy's insert, as the sink owner): written by the strategy unless the
+ * target holds it with the same fingerprint; stamped (fingerprint and the
+ * attempt) either way.  Stamps are queued and written with triggers
+ * silenced, so an unchanged row is only marked seen.
+ */
+extern void ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
+								  const AshApplyStrategy *strategy);
+
+/* Write the queued stamps (after apply's deferred writes; as the owner). */
+extern void ash_provenance_flush(void);
+
+/* Forget queued stamps (after an abort). */
+extern void ash_provenance_discard(void);
+
+/*
+ * Halt keyring_version_missing when a fingerprint in a target of m names a
+ * key version the keyring lacks (every scope of context tenancy).
+ */
+extern void ash_provenance_check_versions(AshMapping *m);
+
+/*
+ * Retire the rows of m's target(s) the attempt did not see: delete (SCD1)
+ * or close at close_lsn (SCD2).  Context tenancy: every scope that
+ * tenant_scope_function returns (snapshot_scope_incomplete when it raises
+ * or returns a blank or NULL scope).  As the sink owner; returns the rows
+ * retired.
+ */
+extern int64 ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn);
+
+#endif							/* ASH_PROVENANCE_H */
