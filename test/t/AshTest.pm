@@ -562,6 +562,48 @@ sub assert_mirror_equal
 	return $all;
 }
 
+# assert_writes_bounded($src, $dst, %o): effect-once of a state mirror whose table was
+# copied at F (snapshot_tables.snapshot_lsn) while the source changed.  The
+# destination's write audit (write_audit_sql: one row per written row) may
+# hold, per key the source changed, at most: one write for the copy (when the
+# key existed at F) plus one per source row change of the key committed at
+# or after F.  A change below F applied on top of the copy (no floor) or a
+# copy applied twice exceeds it.  The SOURCE audit $o{src_audit} (xid, op W
+# for a written NEW.id / D for a removed OLD.id, seq) records the changes;
+# keys up to $o{initial} existed before.
+sub assert_writes_bounded
+{
+	my ($src, $dst, %o) = @_;
+	my $bounds = $src->safe_psql($DB, qq{
+WITH c AS (SELECT xid::text AS xid, (start_lsn - '0/0'::pg_lsn)::bigint AS lsn
+           FROM pg_get_wal_records_info('$o{wal_from}', pg_current_wal_flush_lsn())
+           WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT'),
+     e AS (SELECT a.id, a.op, a.seq, c.lsn FROM $o{src_audit} a JOIN c USING (xid)),
+     s AS (SELECT DISTINCT id, -1::bigint AS lsn, 0::bigint AS seq, 'W' AS op FROM e WHERE id <= $o{initial}
+           UNION ALL SELECT id, lsn, seq, op FROM e),
+     f AS (SELECT DISTINCT ON (id) id, op FROM s WHERE lsn < $o{F} ORDER BY id, lsn DESC, seq DESC)
+SELECT k.id || ':' || ((SELECT count(*) FROM f WHERE f.id = k.id AND f.op = 'W')
+                       + (SELECT count(*) FROM e WHERE e.id = k.id AND e.op = 'W' AND e.lsn >= $o{F}))
+  || ':' || (SELECT count(*) FROM e WHERE e.id = k.id AND e.op = 'W' AND e.lsn < $o{F})
+FROM (SELECT DISTINCT id FROM e) k ORDER BY k.id});
+	my (%bound, $below);
+	for (split /\n/, $bounds)
+	{
+		my ($id, $b, $bf) = split /:/;
+		$bound{$id} = $b;
+		$below += $bf;
+	}
+	ok($below > 0, "$o{label}: the source changed keys below the copy's position ($below row changes)");
+	my %got = map { split /:/ } split /\n/, $dst->safe_psql($DB,
+		"SELECT id || ':' || count(*) FROM $o{dst_audit} WHERE id = ANY ('{" . join(',', sort { $a <=> $b } keys %bound)
+		  . "}'::integer[]) GROUP BY id");
+	my @over = grep { ($got{$_} // 0) > $bound{$_} } sort { $a <=> $b } keys %bound;
+	ok(keys(%bound) > 0 && !@over, "$o{label}: no key the source changed was written more often than the copy at F and the changes at or after F allow")
+	  or diag join(', ', map { "key $_: $got{$_} writes, at most $bound{$_}" } @over[ 0 .. ($#over < 9 ? $#over : 9) ]);
+}
+
+# ===========================================================================
+
 ##############################################################################
 # Logs
 ##############################################################################
