@@ -712,8 +712,6 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	}
 
 	map = ash_config_find_mapping(snap_cfg, t.nspname, t.relname);
-	if (map != NULL && map->snapshot_provenance)
-		ash_provenance_check_versions(map);
 
 	memset(&rel, 0, sizeof(rel));
 	describe_table(data, &t, &rel);
@@ -1150,6 +1148,29 @@ complete_attempt(Attempt *a)
 	a->phase = ASH_SNAPSHOT_COMPLETE;
 }
 
+/* The provenance targets of the pending tables: every key version known. */
+static void
+check_provenance_versions(Attempt *a)
+{
+	ListCell   *lc;
+	bool		begun = false;
+
+	foreach(lc, a->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+		AshMapping *m = ash_config_find_mapping(snap_cfg, t->nspname, t->relname);
+
+		if (t->copied || m == NULL || !m->snapshot_provenance)
+			continue;
+		if (!begun)
+			catalog_begin();
+		begun = true;
+		ash_provenance_check_versions(m);
+	}
+	if (begun)
+		catalog_end();
+}
+
 static Attempt *
 run_attempt(const AshSlotStart *start, const AshBinding *binding)
 {
@@ -1174,6 +1195,12 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 	{
 		AshCopier	failed;
 		int64		rows_before;
+
+		/*
+		 * A fingerprint of a key version the keyring lacks fails closed
+		 * before any table is copied, so nothing of the attempt moves.
+		 */
+		check_provenance_versions(a);
 
 		/* the slot's own snapshot only when the attempt starts with it */
 		if (start->exported != NULL && a->start_lsn == start->exported_lsn)

@@ -3,7 +3,7 @@
 # active snapshot_provenance key, leaves rows whose fingerprint is unchanged
 # unwritten (only marked seen), rewrites the others once, and retires what it
 # did not see -- SCD1 rows deleted, SCD2 open versions closed -- in the
-# transaction that completes the attempt.
+# transaction that copies the table (docs/snapshots.md#provenance).
 #
 #   1  first snapshot of an SCD1 table (stock) whose destination already holds
 #      stale rows, rows identical to the source but without a fingerprint and
@@ -13,7 +13,7 @@
 #      version.  Checks: content equals the source (provenance columns
 #      excluded), audit triggers on the targets (insert/update/delete) show
 #      each effect exactly once, retired rows are deleted (SCD1) or closed
-#      (SCD2) in the completing transaction, fingerprints are 37 bytes
+#      (SCD2) in the table's copy transaction, fingerprints are 37 bytes
 #      \x01 || key version || HMAC, replica_seen_attempt is the attempt,
 #      event=snapshot.retired is logged with the counts.
 #   2  refusals and halts: snapshot 'off' with a provenance mapping (start
@@ -109,15 +109,22 @@ sub retired_counts
 }
 
 # The retirement's transactions ($retired_sql: xids) must be the one that
-# completed the attempt ($cx); on failure, name the transaction that copied
-# the table ($copy_sql: xids of the copy's writes), for the report.
+# copied the table ($cx: the transaction that marked it copied); on failure,
+# name the transaction that completed the attempt, for the report.
 sub retired_in
 {
 	my ($cx, $retired_sql, $copy_sql, $name) = @_;
 	my $got = q_dst("SELECT string_agg(DISTINCT xid, ',') FROM ($retired_sql) r");
-	is($got, $cx, $name) or diag "retired in xid $got; attempt completed in xid $cx"
-	  . ($copy_sql ? "; the table's copy wrote in xid " . q_dst("SELECT string_agg(DISTINCT xid, ',') FROM ($copy_sql) c") : '');
+	is($got, $cx, $name) or diag "retired in xid $got; the table was copied in xid $cx; attempts completed in xids "
+	  . q_dst("SELECT string_agg(xid, ',') FROM complete_xids");
 	return;
+}
+
+# The transaction that marked source table $t copied, the last time.
+sub copied_xid
+{
+	my ($t) = @_;
+	return q_dst("SELECT xid FROM copied_xids WHERE source_table = '$t' ORDER BY seq DESC LIMIT 1");
 }
 
 sub wait_no_worker
@@ -203,6 +210,16 @@ END $$;
 CREATE TRIGGER note_complete AFTER UPDATE ON ash_replicant.checkpoints FOR EACH ROW
 	WHEN (NEW.snapshot_phase = 'complete' AND OLD.snapshot_phase IS DISTINCT FROM 'complete')
 	EXECUTE FUNCTION note_complete();
+-- the transaction that copies a table (test-only trigger on the catalog)
+CREATE TABLE copied_xids (seq bigserial, source_table text NOT NULL, xid text NOT NULL);
+CREATE FUNCTION note_copied() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+	INSERT INTO public.copied_xids (source_table, xid) VALUES (NEW.source_table, pg_current_xact_id()::text);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER note_copied AFTER UPDATE ON ash_replicant.snapshot_tables FOR EACH ROW
+	WHEN (NEW.state = 'copied' AND OLD.state = 'pending')
+	EXECUTE FUNCTION note_copied();
 });
 
 ##############################################################################
@@ -294,20 +311,22 @@ is(bad_ids('stock_audit', 'SELECT DISTINCT id FROM stock_audit', "n_ins <= 1 AND
 	'no row effect happened twice (copy and stream of concurrent writes)');
 is(q_dst("SELECT count(*) FROM stock WHERE id > 90000"), '0', 'retired SCD1 rows are gone');
 
-# retired in the transaction that completes the attempt
+# retired in the transaction that copies the table
 my $cx1 = q_dst("SELECT string_agg(xid, ',') FROM complete_xids WHERE slot = '$sink'");
 like($cx1, qr/^\d+$/, 'one transaction completed the attempt');
-retired_in($cx1, "SELECT xid FROM stock_audit WHERE op = 'DELETE' AND id > 90000",
+retired_in(copied_xid('stock'), "SELECT xid FROM stock_audit WHERE op = 'DELETE' AND id > 90000",
 	"SELECT xid FROM stock_audit WHERE op = 'INSERT' AND id BETWEEN 41 AND 100",
-	'SCD1 rows retired in the completing transaction');
+	'SCD1 rows retired in the table\'s copy transaction');
+is(q_dst("SELECT string_agg(DISTINCT xid, ',') FROM stock_audit WHERE op = 'INSERT' AND id BETWEEN 41 AND 100"),
+	copied_xid('stock'), 'the copy writes its rows in that transaction too');
 is(q_dst("SELECT encode(attempt, 'hex') FROM complete_xids WHERE slot = '$sink'"), $att1, 'the completed attempt is the checkpoint\'s');
 
 # SCD2: the open version the source lacks is closed, not deleted
 is(q_dst("SELECT count(*) FROM ledger_audit WHERE op = 'DELETE'"), '0', 'SCD2: nothing deleted');
 is(q_dst("SELECT count(*) || ':' || count(*) FILTER (WHERE valid_to_lsn IS NOT NULL AND valid_to_lsn >= valid_from_lsn)"
 		  . " FROM ledger_hist WHERE id = 900"), '1:1', 'SCD2: the version the source lacks is kept and closed');
-retired_in($cx1, "SELECT xid FROM ledger_audit WHERE id = 900 AND closed",
-	"SELECT xid FROM ledger_audit WHERE op = 'INSERT'", 'SCD2: closed in the completing transaction');
+retired_in(copied_xid('ledger'), "SELECT xid FROM ledger_audit WHERE id = 900 AND closed",
+	"SELECT xid FROM ledger_audit WHERE op = 'INSERT'", 'SCD2: closed in the table\'s copy transaction');
 is(q_dst("SELECT v || ':' || valid_from_lsn || ':' || valid_to_lsn FROM ledger_hist WHERE id = 901"), 'closed:50:80',
 	'SCD2: a version closed before is left as it was');
 is(q_dst("SELECT count(*) FROM ledger_audit WHERE id = 901"), '0', 'SCD2: no effect on the old closed version');
@@ -484,9 +503,8 @@ is(bad_ids('stock_audit', 'SELECT generate_series(6001, 6005)', 'n_all = 1 AND n
 	'rows new at the source: inserted once');
 is(bad_ids('stock_audit', 'SELECT DISTINCT id FROM stock_audit', 'n_all <= 1'), '',
 	'no row written twice by the second snapshot');
-my $cx2 = q_dst("SELECT xid FROM complete_xids WHERE slot = '$sink' ORDER BY seq DESC LIMIT 1");
-retired_in($cx2, "SELECT xid FROM stock_audit WHERE op = 'DELETE'",
-	"SELECT xid FROM stock_audit WHERE id BETWEEN 201 AND 220", 'second snapshot: retired in the completing transaction');
+retired_in(copied_xid('stock'), "SELECT xid FROM stock_audit WHERE op = 'DELETE'",
+	"SELECT xid FROM stock_audit WHERE id BETWEEN 201 AND 220", 'second snapshot: retired in the table\'s copy transaction');
 is(q_dst("SELECT count(*) FROM stock WHERE replica_seen_attempt IS NULL OR encode(replica_seen_attempt, 'hex') <> '$att2'"),
 	'0', 'every row is marked seen by the second attempt');
 is(q_dst("SELECT count(*) FROM stock WHERE id NOT BETWEEN 21 AND 40 AND NOT coalesce($fp_ok, false)"), '0',
@@ -502,7 +520,8 @@ is(q_dst("SELECT count(*) FROM ledger_hist"), $ledger_rows, 'SCD2: no version ad
 is(bad_ids('ledger_audit', 'SELECT generate_series(1, 50) UNION ALL SELECT 900 UNION ALL SELECT 901',
 		"CASE WHEN g = 10 THEN n_all = 1 AND n_upd = 1 ELSE n_all = 0 END"), '',
 	'SCD2: only the retired key had an effect (one update), unchanged keys none');
-retired_in($cx2, "SELECT xid FROM ledger_audit", undef, 'SCD2: closed in the completing transaction (second snapshot)');
+retired_in(copied_xid('ledger'), "SELECT xid FROM ledger_audit", undef,
+	'SCD2: closed in the table\'s copy transaction (second snapshot)');
 is(q_dst("SELECT count(*) FROM ledger_hist WHERE valid_to_lsn IS NULL"
 		  . " AND (replica_seen_attempt IS NULL OR encode(replica_seen_attempt, 'hex') <> '$att2')"),
 	'0', 'SCD2: every open version is marked seen by the second attempt');
