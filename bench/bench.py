@@ -14,6 +14,9 @@ alone), ash (ash_replicant pipeline), native (CREATE SUBSCRIPTION), pglogical,
 recvlogical (pg_recvlogical into /dev/null; optional, not a ceiling: see the class),
 floor (bench/floor_reader: ash_replicant's paced reading with no apply -- the
 walsender's bound for such a consumer; optional).
+
+Workloads L1 and L8 (initial load of rows already in the source, no streaming)
+are bench/initial_load.py's: main() hands them to it.
 """
 import datetime
 import json
@@ -36,6 +39,7 @@ SCALE = float(os.environ.get("SCALE", "1"))
 WORKLOADS = [w.strip().upper() for w in os.environ.get("WORKLOADS", "W1,W2,W3,W4,W5").split(",") if w.strip()]
 CONTENDERS = [c.strip() for c in os.environ.get("CONTENDERS", "ceiling,floor,ash,native,pglogical").split(",") if c.strip()]
 REPEAT = int(os.environ.get("REPEAT", "1"))
+LOADS = ("L1", "L8")   # initial-load workloads: bench/initial_load.py
 PROFILE = os.environ.get("PROFILE", "0") == "1"
 PROFILE_SENDER = os.environ.get("PROFILE_SENDER", "0") == "1"   # profile the source walsender instead
 BASE = os.environ.get("BENCH_DIR", "/tmp/ash_bench")
@@ -113,6 +117,31 @@ def parse_status(text):
         k, _, v = line.partition(":")
         if k in ("VmHWM", "VmRSS", "RssAnon", "RssShmem", "RssFile"):
             out[k] = int(v.split()[0])
+    return out
+
+
+def server_processes(cluster, *needles):
+    """(pid, title) of the processes of our cluster "source" or "dest" whose title contains
+    one of needles (other clusters on this host, e.g. other benchmark runs, are not ours)."""
+    try:
+        with open(os.path.join(BASE, cluster, "postmaster.pid")) as f:
+            postmaster = f.readline().strip()
+    except OSError:
+        return []
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                if f.read().rsplit(")", 1)[1].split()[1] != postmaster:
+                    continue
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                title = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):
+            continue
+        if any(n in title for n in needles):
+            out.append((int(d), title))
     return out
 
 
@@ -806,16 +835,7 @@ class Pglogical(Contender):
 
     @staticmethod
     def apply_pids():
-        pids = []
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    with open("/proc/%s/cmdline" % d, "rb") as f:
-                        if b"pglogical apply" in f.read():
-                            pids.append(int(d))
-                except OSError:
-                    pass
-        return pids
+        return [pid for pid, _ in server_processes("dest", "pglogical apply")]
 
     def cleanup(self, src, dst):
         try:
@@ -938,6 +958,34 @@ def tcp_counters():
             "tcp_rcvq_drops": vals.get("TcpExtTCPRcvQDrop")}
 
 
+def guarded(r, tag, body):
+    """Run body(), a measurement that fills the result r: its n/a or failure, or a
+    destination process that crashed meanwhile (tag names the backtrace file),
+    becomes r's status and note."""
+    logpos = os.path.getsize(os.path.join(BASE, "dest.log"))
+    try:
+        body()
+    except NotAvailable as e:
+        r.update(status="n/a", note=str(e))
+    except Failed as e:
+        r.update(status="failed", note=str(e))
+    except psycopg2.Error as e:
+        r.update(status="failed", note=str(e).strip().splitlines()[0])
+    crash = crash_report(logpos, tag)
+    if crash:
+        r.update(status="crashed", note=crash + ("; " + r["note"] if r.get("note") else ""))
+
+
+def cleanup_contender(c, src, dst):
+    """Stop and drop contender c; returns working connections (a crash restarts a server)."""
+    src, dst = alive(src, SRC_PORT), alive(dst, DST_PORT)
+    try:
+        c.cleanup(src, dst)
+    except Exception as e:  # noqa: keep measuring the others
+        log("  cleanup %s: %s" % (c.label(), e))
+    return alive(src, SRC_PORT), alive(dst, DST_PORT)
+
+
 def run_workload(w, rep):
     src, dst = connect(SRC_PORT), connect(DST_PORT)
     log("%s rep %d: %d changes (%s)%s" % (w.name, rep, w.rows, w.desc,
@@ -979,8 +1027,7 @@ def run_workload(w, rep):
                 any(x["contender"] == "ash_replicant" and x["status"] != "ok" for x in results):
             r.update(status="n/a", note="skipped: ash_replicant n/a for W5 (native/pglogical W5 = W1 shape)")
         else:
-            logpos = os.path.getsize(os.path.join(BASE, "dest.log"))
-            try:
+            def body():
                 tcp0 = tcp_counters()
                 m = c.measure(src, dst, marker_id)
                 tcp1 = tcp_counters()
@@ -1002,21 +1049,8 @@ def run_workload(w, rep):
                     h = w.content_hash(dst, target)
                     r["hash_source"], r["hash_dest"] = list(src_hash), list(h)
                     r["status"] = "ok" if tuple(h) == tuple(src_hash) else "hash_mismatch"
-            except NotAvailable as e:
-                r.update(status="n/a", note=str(e))
-            except Failed as e:
-                r.update(status="failed", note=str(e))
-            except psycopg2.Error as e:
-                r.update(status="failed", note=str(e).strip().splitlines()[0])
-            crash = crash_report(logpos, "%s-%s-%s" % (w.name, c.short, rep))
-            if crash:
-                r.update(status="crashed", note=crash + ("; " + r["note"] if r.get("note") else ""))
-            src, dst = alive(src, SRC_PORT), alive(dst, DST_PORT)
-        try:
-            c.cleanup(src, dst)
-        except Exception as e:  # noqa: keep measuring the others
-            log("  cleanup %s: %s" % (c.label(), e))
-        src, dst = alive(src, SRC_PORT), alive(dst, DST_PORT)
+            guarded(r, "%s-%s-%s" % (w.name, c.short, rep), body)
+        src, dst = cleanup_contender(c, src, dst)
         results.append(r)
         log("  %-18s %s" % (c.label(), ("%.2fs  %.0f rows/s  cpu %s s  sender cpu %s s  VmHWM %s kB  anon %s kB  %s" % (
             r["seconds"], r["rows_per_s"], r.get("apply_cpu_s"), r.get("sender_cpu_s"), r.get("peak_rss_kb"),
@@ -1147,21 +1181,32 @@ def main():
     try:
         for rep in range(1, REPEAT + 1):
             for wn in WORKLOADS:
-                run_workload(Workload(wn), rep)
+                if wn in LOADS:
+                    import initial_load   # bench/initial_load.py: it imports this module as "bench"
+                    initial_load.run_load(wn, rep)
+                else:
+                    run_workload(Workload(wn), rep)
     finally:
         emit({"type": "end", "elapsed_s": round(time.monotonic() - t0, 1), "loadavg_end": os.getloadavg()})
         if not KEEP:
             for n in ("source", "dest"):
                 stop_cluster(n)
-    table = fmt_table(ALL)
-    if REPEAT > 1:
-        table += "\n\nMedian of %d runs (spread = (max-min)/median of the seconds; VmHWM/anon: max):\n" % REPEAT
-        table += fmt_summary(ALL)
+    streamed = [r for r in ALL if r["workload"] not in LOADS]
+    loads = [r for r in ALL if r["workload"] in LOADS]
+    table = ""
+    if streamed:
+        table = ("vs native = native-best seconds / seconds (>1 faster than native); vs ceiling = decode-only"
+                 " seconds / seconds; vs floor = floor-reader seconds (same transfer mode) / seconds\n")
+        table += fmt_table(streamed)
+        if REPEAT > 1:
+            table += "\n\nMedian of %d runs (spread = (max-min)/median of the seconds; VmHWM/anon: max):\n" % REPEAT
+            table += fmt_summary(streamed)
+    if loads:
+        import initial_load
+        table += ("\n\n" if table else "") + initial_load.fmt_loads(loads)
     print()
     print("SCALE=%s  (%s, %d cores, PostgreSQL %s)" % (SCALE, meta["date"], meta["nproc"],
                                                        meta["server_version"].split()[1]))
-    print("vs native = native-best seconds / seconds (>1 faster than native); vs ceiling = decode-only seconds / seconds;"
-          " vs floor = floor-reader seconds (same transfer mode) / seconds")
     print(table)
     with open(OUT[:-len(".jsonl")] + ".txt", "w") as f:
         f.write("SCALE=%s %s\n%s\n" % (SCALE, meta["date"], table))
@@ -1169,4 +1214,5 @@ def main():
 
 
 if __name__ == "__main__":
+    sys.modules["bench"] = sys.modules[__name__]   # one module, whoever imports it (initial_load)
     main()

@@ -4,10 +4,13 @@
 #
 #     bash bench/run.sh                 # SCALE=1, every workload and contender
 #     SCALE=0.1 bash bench/run.sh       # quick run
+#     bash bench/run.sh initial-load    # initial load (snapshots): WORKLOADS=L1,L8,
+#                                       # CONTENDERS=ash,native,pglogical (bench/initial_load.py)
 #
 # Knobs (environment):
 #   SCALE=1            row counts multiplier
-#   WORKLOADS=W1,W2,W3,W4,W5
+#   WORKLOADS=W1,W2,W3,W4,W5  (also L1,L8: initial load of rows already in the source;
+#                      L1 one 10M-row table, L8 eight 1M-row tables; contenders ash, native, pglogical)
 #   CONTENDERS=ceiling,floor,ash,native,pglogical
 #                      floor = bench/floor_reader: ash_replicant's paced reading
 #                      with no apply, the walsender's bound for such a reader;
@@ -28,6 +31,11 @@
 # and a table printed at the end (also saved as .txt next to the .jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = initial-load ]; then
+    shift
+    export WORKLOADS=${WORKLOADS:-L1,L8} CONTENDERS=${CONTENDERS:-ash,native,pglogical}
+fi
 
 if [ "$(id -u)" != 0 ]; then
     echo "bench/run.sh: run as root (it installs packages and runs clusters as postgres)" >&2
