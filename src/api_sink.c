@@ -1584,18 +1584,14 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 	if (strcmp(snapshot, "incremental") == 0)
 		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
 				   "snapshot incremental is not built into this version (snapshot v1 is)");
-	catalog_exec("SELECT pg_catalog.count(*),"
-				 "  pg_catalog.count(*) FILTER (WHERE tenant_strategy = 'context')"
-				 "  FROM ash_replicant.resources"
+	catalog_exec("SELECT pg_catalog.count(*) FROM ash_replicant.resources"
 				 " WHERE sink_name = $1 AND snapshot_provenance",
 				 1, types, values, NULL, true);
 	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0 &&
 		strcmp(snapshot, "off") == 0)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START, "snapshot_provenance_invalid",
 				   "sink \"%s\" maps a table with snapshot_provenance but takes no snapshot", sink_name);
-	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) > 0)
-		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
-				   "snapshot_provenance under context tenancy is not built into this version");
+
 
 	/* message routes against the recovery horizon */
 	if (sink.has_horizon)

@@ -234,6 +234,7 @@ ash_config_load(const char *sink_name)
 							   "SELECT resource_id, target::oid AS target_oid, source_schema, source_table,"
 							   " column_map::text AS column_map, skip, sensitive, encrypted, tenant_column,"
 							   " tenant_function::oid AS tenant_function, tenant_strategy, tenant_schema_format,"
+							   " tenant_scope_function::oid AS tenant_scope_function,"
 							   " on_truncate, on_schema_change, upsert_identity, history_strategy,"
 							   " append_log, snapshot_provenance, history_business_key,"
 							   " coalesce(history_valid_from_lsn_column, 'valid_from_lsn') AS h_from_lsn,"
@@ -277,6 +278,11 @@ ash_config_load(const char *sink_name)
 			m->tenant_function = InvalidOid;
 		m->tenant_strategy = get_text(tup, desc, "tenant_strategy");
 		m->tenant_schema_format = get_text(tup, desc, "tenant_schema_format");
+		{
+			Datum		d = get_datum(tup, desc, "tenant_scope_function", &isnull);
+
+			m->tenant_scope_function = isnull ? InvalidOid : DatumGetObjectId(d);
+		}
 		m->on_truncate = get_text(tup, desc, "on_truncate");
 		m->on_schema_change = get_text(tup, desc, "on_schema_change");
 		m->upsert_identity = get_text(tup, desc, "upsert_identity");

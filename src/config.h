@@ -49,6 +49,7 @@ typedef struct AshMapping
 	Oid			tenant_function;
 	char	   *tenant_strategy;	/* NULL, "attribute", "context" */
 	char	   *tenant_schema_format;
+	Oid			tenant_scope_function;	/* setof text: every tenant scope */
 	char	   *on_truncate;
 	char	   *on_schema_change;
 	char	   *upsert_identity;	/* NULL = primary key */

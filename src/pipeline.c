@@ -833,10 +833,6 @@ check_snapshot_settings(void)
 			ash_halt("snapshot_provenance_invalid",
 					 "snapshot_provenance of %s needs a snapshot mode",
 					 quote_qualified_identifier(m->source_schema, m->source_table));
-		if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0)
-			ash_halt("snapshot_unsupported",
-					 "snapshot_provenance under context tenancy (%s) is not built into this version",
-					 quote_qualified_identifier(m->source_schema, m->source_table));
 	}
 }
 

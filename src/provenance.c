@@ -423,15 +423,103 @@ ash_provenance_discard(void)
  * Key versions and retirement.
  * ---------------------------------------------------------------------
  */
-static char *
-target_name(AshMapping *m)
+static bool
+is_context(AshMapping *m)
 {
-	char	   *nsp = get_namespace_name(get_rel_namespace(m->target_relid));
-	char	   *rel = get_rel_name(m->target_relid);
+	return m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0;
+}
+
+static char *
+qualified_name(Oid relid)
+{
+	char	   *nsp = get_namespace_name(get_rel_namespace(relid));
+	char	   *rel = get_rel_name(relid);
 
 	if (nsp == NULL || rel == NULL)
 		ash_halt("destination_table_missing", "a provenance target is gone");
 	return quote_qualified_identifier(nsp, rel);
+}
+
+/* The tenants tenant_scope_function returns (it runs in a subtransaction). */
+static List *
+scope_tenants(AshMapping *m)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	List	   *volatile tenants = NIL;
+	char	   *fn;
+
+	if (!OidIsValid(m->tenant_scope_function) || get_func_name(m->tenant_scope_function) == NULL)
+		ash_halt("snapshot_scope_incomplete", "the tenant_scope_function of %s is missing",
+				 qualified_name(m->target_relid));
+	fn = quote_qualified_identifier(get_namespace_name(get_func_namespace(m->tenant_scope_function)),
+									get_func_name(m->tenant_scope_function));
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			ret;
+
+		PushActiveSnapshot(GetTransactionSnapshot());
+		ret = SPI_execute(psprintf("SELECT s::pg_catalog.text FROM %s() AS s", fn), true, 0);
+		PopActiveSnapshot();
+		MemoryContextSwitchTo(cxt);
+		if (ret != SPI_OK_SELECT)
+			elog(ERROR, "ash_replicant: tenant_scope_function failed");
+		for (uint64 i = 0; i < SPI_processed; i++)
+			tenants = lappend(tenants, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		/* never the function's error text: it may carry a tenant */
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		tenants = NIL;
+		ash_halt("snapshot_scope_incomplete", "the tenant_scope_function of %s raised",
+				 qualified_name(m->target_relid));
+	}
+	PG_END_TRY();
+	return tenants;
+}
+
+/*
+ * The tables a provenance mapping writes: its target, or under context
+ * tenancy the table of every tenant scope tenant_scope_function returns
+ * (a NULL or blank scope: snapshot_scope_incomplete; a scope without its
+ * table: tenant_scope_missing).
+ */
+static List *
+provenance_tables(AshMapping *m)
+{
+	List	   *tables = NIL;
+	ListCell   *lc;
+
+	if (!is_context(m))
+		return list_make1(qualified_name(m->target_relid));
+	foreach(lc, scope_tenants(m))
+	{
+		char	   *tenant = lfirst(lc);
+		char	   *schema;
+		Oid			relid;
+
+		if (tenant == NULL || tenant[strspn(tenant, " \t\r\n")] == '\0')
+			ash_halt("snapshot_scope_incomplete", "the tenant_scope_function of %s returned a blank scope",
+					 qualified_name(m->target_relid));
+		relid = ash_tenant_relid(m->target_relid, qualified_name(m->target_relid),
+								 m->tenant_schema_format, tenant, &schema);
+		if (!OidIsValid(relid))
+			ash_halt("tenant_scope_missing", "a tenant scope of %s has no table",
+					 qualified_name(m->target_relid));
+		tables = lappend(tables, qualified_name(relid));
+	}
+	return tables;
 }
 
 void
@@ -439,14 +527,18 @@ ash_provenance_check_versions(AshMapping *m)
 {
 	StringInfoData sql;
 	MemoryContext cxt = CurrentMemoryContext;
+	ListCell   *lc;
 	int			ret;
 
 	ash_keyring_load();
 	initStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "SELECT DISTINCT pg_catalog.substr(%s, 1, %d) FROM %s WHERE %s IS NOT NULL",
-					 ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_TAG_BYTES, target_name(m),
-					 ASH_PROVENANCE_FINGERPRINT_COLUMN);
+	foreach(lc, provenance_tables(m))
+		appendStringInfo(&sql, "%sSELECT pg_catalog.substr(%s, 1, %d) FROM %s WHERE %s IS NOT NULL",
+						 sql.len > 0 ? " UNION " : "",
+						 ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_TAG_BYTES,
+						 (char *) lfirst(lc), ASH_PROVENANCE_FINGERPRINT_COLUMN);
+	if (sql.len == 0)
+		return;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	ret = SPI_execute(sql.data, true, 0);
 	PopActiveSnapshot();
@@ -467,25 +559,25 @@ ash_provenance_check_versions(AshMapping *m)
 		version = (int32) (((uint32) p[1] << 24) | ((uint32) p[2] << 16) | ((uint32) p[3] << 8) | p[4]);
 		if (ash_keyring_get(ASH_KEYS_SNAPSHOT_PROVENANCE, version) == NULL)
 			ash_halt("keyring_version_missing",
-					 "a fingerprint in %s names a version family %s lacks",
-					 target_name(m), ASH_KEYS_SNAPSHOT_PROVENANCE);
+					 "a fingerprint in a target of %s names a version family %s lacks",
+					 qualified_name(m->target_relid), ASH_KEYS_SNAPSHOT_PROVENANCE);
 	}
 }
 
-int64
-ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn)
+/* Retire in one table; returns the rows retired. */
+static int64
+retire_in(AshMapping *m, const char *table, const bytea *attempt, XLogRecPtr close_lsn)
 {
 	StringInfoData sql;
 	Oid			types[2] = {BYTEAOID, INT8OID};
 	Datum		values[2];
 	int			ret;
-	int64		rows;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	initStringInfo(&sql);
 	if (is_scd2(m))
 	{
-		appendStringInfo(&sql, "UPDATE %s SET %s = $2", target_name(m),
+		appendStringInfo(&sql, "UPDATE %s SET %s = $2", table,
 						 quote_identifier(m->history_valid_to_lsn_column));
 		if (m->history_valid_to_ts_column)
 			appendStringInfo(&sql, ", %s = pg_catalog.now()",
@@ -500,7 +592,7 @@ ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn)
 	}
 	else
 		appendStringInfo(&sql, "DELETE FROM %s WHERE %s IS DISTINCT FROM $1 AND $2 IS NOT NULL",
-						 target_name(m), ASH_PROVENANCE_SEEN_COLUMN);
+						 table, ASH_PROVENANCE_SEEN_COLUMN);
 	values[0] = PointerGetDatum(attempt);
 	values[1] = Int64GetDatum((int64) close_lsn);
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -509,6 +601,16 @@ ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn)
 	MemoryContextSwitchTo(cxt);
 	if (ret != SPI_OK_DELETE && ret != SPI_OK_UPDATE)
 		elog(ERROR, "ash_replicant: could not retire the rows a snapshot did not see");
-	rows = (int64) SPI_processed;
+	return (int64) SPI_processed;
+}
+
+int64
+ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn)
+{
+	ListCell   *lc;
+	int64		rows = 0;
+
+	foreach(lc, provenance_tables(m))
+		rows += retire_in(m, lfirst(lc), attempt, close_lsn);
 	return rows;
 }

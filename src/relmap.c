@@ -312,9 +312,7 @@ refuse_unsupported(AshApplyRel *rel, AshMapping *map)
 
 	if (map->history_strategy && strcmp(map->history_strategy, "scd1") != 0 && !is_scd2(map))
 		what = "history_strategy";
-	else if (map->snapshot_provenance && map->tenant_strategy != NULL &&
-			 strcmp(map->tenant_strategy, "context") == 0)
-		what = "snapshot_provenance under context tenancy";
+
 	if (what)
 		ash_halt("mapping_unsupported", "table %s: %s is not supported by this apply path yet",
 				 rel->target_name, what);
@@ -449,13 +447,51 @@ resolve_tenancy(AshApplyRel *rel, AshMapping *map)
 	}
 }
 
+/*
+ * The table of one tenant under context tenancy: the template's name in
+ * schema format(tenant_schema_format, tenant) (*schema set); InvalidOid
+ * when it does not exist.  Source data chooses the schema: it must never
+ * reach a system schema, the extension's catalogs or the template's own
+ * schema (tenant_scope_invalid, naming template_name, never the tenant).
+ */
+Oid
+ash_tenant_relid(Oid template, const char *template_name, const char *format,
+				 const char *tenant, char **schema)
+{
+	const char *fmt = format ? format : "%s";
+	const char *p = strstr(fmt, "%s");
+	StringInfoData buf;
+	Oid			nspoid;
+
+	/* format(tenant_schema_format, tenant): the format holds exactly one %s */
+	initStringInfo(&buf);
+	if (p == NULL)
+		appendStringInfoString(&buf, fmt);
+	else
+	{
+		appendBinaryStringInfo(&buf, fmt, p - fmt);
+		appendStringInfoString(&buf, tenant);
+		appendStringInfoString(&buf, p + 2);
+	}
+	*schema = buf.data;
+	nspoid = get_namespace_oid(buf.data, true);
+	if (OidIsValid(nspoid) &&
+		(IsCatalogNamespace(nspoid) || IsToastNamespace(nspoid) ||
+		 isAnyTempNamespace(nspoid) ||
+		 strcmp(buf.data, "information_schema") == 0 ||
+		 strcmp(buf.data, "ash_replicant") == 0 ||
+		 nspoid == get_rel_namespace(template)))
+		ash_halt("tenant_scope_invalid", "a row of %s names a schema that is not a tenant scope",
+				 template_name);
+	return OidIsValid(nspoid) ? get_relname_relid(get_rel_name(template), nspoid) : InvalidOid;
+}
+
 AshApplyTarget *
 ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 {
 	ListCell   *lc;
 	AshApplyTarget *t;
 	char	   *schema;
-	Oid			nspoid;
 	Oid			relid;
 	char	   *relname;
 	MemoryContext old;
@@ -478,40 +514,9 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 		}
 	}
 
-	/* format(tenant_schema_format, tenant): the format holds exactly one %s */
-	{
-		const char *fmt = rel->map->tenant_schema_format ? rel->map->tenant_schema_format : "%s";
-		const char *p = strstr(fmt, "%s");
-		StringInfoData buf;
-
-		initStringInfo(&buf);
-		if (p == NULL)
-			appendStringInfoString(&buf, fmt);
-		else
-		{
-			appendBinaryStringInfo(&buf, fmt, p - fmt);
-			appendStringInfoString(&buf, tenant);
-			appendStringInfoString(&buf, p + 2);
-		}
-		schema = buf.data;
-	}
+	relid = ash_tenant_relid(rel->target, rel->target_name, rel->map->tenant_schema_format,
+							 tenant, &schema);
 	relname = get_rel_name(rel->target);
-	nspoid = get_namespace_oid(schema, true);
-
-	/*
-	 * Source data chooses the schema: it must never reach a system schema,
-	 * the extension's catalogs or the mapping's own (template) table.
-	 */
-	if (OidIsValid(nspoid) &&
-		(IsCatalogNamespace(nspoid) || IsToastNamespace(nspoid) ||
-		 isAnyTempNamespace(nspoid) ||
-		 strcmp(schema, "information_schema") == 0 ||
-		 strcmp(schema, "ash_replicant") == 0 ||
-		 nspoid == get_rel_namespace(rel->target)))
-		ash_halt("tenant_scope_invalid", "a row of %s names a schema that is not a tenant scope",
-				 rel->target_name);
-
-	relid = OidIsValid(nspoid) ? get_relname_relid(relname, nspoid) : InvalidOid;
 	/* the tenant names a schema: never print it */
 	if (!OidIsValid(relid))
 		ash_halt("tenant_scope_missing", "no tenant table for a row of %s", rel->target_name);

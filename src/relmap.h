@@ -122,6 +122,13 @@ extern void ash_relmap_resolve(AshApplyRel *rel);
 #define ASH_TENANT_TARGETS_MAX 64
 extern AshApplyTarget *ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant);
 
+/*
+ * Context tenancy: the OID of the tenant's table (InvalidOid when absent),
+ * *schema its schema; halts tenant_scope_invalid for a forbidden schema.
+ */
+extern Oid	ash_tenant_relid(Oid template, const char *template_name, const char *format,
+							 const char *tenant, char **schema);
+
 /* Drop every resolution (e.g. after a destination transaction abort). */
 extern void ash_relmap_invalidate_all(void);
 

@@ -530,6 +530,76 @@ is(retired_counts('stock'), '10,11', 'second event=snapshot.retired for stock: r
 is(retired_counts('ledger'), '1,1', 'second event=snapshot.retired for ledger_hist: rows=1');
 
 ##############################################################################
+# 5. context tenancy: every scope tenant_scope_function returns is retired
+#    in; a scope function that raises halts snapshot_scope_incomplete
+##############################################################################
+
+q_src(qq{
+CREATE TABLE orgdocs (id integer PRIMARY KEY, tenant text NOT NULL, v text);
+ALTER TABLE orgdocs REPLICA IDENTITY FULL;
+INSERT INTO orgdocs SELECT g, CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, 'v' || g FROM generate_series(1, 200) g;
+UPDATE orgdocs SET v = '$sent[2]-ctx' WHERE id = 7;
+CREATE PUBLICATION pub_ctx FOR TABLE orgdocs;
+});
+q_dst(q{
+CREATE TABLE orgdocs (id integer PRIMARY KEY, tenant text NOT NULL, v text,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE SCHEMA pa;
+CREATE SCHEMA pb;
+CREATE TABLE pa.orgdocs (LIKE public.orgdocs INCLUDING ALL);
+CREATE TABLE pb.orgdocs (LIKE public.orgdocs INCLUDING ALL);
+CREATE TABLE ctx_audit (tbl text, id integer, op text);
+CREATE FUNCTION ctx_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO ctx_audit VALUES (TG_TABLE_SCHEMA, CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END, TG_OP);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER a AFTER INSERT OR UPDATE OR DELETE ON pa.orgdocs FOR EACH ROW EXECUTE FUNCTION ctx_audit_fn();
+CREATE TRIGGER a AFTER INSERT OR UPDATE OR DELETE ON pb.orgdocs FOR EACH ROW EXECUTE FUNCTION ctx_audit_fn();
+CREATE FUNCTION org_scopes() RETURNS SETOF text LANGUAGE sql STABLE AS $$ VALUES ('a'), ('b') $$;
+SET session_replication_role = replica;
+INSERT INTO pa.orgdocs (id, tenant, v) VALUES (998, 'a', 'only here'), (2, 'a', 'stale');
+INSERT INTO pb.orgdocs (id, tenant, v) VALUES (999, 'b', 'only here too');
+});
+AshTest::setup_pipeline($src, $dst, sink => 'pc', publication => 'pub_ctx', marker => 0,
+	maps => [ [ 'orgdocs', tenant_column => 'tenant', tenant_strategy => 'context',
+			tenant_schema_format => 'p%s', snapshot_provenance => 'true',
+			tenant_scope_function => 'public.org_scopes()' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.stat_pipelines WHERE sink_name = 'pc'"),
+	'context tenancy: the snapshot completes');
+for my $t ('a', 'b')
+{
+	my $h = "SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) || ' ' || count(*)";
+	is(q_dst("$h FROM p$t.orgdocs"), q_src("$h FROM orgdocs WHERE tenant = '$t'"),
+		"context tenancy: scope $t equals the source's rows of tenant $t");
+}
+is(q_dst("SELECT count(*) FROM pa.orgdocs WHERE id = 998") . q_dst("SELECT count(*) FROM pb.orgdocs WHERE id = 999"),
+	'00', 'context tenancy: rows of each scope the source lacks are retired');
+is(q_dst("SELECT string_agg(tbl || ':' || op || ':' || n, ',' ORDER BY tbl, op) FROM"
+		  . " (SELECT tbl, op, count(*) n FROM ctx_audit GROUP BY tbl, op) x"),
+	'pa:DELETE:1,pa:INSERT:99,pa:UPDATE:1,pb:DELETE:1,pb:INSERT:100',
+	'context tenancy: each effect once (a stale row updated, retired rows deleted)');
+is(q_dst("SELECT count(*) FROM public.orgdocs"), '0', 'context tenancy: the template receives nothing');
+
+# a raising scope function: nothing of the next attempt moves
+AshTest::stop_settled($src, $dst, 'pc');
+q_dst(q{CREATE OR REPLACE FUNCTION org_scopes() RETURNS SETOF text LANGUAGE plpgsql STABLE AS $$
+BEGIN RAISE EXCEPTION 'no scopes today'; END $$;
+TRUNCATE ctx_audit});
+q_dst("SELECT ash_replicant_reset_checkpoint('pc', '$sysid', '$sdb')");
+q_src("SELECT pg_drop_replication_slot('pc')");
+my $before_ctx = q_dst("SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM pa.orgdocs");
+AshTest::start_sink($dst, 'pc');
+AshTest::wait_status($dst, 'pc', 'halted', 'snapshot_scope_incomplete', src => $src,
+	name => 'a raising tenant_scope_function: halted/snapshot_scope_incomplete');
+is(q_dst("SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM pa.orgdocs"), $before_ctx,
+	'snapshot_scope_incomplete: the scope is unchanged');
+is(q_dst("SELECT count(*) FROM ctx_audit"), '0', 'snapshot_scope_incomplete: no trigger fired');
+ok(!AshTest::log_lines_like($dst, qr/no scopes today/), 'the scope function\'s error text is not logged');
+AshTest::stop_sink($dst, 'pc');
+
+##############################################################################
 # 4. no row value in any server log
 ##############################################################################
 
