@@ -44,6 +44,7 @@
 #include "catalog/pg_type.h"
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -55,6 +56,7 @@
 #include "utils/timestamp.h"
 
 #include "apply.h"
+#include "apply_bulk.h"
 #include "crypto.h"
 #include "keyring.h"
 #include "errors.h"
@@ -98,6 +100,13 @@ static void stream_fall_back(const char *reason) pg_attribute_noreturn();
 static void stream_note_change(bool mirror_target, TransactionId xid);
 
 static MemoryContext change_cxt = NULL;
+
+/*
+ * The table a snapshot copies in this transaction was empty when the copy
+ * began (the snapshot looked): its rows are all new.
+ */
+static Oid	fresh_relid = InvalidOid;
+static LocalTransactionId fresh_lxid = InvalidLocalTransactionId;
 static AshChangeMeta meta;
 static SPIPlanPtr checkpoint_plan = NULL;
 
@@ -1274,6 +1283,8 @@ roll_back(void)
 	meta.origin = "stream";
 	meta.snapshot_attempt = NULL;
 	ash_provenance_discard();
+	ash_bulk_release();
+	fresh_relid = InvalidOid;
 	/* what the rolled-back transaction resolved may not exist any more */
 	ash_relmap_invalidate_all();
 }
@@ -1606,7 +1617,22 @@ ash_apply_snapshot_flush(void)
 {
 	Assert(batch_open && in_remote_xact);
 	ash_apply_flush_deferred();
+	ash_bulk_release();
 	return meta.ordinal;
+}
+
+void
+ash_apply_snapshot_fresh(Oid relid)
+{
+	Assert(batch_open && meta.snapshot_attempt != NULL);
+	fresh_relid = relid;
+	fresh_lxid = MyProc->lxid;
+}
+
+bool
+ash_apply_fresh_target(Oid relid)
+{
+	return OidIsValid(relid) && relid == fresh_relid && fresh_lxid == MyProc->lxid;
 }
 
 /* Retire what the snapshot of m did not see, as the sink owner. */
@@ -1641,6 +1667,7 @@ ash_apply_snapshot_commit(void)
 	in_remote_xact = false;
 	meta.origin = "stream";
 	meta.snapshot_attempt = NULL;
+	fresh_relid = InvalidOid;
 	missing_deletes = NIL;
 	pending.batches++;
 	publish_stats();

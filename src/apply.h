@@ -176,6 +176,14 @@ extern int32 ash_apply_snapshot_flush(void);
  */
 extern int64 ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn);
 
+/*
+ * In the table's snapshot transaction: the target relid was empty when
+ * its copy began, so every row is new (apply_scd1.c writes them without
+ * the plain-insert-or-upsert subtransaction, through a buffer ring).
+ */
+extern void ash_apply_snapshot_fresh(Oid relid);
+extern bool ash_apply_fresh_target(Oid relid);
+
 /* Execute deferred writes (and their provenance stamps) now. */
 extern void ash_apply_flush_deferred(void);
 extern XLogRecPtr ash_apply_snapshot_commit(void);

@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
 #include "access/sysattr.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -120,9 +121,22 @@ ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt)
 	return ok;
 }
 
+/* The ring of a snapshot copy's transaction (TopTransactionContext). */
+static BulkInsertState bulk_state = NULL;
+static LocalTransactionId bulk_state_lxid = InvalidLocalTransactionId;
+
+void
+ash_bulk_release(void)
+{
+	/* after an abort the ring's pin and memory went with the transaction */
+	if (bulk_state != NULL && bulk_state_lxid == MyProc->lxid)
+		FreeBulkInsertState(bulk_state);
+	bulk_state = NULL;
+}
+
 void
 ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
-				Datum *const *values, bool *const *nulls)
+				Datum *const *values, bool *const *nulls, bool fresh)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "ash_replicant bulk insert",
@@ -178,7 +192,19 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 		slots[i] = slot;
 	}
 
-	table_multi_insert(r, slots, nrows, cid, 0, NULL);
+	/*
+	 * A snapshot's copy into a fresh table writes through a ring of buffers,
+	 * as COPY FROM does: a large table does not flood shared buffers.
+	 */
+	if (fresh && bulk_state == NULL)
+	{
+		MemoryContext o = MemoryContextSwitchTo(TopTransactionContext);
+
+		bulk_state = GetBulkInsertState();
+		bulk_state_lxid = MyProc->lxid;
+		MemoryContextSwitchTo(o);
+	}
+	table_multi_insert(r, slots, nrows, cid, 0, fresh ? bulk_state : NULL);
 
 	for (int i = 0; i < nrows; i++)
 	{

@@ -30,9 +30,17 @@ extern bool ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel,
 /*
  * Insert nrows rows; values[c][i] / nulls[c][i] is mapped column c of row
  * i.  Raises what the INSERT would (privileges, constraints, unique
- * violations); the caller runs it in a subtransaction to catch the latter.
+ * violations); the caller runs it in a subtransaction to catch the latter,
+ * except into a fresh table.
  */
 extern void ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
-							Datum *const *values, bool *const *nulls);
+							Datum *const *values, bool *const *nulls, bool fresh);
+
+/*
+ * fresh: a snapshot copy into a table that was empty when it began; the
+ * rows go through a buffer ring kept for the transaction, which
+ * ash_bulk_release frees before it commits (and forgets after an abort).
+ */
+extern void ash_bulk_release(void);
 
 #endif							/* ASH_APPLY_BULK_H */

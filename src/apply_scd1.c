@@ -491,7 +491,7 @@ bulk_insert(void *arg)
 		nulls[c] = gbuf.cols[c].nulls;
 	}
 	ash_bulk_insert(&plans_of(gbuf.tgt)->bulk, gbuf.tgt, gbuf.rel->ncols, gbuf.nrows,
-					values, nulls);
+					values, nulls, ash_apply_fresh_target(gbuf.tgt->relid));
 }
 
 /*
@@ -550,7 +550,23 @@ scd1_flush(void)
 		bool		inserted = false;
 
 		ash_apply_errctx.command = gbuf.has_updates ? "update" : "insert";
-		if (st->optimism_paused > 0)
+		if (!gbuf.has_updates && ash_apply_fresh_target(tgt->relid))
+		{
+			/*
+			 * A snapshot copy into a table that was empty when it began:
+			 * each key comes once, no row can conflict, no subtransaction
+			 * is needed (a host's own row would fail the copy, which then
+			 * starts again on a table no longer fresh).
+			 */
+			if (target_commutes(tgt) && ash_bulk_insert_usable(&st->bulk, rel, tgt))
+				bulk_insert(NULL);
+			else
+				(void) ash_spi_execute(st->insert_many, column_arrays(rel, nrows), NULL,
+									   SPI_OK_INSERT);
+			n = nrows;
+			inserted = true;
+		}
+		else if (st->optimism_paused > 0)
 			st->optimism_paused--;
 		else if (gbuf.has_updates)
 			;					/* existing rows: the plain INSERT would fail */

@@ -54,6 +54,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -655,6 +656,33 @@ ordinal_base(XLogRecPtr lsn)
 }
 
 /*
+ * Is the mapping's own target empty?  Then every row the copy writes is new
+ * (apply writes them without an upsert's fallback).  Not under context
+ * tenancy, whose rows go to other tables.
+ */
+static bool
+target_is_empty(AshMapping *m)
+{
+	char	   *nsp;
+	char	   *rel;
+	int			ret;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0)
+		return false;
+	nsp = get_namespace_name(get_rel_namespace(m->target_relid));
+	rel = get_rel_name(m->target_relid);
+	if (nsp == NULL || rel == NULL)
+		return false;
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ret = SPI_execute(psprintf("SELECT 1 FROM %s LIMIT 1", quote_qualified_identifier(nsp, rel)),
+					  true, 1);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(cxt);
+	return ret == SPI_OK_SELECT && SPI_processed == 0;
+}
+
+/*
  * Claim a pending table and copy it: one destination transaction that
  * holds the table's catalog row locked (other copiers skip it), writes its
  * rows and marks it copied.  Returns false when no table is left to claim.
@@ -712,6 +740,8 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	}
 
 	map = ash_config_find_mapping(snap_cfg, t.nspname, t.relname);
+	if (map != NULL && target_is_empty(map))
+		ash_apply_snapshot_fresh(map->target_relid);
 
 	memset(&rel, 0, sizeof(rel));
 	describe_table(data, &t, &rel);
