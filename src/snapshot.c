@@ -828,7 +828,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		values[3] = LSNGetDatum(lsn);
 		if (key_exec("UPDATE ash_replicant.snapshot_tables"
 					 "   SET state = 'copied', rows_copied = $6, snapshot_lsn = $7,"
-					 "       copied_at = pg_catalog.now()"
+					 "       copied_at = pg_catalog.clock_timestamp()"
 					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 					 "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'",
 					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
