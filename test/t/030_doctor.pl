@@ -305,6 +305,8 @@ is($rc, 3, 'ctl exits 3 without --sink');
 is($rc, 3, 'ctl exits 3 for an unknown command');
 ($rc, $out, $err) = ctl('doctor', '--sink', 'dr', '-h', '127.0.0.1', '-p', $closed, '-d', $db);
 is($rc, 3, 'ctl exits 3 when the destination cannot be reached');
+like($err, qr/could not connect to the destination database: .*(refused|failed)/,
+	'... and says why, in libpq\'s words');
 ($rc) = ctl('status', '--sink', 'no_such_sink', @dstconn);
 is($rc, 3, 'ctl status exits 3 for an unknown sink');
 
