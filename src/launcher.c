@@ -190,23 +190,31 @@ read_enabled_pipelines(EnabledPipeline **out)
  * Reconciliation.
  * ---------------------------------------------------------------------
  */
+void
+ash_worker_prepare(BackgroundWorker *w, const char *function, const char *type,
+				   const char *sink_name, int slotno, int64 generation)
+{
+	memset(w, 0, sizeof(*w));
+	w->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w->bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(w->bgw_library_name, BGW_MAXLEN, "ash_replicant");
+	snprintf(w->bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(w->bgw_name, BGW_MAXLEN, "%s %s", type, sink_name);
+	snprintf(w->bgw_type, BGW_MAXLEN, "%s", type);
+	w->bgw_main_arg = Int32GetDatum(slotno);
+	memcpy(w->bgw_extra, &generation, sizeof(int64));
+	w->bgw_notify_pid = MyProcPid;
+}
+
 static bool
 start_worker(int slotno)
 {
 	BackgroundWorker worker;
 	AshPipelineSlot *slot = &AshShmem->slots[slotno];
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "ash_replicant");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ash_pipeline_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "ash_replicant pipeline %s", slot->sink_name);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "ash_replicant pipeline");
-	worker.bgw_main_arg = Int32GetDatum(slotno);
-	memcpy(worker.bgw_extra, &slot->generation, sizeof(int64));
-	worker.bgw_notify_pid = MyProcPid;
+	ash_worker_prepare(&worker, "ash_pipeline_main", "ash_replicant pipeline",
+					   slot->sink_name, slotno, slot->generation);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &workers[slotno].handle))
 	{

@@ -63,6 +63,7 @@
 #include "ash_replicant.h"
 #include "copy_row.h"
 #include "errors.h"
+#include "launcher.h"
 #include "provenance.h"
 #include "shmem.h"
 #include "snapshot.h"
@@ -1048,19 +1049,10 @@ start_helpers(int n)
 		BackgroundWorker w;
 		int32		index = i;
 
-		memset(&w, 0, sizeof(w));
-		w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		w.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		w.bgw_restart_time = BGW_NEVER_RESTART;
-		snprintf(w.bgw_library_name, BGW_MAXLEN, "ash_replicant");
-		snprintf(w.bgw_function_name, BGW_MAXLEN, "ash_snapshot_copier_main");
-		snprintf(w.bgw_name, BGW_MAXLEN, "ash_replicant snapshot %s", snap_cfg->sink_name);
-		snprintf(w.bgw_type, BGW_MAXLEN, "ash_replicant snapshot");
-		w.bgw_main_arg = Int32GetDatum(slotno);
-		memcpy(w.bgw_extra, &generation, sizeof(int64));
+		ash_worker_prepare(&w, "ash_snapshot_copier_main", "ash_replicant snapshot",
+						   snap_cfg->sink_name, slotno, generation);
 		memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
 		memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
-		w.bgw_notify_pid = MyProcPid;
 		/* no worker slot free: copy with fewer copiers */
 		if (!RegisterDynamicBackgroundWorker(&w, &helpers[nhelpers]))
 			break;
