@@ -178,7 +178,7 @@ append_row(AshApplyRel *rel, AshApplyTarget *tgt, const char *operation, AshRowI
 
 	if (!img->complete)
 		ash_halt("unchanged_value_unavailable", "a %s event of %s lacks a column value",
-				 operation, tgt->name);
+				 operation, tgt->log_name);
 	if (st->row == NULL)
 		st->row = build_plan(rel->map, tgt->name, rel);
 	values = palloc(sizeof(Datum) * (NSTRUCT + rel->ncols));

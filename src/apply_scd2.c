@@ -455,7 +455,7 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		state = SCD2_OPEN_EARLIER;
 	if (other_tenant && state != SCD2_REPLAYED)
 		ash_halt("tenant_conflict", "a version of another tenant holds the business key in %s",
-				 tgt->name);
+				 tgt->log_name);
 	if (state == SCD2_REPLAYED)
 		plans_of(tgt)->replay_lsn = meta->commit_lsn;
 	return state;
@@ -532,7 +532,7 @@ open_version(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img)
 
 	if (!img->complete)
 		ash_halt("unchanged_value_unavailable", "a new version of %s lacks a column value",
-				 tgt->name);
+				 tgt->log_name);
 	for (int k = 0; k < rel->nkeys; k++)
 		if (img->nulls[rel->keys[k]])
 			ash_halt("source_replica_identity", "business key column %s of %s is NULL",
@@ -640,7 +640,7 @@ scd2_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 		if (state == SCD2_NONE)
 			ash_halt("unchanged_value_unavailable",
 					 "update of a row %s has no open version of, with unchanged TOAST columns",
-					 tgt->name);
+					 tgt->log_name);
 	}
 	if (same_key)
 	{

@@ -34,6 +34,7 @@
 
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 
 #include "crypto.h"
@@ -251,7 +252,7 @@ ash_encrypt_column(const char *schema, const char *table, const char *column,
 	if (len < 0 || (Size) len > MaxAllocSize - VARHDRSZ - ASH_CIPHER_OVERHEAD)
 		ash_refuse(ERRCODE_PROGRAM_LIMIT_EXCEEDED, STAGE_ENCRYPT, "ciphertext_invalid",
 					"value too long to encrypt for column %s",
-					ash_crypto_binding(schema, table, column));
+					quote_identifier(column));	/* the schema may name a tenant */
 
 	key = ash_keyring_active(ASH_KEYS_COLUMN_ENCRYPTION);
 	if (key == NULL)
