@@ -1513,7 +1513,9 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 				 "  (source_system_identifier IS NULL"
 				 "    OR source_system_identifier = '') AS m_sysid,"
 				 "  (source_database IS NULL OR source_database = '') AS m_database,"
-				 "  snapshot, streaming, failover, binary_transfer"
+				 "  snapshot, streaming, failover, binary_transfer,"
+				 "  chunk_rows <> 1000 OR max_pending_chunks <> 4 AS m_chunks,"
+				 "  max_inflight_lag <> 67108864 AS m_inflight"
 				 "  FROM ash_replicant.pipelines WHERE sink_name = $1 FOR UPDATE",
 				 1, types, values, NULL, false);
 	if (SPI_processed != 1)
@@ -1584,6 +1586,13 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 	if (strcmp(snapshot, "incremental") == 0)
 		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
 				   "snapshot incremental is not built into this version (snapshot v1 is)");
+	/* settings nothing acts on are refused rather than stored and ignored */
+	if (DatumGetBool(SPI_getbinval(tup, desc, 12, &isnull)))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START, "config_invalid",
+				   "chunk_rows and max_pending_chunks apply to snapshot incremental only; leave them at their defaults");
+	if (DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull)))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START, "config_invalid",
+				   "max_inflight_lag bounds nothing here (the worker holds no received changes); leave it at its default");
 	catalog_exec("SELECT pg_catalog.count(*) FROM ash_replicant.resources"
 				 " WHERE sink_name = $1 AND snapshot_provenance",
 				 1, types, values, NULL, true);

@@ -173,7 +173,7 @@ ash_config_load(const char *sink_name)
 		" s.ignored_message_prefixes, s.batch_max_transactions, s.owner::oid AS owner,"
 		" s.config_version, p.connection, p.decoder, p.publication,"
 		" p.source_system_identifier, p.source_database, p.streaming,"
-		" p.binary_transfer, p.max_inflight_lag, p.max_command_retries,"
+		" p.binary_transfer, p.failover, p.max_inflight_lag, p.max_command_retries,"
 		" p.census::text AS census, p.start_generation, p.snapshot"
 		" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
 		" WHERE s.sink_name = $1",
@@ -206,6 +206,7 @@ ash_config_load(const char *sink_name)
 		cfg->source_database = get_text(tup, desc, "source_database");
 		cfg->streaming = DatumGetBool(get_datum(tup, desc, "streaming", &isnull));
 		cfg->binary_transfer = DatumGetBool(get_datum(tup, desc, "binary_transfer", &isnull));
+		cfg->failover = DatumGetBool(get_datum(tup, desc, "failover", &isnull));
 		cfg->max_inflight_lag = DatumGetInt64(get_datum(tup, desc, "max_inflight_lag", &isnull));
 		cfg->max_command_retries = DatumGetInt32(get_datum(tup, desc, "max_command_retries", &isnull));
 		cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));

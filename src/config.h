@@ -109,6 +109,7 @@ typedef struct AshPipelineConfig
 	char	   *snapshot;		/* "off", "v1", "incremental" */
 	bool		streaming;
 	bool		binary_transfer;
+	bool		failover;		/* FAILOVER slot (source 17+) */
 	int64		max_inflight_lag;
 	int			max_command_retries;
 	AshCensusOptions census;

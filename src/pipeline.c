@@ -440,6 +440,9 @@ verify_identity(AshConn *conn, uint32 *timeline, XLogRecPtr *xlogpos)
 
 	if (conn->server_version < 120000)
 		ash_halt("source_release_unsupported", "pgoutput needs a source of PostgreSQL 12 or later");
+	if (cfg->failover && conn->server_version < 170000)
+		ash_halt("decoder_capability_unsupported",
+				 "failover slots need a source of PostgreSQL 17 or later");
 }
 
 /*
@@ -478,8 +481,11 @@ ensure_slot(AshConn *conn, AshBinding *binding, bool must_exist, bool export,
 		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
 						 ash_conn_quote_ident(conn, cfg->slot_name),
 						 conn->server_version >= 150000 ?
-						 (export ? "(SNAPSHOT 'export')" : "(SNAPSHOT 'nothing')") :
+						 (export ? "(SNAPSHOT 'export'" : "(SNAPSHOT 'nothing'") :
 						 (export ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT"));
+		/* failover: checked >= 17 by verify_identity */
+		if (conn->server_version >= 150000)
+			appendStringInfoString(&q, cfg->failover ? ", FAILOVER)" : ")");
 		res = ash_conn_exec(conn, q.data, false);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			ash_conn_report_result(res, "CREATE_REPLICATION_SLOT");

@@ -31,6 +31,20 @@ SELECT ash_replicant_start('ss');
 SELECT ash_replicant_configure_pipeline('ss', NULL, publication => 'pub_ss',
     source_system_identifier => '7301234567890123456', source_database => 'app');
 SELECT ash_replicant_start('ss');
+-- settings nothing acts on are refused, never stored and ignored
+SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication => 'pub_ss',
+    source_system_identifier => '7301234567890123456', source_database => 'app',
+    snapshot => 'v1', chunk_rows => 5000);
+SELECT ash_replicant_start('ss');
+SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication => 'pub_ss',
+    source_system_identifier => '7301234567890123456', source_database => 'app',
+    max_inflight_lag => 1048576);
+SELECT ash_replicant_start('ss');
+SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication => 'pub_ss',
+    source_system_identifier => '7301234567890123456', source_database => 'app',
+    snapshot => 'incremental');
+SELECT ash_replicant_start('ss');
+SELECT enabled FROM ash_replicant.pipelines WHERE sink_name = 'ss';
 -- a table set emptied behind the API's back is missing too (per decoder)
 SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication => 'pub_ss',
     source_system_identifier => '7301234567890123456', source_database => 'app');
