@@ -1362,6 +1362,11 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 		strcmp(snapshot, "off") == 0 : PG_GETARG_BOOL(CP_GO_FORWARD_ONLY);
 	if (strcmp(snapshot, "incremental") == 0 && go_forward_only)
 		CONFIG_REJECT("snapshot incremental requires go_forward_only = false");
+	/* the two say one thing: a contradiction would be stored and ignored */
+	if (strcmp(snapshot, "v1") == 0 && go_forward_only)
+		CONFIG_REJECT("snapshot v1 copies existing rows: go_forward_only must be false");
+	if (strcmp(snapshot, "off") == 0 && !go_forward_only)
+		CONFIG_REJECT("go_forward_only = false needs a snapshot mode (v1) to copy existing rows");
 
 	/* bounds */
 	if (PG_GETARG_INT32(CP_CHUNK_ROWS) < 1)
@@ -1515,7 +1520,8 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 				 "  (source_database IS NULL OR source_database = '') AS m_database,"
 				 "  snapshot, streaming, failover, binary_transfer,"
 				 "  chunk_rows <> 1000 OR max_pending_chunks <> 4 AS m_chunks,"
-				 "  max_inflight_lag <> 67108864 AS m_inflight"
+				 "  max_inflight_lag <> 67108864 AS m_inflight,"
+				 "  decoder <> 'wal2json' AND schema_check_interval_ms <> 60000 AS m_schema_check"
 				 "  FROM ash_replicant.pipelines WHERE sink_name = $1 FOR UPDATE",
 				 1, types, values, NULL, false);
 	if (SPI_processed != 1)
@@ -1593,6 +1599,9 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 	if (DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull)))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START, "config_invalid",
 				   "max_inflight_lag bounds nothing here (the worker holds no received changes); leave it at its default");
+	if (DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull)))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START, "config_invalid",
+				   "schema_check_interval_ms applies to decoder wal2json only; leave it at its default");
 	catalog_exec("SELECT pg_catalog.count(*) FROM ash_replicant.resources"
 				 " WHERE sink_name = $1 AND snapshot_provenance",
 				 1, types, values, NULL, true);

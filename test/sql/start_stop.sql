@@ -42,6 +42,10 @@ SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication =>
 SELECT ash_replicant_start('ss');
 SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication => 'pub_ss',
     source_system_identifier => '7301234567890123456', source_database => 'app',
+    schema_check_interval_ms => 1000);
+SELECT ash_replicant_start('ss');
+SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication => 'pub_ss',
+    source_system_identifier => '7301234567890123456', source_database => 'app',
     snapshot => 'incremental');
 SELECT ash_replicant_start('ss');
 SELECT enabled FROM ash_replicant.pipelines WHERE sink_name = 'ss';
