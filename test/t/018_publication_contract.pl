@@ -312,6 +312,5 @@ DELETE FROM t WHERE id % 10 = 0;
 }
 
 note sprintf("done after %.1fs", time - $t0);
-diag "ash-proof: faults_injected=$faults checks=" . (Test::More->builder->current_test + 1);
-ok(1, 'publication contract sweep complete');
+diag "ash-proof: faults_injected=$faults checks=" . Test::More->builder->current_test;
 done_testing();
