@@ -417,7 +417,7 @@ REVOKE ALL ON ash_replicant.stat_pipelines FROM PUBLIC;
 GRANT SELECT ON ash_replicant.stat_pipelines TO ash_replicant_monitor, ash_replicant_admin;
 
 ------------------------------------------------------------------------------
--- Keys and sensitive data (SPEC §9; docs/keys.md).
+-- Keys and sensitive data (docs/keys.md).
 ------------------------------------------------------------------------------
 
 CREATE FUNCTION ash_replicant_decrypt(value bytea, target regclass, column_name text)

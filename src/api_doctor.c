@@ -16,7 +16,7 @@
  *		[doctor:] checkpoint_state, slot, timeline, watermark, contract,
  *		runtime
  *
- *	  verdict is pass, fail, warn or skipped; reason is a SPEC §15 code (for
+ *	  verdict is pass, fail, warn or skipped; reason is a reason code, README.md#reason-codes (for
  *	  skipped: the code of the failure that made the check impossible).
  *	  skipped is never pass.  Gating: the source checks need a complete
  *	  configuration and a reachable source, and the probe verifies the
@@ -39,7 +39,7 @@
  *	  Rows are value- and name-free: check names and reason codes only —
  *	  never the conninfo, publication, identity, slot name, an LSN, or a
  *	  table or column name.  The structural context of a failure (names of
- *	  tables and columns, as SPEC §5 allows in messages) goes to a NOTICE.
+ *	  tables and columns, which messages may carry (README.md#reason-codes)) goes to a NOTICE.
  *	  Error messages of failed probes are never shown: only their class.
  *
  *-------------------------------------------------------------------------

@@ -6,7 +6,7 @@
  *
  * NOTES
  *	  Every function here validates its whole input before it writes
- *	  anything, and raises through ash_reject() with a SPEC §15 reason code
+ *	  anything, and raises through ash_reject() with a reason code (README.md#reason-codes)
  *	  when it refuses, so a refusal changes nothing.  Messages may name
  *	  sinks, slots, tables, columns and settings; they never carry a row
  *	  value, a message prefix, a conninfo or an identity value.
@@ -1110,7 +1110,7 @@ census_int(JsonbValue *v, const char *key, int64 lo, int64 hi)
 
 /*
  * Validate the census options and return the normalised object with every
- * closed key present (SPEC §14).
+ * closed key present (README.md#status-statistics-and-events).
  */
 static Jsonb *
 normalise_census(Jsonb *jb)

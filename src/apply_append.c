@@ -4,7 +4,7 @@
  *	  Append-log apply strategy: one immutable row per source change.
  *
  * NOTES
- *	  An append target (SPEC §11) has structural columns -- the five
+ *	  An append target (docs/history-and-events.md) has structural columns -- the five
  *	  identity axes (source_system_id, source_database, slot_name,
  *	  commit_lsn bigint, ordinal int), operation, origin, snapshot_attempt,
  *	  message_prefix, message_content; names configurable per mapping --

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * checkpoint.h
- *	  Checkpoint binding (SPEC §7.3) and halt tombstones (§7.8).
+ *	  Checkpoint binding (README.md#how-apply-works) and halt tombstones (README.md#how-apply-works).
  *
  *-------------------------------------------------------------------------
  */

@@ -2,7 +2,7 @@
  *
  * contract.h
  *	  The contract manifest: the canonical description of what a sink maps,
- *	  recorded on the checkpoint with a SHA-256 fingerprint (SPEC §8).
+ *	  recorded on the checkpoint with a SHA-256 fingerprint (README.md#how-apply-works).
  *
  *-------------------------------------------------------------------------
  */

@@ -55,7 +55,7 @@
  *	  caller frees a message by resetting that context, also after a
  *	  failure, which may leave partial allocations behind.  Errors are
  *	  static strings that never contain a byte of the message: row values
- *	  must not leak into logs (SPEC §14).
+ *	  must not leak into logs (README.md#status-statistics-and-events).
  *
  *	  We are stricter than core where strictness costs nothing: unknown flag
  *	  bits, replica identity letters, invalid xids/relids, names too long

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * errors.c
- *	  Reason codes (SPEC §15) and value-free error reporting.
+ *	  Reason codes (README.md#reason-codes) and value-free error reporting.
  *
  *-------------------------------------------------------------------------
  */

@@ -4,7 +4,7 @@
  *	  Reason codes and value-free error reporting.
  *
  * NOTES
- *	  Every refusal and every halt carries a reason code from SPEC §15: a
+ *	  Every refusal and every halt carries a reason code from README.md#reason-codes, a
  *	  stable snake_case string.  Messages may name columns, tables and
  *	  options, never row values, tenants, keys, conninfo or LSN tokens from
  *	  a source row.  Use these helpers rather than a bare ereport so that the

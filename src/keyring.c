@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * keyring.c
- *	  The key file named by ash_replicant.keyring_file (SPEC §9, §19).
+ *	  The key file named by ash_replicant.keyring_file (docs/keys.md).
  *
  * NOTES
  *	  File format (docs/keys.md is the operator's copy):

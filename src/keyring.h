@@ -20,7 +20,7 @@
 #ifndef ASH_KEYRING_H
 #define ASH_KEYRING_H
 
-/* The key families (SPEC §9). */
+/* The key families (docs/keys.md). */
 #define ASH_KEYS_COLUMN_ENCRYPTION		"column_encryption"
 #define ASH_KEYS_MESSAGE_DIGEST			"message_digest"
 #define ASH_KEYS_HORIZON_PROVENANCE		"horizon_provenance"

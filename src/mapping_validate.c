@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * mapping_validate.c
- *	  Registration validation of one mapping (SPEC §6, §10, §11, §12, §19)
+ *	  Registration validation of one mapping (docs/sql-api-mapping.md, docs/history-and-events.md, docs/snapshots.md)
  *	  and loaders that rebuild a mapping from ash_replicant.resources.
  *
  * NOTES

@@ -61,7 +61,7 @@ typedef enum AshHistoryStrategy
 	ASH_HISTORY_SCD2
 } AshHistoryStrategy;
 
-/* The structural columns of an append-log target (SPEC §11). */
+/* The structural columns of an append-log target (docs/history-and-events.md). */
 typedef enum AshAppendAxis
 {
 	ASH_APPEND_SOURCE_SYSTEM_ID,
@@ -79,7 +79,7 @@ typedef enum AshAppendAxis
 #define ASH_APPEND_NAXES		10
 #define ASH_APPEND_NIDENTITY	5	/* the first five axes form the identity */
 
-/* The names of the snapshot-provenance columns (SPEC §12). */
+/* The names of the snapshot-provenance columns (docs/snapshots.md). */
 #define ASH_PROVENANCE_FINGERPRINT_COLUMN	"replica_fingerprint"
 #define ASH_PROVENANCE_SEEN_COLUMN			"replica_seen_attempt"
 
@@ -168,7 +168,7 @@ extern const char *ash_tenant_strategy_name(AshTenantStrategy v);	/* NULL for no
 extern const char *ash_history_strategy_name(AshHistoryStrategy v);
 
 /*
- * A freshly zeroed mapping with every default of SPEC §6 applied
+ * A freshly zeroed mapping with every default of docs/sql-api-mapping.md applied
  * (source_schema/source_table stay NULL until the target is known).
  */
 extern AshMappingSpec *ash_mapping_new(void);
@@ -191,7 +191,7 @@ extern void ash_mapping_default_source(AshMappingSpec *m);
 
 /*
  * Validate m against its sink and the destination catalogs: every rule of
- * SPEC §6, §10, §11, §12 and §19 that is knowable without the source.
+ * docs/sql-api-mapping.md, docs/history-and-events.md, docs/snapshots.md that is knowable without the source.
  * Raises ash_reject on the first violation; on success sets
  * m->identity_index.
  */

@@ -2,7 +2,7 @@
  *
  * messages.c
  *	  Logical messages: prefix routes, idempotency claims and the digest
- *	  key witness (SPEC §13, §19).
+ *	  key witness (docs/history-and-events.md).
  *
  * NOTES
  *	  Position.  A transactional message rides its transaction: commit LSN

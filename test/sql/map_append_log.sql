@@ -1,4 +1,4 @@
--- Append-log mappings (SPEC §11, §19): structural columns, the five-axis
+-- Append-log mappings (docs/history-and-events.md): structural columns, the five-axis
 -- identity, rules/triggers, and every append_log_invalid /
 -- append_frontier_unavailable rejection.
 SET client_min_messages = warning;

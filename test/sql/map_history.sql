@@ -1,4 +1,4 @@
--- SCD2 history mappings (SPEC §10): the valid version-table shape and every
+-- SCD2 history mappings (docs/history-and-events.md): the valid version-table shape and every
 -- history_invalid deviation.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS ash_replicant;

@@ -1,5 +1,5 @@
 # Streaming mirror core: every common column type streams through pgoutput
-# and lands exactly (SPEC §7.5, §14).
+# and lands exactly (README.md#how-apply-works, README.md#status-statistics-and-events).
 #
 # A source table with integer, numeric (NaN, ±Infinity, huge precision), float,
 # text (unicode, quotes, backslashes, newlines, empty), varchar(n), bytea, bool,

@@ -1,4 +1,4 @@
-# Streaming mirror core: operations (SPEC §7.5).
+# Streaming mirror core: operations (README.md#how-apply-works).
 #
 #  main   primary-key changing updates (relocation); an out-of-line TOAST value
 #         kept when an update leaves it unchanged ('u'), also across a key
@@ -83,7 +83,7 @@ COMMIT;
 AshTest::wait_status($dst, 'unm', 'misconfigured', 'source_table_unmapped', src => $src);
 is($dst->safe_psql('postgres', 'SELECT count(*) FROM unm_target'), '0',
 	'unm: nothing applied');
-# SPEC §7: coverage preflight (step 2) comes before binding (3) and slot (4)
+# README.md#how-apply-works: coverage preflight (step 2) comes before binding (3) and slot (4)
 is($src->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'unm'"),
 	'0', 'unm: no slot created for an uncovered table set');
 is($dst->safe_psql('postgres', "SELECT count(*) FROM ash_replicant.checkpoints WHERE slot_name = 'unm'"),

@@ -1,5 +1,5 @@
 # Streaming mirror core: a destination-side failure halts value-free and the
-# operator resumes exactly (SPEC §7.5, §7.7, §14).
+# operator resumes exactly (README.md#how-apply-works, README.md#status-statistics-and-events).
 #
 # The destination has constraints the source does not (round 1: CHECK, round
 # 2: UNIQUE).  A source transaction that also writes other rows and another

@@ -1,4 +1,4 @@
-# Streaming mirror core: effect-once under crashes (SPEC §7.5, §7.7, §18).
+# Streaming mirror core: effect-once under crashes (README.md#how-apply-works, README.md#testing).
 #
 # A mixed workload (~200,000 row changes: inserts, updates, key changes,
 # deletes, in transactions of 1 to several thousand rows) runs on the source
@@ -13,7 +13,7 @@
 #     upserts (a replayed insert becomes an update), but counting insert AND
 #     update events does: a source change applied twice writes its row twice.
 #     Per key, the destination's event count must equal the source's (no
-#     double effect, and no lost trigger firing — SPEC §2: target triggers fire
+#     double effect, and no lost trigger firing — README.md#how-apply-works: target triggers fire
 #     as for ordinary writes).
 #
 # Seed: ASH_SEED (default: time), printed.  ASH_LONG=1 scales rows and faults.

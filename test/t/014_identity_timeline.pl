@@ -1,4 +1,4 @@
-# Streaming mirror core: source identity and checkpoint binding (SPEC §7.1, §7.3).
+# Streaming mirror core: source identity and checkpoint binding (README.md#how-apply-works).
 #
 #  (last, separately) a wrong source_system_identifier (and, separately, a wrong source_database)
 #    halts source_identity_mismatch before any checkpoint or slot exists; no

@@ -1,5 +1,5 @@
 # Bad input from the SOURCE side and from the pipeline configuration (SPEC
-# §15, §18 "every bad input gets its reason code and leaves the mirror and
+# README.md#reason-codes, README.md#testing "every bad input gets its reason code and leaves the mirror and
 # checkpoint unchanged").
 #
 # Sink "bi" mirrors table t and connects as role pw_user, which the source

@@ -6,7 +6,7 @@
 # the sentinel must reach no destination log line, status, preflight or
 # doctor output (log_statement = none on both nodes: the test sends it itself).
 #
-# 1. publication_contract_incompatible (SPEC §15), judged by the shared
+# 1. publication_contract_incompatible (README.md#reason-codes), judged by the shared
 #    coverage judgement (coverage.c + source_catalog.c).  Each flavour, with
 #    the sink stopped and a source UPDATE pending (published before the
 #    change), asserts: misconfigured/publication_contract_incompatible at

@@ -1,4 +1,4 @@
-# Streaming of large in-progress transactions (pipelines.streaming, SPEC §7.4).
+# Streaming of large in-progress transactions (pipelines.streaming, README.md#how-apply-works).
 #
 # The source runs with logical_decoding_work_mem at its 64 kB minimum, so any
 # transaction of a few hundred rows is streamed in blocks before it commits.

@@ -1,5 +1,5 @@
-# Preflight, doctor and ash_replicant_ctl against a real source (SPEC §5
-# "Operations", §7.1-7.2, §14).
+# Preflight, doctor and ash_replicant_ctl against a real source (docs/operations.md
+# "Operations", README.md#how-apply-works, README.md#status-statistics-and-events).
 #
 #  - a healthy running pipeline: every preflight and doctor check passes, the
 #    CLI exits 0, and neither function writes (no transaction id on the

@@ -1,4 +1,4 @@
-# Recovery functions against a real pipeline (SPEC §5 "Recovery", §7.3, §19).
+# Recovery functions against a real pipeline (docs/operations.md "Recovery", README.md#how-apply-works).
 #
 # Each case halts a streaming pipeline with a binding conflict, shows it in
 # the doctor, refuses recovery while the pipeline is enabled, recovers with

@@ -1,5 +1,5 @@
 # Source coverage judged by the worker exactly as preflight judges it, at
-# activation and in every census (SPEC §7.1-7.2, §14, §19 "Probe identity").
+# activation and in every census (README.md#how-apply-works, README.md#status-statistics-and-events "Probe identity").
 #
 # One sink (cv, census every 500 ms) over a publication of mapped tables plus
 # one ignored table.  Each coverage reason is triggered by a real source

@@ -1,4 +1,4 @@
-# Contract manifest (SPEC §8): recorded at the first binding with its SHA-256
+# Contract manifest (README.md#how-apply-works): recorded at the first binding with its SHA-256
 # fingerprint; a pure addition is admitted with the watermark untouched; a
 # change halts contract_incompatible and leaves mirror and checkpoint as they
 # were; a decoder/table-set switch halts decoder_contract_incompatible; while

@@ -1,4 +1,4 @@
-# Attribute tenancy with three tenants (SPEC §6, §7.5-7.6).
+# Attribute tenancy with three tenants (docs/sql-api-mapping.md, README.md#how-apply-works).
 #
 #  accounts  tenant column "tenant", NOT part of the destination key (id): every
 #            update and delete is scoped by the tenant; source key (tenant, id)

@@ -1,4 +1,4 @@
-# Context tenancy (schema per tenant) with three tenants (SPEC §6, §7.5-7.6).
+# Context tenancy (schema per tenant) with three tenants (docs/sql-api-mapping.md, README.md#how-apply-works).
 #
 #  docs    tenant_column "tenant", default tenant_schema_format '%s': a row
 #          goes to <tenant>.docs; the tenants are acme, globex and

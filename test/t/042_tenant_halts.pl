@@ -1,5 +1,5 @@
-# Every tenant halt leaves mirror and checkpoint unchanged (SPEC §6, §7.5-7.6,
-# §15); the operator fixes the cause and ash_replicant_start resumes exactly.
+# Every tenant halt leaves mirror and checkpoint unchanged (docs/sql-api-mapping.md, README.md#how-apply-works,
+# README.md#reason-codes); the operator fixes the cause and ash_replicant_start resumes exactly.
 #
 # Sink "th" (one pipeline, one halt after the other; each failing source
 # transaction also writes valid rows, and a valid transaction follows it):
@@ -152,7 +152,7 @@ AshTest::wait_status($dst, 'tn_rid', 'misconfigured', 'source_replica_identity',
 # Sink "th": halt, unchanged, fix, resume, converge
 ##############################################################################
 
-# SPEC §7.6/§15: tenant_required is reported with side=new|old (structure,
+# README.md#how-apply-works, README.md#reason-codes: tenant_required is reported with side=new|old (structure,
 # not a value).  Any log line of the sink that names tenant_required counts,
 # together with its DETAIL line (the halt event or an event of its own).
 sub side_logged

@@ -1,4 +1,4 @@
-# Sensitive columns encrypted in apply, and key rotation (SPEC §6, §9; docs/keys.md).
+# Sensitive columns encrypted in apply, and key rotation (docs/sql-api-mapping.md, docs/keys.md).
 #
 #  cards  attribute tenancy; pan sensitive + encrypted (bytea target), cvv
 #         sensitive + skipped (no target column)

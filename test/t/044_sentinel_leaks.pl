@@ -1,4 +1,4 @@
-# No value of a failing row leaks (SPEC §14, §15, §18 "Security").
+# No value of a failing row leaks (README.md#status-statistics-and-events, README.md#reason-codes, README.md#testing "Security").
 #
 # Each case plants a fresh random sentinel in the tenant column (where the
 # case allows one), in a sensitive (encrypted) column and in an ordinary

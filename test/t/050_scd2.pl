@@ -1,4 +1,4 @@
-# SCD2 history mirrors (SPEC §10): exact history under a mixed workload, a
+# SCD2 history mirrors (docs/history-and-events.md): exact history under a mixed workload, a
 # destination crash and a forced re-delivery.
 #
 # Two source tables feed SCD2 mirrors of one sink:

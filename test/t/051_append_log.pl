@@ -1,4 +1,4 @@
-# Append-log sinks (SPEC §11, §13, §19): one immutable event per source change.
+# Append-log sinks (docs/history-and-events.md): one immutable event per source change.
 #
 # An append-log sink maps a source table (REPLICA IDENTITY FULL, an
 # out-of-line TOAST column updates mostly leave unchanged) and routes a

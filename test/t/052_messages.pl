@@ -1,4 +1,4 @@
-# Logical messages (SPEC §13, §19): prefix routes, claims, key rotation.
+# Logical messages (docs/history-and-events.md): prefix routes, claims, key rotation.
 #
 # A state mirror routes 'audit' to a table and 'mail' to a function, ignores
 # 'noise', and mirrors an "orders" table.  Messages are emitted inside

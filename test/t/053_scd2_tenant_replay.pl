@@ -1,4 +1,4 @@
-# SCD2 under attribute tenancy (SPEC §6, §10): a relocation followed by
+# SCD2 under attribute tenancy (docs/sql-api-mapping.md, docs/history-and-events.md): a relocation followed by
 # another change of the same key in ONE source transaction, first delivery
 # and forced re-delivery; a genuine tenant conflict still halts.
 #

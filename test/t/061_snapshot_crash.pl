@@ -1,4 +1,4 @@
-# snapshot => 'v1' under faults (SPEC §12, §18): 1,000,000 existing rows in
+# snapshot => 'v1' under faults (docs/snapshots.md, README.md#testing): 1,000,000 existing rows in
 # two tables (TOASTed values among them) are copied while a workload of
 # inserts, updates, deletes, primary-key changes and TOAST rewrites runs on
 # the source; at seeded random points of the copy the destination is killed

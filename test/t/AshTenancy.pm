@@ -122,7 +122,7 @@ sub expect_halt
 	else
 	{
 		# refused before binding: no checkpoint row, so the skip is lawful
-		# (SPEC §19); the halt is recorded on the pipeline
+		# (README.md#how-apply-works); the halt is recorded on the pipeline
 		is($dst->safe_psql('postgres',
 				"SELECT halt_reason FROM ash_replicant.pipelines WHERE sink_name = '$sink'"),
 			$reason, "$label: halt recorded (refused before any checkpoint existed)");
