@@ -36,25 +36,14 @@
 static const char *describe_sql =
 "SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
 "  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text,"
-"  CASE c.relreplident WHEN 'f' THEN true"
-"   WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
-"     WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY (i.indkey))"
-"   WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
-"     WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY (i.indkey))"
-"   ELSE false END,"
+ASH_SQL_IN_REPLICA_IDENTITY ","
 "  $3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[]),"
 "  c.relkind"
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
 "  AND NOT a.attisdropped AND a.attgenerated = ''"
-" LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typtype, typbasetype) AS ("
-"    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t"
-"     WHERE t.oid = a.atttypid"
-"    UNION ALL"
-"    SELECT t.oid, t.typname, t.typtype, t.typbasetype FROM pg_catalog.pg_type t, b"
-"     WHERE b.typtype = 'd' AND t.oid = b.typbasetype)"
-"   SELECT typname FROM b WHERE typtype <> 'd') bt ON true"
+ASH_SQL_BASE_TYPE_LATERAL
 " WHERE n.nspname = $1 AND c.relname = $2"
 " ORDER BY a.attnum";
 

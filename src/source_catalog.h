@@ -40,6 +40,29 @@
 #include "coverage.h"
 #include "libpq_conn.h"
 
+/*
+ * SQL fragments shared by the describing probes (aliases c: pg_class, a:
+ * pg_attribute): whether a column is in the replica identity as pgoutput
+ * marks it, and the base type of a column (through domains) as bt with
+ * typname and typnamespace, the name pgoutput's Type message carries.
+ */
+#define ASH_SQL_IN_REPLICA_IDENTITY \
+"  CASE c.relreplident WHEN 'f' THEN true" \
+"   WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i" \
+"     WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY (i.indkey))" \
+"   WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i" \
+"     WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY (i.indkey))" \
+"   ELSE false END"
+
+#define ASH_SQL_BASE_TYPE_LATERAL \
+" LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typnamespace, typtype, typbasetype) AS (" \
+"    SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype" \
+"      FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid" \
+"    UNION ALL" \
+"    SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype" \
+"      FROM pg_catalog.pg_type t, b WHERE b.typtype = 'd' AND t.oid = b.typbasetype)" \
+"   SELECT typname, typnamespace FROM b WHERE typtype <> 'd') bt ON true"
+
 /* The decoder's table-set setting (as configured; never logged). */
 typedef struct AshTableSetSpec
 {
