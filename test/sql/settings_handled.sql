@@ -47,6 +47,8 @@ INSERT INTO handled VALUES
   ('pipelines', 'halt_class', 'status'),
   ('pipelines', 'halt_sqlstate', 'status'),
   ('pipelines', 'halted_at', 'status'),
+  ('pipelines', 'halt_lsn', 'status'),
+  ('pipelines', 'halt_target', 'status'),
   ('pipelines', 'updated_at', 'bookkeeping'),
   ('resources', 'resource_id', 'key'),
   ('resources', 'sink_name', 'key'),
