@@ -36,10 +36,11 @@
  *	  source_catalog.c and coverage.c, the very code the pipeline runs at
  *	  activation and in every census: preflight's verdict is the worker's.
  *
- *	  Rows are value- and name-free: check names and reason codes only —
- *	  never the conninfo, publication, identity, slot name, an LSN, or a
- *	  table or column name.  The structural context of a failure (names of
- *	  tables and columns, which messages may carry (README.md#reason-codes)) goes to a NOTICE.
+ *	  Rows are value-free: check names, reason codes and a structural
+ *	  detail -- names of tables, columns and types, a halt's SQLSTATE,
+ *	  target and commit LSN -- never the conninfo, publication, identity,
+ *	  slot name or a row value.  The detail of a failure also goes to a
+ *	  NOTICE (catalogs before 1.2.0 have no detail column).
  *	  Error messages of failed probes are never shown: only their class.
  *
  *-------------------------------------------------------------------------
@@ -104,6 +105,9 @@ typedef struct SinkFacts
 	bool		binary_transfer;
 	int64		nroutes;
 	int64		nroutes_below;
+	char	   *halt_sqlstate;	/* the current halt's, or NULL */
+	char	   *halt_target;
+	char	   *halt_lsn;		/* text of a pg_lsn */
 } SinkFacts;
 
 /* The checkpoint rows under the sink's slot name. */
@@ -149,11 +153,16 @@ typedef struct Doctor
  * ---------------------------------------------------------------------
  */
 
+/*
+ * One row.  detail (1.2.0 on; catalogs before declare three columns) is
+ * structure only: names of tables, columns and types, a SQLSTATE, an LSN.
+ */
 static void
-emit(Doctor *d, const char *check, const char *verdict, const char *reason)
+emit_detail(Doctor *d, const char *check, const char *verdict, const char *reason,
+			const char *detail)
 {
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
 
 	values[0] = CStringGetTextDatum(check);
 	values[1] = CStringGetTextDatum(verdict);
@@ -161,7 +170,17 @@ emit(Doctor *d, const char *check, const char *verdict, const char *reason)
 		values[2] = CStringGetTextDatum(reason);
 	else
 		nulls[2] = true;
+	if (detail != NULL && detail[0] != '\0')
+		values[3] = CStringGetTextDatum(detail);
+	else
+		nulls[3] = true;
 	tuplestore_putvalues(d->rsinfo->setResult, d->rsinfo->setDesc, values, nulls);
+}
+
+static void
+emit(Doctor *d, const char *check, const char *verdict, const char *reason)
+{
+	emit_detail(d, check, verdict, reason, NULL);
 }
 
 /* A failure or warning with its structural context (names only). */
@@ -172,7 +191,28 @@ emit_judged(Doctor *d, const char *check, const char *verdict, const char *reaso
 	if (context != NULL && context[0] != '\0')
 		ereport(NOTICE,
 				(errmsg("ash_replicant: %s %s: %s (%s)", check, verdict, reason, context)));
-	emit(d, check, verdict, reason);
+	emit_detail(d, check, verdict, reason, context);
+}
+
+/* "sqlstate 23505 (unique_violation), table t, commit LSN 0/1" of a halt */
+static char *
+halt_detail(SinkFacts *f)
+{
+	StringInfoData buf;
+	const char *condition = ash_sqlstate_condition(f->halt_sqlstate);
+
+	initStringInfo(&buf);
+	if (f->halt_sqlstate)
+		appendStringInfo(&buf, "sqlstate %s%s%s%s", f->halt_sqlstate,
+						 condition ? " (" : "", condition ? condition : "",
+						 condition ? ")" : "");
+	if (f->halt_target)
+		appendStringInfo(&buf, "%stable %s", buf.len ? ", " : "", f->halt_target);
+	if (f->halt_lsn)
+		appendStringInfo(&buf, "%scommit LSN %s", buf.len ? ", " : "", f->halt_lsn);
+	if (buf.len)
+		appendStringInfoString(&buf, "; ");
+	return buf.data;
 }
 
 /*
@@ -346,7 +386,13 @@ load_sink_facts(Doctor *d)
 		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
 		"    WHERE r.sink_name = s.sink_name),"
 		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
-		"    WHERE r.sink_name = s.sink_name AND r.retention < s.recovery_horizon)"
+		"    WHERE r.sink_name = s.sink_name AND r.retention < s.recovery_horizon),"
+		/* where the current generation's halt stopped (NULL before 1.2.0) */
+		"  CASE WHEN p.halt_generation >= p.start_generation THEN p.halt_sqlstate END,"
+		"  CASE WHEN p.halt_generation >= p.start_generation"
+		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_target' END,"
+		"  CASE WHEN p.halt_generation >= p.start_generation"
+		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_lsn' END"
 		" FROM ash_replicant.sinks s"
 		" LEFT JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
 		" WHERE s.sink_name = $1",
@@ -382,6 +428,9 @@ load_sink_facts(Doctor *d)
 	f->binary_transfer = get_bool(tup, desc, 17);
 	f->nroutes = DatumGetInt64(SPI_getbinval(tup, desc, 18, &isnull));
 	f->nroutes_below = DatumGetInt64(SPI_getbinval(tup, desc, 19, &isnull));
+	f->halt_sqlstate = copy_text(tup, desc, 20);
+	f->halt_target = copy_text(tup, desc, 21);
+	f->halt_lsn = copy_text(tup, desc, 22);
 	if (f->decoder == NULL)
 		f->decoder = "pgoutput";
 	if (f->snapshot == NULL)
@@ -826,7 +875,8 @@ check_output_plugin(Doctor *d)
 			ereport(NOTICE,
 					(errmsg("ash_replicant: output_plugin skipped: the source role cannot read output_plugin_libraries"),
 					 errhint("Grant pg_read_all_settings to the source role to let the doctor verify it.")));
-			emit(d, "output_plugin", V_SKIPPED, why);
+			emit_detail(d, "output_plugin", V_SKIPPED, why,
+						"grant pg_read_all_settings to the source role to let doctor read output_plugin_libraries");
 		}
 		else
 			probe_failed(d, "output_plugin", why);
@@ -998,7 +1048,7 @@ check_coverage(Doctor *d)
 				ereport(NOTICE,
 						(errmsg("ash_replicant: coverage warn: %s (%s)", v->reason, v->context)));
 		}
-		emit(d, "coverage", V_WARN, w->reason);
+		emit_detail(d, "coverage", V_WARN, w->reason, w->context);
 		return;
 	}
 	emit(d, "coverage", V_PASS, NULL);
@@ -1095,9 +1145,13 @@ check_checkpoint(Doctor *d)
 	if (cp->foreign)
 		emit(d, "checkpoint_state", V_FAIL, "checkpoint_identity_conflict");
 	else if (cp->ours && cp->terminal_cause != NULL)
-		emit(d, "checkpoint_state", V_FAIL,
-			 ash_reason_class(cp->terminal_cause) == ASH_REASON_UNKNOWN ?
-			 "tombstone_unknown" : cp->terminal_cause);
+	{
+		const char *reason = ash_reason_class(cp->terminal_cause) == ASH_REASON_UNKNOWN ?
+		"tombstone_unknown" : cp->terminal_cause;
+
+		emit_detail(d, "checkpoint_state", V_FAIL, reason,
+					psprintf("%ssee docs/reasons.md#%s", halt_detail(&d->f), reason));
+	}
 	else if (cp->ours && cp->decoder != NULL && strcmp(cp->decoder, d->f.decoder) != 0)
 		emit(d, "checkpoint_state", V_FAIL, "decoder_contract_incompatible");
 	else

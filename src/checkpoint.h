@@ -28,14 +28,25 @@ extern void ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key,
 								uint32 timeline, XLogRecPtr source_flush,
 								const char *decoder, AshBinding *out);
 
+/* A halt, as recorded: structure only, never a value. */
+typedef struct AshHaltRecord
+{
+	const char *reason;
+	const char *cls;			/* "halted" or "misconfigured" */
+	const char *sqlstate;		/* NULL when the halt had none */
+	XLogRecPtr	lsn;			/* commit LSN it stopped at, or invalid */
+	const char *target;			/* the mapping's target, or NULL */
+	bool		located;		/* the catalogs have halt_lsn/halt_target */
+} AshHaltRecord;
+
 /*
- * Record a halt: the pipelines row (halt generation, reason, class) and,
- * when the checkpoint row exists, its tombstone.  Its own transaction;
- * returns false (after logging status.tombstone_write_failed) on failure.
- * key may be NULL when the source identity is not known yet.
+ * Record a halt: the pipelines row (halt generation, reason, class,
+ * SQLSTATE and, when located, where it stopped) and, when the checkpoint
+ * row exists, its tombstone.  Its own transaction; returns false (after
+ * logging status.tombstone_write_failed) on failure.  key may be NULL when
+ * the source identity is not known yet.
  */
 extern bool ash_checkpoint_record_halt(const char *sink_name, int64 generation,
-									   AshCheckpointKey *key, const char *reason,
-									   const char *cls, const char *sqlstate);
+									   AshCheckpointKey *key, const AshHaltRecord *halt);
 
 #endif							/* ASH_CHECKPOINT_H */

@@ -12,6 +12,7 @@
 #include "postmaster/bgworker.h"
 
 #include "errors.h"
+#include "sqlstate_names.h"
 
 typedef struct AshReasonEntry
 {
@@ -131,6 +132,19 @@ ash_reason_class(const char *reason)
 			return reason_table[i].cls;
 	}
 	return ASH_REASON_UNKNOWN;
+}
+
+const char *
+ash_sqlstate_condition(const char *sqlstate)
+{
+	if (sqlstate == NULL || strlen(sqlstate) != 5)
+		return NULL;
+	for (int i = 0; i < lengthof(ash_sqlstate_names); i++)
+	{
+		if (memcmp(ash_sqlstate_names[i].sqlstate, sqlstate, 5) == 0)
+			return ash_sqlstate_names[i].name;
+	}
+	return NULL;
 }
 
 const char *

@@ -246,29 +246,66 @@ leave_cleanly(void)
  * Halts.
  * ---------------------------------------------------------------------
  */
+/*
+ * Where the error being handled happened (ash_apply_error_location, taken
+ * before the apply state is rolled back): the halt records it.
+ */
+static XLogRecPtr error_lsn = InvalidXLogRecPtr;
+static char *error_target = NULL;
+
+static void
+note_error_location(void)
+{
+	XLogRecPtr	lsn;
+	const char *target;
+
+	if (error_target)
+		pfree(error_target);
+	error_target = NULL;
+	error_lsn = InvalidXLogRecPtr;
+	if (ash_apply_error_location(&lsn, &target))
+	{
+		error_lsn = lsn;
+		if (target)
+			error_target = MemoryContextStrdup(pipeline_cxt, target);
+	}
+}
+
 static void
 do_halt_detail(const char *reason, const char *sqlstate, const char *detail)
 {
 	AshReasonClass rc = ash_reason_class(reason);
 	const char *cls = (rc == ASH_REASON_MISCONFIGURED) ? "misconfigured" : "halted";
+	AshHaltRecord h;
 
 	/* detail is an ash_halt message: structural by construction */
 	ereport(LOG,
-			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s%s%s%s",
+			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s%s%s%s%s%s",
 					cfg->sink_name, reason, cls,
 					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : "",
-					detail ? " context=\"" : "", detail ? detail : "", detail ? "\"" : "")));
+					error_target ? " table=" : "", error_target ? error_target : "",
+					detail ? " context=\"" : "", detail ? detail : "", detail ? "\"" : ""),
+			 !XLogRecPtrIsInvalid(error_lsn) ?
+			 errdetail_internal("commit_lsn=%X/%X", LSN_FORMAT_ARGS(error_lsn)) : 0));
 
 	/* in-memory leg first: it survives a failed catalog write */
 	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
 	strlcpy(MySlot->halt_reason, reason, ASH_REASON_LEN);
 	strlcpy(MySlot->halt_class, cls, sizeof(MySlot->halt_class));
+	strlcpy(MySlot->halt_sqlstate, sqlstate ? sqlstate : "", sizeof(MySlot->halt_sqlstate));
+	MySlot->halt_lsn = error_lsn;
+	strlcpy(MySlot->halt_target, error_target ? error_target : "", ASH_HALT_TARGET_LEN);
 	MySlot->halt_generation = my_generation;
 	MySlot->halted_at = GetCurrentTimestamp();
 	LWLockRelease(AshShmem->lock);
 
-	(void) ash_checkpoint_record_halt(cfg->sink_name, my_generation, ckey, reason, cls,
-									  sqlstate);
+	h.reason = reason;
+	h.cls = cls;
+	h.sqlstate = sqlstate;
+	h.lsn = error_lsn;
+	h.target = error_target;
+	h.located = catalogs_current;	/* 1.2.0's columns exist */
+	(void) ash_checkpoint_record_halt(cfg->sink_name, my_generation, ckey, &h);
 	if (stream_open)
 		ash_stream_close(&stream);
 	stream_open = false;
@@ -1152,6 +1189,7 @@ ash_pipeline_main(Datum main_arg)
 			MemoryContextSwitchTo(pipeline_cxt);
 			edata = CopyErrorData();
 			FlushErrorState();
+			note_error_location();
 			ash_apply_abort();
 			if (stream_open)
 				ash_stream_close(&stream);

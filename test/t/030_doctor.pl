@@ -195,8 +195,8 @@ like($out, qr/^runtime\s+pass/m, 'ctl text lists the checks');
 ($rc, $out) = ctl('doctor', '--sink', 'dr', '--format', 'json', @dstconn);
 my $json = eval { decode_json($out) };
 ok(ref $json eq 'ARRAY' && @$json == 19, 'ctl json: an array of 19 objects') or diag $out;
-is_deeply([ sort keys %{ $json->[0] // {} } ], [qw(check reason verdict)],
-	'ctl json objects carry check, verdict, reason');
+is_deeply([ sort keys %{ $json->[0] // {} } ], [qw(check detail reason verdict)],
+	'ctl json objects carry check, verdict, reason, detail');
 is($json->[0]{check}, 'configuration_complete', 'ctl json keeps the order');
 ($rc) = ctl('status', '--sink', 'dr', @dstconn);
 is($rc, 0, 'ctl status of a healthy pipeline exits 0');
