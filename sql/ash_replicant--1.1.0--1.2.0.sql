@@ -63,3 +63,26 @@ COMMENT ON FUNCTION ash_replicant_doctor(text)
 REVOKE ALL ON FUNCTION ash_replicant_preflight(text), ash_replicant_doctor(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION ash_replicant_preflight(text), ash_replicant_doctor(text)
 	TO ash_replicant_monitor, ash_replicant_admin;
+
+------------------------------------------------------------------------------
+-- Change a sink without rebuilding it.
+------------------------------------------------------------------------------
+
+CREATE FUNCTION ash_replicant_alter_sink(
+	sink_name text,
+	ignored_sources text[] DEFAULT NULL,
+	ignored_message_prefixes text[] DEFAULT NULL,
+	recovery_horizon interval DEFAULT NULL,
+	batch_max_transactions integer DEFAULT NULL,
+	owner regrole DEFAULT NULL,
+	reset_recovery_horizon boolean DEFAULT false)
+RETURNS void
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_alter_sink';
+COMMENT ON FUNCTION ash_replicant_alter_sink(text, text[], text[], interval, integer, regrole, boolean)
+	IS 'change a sink''s ignores, message-prefix ignores, recovery horizon, batch size or owner, keeping mappings, pipeline and checkpoint (NULL keeps a setting); a running pipeline restarts on it, one halted misconfigured is started again';
+REVOKE ALL ON FUNCTION ash_replicant_alter_sink(text, text[], text[], interval, integer, regrole, boolean)
+	FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ash_replicant_alter_sink(text, text[], text[], interval, integer, regrole, boolean)
+	TO ash_replicant_admin;
