@@ -86,3 +86,15 @@ REVOKE ALL ON FUNCTION ash_replicant_alter_sink(text, text[], text[], interval, 
 	FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION ash_replicant_alter_sink(text, text[], text[], interval, integer, regrole, boolean)
 	TO ash_replicant_admin;
+
+------------------------------------------------------------------------------
+-- What a go-forward start left out.
+------------------------------------------------------------------------------
+
+/*
+ * go_forward_uncopied: the mapped source tables (quoted schema.table) that
+ * held rows when a go-forward slot was created -- their older rows are not in
+ * the mirror (doctor's existing_rows check).  NULL: not recorded (a snapshot
+ * copied them, or the slot predates 1.2.0).
+ */
+ALTER TABLE ash_replicant.checkpoints ADD COLUMN go_forward_uncopied text[];

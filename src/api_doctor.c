@@ -12,7 +12,7 @@
  *		configuration_complete, destination_mappings, keyring_families,
  *		source_reachable, source_identity, source_release, source_wal_level,
  *		privilege_replication, output_plugin, publication, privilege_select,
- *		coverage, columns
+ *		coverage, columns, existing_rows
  *		[doctor:] checkpoint_state, slot, timeline, watermark, contract,
  *		runtime
  *
@@ -1069,8 +1069,172 @@ check_columns(Doctor *d)
 	cov = judged_coverage(d);
 	if (cov->columns.reason != NULL)
 		emit_judged(d, "columns", V_FAIL, cov->columns.reason, cov->columns.context);
+	else if (cov->narrowing.reason != NULL)
+		emit_judged(d, "columns", V_WARN, cov->narrowing.reason, cov->narrowing.context);
 	else
 		emit(d, "columns", V_PASS, NULL);
+}
+
+/*
+ * Rows a go-forward start leaves behind: with snapshot off, a mapped source
+ * table that already has rows is mirrored from the slot on only -- say so,
+ * and louder when its target has a foreign key, which the first change to
+ * an old row's children will trip (apply_failed).  A snapshot copies them.
+ */
+static void
+rows_fn(Doctor *d, void *arg)
+{
+	MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+	*(List **) arg = ash_source_tables_with_rows(d->conn, d->mappings, d->rels);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * What the go-forward slot left out, as the worker recorded it when it
+ * created the slot (checkpoints.go_forward_uncopied, 1.2.0 on; preflight
+ * reads this one note of the checkpoint too: once a slot exists, what the
+ * tables hold now says nothing about what the mirror lacks).  Returns
+ * false when there is no such record (no checkpoint yet, a snapshot took
+ * over, or a slot older than the record): then the source is asked.
+ */
+static bool
+recorded_uncopied(Doctor *d, List **tables)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	bool		found = false;
+
+	*tables = NIL;
+	if (empty(d->f.sysid) || empty(d->f.database))
+		return false;
+	values[0] = CStringGetTextDatum(d->f.sysid);
+	values[1] = CStringGetTextDatum(d->f.database);
+	values[2] = CStringGetTextDatum(d->f.slot_name);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	if (SPI_execute_with_args("SELECT u FROM ash_replicant.checkpoints c,"
+							  " LATERAL pg_catalog.jsonb_array_elements_text("
+							  "   pg_catalog.to_jsonb(c) OPERATOR(pg_catalog.->) 'go_forward_uncopied') u"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							  "   AND pg_catalog.jsonb_typeof(pg_catalog.to_jsonb(c)"
+							  "       OPERATOR(pg_catalog.->) 'go_forward_uncopied') = 'array'",
+							  3, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: checkpoint read failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+		*tables = lappend(*tables, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		MemoryContextSwitchTo(old);
+	}
+	if (SPI_execute_with_args("SELECT pg_catalog.jsonb_typeof(pg_catalog.to_jsonb(c)"
+							  "   OPERATOR(pg_catalog.->) 'go_forward_uncopied') = 'array'"
+							  " FROM ash_replicant.checkpoints c"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+							  3, types, values, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		bool		isnull;
+
+		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+			!isnull;
+	}
+	SPI_finish();
+	return found;
+}
+
+static bool
+name_listed(List *names, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, names)
+	{
+		if (strcmp((char *) lfirst(lc), name) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void
+check_existing_rows(Doctor *d)
+{
+	List	   *tables = NIL;
+	ErrorData  *e;
+	ListCell   *lc;
+	StringInfoData fks;
+
+	if (skip_table_set(d, "existing_rows"))
+		return;
+	if (!d->mappings_known)
+	{
+		emit(d, "existing_rows", V_SKIPPED, "config_invalid");
+		return;
+	}
+	if (strcmp(d->f.snapshot, "off") != 0)
+	{
+		emit(d, "existing_rows", V_PASS, NULL);	/* the snapshot copies them */
+		return;
+	}
+	if (!recorded_uncopied(d, &tables))
+	{
+		e = guarded(d, rows_fn, &tables);
+		if (e != NULL)
+		{
+			probe_failed(d, "existing_rows", probe_failure(d, e));
+			return;
+		}
+	}
+	if (tables == NIL)
+	{
+		emit(d, "existing_rows", V_PASS, NULL);
+		return;
+	}
+
+	/* foreign keys of the targets of those tables */
+	initStringInfo(&fks);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	foreach(lc, d->mappings)
+	{
+		AshMapping *m = lfirst(lc);
+		Oid			types[1] = {OIDOID};
+		Datum		values[1] = {ObjectIdGetDatum(m->target_relid)};
+		char	   *qname = quote_qualified_identifier(m->source_schema, m->source_table);
+
+		if (!name_listed(tables, qname) ||
+			SPI_execute_with_args("SELECT pg_catalog.string_agg(pg_catalog.quote_ident(conname), ', ' ORDER BY conname)"
+								  " FROM pg_catalog.pg_constraint"
+								  " WHERE conrelid = $1 AND contype = 'f'",
+								  1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			continue;
+		{
+			char	   *names = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+			MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+			if (names != NULL)
+				appendStringInfo(&fks, "%s%s (%s)", fks.len ? ", " : "", qname, names);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	SPI_finish();
+
+	{
+		StringInfoData detail;
+
+		initStringInfo(&detail);
+		foreach(lc, tables)
+			appendStringInfo(&detail, "%s%s", lc == list_head(tables) ? "tables with rows that a go-forward start does not copy: " : ", ",
+							 (char *) lfirst(lc));
+		if (fks.len > 0)
+			appendStringInfo(&detail, "; their targets have foreign keys that changes to those rows will trip: %s",
+							 fks.data);
+		appendStringInfoString(&detail, "; snapshot => 'v1' copies them (docs/snapshots.md)");
+		emit_detail(d, "existing_rows", V_WARN,
+					fks.len > 0 ? "go_forward_foreign_key" : "go_forward_rows_not_copied", detail.data);
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -1458,6 +1622,7 @@ run_checks(FunctionCallInfo fcinfo, bool doctor)
 		check_privilege_select(d);
 		check_coverage(d);
 		check_columns(d);
+		check_existing_rows(d);
 		if (doctor)
 		{
 			check_checkpoint(d);

@@ -35,6 +35,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -159,6 +160,39 @@ ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key, uint32 timelin
 	/* the contract manifest: first, unchanged, or a pure addition */
 	ash_contract_admit(sink_name, key->system_id, key->database, key->slot_name);
 
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+}
+
+void
+ash_checkpoint_note_uncopied(AshCheckpointKey *key, List *tables)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID};
+	Datum		values[4];
+	Datum	   *elems = palloc(sizeof(Datum) * Max(list_length(tables), 1));
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, tables)
+		elems[n++] = CStringGetTextDatum((char *) lfirst(lc));
+	values[0] = CStringGetTextDatum(key->system_id);
+	values[1] = CStringGetTextDatum(key->database);
+	values[2] = CStringGetTextDatum(key->slot_name);
+	values[3] = PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args("UPDATE ash_replicant.checkpoints SET go_forward_uncopied = $4"
+							  " WHERE source_system_id = $1 AND source_database = $2"
+							  " AND slot_name = $3",
+							  4, types, values, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "ash_replicant: recording the go-forward tables failed");
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();

@@ -28,6 +28,13 @@ extern void ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key,
 								uint32 timeline, XLogRecPtr source_flush,
 								const char *decoder, AshBinding *out);
 
+/*
+ * Record, once, the mapped source tables that held rows when a go-forward
+ * slot was created (quoted names; NIL: none): doctor's existing_rows reads
+ * it.  Its own transaction.  Catalogs before 1.2.0 have no place for it.
+ */
+extern void ash_checkpoint_note_uncopied(AshCheckpointKey *key, List *tables);
+
 /* A halt, as recorded: structure only, never a value. */
 typedef struct AshHaltRecord
 {

@@ -111,6 +111,9 @@ static const AshReasonEntry reason_table[] = {
 	{"ignore_never_matches", ASH_REASON_DOCTOR},
 	{"extension_version_mismatch", ASH_REASON_MISCONFIGURED},	/* also a halt */
 	{"mapping_never_matches", ASH_REASON_DOCTOR},
+	{"target_column_narrower", ASH_REASON_DOCTOR},
+	{"go_forward_rows_not_copied", ASH_REASON_DOCTOR},
+	{"go_forward_foreign_key", ASH_REASON_DOCTOR},
 	{"library_not_preloaded", ASH_REASON_DOCTOR},
 	{"launcher_not_running", ASH_REASON_DOCTOR},
 	{"launcher_database_mismatch", ASH_REASON_DOCTOR},

@@ -903,6 +903,26 @@ check_key_families(void)
 		ash_halt("keyring_missing_family", "family %s", ASH_KEYS_SNAPSHOT_PROVENANCE);
 }
 
+/*
+ * A go-forward slot was just created: the rows the mapped source tables
+ * hold now will not be mirrored.  Say so once, as events and on the
+ * checkpoint (doctor's existing_rows), so that healthy is never mistaken
+ * for complete.
+ */
+static void
+note_go_forward(void)
+{
+	List	   *tables = ash_census_tables_with_rows(cfg);
+	ListCell   *lc;
+
+	foreach(lc, tables)
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.go_forward_rows_not_copied sink=%s table=%s",
+						cfg->sink_name, (char *) lfirst(lc)),
+				 errhint("The table's existing rows are not mirrored; snapshot => 'v1' copies them (docs/snapshots.md).")));
+	ash_checkpoint_note_uncopied(ckey, tables);
+}
+
 static void
 run_session(void)
 {
@@ -958,6 +978,8 @@ run_session(void)
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.slot_ready = true;
 	SpinLockRelease(&MySlot->mutex);
+	if (slot_created && !snapshot)
+		note_go_forward();
 
 	ash_apply_init(cfg, ckey, binding.commit_lsn, binding.end_lsn);
 	/* events a snapshot appended sit at their copy's position - 1 */
