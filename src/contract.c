@@ -84,28 +84,39 @@ static const char *manifest_sql =
  * integer to a larger one or numeric; real to double precision; numeric(p,s)
  * to more integer digits at the same scale, or unconstrained; a time or
  * timestamp to a higher or unconstrained precision.  Anything else changes
- * the contract.  (SQL over format_type texts; $o and $n are substituted.)
+ * the contract.  (SQL over format_type texts, o and n substituted; LIKE and
+ * split_part, not regular expressions: a worker would keep every compiled
+ * pattern cached for its lifetime, megabytes each.)
  */
 #define WIDENS_SQL(o, n) \
 "(" o " = " n \
 " OR (" o " = 'character varying' AND " n " = 'text')" \
-" OR (" o " ~ '^character varying\\(\\d+\\)$' AND (" n " IN ('text', 'character varying')" \
-"     OR (" n " ~ '^character varying\\(\\d+\\)$' AND" \
-"         pg_catalog.substring(" n ", '\\d+')::pg_catalog.int4 >= pg_catalog.substring(" o ", '\\d+')::pg_catalog.int4)))" \
+" OR CASE WHEN " o " LIKE 'character varying(%)' THEN " n " IN ('text', 'character varying')" \
+"     OR (" n " LIKE 'character varying(%)' AND" \
+"         pg_catalog.rtrim(pg_catalog.split_part(" n ", '(', 2), ')')::pg_catalog.int4" \
+"           >= pg_catalog.rtrim(pg_catalog.split_part(" o ", '(', 2), ')')::pg_catalog.int4)" \
+"   ELSE false END" \
 " OR (" o " = 'smallint' AND " n " IN ('integer', 'bigint', 'numeric'))" \
 " OR (" o " = 'integer' AND " n " IN ('bigint', 'numeric'))" \
 " OR (" o " = 'bigint' AND " n " = 'numeric')" \
 " OR (" o " = 'real' AND " n " = 'double precision')" \
-" OR (" o " ~ '^numeric\\(\\d+,\\d+\\)$' AND (" n " = 'numeric'" \
-"     OR (" n " ~ '^numeric\\(\\d+,\\d+\\)$'" \
-"         AND pg_catalog.split_part(pg_catalog.substring(" n ", '\\d+,\\d+'), ',', 2)" \
-"           = pg_catalog.split_part(pg_catalog.substring(" o ", '\\d+,\\d+'), ',', 2)" \
-"         AND pg_catalog.split_part(pg_catalog.substring(" n ", '\\d+,\\d+'), ',', 1)::pg_catalog.int4" \
-"           >= pg_catalog.split_part(pg_catalog.substring(" o ", '\\d+,\\d+'), ',', 1)::pg_catalog.int4)))" \
-" OR (" o " ~ '^(time|timestamp)\\(\\d\\) with(out)? time zone$'" \
-"     AND pg_catalog.regexp_replace(" o ", '\\(\\d\\)', '') = pg_catalog.regexp_replace(" n ", '\\(\\d\\)', '')" \
-"     AND coalesce(pg_catalog.substring(" n ", '\\((\\d)\\)')::pg_catalog.int4, 6)" \
-"       >= pg_catalog.substring(" o ", '\\((\\d)\\)')::pg_catalog.int4))"
+" OR CASE WHEN " o " LIKE 'numeric(%,%)' THEN " n " = 'numeric'" \
+"     OR (" n " LIKE 'numeric(%,%)'" \
+"         AND pg_catalog.rtrim(pg_catalog.split_part(" n ", ',', 2), ')')" \
+"           = pg_catalog.rtrim(pg_catalog.split_part(" o ", ',', 2), ')')" \
+"         AND pg_catalog.split_part(pg_catalog.split_part(" n ", '(', 2), ',', 1)::pg_catalog.int4" \
+"           >= pg_catalog.split_part(pg_catalog.split_part(" o ", '(', 2), ',', 1)::pg_catalog.int4)" \
+"   ELSE false END" \
+" OR CASE WHEN " o " LIKE 'time%(_) with%time zone' THEN" \
+"     pg_catalog.split_part(" o ", '(', 1) OPERATOR(pg_catalog.||) pg_catalog.split_part(" o ", ')', 2)" \
+"       = CASE WHEN " n " LIKE 'time%(_) with%time zone'" \
+"           THEN pg_catalog.split_part(" n ", '(', 1) OPERATOR(pg_catalog.||) pg_catalog.split_part(" n ", ')', 2)" \
+"           ELSE " n " END" \
+"     AND CASE WHEN " n " LIKE 'time%(_) with%time zone'" \
+"           THEN pg_catalog.split_part(pg_catalog.split_part(" n ", '(', 2), ')', 1)::pg_catalog.int4" \
+"           ELSE 6 END" \
+"       >= pg_catalog.split_part(pg_catalog.split_part(" o ", '(', 2), ')', 1)::pg_catalog.int4" \
+"   ELSE false END)"
 
 /*
  * The recorded manifest with each target column type that the rebuilt one
