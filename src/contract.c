@@ -86,13 +86,14 @@ static const char *manifest_sql =
  * timestamp to a higher or unconstrained precision.  Anything else changes
  * the contract.  (SQL over format_type texts, o and n substituted; LIKE and
  * split_part, not regular expressions: a worker would keep every compiled
- * pattern cached for its lifetime, megabytes each.)
+ * pattern cached for its lifetime, megabytes each.  Its % are doubled: it
+ * is part of judge_sql, a format.)
  */
 #define WIDENS_SQL(o, n) \
 "(" o " = " n \
 " OR (" o " = 'character varying' AND " n " = 'text')" \
-" OR CASE WHEN " o " LIKE 'character varying(%)' THEN " n " IN ('text', 'character varying')" \
-"     OR (" n " LIKE 'character varying(%)' AND" \
+" OR CASE WHEN " o " LIKE 'character varying(%%)' THEN " n " IN ('text', 'character varying')" \
+"     OR (" n " LIKE 'character varying(%%)' AND" \
 "         pg_catalog.rtrim(pg_catalog.split_part(" n ", '(', 2), ')')::pg_catalog.int4" \
 "           >= pg_catalog.rtrim(pg_catalog.split_part(" o ", '(', 2), ')')::pg_catalog.int4)" \
 "   ELSE false END" \
@@ -100,19 +101,19 @@ static const char *manifest_sql =
 " OR (" o " = 'integer' AND " n " IN ('bigint', 'numeric'))" \
 " OR (" o " = 'bigint' AND " n " = 'numeric')" \
 " OR (" o " = 'real' AND " n " = 'double precision')" \
-" OR CASE WHEN " o " LIKE 'numeric(%,%)' THEN " n " = 'numeric'" \
-"     OR (" n " LIKE 'numeric(%,%)'" \
+" OR CASE WHEN " o " LIKE 'numeric(%%,%%)' THEN " n " = 'numeric'" \
+"     OR (" n " LIKE 'numeric(%%,%%)'" \
 "         AND pg_catalog.rtrim(pg_catalog.split_part(" n ", ',', 2), ')')" \
 "           = pg_catalog.rtrim(pg_catalog.split_part(" o ", ',', 2), ')')" \
 "         AND pg_catalog.split_part(pg_catalog.split_part(" n ", '(', 2), ',', 1)::pg_catalog.int4" \
 "           >= pg_catalog.split_part(pg_catalog.split_part(" o ", '(', 2), ',', 1)::pg_catalog.int4)" \
 "   ELSE false END" \
-" OR CASE WHEN " o " LIKE 'time%(_) with%time zone' THEN" \
+" OR CASE WHEN " o " LIKE 'time%%(_) with%%time zone' THEN" \
 "     pg_catalog.split_part(" o ", '(', 1) OPERATOR(pg_catalog.||) pg_catalog.split_part(" o ", ')', 2)" \
-"       = CASE WHEN " n " LIKE 'time%(_) with%time zone'" \
+"       = CASE WHEN " n " LIKE 'time%%(_) with%%time zone'" \
 "           THEN pg_catalog.split_part(" n ", '(', 1) OPERATOR(pg_catalog.||) pg_catalog.split_part(" n ", ')', 2)" \
 "           ELSE " n " END" \
-"     AND CASE WHEN " n " LIKE 'time%(_) with%time zone'" \
+"     AND CASE WHEN " n " LIKE 'time%%(_) with%%time zone'" \
 "           THEN pg_catalog.split_part(pg_catalog.split_part(" n ", '(', 2), ')', 1)::pg_catalog.int4" \
 "           ELSE 6 END" \
 "       >= pg_catalog.split_part(pg_catalog.split_part(" o ", '(', 2), ')', 1)::pg_catalog.int4" \
