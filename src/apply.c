@@ -32,7 +32,8 @@
  *
  *	  Strategies (SCD1 apply_scd1.c, SCD2 apply_scd2.c, append log
  *	  apply_append.c) only see mapped, resolved relations and row images;
- *	  they never see protocol records.  Logical messages go to messages.c.
+ *	  they never see protocol records.  Logical messages go to messages.c
+ *	  (state mirrors) or apply_append.c (append logs).
  *
  *-------------------------------------------------------------------------
  */
@@ -56,6 +57,7 @@
 #include "utils/timestamp.h"
 
 #include "apply.h"
+#include "apply_append.h"
 #include "apply_bulk.h"
 #include "crypto.h"
 #include "keyring.h"
@@ -63,6 +65,7 @@
 #include "messages.h"
 #include "provenance.h"
 #include "shmem.h"
+#include "spi_util.h"
 
 AshApplyErrorContext ash_apply_errctx;
 
@@ -249,111 +252,6 @@ begin_batch(void)
 	/* no key is held between batches: a rotated keyring is seen here */
 	if (apply_needs_keys)
 		ash_keyring_load();
-}
-
-uint64
-ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_ret)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	int			ret = SPI_execute_plan(plan, values, nulls, false, 0);
-
-	/* SPI returns in its procedure context: per-change work stays ours */
-	MemoryContextSwitchTo(cxt);
-
-	if (ret != expected_ret)
-		elog(ERROR, "ash_replicant: unexpected SPI result %d", ret);
-	return SPI_processed;
-}
-
-/*
- * Run fn(arg) inside a subtransaction; when it fails with the SQLSTATE
- * catch_code, roll back only that subtransaction (nothing of it stays:
- * rows, trigger effects) and return false.  Any other error is re-thrown.
- * The caught error's text is dropped unread: constraint errors carry row
- * values.
- */
-bool
-ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != catch_code)
-			ReThrowError(edata);
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
-}
-
-typedef struct SpiCall
-{
-	SPIPlanPtr	plan;
-	Datum	   *values;
-	const char *nulls;
-	int			expected_ret;
-	uint64		processed;
-} SpiCall;
-
-static void
-spi_call(void *arg)
-{
-	SpiCall    *call = (SpiCall *) arg;
-
-	call->processed = ash_spi_execute(call->plan, call->values, call->nulls,
-									  call->expected_ret);
-}
-
-/* ash_spi_execute in a subtransaction, see ash_run_catching */
-bool
-ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
-						 int expected_ret, int catch_code, uint64 *processed)
-{
-	SpiCall		call = {plan, values, nulls, expected_ret, 0};
-	bool		ok = ash_run_catching(spi_call, &call, catch_code);
-
-	*processed = call.processed;
-	return ok;
-}
-
-/*
- * SPI returns in its own procedure context; keep the caller's context so
- * nothing of ours lands there (it lives until SPI_finish, i.e. the batch).
- */
-SPIPlanPtr
-ash_spi_prepare_kept(const char *sql, int nargs, Oid *types)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "ash_replicant: could not prepare an apply statement (%s)",
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "ash_replicant: could not keep an apply plan");
-	MemoryContextSwitchTo(cxt);
-	return plan;
 }
 
 bool
@@ -1153,8 +1051,23 @@ apply_message(AshChange *c)
 		pending.received_xacts++;
 		pending.received_changes++;
 	}
-	ash_message_apply(apply_cfg, apply_key, route, prefix,
-					  c->u.message.content, c->u.message.content_len);
+	if (ash_config_is_append_log(apply_cfg))
+	{
+		/* an event of the append log, written as the sink owner */
+		Oid			save_userid;
+		int			save_sec;
+
+		PushActiveSnapshot(GetTransactionSnapshot());
+		as_owner_begin(&save_userid, &save_sec);
+		ash_append_message(apply_cfg, route->target, prefix,
+						   c->u.message.content, c->u.message.content_len);
+		as_owner_end(save_userid, save_sec);
+		PopActiveSnapshot();
+	}
+	else
+		ash_message_apply(apply_cfg, apply_key, route, prefix,
+						  c->u.message.content, c->u.message.content_len,
+						  meta.commit_lsn, meta.ordinal);
 	pending.applied_changes++;
 	if (!transactional)
 	{

@@ -56,8 +56,10 @@
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 
-#include "apply.h"
+#include "apply_append.h"
+#include "apply_strategy.h"
 #include "errors.h"
+#include "spi_util.h"
 
 #define NSTRUCT	8				/* five axes, operation, origin, attempt */
 

@@ -10,7 +10,13 @@
 
 #include "access/xlogdefs.h"
 
-#include "apply.h"
+/* Identity of the checkpoint row a pipeline writes. */
+typedef struct AshCheckpointKey
+{
+	char	   *system_id;
+	char	   *database;
+	char	   *slot_name;
+} AshCheckpointKey;
 
 typedef struct AshBinding
 {
