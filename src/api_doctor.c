@@ -64,7 +64,7 @@
 
 #include "api_sink.h"
 #include "ash_replicant.h"
-#include "contract.h"
+#include "checkpoint.h"
 #include "coverage.h"
 #include "errors.h"
 #include "keyring.h"

@@ -111,7 +111,6 @@ static MemoryContext change_cxt = NULL;
 static Oid	fresh_relid = InvalidOid;
 static LocalTransactionId fresh_lxid = InvalidLocalTransactionId;
 static AshChangeMeta meta;
-static SPIPlanPtr checkpoint_plan = NULL;
 
 /* counters published at batch end */
 static AshPipelineStats pending;
@@ -1397,35 +1396,9 @@ ash_apply_change(AshChange *c)
 static void
 advance_checkpoint(void)
 {
-	Datum		values[5];
-	uint64		n;
-
-	if (checkpoint_plan == NULL)
-	{
-		Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, LSNOID, LSNOID};
-		SPIPlanPtr	p;
-
-		p = SPI_prepare("UPDATE ash_replicant.checkpoints"
-						" SET commit_lsn = $4, end_lsn = $5, updated_at = pg_catalog.now()"
-						" WHERE source_system_id = $1 AND source_database = $2"
-						" AND slot_name = $3 AND commit_lsn OPERATOR(pg_catalog.<) $4",
-						5, types);
-		if (p == NULL || SPI_keepplan(p) != 0)
-			elog(ERROR, "ash_replicant: could not prepare the checkpoint update");
-		checkpoint_plan = p;
-	}
-	values[0] = CStringGetTextDatum(apply_key->system_id);
-	values[1] = CStringGetTextDatum(apply_key->database);
-	values[2] = CStringGetTextDatum(apply_key->slot_name);
-	values[3] = LSNGetDatum(batch_commit_lsn);
-	values[4] = LSNGetDatum(batch_end_lsn);
 	ash_apply_errctx.command = "checkpoint";
 	ash_apply_errctx.relation = NULL;
-	PushActiveSnapshot(GetTransactionSnapshot());
-	n = ash_spi_execute(checkpoint_plan, values, NULL, SPI_OK_UPDATE);
-	PopActiveSnapshot();
-	if (n != 1)
-		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
+	ash_checkpoint_advance(apply_key, batch_commit_lsn, batch_end_lsn);
 }
 
 static void

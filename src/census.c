@@ -60,7 +60,6 @@
 
 #include "ash_replicant.h"
 #include "census.h"
-#include "contract.h"
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"

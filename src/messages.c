@@ -107,7 +107,6 @@ static MemoryContext messages_cxt = NULL;
 static List *route_plans = NIL;
 static SPIPlanPtr claim_lookup_plan = NULL;
 static SPIPlanPtr claim_insert_plan = NULL;
-static SPIPlanPtr witness_write_plan = NULL;
 
 static WitnessEntry *witness = NULL;
 static int	nwitness = 0;
@@ -405,24 +404,7 @@ witness_touch(AshPipelineConfig *cfg, int32 active)
 static void
 witness_write(const AshCheckpointKey *ck)
 {
-	Datum		values[4];
-	uint64		n;
-
-	if (witness_write_plan == NULL)
-	{
-		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID};
-
-		witness_write_plan = ash_spi_prepare_kept("UPDATE ash_replicant.checkpoints SET digest_key_witness = $4"
-										  " WHERE source_system_id = $1 AND source_database = $2"
-										  " AND slot_name = $3", 4, types);
-	}
-	values[0] = CStringGetTextDatum(ck->system_id);
-	values[1] = CStringGetTextDatum(ck->database);
-	values[2] = CStringGetTextDatum(ck->slot_name);
-	values[3] = PointerGetDatum(witness_encode(ck));
-	n = ash_spi_execute(witness_write_plan, values, NULL, SPI_OK_UPDATE);
-	if (n != 1)
-		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
+	ash_checkpoint_set_witness(ck, witness_encode(ck));
 }
 
 static void

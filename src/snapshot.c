@@ -302,19 +302,7 @@ insert_pending(SnapTable *t)
 static void
 mark_complete(XLogRecPtr start_lsn)
 {
-	Oid			types[2] = {LSNOID, LSNOID};
-	Datum		values[2];
-
-	values[0] = LSNGetDatum(start_lsn - 1);
-	values[1] = LSNGetDatum(start_lsn);
-	if (key_exec("UPDATE ash_replicant.checkpoints"
-				 "   SET snapshot_phase = 'complete',"
-				 "       commit_lsn = GREATEST(commit_lsn, $4),"
-				 "       end_lsn = GREATEST(end_lsn, $5),"
-				 "       updated_at = pg_catalog.now()"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND snapshot_phase = 'copying'",
-				 2, types, values, NULL, SPI_OK_UPDATE) != 1)
+	if (!ash_checkpoint_snapshot_complete(snap_key, start_lsn))
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
 }
 
@@ -855,8 +843,6 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	a = read_attempt();
 	if (a->phase == ASH_SNAPSHOT_NONE)
 	{
-		Oid			types[2] = {LSNOID, BYTEAOID};
-		Datum		values[2];
 		bytea	   *id = palloc(VARHDRSZ + 32);
 
 		/* the stream resumes at the slot's position, or the watermark's */
@@ -876,13 +862,7 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		(void) key_exec("DELETE FROM ash_replicant.snapshot_tables"
 						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
 						0, NULL, NULL, NULL, SPI_OK_DELETE);
-		values[0] = LSNGetDatum(a->start_lsn);
-		values[1] = PointerGetDatum(id);
-		if (key_exec("UPDATE ash_replicant.checkpoints"
-					 "   SET snapshot_phase = 'copying', snapshot_lsn = $4, snapshot_attempt = $5,"
-					 "       snapshot_state = NULL, updated_at = pg_catalog.now()"
-					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-					 2, types, values, NULL, SPI_OK_UPDATE) != 1)
+		if (!ash_checkpoint_snapshot_arm(snap_key, a->start_lsn, id))
 			ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 		a->phase = ASH_SNAPSHOT_COPYING;
 		a->state = NULL;
@@ -896,14 +876,8 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 			ash_provenance_verify_state(snap_key, a->id, a->start_lsn, a->state);
 		else
 		{
-			Oid			types[1] = {BYTEAOID};
-			Datum		values[1];
-
 			a->state = ash_provenance_sign_state(snap_key, a->id, a->start_lsn);
-			values[0] = PointerGetDatum(a->state);
-			(void) key_exec("UPDATE ash_replicant.checkpoints SET snapshot_state = $4"
-							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-							1, types, values, NULL, SPI_OK_UPDATE);
+			ash_checkpoint_set_snapshot_state(snap_key, a->state);
 		}
 	}
 
@@ -922,9 +896,7 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	if (added > 0 && a->phase == ASH_SNAPSHOT_COMPLETE)
 	{
 		/* tables mapped after the snapshot: copy them too, with floors */
-		(void) key_exec("UPDATE ash_replicant.checkpoints SET snapshot_phase = 'copying'"
-						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-						0, NULL, NULL, NULL, SPI_OK_UPDATE);
+		ash_checkpoint_snapshot_reopen(snap_key);
 		a->phase = ASH_SNAPSHOT_COPYING;
 	}
 	if (a->phase == ASH_SNAPSHOT_COPYING && list_length(a->tables) == 0)
