@@ -62,7 +62,6 @@
 #include "utils/pg_lsn.h"
 #include "utils/resowner.h"
 
-#include "api_sink.h"
 #include "ash_replicant.h"
 #include "checkpoint.h"
 #include "coverage.h"
@@ -70,6 +69,7 @@
 #include "keyring.h"
 #include "libpq_conn.h"
 #include "mapping_validate.h"
+#include "qualname.h"
 #include "shmem.h"
 #include "source_catalog.h"
 

@@ -26,7 +26,7 @@
  *
  *	  ignored_sources and pipelines.tables are stored in the canonical form
  *	  quote_identifier(schema).quote_identifier(table); readers parse them
- *	  with ash_parse_qualified_name().  pipelines.census is stored normalised:
+ *	  with ash_parse_qualified_name() (qualname.c).  pipelines.census is stored normalised:
  *	  an object with every closed key present.
  *
  *-------------------------------------------------------------------------
@@ -47,7 +47,6 @@
 #include "lib/stringinfo.h"
 #include "libpq-fe.h"
 #include "miscadmin.h"
-#include "parser/scansup.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -60,9 +59,9 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "api_sink.h"
 #include "errors.h"
 #include "launcher.h"
+#include "qualname.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(ash_replicant_create_sink);
@@ -244,95 +243,6 @@ lock_sink(const char *sink_name, AshSinkInfo *info)
 	}
 	d = SPI_getbinval(tup, desc, 6, &isnull);
 	info->owner = isnull ? InvalidOid : DatumGetObjectId(d);
-}
-
-/* ---------------------------------------------------------------------
- * Qualified source names ("schema.table").
- * ---------------------------------------------------------------------
- */
-
-static bool
-ident_start_char(unsigned char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-		IS_HIGHBIT_SET(c);
-}
-
-static bool
-ident_cont_char(unsigned char c)
-{
-	return ident_start_char(c) || (c >= '0' && c <= '9') || c == '$';
-}
-
-/* Parse one identifier at *pp; advances *pp past it. */
-static bool
-parse_ident_part(const char **pp, char **out)
-{
-	const char *p = *pp;
-
-	if (*p == '"')
-	{
-		StringInfoData buf;
-
-		initStringInfo(&buf);
-		p++;
-		for (;;)
-		{
-			if (*p == '\0')
-				return false;	/* unterminated quote */
-			if (*p == '"')
-			{
-				if (p[1] == '"')
-				{
-					appendStringInfoChar(&buf, '"');
-					p += 2;
-					continue;
-				}
-				p++;
-				break;
-			}
-			appendStringInfoChar(&buf, *p++);
-		}
-		if (buf.len == 0)
-			return false;
-		*out = buf.data;
-	}
-	else
-	{
-		const char *start = p;
-
-		if (!ident_start_char((unsigned char) *p))
-			return false;
-		p++;
-		while (ident_cont_char((unsigned char) *p))
-			p++;
-		*out = downcase_identifier(start, p - start, false, false);
-	}
-	if (strlen(*out) >= NAMEDATALEN)
-		return false;
-	*pp = p;
-	return true;
-}
-
-bool
-ash_parse_qualified_name(const char *str, char **schema, char **table)
-{
-	const char *p = str;
-
-	if (!parse_ident_part(&p, schema))
-		return false;
-	if (*p != '.')
-		return false;
-	p++;
-	if (!parse_ident_part(&p, table))
-		return false;
-	return *p == '\0';
-}
-
-char *
-ash_canonical_qualified_name(const char *schema, const char *table)
-{
-	return psprintf("%s.%s", quote_identifier(schema), quote_identifier(table));
 }
 
 /*

@@ -55,7 +55,6 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "utils/varlena.h"
 #include "utils/syscache.h"
 
 #include "ash_replicant.h"
@@ -63,6 +62,7 @@
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "qualname.h"
 #include "source_catalog.h"
 
 long
@@ -164,19 +164,19 @@ load_inputs(AshPipelineConfig *cfg, CoverageInputs *in)
 
 				deconstruct_array(DatumGetArrayTypeP(tables), TEXTOID, -1, false,
 								  TYPALIGN_INT, &elems, &nulls, &n);
-				/* stored canonical: "schema"."table" (as ignored_sources) */
+				/* stored canonical: "schema"."table" (qualname.c) */
 				for (int i = 0; i < n; i++)
 				{
-					List	   *parts = NIL;
+					char	   *schema;
+					char	   *table;
 					AshSourceName *nm;
 
 					if (nulls[i] ||
-						!SplitIdentifierString(TextDatumGetCString(elems[i]), '.', &parts) ||
-						list_length(parts) != 2)
+						!ash_parse_qualified_name(TextDatumGetCString(elems[i]), &schema, &table))
 						continue;
 					nm = palloc(sizeof(AshSourceName));
-					nm->nspname = linitial(parts);
-					nm->relname = lsecond(parts);
+					nm->nspname = schema;
+					nm->relname = table;
 					names = lappend(names, nm);
 				}
 				in->tableset.tables = names;

@@ -22,10 +22,10 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-#include "utils/varlena.h"
 
 #include "config.h"
 #include "mapping_validate.h"
+#include "qualname.h"
 
 StaticAssertDecl(ASH_APPEND_COL_COUNT == ASH_APPEND_NAXES &&
 				 ASH_APPEND_COL_NIDENTITY == ASH_APPEND_NIDENTITY &&
@@ -213,14 +213,15 @@ ash_config_load(const char *sink_name)
 		cfg->snapshot = get_text(tup, desc, "snapshot");
 		census_json = get_text(tup, desc, "census");
 
-		/* ignored sources: "schema.table" with SQL identifier rules */
+		/* ignored sources: stored canonical "schema.table" (qualname.c) */
 		foreach(lc, ignored)
 		{
-			List	   *parts = NIL;
-			char	   *raw = pstrdup((char *) lfirst(lc));
+			char	   *schema;
+			char	   *table;
 
-			if (SplitIdentifierString(raw, '.', &parts) && list_length(parts) == 2)
-				cfg->ignored_sources = lappend(cfg->ignored_sources, parts);
+			if (ash_parse_qualified_name((char *) lfirst(lc), &schema, &table))
+				cfg->ignored_sources = lappend(cfg->ignored_sources,
+											   list_make2(schema, table));
 		}
 		MemoryContextSwitchTo(old);
 	}

@@ -1,13 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * api_sink.h
- *	  Helpers of the sink / pipeline / message-route SQL surface that other
- *	  modules reuse to read what that surface stored.
+ * qualname.h
+ *	  The stored form of a qualified source name (qualname.c).
  *
  *-------------------------------------------------------------------------
  */
-#ifndef ASH_API_SINK_H
-#define ASH_API_SINK_H
+#ifndef ASH_QUALNAME_H
+#define ASH_QUALNAME_H
 
 /*
  * Parse a strictly qualified "schema.table" name as stored in
@@ -27,4 +26,4 @@ extern bool ash_parse_qualified_name(const char *str, char **schema, char **tabl
 /* Canonical stored form of a (schema, table) pair, palloc'd. */
 extern char *ash_canonical_qualified_name(const char *schema, const char *table);
 
-#endif							/* ASH_API_SINK_H */
+#endif							/* ASH_QUALNAME_H */
