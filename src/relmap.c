@@ -299,9 +299,9 @@ is_scd2(AshMapping *map)
 }
 
 /*
- * Judge the relation as the source described it with coverage.c's rules,
- * the judgement of activation, census and doctor; halts with its verdict.
- * The caller holds the target open; it is closed before a halt.
+ * Step 3: judge the relation as the source described it with coverage.c's
+ * rules, the judgement of activation, census and doctor; halts with its
+ * verdict.  The caller holds the target open; it is closed before a halt.
  */
 static void
 judge_coverage(AshApplyRel *rel, AshMapping *map, Relation target)
@@ -410,6 +410,10 @@ resolve_history_identity(AshApplyRel *rel, AshMapping *map, List *pk_attnums)
 	}
 }
 
+/*
+ * Step 6: the tenant source column and, under the attribute strategy, the
+ * column it is written to.
+ */
 static void
 resolve_tenancy(AshApplyRel *rel, AshMapping *map)
 {
@@ -573,20 +577,14 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	return t;
 }
 
-void
-ash_relmap_resolve(AshApplyRel *rel)
+/*
+ * Step 1: the mapping of the relation; NULL when it is ignored (the entry
+ * is then resolved as such).  A relation neither mapped nor ignored halts.
+ */
+static AshMapping *
+find_mapping(AshApplyRel *rel)
 {
 	AshMapping *map;
-	Relation	target;
-	TupleDesc	desc;
-	MemoryContext old;
-	StringInfoData badtype;
-	ListCell   *lc;
-	List	   *idattnums;
-	int			ncols = 0;
-
-	if (rel->resolved)
-		return;
 
 	map = ash_config_find_mapping(relmap_cfg, rel->remote.nspname, rel->remote.relname);
 	if (map == NULL)
@@ -595,15 +593,21 @@ ash_relmap_resolve(AshApplyRel *rel)
 		{
 			rel->ignored = true;
 			rel->resolved = true;
-			return;
+			return NULL;
 		}
 		ash_halt("source_table_unmapped", "table %s.%s",
 				 quote_identifier(rel->remote.nspname),
 				 quote_identifier(rel->remote.relname));
 	}
-	rel->map = map;
-	if (rel->prev_natts > 0)
-		judge_schema_change(rel);
+	return map;
+}
+
+/* Open the mapping's target (RowExclusiveLock) and make it the default target. */
+static Relation
+open_target(AshApplyRel *rel, AshMapping *map)
+{
+	Relation	target;
+	MemoryContext old;
 
 	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->target_relid)))
 		ash_halt("destination_table_missing", "mapping of %s.%s",
@@ -611,7 +615,6 @@ ash_relmap_resolve(AshApplyRel *rel)
 				 quote_identifier(rel->remote.relname));
 
 	target = table_open(map->target_relid, RowExclusiveLock);
-	desc = RelationGetDescr(target);
 
 	old = MemoryContextSwitchTo(rel->cxt);
 	rel->target = map->target_relid;
@@ -627,8 +630,14 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->tenant_col = -1;
 	rel->tenant_remote_idx = -1;
 	refuse_unsupported(rel, map);
+	MemoryContextSwitchTo(old);
+	return target;
+}
 
-	/* a source column must not land on a column the strategy writes */
+/* Step 2: a source column must not land on a column the strategy writes. */
+static void
+refuse_structural_columns(AshApplyRel *rel, AshMapping *map, Relation target)
+{
 	for (int i = 0; i < rel->remote.natts; i++)
 	{
 		AshRelColumn *rc = &rel->remote.cols[i];
@@ -637,19 +646,54 @@ ash_relmap_resolve(AshApplyRel *rel)
 		if (tname != NULL && is_structural_column(map, tname))
 		{
 			table_close(target, RowExclusiveLock);
-			MemoryContextSwitchTo(old);
 			ash_halt("delivery_config_invalid",
 					 "source column %s of %s.%s is named like a structural column of %s",
 					 quote_identifier(rc->name), quote_identifier(rel->remote.nspname),
 					 quote_identifier(rel->remote.relname), rel->target_name);
 		}
 	}
+}
 
-	MemoryContextSwitchTo(old);
-	judge_coverage(rel, map, target);
-	old = MemoryContextSwitchTo(rel->cxt);
+/* How one mapped column's values are read: input and receive functions. */
+static void
+resolve_column_io(AshApplyRel *rel, AshTargetCol *tc, Form_pg_attribute att)
+{
+	Oid			infunc;
+	HeapTuple	typtup;
 
-	/* every sent, unskipped column lands on a live target column (coverage) */
+	tc->typid = att->atttypid;
+	tc->typmod = att->atttypmod;
+	getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
+	get_typlenbyval(att->atttypid, &tc->typlen, &tc->typbyval);
+	tc->recvfunc.fn_oid = InvalidOid;
+	typtup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(att->atttypid));
+	if (HeapTupleIsValid(typtup))
+	{
+		Form_pg_type typ = (Form_pg_type) GETSTRUCT(typtup);
+
+		if (OidIsValid(typ->typreceive))
+		{
+			fmgr_info_cxt(typ->typreceive, &tc->recvfunc, rel->cxt);
+			tc->recv_ioparam = getTypeIOParam(typtup);
+		}
+		ReleaseSysCache(typtup);
+	}
+	fmgr_info_cxt(infunc, &tc->infunc, rel->cxt);
+}
+
+/*
+ * Step 4: the mapped columns, in remote order.  Coverage vouched that every
+ * sent, unskipped column lands on a live target column of a fitting type;
+ * an encrypted one needs a bytea target (its text form is sealed into it).
+ */
+static void
+resolve_columns(AshApplyRel *rel, AshMapping *map, Relation target)
+{
+	TupleDesc	desc = RelationGetDescr(target);
+	StringInfoData badtype;
+	MemoryContext old = MemoryContextSwitchTo(rel->cxt);
+	int			ncols = 0;
+
 	initStringInfo(&badtype);
 	rel->cols = palloc0(sizeof(AshTargetCol) * Max(rel->remote.natts, 1));
 
@@ -660,7 +704,6 @@ ash_relmap_resolve(AshApplyRel *rel)
 		AttrNumber	attnum;
 		Form_pg_attribute att;
 		AshTargetCol *tc;
-		Oid			infunc;
 
 		if (tname == NULL)
 			continue;			/* skipped */
@@ -689,27 +732,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 		tc->name = pstrdup(tname);
 		tc->attnum = attnum;
 		tc->remote_idx = i;
-		tc->typid = att->atttypid;
-		tc->typmod = att->atttypmod;
-		getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
-		get_typlenbyval(att->atttypid, &tc->typlen, &tc->typbyval);
-		tc->recvfunc.fn_oid = InvalidOid;
-		{
-			HeapTuple	typtup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(att->atttypid));
-
-			if (HeapTupleIsValid(typtup))
-			{
-				Form_pg_type typ = (Form_pg_type) GETSTRUCT(typtup);
-
-				if (OidIsValid(typ->typreceive))
-				{
-					fmgr_info_cxt(typ->typreceive, &tc->recvfunc, rel->cxt);
-					tc->recv_ioparam = getTypeIOParam(typtup);
-				}
-				ReleaseSysCache(typtup);
-			}
-		}
-		fmgr_info_cxt(infunc, &tc->infunc, rel->cxt);
+		resolve_column_io(rel, tc, att);
 	}
 	rel->ncols = ncols;
 	MemoryContextSwitchTo(old);
@@ -721,38 +744,15 @@ ash_relmap_resolve(AshApplyRel *rel)
 				 quote_identifier(rel->remote.nspname),
 				 quote_identifier(rel->remote.relname), badtype.data);
 	}
+}
 
-	/* append log: events have no source identity; every old row is full */
-	if (map->append_log)
-	{
-		table_close(target, RowExclusiveLock);
-		rel->nkeys = 0;
-		resolve_tenancy(rel, map);
-		rel->resolved = true;
-		return;
-	}
+/* SCD1: the target's identity (upsert_identity or primary key) columns. */
+static void
+resolve_mirror_identity(AshApplyRel *rel, List *idattnums)
+{
+	MemoryContext old = MemoryContextSwitchTo(rel->cxt);
+	ListCell   *lc;
 
-	/* SCD2: the business key */
-	if (is_scd2(map))
-	{
-		AshMapping	pkonly = *map;
-
-		pkonly.upsert_identity = NULL;
-		idattnums = ash_target_identity_attnums(target, &pkonly);
-		table_close(target, RowExclusiveLock);
-		resolve_history_identity(rel, map, idattnums);
-		resolve_tenancy(rel, map);
-		rel->resolved = true;
-		return;
-	}
-
-	/* identity: coverage saw each of its columns fed from the old key */
-	idattnums = ash_target_identity_attnums(target, map);
-	table_close(target, RowExclusiveLock);
-	if (idattnums == NIL)
-		elog(ERROR, "ash_replicant: the identity of %s vanished", rel->target_name);
-
-	old = MemoryContextSwitchTo(rel->cxt);
 	rel->keys = palloc(sizeof(int) * Max(list_length(idattnums), 1));
 	rel->nkeys = 0;
 	foreach(lc, idattnums)
@@ -768,6 +768,7 @@ ash_relmap_resolve(AshApplyRel *rel)
 				break;
 			}
 		}
+		/* coverage saw each identity column fed from the old key */
 		if (found < 0)
 			elog(ERROR, "ash_replicant: an identity column of %s is not written",
 				 rel->target_name);
@@ -775,7 +776,63 @@ ash_relmap_resolve(AshApplyRel *rel)
 		rel->keys[rel->nkeys++] = found;
 	}
 	MemoryContextSwitchTo(old);
+}
 
+/*
+ * Step 5: the identity of a change, by strategy; closes the target.  An
+ * append log has none (its events have no source identity; every old row
+ * is full); SCD2 takes the business key; SCD1 the target's identity.
+ */
+static void
+resolve_identity(AshApplyRel *rel, AshMapping *map, Relation target)
+{
+	List	   *idattnums;
+
+	if (map->append_log)
+	{
+		table_close(target, RowExclusiveLock);
+		rel->nkeys = 0;
+	}
+	else if (is_scd2(map))
+	{
+		AshMapping	pkonly = *map;
+
+		pkonly.upsert_identity = NULL;
+		idattnums = ash_target_identity_attnums(target, &pkonly);
+		table_close(target, RowExclusiveLock);
+		resolve_history_identity(rel, map, idattnums);
+	}
+	else
+	{
+		idattnums = ash_target_identity_attnums(target, map);
+		table_close(target, RowExclusiveLock);
+		if (idattnums == NIL)
+			elog(ERROR, "ash_replicant: the identity of %s vanished", rel->target_name);
+		resolve_mirror_identity(rel, idattnums);
+	}
+}
+
+void
+ash_relmap_resolve(AshApplyRel *rel)
+{
+	AshMapping *map;
+	Relation	target;
+
+	if (rel->resolved)
+		return;
+
+	map = find_mapping(rel);
+	if (map == NULL)
+		return;					/* ignored */
+	rel->map = map;
+	if (rel->prev_natts > 0)
+		judge_schema_change(rel);
+
+	target = open_target(rel, map);
+	refuse_structural_columns(rel, map, target);
+	judge_coverage(rel, map, target);
+	resolve_columns(rel, map, target);
+	resolve_identity(rel, map, target);
 	resolve_tenancy(rel, map);
 	rel->resolved = true;
 }
