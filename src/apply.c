@@ -799,34 +799,121 @@ target_for(AshApplyRel *rel, const char *tenant)
 	return rel->target_default;
 }
 
+/* The source relation of a row change; names its command for errors. */
+static uint32
+row_change_relid(AshChange *c)
+{
+	switch (c->kind)
+	{
+		case ASH_CHANGE_INSERT:
+			ash_apply_errctx.command = "insert";
+			return c->u.insert.relid;
+		case ASH_CHANGE_UPDATE:
+			ash_apply_errctx.command = "update";
+			return c->u.update.relid;
+		default:
+			ash_apply_errctx.command = "delete";
+			return c->u.delete.relid;
+	}
+}
+
+/* Both tenants of a change are resolved before any write. */
+static void
+resolve_change_tenants(AshApplyRel *rel, AshChange *c, char **told, char **tnew)
+{
+	switch (c->kind)
+	{
+		case ASH_CHANGE_INSERT:
+			*tnew = resolve_tenant(rel, &c->u.insert.newtup, "new");
+			break;
+		case ASH_CHANGE_UPDATE:
+			if (c->u.update.oldkind != 'O')
+				ash_halt("tenant_required", "side=old table %s (no old row in the change)",
+						 rel->target_name);
+			*told = resolve_tenant(rel, &c->u.update.oldtup, "old");
+			*tnew = resolve_tenant(rel, &c->u.update.newtup, "new");
+			break;
+		default:
+			if (c->u.delete.oldkind != 'O')
+				ash_halt("tenant_required", "side=old table %s (no old row in the change)",
+						 rel->target_name);
+			*told = resolve_tenant(rel, &c->u.delete.oldtup, "old");
+			break;
+	}
+}
+
+static void
+apply_insert(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
+			 const char *tnew)
+{
+	AshApplyTarget *to = target_for(rel, tnew);
+	AshRowImage newrow;
+
+	build_image(rel, &c->u.insert.newtup, &newrow);
+	seal_image(rel, to, &newrow);
+	if (rel->map->snapshot_provenance && meta.snapshot_attempt != NULL)
+		ash_provenance_insert(rel, to, &newrow, strategy);
+	else
+		strategy->insert(rel, to, &newrow);
+}
+
+static void
+apply_update(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
+			 const char *told, const char *tnew)
+{
+	AshRowImage newrow;
+	AshRowImage key;
+
+	build_image(rel, &c->u.update.newtup, &newrow);
+	if (c->u.update.oldkind != 0)
+		build_key(rel, &c->u.update.oldtup, &key);
+	else
+		build_key(rel, &c->u.update.newtup, &key);
+	if (told != NULL && strcmp(told, tnew) != 0 &&
+		!(strategy->update_relocates && target_for(rel, told) == target_for(rel, tnew)))
+	{
+		/* relocation across tenants: delete under old, insert under new */
+		AshApplyTarget *from = target_for(rel, told);
+		AshApplyTarget *to = target_for(rel, tnew);
+
+		if (!newrow.complete)
+			ash_halt("unchanged_value_unavailable", "relocated row of %s lacks a value",
+					 rel->target_name);
+		seal_image(rel, to, &newrow);
+		strategy->delete(rel, from, &key);
+		strategy->insert(rel, to, &newrow);
+	}
+	else
+	{
+		AshApplyTarget *to = target_for(rel, tnew);
+
+		seal_image(rel, to, &newrow);
+		strategy->update(rel, to, &key, &newrow);
+	}
+}
+
+static void
+apply_delete(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
+			 const char *told)
+{
+	AshRowImage key;
+
+	build_key(rel, &c->u.delete.oldtup, &key);
+	strategy->delete(rel, target_for(rel, told), &key);
+}
+
 static void
 apply_row_change(AshChange *c)
 {
 	AshApplyRel *rel;
 	const AshApplyStrategy *strategy;
-	AshRowImage newrow;
-	AshRowImage key;
 	Oid			save_userid;
 	int			save_sec;
 	uint32		relid;
 	char	   *told = NULL;
 	char	   *tnew = NULL;
 
-	switch (c->kind)
-	{
-		case ASH_CHANGE_INSERT:
-			relid = c->u.insert.relid;
-			ash_apply_errctx.command = "insert";
-			break;
-		case ASH_CHANGE_UPDATE:
-			relid = c->u.update.relid;
-			ash_apply_errctx.command = "update";
-			break;
-		default:
-			relid = c->u.delete.relid;
-			ash_apply_errctx.command = "delete";
-			break;
-	}
+	relid = row_change_relid(c);
 	require_xact(ash_apply_errctx.command);
 	meta.ordinal++;
 	pending.received_changes++;
@@ -856,76 +943,18 @@ apply_row_change(AshChange *c)
 
 	PushActiveSnapshot(GetTransactionSnapshot());
 	as_owner_begin(&save_userid, &save_sec);
-
-	/* both tenants are resolved before any write */
 	if (rel->tenant_mode != ASH_TENANT_NONE)
-	{
-		switch (c->kind)
-		{
-			case ASH_CHANGE_INSERT:
-				tnew = resolve_tenant(rel, &c->u.insert.newtup, "new");
-				break;
-			case ASH_CHANGE_UPDATE:
-				if (c->u.update.oldkind != 'O')
-					ash_halt("tenant_required", "side=old table %s (no old row in the change)",
-							 rel->target_name);
-				told = resolve_tenant(rel, &c->u.update.oldtup, "old");
-				tnew = resolve_tenant(rel, &c->u.update.newtup, "new");
-				break;
-			default:
-				if (c->u.delete.oldkind != 'O')
-					ash_halt("tenant_required", "side=old table %s (no old row in the change)",
-							 rel->target_name);
-				told = resolve_tenant(rel, &c->u.delete.oldtup, "old");
-				break;
-		}
-	}
-
+		resolve_change_tenants(rel, c, &told, &tnew);
 	switch (c->kind)
 	{
 		case ASH_CHANGE_INSERT:
-			{
-				AshApplyTarget *to = target_for(rel, tnew);
-
-				build_image(rel, &c->u.insert.newtup, &newrow);
-				seal_image(rel, to, &newrow);
-				if (rel->map->snapshot_provenance && meta.snapshot_attempt != NULL)
-					ash_provenance_insert(rel, to, &newrow, strategy);
-				else
-					strategy->insert(rel, to, &newrow);
-			}
+			apply_insert(rel, strategy, c, tnew);
 			break;
 		case ASH_CHANGE_UPDATE:
-			build_image(rel, &c->u.update.newtup, &newrow);
-			if (c->u.update.oldkind != 0)
-				build_key(rel, &c->u.update.oldtup, &key);
-			else
-				build_key(rel, &c->u.update.newtup, &key);
-			if (told != NULL && strcmp(told, tnew) != 0 &&
-				!(strategy->update_relocates && target_for(rel, told) == target_for(rel, tnew)))
-			{
-				/* relocation across tenants: delete under old, insert under new */
-				AshApplyTarget *from = target_for(rel, told);
-				AshApplyTarget *to = target_for(rel, tnew);
-
-				if (!newrow.complete)
-					ash_halt("unchanged_value_unavailable", "relocated row of %s lacks a value",
-							 rel->target_name);
-				seal_image(rel, to, &newrow);
-				strategy->delete(rel, from, &key);
-				strategy->insert(rel, to, &newrow);
-			}
-			else
-			{
-				AshApplyTarget *to = target_for(rel, tnew);
-
-				seal_image(rel, to, &newrow);
-				strategy->update(rel, to, &key, &newrow);
-			}
+			apply_update(rel, strategy, c, told, tnew);
 			break;
 		default:
-			build_key(rel, &c->u.delete.oldtup, &key);
-			strategy->delete(rel, target_for(rel, told), &key);
+			apply_delete(rel, strategy, c, told);
 			break;
 	}
 	as_owner_end(save_userid, save_sec);
