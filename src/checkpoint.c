@@ -267,36 +267,39 @@ ash_checkpoint_record_halt(const char *sink_name, int64 generation, AshCheckpoin
  * ---------------------------------------------------------------------
  */
 
-/*
- * One statement with the checkpoint key as $1..$3 and up to three extra
- * parameters after it; elog(ERROR, what) unless SPI returns expected.
- * Returns SPI_processed; the caller's memory context stays current.
- */
-static uint64
-key_write(const AshCheckpointKey *key, const char *sql, int nextra, const Oid *extra_types,
-		  const Datum *extra_values, int expected, const char *what)
+int
+ash_checkpoint_key_params(const AshCheckpointKey *key, int nextra, const Oid *extra_types,
+						  const Datum *extra_values, const char *extra_nulls, Oid *types,
+						  Datum *values, char *nulls)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	Oid			types[6] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		values[6];
-	int			ret;
-
-	Assert(nextra <= 3);
+	Assert(nextra <= ASH_CHECKPOINT_MAX_PARAMS - 3);
+	types[0] = types[1] = types[2] = TEXTOID;
 	values[0] = CStringGetTextDatum(key->system_id);
 	values[1] = CStringGetTextDatum(key->database);
 	values[2] = CStringGetTextDatum(key->slot_name);
+	nulls[0] = nulls[1] = nulls[2] = ' ';
 	for (int i = 0; i < nextra; i++)
 	{
 		types[3 + i] = extra_types[i];
 		values[3 + i] = extra_values[i];
+		nulls[3 + i] = extra_nulls ? extra_nulls[i] : ' ';
 	}
-	PushActiveSnapshot(GetTransactionSnapshot());
-	ret = SPI_execute_with_args(sql, 3 + nextra, types, values, NULL, false, 0);
-	PopActiveSnapshot();
-	MemoryContextSwitchTo(cxt);
-	if (ret != expected)
-		elog(ERROR, "ash_replicant: %s", what);
-	return SPI_processed;
+	nulls[3 + nextra] = '\0';
+	return 3 + nextra;
+}
+
+/* One statement about the row of key, see ash_spi_execute_args. */
+static uint64
+key_write(const AshCheckpointKey *key, const char *sql, int nextra, const Oid *extra_types,
+		  const Datum *extra_values, int expected, const char *what)
+{
+	Oid			types[ASH_CHECKPOINT_MAX_PARAMS];
+	Datum		values[ASH_CHECKPOINT_MAX_PARAMS];
+	char		nulls[ASH_CHECKPOINT_MAX_PARAMS + 1];
+	int			n = ash_checkpoint_key_params(key, nextra, extra_types, extra_values, NULL,
+											  types, values, nulls);
+
+	return ash_spi_execute_args(sql, n, types, values, nulls, expected, what);
 }
 
 void

@@ -46,6 +46,17 @@ extern bool ash_checkpoint_record_halt(const char *sink_name, int64 generation,
 									   const char *cls, const char *sqlstate);
 
 /*
+ * Parameters of a statement about the row of key: $1..$3 the key (text),
+ * then nextra (at most ASH_CHECKPOINT_MAX_PARAMS - 3) more; nulls in SPI's
+ * form, NUL-terminated (extra_nulls NULL: none null).  Returns the count.
+ */
+#define ASH_CHECKPOINT_MAX_PARAMS	8
+extern int	ash_checkpoint_key_params(const AshCheckpointKey *key, int nextra,
+									  const Oid *extra_types, const Datum *extra_values,
+									  const char *extra_nulls, Oid *types, Datum *values,
+									  char *nulls);
+
+/*
  * The writes below run inside the caller's transaction, SPI connected,
  * and leave the caller's memory context current.
  */

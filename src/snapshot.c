@@ -68,6 +68,7 @@
 #include "shmem.h"
 #include "snapshot.h"
 #include "source_catalog.h"
+#include "spi_util.h"
 
 /* One table of the attempt. */
 typedef struct SnapTable
@@ -142,30 +143,14 @@ static uint64
 key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
 		 const char *extra_nulls, int expected)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	Oid			types[8] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		values[8];
-	char		nulls[9] = "   ";
-	int			ret;
+	Oid			types[ASH_CHECKPOINT_MAX_PARAMS];
+	Datum		values[ASH_CHECKPOINT_MAX_PARAMS];
+	char		nulls[ASH_CHECKPOINT_MAX_PARAMS + 1];
+	int			n = ash_checkpoint_key_params(snap_key, nextra, extra_types, extra_values,
+											  extra_nulls, types, values, nulls);
 
-	Assert(nextra <= 5);
-	values[0] = CStringGetTextDatum(snap_key->system_id);
-	values[1] = CStringGetTextDatum(snap_key->database);
-	values[2] = CStringGetTextDatum(snap_key->slot_name);
-	for (int i = 0; i < nextra; i++)
-	{
-		types[3 + i] = extra_types[i];
-		values[3 + i] = extra_values[i];
-		nulls[3 + i] = extra_nulls ? extra_nulls[i] : ' ';
-	}
-	nulls[3 + nextra] = '\0';
-	PushActiveSnapshot(GetTransactionSnapshot());
-	ret = SPI_execute_with_args(sql, 3 + nextra, types, values, nulls, false, 0);
-	PopActiveSnapshot();
-	MemoryContextSwitchTo(cxt);
-	if (ret != expected)
-		elog(ERROR, "ash_replicant: snapshot catalog statement failed");
-	return SPI_processed;
+	return ash_spi_execute_args(sql, n, types, values, nulls, expected,
+								"snapshot catalog statement failed");
 }
 
 static Attempt *

@@ -17,6 +17,7 @@
 #include "access/xact.h"
 #include "executor/spi.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 
 #include "spi_util.h"
 
@@ -123,4 +124,20 @@ ash_spi_prepare_kept(const char *sql, int nargs, Oid *types)
 		elog(ERROR, "ash_replicant: could not keep an apply plan");
 	MemoryContextSwitchTo(cxt);
 	return plan;
+}
+
+uint64
+ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
+					 const char *nulls, int expected_ret, const char *what)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			ret;
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ret = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(cxt);
+	if (ret != expected_ret)
+		elog(ERROR, "ash_replicant: %s", what);
+	return SPI_processed;
 }

@@ -25,6 +25,14 @@ extern bool ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code);
 extern bool ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
 									 int expected_ret, int catch_code, uint64 *processed);
 
+/*
+ * SPI_execute_with_args (not read-only) under a fresh active snapshot,
+ * leaving the caller's memory context current; elog(ERROR, "ash_replicant:
+ * <what>") unless SPI returns expected_ret.  Returns SPI_processed.
+ */
+extern uint64 ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
+								   const char *nulls, int expected_ret, const char *what);
+
 /* SPI_prepare + SPI_keepplan, leaving the caller's memory context current. */
 extern SPIPlanPtr ash_spi_prepare_kept(const char *sql, int nargs, Oid *types);
 
