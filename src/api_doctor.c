@@ -63,14 +63,14 @@
 #include "utils/pg_lsn.h"
 #include "utils/resowner.h"
 
-#include "api_sink.h"
 #include "ash_replicant.h"
-#include "contract.h"
+#include "checkpoint.h"
 #include "coverage.h"
 #include "errors.h"
 #include "keyring.h"
 #include "libpq_conn.h"
 #include "mapping_validate.h"
+#include "qualname.h"
 #include "shmem.h"
 #include "source_catalog.h"
 

@@ -55,9 +55,10 @@
 #include "utils/snapmgr.h"
 #include "utils/memutils.h"
 
-#include "apply.h"
 #include "apply_bulk.h"
+#include "apply_strategy.h"
 #include "errors.h"
+#include "spi_util.h"
 
 typedef struct UpdatePlan
 {

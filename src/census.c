@@ -55,15 +55,14 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "utils/varlena.h"
 #include "utils/syscache.h"
 
 #include "ash_replicant.h"
 #include "census.h"
-#include "contract.h"
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "qualname.h"
 #include "relmap.h"
 #include "source_catalog.h"
 
@@ -171,19 +170,19 @@ load_inputs(AshPipelineConfig *cfg, CoverageInputs *in)
 
 				deconstruct_array(DatumGetArrayTypeP(tables), TEXTOID, -1, false,
 								  TYPALIGN_INT, &elems, &nulls, &n);
-				/* stored canonical: "schema"."table" (as ignored_sources) */
+				/* stored canonical: "schema"."table" (qualname.c) */
 				for (int i = 0; i < n; i++)
 				{
-					List	   *parts = NIL;
+					char	   *schema;
+					char	   *table;
 					AshSourceName *nm;
 
 					if (nulls[i] ||
-						!SplitIdentifierString(TextDatumGetCString(elems[i]), '.', &parts) ||
-						list_length(parts) != 2)
+						!ash_parse_qualified_name(TextDatumGetCString(elems[i]), &schema, &table))
 						continue;
 					nm = palloc(sizeof(AshSourceName));
-					nm->nspname = linitial(parts);
-					nm->relname = lsecond(parts);
+					nm->nspname = schema;
+					nm->relname = table;
 					names = lappend(names, nm);
 				}
 				in->tableset.tables = names;

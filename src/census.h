@@ -8,7 +8,7 @@
 #ifndef ASH_CENSUS_H
 #define ASH_CENSUS_H
 
-#include "apply.h"
+#include "checkpoint.h"
 #include "config.h"
 
 typedef enum AshCensusVerdict

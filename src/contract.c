@@ -24,15 +24,17 @@
  *	  admitted, anything else halts census_drift.  The fingerprint is SHA-256 of the manifest's canonical text
  *	  (jsonb output is canonical: keys sorted, whitespace normalised).
  *
+ *	  This file builds and judges; checkpoint.c records an admitted
+ *	  manifest on the checkpoint row (ash_contract_admit,
+ *	  ash_contract_recheck).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
-#include "utils/snapmgr.h"
 
 #include "contract.h"
 #include "errors.h"
@@ -170,9 +172,10 @@ judge_query(void)
 	return psprintf(judge_sql, inner);
 }
 
-static bool
-contract_judge(const char *sink_name, const char *system_id,
-			   const char *database, const char *slot_name, const char *drift_reason)
+bool
+ash_contract_judge(const char *sink_name, const char *system_id, const char *database,
+				   const char *slot_name, const char *drift_reason, Datum *manifest,
+				   bool *stored_out, bool *widened_out)
 {
 	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
 	Datum		values[5];
@@ -200,9 +203,11 @@ contract_judge(const char *sink_name, const char *system_id,
 	same = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
 	decoder_switch = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
 	contained = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
-	values[4] = SPI_getbinval(tup, desc, 5, &isnull);
+	*manifest = SPI_getbinval(tup, desc, 5, &isnull);
+	*stored_out = stored;
 	if (isnull)
 		elog(ERROR, "ash_replicant: empty contract manifest");
+	values[4] = *manifest;
 	widened = false;
 	if (!contained && !decoder_switch)
 	{
@@ -234,44 +239,6 @@ contract_judge(const char *sink_name, const char *system_id,
 		ash_halt(drift_reason,
 				 "the mapping changes or removes something the recorded contract holds; reset the checkpoint to accept it");
 	}
-
-	ret = SPI_execute_with_args(
-		"UPDATE ash_replicant.checkpoints SET contract = $5,"
-		" contract_fingerprint = pg_catalog.sha256(pg_catalog.convert_to($5::pg_catalog.text, 'UTF8')),"
-		" updated_at = pg_catalog.now()"
-		" WHERE source_system_id = $2 AND source_database = $3 AND slot_name = $4",
-		5, types, values, NULL, false, 0);
-	if (ret != SPI_OK_UPDATE || SPI_processed != 1)
-		elog(ERROR, "ash_replicant: could not record the contract manifest");
-	ereport(LOG,
-			(errmsg("ash_replicant event=contract.%s sink=%s%s", stored ? "extended" : "recorded",
-					sink_name, widened ? " change=type_widened" : "")));
-	return stored;
-}
-
-bool
-ash_contract_recheck(const char *sink_name, const char *system_id,
-					 const char *database, const char *slot_name)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	bool		extended;
-
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	extended = contract_judge(sink_name, system_id, database, slot_name, "census_drift");
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(cxt);
-	return extended;
-}
-
-void
-ash_contract_admit(const char *sink_name, const char *system_id,
-				   const char *database, const char *slot_name)
-{
-	(void) contract_judge(sink_name, system_id, database, slot_name, "contract_incompatible");
+	*widened_out = widened;
+	return true;
 }

@@ -63,6 +63,7 @@
 #include "utils/timestamp.h"
 
 #include "apply.h"
+#include "apply_append.h"
 #include "ash_replicant.h"
 #include "census.h"
 #include "checkpoint.h"

@@ -21,7 +21,7 @@ flock 9
 work=${ASH_TEST_DIR:-/tmp/ash_replicant_test}
 rm -rf "$work"
 mkdir -p "$work"
-rsync -a --exclude .git --exclude tmp_check --exclude 'test/results' "$root/" "$work/"
+rsync -a --exclude .git --exclude tmp_check --exclude /results --exclude /log "$root/" "$work/"
 chown -R postgres: "$work"
 
 log="$work/test-output.log"
@@ -45,8 +45,8 @@ rc_regress=${PIPESTATUS[0]}
 as_pg make -C "$work" installcheck REGRESS= "${tap_args[@]}" 2>&1 | tee -a "$log"
 rc_tap=${PIPESTATUS[0]}
 
-if [ -f "$work/test/regression.diffs" ]; then
-    echo "=== regression.diffs ==="; cat "$work/test/regression.diffs"
+if [ -f "$work/regression.diffs" ]; then
+    echo "=== regression.diffs ==="; cat "$work/regression.diffs"
 fi
 if [ $rc_tap -ne 0 ]; then
     for f in "$work"/tmp_check/log/regress_log_*; do
