@@ -63,7 +63,6 @@
 #include "errors.h"
 #include "libpq_conn.h"
 #include "qualname.h"
-#include "relmap.h"
 #include "source_catalog.h"
 
 long
@@ -73,6 +72,15 @@ ash_census_next_delay(AshPipelineConfig *cfg)
 	double		r = pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0;	/* [-1, 1) */
 
 	return (long) (cfg->census.interval_ms * (1.0 + j * r));
+}
+
+/* ash_census_targets_changed() */
+static bool targets_changed = false;
+
+bool
+ash_census_targets_changed(void)
+{
+	return targets_changed;
 }
 
 static void
@@ -96,11 +104,11 @@ check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	/*
 	 * The mapping as admitted: rebuilt contract vs recorded fingerprint.  A
 	 * change admitted (a target column added or widened) leaves the apply
-	 * layer's cached targets stale: they are rebuilt on next use.
+	 * layer's cached targets stale (the pipeline rebuilds them).
 	 */
 	if (key != NULL &&
 		ash_contract_recheck(cfg->sink_name, key->system_id, key->database, key->slot_name))
-		ash_relmap_invalidate_all();
+		targets_changed = true;
 }
 
 /* ---------------------------------------------------------------------
@@ -346,6 +354,7 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	AshConn    *volatile conn = NULL;
 	int			saved_timeout = ash_connect_timeout_ms;
 
+	targets_changed = false;
 	check_destination(cfg, key);
 
 	/* everything of one run, freed whatever its verdict */

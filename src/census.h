@@ -26,6 +26,13 @@ typedef enum AshCensusVerdict
 extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key);
 
 /*
+ * Did the last ash_census_run admit a change of the contract (a target
+ * column added or widened)?  Then the apply layer's cached view of the
+ * targets is stale: the caller rebuilds it.
+ */
+extern bool ash_census_targets_changed(void);
+
+/*
  * Activation: open a read-only probe connection, verify the source
  * identity on it, and judge source coverage exactly as the census does.
  * Halts on a failure; raises ERRCODE_CONNECTION_FAILURE when the source
