@@ -320,4 +320,23 @@ is($dst->safe_psql('rb', "SELECT extversion FROM pg_extension WHERE extname = 'a
 is($dst->safe_psql('rb', "SELECT json_agg(c ORDER BY slot_name) FROM ash_replicant.checkpoints c"), $rb_legacy,
 	'the rollback restores the 0.4.0 rows exactly');
 
+# Rolled back after streaming (once the default version has a path down to
+# 0.4.0), the 0.4.0 row keeps what was applied since the update.
+my $down = $dst->safe_psql($DB, "SELECT path FROM pg_extension_update_paths('ash_replicant')"
+	  . " WHERE source = '$default' AND target = '0.4.0'");
+if ($down ne '')
+{
+	my $now = $dst->safe_psql($DB, "SELECT concat_ws('|', timeline_id, commit_lsn, end_lsn, updated_at)"
+		  . " FROM ash_replicant.checkpoints");
+	isnt((split /\|/, $now)[1], $c2, 'the watermark moved since the update');
+	$dst->safe_psql($DB, $rollback);
+	is($dst->safe_psql($DB, "SELECT concat_ws('|', timeline_id, commit_lsn, end_lsn, updated_at)"
+		  . " || ' ' || (created_at = '$created') FROM ash_replicant.checkpoints WHERE slot_name = 'up_slot'"),
+		"$now true", "rolled back along $down after streaming: the 0.4.0 row holds the current watermark");
+}
+else
+{
+	note "no update path from $default to 0.4.0 yet: the rollback after streaming is not exercised";
+}
+
 done_testing();
