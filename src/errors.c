@@ -35,6 +35,8 @@ static const AshReasonEntry reason_table[] = {
 	{"census_drift", ASH_REASON_HALTED},
 	{"apply_failed", ASH_REASON_HALTED},
 	{"owner_lost", ASH_REASON_HALTED},
+	/* the worker died again and again applying one change (pipeline.c) */
+	{"apply_crash_loop", ASH_REASON_HALTED},
 	{"pipeline_terminated", ASH_REASON_HALTED},
 	{"retention_lost", ASH_REASON_HALTED},
 	{"snapshot_state_invalid", ASH_REASON_HALTED},
