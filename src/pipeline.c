@@ -799,10 +799,12 @@ ensure_slot(AshConn *conn, AshBinding *binding, bool must_exist, bool export,
 	if (PQntuples(res) == 0)
 	{
 		PQclear(res);
+		/* recreating it would skip what was committed since */
 		if (binding->commit_lsn != InvalidXLogRecPtr)
-			ash_halt("retention_lost", "the slot is gone while a watermark exists");
+			ash_halt("source_slot_missing", "the slot is gone from the source while a watermark exists");
 		if (must_exist)
-			ash_halt("retention_lost", "the slot is gone while a snapshot attempt is recorded");
+			ash_halt("source_slot_missing",
+					 "the slot is gone from the source while a snapshot attempt is recorded");
 		resetStringInfo(&q);
 		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
 						 ash_conn_quote_ident(conn, cfg->slot_name),
@@ -1377,7 +1379,13 @@ handle_error(ErrorData *edata, long backoff)
 		/* a source refusal that waiting cannot fix */
 		if (src[0] != '\0')
 		{
-			if (strcmp(src, "42704") == 0 && step >= STEP_START)
+			/*
+			 * Undefined object: while streaming, pgoutput's lookup of the
+			 * publication.  At START_REPLICATION it is the slot, dropped
+			 * since ensure_slot saw it: the next activation tells
+			 * (source_slot_missing, or a slot created afresh).
+			 */
+			if (strcmp(src, "42704") == 0 && step == STEP_STREAM)
 				do_halt_detail("source_publication_missing", src,
 							   "the source has no publication of the configured name");
 			if (strcmp(src, "55000") == 0 && step == STEP_SLOT)
