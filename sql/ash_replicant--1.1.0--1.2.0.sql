@@ -123,3 +123,21 @@ BEGIN
 	END IF;
 END
 $ledger$;
+
+------------------------------------------------------------------------------
+-- Crash-loop guard: the change a worker died applying.
+------------------------------------------------------------------------------
+
+/*
+ * crash_lsn: the commit LSN of the source transaction the pipeline worker
+ * was applying when it died by itself (the server crash-restarted); NULL
+ * when none is pending.  start_attempts now counts such deaths in a row at
+ * crash_lsn (docs/operations.md, "The crash-loop guard"); the
+ * watermark passing crash_lsn clears both, ash_replicant_start zeroes the
+ * count.
+ */
+ALTER TABLE ash_replicant.pipelines
+	ADD COLUMN crash_lsn pg_lsn;
+
+-- admins read it as they read start_attempts
+GRANT SELECT (crash_lsn) ON ash_replicant.pipelines TO ash_replicant_admin;

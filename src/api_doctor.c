@@ -1360,7 +1360,7 @@ check_slot(Doctor *d)
 	{
 		/* created at activation; recreating it under a watermark skips changes */
 		if (watermark)
-			fail_reason = "retention_lost";
+			fail_reason = "source_slot_missing";
 	}
 	else
 	{

@@ -35,8 +35,12 @@ static const AshReasonEntry reason_table[] = {
 	{"census_drift", ASH_REASON_HALTED},
 	{"apply_failed", ASH_REASON_HALTED},
 	{"owner_lost", ASH_REASON_HALTED},
+	/* the worker died again and again applying one change (pipeline.c) */
+	{"apply_crash_loop", ASH_REASON_HALTED},
 	{"pipeline_terminated", ASH_REASON_HALTED},
 	{"retention_lost", ASH_REASON_HALTED},
+	/* the slot is gone from the source under a watermark (pipeline.c) */
+	{"source_slot_missing", ASH_REASON_HALTED},
 	{"snapshot_state_invalid", ASH_REASON_HALTED},
 	{"snapshot_scope_incomplete", ASH_REASON_HALTED},
 	{"snapshot_contention_exhausted", ASH_REASON_HALTED},

@@ -14,7 +14,10 @@
  *		pipeline was disabled: ask it to leave (SIGTERM; it exits cleanly);
  *	  - a worker that vanished without a clean exit: record owner_lost in
  *		the slot (in-memory halt leg) and do not restart it until the next
- *		ash_replicant_start (which bumps start_generation).
+ *		ash_replicant_start (which bumps start_generation).  A worker that
+ *		crashed never gets here: the crash restart wipes shared memory, the
+ *		new launcher starts a new worker, and the crash-loop guard
+ *		(pipeline.c) judges the death.
  *
  *	  With no extension installed, or no enabled pipeline, it supervises
  *	  nothing: it logs that once and sleeps.  Errors while reading the

@@ -148,20 +148,52 @@ static TimestampTz next_census = 0;
 static long backoff = 0;
 
 /*
- * Crash-loop guard.  A worker that crashes (a bug, not an error: errors are
- * caught) takes the postmaster through a crash restart, which wipes shared
- * memory, and the launcher would start it again forever.  So every session
- * counts its start in the catalog, and the count is cleared once the session
- * proved itself: the watermark moved past where it started, or it streamed
- * for STABLE_AFTER_MS.  More than MAX_UNPROVEN_STARTS in a row halt
- * owner_lost until the operator starts the pipeline again.
+ * Crash-loop guard.  An error is caught: retried, or a halt.  A crash -- the
+ * worker process dying abnormally: a bug here or in what a target runs (a
+ * trigger's C function), the kernel's OOM killer -- takes the whole server
+ * through a crash restart, and the launcher would start the worker into the
+ * same crash for ever.  Only such a death of the worker itself counts, and
+ * only at a change:
+ *
+ * - The postmaster tells whether the worker died by itself (shmem.c
+ *	 carries that across the crash restart) and which transaction it was
+ *	 applying (applying_lsn, set in the slot at every BEGIN: healthy
+ *	 streaming pays a store per transaction and nothing durable).  Source
+ *	 and network faults are errors; a stop, a restart of the server, or a
+ *	 crash of another process (the worker is told to quit) are not the
+ *	 worker's death and never count.
+ * - A death while applying the transaction that commits at L records L in
+ *	 pipelines.crash_lsn and counts it in start_attempts: deaths in a row at
+ *	 the same L.  MAX_CRASHES_AT_CHANGE of them halt apply_crash_loop with
+ *	 halt_lsn L: a poisoned change.  A death at another L counts from one
+ *	 again; the watermark passing L clears both (the change applied).
+ * - Until the watermark passes L the worker applies carefully: one source
+ *	 transaction per destination transaction and no streaming, so a death
+ *	 at a batch's commit is charged to one commit LSN.  A death inside a
+ *	 streamed transaction (its commit LSN is not known yet) counts nothing
+ *	 but makes the next worker careful until that transaction arrives whole
+ *	 (or the worker ends), so a second death there has its LSN.
+ * - A death elsewhere (idle, copying a snapshot) counts nothing.  From the
+ *	 second death in a row on, the next worker's first session waits:
+ *	 reconnect_min_delay, doubling per further death, capped at
+ *	 reconnect_max_delay; the streak ends once a session proves itself: the
+ *	 watermark moved past where it started, or it streamed for
+ *	 STABLE_AFTER_MS.  Everything else is retried for ever.
  */
-#define MAX_UNPROVEN_STARTS 5
+#define MAX_CRASHES_AT_CHANGE 3
 #define STABLE_AFTER_MS 60000
-static bool start_counted = false;
-static bool session_proven = false;
+static AshCrashRecord last_crash;	/* how the previous worker died */
+static bool crashed_before = false; /* ... if it died by itself */
+static bool guard_started = false;	/* guard_start ran in this worker */
+static bool streak_open = false;	/* a death streak to reset once proven */
+static XLogRecPtr careful_lsn = InvalidXLogRecPtr;	/* careful until passed */
+static TransactionId careful_xid = InvalidTransactionId;	/* ... until whole */
+static bool crash_lsn_recorded = false; /* pipelines.crash_lsn = careful_lsn */
+static int	saved_batch_max = 0;	/* batch size while careful, or 0 */
+static bool streams_withheld = false;	/* careful: this session does not stream */
 static XLogRecPtr session_start_watermark = InvalidXLogRecPtr;
 static TimestampTz session_streaming_at = 0;
+static XLogRecPtr halt_at_lsn = InvalidXLogRecPtr;	/* for the halt record */
 
 /* Is the installed extension the version this library was built for? */
 static bool catalogs_current = true;
@@ -280,6 +312,10 @@ do_halt_detail(const char *reason, const char *sqlstate, const char *detail)
 	const char *cls = (rc == ASH_REASON_MISCONFIGURED) ? "misconfigured" : "halted";
 	AshHaltRecord h;
 
+	/* a halt of the crash-loop guard stopped at the change it names */
+	if (!XLogRecPtrIsInvalid(halt_at_lsn))
+		error_lsn = halt_at_lsn;
+
 	/* detail is an ash_halt message: structural by construction */
 	ereport(LOG,
 			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s%s%s%s%s%s",
@@ -320,60 +356,311 @@ do_halt(const char *reason, const char *sqlstate)
 	do_halt_detail(reason, sqlstate, NULL);
 }
 
-static int
-update_start_attempts(const char *sql)
+/* ---------------------------------------------------------------------
+ * Crash-loop guard (see above).
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Did the previous worker of this sink die by itself?  Read once, before
+ * anything else: the record is the postmaster's, kept across the crash
+ * restart, and read by one worker only.
+ */
+static void
+guard_take_crash(void)
+{
+	AshCrashRecord *rec;
+
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	rec = ash_crash_find(MySlot->dboid, MySlot->sink_name);
+	if (rec != NULL && rec->generation != my_generation)
+	{
+		/* the operator started the pipeline again since: a fresh start */
+		memset(rec, 0, sizeof(*rec));
+		rec = NULL;
+	}
+	if (rec != NULL && rec->pending)
+	{
+		last_crash = *rec;
+		crashed_before = true;
+		rec->pending = false;
+	}
+	streak_open = rec != NULL && rec->streak > 0;
+	LWLockRelease(AshShmem->lock);
+}
+
+/* Before the first session after a death: back off, doubling per death. */
+static void
+guard_back_off(void)
+{
+	long		delay = 0;
+
+	if (!crashed_before)
+		return;
+	if (last_crash.streak > 1)
+	{
+		delay = ash_reconnect_min_ms;
+		for (int i = 2; i < last_crash.streak && delay < ash_reconnect_max_ms; i++)
+			delay *= 2;
+		delay = Min(delay, ash_reconnect_max_ms);
+	}
+	if (!XLogRecPtrIsInvalid(last_crash.applying_lsn))
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.worker_crashed sink=%s commit_lsn=%X/%X in_a_row=%d retry_in_ms=%ld",
+						cfg->sink_name, LSN_FORMAT_ARGS(last_crash.applying_lsn),
+						last_crash.streak, delay)));
+	else
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.worker_crashed sink=%s commit_lsn=%s in_a_row=%d retry_in_ms=%ld",
+						cfg->sink_name,
+						TransactionIdIsValid(last_crash.applying_xid) ? "streamed" : "none",
+						last_crash.streak, delay)));
+	/* the whole delay: a latch set for another reason does not end it */
+	if (delay > 0)
+	{
+		TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay);
+		long		left;
+
+		while ((left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until)) > 0)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 left, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+}
+
+/*
+ * pipelines.crash_lsn and start_attempts of this start generation: read
+ * them (write false), or set them.  Their own transaction.
+ */
+static void
+guard_catalog(bool write, XLogRecPtr *crash_lsn, int *crashes)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	Oid			types[2] = {TEXTOID, INT8OID};
-	Datum		values[2];
-	int			attempts = 0;
+	Oid			types[4] = {TEXTOID, INT8OID, LSNOID, INT4OID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 	bool		isnull;
+	int			ret;
 
 	values[0] = CStringGetTextDatum(cfg->sink_name);
 	values[1] = Int64GetDatum(my_generation);
+	values[2] = LSNGetDatum(*crash_lsn);
+	if (XLogRecPtrIsInvalid(*crash_lsn))
+		nulls[2] = 'n';
+	values[3] = Int32GetDatum(*crashes);
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args(sql, 2, types, values, NULL, false, 1) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "ash_replicant: start count update failed");
-	if (SPI_processed == 1)
-		attempts = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (write)
+		ret = SPI_execute_with_args(
+			"UPDATE ash_replicant.pipelines SET crash_lsn = $3, start_attempts = $4"
+			" WHERE sink_name = $1 AND start_generation = $2",
+			4, types, values, nulls, false, 0);
+	else
+		ret = SPI_execute_with_args(
+			"SELECT crash_lsn, start_attempts FROM ash_replicant.pipelines"
+			" WHERE sink_name = $1 AND start_generation = $2",
+			2, types, values, nulls, true, 1);
+	if (ret != (write ? SPI_OK_UPDATE : SPI_OK_SELECT))
+		elog(ERROR, "ash_replicant: crash-loop guard catalog access failed");
+	if (!write)
+	{
+		*crash_lsn = InvalidXLogRecPtr;
+		*crashes = 0;
+		if (SPI_processed == 1)
+		{
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+			if (!isnull)
+				*crash_lsn = DatumGetLSN(d);
+			*crashes = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc, 2, &isnull));
+		}
+	}
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
-	return attempts;
 }
 
-static void
-count_start(void)
+static bool
+guard_careful(void)
 {
-	int			attempts = update_start_attempts(
-		"UPDATE ash_replicant.pipelines SET start_attempts = start_attempts + 1"
-		" WHERE sink_name = $1 AND start_generation = $2 RETURNING start_attempts");
-
-	if (attempts > MAX_UNPROVEN_STARTS)
-		ash_halt("owner_lost", "%d starts in a row ended without progress", attempts - 1);
+	return !XLogRecPtrIsInvalid(careful_lsn) || TransactionIdIsValid(careful_xid);
 }
 
+/*
+ * Careful apply: one source transaction per destination transaction (the
+ * driver reads the configuration it was given), and no streaming
+ * (plugin_options).
+ */
 static void
-prove_session(void)
+guard_set_careful(bool on)
 {
-	if (session_proven || !start_counted)
-		return;
-	/* its own transaction: never while a batch transaction is open */
-	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
-		return;
-	if (ash_apply_watermark() > session_start_watermark ||
-		(session_streaming_at != 0 &&
-		 TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS)))
+	if (on && saved_batch_max == 0)
 	{
-		(void) update_start_attempts(
-			"UPDATE ash_replicant.pipelines SET start_attempts = 0"
-			" WHERE sink_name = $1 AND start_generation = $2 RETURNING start_attempts");
-		session_proven = true;
+		saved_batch_max = cfg->batch_max_transactions;
+		cfg->batch_max_transactions = 1;
+	}
+	else if (!on && saved_batch_max != 0)
+	{
+		cfg->batch_max_transactions = saved_batch_max;
+		saved_batch_max = 0;
+	}
+}
+
+/*
+ * The first session of this worker, bound to its checkpoint: count a death
+ * of the previous worker at a change not applied yet, halt when it is the
+ * MAX_CRASHES_AT_CHANGE-th in a row there, and go careful until that
+ * change is applied.
+ */
+static void
+guard_start(XLogRecPtr watermark)
+{
+	XLogRecPtr	crash_lsn = InvalidXLogRecPtr;
+	int			crashes = 0;
+
+	session_start_watermark = watermark;
+	guard_catalog(false, &crash_lsn, &crashes);
+
+	if (crashed_before && !XLogRecPtrIsInvalid(last_crash.applying_lsn) &&
+		last_crash.applying_lsn > watermark)
+	{
+		XLogRecPtr	at = last_crash.applying_lsn;
+
+		/* ash_replicant_start zeroes the count: a fresh one then */
+		crashes = (crash_lsn == at && crashes > 0) ? crashes + 1 : 1;
+		crash_lsn = at;
+		guard_catalog(true, &crash_lsn, &crashes);
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.crash_at_change sink=%s commit_lsn=%X/%X crashes=%d/%d",
+						cfg->sink_name, LSN_FORMAT_ARGS(at), crashes, MAX_CRASHES_AT_CHANGE)));
+		if (crashes >= MAX_CRASHES_AT_CHANGE)
+		{
+			halt_at_lsn = at;
+			ash_halt("apply_crash_loop",
+					 "the worker died %d times in a row applying the source transaction that commits at %X/%X",
+					 crashes, LSN_FORMAT_ARGS(at));
+		}
+	}
+	else if (crashed_before && TransactionIdIsValid(last_crash.applying_xid))
+		careful_xid = last_crash.applying_xid;
+
+	if (!XLogRecPtrIsInvalid(crash_lsn) && crashes > 0 && crash_lsn > watermark)
+	{
+		careful_lsn = crash_lsn;
+		crash_lsn_recorded = true;
+	}
+	else if (!XLogRecPtrIsInvalid(crash_lsn) || crashes != 0)
+	{
+		/* applied since, or the count was zeroed by a start: forget it */
+		crash_lsn = InvalidXLogRecPtr;
+		crashes = 0;
+		guard_catalog(true, &crash_lsn, &crashes);
+	}
+	if (!XLogRecPtrIsInvalid(careful_lsn))
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.careful sink=%s until_lsn=%X/%X",
+						cfg->sink_name, LSN_FORMAT_ARGS(careful_lsn))));
+	else if (TransactionIdIsValid(careful_xid))
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.careful sink=%s until_xid=%u",
+						cfg->sink_name, careful_xid)));
+	guard_set_careful(guard_careful());
+	/* done: a failure before here (a catalog error) is retried next session */
+	guard_started = true;
+}
+
+/* What the worker is applying, for the postmaster should it die now. */
+static void
+guard_note_change(AshChange *c)
+{
+	switch (c->kind)
+	{
+		case ASH_CHANGE_BEGIN:
+			MySlot->applying_lsn = c->u.begin.final_lsn;
+			if (TransactionIdIsValid(careful_xid) && c->u.begin.xid == careful_xid)
+			{
+				/* the streamed transaction arrives whole: careful through it */
+				careful_lsn = Max(careful_lsn, c->u.begin.final_lsn);
+				careful_xid = InvalidTransactionId;
+			}
+			break;
+		case ASH_CHANGE_STREAM_START:
+			MySlot->applying_xid = c->u.stream_start.xid;
+			break;
+		case ASH_CHANGE_STREAM_COMMIT:
+			MySlot->applying_lsn = c->u.stream_commit.commit_lsn;
+			break;
+		case ASH_CHANGE_STREAM_ABORT:
+			if (c->u.stream_abort.subxid == c->u.stream_abort.xid)
+				MySlot->applying_xid = InvalidTransactionId;
+			break;
+		case ASH_CHANGE_MESSAGE:
+			if (!c->u.message.transactional)
+				MySlot->applying_lsn = c->u.message.lsn;
+			break;
+		default:
+			break;
+	}
+}
+
+/* Nothing in apply: a batch committed, or a session ended. */
+static void
+guard_applied(void)
+{
+	MySlot->applying_lsn = InvalidXLogRecPtr;
+	MySlot->applying_xid = InvalidTransactionId;
+}
+
+/*
+ * Between batches: the change a death was charged to is applied (clear
+ * the record, stop being careful); the session proved itself (reset the
+ * death streak).
+ */
+static void
+guard_progress(void)
+{
+	XLogRecPtr	wm;
+
+	if (!guard_started || ash_apply_in_remote_xact() || ash_apply_batch_pending())
+		return;
+	wm = ash_apply_watermark();
+	if (!XLogRecPtrIsInvalid(careful_lsn) && wm >= careful_lsn)
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.crash_passed sink=%s commit_lsn=%X/%X",
+						cfg->sink_name, LSN_FORMAT_ARGS(careful_lsn))));
+		if (crash_lsn_recorded)
+		{
+			XLogRecPtr	none = InvalidXLogRecPtr;
+			int			zero = 0;
+
+			guard_catalog(true, &none, &zero);
+			crash_lsn_recorded = false;
+		}
+		careful_lsn = InvalidXLogRecPtr;
+		guard_set_careful(guard_careful());
+	}
+	if (streak_open &&
+		(wm > session_start_watermark ||
+		 (session_streaming_at != 0 &&
+		  TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS))))
+	{
+		AshCrashRecord *rec;
+
+		LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+		rec = ash_crash_find(MySlot->dboid, MySlot->sink_name);
+		if (rec != NULL && rec->generation == my_generation)
+			rec->streak = 0;
+		LWLockRelease(AshShmem->lock);
+		streak_open = false;
 	}
 }
 
@@ -512,10 +799,12 @@ ensure_slot(AshConn *conn, AshBinding *binding, bool must_exist, bool export,
 	if (PQntuples(res) == 0)
 	{
 		PQclear(res);
+		/* recreating it would skip what was committed since */
 		if (binding->commit_lsn != InvalidXLogRecPtr)
-			ash_halt("retention_lost", "the slot is gone while a watermark exists");
+			ash_halt("source_slot_missing", "the slot is gone from the source while a watermark exists");
 		if (must_exist)
-			ash_halt("retention_lost", "the slot is gone while a snapshot attempt is recorded");
+			ash_halt("source_slot_missing",
+					 "the slot is gone from the source while a snapshot attempt is recorded");
 		resetStringInfo(&q);
 		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
 						 ash_conn_quote_ident(conn, cfg->slot_name),
@@ -600,7 +889,9 @@ plugin_options(AshConn *conn)
 		appendStringInfoString(&o, ", messages 'true'");
 	if (cfg->binary_transfer && conn->server_version >= 140000 && !ash_apply_binary_refused())
 		appendStringInfoString(&o, ", binary 'true'");
-	session_streams = cfg->streaming && conn->server_version >= 140000 && streaming_allowed();
+	session_streams = cfg->streaming && conn->server_version >= 140000 && streaming_allowed() &&
+		!guard_careful();
+	streams_withheld = cfg->streaming && conn->server_version >= 140000 && guard_careful();
 	if (session_streams)
 		appendStringInfoString(&o, ", streaming 'on'");
 	return o.data;
@@ -761,7 +1052,9 @@ receive_loop(void)
 
 				record_flush_position(&r);
 				apply_failures = 0;
+				guard_applied();
 			}
+			guard_note_change(&change);
 			ash_apply_change(&change);
 
 			if (change.kind == ASH_CHANGE_STREAM_COMMIT)
@@ -774,6 +1067,7 @@ receive_loop(void)
 
 				record_flush_position(&r);
 				apply_failures = 0;
+				guard_applied();
 				/* several transactions were waiting: a backlog is streaming */
 				if (r.xacts > 1)
 					stream_busy = true;
@@ -793,21 +1087,28 @@ receive_loop(void)
 
 			record_flush_position(&r);
 			apply_failures = 0;
+			guard_applied();
 		}
 		else if (!ash_apply_in_remote_xact())
 			ash_apply_publish_idle();
 
 		send_feedback(false, false);
-		prove_session();
+		guard_progress();
 		run_census_if_due();
 
-		/* streaming was suspended by a fallback: resume it when idle */
-		if (cfg->streaming && !session_streams && !XLogRecPtrIsInvalid(stream_fallback_lsn) &&
-			!ash_apply_in_remote_xact() && !ash_apply_batch_pending() && streaming_allowed())
+		/*
+		 * streaming was suspended by a fallback, or withheld while careful:
+		 * resume it when idle
+		 */
+		if (cfg->streaming && !session_streams &&
+			(!XLogRecPtrIsInvalid(stream_fallback_lsn) || streams_withheld) &&
+			!ash_apply_in_remote_xact() && !ash_apply_batch_pending() && streaming_allowed() &&
+			!guard_careful())
 		{
 			ereport(LOG,
 					(errmsg("ash_replicant event=apply.stream_resume sink=%s", cfg->sink_name)));
 			stream_fallback_lsn = InvalidXLogRecPtr;
+			streams_withheld = false;
 			ash_stream_close(&stream);
 			stream_open = false;
 			return;				/* run_session starts over, streaming */
@@ -965,13 +1266,9 @@ run_session(void)
 
 	step = STEP_BIND;
 	ash_checkpoint_bind(cfg->sink_name, ckey, timeline, xlogpos, cfg->decoder, &binding);
-	/* one count per worker process: a crash ends the process */
-	if (!start_counted)
-	{
-		count_start();
-		start_counted = true;
-		session_start_watermark = binding.commit_lsn;
-	}
+	/* once per worker process: a crash ends the process */
+	if (!guard_started)
+		guard_start(binding.commit_lsn);
 
 	step = STEP_SLOT;
 	/* an attempt recorded under this checkpoint binds whatever is configured now */
@@ -1082,7 +1379,13 @@ handle_error(ErrorData *edata, long backoff)
 		/* a source refusal that waiting cannot fix */
 		if (src[0] != '\0')
 		{
-			if (strcmp(src, "42704") == 0 && step >= STEP_START)
+			/*
+			 * Undefined object: while streaming, pgoutput's lookup of the
+			 * publication.  At START_REPLICATION it is the slot, dropped
+			 * since ensure_slot saw it: the next activation tells
+			 * (source_slot_missing, or a slot created afresh).
+			 */
+			if (strcmp(src, "42704") == 0 && step == STEP_STREAM)
 				do_halt_detail("source_publication_missing", src,
 							   "the source has no publication of the configured name");
 			if (strcmp(src, "55000") == 0 && step == STEP_SLOT)
@@ -1133,6 +1436,20 @@ handle_error(ErrorData *edata, long backoff)
 	return Min(backoff, 1000);
 }
 
+/*
+ * SIGQUIT: the postmaster orders every process to quit at once, because
+ * another one crashed or for an immediate shutdown.  Say so in the slot
+ * (the crash-loop guard must not charge the worker with that death), then
+ * quit as any background worker does.
+ */
+static void
+pipeline_quit(SIGNAL_ARGS)
+{
+	if (MySlot != NULL)
+		MySlot->quit_signalled = true;
+	SignalHandlerForCrashExit(postgres_signal_arg);
+}
+
 void
 ash_pipeline_main(Datum main_arg)
 {
@@ -1143,10 +1460,12 @@ ash_pipeline_main(Datum main_arg)
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
+	pqsignal(SIGQUIT, pipeline_quit);
 	BackgroundWorkerUnblockSignals();
 
 	if (!attach_slot(slotno))
 		proc_exit(0);			/* superseded before we started */
+	guard_take_crash();
 
 	BackgroundWorkerInitializeConnectionByOid(MySlot->dboid, InvalidOid, 0);
 
@@ -1192,6 +1511,7 @@ ash_pipeline_main(Datum main_arg)
 	}
 
 	ereport(LOG, (errmsg("ash_replicant event=pipeline.started sink=%s", cfg->sink_name)));
+	guard_back_off();
 
 	/* the catalogs must be the ones this library was built for */
 	if (!catalogs_current)
@@ -1217,6 +1537,7 @@ ash_pipeline_main(Datum main_arg)
 			FlushErrorState();
 			note_error_location();
 			ash_apply_abort();
+			guard_applied();
 			if (stream_open)
 				ash_stream_close(&stream);
 			stream_open = false;

@@ -14,6 +14,16 @@
  *	  A slot whose worker died without writing a halt (pid == 0 after it had
  *	  attached, not stop_requested) is how status tells owner_lost.
  *
+ *	  A crash restart (a backend died abnormally) wipes shared memory, and
+ *	  with it what the crash-loop guard (pipeline.c) needs to know: did the
+ *	  pipeline worker itself die, and while applying which transaction?  The
+ *	  postmaster reads that from the old segment just before it is
+ *	  detached (an on_shmem_exit callback, which runs once every child is
+ *	  gone) and puts it into the new one.  The postmaster's own memory is
+ *	  all that survives a crash restart, and nothing else: a restart of the
+ *	  whole server forgets it, which is the point -- only a crash of the
+ *	  worker under the same postmaster is the worker's.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -22,11 +32,16 @@
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "utils/memutils.h"
 
 #include "ash_replicant.h"
 #include "shmem.h"
 
 AshShared  *AshShmem = NULL;
+AshCrashRecord *AshCrashes = NULL;
+
+/* postmaster only: the crash records carried across a crash restart */
+static AshCrashRecord *carried = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -38,12 +53,75 @@ ash_shmem_size(void)
 					mul_size(ash_max_pipelines, sizeof(AshPipelineSlot)));
 }
 
+static Size
+ash_crashes_size(void)
+{
+	return mul_size(ash_max_pipelines, sizeof(AshCrashRecord));
+}
+
+/*
+ * Postmaster, shared memory about to go (a crash restart, or the
+ * postmaster's exit): keep the crash records, adding one for every
+ * pipeline worker that died by itself -- attached and running, never
+ * detached (every exit of its own detaches, pipeline.c), and not told to
+ * quit by the postmaster (the quit order of a crash restart or an
+ * immediate shutdown is what every other process gets).  No child runs
+ * now, so no lock; nothing here may fail.
+ */
+static void
+ash_crash_carry(int code, Datum arg)
+{
+	if (AshShmem == NULL || AshCrashes == NULL || carried == NULL)
+		return;
+	memcpy(carried, AshCrashes, ash_crashes_size());
+	for (int i = 0; i < AshShmem->nslots; i++)
+	{
+		AshPipelineSlot *slot = &AshShmem->slots[i];
+		AshCrashRecord *rec = NULL;
+		AshCrashRecord *spare = NULL;
+
+		if (!slot->in_use || slot->state != ASH_SLOT_RUNNING || slot->pid == 0 ||
+			slot->quit_signalled)
+			continue;
+		for (int j = 0; j < AshShmem->nslots; j++)
+		{
+			AshCrashRecord *r = &carried[j];
+
+			if (r->dboid == slot->dboid && strcmp(r->sink_name, slot->sink_name) == 0)
+			{
+				rec = r;
+				break;
+			}
+			if (spare == NULL && (r->dboid == InvalidOid || !r->pending))
+				spare = r;
+		}
+		if (rec == NULL)
+		{
+			if (spare == NULL)
+				continue;		/* cannot happen: one entry per slot */
+			rec = spare;
+			memset(rec, 0, sizeof(*rec));
+			rec->dboid = slot->dboid;
+			strlcpy(rec->sink_name, slot->sink_name, ASH_NAME_LEN);
+		}
+		if (rec->generation != slot->generation)
+			rec->streak = 0;
+		rec->generation = slot->generation;
+		rec->pending = true;
+		rec->applying_lsn = slot->applying_lsn;
+		rec->applying_xid = slot->applying_xid;
+		rec->streak++;
+	}
+	AshShmem = NULL;
+	AshCrashes = NULL;
+}
+
 static void
 ash_shmem_request_hook(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(ash_shmem_size());
+	RequestAddinShmemSpace(add_size(ash_shmem_size(), ash_crashes_size()));
 	RequestNamedLWLockTranche("ash_replicant", 1);
 }
 
@@ -65,7 +143,23 @@ ash_shmem_startup_hook(void)
 		for (int i = 0; i < AshShmem->nslots; i++)
 			SpinLockInit(&AshShmem->slots[i].mutex);
 	}
+	AshCrashes = ShmemInitStruct("ash_replicant crashes", ash_crashes_size(), &found);
+	if (!found)
+	{
+		if (carried != NULL)
+			memcpy(AshCrashes, carried, ash_crashes_size());
+		else
+			memset(AshCrashes, 0, ash_crashes_size());
+	}
 	LWLockRelease(AddinShmemInitLock);
+
+	/* the postmaster carries the crash records across a crash restart */
+	if (!IsUnderPostmaster)
+	{
+		if (carried == NULL)
+			carried = MemoryContextAllocZero(TopMemoryContext, ash_crashes_size());
+		on_shmem_exit(ash_crash_carry, (Datum) 0);
+	}
 }
 
 void
@@ -104,6 +198,20 @@ ash_slot_find(Oid dboid, const char *sink_name)
 		if (slot->in_use && slot->dboid == dboid &&
 			strcmp(slot->sink_name, sink_name) == 0)
 			return slot;
+	}
+	return NULL;
+}
+
+AshCrashRecord *
+ash_crash_find(Oid dboid, const char *sink_name)
+{
+	Assert(AshCrashes != NULL);
+	for (int i = 0; i < AshShmem->nslots; i++)
+	{
+		AshCrashRecord *rec = &AshCrashes[i];
+
+		if (rec->dboid == dboid && strcmp(rec->sink_name, sink_name) == 0)
+			return rec;
 	}
 	return NULL;
 }

@@ -119,6 +119,15 @@ typedef struct AshPipelineSlot
 	char		snapshot_name[64];
 	XLogRecPtr	snapshot_lsn;
 	AshCopier	copiers[ASH_SNAPSHOT_COPIERS_MAX];
+
+	/*
+	 * Crash-loop guard (pipeline.c): what the worker is applying.  Written
+	 * by the worker alone, without a lock; read by the postmaster only once
+	 * every process is gone (ash_crash_carry).
+	 */
+	XLogRecPtr	applying_lsn;	/* commit LSN of the transaction in apply */
+	TransactionId applying_xid; /* a streamed transaction in apply */
+	bool		quit_signalled; /* the postmaster told the worker to quit */
 } AshPipelineSlot;
 
 typedef struct AshShared
@@ -131,6 +140,28 @@ typedef struct AshShared
 } AshShared;
 
 extern AshShared *AshShmem;
+
+/*
+ * A pipeline worker that died by itself (no exit of its own, no quit
+ * order from the postmaster), as the postmaster found its slot before a
+ * crash restart wiped shared memory.  The postmaster carries these
+ * records across the restart (its own memory survives it) for the next
+ * worker of the sink to read.  AshShmem->nslots entries, under
+ * AshShmem->lock; dboid InvalidOid marks a free entry.
+ */
+typedef struct AshCrashRecord
+{
+	Oid			dboid;
+	char		sink_name[ASH_NAME_LEN];
+	int64		generation;		/* start generation of the dead worker */
+	bool		pending;		/* no worker has read it yet */
+	XLogRecPtr	applying_lsn;	/* commit LSN it was applying, or invalid */
+	TransactionId applying_xid; /* streamed transaction it was applying */
+	int			streak;			/* deaths in a row, until a session proves
+								 * itself */
+} AshCrashRecord;
+
+extern AshCrashRecord *AshCrashes;
 
 extern void ash_shmem_request(void);
 extern void ash_shmem_startup(void);
@@ -146,5 +177,8 @@ extern bool ash_pipeline_is_running(const char *sink_name);
 
 /* Find the slot of sink_name in database dboid (caller holds lock). */
 extern AshPipelineSlot *ash_slot_find(Oid dboid, const char *sink_name);
+
+/* The crash record of sink_name in database dboid, or NULL (caller holds lock). */
+extern AshCrashRecord *ash_crash_find(Oid dboid, const char *sink_name);
 
 #endif							/* ASH_SHMEM_H */

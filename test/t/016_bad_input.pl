@@ -34,7 +34,7 @@
 #   source wal_level = replica    misconfigured source_not_logical (sink "wl",
 #     (a third cluster)           no watermark written)
 #   slot invalidated (WAL gone)   halted retention_lost
-#   slot dropped                  halted retention_lost
+#   slot dropped                  halted source_slot_missing
 #
 # Covered elsewhere: identity mismatch, timeline, checkpoint conflicts (014),
 # coverage reasons and a dropped publication (032), contract (033), apply
@@ -334,8 +334,8 @@ bad_case(label => 'truncate under on_truncate halt', sink => 'tr', table => 'tt'
 
 ##############################################################################
 # The slot loses its WAL (max_slot_wal_keep_size) while the sink is stopped,
-# then the slot is dropped: retention_lost both times (a re-created slot
-# would skip changes).
+# then the slot is dropped: retention_lost, then source_slot_missing (a
+# re-created slot would skip changes).
 ##############################################################################
 
 bad_case(label => 'slot invalidated', state => 'halted', reason => 'retention_lost',
@@ -354,7 +354,7 @@ bad_case(label => 'slot invalidated', state => 'halted', reason => 'retention_lo
 		$src->reload;
 	});
 
-bad_case(label => 'slot dropped', state => 'halted', reason => 'retention_lost',
+bad_case(label => 'slot dropped', state => 'halted', reason => 'source_slot_missing',
 	context => qr/context="[^"]*slot is gone/,
 	inject => sub {
 		$src->safe_psql($DB, "SELECT pg_drop_replication_slot('bi')");

@@ -13,7 +13,7 @@
 #    ignore_never_matches), an unreachable source (source_reachable fails,
 #    every later source check skipped);
 #  - the running pipeline stopped and its slot dropped while a watermark
-#    exists: doctor fails slot/retention_lost;
+#    exists: doctor fails slot/source_slot_missing;
 #  - the CLI's exit codes (0 clean, 1 failed, 2 warnings, 3 undiagnosable)
 #    and its JSON;
 #  - no output (rows, CLI text and JSON, notices) carries the conninfo, a
@@ -283,7 +283,7 @@ ok($src->poll_query_until($db,
 	'slot released');
 $src->safe_psql($db, "SELECT pg_drop_replication_slot('slotsecret_dr')");
 ($c) = checks('doctor', 'dr');
-verdict_is($c, 'slot', 'fail', 'retention_lost', 'slot gone under a watermark: retention_lost');
+verdict_is($c, 'slot', 'fail', 'source_slot_missing', 'slot gone under a watermark: source_slot_missing');
 verdict_is($c, 'checkpoint_state', 'pass', '', '... the checkpoint itself is fine');
 ($c) = checks('preflight', 'dr');
 ok(!exists $c->{slot}, 'preflight does not judge the slot');

@@ -23,7 +23,7 @@
 #       d the attempt tampered with (checkpoints.snapshot_lsn = NULL while
 #         the phase is copying): halted snapshot_state_invalid, nothing applied
 #       e the slot dropped while the snapshot is incomplete: halted
-#         retention_lost, nothing applied; re-seeded (reset, start) it copies
+#         source_slot_missing, nothing applied; re-seeded (reset, start) it copies
 #         everything anew
 #   ck  f a destination CHECK rejects one source row (holding the sentinel)
 #         in the middle of a table's copy (a table mapped after a completed
@@ -386,8 +386,8 @@ is($dst->safe_psql($DB, 'SELECT count(*) FROM tp_big'), '3', 'tp: the stop rolle
 	$src->safe_psql($DB, "UPDATE tp_big SET v = '$s_tp-pending2' WHERE id = 4");
 	$faults++;
 	AshTest::start_sink($dst, 'tp');
-	AshTest::wait_status($dst, 'tp', 'halted', 'retention_lost', src => $src, name => "$label: halted/retention_lost");
-	halt_logged('tp', 'retention_lost', $label);
+	AshTest::wait_status($dst, 'tp', 'halted', 'source_slot_missing', src => $src, name => "$label: halted/source_slot_missing");
+	halt_logged('tp', 'source_slot_missing', $label);
 	assert_unchanged('tp', $before, $label);
 	is($src->safe_psql($DB, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'tp'"), '0',
 		"$label: no slot was created behind the attempt's back");

@@ -31,7 +31,10 @@ use warnings;
 use Carp;
 use JSON::PP;
 use Time::HiRes qw(usleep time);
+use IO::Select;
+use IO::Socket::INET;
 use IPC::Run;
+use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -781,6 +784,101 @@ sub finish_workload
 	my $rc = $ok ? $w->{h}->result : -1;
 	diag "workload failed (rc=$rc): " . ${ $w->{err} } . ($@ // '') if !$ok || $rc != 0;
 	return $ok && $rc == 0;
+}
+
+# A loopback TCP proxy 127.0.0.1:$listen -> 127.0.0.1:$target: a forked
+# single-process forwarder.  A pipeline configured to reach its source
+# through it loses every connection at once when stop_proxy() kills it
+# (a network cut); start_proxy() on the same port restores the path.
+sub _proxy_child
+{
+	my ($listen, $target) = @_;
+	my $l;
+	for (1 .. 100)
+	{
+		$l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $listen,
+			Listen => 32, ReuseAddr => 1, Proto => 'tcp');
+		last if $l;
+		usleep(50_000);
+	}
+	POSIX::_exit(2) unless $l;
+	my $sel = IO::Select->new($l);
+	my %peer;
+	my $drop = sub {
+		my ($fh) = @_;
+		my $o = $peer{ fileno($fh) // -1 };
+		for my $x (grep { defined } $fh, $o)
+		{
+			my $fd = fileno($x);
+			next unless defined $fd;
+			delete $peer{$fd};
+			$sel->remove($x);
+			close $x;
+		}
+	};
+	while (1)
+	{
+		for my $fh ($sel->can_read(1))
+		{
+			if ($fh == $l)
+			{
+				my $c = $l->accept or next;
+				my $u = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $target, Proto => 'tcp');
+				unless ($u) { close $c; next; }
+				$peer{ fileno($c) } = $u;
+				$peer{ fileno($u) } = $c;
+				$sel->add($c, $u);
+				next;
+			}
+			my $o = $peer{ fileno($fh) };
+			my $buf;
+			my $n = sysread($fh, $buf, 65536);
+			if (!$n || !$o)
+			{
+				$drop->($fh);
+				next;
+			}
+			my $off = 0;
+			while ($off < $n)
+			{
+				my $w = syswrite($o, $buf, $n - $off, $off);
+				unless (defined $w) { $drop->($fh); last; }
+				$off += $w;
+			}
+		}
+	}
+}
+
+# start_proxy($listen_port, $target_port) -> pid, once the proxy accepts.
+# The caller kills it at the end (an END block), or it outlives the test.
+sub start_proxy
+{
+	my ($listen, $target) = @_;
+	my $pid = fork();
+	croak "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		# never run the parent's END blocks, never hold the TAP output open
+		open STDOUT, '>', '/dev/null';
+		open STDERR, '>', '/dev/null';
+		eval { _proxy_child($listen, $target) };
+		POSIX::_exit(1);
+	}
+	for (1 .. 200)
+	{
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $listen, Proto => 'tcp');
+		if ($s) { close $s; return $pid; }
+		usleep(25_000);
+	}
+	croak "proxy on port $listen did not start";
+}
+
+sub stop_proxy
+{
+	my ($pid) = @_;
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+	return;
 }
 
 1;
