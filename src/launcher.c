@@ -256,117 +256,131 @@ worker_gone(int slotno)
 	return GetBackgroundWorkerPid(workers[slotno].handle, &pid) == BGWH_STOPPED;
 }
 
+/* Under the lock: clear a slot, keeping its spinlock. */
 static void
-reconcile(EnabledPipeline *pipes, int npipes)
+slot_reset(AshPipelineSlot *slot)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	slock_t		mutex = slot->mutex;
 
-	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	memset(slot, 0, sizeof(AshPipelineSlot));
+	slot->mutex = mutex;
+}
 
-	/* First pass: settle slots of this database whose worker is gone. */
+/* Under the lock: ask a live worker to stop (once). */
+static void
+slot_request_stop(AshPipelineSlot *slot, int slotno)
+{
+	if (slot->stop_requested)
+		return;
+	slot->stop_requested = true;
+	if (workers[slotno].handle)
+		TerminateBackgroundWorker(workers[slotno].handle);
+}
+
+/*
+ * First pass: settle slots of this database whose worker is gone.  A worker
+ * that detached (its exit callback marks the slot EXITED) is settled now,
+ * even before the postmaster has reaped it: otherwise the second pass would
+ * see an exited slot and restart a worker that was terminated, instead of
+ * recording owner_lost.
+ */
+static void
+settle_gone_workers(TimestampTz now)
+{
 	for (int i = 0; i < AshShmem->nslots; i++)
 	{
 		AshPipelineSlot *slot = &AshShmem->slots[i];
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
+		if (workers[i].handle == NULL ||
+			(slot->state != ASH_SLOT_EXITED && !worker_gone(i)))
+			continue;
+
 		/*
-		 * A worker that detached (its exit callback marks the slot EXITED)
-		 * is settled now, even before the postmaster has reaped it:
-		 * otherwise the second pass would see an exited slot and restart a
-		 * worker that was terminated, instead of recording owner_lost.
+		 * The worker vanished.  If it did not say it left on purpose it is
+		 * owner_lost: remember that in memory for this generation.
 		 */
-		if (workers[i].handle != NULL &&
-			(slot->state == ASH_SLOT_EXITED || worker_gone(i)))
+		if (!slot->exit_clean && !slot->stop_requested &&
+			slot->halt_reason[0] == '\0')
 		{
-			/*
-			 * The worker vanished.  If it did not say it left on purpose it
-			 * is owner_lost: remember that in memory for this generation.
-			 */
-			if (!slot->exit_clean && !slot->stop_requested &&
-				slot->halt_reason[0] == '\0')
-			{
-				strlcpy(slot->halt_reason, "owner_lost", ASH_REASON_LEN);
-				strlcpy(slot->halt_class, "halted", sizeof(slot->halt_class));
-				slot->halt_generation = slot->generation;
-				slot->halted_at = now;
-				ereport(LOG,
-						(errmsg("ash_replicant event=pipeline.halt sink=%s reason=owner_lost",
-								slot->sink_name)));
-			}
-			slot->state = ASH_SLOT_EXITED;
-			slot->pid = 0;
-			workers[i].handle = NULL;
+			strlcpy(slot->halt_reason, "owner_lost", ASH_REASON_LEN);
+			strlcpy(slot->halt_class, "halted", sizeof(slot->halt_class));
+			slot->halt_generation = slot->generation;
+			slot->halted_at = now;
+			ereport(LOG,
+					(errmsg("ash_replicant event=pipeline.halt sink=%s reason=owner_lost",
+							slot->sink_name)));
 		}
+		slot->state = ASH_SLOT_EXITED;
+		slot->pid = 0;
+		workers[i].handle = NULL;
+	}
+}
+
+/*
+ * Second pass, one enabled pipeline: the slot number to (re)start it in, or
+ * -1 when it runs (restarted on a configuration or generation change),
+ * halted in this generation, backs off, or no slot is free.
+ */
+static int
+slot_to_start(EnabledPipeline *ep, TimestampTz now)
+{
+	AshPipelineSlot *slot = ash_slot_find(MyDatabaseId, ep->sink_name);
+	int			slotno;
+
+	if (ep->halt_generation >= ep->start_generation)
+		return -1;				/* halted durably in this generation */
+
+	if (slot == NULL)
+	{
+		for (int i = 0; i < AshShmem->nslots; i++)
+		{
+			if (!AshShmem->slots[i].in_use)
+				return i;
+		}
+		ereport(LOG,
+				(errmsg("ash_replicant event=launcher.no_free_slot sink=%s", ep->sink_name),
+				 errhint("Increase ash_replicant.max_pipelines.")));
+		return -1;
 	}
 
-	/* Second pass: every enabled pipeline. */
+	slotno = slot - AshShmem->slots;
+	if (slot->state == ASH_SLOT_STARTING || slot->state == ASH_SLOT_RUNNING)
+	{
+		/* live: restart on a configuration or generation change */
+		if (slot->config_version != ep->config_version ||
+			slot->generation != ep->start_generation)
+			slot_request_stop(slot, slotno);
+		return -1;
+	}
+
+	/* exited: halted in memory for this generation? */
+	if (slot->halt_reason[0] != '\0' && slot->halt_generation >= ep->start_generation)
+		return -1;
+
+	/* back off restarts of a worker that left cleanly */
+	if (!TimestampDifferenceExceeds(workers[slotno].last_start, now, ash_reconnect_min_ms))
+		return -1;
+	return slotno;
+}
+
+/* Second pass: start every enabled pipeline that should run and does not. */
+static void
+start_enabled(EnabledPipeline *pipes, int npipes, TimestampTz now)
+{
 	for (int p = 0; p < npipes; p++)
 	{
 		EnabledPipeline *ep = &pipes[p];
-		AshPipelineSlot *slot = ash_slot_find(MyDatabaseId, ep->sink_name);
-		int			slotno;
+		int			slotno = slot_to_start(ep, now);
+		AshPipelineSlot *slot;
 
-		if (ep->halt_generation >= ep->start_generation)
-			continue;			/* halted durably in this generation */
-
-		if (slot != NULL)
-		{
-			slotno = slot - AshShmem->slots;
-
-			if (slot->state == ASH_SLOT_STARTING || slot->state == ASH_SLOT_RUNNING)
-			{
-				/* live: restart on a configuration or generation change */
-				if ((slot->config_version != ep->config_version ||
-					 slot->generation != ep->start_generation) &&
-					!slot->stop_requested)
-				{
-					slot->stop_requested = true;
-					if (workers[slotno].handle)
-						TerminateBackgroundWorker(workers[slotno].handle);
-				}
-				continue;
-			}
-
-			/* exited: halted in memory for this generation? */
-			if (slot->halt_reason[0] != '\0' &&
-				slot->halt_generation >= ep->start_generation)
-				continue;
-
-			/* back off restarts of a worker that left cleanly */
-			if (!TimestampDifferenceExceeds(workers[slotno].last_start, now,
-											ash_reconnect_min_ms))
-				continue;
-		}
-		else
-		{
-			slotno = -1;
-			for (int i = 0; i < AshShmem->nslots; i++)
-			{
-				if (!AshShmem->slots[i].in_use)
-				{
-					slotno = i;
-					break;
-				}
-			}
-			if (slotno < 0)
-			{
-				ereport(LOG,
-						(errmsg("ash_replicant event=launcher.no_free_slot sink=%s",
-								ep->sink_name),
-						 errhint("Increase ash_replicant.max_pipelines.")));
-				continue;
-			}
-			slot = &AshShmem->slots[slotno];
-		}
+		if (slotno < 0)
+			continue;
 
 		/* (Re)initialise the slot for this generation. */
-		{
-			slock_t		mutex = slot->mutex;
-
-			memset(slot, 0, sizeof(AshPipelineSlot));
-			slot->mutex = mutex;
-		}
+		slot = &AshShmem->slots[slotno];
+		slot_reset(slot);
 		slot->in_use = true;
 		strlcpy(slot->sink_name, ep->sink_name, ASH_NAME_LEN);
 		slot->dboid = MyDatabaseId;
@@ -377,8 +391,12 @@ reconcile(EnabledPipeline *pipes, int npipes)
 		if (!start_worker(slotno))
 			slot->state = ASH_SLOT_EXITED;
 	}
+}
 
-	/* Third pass: slots whose pipeline is no longer enabled. */
+/* Third pass: slots whose pipeline is no longer enabled. */
+static void
+release_disabled(EnabledPipeline *pipes, int npipes)
+{
 	for (int i = 0; i < AshShmem->nslots; i++)
 	{
 		AshPipelineSlot *slot = &AshShmem->slots[i];
@@ -386,35 +404,26 @@ reconcile(EnabledPipeline *pipes, int npipes)
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
-		for (int p = 0; p < npipes; p++)
-		{
-			if (strcmp(pipes[p].sink_name, slot->sink_name) == 0)
-			{
-				enabled = true;
-				break;
-			}
-		}
+		for (int p = 0; p < npipes && !enabled; p++)
+			enabled = strcmp(pipes[p].sink_name, slot->sink_name) == 0;
 		if (enabled)
 			continue;
 		if (slot->state == ASH_SLOT_STARTING || slot->state == ASH_SLOT_RUNNING)
-		{
-			if (!slot->stop_requested)
-			{
-				slot->stop_requested = true;
-				if (workers[i].handle)
-					TerminateBackgroundWorker(workers[i].handle);
-			}
-		}
+			slot_request_stop(slot, i);
 		else
-		{
-			/* stopped deliberately: forget everything, including halts */
-			slock_t		mutex = slot->mutex;
-
-			memset(slot, 0, sizeof(AshPipelineSlot));
-			slot->mutex = mutex;
-		}
+			slot_reset(slot);	/* stopped deliberately: forget everything, halts too */
 	}
+}
 
+static void
+reconcile(EnabledPipeline *pipes, int npipes)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	settle_gone_workers(now);
+	start_enabled(pipes, npipes, now);
+	release_disabled(pipes, npipes);
 	LWLockRelease(AshShmem->lock);
 }
 

@@ -990,6 +990,168 @@ more_coming(void)
 	return false;
 }
 
+/* Commit the open batch and account for it (flush position, guard). */
+static AshBatchResult
+commit_batch(void)
+{
+	AshBatchResult r = ash_apply_commit_batch();
+
+	record_flush_position(&r);
+	apply_failures = 0;
+	guard_applied();
+	return r;
+}
+
+/*
+ * One DATA message: decoded into msg_cxt (the caller frees it), applied,
+ * and the batch committed where it ends.
+ */
+static void
+apply_message_data(AshPgoutputState *dstate, AshStreamMsg *msg)
+{
+	AshChange	change;
+	const char *derr;
+	bool		nontx_message;
+
+	if (!ash_decode_pgoutput(dstate, msg->data, msg->len, &change, &derr))
+		ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
+
+	/*
+	 * A non-transactional message commits in a batch of its own; a streamed
+	 * transaction starts one (it may roll back alone).
+	 */
+	nontx_message = change.kind == ASH_CHANGE_MESSAGE && !change.u.message.transactional;
+	if ((nontx_message || change.kind == ASH_CHANGE_STREAM_START) &&
+		ash_apply_batch_pending())
+		(void) commit_batch();
+	guard_note_change(&change);
+	ash_apply_change(&change);
+
+	if (change.kind == ASH_CHANGE_STREAM_COMMIT)
+		stream_fallbacks = 0;
+	if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
+		 nontx_message) && ash_apply_batch_pending() &&
+		(ash_apply_batch_full() || nontx_message || !more_coming()))
+	{
+		AshBatchResult r = commit_batch();
+
+		/* several transactions were waiting: a backlog is streaming */
+		if (r.xacts > 1)
+			stream_busy = true;
+	}
+}
+
+/*
+ * Everything received so far: keepalives answered, DATA applied.  Returns
+ * when the socket has nothing more.
+ */
+static void
+drain_stream(AshPgoutputState *dstate, MemoryContext loop_cxt, MemoryContext msg_cxt)
+{
+	AshStreamMsg msg;
+
+	for (;;)
+	{
+		ash_stream_receive(&stream, &msg);
+		if (msg.kind == ASH_STREAM_NONE)
+			return;
+		if (msg.kind == ASH_STREAM_END)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: the source ended the replication stream")));
+		if (msg.kind == ASH_STREAM_KEEPALIVE)
+		{
+			if (msg.wal_end > idle_lsn)
+				idle_lsn = msg.wal_end;
+			if (msg.reply_requested)
+				send_feedback(true, false);
+			continue;
+		}
+
+		/* DATA: decoded into a per-message context, freed right after */
+		MemoryContextSwitchTo(msg_cxt);
+		apply_message_data(dstate, &msg);
+		MemoryContextSwitchTo(loop_cxt);
+		MemoryContextReset(msg_cxt);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Streaming was suspended by a fallback, or withheld while careful: when
+ * idle, close the stream so that run_session starts over, streaming.
+ * Returns whether it did.
+ */
+static bool
+resume_streaming_if_idle(void)
+{
+	if (!cfg->streaming || session_streams ||
+		(XLogRecPtrIsInvalid(stream_fallback_lsn) && !streams_withheld) ||
+		ash_apply_in_remote_xact() || ash_apply_batch_pending() || !streaming_allowed() ||
+		guard_careful())
+		return false;
+	ereport(LOG,
+			(errmsg("ash_replicant event=apply.stream_resume sink=%s", cfg->sink_name)));
+	stream_fallback_lsn = InvalidXLogRecPtr;
+	streams_withheld = false;
+	ash_stream_close(&stream);
+	stream_open = false;
+	return true;
+}
+
+/* A source silent for receive_timeout is gone; at half of it, ping. */
+static void
+check_silent_source(TimestampTz now)
+{
+	if (TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: the source sent nothing within receive_timeout")));
+	if (!stream.ping_sent &&
+		TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms / 2))
+	{
+		send_feedback(true, true);
+		stream.ping_sent = true;
+	}
+}
+
+/* Until more arrives (or the next census): pace a backlog, or wait. */
+static void
+wait_for_stream(TimestampTz now)
+{
+	long		wait_ms = 1000;
+
+	if (cfg->census.enabled)
+	{
+		long		until = TimestampDifferenceMilliseconds(now, next_census);
+
+		wait_ms = Min(wait_ms, Max(until, 1));
+	}
+	if (stream.received_bytes - paced_from >= PACE_MIN_BYTES)
+	{
+		/* a backlog is streaming: let the source's window close */
+		ash_stream_pause(&stream, BATCH_LINGER_MS);
+	}
+	else
+	{
+		/*
+		 * The stream is quiet: acknowledge what is applied now rather than
+		 * when the WAL writer gets to our asynchronous commits and the next
+		 * wake-up reports them (up to a second later).  One flush per quiet
+		 * moment costs a backlog nothing (it pauses above instead) and lets
+		 * the source release WAL -- and a synchronous source's commits
+		 * return -- at once.
+		 */
+		if (!dlist_is_empty(&flush_positions))
+		{
+			XLogFlush(dlist_tail_element(FlushPosition, node, &flush_positions)->local_end);
+			send_feedback(false, false);
+		}
+		(void) ash_stream_wait(&stream, wait_ms);
+	}
+	paced_from = stream.received_bytes;
+}
+
 static void
 receive_loop(void)
 {
@@ -997,10 +1159,6 @@ receive_loop(void)
 	MemoryContext msg_cxt = AllocSetContextCreate(loop_cxt, "ash_replicant message",
 												  ALLOCSET_DEFAULT_SIZES);
 	AshPgoutputState dstate = {0};
-	AshStreamMsg msg;
-	AshChange change;
-	const char *derr;
-	bool		nontx_message;
 
 	dstate.proto_version = stream.conn->server_version >= 150000 ? 3 :
 		stream.conn->server_version >= 140000 ? 2 : 1;
@@ -1008,7 +1166,6 @@ receive_loop(void)
 	for (;;)
 	{
 		TimestampTz now;
-		long		wait_ms;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -1017,146 +1174,24 @@ receive_loop(void)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 
-		for (;;)
-		{
-			ash_stream_receive(&stream, &msg);
-			if (msg.kind == ASH_STREAM_NONE)
-				break;
-			if (msg.kind == ASH_STREAM_END)
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("ash_replicant: the source ended the replication stream")));
-			if (msg.kind == ASH_STREAM_KEEPALIVE)
-			{
-				if (msg.wal_end > idle_lsn)
-					idle_lsn = msg.wal_end;
-				if (msg.reply_requested)
-					send_feedback(true, false);
-				continue;
-			}
-
-			/* DATA: decoded into a per-message context, freed right after */
-			MemoryContextSwitchTo(msg_cxt);
-			if (!ash_decode_pgoutput(&dstate, msg.data, msg.len, &change, &derr))
-				ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
-
-			/*
-			 * A non-transactional message commits in a batch of its own; a
-			 * streamed transaction starts one (it may roll back alone).
-			 */
-			nontx_message = change.kind == ASH_CHANGE_MESSAGE && !change.u.message.transactional;
-			if ((nontx_message || change.kind == ASH_CHANGE_STREAM_START) &&
-				ash_apply_batch_pending())
-			{
-				AshBatchResult r = ash_apply_commit_batch();
-
-				record_flush_position(&r);
-				apply_failures = 0;
-				guard_applied();
-			}
-			guard_note_change(&change);
-			ash_apply_change(&change);
-
-			if (change.kind == ASH_CHANGE_STREAM_COMMIT)
-				stream_fallbacks = 0;
-			if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
-				 nontx_message) && ash_apply_batch_pending() &&
-				(ash_apply_batch_full() || nontx_message || !more_coming()))
-			{
-				AshBatchResult r = ash_apply_commit_batch();
-
-				record_flush_position(&r);
-				apply_failures = 0;
-				guard_applied();
-				/* several transactions were waiting: a backlog is streaming */
-				if (r.xacts > 1)
-					stream_busy = true;
-			}
-			MemoryContextSwitchTo(loop_cxt);
-			MemoryContextReset(msg_cxt);
-			Assert(CurrentMemoryContext == loop_cxt);
-			CHECK_FOR_INTERRUPTS();
-		}
-
+		drain_stream(&dstate, loop_cxt, msg_cxt);
 		Assert(CurrentMemoryContext == loop_cxt);
 
 		/* a batch may still wait for a skipped tail's COMMIT; close it */
 		if (ash_apply_batch_pending())
-		{
-			AshBatchResult r = ash_apply_commit_batch();
-
-			record_flush_position(&r);
-			apply_failures = 0;
-			guard_applied();
-		}
+			(void) commit_batch();
 		else if (!ash_apply_in_remote_xact())
 			ash_apply_publish_idle();
 
 		send_feedback(false, false);
 		guard_progress();
 		run_census_if_due();
-
-		/*
-		 * streaming was suspended by a fallback, or withheld while careful:
-		 * resume it when idle
-		 */
-		if (cfg->streaming && !session_streams &&
-			(!XLogRecPtrIsInvalid(stream_fallback_lsn) || streams_withheld) &&
-			!ash_apply_in_remote_xact() && !ash_apply_batch_pending() && streaming_allowed() &&
-			!guard_careful())
-		{
-			ereport(LOG,
-					(errmsg("ash_replicant event=apply.stream_resume sink=%s", cfg->sink_name)));
-			stream_fallback_lsn = InvalidXLogRecPtr;
-			streams_withheld = false;
-			ash_stream_close(&stream);
-			stream_open = false;
+		if (resume_streaming_if_idle())
 			return;				/* run_session starts over, streaming */
-		}
 
-		/* silent source detection */
 		now = GetCurrentTimestamp();
-		if (TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms))
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("ash_replicant: the source sent nothing within receive_timeout")));
-		if (!stream.ping_sent &&
-			TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms / 2))
-		{
-			send_feedback(true, true);
-			stream.ping_sent = true;
-		}
-
-		wait_ms = 1000;
-		if (cfg->census.enabled)
-		{
-			long		until = TimestampDifferenceMilliseconds(now, next_census);
-
-			wait_ms = Min(wait_ms, Max(until, 1));
-		}
-		if (stream.received_bytes - paced_from >= PACE_MIN_BYTES)
-		{
-			/* a backlog is streaming: let the source's window close */
-			ash_stream_pause(&stream, BATCH_LINGER_MS);
-		}
-		else
-		{
-			/*
-			 * The stream is quiet: acknowledge what is applied now rather
-			 * than when the WAL writer gets to our asynchronous commits and
-			 * the next wake-up reports them (up to a second later).  One
-			 * flush per quiet moment costs a backlog nothing (it pauses
-			 * above instead) and lets the source release WAL -- and a
-			 * synchronous source's commits return -- at once.
-			 */
-			if (!dlist_is_empty(&flush_positions))
-			{
-				XLogFlush(dlist_tail_element(FlushPosition, node, &flush_positions)->local_end);
-				send_feedback(false, false);
-			}
-			(void) ash_stream_wait(&stream, wait_ms);
-		}
-		paced_from = stream.received_bytes;
+		check_silent_source(now);
+		wait_for_stream(now);
 	}
 }
 
