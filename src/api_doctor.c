@@ -12,7 +12,7 @@
  *		configuration_complete, destination_mappings, keyring_families,
  *		source_reachable, source_identity, source_release, source_wal_level,
  *		privilege_replication, output_plugin, publication, privilege_select,
- *		coverage, columns
+ *		coverage, columns, existing_rows
  *		[doctor:] checkpoint_state, slot, timeline, watermark, contract,
  *		runtime
  *
@@ -36,10 +36,11 @@
  *	  source_catalog.c and coverage.c, the very code the pipeline runs at
  *	  activation and in every census: preflight's verdict is the worker's.
  *
- *	  Rows are value- and name-free: check names and reason codes only —
- *	  never the conninfo, publication, identity, slot name, an LSN, or a
- *	  table or column name.  The structural context of a failure (names of
- *	  tables and columns, which messages may carry (README.md#reason-codes)) goes to a NOTICE.
+ *	  Rows are value-free: check names, reason codes and a structural
+ *	  detail -- names of tables, columns and types, a halt's SQLSTATE,
+ *	  target and commit LSN -- never the conninfo, publication, identity,
+ *	  slot name or a row value.  The detail of a failure also goes to a
+ *	  NOTICE (catalogs before 1.2.0 have no detail column).
  *	  Error messages of failed probes are never shown: only their class.
  *
  *-------------------------------------------------------------------------
@@ -104,6 +105,9 @@ typedef struct SinkFacts
 	bool		binary_transfer;
 	int64		nroutes;
 	int64		nroutes_below;
+	char	   *halt_sqlstate;	/* the current halt's, or NULL */
+	char	   *halt_target;
+	char	   *halt_lsn;		/* text of a pg_lsn */
 } SinkFacts;
 
 /* The checkpoint rows under the sink's slot name. */
@@ -149,11 +153,16 @@ typedef struct Doctor
  * ---------------------------------------------------------------------
  */
 
+/*
+ * One row.  detail (1.2.0 on; catalogs before declare three columns) is
+ * structure only: names of tables, columns and types, a SQLSTATE, an LSN.
+ */
 static void
-emit(Doctor *d, const char *check, const char *verdict, const char *reason)
+emit_detail(Doctor *d, const char *check, const char *verdict, const char *reason,
+			const char *detail)
 {
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
 
 	values[0] = CStringGetTextDatum(check);
 	values[1] = CStringGetTextDatum(verdict);
@@ -161,7 +170,17 @@ emit(Doctor *d, const char *check, const char *verdict, const char *reason)
 		values[2] = CStringGetTextDatum(reason);
 	else
 		nulls[2] = true;
+	if (detail != NULL && detail[0] != '\0')
+		values[3] = CStringGetTextDatum(detail);
+	else
+		nulls[3] = true;
 	tuplestore_putvalues(d->rsinfo->setResult, d->rsinfo->setDesc, values, nulls);
+}
+
+static void
+emit(Doctor *d, const char *check, const char *verdict, const char *reason)
+{
+	emit_detail(d, check, verdict, reason, NULL);
 }
 
 /* A failure or warning with its structural context (names only). */
@@ -172,7 +191,28 @@ emit_judged(Doctor *d, const char *check, const char *verdict, const char *reaso
 	if (context != NULL && context[0] != '\0')
 		ereport(NOTICE,
 				(errmsg("ash_replicant: %s %s: %s (%s)", check, verdict, reason, context)));
-	emit(d, check, verdict, reason);
+	emit_detail(d, check, verdict, reason, context);
+}
+
+/* "sqlstate 23505 (unique_violation), table t, commit LSN 0/1" of a halt */
+static char *
+halt_detail(SinkFacts *f)
+{
+	StringInfoData buf;
+	const char *condition = ash_sqlstate_condition(f->halt_sqlstate);
+
+	initStringInfo(&buf);
+	if (f->halt_sqlstate)
+		appendStringInfo(&buf, "sqlstate %s%s%s%s", f->halt_sqlstate,
+						 condition ? " (" : "", condition ? condition : "",
+						 condition ? ")" : "");
+	if (f->halt_target)
+		appendStringInfo(&buf, "%stable %s", buf.len ? ", " : "", f->halt_target);
+	if (f->halt_lsn)
+		appendStringInfo(&buf, "%scommit LSN %s", buf.len ? ", " : "", f->halt_lsn);
+	if (buf.len)
+		appendStringInfoString(&buf, "; ");
+	return buf.data;
 }
 
 /*
@@ -346,7 +386,13 @@ load_sink_facts(Doctor *d)
 		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
 		"    WHERE r.sink_name = s.sink_name),"
 		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
-		"    WHERE r.sink_name = s.sink_name AND r.retention < s.recovery_horizon)"
+		"    WHERE r.sink_name = s.sink_name AND r.retention < s.recovery_horizon),"
+		/* where the current generation's halt stopped (NULL before 1.2.0) */
+		"  CASE WHEN p.halt_generation >= p.start_generation THEN p.halt_sqlstate END,"
+		"  CASE WHEN p.halt_generation >= p.start_generation"
+		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_target' END,"
+		"  CASE WHEN p.halt_generation >= p.start_generation"
+		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_lsn' END"
 		" FROM ash_replicant.sinks s"
 		" LEFT JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
 		" WHERE s.sink_name = $1",
@@ -382,6 +428,9 @@ load_sink_facts(Doctor *d)
 	f->binary_transfer = get_bool(tup, desc, 17);
 	f->nroutes = DatumGetInt64(SPI_getbinval(tup, desc, 18, &isnull));
 	f->nroutes_below = DatumGetInt64(SPI_getbinval(tup, desc, 19, &isnull));
+	f->halt_sqlstate = copy_text(tup, desc, 20);
+	f->halt_target = copy_text(tup, desc, 21);
+	f->halt_lsn = copy_text(tup, desc, 22);
 	if (f->decoder == NULL)
 		f->decoder = "pgoutput";
 	if (f->snapshot == NULL)
@@ -826,7 +875,8 @@ check_output_plugin(Doctor *d)
 			ereport(NOTICE,
 					(errmsg("ash_replicant: output_plugin skipped: the source role cannot read output_plugin_libraries"),
 					 errhint("Grant pg_read_all_settings to the source role to let the doctor verify it.")));
-			emit(d, "output_plugin", V_SKIPPED, why);
+			emit_detail(d, "output_plugin", V_SKIPPED, why,
+						"grant pg_read_all_settings to the source role to let doctor read output_plugin_libraries");
 		}
 		else
 			probe_failed(d, "output_plugin", why);
@@ -998,7 +1048,7 @@ check_coverage(Doctor *d)
 				ereport(NOTICE,
 						(errmsg("ash_replicant: coverage warn: %s (%s)", v->reason, v->context)));
 		}
-		emit(d, "coverage", V_WARN, w->reason);
+		emit_detail(d, "coverage", V_WARN, w->reason, w->context);
 		return;
 	}
 	emit(d, "coverage", V_PASS, NULL);
@@ -1019,8 +1069,172 @@ check_columns(Doctor *d)
 	cov = judged_coverage(d);
 	if (cov->columns.reason != NULL)
 		emit_judged(d, "columns", V_FAIL, cov->columns.reason, cov->columns.context);
+	else if (cov->narrowing.reason != NULL)
+		emit_judged(d, "columns", V_WARN, cov->narrowing.reason, cov->narrowing.context);
 	else
 		emit(d, "columns", V_PASS, NULL);
+}
+
+/*
+ * Rows a go-forward start leaves behind: with snapshot off, a mapped source
+ * table that already has rows is mirrored from the slot on only -- say so,
+ * and louder when its target has a foreign key, which the first change to
+ * an old row's children will trip (apply_failed).  A snapshot copies them.
+ */
+static void
+rows_fn(Doctor *d, void *arg)
+{
+	MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+	*(List **) arg = ash_source_tables_with_rows(d->conn, d->mappings, d->rels);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * What the go-forward slot left out, as the worker recorded it when it
+ * created the slot (checkpoints.go_forward_uncopied, 1.2.0 on; preflight
+ * reads this one note of the checkpoint too: once a slot exists, what the
+ * tables hold now says nothing about what the mirror lacks).  Returns
+ * false when there is no such record (no checkpoint yet, a snapshot took
+ * over, or a slot older than the record): then the source is asked.
+ */
+static bool
+recorded_uncopied(Doctor *d, List **tables)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	bool		found = false;
+
+	*tables = NIL;
+	if (empty(d->f.sysid) || empty(d->f.database))
+		return false;
+	values[0] = CStringGetTextDatum(d->f.sysid);
+	values[1] = CStringGetTextDatum(d->f.database);
+	values[2] = CStringGetTextDatum(d->f.slot_name);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	if (SPI_execute_with_args("SELECT u FROM ash_replicant.checkpoints c,"
+							  " LATERAL pg_catalog.jsonb_array_elements_text("
+							  "   pg_catalog.to_jsonb(c) OPERATOR(pg_catalog.->) 'go_forward_uncopied') u"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							  "   AND pg_catalog.jsonb_typeof(pg_catalog.to_jsonb(c)"
+							  "       OPERATOR(pg_catalog.->) 'go_forward_uncopied') = 'array'",
+							  3, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: checkpoint read failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+		*tables = lappend(*tables, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		MemoryContextSwitchTo(old);
+	}
+	if (SPI_execute_with_args("SELECT pg_catalog.jsonb_typeof(pg_catalog.to_jsonb(c)"
+							  "   OPERATOR(pg_catalog.->) 'go_forward_uncopied') = 'array'"
+							  " FROM ash_replicant.checkpoints c"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+							  3, types, values, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		bool		isnull;
+
+		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+			!isnull;
+	}
+	SPI_finish();
+	return found;
+}
+
+static bool
+name_listed(List *names, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, names)
+	{
+		if (strcmp((char *) lfirst(lc), name) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void
+check_existing_rows(Doctor *d)
+{
+	List	   *tables = NIL;
+	ErrorData  *e;
+	ListCell   *lc;
+	StringInfoData fks;
+
+	if (skip_table_set(d, "existing_rows"))
+		return;
+	if (!d->mappings_known)
+	{
+		emit(d, "existing_rows", V_SKIPPED, "config_invalid");
+		return;
+	}
+	if (strcmp(d->f.snapshot, "off") != 0)
+	{
+		emit(d, "existing_rows", V_PASS, NULL);	/* the snapshot copies them */
+		return;
+	}
+	if (!recorded_uncopied(d, &tables))
+	{
+		e = guarded(d, rows_fn, &tables);
+		if (e != NULL)
+		{
+			probe_failed(d, "existing_rows", probe_failure(d, e));
+			return;
+		}
+	}
+	if (tables == NIL)
+	{
+		emit(d, "existing_rows", V_PASS, NULL);
+		return;
+	}
+
+	/* foreign keys of the targets of those tables */
+	initStringInfo(&fks);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	foreach(lc, d->mappings)
+	{
+		AshMapping *m = lfirst(lc);
+		Oid			types[1] = {OIDOID};
+		Datum		values[1] = {ObjectIdGetDatum(m->target_relid)};
+		char	   *qname = quote_qualified_identifier(m->source_schema, m->source_table);
+
+		if (!name_listed(tables, qname) ||
+			SPI_execute_with_args("SELECT pg_catalog.string_agg(pg_catalog.quote_ident(conname), ', ' ORDER BY conname)"
+								  " FROM pg_catalog.pg_constraint"
+								  " WHERE conrelid = $1 AND contype = 'f'",
+								  1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			continue;
+		{
+			char	   *names = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+			MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+			if (names != NULL)
+				appendStringInfo(&fks, "%s%s (%s)", fks.len ? ", " : "", qname, names);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	SPI_finish();
+
+	{
+		StringInfoData detail;
+
+		initStringInfo(&detail);
+		foreach(lc, tables)
+			appendStringInfo(&detail, "%s%s", lc == list_head(tables) ? "tables with rows that a go-forward start does not copy: " : ", ",
+							 (char *) lfirst(lc));
+		if (fks.len > 0)
+			appendStringInfo(&detail, "; their targets have foreign keys that changes to those rows will trip: %s",
+							 fks.data);
+		appendStringInfoString(&detail, "; snapshot => 'v1' copies them (docs/snapshots.md)");
+		emit_detail(d, "existing_rows", V_WARN,
+					fks.len > 0 ? "go_forward_foreign_key" : "go_forward_rows_not_copied", detail.data);
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -1095,9 +1309,13 @@ check_checkpoint(Doctor *d)
 	if (cp->foreign)
 		emit(d, "checkpoint_state", V_FAIL, "checkpoint_identity_conflict");
 	else if (cp->ours && cp->terminal_cause != NULL)
-		emit(d, "checkpoint_state", V_FAIL,
-			 ash_reason_class(cp->terminal_cause) == ASH_REASON_UNKNOWN ?
-			 "tombstone_unknown" : cp->terminal_cause);
+	{
+		const char *reason = ash_reason_class(cp->terminal_cause) == ASH_REASON_UNKNOWN ?
+		"tombstone_unknown" : cp->terminal_cause;
+
+		emit_detail(d, "checkpoint_state", V_FAIL, reason,
+					psprintf("%ssee docs/reasons.md#%s", halt_detail(&d->f), reason));
+	}
 	else if (cp->ours && cp->decoder != NULL && strcmp(cp->decoder, d->f.decoder) != 0)
 		emit(d, "checkpoint_state", V_FAIL, "decoder_contract_incompatible");
 	else
@@ -1404,6 +1622,7 @@ run_checks(FunctionCallInfo fcinfo, bool doctor)
 		check_privilege_select(d);
 		check_coverage(d);
 		check_columns(d);
+		check_existing_rows(d);
 		if (doctor)
 		{
 			check_checkpoint(d);

@@ -67,6 +67,7 @@
 
 PG_FUNCTION_INFO_V1(ash_replicant_create_sink);
 PG_FUNCTION_INFO_V1(ash_replicant_drop_sink);
+PG_FUNCTION_INFO_V1(ash_replicant_alter_sink);
 PG_FUNCTION_INFO_V1(ash_replicant_add_message_route);
 PG_FUNCTION_INFO_V1(ash_replicant_drop_message_route);
 PG_FUNCTION_INFO_V1(ash_replicant_configure_pipeline);
@@ -660,6 +661,117 @@ ash_replicant_drop_sink(PG_FUNCTION_ARGS)
 		reject_unknown_sink(sink_name);
 
 	SPI_finish();
+	ash_launcher_wake_at_commit();
+	PG_RETURN_VOID();
+}
+
+/*
+ * ash_replicant_alter_sink(sink_name, ignored_sources,
+ *		ignored_message_prefixes, recovery_horizon, batch_max_transactions,
+ *		owner, reset_recovery_horizon) -- change the settings a sink may
+ * change while keeping its mappings, pipeline and checkpoint; NULL keeps a
+ * setting.  The slot, kind and initial state are the checkpoint's identity
+ * and contract: they are not among them.  Validated as create_sink does.
+ * A running worker restarts on the new configuration (config_version); a
+ * pipeline halted misconfigured is started again, through every check
+ * ash_replicant_start makes, so status and doctor judge the new settings
+ * at once.  A pipeline halted otherwise stays halted: that is a decision
+ * about data, the operator's.
+ */
+Datum
+ash_replicant_alter_sink(PG_FUNCTION_ARGS)
+{
+	char	   *sink_name = sink_name_arg(fcinfo, STAGE_SINK);
+	AshSinkInfo sink;
+	bool		reset_horizon = !PG_ARGISNULL(6) && PG_GETARG_BOOL(6);
+	Oid			types[7] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INTERVALOID, INT4OID,
+	REGROLEOID, BOOLOID};
+	Datum		values[7];
+	char		nulls[7];
+	bool		restart;
+	bool		isnull;
+
+	memset(nulls, 'n', sizeof(nulls));
+	values[0] = CStringGetTextDatum(sink_name);
+	nulls[0] = ' ';
+	if (!PG_ARGISNULL(1))
+	{
+		values[1] = PointerGetDatum(normalise_table_list(PG_GETARG_ARRAYTYPE_P(1), STAGE_SINK,
+														 "ignore_invalid", "ignored_sources"));
+		nulls[1] = ' ';
+	}
+	if (!PG_ARGISNULL(2))
+	{
+		check_string_list(PG_GETARG_ARRAYTYPE_P(2), false, STAGE_SINK, "config_invalid",
+						  "ignored_message_prefixes");
+		values[2] = PointerGetDatum(PG_GETARG_ARRAYTYPE_P(2));
+		nulls[2] = ' ';
+	}
+	if (!PG_ARGISNULL(3))
+	{
+		if (reset_horizon)
+			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "recovery_horizon_invalid",
+					   "pass recovery_horizon or reset_recovery_horizon, not both");
+		if (!interval_is_positive(PG_GETARG_INTERVAL_P(3)))
+			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK,
+					   "recovery_horizon_invalid", "recovery_horizon must be positive");
+		values[3] = IntervalPGetDatum(PG_GETARG_INTERVAL_P(3));
+		nulls[3] = ' ';
+	}
+	if (!PG_ARGISNULL(4))
+	{
+		if (PG_GETARG_INT32(4) < 1)
+			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
+					   "batch_max_transactions must be at least 1");
+		values[4] = Int32GetDatum(PG_GETARG_INT32(4));
+		nulls[4] = ' ';
+	}
+	if (!PG_ARGISNULL(5))
+	{
+		Oid			owner = PG_GETARG_OID(5);
+
+		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
+			ash_reject(ERRCODE_UNDEFINED_OBJECT, STAGE_SINK, "config_invalid",
+					   "owner role does not exist");
+		if (!has_privs_of_role(GetOuterUserId(), owner))
+			ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_SINK, "config_invalid",
+					   "owner: the calling role does not have the privileges of role \"%s\"",
+					   GetUserNameFromId(owner, false));
+		values[5] = ObjectIdGetDatum(owner);
+		nulls[5] = ' ';
+	}
+	values[6] = BoolGetDatum(reset_horizon);
+	nulls[6] = ' ';
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	lock_sink(sink_name, &sink);
+	if (sink.append_log && !PG_ARGISNULL(3))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "recovery_horizon_invalid",
+				   "recovery_horizon is not accepted on an append_log sink");
+
+	catalog_exec("UPDATE ash_replicant.sinks SET"
+				 "  ignored_sources = coalesce($2, ignored_sources),"
+				 "  ignored_message_prefixes = coalesce($3, ignored_message_prefixes),"
+				 "  recovery_horizon = CASE WHEN $7 THEN NULL"
+				 "    ELSE coalesce($4, recovery_horizon) END,"
+				 "  batch_max_transactions = coalesce($5, batch_max_transactions),"
+				 "  owner = coalesce($6, owner)"
+				 " WHERE sink_name = $1",
+				 7, types, values, nulls, false);
+	bump_config_version(sink_name);
+
+	catalog_exec("SELECT enabled AND halt_generation >= start_generation"
+				 "   AND halt_class = 'misconfigured'"
+				 "  FROM ash_replicant.pipelines WHERE sink_name = $1",
+				 1, types, values, NULL, true);
+	restart = SPI_processed == 1 &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+		!isnull;
+	SPI_finish();
+
+	if (restart)
+		DirectFunctionCall1(ash_replicant_start, CStringGetTextDatum(sink_name));
 	ash_launcher_wake_at_commit();
 	PG_RETURN_VOID();
 }

@@ -50,6 +50,10 @@ typedef struct StatusRow
 	const char *reason;			/* NULL or a reason code */
 	int			pid;
 	TimestampTz since;			/* 0 when unknown */
+	/* where a halt stopped (structure, never a value): NULL/invalid if not */
+	const char *sqlstate;
+	XLogRecPtr	lsn;
+	const char *target;
 } StatusRow;
 
 /* What the catalogs say about one sink. */
@@ -63,6 +67,9 @@ typedef struct CatalogFacts
 	char	   *halt_reason;
 	char	   *halt_class;
 	TimestampTz halted_at;
+	char	   *halt_sqlstate;
+	XLogRecPtr	halt_lsn;
+	char	   *halt_target;
 	char	   *terminal_cause; /* checkpoint tombstone, may be NULL */
 	char	   *terminal_class;
 
@@ -135,6 +142,9 @@ derive_status(CatalogFacts *f, StatusRow *row)
 		row->reason = intern_reason(f->halt_reason, &cls);
 		row->state = cls;
 		row->since = f->halted_at;
+		row->sqlstate = f->halt_sqlstate;
+		row->lsn = f->halt_lsn;
+		row->target = f->halt_target;
 		return;
 	}
 	if (have_slot && snap.generation == f->start_generation &&
@@ -145,6 +155,9 @@ derive_status(CatalogFacts *f, StatusRow *row)
 		row->reason = intern_reason(pstrdup(snap.halt_reason), &cls);
 		row->state = pstrdup(cls);
 		row->since = snap.halted_at;
+		row->sqlstate = snap.halt_sqlstate[0] ? pstrdup(snap.halt_sqlstate) : NULL;
+		row->lsn = snap.halt_lsn;
+		row->target = snap.halt_target[0] ? pstrdup(snap.halt_target) : NULL;
 		return;
 	}
 
@@ -170,13 +183,22 @@ derive_status(CatalogFacts *f, StatusRow *row)
 		row->since = snap.started_at;
 }
 
+/*
+ * Where the halt stopped: read through jsonb so that catalogs older than
+ * 1.2.0 (library updated, ALTER EXTENSION not yet run) answer NULL.
+ */
+#define LOCATION_COLUMNS \
+" p.halt_sqlstate, (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_lsn')::pg_catalog.pg_lsn," \
+" pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_target'"
+
 static const char *facts_sql =
 "SELECT s.sink_name, p.sink_name IS NOT NULL, coalesce(p.enabled, false),"
 " coalesce(p.start_generation, 0), coalesce(p.halt_generation, -1),"
 " p.halt_reason, p.halt_class, p.halted_at,"
 " c.terminal_cause, c.terminal_class, c.snapshot_phase,"
 " coalesce(st.total, 0)::int4, coalesce(st.copied, 0)::int4,"
-" coalesce(st.rows_copied, 0)::int8, coalesce(st.rows_estimate, 0)::int8"
+" coalesce(st.rows_copied, 0)::int8, coalesce(st.rows_estimate, 0)::int8,"
+LOCATION_COLUMNS
 " FROM ash_replicant.sinks s"
 " LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
 " LEFT JOIN ash_replicant.checkpoints c"
@@ -199,7 +221,8 @@ static const char *facts_sql_1_0 =
 "SELECT s.sink_name, p.sink_name IS NOT NULL, coalesce(p.enabled, false),"
 " coalesce(p.start_generation, 0), coalesce(p.halt_generation, -1),"
 " p.halt_reason, p.halt_class, p.halted_at,"
-" c.terminal_cause, c.terminal_class, NULL::text, 0, 0, 0::int8, 0::int8"
+" c.terminal_cause, c.terminal_class, NULL::text, 0, 0, 0::int8, 0::int8,"
+LOCATION_COLUMNS
 " FROM ash_replicant.sinks s"
 " LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
 " LEFT JOIN ash_replicant.checkpoints c"
@@ -269,12 +292,20 @@ read_catalog_facts(text *sink_filter)
 		f->snapshot_tables_copied = DatumGetInt32(SPI_getbinval(tup, desc, 13, &isnull));
 		f->snapshot_rows_copied = DatumGetInt64(SPI_getbinval(tup, desc, 14, &isnull));
 		f->snapshot_rows_estimate = DatumGetInt64(SPI_getbinval(tup, desc, 15, &isnull));
+		f->halt_sqlstate = SPI_getvalue(tup, desc, 16);
+		f->halt_lsn = DatumGetLSN(SPI_getbinval(tup, desc, 17, &isnull));
+		if (isnull)
+			f->halt_lsn = InvalidXLogRecPtr;
+		f->halt_target = SPI_getvalue(tup, desc, 18);
 		result = lappend(result, f);
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
 	return result;
 }
+
+/* columns of ash_replicant_status() since 1.2.0; 1.0.0's first 5 are a prefix */
+#define STATUS_COLUMNS 9
 
 Datum
 ash_replicant_status(PG_FUNCTION_ARGS)
@@ -291,8 +322,9 @@ ash_replicant_status(PG_FUNCTION_ARGS)
 	{
 		CatalogFacts *f = lfirst(lc);
 		StatusRow	row;
-		Datum		values[5];
-		bool		nulls[5] = {false};
+		Datum		values[STATUS_COLUMNS];
+		bool		nulls[STATUS_COLUMNS] = {false};
+		const char *condition;
 
 		derive_status(f, &row);
 		values[0] = CStringGetTextDatum(f->sink_name);
@@ -309,6 +341,20 @@ ash_replicant_status(PG_FUNCTION_ARGS)
 			values[4] = TimestampTzGetDatum(row.since);
 		else
 			nulls[4] = true;
+		/* where a halt stopped; the columns exist from 1.2.0 on */
+		condition = ash_sqlstate_condition(row.sqlstate);
+		nulls[5] = (row.sqlstate == NULL);
+		if (!nulls[5])
+			values[5] = CStringGetTextDatum(row.sqlstate);
+		nulls[6] = (condition == NULL);
+		if (!nulls[6])
+			values[6] = CStringGetTextDatum(condition);
+		nulls[7] = (row.target == NULL);
+		if (!nulls[7])
+			values[7] = CStringGetTextDatum(row.target);
+		nulls[8] = XLogRecPtrIsInvalid(row.lsn);
+		if (!nulls[8])
+			values[8] = LSNGetDatum(row.lsn);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

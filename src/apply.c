@@ -1684,6 +1684,20 @@ ash_apply_set_watermark(XLogRecPtr wm, XLogRecPtr wm_end)
 	publish_stats();
 }
 
+bool
+ash_apply_error_location(XLogRecPtr *commit_lsn, const char **target)
+{
+	*commit_lsn = InvalidXLogRecPtr;
+	*target = NULL;
+	if (!batch_open && !in_remote_xact && !TransactionIdIsValid(stream_xid))
+		return false;
+	/* a snapshot copy commits at a pseudo LSN: not a source commit */
+	if (meta.snapshot_attempt == NULL)
+		*commit_lsn = ash_apply_errctx.commit_lsn;
+	*target = ash_apply_errctx.relation;
+	return true;
+}
+
 void
 ash_apply_abort(void)
 {

@@ -115,6 +115,14 @@ typedef struct AshApplyErrorContext
 
 extern AshApplyErrorContext ash_apply_errctx;
 
+/*
+ * Where an error raised now happened, for the halt record: the commit LSN
+ * of the source transaction being applied (invalid during a snapshot copy,
+ * which has none) and the mapping's target (NULL when none).  False when
+ * no change was being applied.  Call before ash_apply_abort.
+ */
+extern bool ash_apply_error_location(XLogRecPtr *commit_lsn, const char **target);
+
 extern void ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 						   XLogRecPtr watermark, XLogRecPtr watermark_end);
 

@@ -64,6 +64,7 @@
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "relmap.h"
 #include "source_catalog.h"
 
 long
@@ -93,9 +94,14 @@ check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 
-	/* the mapping as admitted: rebuilt contract vs recorded fingerprint */
-	if (key != NULL)
-		ash_contract_recheck(cfg->sink_name, key->system_id, key->database, key->slot_name);
+	/*
+	 * The mapping as admitted: rebuilt contract vs recorded fingerprint.  A
+	 * change admitted (a target column added or widened) leaves the apply
+	 * layer's cached targets stale: they are rebuilt on next use.
+	 */
+	if (key != NULL &&
+		ash_contract_recheck(cfg->sink_name, key->system_id, key->database, key->slot_name))
+		ash_relmap_invalidate_all();
 }
 
 /* ---------------------------------------------------------------------
@@ -301,6 +307,35 @@ ash_census_activation(AshPipelineConfig *cfg)
 	ash_conn_close(conn);
 	ereport(LOG,
 			(errmsg("ash_replicant event=coverage.pass sink=%s stage=activation", cfg->sink_name)));
+}
+
+List *
+ash_census_tables_with_rows(AshPipelineConfig *cfg)
+{
+	AshConn    *volatile conn = NULL;
+	List	   *volatile tables = NIL;
+
+	PG_TRY();
+	{
+		CoverageInputs in;
+		List	   *rels = NIL;
+
+		conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant activation");
+		if (!ash_source_identity_matches(conn, cfg->source_system_identifier, cfg->source_database))
+			ash_halt("source_identity_mismatch", "the source is not the configured system and database");
+		load_inputs(cfg, &in);
+		if (ash_source_read_table_set(conn, &in.tableset, &rels, NULL) == NULL)
+			tables = ash_source_tables_with_rows(conn, in.mappings, rels);
+	}
+	PG_CATCH();
+	{
+		if (conn)
+			ash_conn_close(conn);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	ash_conn_close(conn);
+	return tables;
 }
 
 AshCensusVerdict

@@ -34,6 +34,14 @@ extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey 
  */
 extern void ash_census_activation(AshPipelineConfig *cfg);
 
+/*
+ * The mapped source tables (quoted "schema"."table") that hold rows now, on
+ * a probe connection of its own: what a go-forward slot created now leaves
+ * out of the mirror.  Raises ERRCODE_CONNECTION_FAILURE when the source
+ * cannot be probed.  Outside a destination transaction.
+ */
+extern List *ash_census_tables_with_rows(AshPipelineConfig *cfg);
+
 /* Milliseconds until the next run: interval_ms +- jitter_ratio. */
 extern long ash_census_next_delay(AshPipelineConfig *cfg);
 

@@ -35,6 +35,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -165,29 +166,64 @@ ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key, uint32 timelin
 	MemoryContextSwitchTo(cxt);
 }
 
+void
+ash_checkpoint_note_uncopied(AshCheckpointKey *key, List *tables)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID};
+	Datum		values[4];
+	Datum	   *elems = palloc(sizeof(Datum) * Max(list_length(tables), 1));
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, tables)
+		elems[n++] = CStringGetTextDatum((char *) lfirst(lc));
+	values[0] = CStringGetTextDatum(key->system_id);
+	values[1] = CStringGetTextDatum(key->database);
+	values[2] = CStringGetTextDatum(key->slot_name);
+	values[3] = PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args("UPDATE ash_replicant.checkpoints SET go_forward_uncopied = $4"
+							  " WHERE source_system_id = $1 AND source_database = $2"
+							  " AND slot_name = $3",
+							  4, types, values, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "ash_replicant: recording the go-forward tables failed");
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+}
+
 bool
 ash_checkpoint_record_halt(const char *sink_name, int64 generation, AshCheckpointKey *key,
-						   const char *reason, const char *cls, const char *sqlstate)
+						   const AshHaltRecord *halt)
 {
 	volatile bool ok = true;
 	MemoryContext cxt = CurrentMemoryContext;
+	const char *reason = halt->reason;
 
 	ereport(LOG,
 			(errmsg("ash_replicant event=status.tombstone_write_attempted sink=%s reason=%s",
 					sink_name, reason)));
 	PG_TRY();
 	{
-		Oid			types[8] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
-		Datum		values[8];
-		char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+		Oid			types[10] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID,
+		TEXTOID, LSNOID, TEXTOID};
+		Datum		values[10];
+		char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 		int			ret;
 
 		values[0] = CStringGetTextDatum(sink_name);
 		values[1] = Int64GetDatum(generation);
 		values[2] = CStringGetTextDatum(reason);
-		values[3] = CStringGetTextDatum(cls);
-		if (sqlstate)
-			values[4] = CStringGetTextDatum(sqlstate);
+		values[3] = CStringGetTextDatum(halt->cls);
+		if (halt->sqlstate)
+			values[4] = CStringGetTextDatum(halt->sqlstate);
 		else
 			nulls[4] = 'n';
 		if (key)
@@ -198,17 +234,28 @@ ash_checkpoint_record_halt(const char *sink_name, int64 generation, AshCheckpoin
 		}
 		else
 			nulls[5] = nulls[6] = nulls[7] = 'n';
+		values[8] = LSNGetDatum(halt->lsn);
+		nulls[8] = XLogRecPtrIsInvalid(halt->lsn) ? 'n' : ' ';
+		if (halt->target)
+			values[9] = CStringGetTextDatum(halt->target);
+		else
+			nulls[9] = 'n';
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		ret = SPI_execute_with_args(
-			"UPDATE ash_replicant.pipelines SET halt_generation = $2, halt_reason = $3,"
-			" halt_class = $4, halt_sqlstate = $5, halted_at = pg_catalog.now()"
-			" WHERE sink_name = $1 AND start_generation = $2",
-			8, types, values, nulls, false, 0);
+		/* catalogs older than the library (a halt saying so) lack the location */
+		ret = SPI_execute_with_args(halt->located ?
+									"UPDATE ash_replicant.pipelines SET halt_generation = $2, halt_reason = $3,"
+									" halt_class = $4, halt_sqlstate = $5, halted_at = pg_catalog.now(),"
+									" halt_lsn = $9, halt_target = $10"
+									" WHERE sink_name = $1 AND start_generation = $2" :
+									"UPDATE ash_replicant.pipelines SET halt_generation = $2, halt_reason = $3,"
+									" halt_class = $4, halt_sqlstate = $5, halted_at = pg_catalog.now()"
+									" WHERE sink_name = $1 AND start_generation = $2",
+									10, types, values, nulls, false, 0);
 		if (ret != SPI_OK_UPDATE)
 			elog(ERROR, "ash_replicant: halt record failed");
 		/* with no checkpoint row the skip is lawful: nothing to mark */
@@ -217,7 +264,7 @@ ash_checkpoint_record_halt(const char *sink_name, int64 generation, AshCheckpoin
 			" terminal_at = pg_catalog.now()"
 			" WHERE $6 IS NOT NULL AND source_system_id = $6 AND source_database = $7"
 			" AND slot_name = $8",
-			8, types, values, nulls, false, 0);
+			10, types, values, nulls, false, 0);
 		if (ret != SPI_OK_UPDATE)
 			elog(ERROR, "ash_replicant: tombstone write failed");
 		SPI_finish();

@@ -17,7 +17,8 @@
  *	  a relation, a column (a new key) or an ignore / skip (a new array
  *	  element) keeps containment; re-targeting a column, changing a type, a
  *	  protection or the tenant source, un-skipping, or removing anything
- *	  breaks it.  A decoder or table-set change is reported with its own
+ *	  breaks it -- except widening a target column's type (WIDENS_SQL), which
+ *	  is admitted as the wider type.  A decoder or table-set change is reported with its own
  *	  code.  The census re-judges the manifest the same way while streaming:
  *	  an addition (say a target column added ahead of a source column) is
  *	  admitted, anything else halts census_drift.  The fingerprint is SHA-256 of the manifest's canonical text
@@ -77,8 +78,54 @@ static const char *manifest_sql =
 " WHERE s.sink_name OPERATOR(pg_catalog.=) $1";
 
 /*
+ * Is a target column's type change from o to n a widening: every value the
+ * old type held is held by the new one, rendered the same (no scale or
+ * padding change)?  varchar(n) to a longer varchar, varchar or text; an
+ * integer to a larger one or numeric; real to double precision; numeric(p,s)
+ * to more integer digits at the same scale, or unconstrained; a time or
+ * timestamp to a higher or unconstrained precision.  Anything else changes
+ * the contract.  (SQL over format_type texts; $o and $n are substituted.)
+ */
+#define WIDENS_SQL(o, n) \
+"(" o " = " n \
+" OR (" o " = 'character varying' AND " n " = 'text')" \
+" OR (" o " ~ '^character varying\\(\\d+\\)$' AND (" n " IN ('text', 'character varying')" \
+"     OR (" n " ~ '^character varying\\(\\d+\\)$' AND" \
+"         pg_catalog.substring(" n ", '\\d+')::pg_catalog.int4 >= pg_catalog.substring(" o ", '\\d+')::pg_catalog.int4)))" \
+" OR (" o " = 'smallint' AND " n " IN ('integer', 'bigint', 'numeric'))" \
+" OR (" o " = 'integer' AND " n " IN ('bigint', 'numeric'))" \
+" OR (" o " = 'bigint' AND " n " = 'numeric')" \
+" OR (" o " = 'real' AND " n " = 'double precision')" \
+" OR (" o " ~ '^numeric\\(\\d+,\\d+\\)$' AND (" n " = 'numeric'" \
+"     OR (" n " ~ '^numeric\\(\\d+,\\d+\\)$'" \
+"         AND pg_catalog.split_part(pg_catalog.substring(" n ", '\\d+,\\d+'), ',', 2)" \
+"           = pg_catalog.split_part(pg_catalog.substring(" o ", '\\d+,\\d+'), ',', 2)" \
+"         AND pg_catalog.split_part(pg_catalog.substring(" n ", '\\d+,\\d+'), ',', 1)::pg_catalog.int4" \
+"           >= pg_catalog.split_part(pg_catalog.substring(" o ", '\\d+,\\d+'), ',', 1)::pg_catalog.int4)))" \
+" OR (" o " ~ '^(time|timestamp)\\(\\d\\) with(out)? time zone$'" \
+"     AND pg_catalog.regexp_replace(" o ", '\\(\\d\\)', '') = pg_catalog.regexp_replace(" n ", '\\(\\d\\)', '')" \
+"     AND coalesce(pg_catalog.substring(" n ", '\\((\\d)\\)')::pg_catalog.int4, 6)" \
+"       >= pg_catalog.substring(" o ", '\\((\\d)\\)')::pg_catalog.int4))"
+
+/*
+ * The recorded manifest with each target column type that the rebuilt one
+ * widens replaced by the wider type: containment then admits widening a
+ * target column (docs/operations.md "Target DDL while streaming").
+ */
+#define WIDENED_SQL \
+"pg_catalog.jsonb_set(cur.contract, '{relations}', coalesce((" \
+"  SELECT pg_catalog.jsonb_object_agg(rk, CASE WHEN rv ? 'columns' THEN pg_catalog.jsonb_set(rv, '{columns}', coalesce((" \
+"    SELECT pg_catalog.jsonb_object_agg(ck, CASE" \
+"      WHEN " WIDENS_SQL("(cv->>'type')", "(m.doc->'relations'->rk->'columns'->ck->>'type')") \
+"      THEN pg_catalog.jsonb_set(cv, '{type}', m.doc->'relations'->rk->'columns'->ck->'type')" \
+"      ELSE cv END)" \
+"     FROM pg_catalog.jsonb_each(rv->'columns') c(ck, cv)), '{}'::pg_catalog.jsonb)) ELSE rv END)" \
+"   FROM pg_catalog.jsonb_each(cur.contract->'relations') r(rk, rv)), '{}'::pg_catalog.jsonb))"
+
+/*
  * Judge the rebuilt manifest against the stored one, in one statement:
- * returns (stored_present, same_fingerprint, decoder_switch, contained).
+ * returns (stored_present, same_fingerprint, decoder_switch, contained
+ * after widening, the manifest, contained as it is).
  */
 static const char *judge_sql =
 "WITH m AS (SELECT (%s) AS doc),"
@@ -88,8 +135,9 @@ static const char *judge_sql =
 "        cur.contract_fingerprint IS NOT DISTINCT FROM pg_catalog.sha256(pg_catalog.convert_to(m.doc::pg_catalog.text, 'UTF8')),"
 "        cur.contract IS NOT NULL AND (cur.contract->'decoder' IS DISTINCT FROM m.doc->'decoder'"
 "             OR cur.contract->'table_set' IS DISTINCT FROM m.doc->'table_set'),"
-"        cur.contract IS NULL OR m.doc OPERATOR(pg_catalog.@>) cur.contract,"
-"        m.doc"
+"        cur.contract IS NULL OR m.doc OPERATOR(pg_catalog.@>) " WIDENED_SQL ","
+"        m.doc,"
+"        cur.contract IS NULL OR m.doc OPERATOR(pg_catalog.@>) cur.contract"
 " FROM m LEFT JOIN cur ON true";
 
 static char *
@@ -100,7 +148,7 @@ judge_query(void)
 	return psprintf(judge_sql, inner);
 }
 
-static void
+static bool
 contract_judge(const char *sink_name, const char *system_id,
 			   const char *database, const char *slot_name, const char *drift_reason)
 {
@@ -111,7 +159,8 @@ contract_judge(const char *sink_name, const char *system_id,
 	bool		stored,
 				same,
 				decoder_switch,
-				contained;
+				contained,
+				widened;
 	HeapTuple	tup;
 	TupleDesc	desc;
 
@@ -132,9 +181,10 @@ contract_judge(const char *sink_name, const char *system_id,
 	values[4] = SPI_getbinval(tup, desc, 5, &isnull);
 	if (isnull)
 		elog(ERROR, "ash_replicant: empty contract manifest");
+	widened = contained && !DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 
 	if (stored && same)
-		return;
+		return false;
 	if (decoder_switch)
 	{
 		ereport(LOG,
@@ -162,31 +212,34 @@ contract_judge(const char *sink_name, const char *system_id,
 	if (ret != SPI_OK_UPDATE || SPI_processed != 1)
 		elog(ERROR, "ash_replicant: could not record the contract manifest");
 	ereport(LOG,
-			(errmsg("ash_replicant event=contract.%s sink=%s", stored ? "extended" : "recorded",
-					sink_name)));
+			(errmsg("ash_replicant event=contract.%s sink=%s%s", stored ? "extended" : "recorded",
+					sink_name, widened ? " change=type_widened" : "")));
+	return stored;
 }
 
-void
+bool
 ash_contract_recheck(const char *sink_name, const char *system_id,
 					 const char *database, const char *slot_name)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	bool		extended;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	contract_judge(sink_name, system_id, database, slot_name, "census_drift");
+	extended = contract_judge(sink_name, system_id, database, slot_name, "census_drift");
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
+	return extended;
 }
 
 void
 ash_contract_admit(const char *sink_name, const char *system_id,
 				   const char *database, const char *slot_name)
 {
-	contract_judge(sink_name, system_id, database, slot_name, "contract_incompatible");
+	(void) contract_judge(sink_name, system_id, database, slot_name, "contract_incompatible");
 }

@@ -21,9 +21,11 @@ extern void ash_contract_admit(const char *sink_name, const char *system_id,
 
 /*
  * Census: rebuild the manifest and judge it again in its own transaction;
- * additions are admitted, anything else halts census_drift.
+ * additions (and target types widened) are admitted, anything else halts
+ * census_drift.  Returns true when it admitted a change: the caller's
+ * cached view of the targets is stale.
  */
-extern void ash_contract_recheck(const char *sink_name, const char *system_id,
+extern bool ash_contract_recheck(const char *sink_name, const char *system_id,
 								 const char *database, const char *slot_name);
 
 #endif							/* ASH_CONTRACT_H */

@@ -25,6 +25,7 @@
 #include "lib/stringinfo.h"
 #include "parser/parse_coerce.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
@@ -244,6 +245,109 @@ ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
 	return false;
 }
 
+/* " (source type -> target type)" after a column's name */
+static void
+append_types(StringInfo buf, const AshSourceColumn *sc, Form_pg_attribute att)
+{
+	appendStringInfo(buf, " (%s -> %s)",
+					 sc->type_display ? sc->type_display :
+					 sc->type_name ? sc->type_name : "?",
+					 format_type_with_typemod(att->atttypid, att->atttypmod));
+}
+
+/* Can the target column hold less than the source column? */
+static bool
+narrower(const AshSourceColumn *sc, Form_pg_attribute att)
+{
+	int32		tmod = att->atttypmod;
+	Oid			tbase = getBaseTypeAndTypmod(att->atttypid, &tmod);
+	const char *s = sc->type_name;
+	int32		smod = sc->typmod;
+
+	if (s == NULL || tmod < 0)
+		return false;			/* an unlimited target holds anything */
+	switch (tbase)
+	{
+		case VARCHAROID:
+		case BPCHAROID:
+			if (strcmp(s, "text") == 0)
+				return true;
+			if (strcmp(s, "varchar") == 0 || strcmp(s, "bpchar") == 0)
+				return smod < 0 || smod > tmod;
+			return false;
+		case NUMERICOID:
+			{
+				int			tp = ((tmod - VARHDRSZ) >> 16) & 0xffff;
+				int			ts = (int16) ((tmod - VARHDRSZ) & 0xffff);
+				int			sp,
+							ss;
+
+				if (strcmp(s, "int2") == 0 || strcmp(s, "int4") == 0 || strcmp(s, "int8") == 0)
+				{
+					int			digits = s[3] == '2' ? 5 : s[3] == '4' ? 10 : 19;
+
+					return tp - ts < digits;
+				}
+				if (strcmp(s, "numeric") != 0)
+					return strcmp(s, "float4") == 0 || strcmp(s, "float8") == 0;
+				if (smod < 0)
+					return true;
+				sp = ((smod - VARHDRSZ) >> 16) & 0xffff;
+				ss = (int16) ((smod - VARHDRSZ) & 0xffff);
+				return tp - ts < sp - ss || ts < ss;
+			}
+		case TIMESTAMPOID:
+		case TIMESTAMPTZOID:
+		case TIMEOID:
+		case TIMETZOID:
+			if (strcmp(s, "timestamp") != 0 && strcmp(s, "timestamptz") != 0 &&
+				strcmp(s, "time") != 0 && strcmp(s, "timetz") != 0)
+				return false;
+			return smod < 0 || smod > tmod;
+		case BITOID:
+		case VARBITOID:
+			if (strcmp(s, "bit") != 0 && strcmp(s, "varbit") != 0)
+				return false;
+			return smod < 0 || smod > tmod;
+		default:
+			return false;
+	}
+}
+
+bool
+ash_coverage_narrowing(const AshMapping *m, const AshSourceTable *src, StringInfo buf)
+{
+	Relation	target = try_relation_open(m->target_relid, AccessShareLock);
+	TupleDesc	desc;
+	bool		found = false;
+
+	if (target == NULL)
+		return false;
+	desc = RelationGetDescr(target);
+	for (int i = 0; i < src->natts; i++)
+	{
+		const AshSourceColumn *sc = &src->cols[i];
+		const char *tname = target_column_of(m, sc->name);
+		Form_pg_attribute att;
+
+		if (tname == NULL || name_in(m->encrypted, sc->name))
+			continue;			/* skipped, or written as ciphertext */
+		att = target_attribute(desc, tname);
+		if (att == NULL || !narrower(sc, att))
+			continue;
+		if (!found)
+			appendStringInfo(buf, "%stable %s columns: ", buf->len ? "; " : "",
+							 qualified(src->nspname, src->relname));
+		else
+			appendStringInfoString(buf, ", ");
+		appendStringInfoString(buf, quote_identifier(sc->name));
+		append_types(buf, sc, att);
+		found = true;
+	}
+	relation_close(target, AccessShareLock);
+	return found;
+}
+
 /* ---------------------------------------------------------------------
  * One table.
  * ---------------------------------------------------------------------
@@ -378,7 +482,10 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 		if (name_in(m->encrypted, sc->name))
 			continue;			/* written as ciphertext */
 		if (!ash_coverage_types_compatible(sc->type_oid, sc->type_name, att->atttypid))
+		{
 			ash_append_name_list(&badtype, sc->name);
+			append_types(&badtype, sc, att);
+		}
 	}
 
 	/* 2: declared source columns the source does not send */
@@ -422,8 +529,8 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
  * ---------------------------------------------------------------------
  */
 
-static bool
-is_mapped(const List *mappings, const char *nsp, const char *rel)
+bool
+ash_coverage_is_mapped(const List *mappings, const char *nsp, const char *rel)
 {
 	ListCell   *lc;
 
@@ -507,7 +614,7 @@ ash_coverage_judge_table_set(const List *mappings, const List *ignored,
 	{
 		AshSourceName *t = lfirst(lc);
 
-		if (!is_mapped(mappings, t->nspname, t->relname) &&
+		if (!ash_coverage_is_mapped(mappings, t->nspname, t->relname) &&
 			!is_ignored(ignored, t->nspname, t->relname))
 			append_qualified(&unmapped, t->nspname, t->relname);
 	}
@@ -517,7 +624,7 @@ ash_coverage_judge_table_set(const List *mappings, const List *ignored,
 		const char *nsp = linitial(parts);
 		const char *rel = lsecond(parts);
 
-		if (is_mapped(mappings, nsp, rel))
+		if (ash_coverage_is_mapped(mappings, nsp, rel))
 			append_qualified(&collides, nsp, rel);
 		else if (!in_table_set(table_set, nsp, rel))
 			append_qualified(&never, nsp, rel);
@@ -587,7 +694,7 @@ ash_coverage_judge_publication(const List *mappings, const AshPublicationFacts *
 	{
 		const AshSourceTable *t = lfirst(lc);
 
-		if (!is_mapped(mappings, t->nspname, t->relname))
+		if (!ash_coverage_is_mapped(mappings, t->nspname, t->relname))
 			continue;			/* an ignored table may be filtered at will */
 		any_mapped = true;
 		if (t->row_filter)

@@ -85,6 +85,9 @@ typedef struct AshSourceColumn
 								 * Type message carries it */
 	bool		in_identity;	/* part of the replica identity (every column
 								 * under REPLICA IDENTITY FULL) */
+	int32		typmod;			/* the source column's (a domain's own when
+								 * the column has none); -1: unlimited */
+	char	   *type_display;	/* format_type at the source, or NULL */
 } AshSourceColumn;
 
 /*
@@ -144,6 +147,19 @@ extern bool ash_coverage_types_compatible(uint32 source_oid, const char *source_
  * it.  Returns true when covered; otherwise fills *out with the first
  * problem (see NOTES).
  */
+/*
+ * Append to buf every column of src whose target column can hold less than
+ * the source's ("col (text -> character varying(3))"): a shorter varchar or
+ * char, a numeric with fewer integer digits or a smaller scale, a time or
+ * timestamp of lower precision.  Not a failure: values that fit apply, the
+ * first that does not halts apply_failed.  Returns whether any was found.
+ */
+/* Is source table nsp.rel mapped (AshMapping *)? */
+extern bool ash_coverage_is_mapped(const List *mappings, const char *nsp, const char *rel);
+
+extern bool ash_coverage_narrowing(const AshMapping *m, const AshSourceTable *src,
+								   StringInfo buf);
+
 extern bool ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 									 const AshSourceTable *src, AshCoverageVerdict *out);
 

@@ -12,6 +12,7 @@
 #include "postmaster/bgworker.h"
 
 #include "errors.h"
+#include "sqlstate_names.h"
 
 typedef struct AshReasonEntry
 {
@@ -110,6 +111,9 @@ static const AshReasonEntry reason_table[] = {
 	{"ignore_never_matches", ASH_REASON_DOCTOR},
 	{"extension_version_mismatch", ASH_REASON_MISCONFIGURED},	/* also a halt */
 	{"mapping_never_matches", ASH_REASON_DOCTOR},
+	{"target_column_narrower", ASH_REASON_DOCTOR},
+	{"go_forward_rows_not_copied", ASH_REASON_DOCTOR},
+	{"go_forward_foreign_key", ASH_REASON_DOCTOR},
 	{"library_not_preloaded", ASH_REASON_DOCTOR},
 	{"launcher_not_running", ASH_REASON_DOCTOR},
 	{"launcher_database_mismatch", ASH_REASON_DOCTOR},
@@ -138,6 +142,19 @@ ash_reason_class(const char *reason)
 			return reason_table[i].cls;
 	}
 	return ASH_REASON_UNKNOWN;
+}
+
+const char *
+ash_sqlstate_condition(const char *sqlstate)
+{
+	if (sqlstate == NULL || strlen(sqlstate) != 5)
+		return NULL;
+	for (int i = 0; i < lengthof(ash_sqlstate_names); i++)
+	{
+		if (memcmp(ash_sqlstate_names[i].sqlstate, sqlstate, 5) == 0)
+			return ash_sqlstate_names[i].name;
+	}
+	return NULL;
 }
 
 const char *

@@ -33,6 +33,9 @@ typedef enum AshReasonClass
 extern AshReasonClass ash_reason_class(const char *reason);
 extern const char *ash_reason_class_name(AshReasonClass cls);
 
+/* PL/pgSQL's condition name of a SQLSTATE ("unique_violation"), or NULL. */
+extern const char *ash_sqlstate_condition(const char *sqlstate);
+
 /*
  * Raise ERROR: "ash_replicant: <stage> rejected: <reason>" followed by
  * " (<context>)" when ctxfmt is not NULL.  sqlerrcode is a full SQLSTATE

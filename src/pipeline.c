@@ -246,29 +246,66 @@ leave_cleanly(void)
  * Halts.
  * ---------------------------------------------------------------------
  */
+/*
+ * Where the error being handled happened (ash_apply_error_location, taken
+ * before the apply state is rolled back): the halt records it.
+ */
+static XLogRecPtr error_lsn = InvalidXLogRecPtr;
+static char *error_target = NULL;
+
+static void
+note_error_location(void)
+{
+	XLogRecPtr	lsn;
+	const char *target;
+
+	if (error_target)
+		pfree(error_target);
+	error_target = NULL;
+	error_lsn = InvalidXLogRecPtr;
+	if (ash_apply_error_location(&lsn, &target))
+	{
+		error_lsn = lsn;
+		if (target)
+			error_target = MemoryContextStrdup(pipeline_cxt, target);
+	}
+}
+
 static void
 do_halt_detail(const char *reason, const char *sqlstate, const char *detail)
 {
 	AshReasonClass rc = ash_reason_class(reason);
 	const char *cls = (rc == ASH_REASON_MISCONFIGURED) ? "misconfigured" : "halted";
+	AshHaltRecord h;
 
 	/* detail is an ash_halt message: structural by construction */
 	ereport(LOG,
-			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s%s%s%s",
+			(errmsg("ash_replicant event=pipeline.halt sink=%s reason=%s class=%s%s%s%s%s%s%s%s",
 					cfg->sink_name, reason, cls,
 					sqlstate ? " sqlstate=" : "", sqlstate ? sqlstate : "",
-					detail ? " context=\"" : "", detail ? detail : "", detail ? "\"" : "")));
+					error_target ? " table=" : "", error_target ? error_target : "",
+					detail ? " context=\"" : "", detail ? detail : "", detail ? "\"" : ""),
+			 !XLogRecPtrIsInvalid(error_lsn) ?
+			 errdetail_internal("commit_lsn=%X/%X", LSN_FORMAT_ARGS(error_lsn)) : 0));
 
 	/* in-memory leg first: it survives a failed catalog write */
 	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
 	strlcpy(MySlot->halt_reason, reason, ASH_REASON_LEN);
 	strlcpy(MySlot->halt_class, cls, sizeof(MySlot->halt_class));
+	strlcpy(MySlot->halt_sqlstate, sqlstate ? sqlstate : "", sizeof(MySlot->halt_sqlstate));
+	MySlot->halt_lsn = error_lsn;
+	strlcpy(MySlot->halt_target, error_target ? error_target : "", ASH_HALT_TARGET_LEN);
 	MySlot->halt_generation = my_generation;
 	MySlot->halted_at = GetCurrentTimestamp();
 	LWLockRelease(AshShmem->lock);
 
-	(void) ash_checkpoint_record_halt(cfg->sink_name, my_generation, ckey, reason, cls,
-									  sqlstate);
+	h.reason = reason;
+	h.cls = cls;
+	h.sqlstate = sqlstate;
+	h.lsn = error_lsn;
+	h.target = error_target;
+	h.located = catalogs_current;	/* 1.2.0's columns exist */
+	(void) ash_checkpoint_record_halt(cfg->sink_name, my_generation, ckey, &h);
 	if (stream_open)
 		ash_stream_close(&stream);
 	stream_open = false;
@@ -866,6 +903,26 @@ check_key_families(void)
 		ash_halt("keyring_missing_family", "family %s", ASH_KEYS_SNAPSHOT_PROVENANCE);
 }
 
+/*
+ * A go-forward slot was just created: the rows the mapped source tables
+ * hold now will not be mirrored.  Say so once, as events and on the
+ * checkpoint (doctor's existing_rows), so that healthy is never mistaken
+ * for complete.
+ */
+static void
+note_go_forward(void)
+{
+	List	   *tables = ash_census_tables_with_rows(cfg);
+	ListCell   *lc;
+
+	foreach(lc, tables)
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.go_forward_rows_not_copied sink=%s table=%s",
+						cfg->sink_name, (char *) lfirst(lc)),
+				 errhint("The table's existing rows are not mirrored; snapshot => 'v1' copies them (docs/snapshots.md).")));
+	ash_checkpoint_note_uncopied(ckey, tables);
+}
+
 static void
 run_session(void)
 {
@@ -921,6 +978,8 @@ run_session(void)
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.slot_ready = true;
 	SpinLockRelease(&MySlot->mutex);
+	if (slot_created && !snapshot)
+		note_go_forward();
 
 	ash_apply_init(cfg, ckey, binding.commit_lsn, binding.end_lsn);
 	/* events a snapshot appended sit at their copy's position - 1 */
@@ -1152,6 +1211,7 @@ ash_pipeline_main(Datum main_arg)
 			MemoryContextSwitchTo(pipeline_cxt);
 			edata = CopyErrorData();
 			FlushErrorState();
+			note_error_location();
 			ash_apply_abort();
 			if (stream_open)
 				ash_stream_close(&stream);

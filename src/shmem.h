@@ -87,6 +87,9 @@ typedef enum AshSlotState
 	ASH_SLOT_EXITED				/* worker gone; slot kept for its halt leg */
 } AshSlotState;
 
+/* a quoted schema-qualified name: two quoted identifiers and a dot */
+#define ASH_HALT_TARGET_LEN (4 * NAMEDATALEN + 8)
+
 typedef struct AshPipelineSlot
 {
 	bool		in_use;
@@ -105,6 +108,9 @@ typedef struct AshPipelineSlot
 	char		halt_class[16];
 	int64		halt_generation;
 	TimestampTz halted_at;
+	char		halt_sqlstate[6];	/* "" when the halt had none */
+	XLogRecPtr	halt_lsn;		/* commit LSN it stopped at, or invalid */
+	char		halt_target[ASH_HALT_TARGET_LEN];	/* mapping target, or "" */
 
 	slock_t		mutex;			/* protects stats and the snapshot below */
 	AshPipelineStats stats;

@@ -308,7 +308,7 @@ mark_complete(XLogRecPtr start_lsn)
 	values[0] = LSNGetDatum(start_lsn - 1);
 	values[1] = LSNGetDatum(start_lsn);
 	if (key_exec("UPDATE ash_replicant.checkpoints"
-				 "   SET snapshot_phase = 'complete',"
+				 "   SET snapshot_phase = 'complete', go_forward_uncopied = NULL,"
 				 "       commit_lsn = GREATEST(commit_lsn, $4),"
 				 "       end_lsn = GREATEST(end_lsn, $5),"
 				 "       updated_at = pg_catalog.now()"

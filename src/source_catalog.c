@@ -38,7 +38,10 @@ static const char *describe_sql =
 "  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text,"
 ASH_SQL_IN_REPLICA_IDENTITY ","
 "  $3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[]),"
-"  c.relkind"
+"  c.relkind,"
+"  CASE WHEN a.atttypmod <> -1 THEN a.atttypmod"
+"   ELSE (SELECT t.typtypmod FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) END,"
+"  pg_catalog.format_type(a.atttypid, a.atttypmod)"
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
@@ -54,7 +57,7 @@ static const char *describe_sql_pre12 =
 "  c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
 "     WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey) AND"
 "     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),"
-"  true, c.relkind"
+"  true, c.relkind, a.atttypmod, pg_catalog.format_type(a.atttypid, a.atttypmod)"
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
@@ -210,6 +213,39 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 	return NULL;
 }
 
+List *
+ash_source_tables_with_rows(AshConn *conn, const List *mappings, const List *rels)
+{
+	List	   *out = NIL;
+	ListCell   *lc;
+
+	foreach(lc, (List *) rels)
+	{
+		AshSourceRel *r = lfirst(lc);
+		char	   *qname;
+		PGresult   *res;
+		bool		rows;
+
+		if (!r->exists || !ash_coverage_is_mapped(mappings, r->name.nspname, r->name.relname))
+			continue;
+		qname = quote_qualified_identifier(r->name.nspname, r->name.relname);
+		if (r->has_select)
+			res = probe(conn, psprintf("SELECT EXISTS (SELECT 1 FROM %s)", qname),
+						0, NULL, NULL, NULL);
+		else
+			res = probe(conn, "SELECT c.reltuples > 0 FROM pg_catalog.pg_class c"
+						" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+						" WHERE n.nspname = $1 AND c.relname = $2",
+						2, r->name.nspname, r->name.relname, NULL);
+		rows = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) &&
+			strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		if (rows)
+			out = lappend(out, qname);
+	}
+	return out;
+}
+
 void
 ash_source_describe_tables(AshConn *conn, List *rels)
 {
@@ -256,6 +292,8 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 			c->type_oid = (uint32) strtoul(PQgetvalue(res, i, 3), NULL, 10);
 			c->type_name = PQgetisnull(res, i, 4) ? NULL : pstrdup(PQgetvalue(res, i, 4));
 			c->in_identity = strcmp(PQgetvalue(res, i, 5), "t") == 0;
+			c->typmod = PQgetisnull(res, i, 8) ? -1 : (int32) strtol(PQgetvalue(res, i, 8), NULL, 10);
+			c->type_display = PQgetisnull(res, i, 9) ? NULL : pstrdup(PQgetvalue(res, i, 9));
 		}
 		PQclear(res);
 		if (withheld.len > 0)
@@ -356,8 +394,10 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 	List	   *tables = NIL;
 	ListCell   *lc;
 	ListCell   *sc;
+	StringInfoData narrow;
 
 	memset(out, 0, sizeof(*out));
+	initStringInfo(&narrow);
 	(void) ash_coverage_judge_table_set(mappings, ignored, names, &out->table_set,
 										&out->warnings);
 	list_free(names);
@@ -389,7 +429,11 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 			if (!ash_coverage_judge_table(m, spec->history_business_key, &r->desc,
 										  &out->columns))
 				return;
+			if (ash_coverage_narrowing(m, &r->desc, &narrow))
+				out->narrowing.reason = "target_column_narrower";
 		}
 	}
 	memset(&out->columns, 0, sizeof(out->columns));
+	if (out->narrowing.reason != NULL)
+		out->narrowing.context = narrow.data;
 }

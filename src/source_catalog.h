@@ -93,6 +93,8 @@ typedef struct AshSourceCoverage
 									 * can be honoured */
 	List	   *warnings;		/* AshCoverageVerdict *, warnings only */
 	AshCoverageVerdict columns; /* reason NULL: every mapped table covered */
+	AshCoverageVerdict narrowing;	/* warning target_column_narrower, or
+									 * reason NULL */
 } AshSourceCoverage;
 
 /* The failure class of the last failed probe: privilege_probe_missing or
@@ -133,6 +135,15 @@ extern const char *ash_source_read_table_set(AshConn *conn, const AshTableSetSpe
  * vanished between the two probes simply left the set and is removed
  * from *rels.  NULL when nothing is missing.
  */
+/*
+ * The mapped tables of a described table set that hold rows at the source
+ * (quoted "schema"."table" strings), in set order: what a go-forward start
+ * leaves out of the mirror.  Reads one row of each (SELECT), or the
+ * planner's estimate where the role may not read the table.
+ */
+extern List *ash_source_tables_with_rows(AshConn *conn, const List *mappings,
+										 const List *rels);
+
 extern char *ash_source_missing_tables(const AshTableSetSpec *spec, List **rels);
 
 /* The AshSourceName of every rel (pointers into rels). */

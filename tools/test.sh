@@ -25,12 +25,14 @@ rsync -a --exclude .git --exclude tmp_check --exclude 'test/results' "$root/" "$
 chown -R postgres: "$work"
 
 log="$work/test-output.log"
-as_pg() { runuser -u postgres -- env PATH="$PATH" ASH_LONG="${ASH_LONG:-}" "$@"; }
+# children never inherit the lock: a server a killed test leaves behind must
+# not hold it for everyone else
+as_pg() { runuser -u postgres -- env PATH="$PATH" ASH_LONG="${ASH_LONG:-}" "$@" 9>&-; }
 
 if ! as_pg make -C "$work" -s -j2 >"$work/build.log" 2>&1; then
     cat "$work/build.log"; echo "build failed"; echo "0 passed, 1 failed"; exit 1
 fi
-make -C "$work" -s install >/dev/null || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
+make -C "$work" -s install >/dev/null 9>&- || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
 
 regress_args=()
 [ -n "${REGRESS:-}" ] && regress_args+=("REGRESS=$REGRESS")

@@ -77,7 +77,9 @@ sub round
 	my $c0 = AshTest::checkpoint_lsn($dst, $sink);
 	my %h0 = map { $_ => AshTest::table_hash($dst, $_) } qw(customers orders orders_audit);
 
+	my $lsn_before = $src->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
 	$src->safe_psql('postgres', $r{violate});
+	my $lsn_after = $src->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
 	# a later, valid transaction must not overtake the failed one
 	$src->safe_psql('postgres', $r{later});
 
@@ -85,6 +87,27 @@ sub round
 		name => "$label: halted apply_failed");
 	is($dst->safe_psql('postgres', "SELECT halt_sqlstate FROM ash_replicant.pipelines WHERE sink_name = '$sink'"),
 		$r{sqlstate}, "$label: SQLSTATE $r{sqlstate} recorded");
+
+	# the halt explains itself: SQLSTATE, condition, target, commit LSN of
+	# the failed transaction (issue 25) -- in status, doctor and the CLI
+	my $st = AshTest::status_row($dst, $sink);
+	is($st->{halt_sqlstate}, $r{sqlstate}, "$label: status shows the SQLSTATE");
+	is($st->{halt_condition}, $r{condition}, "$label: status shows the condition name");
+	is($st->{halt_target}, 'public.orders', "$label: status shows the target table");
+	is($dst->safe_psql('postgres',
+		"SELECT '$st->{halt_lsn}'::pg_lsn > '$lsn_before'::pg_lsn AND '$st->{halt_lsn}'::pg_lsn < '$lsn_after'::pg_lsn"),
+		't', "$label: status shows the failed transaction's commit LSN");
+	my $doc = $dst->safe_psql('postgres',
+		"SELECT detail FROM ash_replicant_doctor('$sink') WHERE check_name = 'checkpoint_state'");
+	is($doc, "sqlstate $r{sqlstate} ($r{condition}), table public.orders, commit LSN $st->{halt_lsn}; see docs/reasons.md#apply_failed",
+		"$label: doctor's verdict carries the same");
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'ash_replicant_ctl', 'status', '--sink', $sink, '-h', $dst->host, '-p', $dst->port,
+		'-d', 'postgres' ], '<', \undef, '>', \$out, '2>', \$err);
+	is($? >> 8, 1, "$label: ctl status exits 1 on a halt");
+	like($out, qr/^\s+sqlstate \Q$r{sqlstate} ($r{condition}), table public.orders, commit LSN $st->{halt_lsn}; see docs\/reasons.md#apply_failed\E$/m,
+		"$label: ctl status prints where it stopped and the runbook")
+	  or diag $out, $err;
 	my @reason_lines = AshTest::log_lines_like($dst, qr/apply_failed/);
 	ok(scalar(@reason_lines) >= 1, "$label: the halt is logged with its reason");
 	ok(scalar(grep { /\Q$r{sqlstate}\E/ } @reason_lines) >= 1, "$label: the log names the SQLSTATE")
@@ -122,6 +145,7 @@ round(
 	label    => 'check',
 	sentinel => $s1,
 	sqlstate => '23514',
+	condition => 'check_violation',
 	ids      => '900,901,902,999',
 	violate  => qq{
 BEGIN;
@@ -142,6 +166,7 @@ round(
 	label    => 'unique',
 	sentinel => $s2,
 	sqlstate => '23505',
+	condition => 'unique_violation',
 	ids      => '2001,2002,2003',
 	violate  => qq{
 BEGIN;

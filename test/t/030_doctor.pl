@@ -101,7 +101,7 @@ sub sink
 	my $id = $o{sysid} // $sysid;
 	push @sql, "SELECT ash_replicant_configure_pipeline('$name', '$conn', publication => '$pub',"
 	  . " source_system_identifier => '$id', source_database => '$srcdb',"
-	  . " census => '{\"interval_ms\": 500}')";
+	  . " census => '{\"interval_ms\": 500}'" . ($o{snapshot} ? ", snapshot => '$o{snapshot}'" : '') . ")";
 	$dst->safe_psql($db, join(";\n", @sql));
 	return;
 }
@@ -169,11 +169,11 @@ all_pass($pre, 'healthy: every preflight check passes');
 is(join(',', @$pre_order),
 	'configuration_complete,destination_mappings,keyring_families,source_reachable,source_identity,'
 	  . 'source_release,source_wal_level,privilege_replication,output_plugin,publication,'
-	  . 'privilege_select,coverage,columns',
+	  . 'privilege_select,coverage,columns,existing_rows',
 	'preflight checks in their fixed order');
 my ($doc, $doc_order) = checks('doctor', 'dr');
 all_pass($doc, 'healthy: every doctor check passes');
-is(scalar(@$doc_order), 19, 'doctor adds six checks');
+is(scalar(@$doc_order), 20, 'doctor adds six checks');
 
 # no writes: no transaction id on the destination, none consumed at the source
 my $src_next = $src->safe_psql($db, 'SELECT pg_snapshot_xmax(pg_current_snapshot())');
@@ -183,7 +183,7 @@ BEGIN;
 SELECT count(*) FROM ash_replicant_doctor('dr');
 SELECT count(*) FROM ash_replicant_preflight('dr');
 SELECT pg_current_xact_id_if_assigned() IS NULL;
-COMMIT;}), "19\n13\nt", 'doctor and preflight take no transaction id on the destination');
+COMMIT;}), "20\n14\nt", 'doctor and preflight take no transaction id on the destination');
 is($src->safe_psql($db, 'SELECT pg_snapshot_xmax(pg_current_snapshot())'), $src_next,
 	'no transaction id consumed at the source');
 is($dst->safe_psql($db, 'SELECT updated_at FROM ash_replicant.checkpoints'), $cp_before,
@@ -194,9 +194,9 @@ is($rc, 0, 'ctl doctor on a healthy pipeline exits 0');
 like($out, qr/^runtime\s+pass/m, 'ctl text lists the checks');
 ($rc, $out) = ctl('doctor', '--sink', 'dr', '--format', 'json', @dstconn);
 my $json = eval { decode_json($out) };
-ok(ref $json eq 'ARRAY' && @$json == 19, 'ctl json: an array of 19 objects') or diag $out;
-is_deeply([ sort keys %{ $json->[0] // {} } ], [qw(check reason verdict)],
-	'ctl json objects carry check, verdict, reason');
+ok(ref $json eq 'ARRAY' && @$json == 20, 'ctl json: an array of 20 objects') or diag $out;
+is_deeply([ sort keys %{ $json->[0] // {} } ], [qw(check detail reason verdict)],
+	'ctl json objects carry check, verdict, reason, detail');
 is($json->[0]{check}, 'configuration_complete', 'ctl json keeps the order');
 ($rc) = ctl('status', '--sink', 'dr', @dstconn);
 is($rc, 0, 'ctl status of a healthy pipeline exits 0');
@@ -218,6 +218,8 @@ verdict_is($c, 'columns', 'fail', 'source_column_unmapped', 'added source column
 sink('s_chtype', 'pubsecret_chtype', [q{'chtype'}]);
 ($c) = checks('preflight', 's_chtype');
 verdict_is($c, 'columns', 'fail', 'source_type_invalid', 'changed source column type');
+is($dst->safe_psql($db, "SELECT detail FROM ash_replicant_preflight('s_chtype') WHERE check_name = 'columns'"),
+	'table public.chtype columns: n (text -> integer)', '... its detail names the column and both types');
 
 sink('s_ten', 'pubsecret_ten',
 	[q{'ten', tenant_column => 'tenant', tenant_strategy => 'attribute'}]);
@@ -228,7 +230,8 @@ $src->safe_psql($db, 'ALTER TABLE ten REPLICA IDENTITY FULL');
 ($c) = checks('preflight', 's_ten');
 verdict_is($c, 'columns', 'pass', '', '... passes under REPLICA IDENTITY FULL');
 
-sink('s_weak', 'pubsecret_main', [q{'t'}], conn => conninfo('weakrole'));
+# the README's least-privilege setup, with the snapshot its quick start takes
+sink('s_weak', 'pubsecret_main', [q{'t'}], conn => conninfo('weakrole'), snapshot => 'v1');
 ($c) = checks('preflight', 's_weak');
 verdict_is($c, 'source_identity', 'pass', '', 'weak role: identity verified');
 verdict_is($c, 'privilege_replication', 'fail', 'privilege_replication_missing',
@@ -289,7 +292,8 @@ ok(!exists $c->{slot}, 'preflight does not judge the slot');
 $dst->safe_psql($db, "ALTER TABLE t ALTER COLUMN v TYPE varchar(100)");
 ($c) = checks('doctor', 'dr');
 verdict_is($c, 'contract', 'fail', 'contract_incompatible', 'a retyped target column: contract_incompatible');
-verdict_is($c, 'columns', 'pass', '', '... while the source still covers the mapping');
+verdict_is($c, 'columns', 'warn', 'target_column_narrower',
+	'... while the source still covers the mapping (into a narrower column: a warning)');
 unlike(slurp_file($dst->logfile), qr/event=checkpoint\.conflict/,
 	'... and the doctor logs no checkpoint.conflict event (that is the binding\'s)');
 
@@ -309,6 +313,47 @@ like($err, qr/could not connect to the destination database: .*(refused|failed)/
 	'... and says why, in libpq\'s words');
 ($rc) = ctl('status', '--sink', 'no_such_sink', @dstconn);
 is($rc, 3, 'ctl status exits 3 for an unknown sink');
+
+########################################################################
+# a go-forward start over tables that already have rows says so
+########################################################################
+for my $n ($src, $dst)
+{
+	$n->safe_psql($db, q{
+CREATE TABLE par (id int PRIMARY KEY, v text);
+CREATE TABLE kid (id int PRIMARY KEY, par_id int REFERENCES par, v text);
+CREATE TABLE empty_t (id int PRIMARY KEY);});
+}
+$src->safe_psql($db, q{
+INSERT INTO par SELECT g, 'p' FROM generate_series(1, 5) g;
+INSERT INTO kid SELECT g, g, 'k' FROM generate_series(1, 5) g;
+CREATE PUBLICATION pubsecret_gf FOR TABLE par, kid, empty_t;});
+sink('gf', 'pubsecret_gf', [q{'par'}, q{'kid'}, q{'empty_t'}]);
+my $rows_detail = sub {
+	my ($fn) = @_;
+	my $r = $dst->safe_psql($db, "SELECT verdict || '|' || reason || '|' || detail FROM ash_replicant_$fn('gf')"
+		  . " WHERE check_name = 'existing_rows'");
+	push @outputs, $r;
+	return $r;
+};
+is($rows_detail->('preflight'),
+	"warn|go_forward_foreign_key|tables with rows that a go-forward start does not copy: public.kid, public.par;"
+	  . " their targets have foreign keys that changes to those rows will trip: public.kid (kid_par_id_fkey);"
+	  . " snapshot => 'v1' copies them (docs/snapshots.md)",
+	'preflight: a go-forward start would leave existing rows behind, and a foreign key would trip');
+$dst->safe_psql($db, "SELECT ash_replicant_start('gf')");
+ok($dst->poll_query_until($db,
+	"SELECT go_forward_uncopied IS NOT NULL FROM ash_replicant.checkpoints WHERE slot_name = 'slotsecret_gf'"),
+	'the worker records, once, what the go-forward slot left out');
+is($dst->safe_psql($db,
+	"SELECT go_forward_uncopied FROM ash_replicant.checkpoints WHERE slot_name = 'slotsecret_gf'"),
+	'{public.kid,public.par}', '... the tables that had rows');
+ok($dst->log_contains(qr/event=pipeline\.go_forward_rows_not_copied sink=gf table=public\.kid/),
+	'... and logs an event per table');
+$src->safe_psql($db, q{DELETE FROM kid; DELETE FROM par; INSERT INTO empty_t VALUES (1)});
+like($rows_detail->('doctor'), qr/^warn\|go_forward_foreign_key\|tables with rows that a go-forward start does not copy: public\.kid, public\.par;/,
+	'doctor keeps saying so from the record, whatever the tables hold now');
+$dst->safe_psql($db, "SELECT ash_replicant_stop('gf')");
 
 ########################################################################
 # nothing leaks

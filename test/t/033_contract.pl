@@ -2,7 +2,11 @@
 # fingerprint; a pure addition is admitted with the watermark untouched; a
 # change halts contract_incompatible and leaves mirror and checkpoint as they
 # were; a decoder/table-set switch halts decoder_contract_incompatible; while
-# streaming the census re-judges it (census_drift).
+# streaming the census re-judges it (census_drift).  Widening a target
+# column's type (varchar(3) -> varchar(10) -> text) is not a contract change:
+# preflight warns on the narrow column first, the narrow column halts
+# apply_failed 22001 at the first longer value, and widening it heals the
+# pipeline with a plain start (no checkpoint reset), or while streaming.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -81,5 +85,51 @@ $src->safe_psql($DB, q{ALTER PUBLICATION pub_other ADD TABLE ash_marker_k});
 AshTest::start_sink($dst, 'k');
 AshTest::wait_status($dst, 'k', 'misconfigured', 'decoder_contract_incompatible', src => $src,
 	name => 'a publication switch halts decoder_contract_incompatible');
+
+# 6. widening a target column is not a contract change
+AshTest::both($src, $dst, q{CREATE TABLE d (id int PRIMARY KEY, v text)});
+$dst->safe_psql($DB, q{ALTER TABLE d ALTER COLUMN v TYPE varchar(3)});
+$src->safe_psql($DB, q{CREATE PUBLICATION pub_d FOR TABLE d});
+AshTest::setup_pipeline($src, $dst, sink => 'wd', publication => 'pub_d', maps => [['d']],
+	census => '{"interval_ms": 300}', start => 0);
+is($dst->safe_psql($DB, q{SELECT verdict || '/' || reason || '/' || detail FROM ash_replicant_preflight('wd')
+	WHERE check_name = 'columns'}),
+	'warn/target_column_narrower/table public.d columns: v (text -> character varying(3))',
+	'preflight warns that the target column holds less than the source column');
+AshTest::start_sink($dst, 'wd');
+AshTest::wait_status($dst, 'wd', 'healthy', undef, src => $src, name => 'wd healthy');
+$src->safe_psql($DB, q{INSERT INTO d VALUES (1, 'abc')});
+AshTest::wait_caught_up($src, $dst, 'wd', name => 'a value that fits applies');
+$src->safe_psql($DB, q{INSERT INTO d VALUES (2, 'longer than three')});
+AshTest::wait_status($dst, 'wd', 'halted', 'apply_failed', src => $src,
+	name => 'the first longer value halts apply_failed');
+is(AshTest::status_row($dst, 'wd')->{halt_condition}, 'string_data_right_truncation',
+	'status names the condition');
+my $wd_fp = $dst->safe_psql($DB, q{SELECT encode(contract_fingerprint, 'hex') FROM ash_replicant.checkpoints
+	WHERE slot_name = 'wd'});
+$dst->safe_psql($DB, q{ALTER TABLE d ALTER COLUMN v TYPE varchar(20)});
+AshTest::start_sink($dst, 'wd');
+AshTest::wait_caught_up($src, $dst, 'wd', name => 'widened at a plain start: no checkpoint reset');
+AshTest::wait_status($dst, 'wd', 'healthy', undef, src => $src, name => 'wd healthy after widening');
+AshTest::assert_mirror_equal($src, $dst, ['d']);
+isnt($dst->safe_psql($DB, q{SELECT encode(contract_fingerprint, 'hex') FROM ash_replicant.checkpoints
+	WHERE slot_name = 'wd'}), $wd_fp, 'the contract records the wider type');
+ok($dst->log_contains(qr/event=contract\.extended sink=wd change=type_widened/),
+	'the widening is logged as such');
+
+# while streaming: the census admits a widening and the stream goes on
+$dst->safe_psql($DB, q{ALTER TABLE d ALTER COLUMN v TYPE text});
+ok(AshTest::poll($dst, q{SELECT (contract->'relations'->'public.d'->'columns'->'v'->>'type') = 'text'
+	FROM ash_replicant.checkpoints WHERE slot_name = 'wd'}),
+	'the census admits widening while streaming');
+$src->safe_psql($DB, q{INSERT INTO d VALUES (3, repeat('long ', 20)); UPDATE d SET v = v || ' more' WHERE id = 1});
+AshTest::wait_caught_up($src, $dst, 'wd', name => 'longer values apply after the widening');
+is(AshTest::status_row($dst, 'wd')->{state}, 'healthy', 'still healthy');
+AshTest::assert_mirror_equal($src, $dst, ['d']);
+
+# narrowing is a contract change, while streaming too
+$dst->safe_psql($DB, q{ALTER TABLE d ALTER COLUMN v TYPE varchar(200)});
+AshTest::wait_status($dst, 'wd', 'halted', 'census_drift', src => $src,
+	name => 'narrowing while streaming halts census_drift');
 
 done_testing();
