@@ -60,10 +60,10 @@
 
 #include <limits.h>
 
+#include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "access/table.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
