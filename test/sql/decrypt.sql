@@ -31,15 +31,30 @@ CREATE TABLE regress_crypto."Odd ""Name""" (id int PRIMARY KEY, "Pan ""Col""" by
 SELECT ash_replicant_create_sink('crypto_sink');
 SELECT ash_replicant_map_table('crypto_sink', 'regress_crypto.cards',
        column_map => '{"card_holder": "holder"}',
-       sensitive => '{pan, card_holder, cvv}', encrypted => '{pan, card_holder}') > 0 AS cards_mapped;
+       sensitive => '{pan, card_holder, cvv}', encrypted => '{pan, card_holder}') AS mapped_id \gset
+SELECT 'cards_mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT ash_replicant_map_table('crypto_sink', 'regress_crypto.cards_copy',
-       sensitive => '{pan}', encrypted => '{pan}') > 0 AS copy_mapped;
+       sensitive => '{pan}', encrypted => '{pan}') AS mapped_id \gset
+SELECT 'copy_mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT ash_replicant_map_table('crypto_sink', 'regress_crypto."t.x"',
-       sensitive => '{y}', encrypted => '{y}') > 0 AS tx_mapped;
+       sensitive => '{y}', encrypted => '{y}') AS mapped_id \gset
+SELECT 'tx_mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT ash_replicant_map_table('crypto_sink', 'regress_crypto.t',
-       sensitive => '{x.y}', encrypted => '{x.y}') > 0 AS t_mapped;
+       sensitive => '{x.y}', encrypted => '{x.y}') AS mapped_id \gset
+SELECT 't_mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT ash_replicant_map_table('crypto_sink', 'regress_crypto."Odd ""Name"""',
-       sensitive => '{"Pan \"Col\""}', encrypted => '{"Pan \"Col\""}') > 0 AS odd_mapped;
+       sensitive => '{"Pan \"Col\""}', encrypted => '{"Pan \"Col\""}') AS mapped_id \gset
+SELECT 'odd_mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT target, column_map, sensitive, encrypted FROM ash_replicant.resources
  WHERE sink_name = 'crypto_sink' ORDER BY resource_id;
 
@@ -125,7 +140,10 @@ CREATE TABLE regress_tenant_acme.accounts (id int PRIMARY KEY, secret bytea);
 SELECT ash_replicant_map_table('crypto_sink', 'regress_tenant_tpl.accounts',
        tenant_column => 'org', tenant_strategy => 'context',
        tenant_schema_format => 'regress_tenant_%s',
-       sensitive => '{secret}', encrypted => '{secret}') > 0 AS context_mapped;
+       sensitive => '{secret}', encrypted => '{secret}') AS mapped_id \gset
+SELECT 'context_mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT ash_replicant._encrypt_for_test('acme secret', 'regress_tenant_acme.accounts', 'secret') AS ct_acme \gset
 SELECT ash_replicant_decrypt(:'ct_acme', 'regress_tenant_acme.accounts', 'secret') AS tenant_round_trip;
 SELECT ash_replicant_decrypt(:'ct_acme', 'regress_tenant_tpl.accounts', 'secret');

@@ -52,7 +52,10 @@ SELECT ash_replicant_map_table('ma_go', 'ma.events', append_log => true,
        tenant_column => 'org_id', tenant_strategy => 'attribute') = :events_id AS attribute_tenant_ok;
 -- context tenancy needs a snapshot-seeded sink (no origin frontier otherwise)
 SELECT ash_replicant_map_table('ma_snap', 'ma.events', append_log => true,
-       tenant_column => 'org_id', tenant_strategy => 'context') > 0 AS context_on_snapshot_ok;
+       tenant_column => 'org_id', tenant_strategy => 'context') AS mapped_id \gset
+SELECT 'context_on_snapshot_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT ash_replicant_map_table('ma_go', 'ma.events', append_log => true,
        tenant_column => 'org_id', tenant_strategy => 'context');
 CREATE FUNCTION ma.tenant_of(r jsonb) RETURNS text LANGUAGE sql IMMUTABLE
@@ -157,7 +160,10 @@ ALTER TABLE ma.shape ALTER COLUMN snapshot_attempt DROP NOT NULL;
 ALTER TABLE ma.shape ALTER COLUMN snapshot_attempt TYPE text;
 SELECT ash_replicant_map_table('ma_go', 'ma.shape', append_log => true);
 ALTER TABLE ma.shape ALTER COLUMN snapshot_attempt TYPE bytea USING NULL;
-SELECT ash_replicant_map_table('ma_go', 'ma.shape', append_log => true) > 0 AS shape_restored_ok;
+SELECT ash_replicant_map_table('ma_go', 'ma.shape', append_log => true) AS mapped_id \gset
+SELECT 'shape_restored_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 
 ---------------------------------------------------------------------------
 -- the identity: a unique index on EXACTLY the five axes
@@ -181,9 +187,15 @@ SELECT ash_replicant_map_table('ma_go', 'ma.ident', append_log => true,
        upsert_identity => 'ident_partial');
 ALTER TABLE ma.ident ADD CONSTRAINT ident_axes
     UNIQUE (ordinal, commit_lsn, slot_name, source_database, source_system_id);
-SELECT ash_replicant_map_table('ma_go', 'ma.ident', append_log => true) > 0 AS any_column_order_ok;
+SELECT ash_replicant_map_table('ma_go', 'ma.ident', append_log => true) AS mapped_id \gset
+SELECT 'any_column_order_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT ash_replicant_map_table('ma_go', 'ma.ident', append_log => true,
-       upsert_identity => 'ident_axes') > 0 AS named_identity_ok;
+       upsert_identity => 'ident_axes') AS mapped_id \gset
+SELECT 'named_identity_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 
 ---------------------------------------------------------------------------
 -- no ON INSERT rules, no BEFORE ROW triggers
@@ -195,11 +207,17 @@ CREATE RULE guarded_copy AS ON INSERT TO ma.guarded DO ALSO
 SELECT ash_replicant_map_table('ma_go', 'ma.guarded', append_log => true);
 DROP RULE guarded_copy ON ma.guarded;
 CREATE RULE guarded_update AS ON UPDATE TO ma.guarded DO INSTEAD NOTHING;
-SELECT ash_replicant_map_table('ma_go', 'ma.guarded', append_log => true) > 0 AS update_rule_ok;
+SELECT ash_replicant_map_table('ma_go', 'ma.guarded', append_log => true) AS mapped_id \gset
+SELECT 'update_rule_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 CREATE FUNCTION ma.touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
 CREATE TRIGGER guarded_after AFTER INSERT ON ma.guarded FOR EACH ROW EXECUTE FUNCTION ma.touch();
 CREATE TRIGGER guarded_stmt BEFORE INSERT ON ma.guarded FOR EACH STATEMENT EXECUTE FUNCTION ma.touch();
-SELECT ash_replicant_map_table('ma_go', 'ma.guarded', append_log => true) > 0 AS after_and_statement_triggers_ok;
+SELECT ash_replicant_map_table('ma_go', 'ma.guarded', append_log => true) AS mapped_id \gset
+SELECT 'after_and_statement_triggers_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 CREATE TRIGGER guarded_before BEFORE INSERT ON ma.guarded FOR EACH ROW EXECUTE FUNCTION ma.touch();
 SELECT ash_replicant_map_table('ma_go', 'ma.guarded', append_log => true);
 DROP TRIGGER guarded_before ON ma.guarded;
@@ -213,7 +231,10 @@ CREATE UNIQUE INDEX plog_identity ON ma.plog
     (source_system_id, source_database, slot_name, commit_lsn, ordinal);
 CREATE TABLE ma.plog_low PARTITION OF ma.plog FOR VALUES FROM (0) TO (1000000);
 CREATE TABLE ma.plog_high PARTITION OF ma.plog FOR VALUES FROM (1000000) TO (MAXVALUE);
-SELECT ash_replicant_map_table('ma_go', 'ma.plog', append_log => true) > 0 AS partitioned_ok;
+SELECT ash_replicant_map_table('ma_go', 'ma.plog', append_log => true) AS mapped_id \gset
+SELECT 'partitioned_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 CREATE TRIGGER plog_high_before BEFORE INSERT ON ma.plog_high FOR EACH ROW EXECUTE FUNCTION ma.touch();
 SELECT ash_replicant_map_table('ma_go', 'ma.plog', append_log => true);
 

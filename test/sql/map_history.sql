@@ -68,7 +68,10 @@ CREATE TABLE mh.stock (
 CREATE UNIQUE INDEX stock_open ON mh.stock (sku, region) WHERE vt IS NULL;
 SELECT ash_replicant_map_table('mh_sink', 'mh.stock', history_strategy => 'scd2',
        column_map => '{"item": "sku"}', history_business_key => '{region, item}',
-       history_valid_from_lsn_column => 'vf', history_valid_to_lsn_column => 'vt') > 0 AS composite_ok;
+       history_valid_from_lsn_column => 'vf', history_valid_to_lsn_column => 'vt') AS mapped_id \gset
+SELECT 'composite_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 -- attribute tenancy and snapshot provenance combine with SCD2
 ALTER TABLE mh.stock ADD COLUMN tenant text, ADD COLUMN replica_fingerprint bytea,
     ADD COLUMN replica_seen_attempt bytea;
@@ -76,7 +79,10 @@ SELECT ash_replicant_map_table('mh_sink', 'mh.stock', history_strategy => 'scd2'
        column_map => '{"item": "sku"}', history_business_key => '{region, item}',
        history_valid_from_lsn_column => 'vf', history_valid_to_lsn_column => 'vt',
        tenant_column => 'tenant', tenant_strategy => 'attribute',
-       snapshot_provenance => true) > 0 AS tenant_provenance_ok;
+       snapshot_provenance => true) AS mapped_id \gset
+SELECT 'tenant_provenance_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 
 ---------------------------------------------------------------------------
 -- option-level rejections
@@ -153,7 +159,10 @@ SELECT ash_replicant_map_table('mh_sink', 'mh.win', history_strategy => 'scd2',
        history_business_key => '{order_id}');
 ALTER TABLE mh.win ALTER COLUMN valid_from_lsn TYPE bigint;
 SELECT ash_replicant_map_table('mh_sink', 'mh.win', history_strategy => 'scd2',
-       history_business_key => '{order_id}') > 0 AS win_restored_ok;
+       history_business_key => '{order_id}') AS mapped_id \gset
+SELECT 'win_restored_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 -- a generated window column cannot be written
 CREATE TABLE mh.gen (LIKE mh.orders INCLUDING ALL);
 ALTER TABLE mh.gen ADD COLUMN closed_gen bigint GENERATED ALWAYS AS (valid_from_lsn + 1) STORED;
@@ -197,7 +206,10 @@ SELECT ash_replicant_map_table('mh_sink', 'mh.ident', history_strategy => 'scd2'
        history_business_key => '{order_id}', upsert_identity => 'ident_too_wide');
 CREATE UNIQUE INDEX ident_reordered ON mh.ident (valid_from_lsn, order_id);
 SELECT ash_replicant_map_table('mh_sink', 'mh.ident', history_strategy => 'scd2',
-       history_business_key => '{order_id}') > 0 AS column_order_irrelevant;
+       history_business_key => '{order_id}') AS mapped_id \gset
+SELECT 'column_order_irrelevant' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 
 -- one open version per business key: a partial unique index WHERE valid_to IS NULL
 CREATE TABLE mh.open (LIKE mh.orders INCLUDING ALL);
@@ -213,7 +225,10 @@ SELECT ash_replicant_map_table('mh_sink', 'mh.open', history_strategy => 'scd2',
        history_business_key => '{order_id}');
 CREATE UNIQUE INDEX open_ok ON mh.open (order_id) WHERE (valid_to_lsn IS NULL);
 SELECT ash_replicant_map_table('mh_sink', 'mh.open', history_strategy => 'scd2',
-       history_business_key => '{order_id}') > 0 AS open_index_ok;
+       history_business_key => '{order_id}') AS mapped_id \gset
+SELECT 'open_index_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 -- a partial index cannot be the version identity
 SELECT ash_replicant_map_table('mh_sink', 'mh.open', history_strategy => 'scd2',
        history_business_key => '{order_id}', upsert_identity => 'open_ok');

@@ -117,7 +117,10 @@ SELECT ash_replicant_map_table('q sink "EU"; --', '"Sales Dept"."Line History"',
        column_map => '{"order_ref": "Order Ref"}',
        history_valid_from_lsn_column => 'Valid From', history_valid_to_lsn_column => 'Valid To',
        history_valid_to_ts_column => 'Closed At',
-       history_current_column => 'is current?') > 0 AS quoted_scd2_ok;
+       history_current_column => 'is current?') AS mapped_id \gset
+SELECT 'quoted_scd2_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 DROP INDEX "Sales Dept"."one open; version";
 SELECT ash_replicant_map_table('q sink "EU"; --', '"Sales Dept"."Line History"',
        history_strategy => 'scd2', history_business_key => '{order_ref, "Line No"}',
@@ -181,7 +184,10 @@ SELECT ash_replicant_unmap_table('q sink "EU" --', '"Sales Dept"."Order Lines"')
 SELECT target FROM ash_replicant.resources WHERE sink_name = 'q sink "EU"; --' ORDER BY 1;
 -- the source is free again for another target
 SELECT ash_replicant_map_table('q sink "EU"; --', '"Sales Dept"."Other; Lines"',
-       source_schema => 'Legacy "Shop"', source_table => 'lines; DROP TABLE x') > 0 AS remapped;
+       source_schema => 'Legacy "Shop"', source_table => 'lines; DROP TABLE x') AS mapped_id \gset
+SELECT 'remapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 -- the catalogs and tables are intact
 SELECT count(*) AS sinks FROM ash_replicant.sinks WHERE sink_name IN ('q sink "EU"; --', 'Q Weak', 'q log');
 SELECT count(*) AS tables FROM pg_tables WHERE schemaname = 'Sales Dept';

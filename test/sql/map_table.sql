@@ -64,7 +64,10 @@ SELECT ash_replicant_map_table('mt_mirror', 'mt.orders_copy', source_table => 'o
        source_schema => 'shop');
 -- the same source (and target) in another sink is fine
 SELECT ash_replicant_map_table('mt_other', 'mt.orders', source_table => 'orders_v2',
-       source_schema => 'shop') > 0 AS mapped_elsewhere;
+       source_schema => 'shop') AS mapped_id \gset
+SELECT 'mapped_elsewhere' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT ash_replicant_unmap_table('mt_other', 'mt.orders');
 
 ---------------------------------------------------------------------------
@@ -117,7 +120,10 @@ CREATE TABLE mt.events (id bigint, day date, payload text, PRIMARY KEY (id, day)
 CREATE TABLE mt.events_2024 PARTITION OF mt.events
     FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
 GRANT SELECT, INSERT, UPDATE, DELETE ON mt.events TO regress_map_owner;
-SELECT ash_replicant_map_table('mt_mirror', 'mt.events') > 0 AS partitioned_ok;
+SELECT ash_replicant_map_table('mt_mirror', 'mt.events') AS mapped_id \gset
+SELECT 'partitioned_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 
 ---------------------------------------------------------------------------
 -- the sink owner must be able to write the target
@@ -130,7 +136,10 @@ SELECT ash_replicant_map_table('mt_mirror', 'mt_hidden.t');
 -- column-level grants on every column count as table-level
 CREATE TABLE mt.colgrant (id int PRIMARY KEY, v text);
 GRANT SELECT (id, v), INSERT (id, v), UPDATE (id, v), DELETE ON mt.colgrant TO regress_map_owner;
-SELECT ash_replicant_map_table('mt_mirror', 'mt.colgrant') > 0 AS column_grants_ok;
+SELECT ash_replicant_map_table('mt_mirror', 'mt.colgrant') AS mapped_id \gset
+SELECT 'column_grants_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 REVOKE UPDATE (v) ON mt.colgrant FROM regress_map_owner;
 SELECT ash_replicant_map_table('mt_mirror', 'mt.colgrant');
 
@@ -196,7 +205,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON mt.cards TO regress_map_owner;
 SELECT ash_replicant_map_table('mt_mirror', 'mt.cards', sensitive => '{pan}',
        encrypted => '{pan}', upsert_identity => 'cards_pan_key');
 SELECT ash_replicant_map_table('mt_mirror', 'mt.cards', sensitive => '{pan}',
-       encrypted => '{pan}') > 0 AS cards_ok;
+       encrypted => '{pan}') AS mapped_id \gset
+SELECT 'cards_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 
 ---------------------------------------------------------------------------
 -- upsert_identity and keyless targets
@@ -232,7 +244,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON mt.keyless TO regress_map_owner;
 SELECT ash_replicant_map_table('mt_mirror', 'mt.keyless');
 CREATE UNIQUE INDEX keyless_a_idx ON mt.keyless (a);
 SELECT ash_replicant_map_table('mt_mirror', 'mt.keyless');
-SELECT ash_replicant_map_table('mt_mirror', 'mt.keyless', upsert_identity => 'keyless_a_idx') > 0 AS keyless_with_identity_ok;
+SELECT ash_replicant_map_table('mt_mirror', 'mt.keyless', upsert_identity => 'keyless_a_idx') AS mapped_id \gset
+SELECT 'keyless_with_identity_ok' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 CREATE TABLE mt.deferred_pk (id int PRIMARY KEY DEFERRABLE);
 GRANT SELECT, INSERT, UPDATE, DELETE ON mt.deferred_pk TO regress_map_owner;
 SELECT ash_replicant_map_table('mt_mirror', 'mt.deferred_pk');
@@ -427,13 +442,19 @@ SELECT ash_replicant_unmap_table('no_such_sink', 'mt.orders');
 SELECT ash_replicant_unmap_table(NULL, 'mt.orders');
 SELECT ash_replicant_unmap_table('mt_mirror', NULL);
 -- a mapping whose target was dropped is removed by its OID
-SELECT ash_replicant_map_table('mt_mirror', 'mt.orders_copy') > 0 AS copy_mapped;
+SELECT ash_replicant_map_table('mt_mirror', 'mt.orders_copy') AS mapped_id \gset
+SELECT 'copy_mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT 'mt.orders_copy'::regclass::oid AS copy_oid \gset
 DROP TABLE mt.orders_copy;
 SELECT ash_replicant_unmap_table('mt_mirror', :copy_oid::oid::regclass);
 SELECT count(*) AS copy_rows FROM ash_replicant.resources WHERE target::oid = :copy_oid;
 -- after unmapping, the source can be mapped to another target
-SELECT ash_replicant_map_table('mt_mirror', 'mt.orders') > 0 AS remapped;
+SELECT ash_replicant_map_table('mt_mirror', 'mt.orders') AS mapped_id \gset
+SELECT 'remapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 
 ---------------------------------------------------------------------------
 -- cleanup

@@ -142,7 +142,10 @@ SELECT check_name, verdict, reason FROM ash_replicant_preflight('rc_bare')
 CREATE TABLE regress_rc_enc (id int PRIMARY KEY, pan bytea);
 SELECT ash_replicant_create_sink('rc_enc');
 SELECT ash_replicant_map_table('rc_enc', 'regress_rc_enc', sensitive => ARRAY['pan'],
-    encrypted => ARRAY['pan']) > 0 AS mapped;
+    encrypted => ARRAY['pan']) AS mapped_id \gset
+SELECT 'mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT * FROM ash_replicant_preflight('rc_enc') WHERE check_name = 'keyring_families';
 SELECT ash_replicant_drop_sink('rc_enc');
 DROP TABLE regress_rc_enc;

@@ -48,7 +48,10 @@ CREATE TABLE "evil""; DROP SCHEMA ash_replicant CASCADE; --"."t""; DELETE FROM x
     "id""; --" int PRIMARY KEY, "v); DROP TABLE y; --" text, "ünïcødé" text);
 SELECT ash_replicant_map_table('x''); DROP TABLE pg_class; --',
        '"evil""; DROP SCHEMA ash_replicant CASCADE; --"."t""; DELETE FROM x; --"'::regclass,
-       column_map => '{"v); DROP TABLE y; --": "v); DROP TABLE y; --"}') > 0 AS mapped;
+       column_map => '{"v); DROP TABLE y; --": "v); DROP TABLE y; --"}') AS mapped_id \gset
+SELECT 'mapped' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
+       r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
+  FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;
 SELECT source_schema, source_table FROM ash_replicant.resources;
 SELECT ash_replicant_add_message_route('x''); DROP TABLE pg_class; --', E'pre''fix;\\', 'pg_class'::regclass, '1 day');
 SELECT count(*) AS schema_still_there FROM pg_namespace WHERE nspname = 'ash_replicant';

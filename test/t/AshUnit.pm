@@ -13,7 +13,8 @@
 # line of its TAP into a test of this file: "<program> N: description".  Then
 # it checks that the program exited with status 0 and ran its whole plan.  A
 # failed build is one failed test (with the build output as diagnostics);
-# the program is not run then.  Needs no server.
+# the program is not run then; a build that works is not counted as a test.
+# Needs no server.
 package AshUnit;
 
 use strict;
@@ -46,7 +47,7 @@ sub run_tap
 		diag($build);
 		return;
 	}
-	pass("build test/unit/$program with make unit");
+	# a build that works is a precondition, not a test
 
 	my $bin = File::Spec->catfile($root, 'test', 'unit', $program);
 
