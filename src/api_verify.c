@@ -177,7 +177,8 @@ load_sink(Verify *v)
 	values[0] = CStringGetTextDatum(v->sink_name);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	if (SPI_execute_with_args("SELECT p.connection IS NOT NULL AND p.source_system_identifier IS NOT NULL"
+	if (SPI_execute_with_args("SELECT p.connection IS NOT NULL"
+							  "   AND p.source_system_identifier IS NOT NULL"
 							  "   AND p.source_database IS NOT NULL,"
 							  "  (SELECT pg_catalog.quote_ident(n.nspname)"
 							  "    FROM pg_catalog.pg_extension e"
