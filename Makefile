@@ -14,8 +14,13 @@ SCRIPTS = tools/ash_replicant_ctl
 
 PGFILEDESC = "ash_replicant - fail-closed logical replication mirror"
 
+# pg_regress (PostgreSQL 15) looks for a test's files in --outputdir first,
+# then in --inputdir: with the output in "." (PGXS's default, which its
+# clean rule knows: results/, regression.diffs, log/) the expected output is
+# the top-level expected/ and the SQL is found in test/sql (./sql/ holds the
+# extension's install scripts, which no test is named after).
 REGRESS = $(sort $(basename $(notdir $(wildcard test/sql/*.sql))))
-REGRESS_OPTS = --inputdir=test --outputdir=test --temp-instance=test/tmp_instance \
+REGRESS_OPTS = --inputdir=test --outputdir=. --temp-instance=test/tmp_instance \
 	--temp-config=test/regress.conf
 
 TAP_TESTS = 1
@@ -27,8 +32,7 @@ PG_CPPFLAGS = -I$(libpq_srcdir) -Isrc -Wall -Wextra -Werror -Wno-unused-paramete
 	-Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK = $(libpq) -lssl -lcrypto
 
-EXTRA_CLEAN = test/results test/regression.diffs test/regression.out \
-	test/tmp_instance test/log tmp_check
+EXTRA_CLEAN = test/tmp_instance tmp_check
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

@@ -168,9 +168,27 @@ CREATE TABLE ash_replicant.message_claims (
 	expires_at timestamptz NOT NULL
 );
 
+/*
+ * upgrade_ledger: one row per checkpoint the update from 0.4 converted from
+ * its slot-keyed form (docs/operations.md, "Upgrading from 0.4.0"): the 0.4
+ * row as it was, the binding it was converted with, and a checksum over the
+ * whole ledger (the same value in every row) that the rollback to 0.4.0
+ * verifies.  Empty on a fresh install.  Default-deny like the checkpoints.
+ */
+CREATE TABLE ash_replicant.upgrade_ledger (
+	slot_name text PRIMARY KEY,
+	source_system_id text NOT NULL,
+	source_database text NOT NULL,
+	sink_name text NOT NULL,
+	legacy_row jsonb NOT NULL,
+	ledger_checksum bytea NOT NULL,
+	converted_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+ALTER TABLE ash_replicant.upgrade_ledger ENABLE ROW LEVEL SECURITY;
+
 REVOKE ALL ON ash_replicant.sinks, ash_replicant.pipelines, ash_replicant.resources,
 	ash_replicant.message_routes, ash_replicant.checkpoints,
-	ash_replicant.message_claims FROM PUBLIC;
+	ash_replicant.message_claims, ash_replicant.upgrade_ledger FROM PUBLIC;
 
 -- Admins may read configuration (not the conninfo column) and checkpoints.
 GRANT SELECT ON ash_replicant.sinks, ash_replicant.resources,
@@ -189,6 +207,7 @@ SELECT pg_catalog.pg_extension_config_dump('ash_replicant.resources', '');
 SELECT pg_catalog.pg_extension_config_dump('ash_replicant.message_routes', '');
 SELECT pg_catalog.pg_extension_config_dump('ash_replicant.checkpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('ash_replicant.message_claims', '');
+SELECT pg_catalog.pg_extension_config_dump('ash_replicant.upgrade_ledger', '');
 
 ------------------------------------------------------------------------------
 -- Configuration API (admin).  Every function is SECURITY DEFINER with a

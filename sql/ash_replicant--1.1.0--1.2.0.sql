@@ -100,6 +100,31 @@ GRANT EXECUTE ON FUNCTION ash_replicant_alter_sink(text, text[], text[], interva
 ALTER TABLE ash_replicant.checkpoints ADD COLUMN go_forward_uncopied text[];
 
 ------------------------------------------------------------------------------
+-- The rollback ledger of the update from 0.4 (docs/operations.md, "Upgrading
+-- from 0.4.0"), for installs made before 1.0.0's script created it: the same
+-- table, empty, default-deny.  Where it exists already nothing changes.
+------------------------------------------------------------------------------
+
+DO $ledger$
+BEGIN
+	IF pg_catalog.to_regclass('ash_replicant.upgrade_ledger') IS NULL THEN
+		CREATE TABLE ash_replicant.upgrade_ledger (
+			slot_name text PRIMARY KEY,
+			source_system_id text NOT NULL,
+			source_database text NOT NULL,
+			sink_name text NOT NULL,
+			legacy_row jsonb NOT NULL,
+			ledger_checksum bytea NOT NULL,
+			converted_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+		);
+		ALTER TABLE ash_replicant.upgrade_ledger ENABLE ROW LEVEL SECURITY;
+		REVOKE ALL ON ash_replicant.upgrade_ledger FROM PUBLIC;
+		PERFORM pg_catalog.pg_extension_config_dump('ash_replicant.upgrade_ledger', '');
+	END IF;
+END
+$ledger$;
+
+------------------------------------------------------------------------------
 -- Completeness: source and mirror compared per mapping, values never shown
 -- (docs/operations.md#verifying-completeness).
 ------------------------------------------------------------------------------

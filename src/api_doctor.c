@@ -63,14 +63,14 @@
 #include "utils/pg_lsn.h"
 #include "utils/resowner.h"
 
-#include "api_sink.h"
 #include "ash_replicant.h"
-#include "contract.h"
+#include "checkpoint.h"
 #include "coverage.h"
 #include "errors.h"
 #include "keyring.h"
 #include "libpq_conn.h"
 #include "mapping_validate.h"
+#include "qualname.h"
 #include "shmem.h"
 #include "source_catalog.h"
 
@@ -1593,6 +1593,15 @@ run_checks(FunctionCallInfo fcinfo, bool doctor)
 	if (PG_ARGISNULL(0))
 		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, doctor ? "doctor" : "preflight",
 				   "config_invalid", "sink_name must not be NULL");
+
+	/*
+	 * 0.4.x catalogs cannot be judged by these checks (their checkpoints do
+	 * not say which source they belong to): refuse, naming the update.
+	 */
+	if (ash_catalogs_slot_only())
+		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, doctor ? "doctor" : "preflight",
+				   "extension_version_mismatch",
+				   "the installed catalogs key checkpoints by slot name only: run ALTER EXTENSION ash_replicant UPDATE, see docs/operations.md");
 
 	InitMaterializedSRF(fcinfo, 0);
 	d = palloc0(sizeof(Doctor));

@@ -61,6 +61,7 @@
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 
+#include "checkpoint.h"
 #include "errors.h"
 #include "libpq_conn.h"
 #include "shmem.h"
@@ -192,6 +193,15 @@ recovery_prepare(FunctionCallInfo fcinfo, RecoveryTarget *t)
 				   "sink \"%s\": a worker still holds its slot", t->sink_name);
 }
 
+/* The checkpoint key of the target. */
+static AshCheckpointKey
+key_of(RecoveryTarget *t)
+{
+	AshCheckpointKey key = {t->sysid, t->database, t->slot_name};
+
+	return key;
+}
+
 /* Key parameters $1..$3 of the bound row. */
 static void
 key_values(RecoveryTarget *t, Oid *types, Datum *values)
@@ -230,10 +240,9 @@ Datum
 ash_replicant_reset_checkpoint(PG_FUNCTION_ARGS)
 {
 	RecoveryTarget t;
+	AshCheckpointKey key;
 	bool		changed;
 	bool		accept_redelivery;
-	Oid			types[3];
-	Datum		values[3];
 
 	if (PG_ARGISNULL(3))
 		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, STAGE_RECOVERY, "config_invalid",
@@ -248,11 +257,8 @@ ash_replicant_reset_checkpoint(PG_FUNCTION_ARGS)
 				   " transactions; pass accept_redelivery => true to accept that",
 				   t.sink_name);
 
-	key_values(&t, types, values);
-	exec("DELETE FROM ash_replicant.checkpoints"
-		 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-		 3, types, values, false);
-	changed = SPI_processed > 0;
+	key = key_of(&t);
+	changed = ash_checkpoint_reset(&key);
 	SPI_finish();
 	if (changed)
 		ereport(LOG,
@@ -332,12 +338,11 @@ Datum
 ash_replicant_adopt_checkpoint(PG_FUNCTION_ARGS)
 {
 	RecoveryTarget t;
+	AshCheckpointKey key;
 	bool		changed;
 	XLogRecPtr	lsn;
 	bool		ours;
 	bool		foreign;
-	Oid			types[5];
-	Datum		values[5];
 
 	if (PG_ARGISNULL(3))
 		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, STAGE_RECOVERY, "config_invalid",
@@ -351,29 +356,11 @@ ash_replicant_adopt_checkpoint(PG_FUNCTION_ARGS)
 				   "checkpoint_identity_conflict",
 				   "the slot of sink \"%s\" is bound to another source identity", t.sink_name);
 
-	key_values(&t, types, values);
-	types[3] = LSNOID;
-	values[3] = LSNGetDatum(lsn);
+	key = key_of(&t);
 	if (ours)
-		exec("UPDATE ash_replicant.checkpoints"
-			 "   SET end_lsn = CASE WHEN commit_lsn = $4 THEN end_lsn ELSE $4 END,"
-			 "       commit_lsn = $4, terminal_cause = NULL, terminal_class = NULL,"
-			 "       terminal_at = NULL, updated_at = pg_catalog.now()"
-			 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-			 "   AND (commit_lsn <> $4 OR terminal_cause IS NOT NULL)",
-			 4, types, values, false);
+		changed = ash_checkpoint_adopt(&key, lsn);
 	else
-	{
-		int32		tli = probe_timeline(&t);
-
-		types[4] = INT4OID;
-		values[4] = Int32GetDatum(tli);
-		exec("INSERT INTO ash_replicant.checkpoints"
-			 " (source_system_id, source_database, slot_name, timeline_id, commit_lsn, end_lsn)"
-			 " VALUES ($1, $2, $3, $5, $4, $4)",
-			 5, types, values, false);
-	}
-	changed = SPI_processed > 0;
+		changed = ash_checkpoint_create_adopted(&key, lsn, probe_timeline(&t));
 	SPI_finish();
 	if (changed)
 		ereport(LOG,
@@ -390,12 +377,11 @@ Datum
 ash_replicant_acknowledge_checkpoint_timeline(PG_FUNCTION_ARGS)
 {
 	RecoveryTarget t;
+	AshCheckpointKey key;
 	bool		changed;
 	int32		tli;
 	bool		ours;
 	bool		foreign;
-	Oid			types[4];
-	Datum		values[4];
 
 	if (PG_ARGISNULL(3))
 		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, STAGE_RECOVERY, "config_invalid",
@@ -411,22 +397,8 @@ ash_replicant_acknowledge_checkpoint_timeline(PG_FUNCTION_ARGS)
 		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_RECOVERY, "checkpoint_missing",
 				   "sink \"%s\" has no checkpoint of its configured source identity", t.sink_name);
 
-	key_values(&t, types, values);
-	types[3] = INT4OID;
-	values[3] = Int32GetDatum(tli);
-	exec("UPDATE ash_replicant.checkpoints"
-		 "   SET timeline_id = $4,"
-		 "       terminal_class = CASE WHEN terminal_cause = 'source_timeline_changed'"
-		 "                        THEN NULL ELSE terminal_class END,"
-		 "       terminal_at = CASE WHEN terminal_cause = 'source_timeline_changed'"
-		 "                     THEN NULL ELSE terminal_at END,"
-		 "       terminal_cause = CASE WHEN terminal_cause = 'source_timeline_changed'"
-		 "                        THEN NULL ELSE terminal_cause END,"
-		 "       updated_at = pg_catalog.now()"
-		 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-		 "   AND (timeline_id <> $4 OR terminal_cause = 'source_timeline_changed')",
-		 4, types, values, false);
-	changed = SPI_processed > 0;
+	key = key_of(&t);
+	changed = ash_checkpoint_acknowledge_timeline(&key, tli);
 	SPI_finish();
 	if (changed)
 		ereport(LOG,

@@ -26,7 +26,7 @@
  *
  *	  ignored_sources and pipelines.tables are stored in the canonical form
  *	  quote_identifier(schema).quote_identifier(table); readers parse them
- *	  with ash_parse_qualified_name().  pipelines.census is stored normalised:
+ *	  with ash_parse_qualified_name() (qualname.c).  pipelines.census is stored normalised:
  *	  an object with every closed key present.
  *
  *-------------------------------------------------------------------------
@@ -47,7 +47,6 @@
 #include "lib/stringinfo.h"
 #include "libpq-fe.h"
 #include "miscadmin.h"
-#include "parser/scansup.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -60,9 +59,9 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "api_sink.h"
 #include "errors.h"
 #include "launcher.h"
+#include "qualname.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(ash_replicant_create_sink);
@@ -247,95 +246,6 @@ lock_sink(const char *sink_name, AshSinkInfo *info)
 	info->owner = isnull ? InvalidOid : DatumGetObjectId(d);
 }
 
-/* ---------------------------------------------------------------------
- * Qualified source names ("schema.table").
- * ---------------------------------------------------------------------
- */
-
-static bool
-ident_start_char(unsigned char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-		IS_HIGHBIT_SET(c);
-}
-
-static bool
-ident_cont_char(unsigned char c)
-{
-	return ident_start_char(c) || (c >= '0' && c <= '9') || c == '$';
-}
-
-/* Parse one identifier at *pp; advances *pp past it. */
-static bool
-parse_ident_part(const char **pp, char **out)
-{
-	const char *p = *pp;
-
-	if (*p == '"')
-	{
-		StringInfoData buf;
-
-		initStringInfo(&buf);
-		p++;
-		for (;;)
-		{
-			if (*p == '\0')
-				return false;	/* unterminated quote */
-			if (*p == '"')
-			{
-				if (p[1] == '"')
-				{
-					appendStringInfoChar(&buf, '"');
-					p += 2;
-					continue;
-				}
-				p++;
-				break;
-			}
-			appendStringInfoChar(&buf, *p++);
-		}
-		if (buf.len == 0)
-			return false;
-		*out = buf.data;
-	}
-	else
-	{
-		const char *start = p;
-
-		if (!ident_start_char((unsigned char) *p))
-			return false;
-		p++;
-		while (ident_cont_char((unsigned char) *p))
-			p++;
-		*out = downcase_identifier(start, p - start, false, false);
-	}
-	if (strlen(*out) >= NAMEDATALEN)
-		return false;
-	*pp = p;
-	return true;
-}
-
-bool
-ash_parse_qualified_name(const char *str, char **schema, char **table)
-{
-	const char *p = str;
-
-	if (!parse_ident_part(&p, schema))
-		return false;
-	if (*p != '.')
-		return false;
-	p++;
-	if (!parse_ident_part(&p, table))
-		return false;
-	return *p == '\0';
-}
-
-char *
-ash_canonical_qualified_name(const char *schema, const char *table)
-{
-	return psprintf("%s.%s", quote_identifier(schema), quote_identifier(table));
-}
-
 /*
  * Validate and normalise a text[] of "schema.table" entries.  Every entry
  * must parse, none may be NULL, no two may name the same table.  Returns
@@ -436,174 +346,196 @@ slot_name_is_valid(const char *name)
 	return true;
 }
 
-/*
- * ash_replicant_create_sink(sink_name, slot_name, sink_kind, initial_state,
- *		ignored_sources, ignored_message_prefixes, recovery_horizon,
- *		batch_max_transactions, owner)
- */
-Datum
-ash_replicant_create_sink(PG_FUNCTION_ARGS)
+/* The arguments of ash_replicant_create_sink, validated. */
+typedef struct SinkArgs
 {
 	char	   *sink_name;
 	char	   *slot_name;
 	char	   *sink_kind;
-	char	   *initial_state = NULL;
+	bool		append_log;
+	char	   *initial_state;	/* NULL: not declared */
 	ArrayType  *ignored_sources;
 	ArrayType  *ignored_prefixes;
-	Interval   *horizon = NULL;
+	Interval   *horizon;		/* NULL: none */
 	int32		batch_max;
 	Oid			owner;
-	bool		append_log;
+} SinkArgs;
+
+/* The sink name, and the slot name: given, or derived from the sink name. */
+static void
+sink_arg_names(FunctionCallInfo fcinfo, SinkArgs *a)
+{
+	a->sink_name = sink_name_arg(fcinfo, STAGE_SINK);
+	if (a->sink_name[0] == '\0' || strlen(a->sink_name) >= ASH_NAME_LEN)
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
+				   "sink_name must be 1 to %d bytes", ASH_NAME_LEN - 1);
+
+	if (PG_ARGISNULL(1))
+	{
+		a->slot_name = a->sink_name;
+		if (!slot_name_is_valid(a->slot_name))
+			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "slot_name_invalid",
+					   "slot \"%s\" derived from the sink name; pass slot_name of [a-z0-9_], 1 to %d bytes",
+					   a->slot_name, NAMEDATALEN - 1);
+	}
+	else
+	{
+		a->slot_name = text_to_cstring(PG_GETARG_TEXT_PP(1));
+		if (!slot_name_is_valid(a->slot_name))
+			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "slot_name_invalid",
+					   "slot \"%s\" must be [a-z0-9_], 1 to %d bytes",
+					   a->slot_name, NAMEDATALEN - 1);
+	}
+}
+
+/* The sink kind and its initial state. */
+static void
+sink_arg_kind(FunctionCallInfo fcinfo, SinkArgs *a)
+{
+	if (PG_ARGISNULL(2))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
+				   "sink_kind must not be NULL");
+	a->sink_kind = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (strcmp(a->sink_kind, "state_mirror") == 0)
+		a->append_log = false;
+	else if (strcmp(a->sink_kind, "append_log") == 0)
+		a->append_log = true;
+	else
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
+				   "sink_kind must be state_mirror or append_log");
+
+	a->initial_state = NULL;
+	if (!PG_ARGISNULL(3))
+	{
+		a->initial_state = text_to_cstring(PG_GETARG_TEXT_PP(3));
+		if (strcmp(a->initial_state, "go_forward") != 0 &&
+			strcmp(a->initial_state, "snapshot") != 0)
+			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
+					   "initial_state must be go_forward or snapshot");
+	}
+	else if (a->append_log)
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
+				   "an append_log sink requires initial_state go_forward or snapshot");
+}
+
+/* Ignores, recovery horizon and batching. */
+static void
+sink_arg_limits(FunctionCallInfo fcinfo, SinkArgs *a)
+{
+	a->ignored_sources = PG_ARGISNULL(4) ? construct_empty_array(TEXTOID) :
+		normalise_table_list(PG_GETARG_ARRAYTYPE_P(4), STAGE_SINK,
+							 "ignore_invalid", "ignored_sources");
+	if (PG_ARGISNULL(5))
+		a->ignored_prefixes = construct_empty_array(TEXTOID);
+	else
+	{
+		a->ignored_prefixes = PG_GETARG_ARRAYTYPE_P(5);
+		check_string_list(a->ignored_prefixes, false, STAGE_SINK, "config_invalid",
+						  "ignored_message_prefixes");
+	}
+
+	a->horizon = NULL;
+	if (!PG_ARGISNULL(6))
+	{
+		a->horizon = PG_GETARG_INTERVAL_P(6);
+		if (a->append_log)
+			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK,
+					   "recovery_horizon_invalid",
+					   "recovery_horizon is not accepted on an append_log sink");
+		if (!interval_is_positive(a->horizon))
+			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK,
+					   "recovery_horizon_invalid", "recovery_horizon must be positive");
+	}
+
+	if (PG_ARGISNULL(7))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
+				   "batch_max_transactions must not be NULL");
+	a->batch_max = PG_GETARG_INT32(7);
+	if (a->batch_max < 1)
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
+				   "batch_max_transactions must be at least 1");
+}
+
+/* A sink owner must exist, and the calling role must have its rights. */
+static void
+check_owner(Oid owner)
+{
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
+		ash_reject(ERRCODE_UNDEFINED_OBJECT, STAGE_SINK, "config_invalid",
+				   "owner role does not exist");
+	if (!has_privs_of_role(GetOuterUserId(), owner))
+		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_SINK, "config_invalid",
+				   "owner: the calling role does not have the privileges of role \"%s\"",
+				   GetUserNameFromId(owner, false));
+}
+
+/* The owner: the calling role, or a role the calling role has the rights of. */
+static void
+sink_arg_owner(FunctionCallInfo fcinfo, SinkArgs *a)
+{
+	if (PG_ARGISNULL(8))
+		a->owner = GetOuterUserId();
+	else
+	{
+		a->owner = PG_GETARG_OID(8);
+		check_owner(a->owner);
+	}
+}
+
+/* SPI connected: refuse a sink name or slot already taken. */
+static void
+sink_check_unique(const SinkArgs *a)
+{
+	Oid			t1[1] = {TEXTOID};
+	Datum		v1[1];
+
+	v1[0] = CStringGetTextDatum(a->sink_name);
+	catalog_exec("SELECT 1 FROM ash_replicant.sinks WHERE sink_name = $1",
+				 1, t1, v1, NULL, true);
+	if (SPI_processed > 0)
+		ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "config_invalid",
+				   "sink \"%s\" already exists", a->sink_name);
+
+	v1[0] = CStringGetTextDatum(a->slot_name);
+	catalog_exec("SELECT sink_name FROM ash_replicant.sinks WHERE slot_name = $1",
+				 1, t1, v1, NULL, true);
+	if (SPI_processed > 0)
+		ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "slot_name_invalid",
+				   "slot \"%s\" is already used by sink \"%s\"", a->slot_name,
+				   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+}
+
+/* SPI connected: the sinks row. */
+static void
+sink_insert(const SinkArgs *a)
+{
 	Oid			types[9] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID,
 	TEXTARRAYOID, INTERVALOID, INT4OID, REGROLEOID};
 	Datum		values[9];
 	char		nulls[9];
 
-	sink_name = sink_name_arg(fcinfo, STAGE_SINK);
-	if (sink_name[0] == '\0' || strlen(sink_name) >= ASH_NAME_LEN)
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
-				   "sink_name must be 1 to %d bytes", ASH_NAME_LEN - 1);
-
-	/* slot name: given, or derived from the sink name */
-	if (PG_ARGISNULL(1))
-	{
-		slot_name = sink_name;
-		if (!slot_name_is_valid(slot_name))
-			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "slot_name_invalid",
-					   "slot \"%s\" derived from the sink name; pass slot_name of [a-z0-9_], 1 to %d bytes",
-					   slot_name, NAMEDATALEN - 1);
-	}
-	else
-	{
-		slot_name = text_to_cstring(PG_GETARG_TEXT_PP(1));
-		if (!slot_name_is_valid(slot_name))
-			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "slot_name_invalid",
-					   "slot \"%s\" must be [a-z0-9_], 1 to %d bytes",
-					   slot_name, NAMEDATALEN - 1);
-	}
-
-	/* sink kind and initial state */
-	if (PG_ARGISNULL(2))
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
-				   "sink_kind must not be NULL");
-	sink_kind = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	if (strcmp(sink_kind, "state_mirror") == 0)
-		append_log = false;
-	else if (strcmp(sink_kind, "append_log") == 0)
-		append_log = true;
-	else
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
-				   "sink_kind must be state_mirror or append_log");
-
-	if (!PG_ARGISNULL(3))
-	{
-		initial_state = text_to_cstring(PG_GETARG_TEXT_PP(3));
-		if (strcmp(initial_state, "go_forward") != 0 &&
-			strcmp(initial_state, "snapshot") != 0)
-			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
-					   "initial_state must be go_forward or snapshot");
-	}
-	else if (append_log)
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
-				   "an append_log sink requires initial_state go_forward or snapshot");
-
-	/* ignores */
-	ignored_sources = PG_ARGISNULL(4) ? construct_empty_array(TEXTOID) :
-		normalise_table_list(PG_GETARG_ARRAYTYPE_P(4), STAGE_SINK,
-							 "ignore_invalid", "ignored_sources");
-	if (PG_ARGISNULL(5))
-		ignored_prefixes = construct_empty_array(TEXTOID);
-	else
-	{
-		ignored_prefixes = PG_GETARG_ARRAYTYPE_P(5);
-		check_string_list(ignored_prefixes, false, STAGE_SINK, "config_invalid",
-						  "ignored_message_prefixes");
-	}
-
-	/* recovery horizon */
-	if (!PG_ARGISNULL(6))
-	{
-		horizon = PG_GETARG_INTERVAL_P(6);
-		if (append_log)
-			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK,
-					   "recovery_horizon_invalid",
-					   "recovery_horizon is not accepted on an append_log sink");
-		if (!interval_is_positive(horizon))
-			ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK,
-					   "recovery_horizon_invalid", "recovery_horizon must be positive");
-	}
-
-	/* batching */
-	if (PG_ARGISNULL(7))
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
-				   "batch_max_transactions must not be NULL");
-	batch_max = PG_GETARG_INT32(7);
-	if (batch_max < 1)
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "config_invalid",
-				   "batch_max_transactions must be at least 1");
-
-	/* owner: the calling role, or a role the calling role has the rights of */
-	if (PG_ARGISNULL(8))
-		owner = GetOuterUserId();
-	else
-	{
-		owner = PG_GETARG_OID(8);
-		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
-			ash_reject(ERRCODE_UNDEFINED_OBJECT, STAGE_SINK, "config_invalid",
-					   "owner role does not exist");
-		if (!has_privs_of_role(GetOuterUserId(), owner))
-			ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_SINK, "config_invalid",
-					   "owner: the calling role does not have the privileges of role \"%s\"",
-					   GetUserNameFromId(owner, false));
-	}
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "ash_replicant: SPI_connect failed");
-
 	memset(nulls, ' ', sizeof(nulls));
-
-	/* uniqueness of the sink name and of the slot */
-	{
-		Oid			t1[1] = {TEXTOID};
-		Datum		v1[1];
-
-		v1[0] = CStringGetTextDatum(sink_name);
-		catalog_exec("SELECT 1 FROM ash_replicant.sinks WHERE sink_name = $1",
-					 1, t1, v1, NULL, true);
-		if (SPI_processed > 0)
-			ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "config_invalid",
-					   "sink \"%s\" already exists", sink_name);
-
-		v1[0] = CStringGetTextDatum(slot_name);
-		catalog_exec("SELECT sink_name FROM ash_replicant.sinks WHERE slot_name = $1",
-					 1, t1, v1, NULL, true);
-		if (SPI_processed > 0)
-			ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "slot_name_invalid",
-					   "slot \"%s\" is already used by sink \"%s\"", slot_name,
-					   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
-	}
-
-	values[0] = CStringGetTextDatum(sink_name);
-	values[1] = CStringGetTextDatum(slot_name);
-	values[2] = CStringGetTextDatum(sink_kind);
-	if (initial_state)
-		values[3] = CStringGetTextDatum(initial_state);
+	values[0] = CStringGetTextDatum(a->sink_name);
+	values[1] = CStringGetTextDatum(a->slot_name);
+	values[2] = CStringGetTextDatum(a->sink_kind);
+	if (a->initial_state)
+		values[3] = CStringGetTextDatum(a->initial_state);
 	else
 	{
 		values[3] = (Datum) 0;
 		nulls[3] = 'n';
 	}
-	values[4] = PointerGetDatum(ignored_sources);
-	values[5] = PointerGetDatum(ignored_prefixes);
-	if (horizon)
-		values[6] = IntervalPGetDatum(horizon);
+	values[4] = PointerGetDatum(a->ignored_sources);
+	values[5] = PointerGetDatum(a->ignored_prefixes);
+	if (a->horizon)
+		values[6] = IntervalPGetDatum(a->horizon);
 	else
 	{
 		values[6] = (Datum) 0;
 		nulls[6] = 'n';
 	}
-	values[7] = Int32GetDatum(batch_max);
-	values[8] = ObjectIdGetDatum(owner);
+	values[7] = Int32GetDatum(a->batch_max);
+	values[8] = ObjectIdGetDatum(a->owner);
 
 	catalog_exec("INSERT INTO ash_replicant.sinks (sink_name, slot_name,"
 				 "  sink_kind, initial_state, ignored_sources,"
@@ -615,8 +547,28 @@ ash_replicant_create_sink(PG_FUNCTION_ARGS)
 	if (SPI_processed != 1)
 		ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "config_invalid",
 				   "sink \"%s\" or slot \"%s\" was created concurrently",
-				   sink_name, slot_name);
+				   a->sink_name, a->slot_name);
+}
 
+/*
+ * ash_replicant_create_sink(sink_name, slot_name, sink_kind, initial_state,
+ *		ignored_sources, ignored_message_prefixes, recovery_horizon,
+ *		batch_max_transactions, owner)
+ */
+Datum
+ash_replicant_create_sink(PG_FUNCTION_ARGS)
+{
+	SinkArgs	a;
+
+	sink_arg_names(fcinfo, &a);
+	sink_arg_kind(fcinfo, &a);
+	sink_arg_limits(fcinfo, &a);
+	sink_arg_owner(fcinfo, &a);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	sink_check_unique(&a);
+	sink_insert(&a);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -730,13 +682,7 @@ ash_replicant_alter_sink(PG_FUNCTION_ARGS)
 	{
 		Oid			owner = PG_GETARG_OID(5);
 
-		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
-			ash_reject(ERRCODE_UNDEFINED_OBJECT, STAGE_SINK, "config_invalid",
-					   "owner role does not exist");
-		if (!has_privs_of_role(GetOuterUserId(), owner))
-			ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_SINK, "config_invalid",
-					   "owner: the calling role does not have the privileges of role \"%s\"",
-					   GetUserNameFromId(owner, false));
+		check_owner(owner);
 		values[5] = ObjectIdGetDatum(owner);
 		nulls[5] = ' ';
 	}
@@ -1348,63 +1294,46 @@ static const char *const cp_names[CP_NARGS] = {
 	"binary_transfer"
 };
 
-/*
- * ash_replicant_configure_pipeline(...) — validate and upsert the start
- * options; enabled, start_generation and the halt columns are kept.
- */
-Datum
-ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
+/* The pipeline-configuration arguments derived while validating them. */
+typedef struct PipelineArgs
 {
-	char	   *sink_name;
-	AshSinkInfo sink;
 	char	   *decoder;
+	bool		pgoutput;
+	bool		wal2json;
+	bool		pglogical;
+	ArrayType  *tables;			/* wal2json: normalised; else NULL */
 	char	   *snapshot;
-	bool		pgoutput,
-				wal2json,
-				pglogical;
 	bool		go_forward_only;
-	ArrayType  *tables = NULL;
 	Jsonb	   *census;
-	Oid			types[CP_NARGS] = {
-		TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID,
-		TEXTARRAYOID, BOOLOID, BOOLOID, TEXTOID, INT4OID, INT4OID, BOOLOID,
-		BOOLOID, INT8OID, INT4OID, INT4OID, JSONBOID, BOOLOID
+} PipelineArgs;
+
+/* Settings that have a default and no NULL meaning. */
+static void
+cp_require_settings(FunctionCallInfo fcinfo)
+{
+	static const int required[] = {
+		CP_DECODER, CP_ALLOW_KEYLESS, CP_SNAPSHOT, CP_CHUNK_ROWS,
+		CP_MAX_PENDING_CHUNKS, CP_STREAMING, CP_FAILOVER,
+		CP_MAX_INFLIGHT_LAG, CP_MAX_COMMAND_RETRIES, CP_SCHEMA_CHECK_MS,
+		CP_BINARY_TRANSFER
 	};
-	Datum		values[CP_NARGS];
-	char		nulls[CP_NARGS];
 
-	sink_name = sink_name_arg(fcinfo, STAGE_PIPELINE);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "ash_replicant: SPI_connect failed");
-	lock_sink(sink_name, &sink);
-
-	/* settings that have a default and no NULL meaning */
+	for (int i = 0; i < lengthof(required); i++)
 	{
-		static const int required[] = {
-			CP_DECODER, CP_ALLOW_KEYLESS, CP_SNAPSHOT, CP_CHUNK_ROWS,
-			CP_MAX_PENDING_CHUNKS, CP_STREAMING, CP_FAILOVER,
-			CP_MAX_INFLIGHT_LAG, CP_MAX_COMMAND_RETRIES, CP_SCHEMA_CHECK_MS,
-			CP_BINARY_TRANSFER
-		};
-
-		for (int i = 0; i < lengthof(required); i++)
-		{
-			if (PG_ARGISNULL(required[i]))
-				CONFIG_REJECT("%s must not be NULL", cp_names[required[i]]);
-		}
-		if (PG_ARGISNULL(CP_CENSUS))
-			CENSUS_REJECT("census must not be NULL");
+		if (PG_ARGISNULL(required[i]))
+			CONFIG_REJECT("%s must not be NULL", cp_names[required[i]]);
 	}
+	if (PG_ARGISNULL(CP_CENSUS))
+		CENSUS_REJECT("census must not be NULL");
+}
 
-	/* decoder grammar: each decoder's table set, nothing of the others */
-	decoder = text_to_cstring(PG_GETARG_TEXT_PP(CP_DECODER));
-	pgoutput = strcmp(decoder, "pgoutput") == 0;
-	wal2json = strcmp(decoder, "wal2json") == 0;
-	pglogical = strcmp(decoder, "pglogical") == 0;
-	if (!pgoutput && !wal2json && !pglogical)
-		CONFIG_REJECT("decoder must be pgoutput, wal2json or pglogical");
+/* Decoder grammar: each decoder's table set, nothing of the others. */
+static void
+cp_check_table_set(FunctionCallInfo fcinfo, PipelineArgs *pa)
+{
+	const char *decoder = pa->decoder;
 
-	if (pgoutput)
+	if (pa->pgoutput)
 	{
 		char	   *pub;
 
@@ -1419,19 +1348,20 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 	else if (!PG_ARGISNULL(CP_PUBLICATION))
 		CONFIG_REJECT("publication is a setting of decoder pgoutput, not %s", decoder);
 
-	if (wal2json)
+	pa->tables = NULL;
+	if (pa->wal2json)
 	{
 		if (PG_ARGISNULL(CP_TABLES) ||
 			ArrayGetNItems(ARR_NDIM(PG_GETARG_ARRAYTYPE_P(CP_TABLES)),
 						   ARR_DIMS(PG_GETARG_ARRAYTYPE_P(CP_TABLES))) == 0)
 			CONFIG_REJECT("decoder wal2json requires tables");
-		tables = normalise_table_list(PG_GETARG_ARRAYTYPE_P(CP_TABLES),
-									  STAGE_PIPELINE, "config_invalid", "tables");
+		pa->tables = normalise_table_list(PG_GETARG_ARRAYTYPE_P(CP_TABLES),
+										  STAGE_PIPELINE, "config_invalid", "tables");
 	}
 	else if (!PG_ARGISNULL(CP_TABLES))
 		CONFIG_REJECT("tables is a setting of decoder wal2json, not %s", decoder);
 
-	if (pglogical)
+	if (pa->pglogical)
 	{
 		ArrayType  *sets;
 
@@ -1447,40 +1377,61 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 		CONFIG_REJECT("replication_sets is a setting of decoder pglogical, not %s",
 					  decoder);
 
-	if (!wal2json && PG_GETARG_BOOL(CP_ALLOW_KEYLESS))
+	if (!pa->wal2json && PG_GETARG_BOOL(CP_ALLOW_KEYLESS))
 		CONFIG_REJECT("allow_keyless_tables is a setting of decoder wal2json, not %s",
 					  decoder);
+}
 
-	/* capabilities only pgoutput can express */
+/* The decoder, its table set, and the capabilities only pgoutput can express. */
+static void
+cp_check_decoder(FunctionCallInfo fcinfo, PipelineArgs *pa)
+{
+	static const int pgoutput_only[] = {CP_STREAMING, CP_FAILOVER, CP_BINARY_TRANSFER};
+	const char *decoder;
+
+	decoder = pa->decoder = text_to_cstring(PG_GETARG_TEXT_PP(CP_DECODER));
+	pa->pgoutput = strcmp(decoder, "pgoutput") == 0;
+	pa->wal2json = strcmp(decoder, "wal2json") == 0;
+	pa->pglogical = strcmp(decoder, "pglogical") == 0;
+	if (!pa->pgoutput && !pa->wal2json && !pa->pglogical)
+		CONFIG_REJECT("decoder must be pgoutput, wal2json or pglogical");
+
+	cp_check_table_set(fcinfo, pa);
+	for (int i = 0; i < lengthof(pgoutput_only); i++)
 	{
-		static const int pgoutput_only[] = {CP_STREAMING, CP_FAILOVER, CP_BINARY_TRANSFER};
-
-		for (int i = 0; i < lengthof(pgoutput_only); i++)
-		{
-			if (!pgoutput && PG_GETARG_BOOL(pgoutput_only[i]))
-				ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_PIPELINE,
-						   "decoder_capability_unsupported",
-						   "%s requires decoder pgoutput, not %s",
-						   cp_names[pgoutput_only[i]], decoder);
-		}
+		if (!pa->pgoutput && PG_GETARG_BOOL(pgoutput_only[i]))
+			ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_PIPELINE,
+					   "decoder_capability_unsupported",
+					   "%s requires decoder pgoutput, not %s",
+					   cp_names[pgoutput_only[i]], decoder);
 	}
+}
 
-	/* snapshot mode */
-	snapshot = text_to_cstring(PG_GETARG_TEXT_PP(CP_SNAPSHOT));
+/* The snapshot mode and go_forward_only say one thing. */
+static void
+cp_check_snapshot(FunctionCallInfo fcinfo, PipelineArgs *pa)
+{
+	const char *snapshot;
+
+	snapshot = pa->snapshot = text_to_cstring(PG_GETARG_TEXT_PP(CP_SNAPSHOT));
 	if (strcmp(snapshot, "off") != 0 && strcmp(snapshot, "v1") != 0 &&
 		strcmp(snapshot, "incremental") != 0)
 		CONFIG_REJECT("snapshot must be off, v1 or incremental");
-	go_forward_only = PG_ARGISNULL(CP_GO_FORWARD_ONLY) ?
+	pa->go_forward_only = PG_ARGISNULL(CP_GO_FORWARD_ONLY) ?
 		strcmp(snapshot, "off") == 0 : PG_GETARG_BOOL(CP_GO_FORWARD_ONLY);
-	if (strcmp(snapshot, "incremental") == 0 && go_forward_only)
+	if (strcmp(snapshot, "incremental") == 0 && pa->go_forward_only)
 		CONFIG_REJECT("snapshot incremental requires go_forward_only = false");
 	/* the two say one thing: a contradiction would be stored and ignored */
-	if (strcmp(snapshot, "v1") == 0 && go_forward_only)
+	if (strcmp(snapshot, "v1") == 0 && pa->go_forward_only)
 		CONFIG_REJECT("snapshot v1 copies existing rows: go_forward_only must be false");
-	if (strcmp(snapshot, "off") == 0 && !go_forward_only)
+	if (strcmp(snapshot, "off") == 0 && !pa->go_forward_only)
 		CONFIG_REJECT("go_forward_only = false needs a snapshot mode (v1) to copy existing rows");
+}
 
-	/* bounds */
+/* Numeric bounds. */
+static void
+cp_check_bounds(FunctionCallInfo fcinfo)
+{
 	if (PG_GETARG_INT32(CP_CHUNK_ROWS) < 1)
 		CONFIG_REJECT("chunk_rows must be at least 1");
 	if (PG_GETARG_INT32(CP_MAX_PENDING_CHUNKS) < 1)
@@ -1491,8 +1442,12 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 		CONFIG_REJECT("max_command_retries must not be negative");
 	if (PG_GETARG_INT32(CP_SCHEMA_CHECK_MS) < MIN_SCHEMA_CHECK_MS)
 		CONFIG_REJECT("schema_check_interval_ms must be at least %d", MIN_SCHEMA_CHECK_MS);
+}
 
-	/* connection and source identity: shape only, never echoed */
+/* Connection and source identity: shape only, never echoed. */
+static void
+cp_check_source(FunctionCallInfo fcinfo)
+{
 	if (!PG_ARGISNULL(CP_CONNECTION))
 	{
 		char	   *conninfo = text_to_cstring(PG_GETARG_TEXT_PP(CP_CONNECTION));
@@ -1519,19 +1474,20 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(CP_SOURCE_DATABASE) &&
 		VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(CP_SOURCE_DATABASE)) >= NAMEDATALEN)
 		CONFIG_REJECT("source_database must be at most %d bytes", NAMEDATALEN - 1);
+}
 
-	census = normalise_census(PG_GETARG_JSONB_P(CP_CENSUS));
+/* SPI connected: insert or update the pipelines row. */
+static void
+cp_upsert(FunctionCallInfo fcinfo, const char *sink_name, const PipelineArgs *pa)
+{
+	Oid			types[CP_NARGS] = {
+		TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID,
+		TEXTARRAYOID, BOOLOID, BOOLOID, TEXTOID, INT4OID, INT4OID, BOOLOID,
+		BOOLOID, INT8OID, INT4OID, INT4OID, JSONBOID, BOOLOID
+	};
+	Datum		values[CP_NARGS];
+	char		nulls[CP_NARGS];
 
-	/* the sink's declared initial state must agree with the snapshot mode */
-	if (sink.initial_state != NULL &&
-		(strcmp(sink.initial_state, "go_forward") == 0) !=
-		(strcmp(snapshot, "off") == 0))
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_PIPELINE,
-				   "initial_state_mismatch",
-				   "sink \"%s\" declares initial_state %s, which snapshot %s contradicts",
-				   sink_name, sink.initial_state, snapshot);
-
-	/* upsert */
 	for (int i = 0; i < CP_NARGS; i++)
 	{
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
@@ -1539,10 +1495,10 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 	}
 	values[CP_SINK_NAME] = CStringGetTextDatum(sink_name);
 	nulls[CP_GO_FORWARD_ONLY] = ' ';
-	values[CP_GO_FORWARD_ONLY] = BoolGetDatum(go_forward_only);
-	if (tables)
-		values[CP_TABLES] = PointerGetDatum(tables);
-	values[CP_CENSUS] = JsonbPGetDatum(census);
+	values[CP_GO_FORWARD_ONLY] = BoolGetDatum(pa->go_forward_only);
+	if (pa->tables)
+		values[CP_TABLES] = PointerGetDatum(pa->tables);
+	values[CP_CENSUS] = JsonbPGetDatum(pa->census);
 
 	catalog_exec("INSERT INTO ash_replicant.pipelines AS p (sink_name,"
 				 "  connection, publication, source_system_identifier,"
@@ -1578,6 +1534,41 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 	if (SPI_processed != 1)
 		elog(ERROR, "ash_replicant: pipeline configuration of sink \"%s\" was not written",
 			 sink_name);
+}
+
+/*
+ * ash_replicant_configure_pipeline(...) — validate and upsert the start
+ * options; enabled, start_generation and the halt columns are kept.
+ */
+Datum
+ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
+{
+	char	   *sink_name;
+	AshSinkInfo sink;
+	PipelineArgs pa;
+
+	sink_name = sink_name_arg(fcinfo, STAGE_PIPELINE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	lock_sink(sink_name, &sink);
+
+	cp_require_settings(fcinfo);
+	cp_check_decoder(fcinfo, &pa);
+	cp_check_snapshot(fcinfo, &pa);
+	cp_check_bounds(fcinfo);
+	cp_check_source(fcinfo);
+	pa.census = normalise_census(PG_GETARG_JSONB_P(CP_CENSUS));
+
+	/* the sink's declared initial state must agree with the snapshot mode */
+	if (sink.initial_state != NULL &&
+		(strcmp(sink.initial_state, "go_forward") == 0) !=
+		(strcmp(pa.snapshot, "off") == 0))
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_PIPELINE,
+				   "initial_state_mismatch",
+				   "sink \"%s\" declares initial_state %s, which snapshot %s contradicts",
+				   sink_name, sink.initial_state, pa.snapshot);
+
+	cp_upsert(fcinfo, sink_name, &pa);
 	bump_config_version(sink_name);
 
 	SPI_finish();
@@ -1591,35 +1582,18 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
  */
 
 /*
- * ash_replicant_start(sink_name) — check that the configuration is
- * complete and coherent, then mark the pipeline enabled under a new start
- * generation and wake the launcher at commit.  Returns immediately.
+ * The pipeline settings start judges, locked FOR UPDATE (the conninfo
+ * itself is never read here: only whether it is present).  Columns: 1
+ * m_connection, 2 decoder, 3 m_publication, 4 m_tables, 5 m_sets, 6
+ * m_sysid, 7 m_database, 8 snapshot, 9 streaming, 10 failover, 11
+ * binary_transfer, 12 m_chunks, 13 m_inflight, 14 m_schema_check.
  */
-Datum
-ash_replicant_start(PG_FUNCTION_ARGS)
+static void
+start_read_settings(const char *sink_name, HeapTuple *tup, TupleDesc *desc)
 {
-	char	   *sink_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	AshSinkInfo sink;
-	Oid			types[2] = {TEXTOID, INTERVALOID};
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
-	char	   *decoder;
-	char	   *snapshot;
-	const char *table_set;
-	int			table_set_col;
-	StringInfoData missing;
-	int64		nroutes;
-	int64		nbelow;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
 
-	ash_require_shmem();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "ash_replicant: SPI_connect failed");
-	lock_sink(sink_name, &sink);
-
-	/* the conninfo itself is never read here: only whether it is present */
 	values[0] = CStringGetTextDatum(sink_name);
 	catalog_exec("SELECT (connection IS NULL OR connection = '') AS m_connection,"
 				 "  decoder,"
@@ -1641,10 +1615,18 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 				   "config_invalid",
 				   "the pipeline of sink \"%s\" is not configured; call ash_replicant_configure_pipeline",
 				   sink_name);
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	decoder = SPI_getvalue(tup, desc, 2);
-	snapshot = SPI_getvalue(tup, desc, 8);
+	*tup = SPI_tuptable->vals[0];
+	*desc = SPI_tuptable->tupdesc;
+}
+
+/* Every missing setting at once, by name; then what the decoder cannot express. */
+static void
+start_check_settings(HeapTuple tup, TupleDesc desc, const char *decoder)
+{
+	const char *table_set;
+	int			table_set_col;
+	StringInfoData missing;
+	bool		isnull;
 
 	if (strcmp(decoder, "wal2json") == 0)
 	{
@@ -1662,7 +1644,6 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 		table_set_col = 3;
 	}
 
-	/* every missing setting at once, by name */
 	initStringInfo(&missing);
 #define NOTE_MISSING(col, name) \
 	do { \
@@ -1691,14 +1672,27 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 						   "%s requires decoder pgoutput, not %s", caps[i], decoder);
 		}
 	}
+}
 
-	if (sink.initial_state != NULL &&
-		(strcmp(sink.initial_state, "go_forward") == 0) !=
+/*
+ * The snapshot mode against the sink's initial state and its mappings;
+ * settings nothing acts on are refused rather than stored and ignored.
+ */
+static void
+start_check_snapshot(const char *sink_name, const AshSinkInfo *sink, HeapTuple tup,
+					 TupleDesc desc, const char *snapshot)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+
+	if (sink->initial_state != NULL &&
+		(strcmp(sink->initial_state, "go_forward") == 0) !=
 		(strcmp(snapshot, "off") == 0))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START,
 				   "initial_state_mismatch",
 				   "sink \"%s\" declares initial_state %s, which snapshot %s contradicts",
-				   sink_name, sink.initial_state, snapshot);
+				   sink_name, sink->initial_state, snapshot);
 
 	/* snapshot settings this version would not act on (docs/snapshots.md) */
 	if (strcmp(snapshot, "incremental") == 0)
@@ -1714,6 +1708,7 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 	if (DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull)))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START, "config_invalid",
 				   "schema_check_interval_ms applies to decoder wal2json only; leave it at its default");
+	values[0] = CStringGetTextDatum(sink_name);
 	catalog_exec("SELECT pg_catalog.count(*) FROM ash_replicant.resources"
 				 " WHERE sink_name = $1 AND snapshot_provenance",
 				 1, types, values, NULL, true);
@@ -1721,11 +1716,22 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 		strcmp(snapshot, "off") == 0)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START, "snapshot_provenance_invalid",
 				   "sink \"%s\" maps a table with snapshot_provenance but takes no snapshot", sink_name);
+}
 
+/* Message routes against the recovery horizon and the decoder. */
+static void
+start_check_routes(const char *sink_name, const AshSinkInfo *sink, const char *decoder)
+{
+	Oid			types[2] = {TEXTOID, INTERVALOID};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	bool		isnull;
+	int64		nroutes;
+	int64		nbelow;
 
-	/* message routes against the recovery horizon */
-	if (sink.has_horizon)
-		values[1] = IntervalPGetDatum(sink.recovery_horizon);
+	values[0] = CStringGetTextDatum(sink_name);
+	if (sink->has_horizon)
+		values[1] = IntervalPGetDatum(sink->recovery_horizon);
 	else
 	{
 		values[1] = (Datum) 0;
@@ -1739,11 +1745,11 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 										  SPI_tuptable->tupdesc, 1, &isnull));
 	nbelow = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										 SPI_tuptable->tupdesc, 2, &isnull));
-	if (sink.has_horizon && nroutes == 0)
+	if (sink->has_horizon && nroutes == 0)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START,
 				   "recovery_horizon_invalid",
 				   "sink \"%s\" has a recovery_horizon but no message routes", sink_name);
-	if (!sink.append_log && nroutes > 0 && !sink.has_horizon)
+	if (!sink->append_log && nroutes > 0 && !sink->has_horizon)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START,
 				   "recovery_horizon_invalid",
 				   "state_mirror sink \"%s\" routes messages but has no recovery_horizon",
@@ -1758,7 +1764,38 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 				   "decoder_capability_unsupported",
 				   "decoder pglogical cannot deliver the logical messages that sink \"%s\" routes",
 				   sink_name);
+}
 
+/*
+ * ash_replicant_start(sink_name) — check that the configuration is
+ * complete and coherent, then mark the pipeline enabled under a new start
+ * generation and wake the launcher at commit.  Returns immediately.
+ */
+Datum
+ash_replicant_start(PG_FUNCTION_ARGS)
+{
+	char	   *sink_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	AshSinkInfo sink;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	HeapTuple	tup;
+	TupleDesc	desc;
+	char	   *decoder;
+	char	   *snapshot;
+
+	ash_require_shmem();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	lock_sink(sink_name, &sink);
+
+	start_read_settings(sink_name, &tup, &desc);
+	decoder = SPI_getvalue(tup, desc, 2);
+	snapshot = SPI_getvalue(tup, desc, 8);
+	start_check_settings(tup, desc, decoder);
+	start_check_snapshot(sink_name, &sink, tup, desc, snapshot);
+	start_check_routes(sink_name, &sink, decoder);
+
+	values[0] = CStringGetTextDatum(sink_name);
 	catalog_exec("UPDATE ash_replicant.pipelines"
 				 "   SET enabled = true, start_generation = start_generation + 1, start_attempts = 0,"
 				 "       updated_at = pg_catalog.now()"

@@ -17,6 +17,10 @@
  *	  halted / misconfigured   a halt in the current start generation
  *	  not_started  not configured, not enabled, or stopped deliberately
  *
+ *	  On 0.4.x catalogs (checkpoints keyed by slot only) every sink reads
+ *	  misconfigured / extension_version_mismatch: nothing runs on them until
+ *	  ALTER EXTENSION ash_replicant UPDATE (docs/operations.md).
+ *
  *	  Nothing printed here carries a value: reason codes, pids and times.
  *
  *-------------------------------------------------------------------------
@@ -36,6 +40,7 @@
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 
+#include "ash_replicant.h"
 #include "errors.h"
 #include "shmem.h"
 
@@ -60,6 +65,7 @@ typedef struct StatusRow
 typedef struct CatalogFacts
 {
 	char	   *sink_name;
+	bool		legacy;			/* 0.4.x catalogs: an update is needed */
 	bool		configured;
 	bool		enabled;
 	int64		start_generation;
@@ -130,6 +136,13 @@ derive_status(CatalogFacts *f, StatusRow *row)
 
 	memset(row, 0, sizeof(*row));
 	row->state = "not_started";
+
+	if (f->legacy)
+	{
+		row->state = "misconfigured";
+		row->reason = "extension_version_mismatch";
+		return;
+	}
 
 	if (!f->configured || !f->enabled)
 		return;
@@ -232,6 +245,14 @@ LOCATION_COLUMNS
 " WHERE $1 IS NULL OR s.sink_name = $1"
 " ORDER BY s.sink_name";
 
+/* 0.4.x catalogs: the sinks and nothing else */
+static const char *facts_sql_0_4 =
+"SELECT s.sink_name, false, false, 0::int8, -1::int8, NULL::text, NULL::text,"
+" NULL::timestamptz, NULL::text, NULL::text, NULL::text, 0, 0, 0::int8, 0::int8"
+" FROM ash_replicant.sinks s"
+" WHERE $1 IS NULL OR s.sink_name = $1"
+" ORDER BY s.sink_name";
+
 /*
  * Read the catalog facts of every sink (or one).  Returns a List of
  * CatalogFacts in the caller's memory context.
@@ -246,6 +267,7 @@ read_catalog_facts(text *sink_filter)
 	char		nulls[1] = {' '};
 	int			ret;
 	bool		have_snapshots;
+	bool		legacy = ash_catalogs_slot_only();
 
 	values[0] = sink_filter ? PointerGetDatum(sink_filter) : (Datum) 0;
 	if (sink_filter == NULL)
@@ -260,7 +282,8 @@ read_catalog_facts(text *sink_filter)
 	 */
 	have_snapshots = OidIsValid(get_relname_relid("snapshot_tables",
 												  get_namespace_oid("ash_replicant", true)));
-	ret = SPI_execute_with_args(have_snapshots ? facts_sql : facts_sql_1_0,
+	ret = SPI_execute_with_args(legacy ? facts_sql_0_4 :
+								have_snapshots ? facts_sql : facts_sql_1_0,
 								1, argtypes, values, nulls, true, 0);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "ash_replicant: status query failed");
@@ -275,6 +298,7 @@ read_catalog_facts(text *sink_filter)
 		char	   *s;
 
 		f->sink_name = SPI_getvalue(tup, desc, 1);
+		f->legacy = legacy;
 		f->configured = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
 		f->enabled = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
 		f->start_generation = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));

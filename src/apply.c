@@ -32,7 +32,8 @@
  *
  *	  Strategies (SCD1 apply_scd1.c, SCD2 apply_scd2.c, append log
  *	  apply_append.c) only see mapped, resolved relations and row images;
- *	  they never see protocol records.  Logical messages go to messages.c.
+ *	  they never see protocol records.  Logical messages go to messages.c
+ *	  (state mirrors) or apply_append.c (append logs).
  *
  *-------------------------------------------------------------------------
  */
@@ -56,6 +57,7 @@
 #include "utils/timestamp.h"
 
 #include "apply.h"
+#include "apply_append.h"
 #include "apply_bulk.h"
 #include "crypto.h"
 #include "keyring.h"
@@ -63,6 +65,7 @@
 #include "messages.h"
 #include "provenance.h"
 #include "shmem.h"
+#include "spi_util.h"
 
 AshApplyErrorContext ash_apply_errctx;
 
@@ -108,7 +111,6 @@ static MemoryContext change_cxt = NULL;
 static Oid	fresh_relid = InvalidOid;
 static LocalTransactionId fresh_lxid = InvalidLocalTransactionId;
 static AshChangeMeta meta;
-static SPIPlanPtr checkpoint_plan = NULL;
 
 /* counters published at batch end */
 static AshPipelineStats pending;
@@ -249,111 +251,6 @@ begin_batch(void)
 	/* no key is held between batches: a rotated keyring is seen here */
 	if (apply_needs_keys)
 		ash_keyring_load();
-}
-
-uint64
-ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_ret)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	int			ret = SPI_execute_plan(plan, values, nulls, false, 0);
-
-	/* SPI returns in its procedure context: per-change work stays ours */
-	MemoryContextSwitchTo(cxt);
-
-	if (ret != expected_ret)
-		elog(ERROR, "ash_replicant: unexpected SPI result %d", ret);
-	return SPI_processed;
-}
-
-/*
- * Run fn(arg) inside a subtransaction; when it fails with the SQLSTATE
- * catch_code, roll back only that subtransaction (nothing of it stays:
- * rows, trigger effects) and return false.  Any other error is re-thrown.
- * The caught error's text is dropped unread: constraint errors carry row
- * values.
- */
-bool
-ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != catch_code)
-			ReThrowError(edata);
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
-}
-
-typedef struct SpiCall
-{
-	SPIPlanPtr	plan;
-	Datum	   *values;
-	const char *nulls;
-	int			expected_ret;
-	uint64		processed;
-} SpiCall;
-
-static void
-spi_call(void *arg)
-{
-	SpiCall    *call = (SpiCall *) arg;
-
-	call->processed = ash_spi_execute(call->plan, call->values, call->nulls,
-									  call->expected_ret);
-}
-
-/* ash_spi_execute in a subtransaction, see ash_run_catching */
-bool
-ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
-						 int expected_ret, int catch_code, uint64 *processed)
-{
-	SpiCall		call = {plan, values, nulls, expected_ret, 0};
-	bool		ok = ash_run_catching(spi_call, &call, catch_code);
-
-	*processed = call.processed;
-	return ok;
-}
-
-/*
- * SPI returns in its own procedure context; keep the caller's context so
- * nothing of ours lands there (it lives until SPI_finish, i.e. the batch).
- */
-SPIPlanPtr
-ash_spi_prepare_kept(const char *sql, int nargs, Oid *types)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "ash_replicant: could not prepare an apply statement (%s)",
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "ash_replicant: could not keep an apply plan");
-	MemoryContextSwitchTo(cxt);
-	return plan;
 }
 
 bool
@@ -902,34 +799,121 @@ target_for(AshApplyRel *rel, const char *tenant)
 	return rel->target_default;
 }
 
+/* The source relation of a row change; names its command for errors. */
+static uint32
+row_change_relid(AshChange *c)
+{
+	switch (c->kind)
+	{
+		case ASH_CHANGE_INSERT:
+			ash_apply_errctx.command = "insert";
+			return c->u.insert.relid;
+		case ASH_CHANGE_UPDATE:
+			ash_apply_errctx.command = "update";
+			return c->u.update.relid;
+		default:
+			ash_apply_errctx.command = "delete";
+			return c->u.delete.relid;
+	}
+}
+
+/* Both tenants of a change are resolved before any write. */
+static void
+resolve_change_tenants(AshApplyRel *rel, AshChange *c, char **told, char **tnew)
+{
+	switch (c->kind)
+	{
+		case ASH_CHANGE_INSERT:
+			*tnew = resolve_tenant(rel, &c->u.insert.newtup, "new");
+			break;
+		case ASH_CHANGE_UPDATE:
+			if (c->u.update.oldkind != 'O')
+				ash_halt("tenant_required", "side=old table %s (no old row in the change)",
+						 rel->target_name);
+			*told = resolve_tenant(rel, &c->u.update.oldtup, "old");
+			*tnew = resolve_tenant(rel, &c->u.update.newtup, "new");
+			break;
+		default:
+			if (c->u.delete.oldkind != 'O')
+				ash_halt("tenant_required", "side=old table %s (no old row in the change)",
+						 rel->target_name);
+			*told = resolve_tenant(rel, &c->u.delete.oldtup, "old");
+			break;
+	}
+}
+
+static void
+apply_insert(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
+			 const char *tnew)
+{
+	AshApplyTarget *to = target_for(rel, tnew);
+	AshRowImage newrow;
+
+	build_image(rel, &c->u.insert.newtup, &newrow);
+	seal_image(rel, to, &newrow);
+	if (rel->map->snapshot_provenance && meta.snapshot_attempt != NULL)
+		ash_provenance_insert(rel, to, &newrow, strategy);
+	else
+		strategy->insert(rel, to, &newrow);
+}
+
+static void
+apply_update(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
+			 const char *told, const char *tnew)
+{
+	AshRowImage newrow;
+	AshRowImage key;
+
+	build_image(rel, &c->u.update.newtup, &newrow);
+	if (c->u.update.oldkind != 0)
+		build_key(rel, &c->u.update.oldtup, &key);
+	else
+		build_key(rel, &c->u.update.newtup, &key);
+	if (told != NULL && strcmp(told, tnew) != 0 &&
+		!(strategy->update_relocates && target_for(rel, told) == target_for(rel, tnew)))
+	{
+		/* relocation across tenants: delete under old, insert under new */
+		AshApplyTarget *from = target_for(rel, told);
+		AshApplyTarget *to = target_for(rel, tnew);
+
+		if (!newrow.complete)
+			ash_halt("unchanged_value_unavailable", "relocated row of %s lacks a value",
+					 rel->target_name);
+		seal_image(rel, to, &newrow);
+		strategy->delete(rel, from, &key);
+		strategy->insert(rel, to, &newrow);
+	}
+	else
+	{
+		AshApplyTarget *to = target_for(rel, tnew);
+
+		seal_image(rel, to, &newrow);
+		strategy->update(rel, to, &key, &newrow);
+	}
+}
+
+static void
+apply_delete(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
+			 const char *told)
+{
+	AshRowImage key;
+
+	build_key(rel, &c->u.delete.oldtup, &key);
+	strategy->delete(rel, target_for(rel, told), &key);
+}
+
 static void
 apply_row_change(AshChange *c)
 {
 	AshApplyRel *rel;
 	const AshApplyStrategy *strategy;
-	AshRowImage newrow;
-	AshRowImage key;
 	Oid			save_userid;
 	int			save_sec;
 	uint32		relid;
 	char	   *told = NULL;
 	char	   *tnew = NULL;
 
-	switch (c->kind)
-	{
-		case ASH_CHANGE_INSERT:
-			relid = c->u.insert.relid;
-			ash_apply_errctx.command = "insert";
-			break;
-		case ASH_CHANGE_UPDATE:
-			relid = c->u.update.relid;
-			ash_apply_errctx.command = "update";
-			break;
-		default:
-			relid = c->u.delete.relid;
-			ash_apply_errctx.command = "delete";
-			break;
-	}
+	relid = row_change_relid(c);
 	require_xact(ash_apply_errctx.command);
 	meta.ordinal++;
 	pending.received_changes++;
@@ -959,76 +943,18 @@ apply_row_change(AshChange *c)
 
 	PushActiveSnapshot(GetTransactionSnapshot());
 	as_owner_begin(&save_userid, &save_sec);
-
-	/* both tenants are resolved before any write */
 	if (rel->tenant_mode != ASH_TENANT_NONE)
-	{
-		switch (c->kind)
-		{
-			case ASH_CHANGE_INSERT:
-				tnew = resolve_tenant(rel, &c->u.insert.newtup, "new");
-				break;
-			case ASH_CHANGE_UPDATE:
-				if (c->u.update.oldkind != 'O')
-					ash_halt("tenant_required", "side=old table %s (no old row in the change)",
-							 rel->target_name);
-				told = resolve_tenant(rel, &c->u.update.oldtup, "old");
-				tnew = resolve_tenant(rel, &c->u.update.newtup, "new");
-				break;
-			default:
-				if (c->u.delete.oldkind != 'O')
-					ash_halt("tenant_required", "side=old table %s (no old row in the change)",
-							 rel->target_name);
-				told = resolve_tenant(rel, &c->u.delete.oldtup, "old");
-				break;
-		}
-	}
-
+		resolve_change_tenants(rel, c, &told, &tnew);
 	switch (c->kind)
 	{
 		case ASH_CHANGE_INSERT:
-			{
-				AshApplyTarget *to = target_for(rel, tnew);
-
-				build_image(rel, &c->u.insert.newtup, &newrow);
-				seal_image(rel, to, &newrow);
-				if (rel->map->snapshot_provenance && meta.snapshot_attempt != NULL)
-					ash_provenance_insert(rel, to, &newrow, strategy);
-				else
-					strategy->insert(rel, to, &newrow);
-			}
+			apply_insert(rel, strategy, c, tnew);
 			break;
 		case ASH_CHANGE_UPDATE:
-			build_image(rel, &c->u.update.newtup, &newrow);
-			if (c->u.update.oldkind != 0)
-				build_key(rel, &c->u.update.oldtup, &key);
-			else
-				build_key(rel, &c->u.update.newtup, &key);
-			if (told != NULL && strcmp(told, tnew) != 0 &&
-				!(strategy->update_relocates && target_for(rel, told) == target_for(rel, tnew)))
-			{
-				/* relocation across tenants: delete under old, insert under new */
-				AshApplyTarget *from = target_for(rel, told);
-				AshApplyTarget *to = target_for(rel, tnew);
-
-				if (!newrow.complete)
-					ash_halt("unchanged_value_unavailable", "relocated row of %s lacks a value",
-							 rel->target_name);
-				seal_image(rel, to, &newrow);
-				strategy->delete(rel, from, &key);
-				strategy->insert(rel, to, &newrow);
-			}
-			else
-			{
-				AshApplyTarget *to = target_for(rel, tnew);
-
-				seal_image(rel, to, &newrow);
-				strategy->update(rel, to, &key, &newrow);
-			}
+			apply_update(rel, strategy, c, told, tnew);
 			break;
 		default:
-			build_key(rel, &c->u.delete.oldtup, &key);
-			strategy->delete(rel, target_for(rel, told), &key);
+			apply_delete(rel, strategy, c, told);
 			break;
 	}
 	as_owner_end(save_userid, save_sec);
@@ -1153,8 +1079,23 @@ apply_message(AshChange *c)
 		pending.received_xacts++;
 		pending.received_changes++;
 	}
-	ash_message_apply(apply_cfg, apply_key, route, prefix,
-					  c->u.message.content, c->u.message.content_len);
+	if (ash_config_is_append_log(apply_cfg))
+	{
+		/* an event of the append log, written as the sink owner */
+		Oid			save_userid;
+		int			save_sec;
+
+		PushActiveSnapshot(GetTransactionSnapshot());
+		as_owner_begin(&save_userid, &save_sec);
+		ash_append_message(apply_cfg, route->target, prefix,
+						   c->u.message.content, c->u.message.content_len);
+		as_owner_end(save_userid, save_sec);
+		PopActiveSnapshot();
+	}
+	else
+		ash_message_apply(apply_cfg, apply_key, route, prefix,
+						  c->u.message.content, c->u.message.content_len,
+						  meta.commit_lsn, meta.ordinal);
 	pending.applied_changes++;
 	if (!transactional)
 	{
@@ -1484,35 +1425,9 @@ ash_apply_change(AshChange *c)
 static void
 advance_checkpoint(void)
 {
-	Datum		values[5];
-	uint64		n;
-
-	if (checkpoint_plan == NULL)
-	{
-		Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, LSNOID, LSNOID};
-		SPIPlanPtr	p;
-
-		p = SPI_prepare("UPDATE ash_replicant.checkpoints"
-						" SET commit_lsn = $4, end_lsn = $5, updated_at = pg_catalog.now()"
-						" WHERE source_system_id = $1 AND source_database = $2"
-						" AND slot_name = $3 AND commit_lsn OPERATOR(pg_catalog.<) $4",
-						5, types);
-		if (p == NULL || SPI_keepplan(p) != 0)
-			elog(ERROR, "ash_replicant: could not prepare the checkpoint update");
-		checkpoint_plan = p;
-	}
-	values[0] = CStringGetTextDatum(apply_key->system_id);
-	values[1] = CStringGetTextDatum(apply_key->database);
-	values[2] = CStringGetTextDatum(apply_key->slot_name);
-	values[3] = LSNGetDatum(batch_commit_lsn);
-	values[4] = LSNGetDatum(batch_end_lsn);
 	ash_apply_errctx.command = "checkpoint";
 	ash_apply_errctx.relation = NULL;
-	PushActiveSnapshot(GetTransactionSnapshot());
-	n = ash_spi_execute(checkpoint_plan, values, NULL, SPI_OK_UPDATE);
-	PopActiveSnapshot();
-	if (n != 1)
-		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
+	ash_checkpoint_advance(apply_key, batch_commit_lsn, batch_end_lsn);
 }
 
 static void

@@ -56,8 +56,10 @@
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 
-#include "apply.h"
+#include "apply_append.h"
+#include "apply_strategy.h"
 #include "errors.h"
+#include "spi_util.h"
 
 #define NSTRUCT	8				/* five axes, operation, origin, attempt */
 
@@ -342,8 +344,8 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 					XLogRecPtr watermark_end, bool slot_created, XLogRecPtr slot_position)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, LSNOID};
-	Datum		values[4];
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[3];
 	Oid			ftypes[4] = {TEXTOID, TEXTOID, TEXTOID, INT8OID};
 	Datum		fvalues[4];
 	int			ret;
@@ -365,7 +367,6 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 	values[0] = CStringGetTextDatum(key->system_id);
 	values[1] = CStringGetTextDatum(key->database);
 	values[2] = CStringGetTextDatum(key->slot_name);
-	values[3] = LSNGetDatum(slot_position);
 	memcpy(fvalues, values, sizeof(Datum) * 3);
 	fvalues[3] = Int64GetDatum((int64) watermark);
 
@@ -430,13 +431,7 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 	if (floor_missing)
 	{
 		/* first activation of this log: its history starts here */
-		ret = SPI_execute_with_args("UPDATE ash_replicant.checkpoints SET origin_floor = $4"
-									" WHERE source_system_id = $1 AND source_database = $2"
-									" AND slot_name = $3 AND origin_floor IS NULL",
-									4, types, values, NULL, false, 0);
-		MemoryContextSwitchTo(cxt);
-		if (ret != SPI_OK_UPDATE || SPI_processed != 1)
-			elog(ERROR, "ash_replicant: could not write the origin floor");
+		ash_checkpoint_set_origin_floor(key, slot_position);
 		ereport(LOG,
 				(errmsg("ash_replicant event=append.origin_floor sink=%s origin_floor=%X/%X",
 						cfg->sink_name, LSN_FORMAT_ARGS(slot_position))));

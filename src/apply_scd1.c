@@ -55,9 +55,10 @@
 #include "utils/snapmgr.h"
 #include "utils/memutils.h"
 
-#include "apply.h"
 #include "apply_bulk.h"
+#include "apply_strategy.h"
 #include "errors.h"
+#include "spi_util.h"
 
 typedef struct UpdatePlan
 {
@@ -71,7 +72,10 @@ typedef struct Scd1Plans
 	bool		upsert_checks_tenant;
 	SPIPlanPtr	upsert_many;	/* unnest form; NULL until first needed */
 	SPIPlanPtr	insert_many;	/* the same without ON CONFLICT */
+	SPIPlanPtr	update_many;	/* UPDATE ... FROM the same arrays; NULL when
+								 * every column is an identity column */
 	int			optimism_paused;	/* flushes left that go straight to upsert */
+	int			update_optimism_paused; /* the same for a run's updates */
 	bool		many_unsupported;	/* a column type has no array type */
 	SPIPlanPtr	delete;
 	SPIPlanPtr	delete_many;	/* gathered deletes */
@@ -213,9 +217,10 @@ nulls_of(AshApplyRel *rel, AshRowImage *img)
  * different rows.  On a target where rows cannot observe each other --
  * no trigger, rule or row security, no unique or exclusion index besides
  * the identity -- such writes commute, and the run also gathers deletes and
- * updates that carry the complete new row under an unchanged identity
- * (applied as the upsert, which is what an update of a row the mirror may
- * lack means here).  A flush writes the deletes, then the rest.  Anything
+ * updates that carry the complete new row under an unchanged identity.
+ * A flush writes the run's updates as one UPDATE ... FROM, then its
+ * inserts; an update of a row the mirror lacks makes the run the upsert,
+ * which is what such an update means here.  A flush writes the deletes, then the rest.  Anything
  * else flushes the run first, so each row sees its changes in source order.
  * ---------------------------------------------------------------------
  */
@@ -255,11 +260,11 @@ gcol_put(GatherCol *g, int i, Datum value, bool isnull)
 }
 
 static Datum
-gcol_array(GatherCol *g, int n)
+gcol_array(GatherCol *g, int off, int n)
 {
 	int			lb = 1;
 
-	return PointerGetDatum(construct_md_array(g->values, g->nulls, 1, &n, &lb, g->typid,
+	return PointerGetDatum(construct_md_array(g->values + off, g->nulls + off, 1, &n, &lb, g->typid,
 											  g->typlen, g->typbyval, g->typalign));
 }
 
@@ -270,6 +275,8 @@ typedef struct Gathered
 	int			nrows;			/* upserted rows */
 	bool		has_updates;	/* some rows exist already: skip the plain
 								 * INSERT attempt */
+	int			nupdates;		/* of them, updates (is_update[i]) */
+	bool	   *is_update;
 	GatherCol  *cols;
 	int			ndeletes;
 	GatherCol  *dkeys;			/* identity (+ tenant) values of deletes */
@@ -389,6 +396,41 @@ target_commutes(AshApplyTarget *tgt)
 	return ok;
 }
 
+/*
+ * "UPDATE t AS t SET c = u.cN, ... FROM (SELECT unnest($1) AS c1, ...) AS u
+ * WHERE t.k = u.cK [AND t.tenant = u.cT]": a run's updates of complete
+ * rows under unchanged identities, one target row each (the run's
+ * identities are distinct).  False when there is nothing to set (every
+ * column is an identity column).
+ */
+static bool
+build_update_many(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	bool		any_set = false;
+
+	appendStringInfo(sql, "UPDATE %s AS t", tgt->name);
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		if (rel->cols[c].is_identity)
+			continue;
+		appendStringInfo(sql, "%s%s = u.c%d", any_set ? ", " : " SET ",
+						 quote_identifier(rel->cols[c].name), c + 1);
+		any_set = true;
+	}
+	if (!any_set)
+		return false;
+	appendStringInfoString(sql, " FROM (");
+	append_unnest_select(sql, rel->ncols);
+	appendStringInfoString(sql, ") AS u WHERE ");
+	for (int k = 0; k < rel->nkeys; k++)
+		appendStringInfo(sql, "%st.%s OPERATOR(pg_catalog.=) u.c%d", k ? " AND " : "",
+						 quote_identifier(rel->cols[rel->keys[k]].name), rel->keys[k] + 1);
+	if (ash_tenant_scoped(rel))
+		appendStringInfo(sql, " AND t.%s OPERATOR(pg_catalog.=) u.c%d",
+						 quote_identifier(rel->cols[rel->tenant_col].name), rel->tenant_col + 1);
+	return true;
+}
+
 static SPIPlanPtr
 upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 {
@@ -414,6 +456,9 @@ upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	resetStringInfo(&sql);
 	build_insert(&sql, rel, tgt, true);
 	st->insert_many = ash_spi_prepare_kept(sql.data, rel->ncols, types);
+	resetStringInfo(&sql);
+	if (build_update_many(&sql, rel, tgt))
+		st->update_many = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert_many;
 }
 
@@ -467,30 +512,66 @@ scd1_discard(void)
 		MemoryContextReset(gbuf.cxt);
 }
 
-/* One array parameter per column, for the multi-row statements. */
+/* One array parameter per column of rows [off, off + n) of the run. */
 static Datum *
-column_arrays(AshApplyRel *rel, int nrows)
+column_arrays(AshApplyRel *rel, int off, int n)
 {
 	Datum	   *values = palloc(sizeof(Datum) * rel->ncols);
 
 	for (int c = 0; c < rel->ncols; c++)
-		values[c] = gcol_array(&gbuf.cols[c], nrows);
+		values[c] = gcol_array(&gbuf.cols[c], off, n);
 	return values;
 }
 
-/* The run's rows straight into its table (see apply_bulk.c). */
+/*
+ * Reorder the run's rows, updates first (stably): the rows of a run touch
+ * different identities of a target whose rows commute, so their order does
+ * not matter, and each kind becomes one slice of the column arrays.
+ */
+static void
+updates_first(AshApplyRel *rel)
+{
+	int		   *order = palloc(sizeof(int) * gbuf.nrows);
+	Datum	   *v = palloc(sizeof(Datum) * gbuf.nrows);
+	bool	   *nl = palloc(sizeof(bool) * gbuf.nrows);
+	int			k = 0;
+
+	for (int i = 0; i < gbuf.nrows; i++)
+		if (gbuf.is_update[i])
+			order[k++] = i;
+	for (int i = 0; i < gbuf.nrows; i++)
+		if (!gbuf.is_update[i])
+			order[k++] = i;
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		GatherCol  *g = &gbuf.cols[c];
+
+		for (int i = 0; i < gbuf.nrows; i++)
+		{
+			v[i] = g->values[order[i]];
+			nl[i] = g->nulls[order[i]];
+		}
+		memcpy(g->values, v, sizeof(Datum) * gbuf.nrows);
+		memcpy(g->nulls, nl, sizeof(bool) * gbuf.nrows);
+	}
+	for (int i = 0; i < gbuf.nrows; i++)
+		gbuf.is_update[i] = i < gbuf.nupdates;
+}
+
+/* Rows [off, nrows) of the run straight into its table (see apply_bulk.c). */
 static void
 bulk_insert(void *arg)
 {
+	int			off = *(int *) arg;
 	Datum	  **values = palloc(sizeof(Datum *) * gbuf.rel->ncols);
 	bool	  **nulls = palloc(sizeof(bool *) * gbuf.rel->ncols);
 
 	for (int c = 0; c < gbuf.rel->ncols; c++)
 	{
-		values[c] = gbuf.cols[c].values;
-		nulls[c] = gbuf.cols[c].nulls;
+		values[c] = gbuf.cols[c].values + off;
+		nulls[c] = gbuf.cols[c].nulls + off;
 	}
-	ash_bulk_insert(&plans_of(gbuf.tgt)->bulk, gbuf.tgt, gbuf.rel->ncols, gbuf.nrows,
+	ash_bulk_insert(&plans_of(gbuf.tgt)->bulk, gbuf.tgt, gbuf.rel->ncols, gbuf.nrows - off,
 					values, nulls, ash_apply_fresh_target(gbuf.tgt->relid));
 }
 
@@ -535,7 +616,7 @@ scd1_flush(void)
 		Datum	   *keys = palloc(sizeof(Datum) * nk);
 
 		for (int i = 0; i < nk; i++)
-			keys[i] = gcol_array(&gbuf.dkeys[i], ndeletes);
+			keys[i] = gcol_array(&gbuf.dkeys[i], 0, ndeletes);
 		ash_apply_errctx.command = "delete";
 		n = ash_spi_execute(delete_many_plan(rel, tgt), keys, NULL, SPI_OK_DELETE);
 		if (n > ndeletes)
@@ -548,9 +629,51 @@ scd1_flush(void)
 	{
 		Datum	   *values = NULL;
 		bool		inserted = false;
+		int			off = 0;	/* rows [off, nrows) are left to write */
+		bool		updates_left = gbuf.has_updates;
+		int			nw;
 
-		ash_apply_errctx.command = gbuf.has_updates ? "update" : "insert";
-		if (!gbuf.has_updates && ash_apply_fresh_target(tgt->relid))
+		/*
+		 * The run's updates first, as one UPDATE ... FROM: each row found by
+		 * one identity probe, where the upsert pays a conflict check and then
+		 * the update.  A short count means rows the mirror lacks (or that
+		 * another tenant holds): then every row goes to the upsert below,
+		 * which inserts the missing ones and, on this target where rows
+		 * commute (no trigger, rule or row security), rewrites the others
+		 * with the values they already hold.  After a miss the target skips
+		 * the attempt for a while (a mirror being refilled).
+		 */
+		if (gbuf.nupdates > 0 && st->update_many != NULL)
+		{
+			if (st->update_optimism_paused > 0)
+				st->update_optimism_paused--;
+			else
+			{
+				uint64		nu;
+
+				if (gbuf.nupdates < nrows)
+					updates_first(rel);
+				ash_apply_errctx.command = "update";
+				nu = ash_spi_execute(st->update_many, column_arrays(rel, 0, gbuf.nupdates),
+									 NULL, SPI_OK_UPDATE);
+				if (nu > gbuf.nupdates)
+					elog(ERROR, "ash_replicant: multi-row update affected more rows than it named");
+				if (nu == gbuf.nupdates)
+				{
+					off = gbuf.nupdates;
+					updates_left = false;
+				}
+				else
+					st->update_optimism_paused = OPTIMISM_PAUSE_FLUSHES;
+			}
+		}
+
+		nw = nrows - off;
+		n = 0;
+		ash_apply_errctx.command = updates_left ? "update" : "insert";
+		if (nw == 0)
+			inserted = true;
+		else if (!updates_left && ash_apply_fresh_target(tgt->relid))
 		{
 			/*
 			 * A snapshot copy into a table that was empty when it began:
@@ -559,28 +682,28 @@ scd1_flush(void)
 			 * starts again on a table no longer fresh).
 			 */
 			if (target_commutes(tgt) && ash_bulk_insert_usable(&st->bulk, rel, tgt))
-				bulk_insert(NULL);
+				bulk_insert(&off);
 			else
-				(void) ash_spi_execute(st->insert_many, column_arrays(rel, nrows), NULL,
+				(void) ash_spi_execute(st->insert_many, column_arrays(rel, off, nw), NULL,
 									   SPI_OK_INSERT);
-			n = nrows;
+			n = nw;
 			inserted = true;
 		}
 		else if (st->optimism_paused > 0)
 			st->optimism_paused--;
-		else if (gbuf.has_updates)
+		else if (updates_left)
 			;					/* existing rows: the plain INSERT would fail */
 		else
 		{
 			/* no statement where it would only store the rows */
 			if (target_commutes(tgt) && ash_bulk_insert_usable(&st->bulk, rel, tgt))
 			{
-				inserted = ash_run_catching(bulk_insert, NULL, ERRCODE_UNIQUE_VIOLATION);
-				n = inserted ? nrows : 0;	/* no trigger can skip a row here */
+				inserted = ash_run_catching(bulk_insert, &off, ERRCODE_UNIQUE_VIOLATION);
+				n = inserted ? nw : 0;	/* no trigger can skip a row here */
 			}
 			else
 			{
-				values = column_arrays(rel, nrows);
+				values = column_arrays(rel, off, nw);
 				inserted = ash_spi_execute_or_catch(st->insert_many, values, NULL,
 													SPI_OK_INSERT, ERRCODE_UNIQUE_VIOLATION,
 													&n);
@@ -591,13 +714,13 @@ scd1_flush(void)
 		if (!inserted)
 		{
 			if (values == NULL)
-				values = column_arrays(rel, nrows);
+				values = column_arrays(rel, off, nw);
 			n = ash_spi_execute(st->upsert_many, values, NULL, SPI_OK_INSERT);
 		}
-		if (n < nrows && st->upsert_checks_tenant)
+		if (nw > 0 && n < nw && st->upsert_checks_tenant)
 			ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s",
 					 tgt->log_name);
-		if (n > nrows)
+		if (n > nw)
 			elog(ERROR, "ash_replicant: multi-row upsert affected more rows than it wrote");
 	}
 
@@ -637,6 +760,7 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h)
 	for (int c = 0; c < rel->ncols; c++)
 		gcol_init(&gbuf.cols[c], rel->cols[c].typid);
 	gbuf.key_hashes = palloc0(sizeof(uint32) * KEY_SET_SIZE);
+	gbuf.is_update = palloc(sizeof(bool) * GATHER_MAX_ROWS);
 	gbuf.first_commit_lsn = ash_apply_errctx.commit_lsn;
 	gbuf.first_xid = ash_apply_errctx.xid;
 	MemoryContextSwitchTo(old);
@@ -658,6 +782,8 @@ gather_row(AshApplyRel *rel, AshRowImage *row, bool update, uint32 h)
 
 	for (int c = 0; c < rel->ncols; c++)
 		gcol_put(&gbuf.cols[c], gbuf.nrows, row->values[c], row->nulls[c]);
+	gbuf.is_update[gbuf.nrows] = update;
+	gbuf.nupdates += update ? 1 : 0;
 	gbuf.nrows++;
 	gbuf.has_updates |= update;
 	MemoryContextSwitchTo(old);

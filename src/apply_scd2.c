@@ -86,8 +86,9 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "apply.h"
+#include "apply_strategy.h"
 #include "errors.h"
+#include "spi_util.h"
 
 typedef struct Scd2Plans
 {

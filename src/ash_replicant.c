@@ -14,9 +14,11 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 
 #include "ash_replicant.h"
 #include "launcher.h"
@@ -34,6 +36,7 @@ int			ash_receive_timeout_ms = 60000;
 int			ash_connect_timeout_ms = 30000;
 int			ash_streaming_retry_ms = 60000;
 int			ash_snapshot_workers = 2;
+bool		ash_pipelines_stopped = false;
 
 void		_PG_init(void);
 
@@ -133,8 +136,44 @@ _PG_init(void)
 							0,
 							NULL, NULL, NULL);
 
+	/*
+	 * Read by the update scripts only (docs/operations.md, "Upgrading from
+	 * 0.4.0"): the operator's word that every pipeline is stopped.  The
+	 * scripts also check that no pipeline worker runs.
+	 */
+	DefineCustomBoolVariable("ash_replicant.pipelines_stopped",
+							 "Confirms that every pipeline is stopped, as the 0.4.0 upgrade and the rollbacks require.",
+							 "Set it in the session that runs ALTER EXTENSION ash_replicant UPDATE.",
+							 &ash_pipelines_stopped,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("ash_replicant");
 
 	ash_shmem_request();
 	ash_launcher_register();
+}
+
+/*
+ * Are the installed catalogs those of 0.4.x, whose checkpoints are keyed by
+ * slot name only?  Nothing of this library may read them as its own: the
+ * launcher supervises nothing, status answers extension_version_mismatch and
+ * doctor refuses, until ALTER EXTENSION ash_replicant UPDATE converts them.
+ * Judged by the shape of the checkpoint table (syscache only, no SPI); needs
+ * a transaction.
+ */
+bool
+ash_catalogs_slot_only(void)
+{
+	Oid			nsp = get_namespace_oid("ash_replicant", true);
+	Oid			rel;
+
+	if (!OidIsValid(nsp))
+		return false;
+	rel = get_relname_relid("checkpoints", nsp);
+	if (!OidIsValid(rel))
+		return false;
+	return get_attnum(rel, "source_system_id") == InvalidAttrNumber;
 }

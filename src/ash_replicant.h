@@ -20,5 +20,9 @@ extern int	ash_receive_timeout_ms;
 extern int	ash_connect_timeout_ms;
 extern int	ash_streaming_retry_ms;
 extern int	ash_snapshot_workers;
+extern bool ash_pipelines_stopped;
+
+/* The installed catalogs are 0.4.x's (checkpoints keyed by slot only). */
+extern bool ash_catalogs_slot_only(void);
 
 #endif							/* ASH_REPLICANT_H */

@@ -55,16 +55,14 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "utils/varlena.h"
 #include "utils/syscache.h"
 
 #include "ash_replicant.h"
 #include "census.h"
-#include "contract.h"
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
-#include "relmap.h"
+#include "qualname.h"
 #include "source_catalog.h"
 
 long
@@ -74,6 +72,15 @@ ash_census_next_delay(AshPipelineConfig *cfg)
 	double		r = pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0;	/* [-1, 1) */
 
 	return (long) (cfg->census.interval_ms * (1.0 + j * r));
+}
+
+/* ash_census_targets_changed() */
+static bool targets_changed = false;
+
+bool
+ash_census_targets_changed(void)
+{
+	return targets_changed;
 }
 
 static void
@@ -97,11 +104,11 @@ check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	/*
 	 * The mapping as admitted: rebuilt contract vs recorded fingerprint.  A
 	 * change admitted (a target column added or widened) leaves the apply
-	 * layer's cached targets stale: they are rebuilt on next use.
+	 * layer's cached targets stale (the pipeline rebuilds them).
 	 */
 	if (key != NULL &&
 		ash_contract_recheck(cfg->sink_name, key->system_id, key->database, key->slot_name))
-		ash_relmap_invalidate_all();
+		targets_changed = true;
 }
 
 /* ---------------------------------------------------------------------
@@ -171,19 +178,19 @@ load_inputs(AshPipelineConfig *cfg, CoverageInputs *in)
 
 				deconstruct_array(DatumGetArrayTypeP(tables), TEXTOID, -1, false,
 								  TYPALIGN_INT, &elems, &nulls, &n);
-				/* stored canonical: "schema"."table" (as ignored_sources) */
+				/* stored canonical: "schema"."table" (qualname.c) */
 				for (int i = 0; i < n; i++)
 				{
-					List	   *parts = NIL;
+					char	   *schema;
+					char	   *table;
 					AshSourceName *nm;
 
 					if (nulls[i] ||
-						!SplitIdentifierString(TextDatumGetCString(elems[i]), '.', &parts) ||
-						list_length(parts) != 2)
+						!ash_parse_qualified_name(TextDatumGetCString(elems[i]), &schema, &table))
 						continue;
 					nm = palloc(sizeof(AshSourceName));
-					nm->nspname = linitial(parts);
-					nm->relname = lsecond(parts);
+					nm->nspname = schema;
+					nm->relname = table;
 					names = lappend(names, nm);
 				}
 				in->tableset.tables = names;
@@ -347,6 +354,7 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	AshConn    *volatile conn = NULL;
 	int			saved_timeout = ash_connect_timeout_ms;
 
+	targets_changed = false;
 	check_destination(cfg, key);
 
 	/* everything of one run, freed whatever its verdict */

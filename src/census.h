@@ -8,7 +8,7 @@
 #ifndef ASH_CENSUS_H
 #define ASH_CENSUS_H
 
-#include "apply.h"
+#include "checkpoint.h"
 #include "config.h"
 
 typedef enum AshCensusVerdict
@@ -24,6 +24,13 @@ typedef enum AshCensusVerdict
  * destination transaction.
  */
 extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key);
+
+/*
+ * Did the last ash_census_run admit a change of the contract (a target
+ * column added or widened)?  Then the apply layer's cached view of the
+ * targets is stale: the caller rebuilds it.
+ */
+extern bool ash_census_targets_changed(void);
 
 /*
  * Activation: open a read-only probe connection, verify the source

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * checkpoint.c
- *	  Checkpoint binding and halt tombstones.
+ *	  The checkpoint row: binding, watermark, halt tombstones, and every
+ *	  other write of ash_replicant.checkpoints.
  *
  * NOTES
  *	  One checkpoint row per (source system id, source database, slot name).
@@ -25,6 +26,15 @@
  *	  clears an earlier tombstone; the whole binding is one transaction, so
  *	  a halt leaves the row as it was.
  *
+ *	  Every statement that changes the row is in this file, so what moves
+ *	  the watermark (or anything else recorded on it) can be read in one
+ *	  place: the driver's batch commit (ash_checkpoint_advance), the digest
+ *	  key witness (messages.c), the append log's origin floor
+ *	  (apply_append.c), the contract manifest (contract.c judges it), the
+ *	  snapshot attempt (snapshot.c) and the operator's recovery functions
+ *	  (api_recovery.c).  Each runs inside its caller's transaction, SPI
+ *	  connected, and leaves the caller's memory context current.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -43,6 +53,10 @@
 #include "checkpoint.h"
 #include "contract.h"
 #include "errors.h"
+#include "spi_util.h"
+
+static SPIPlanPtr advance_plan = NULL;
+static SPIPlanPtr witness_plan = NULL;
 
 static void
 conflict(const char *sink_name, const char *reason, const char *what)
@@ -293,4 +307,290 @@ ash_checkpoint_record_halt(const char *sink_name, int64 generation, AshCheckpoin
 	}
 	PG_END_TRY();
 	return ok;
+}
+
+/* ---------------------------------------------------------------------
+ * Writes inside a caller's transaction.
+ * ---------------------------------------------------------------------
+ */
+
+int
+ash_checkpoint_key_params(const AshCheckpointKey *key, int nextra, const Oid *extra_types,
+						  const Datum *extra_values, const char *extra_nulls, Oid *types,
+						  Datum *values, char *nulls)
+{
+	Assert(nextra <= ASH_CHECKPOINT_MAX_PARAMS - 3);
+	types[0] = types[1] = types[2] = TEXTOID;
+	values[0] = CStringGetTextDatum(key->system_id);
+	values[1] = CStringGetTextDatum(key->database);
+	values[2] = CStringGetTextDatum(key->slot_name);
+	nulls[0] = nulls[1] = nulls[2] = ' ';
+	for (int i = 0; i < nextra; i++)
+	{
+		types[3 + i] = extra_types[i];
+		values[3 + i] = extra_values[i];
+		nulls[3 + i] = extra_nulls ? extra_nulls[i] : ' ';
+	}
+	nulls[3 + nextra] = '\0';
+	return 3 + nextra;
+}
+
+/* One statement about the row of key, see ash_spi_execute_args. */
+static uint64
+key_write(const AshCheckpointKey *key, const char *sql, int nextra, const Oid *extra_types,
+		  const Datum *extra_values, int expected, const char *what)
+{
+	Oid			types[ASH_CHECKPOINT_MAX_PARAMS];
+	Datum		values[ASH_CHECKPOINT_MAX_PARAMS];
+	char		nulls[ASH_CHECKPOINT_MAX_PARAMS + 1];
+	int			n = ash_checkpoint_key_params(key, nextra, extra_types, extra_values, NULL,
+											  types, values, nulls);
+
+	return ash_spi_execute_args(sql, n, types, values, nulls, expected, what);
+}
+
+void
+ash_checkpoint_advance(const AshCheckpointKey *key, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
+{
+	Datum		values[5];
+	uint64		n;
+
+	if (advance_plan == NULL)
+	{
+		Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, LSNOID, LSNOID};
+		SPIPlanPtr	p;
+
+		p = SPI_prepare("UPDATE ash_replicant.checkpoints"
+						" SET commit_lsn = $4, end_lsn = $5, updated_at = pg_catalog.now()"
+						" WHERE source_system_id = $1 AND source_database = $2"
+						" AND slot_name = $3 AND commit_lsn OPERATOR(pg_catalog.<) $4",
+						5, types);
+		if (p == NULL || SPI_keepplan(p) != 0)
+			elog(ERROR, "ash_replicant: could not prepare the checkpoint update");
+		advance_plan = p;
+	}
+	values[0] = CStringGetTextDatum(key->system_id);
+	values[1] = CStringGetTextDatum(key->database);
+	values[2] = CStringGetTextDatum(key->slot_name);
+	values[3] = LSNGetDatum(commit_lsn);
+	values[4] = LSNGetDatum(end_lsn);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	n = ash_spi_execute(advance_plan, values, NULL, SPI_OK_UPDATE);
+	PopActiveSnapshot();
+	if (n != 1)
+		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
+}
+
+void
+ash_checkpoint_set_witness(const AshCheckpointKey *key, bytea *witness)
+{
+	Datum		values[4];
+	uint64		n;
+
+	if (witness_plan == NULL)
+	{
+		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID};
+
+		witness_plan = ash_spi_prepare_kept("UPDATE ash_replicant.checkpoints SET digest_key_witness = $4"
+											" WHERE source_system_id = $1 AND source_database = $2"
+											" AND slot_name = $3", 4, types);
+	}
+	values[0] = CStringGetTextDatum(key->system_id);
+	values[1] = CStringGetTextDatum(key->database);
+	values[2] = CStringGetTextDatum(key->slot_name);
+	values[3] = PointerGetDatum(witness);
+	n = ash_spi_execute(witness_plan, values, NULL, SPI_OK_UPDATE);
+	if (n != 1)
+		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
+}
+
+void
+ash_checkpoint_set_origin_floor(const AshCheckpointKey *key, XLogRecPtr origin_floor)
+{
+	Oid			types[1] = {LSNOID};
+	Datum		values[1];
+
+	values[0] = LSNGetDatum(origin_floor);
+	if (key_write(key, "UPDATE ash_replicant.checkpoints SET origin_floor = $4"
+				  " WHERE source_system_id = $1 AND source_database = $2"
+				  " AND slot_name = $3 AND origin_floor IS NULL",
+				  1, types, values, SPI_OK_UPDATE, "could not write the origin floor") != 1)
+		elog(ERROR, "ash_replicant: could not write the origin floor");
+}
+
+bool
+ash_checkpoint_snapshot_arm(const AshCheckpointKey *key, XLogRecPtr start_lsn, bytea *attempt)
+{
+	Oid			types[2] = {LSNOID, BYTEAOID};
+	Datum		values[2];
+
+	values[0] = LSNGetDatum(start_lsn);
+	values[1] = PointerGetDatum(attempt);
+	return key_write(key, "UPDATE ash_replicant.checkpoints"
+					 "   SET snapshot_phase = 'copying', snapshot_lsn = $4, snapshot_attempt = $5,"
+					 "       snapshot_state = NULL, updated_at = pg_catalog.now()"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+					 2, types, values, SPI_OK_UPDATE, "snapshot catalog statement failed") == 1;
+}
+
+void
+ash_checkpoint_set_snapshot_state(const AshCheckpointKey *key, bytea *state)
+{
+	Oid			types[1] = {BYTEAOID};
+	Datum		values[1];
+
+	values[0] = PointerGetDatum(state);
+	(void) key_write(key, "UPDATE ash_replicant.checkpoints SET snapshot_state = $4"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+					 1, types, values, SPI_OK_UPDATE, "snapshot catalog statement failed");
+}
+
+void
+ash_checkpoint_snapshot_reopen(const AshCheckpointKey *key)
+{
+	(void) key_write(key, "UPDATE ash_replicant.checkpoints SET snapshot_phase = 'copying'"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+					 0, NULL, NULL, SPI_OK_UPDATE, "snapshot catalog statement failed");
+}
+
+bool
+ash_checkpoint_snapshot_complete(const AshCheckpointKey *key, XLogRecPtr start_lsn)
+{
+	Oid			types[2] = {LSNOID, LSNOID};
+	Datum		values[2];
+
+	values[0] = LSNGetDatum(start_lsn - 1);
+	values[1] = LSNGetDatum(start_lsn);
+	return key_write(key, "UPDATE ash_replicant.checkpoints"
+					 "   SET snapshot_phase = 'complete', go_forward_uncopied = NULL,"
+					 "       commit_lsn = GREATEST(commit_lsn, $4),"
+					 "       end_lsn = GREATEST(end_lsn, $5),"
+					 "       updated_at = pg_catalog.now()"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					 "   AND snapshot_phase = 'copying'",
+					 2, types, values, SPI_OK_UPDATE, "snapshot catalog statement failed") == 1;
+}
+
+/* ---------------------------------------------------------------------
+ * The contract manifest on the row (contract.c builds and judges it).
+ * ---------------------------------------------------------------------
+ */
+static bool
+contract_admit(const char *sink_name, const AshCheckpointKey *key, const char *drift_reason)
+{
+	Oid			types[1] = {JSONBOID};
+	Datum		manifest;
+	bool		stored;
+	bool		widened;
+
+	if (!ash_contract_judge(sink_name, key->system_id, key->database, key->slot_name,
+							drift_reason, &manifest, &stored, &widened))
+		return false;
+	if (key_write(key, "UPDATE ash_replicant.checkpoints SET contract = $4,"
+				  " contract_fingerprint = pg_catalog.sha256(pg_catalog.convert_to($4::pg_catalog.text, 'UTF8')),"
+				  " updated_at = pg_catalog.now()"
+				  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+				  1, types, &manifest, SPI_OK_UPDATE,
+				  "could not record the contract manifest") != 1)
+		elog(ERROR, "ash_replicant: could not record the contract manifest");
+	ereport(LOG,
+			(errmsg("ash_replicant event=contract.%s sink=%s%s", stored ? "extended" : "recorded",
+					sink_name, widened ? " change=type_widened" : "")));
+	return stored;
+}
+
+void
+ash_contract_admit(const char *sink_name, const char *system_id,
+				   const char *database, const char *slot_name)
+{
+	AshCheckpointKey key = {unconstify(char *, system_id), unconstify(char *, database),
+	unconstify(char *, slot_name)};
+
+	(void) contract_admit(sink_name, &key, "contract_incompatible");
+}
+
+bool
+ash_contract_recheck(const char *sink_name, const char *system_id,
+					 const char *database, const char *slot_name)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		extended;
+	AshCheckpointKey key = {unconstify(char *, system_id), unconstify(char *, database),
+	unconstify(char *, slot_name)};
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	extended = contract_admit(sink_name, &key, "census_drift");
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	return extended;
+}
+
+/* ---------------------------------------------------------------------
+ * Recovery (api_recovery.c: the operator's decisions, pipeline offline).
+ * ---------------------------------------------------------------------
+ */
+bool
+ash_checkpoint_reset(const AshCheckpointKey *key)
+{
+	return key_write(key, "DELETE FROM ash_replicant.checkpoints"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+					 0, NULL, NULL, SPI_OK_DELETE, "could not reset the checkpoint") > 0;
+}
+
+bool
+ash_checkpoint_adopt(const AshCheckpointKey *key, XLogRecPtr commit_lsn)
+{
+	Oid			types[1] = {LSNOID};
+	Datum		values[1];
+
+	values[0] = LSNGetDatum(commit_lsn);
+	return key_write(key, "UPDATE ash_replicant.checkpoints"
+					 "   SET end_lsn = CASE WHEN commit_lsn = $4 THEN end_lsn ELSE $4 END,"
+					 "       commit_lsn = $4, terminal_cause = NULL, terminal_class = NULL,"
+					 "       terminal_at = NULL, updated_at = pg_catalog.now()"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					 "   AND (commit_lsn <> $4 OR terminal_cause IS NOT NULL)",
+					 1, types, values, SPI_OK_UPDATE, "could not adopt the checkpoint") > 0;
+}
+
+bool
+ash_checkpoint_create_adopted(const AshCheckpointKey *key, XLogRecPtr commit_lsn,
+							  int32 timeline)
+{
+	Oid			types[2] = {LSNOID, INT4OID};
+	Datum		values[2];
+
+	values[0] = LSNGetDatum(commit_lsn);
+	values[1] = Int32GetDatum(timeline);
+	return key_write(key, "INSERT INTO ash_replicant.checkpoints"
+					 " (source_system_id, source_database, slot_name, timeline_id, commit_lsn, end_lsn)"
+					 " VALUES ($1, $2, $3, $5, $4, $4)",
+					 2, types, values, SPI_OK_INSERT, "could not create the checkpoint") > 0;
+}
+
+bool
+ash_checkpoint_acknowledge_timeline(const AshCheckpointKey *key, int32 timeline)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1];
+
+	values[0] = Int32GetDatum(timeline);
+	return key_write(key, "UPDATE ash_replicant.checkpoints"
+					 "   SET timeline_id = $4,"
+					 "       terminal_class = CASE WHEN terminal_cause = 'source_timeline_changed'"
+					 "                        THEN NULL ELSE terminal_class END,"
+					 "       terminal_at = CASE WHEN terminal_cause = 'source_timeline_changed'"
+					 "                     THEN NULL ELSE terminal_at END,"
+					 "       terminal_cause = CASE WHEN terminal_cause = 'source_timeline_changed'"
+					 "                        THEN NULL ELSE terminal_cause END,"
+					 "       updated_at = pg_catalog.now()"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					 "   AND (timeline_id <> $4 OR terminal_cause = 'source_timeline_changed')",
+					 1, types, values, SPI_OK_UPDATE, "could not acknowledge the timeline") > 0;
 }

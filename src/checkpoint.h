@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * checkpoint.h
- *	  Checkpoint binding (README.md#how-apply-works) and halt tombstones (README.md#how-apply-works).
+ *	  The checkpoint row (README.md#how-apply-works): binding, watermark,
+ *	  halt tombstones, and every other write of ash_replicant.checkpoints.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,7 +11,13 @@
 
 #include "access/xlogdefs.h"
 
-#include "apply.h"
+/* Identity of the checkpoint row a pipeline writes. */
+typedef struct AshCheckpointKey
+{
+	char	   *system_id;
+	char	   *database;
+	char	   *slot_name;
+} AshCheckpointKey;
 
 typedef struct AshBinding
 {
@@ -55,5 +62,79 @@ typedef struct AshHaltRecord
  */
 extern bool ash_checkpoint_record_halt(const char *sink_name, int64 generation,
 									   AshCheckpointKey *key, const AshHaltRecord *halt);
+
+/*
+ * Parameters of a statement about the row of key: $1..$3 the key (text),
+ * then nextra (at most ASH_CHECKPOINT_MAX_PARAMS - 3) more; nulls in SPI's
+ * form, NUL-terminated (extra_nulls NULL: none null).  Returns the count.
+ */
+#define ASH_CHECKPOINT_MAX_PARAMS	8
+extern int	ash_checkpoint_key_params(const AshCheckpointKey *key, int nextra,
+									  const Oid *extra_types, const Datum *extra_values,
+									  const char *extra_nulls, Oid *types, Datum *values,
+									  char *nulls);
+
+/*
+ * The writes below run inside the caller's transaction, SPI connected,
+ * and leave the caller's memory context current.
+ */
+
+/*
+ * Move the watermark of a batch (apply.c, in the batch's transaction):
+ * commit_lsn and end_lsn of its last source commit.  Halts
+ * checkpoint_identity_conflict unless exactly our row moves forward.
+ */
+extern void ash_checkpoint_advance(const AshCheckpointKey *key, XLogRecPtr commit_lsn,
+								   XLogRecPtr end_lsn);
+
+/* The digest key witness (messages.c); halts as advance does. */
+extern void ash_checkpoint_set_witness(const AshCheckpointKey *key, bytea *witness);
+
+/* An append log's origin floor, written once (apply_append.c). */
+extern void ash_checkpoint_set_origin_floor(const AshCheckpointKey *key,
+											XLogRecPtr origin_floor);
+
+/*
+ * The snapshot attempt (snapshot.c).  arm starts one (phase copying, its
+ * position and id, no state yet); set_snapshot_state records its signed
+ * state; reopen returns a complete attempt to copying (tables mapped
+ * since); complete marks a copying attempt complete and lifts the
+ * watermark to just below start_lsn.  arm and complete return false when
+ * no row changed.
+ */
+extern bool ash_checkpoint_snapshot_arm(const AshCheckpointKey *key, XLogRecPtr start_lsn,
+										bytea *attempt);
+extern void ash_checkpoint_set_snapshot_state(const AshCheckpointKey *key, bytea *state);
+extern void ash_checkpoint_snapshot_reopen(const AshCheckpointKey *key);
+extern bool ash_checkpoint_snapshot_complete(const AshCheckpointKey *key,
+											 XLogRecPtr start_lsn);
+
+/*
+ * The contract manifest (judged by contract.c, recorded here).  admit:
+ * inside the binding transaction (SPI connected); a first manifest or a
+ * pure addition is stored (the watermark is not touched), anything else
+ * halts contract_incompatible, or decoder_contract_incompatible for a
+ * decoder / table-set switch.  recheck: a census, in its own transaction;
+ * additions (and target types widened) are admitted, anything else halts
+ * census_drift; returns true when it admitted a change (the caller's
+ * cached view of the targets is stale).
+ */
+extern void ash_contract_admit(const char *sink_name, const char *system_id,
+							   const char *database, const char *slot_name);
+extern bool ash_contract_recheck(const char *sink_name, const char *system_id,
+								 const char *database, const char *slot_name);
+
+/*
+ * Recovery (api_recovery.c, the pipeline offline; each returns whether a
+ * row changed): reset deletes the row; adopt sets the watermark of our
+ * row to commit_lsn and clears its tombstone; create_adopted creates the
+ * row at commit_lsn on timeline; acknowledge_timeline re-binds the
+ * recorded timeline and clears a source_timeline_changed tombstone.
+ */
+extern bool ash_checkpoint_reset(const AshCheckpointKey *key);
+extern bool ash_checkpoint_adopt(const AshCheckpointKey *key, XLogRecPtr commit_lsn);
+extern bool ash_checkpoint_create_adopted(const AshCheckpointKey *key, XLogRecPtr commit_lsn,
+										  int32 timeline);
+extern bool ash_checkpoint_acknowledge_timeline(const AshCheckpointKey *key, int32 timeline);
 
 #endif							/* ASH_CHECKPOINT_H */

@@ -22,10 +22,10 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-#include "utils/varlena.h"
 
 #include "config.h"
 #include "mapping_validate.h"
+#include "qualname.h"
 
 StaticAssertDecl(ASH_APPEND_COL_COUNT == ASH_APPEND_NAXES &&
 				 ASH_APPEND_COL_NIDENTITY == ASH_APPEND_NIDENTITY &&
@@ -146,27 +146,22 @@ parse_census(AshCensusOptions *c, const char *json)
 	}
 }
 
-AshPipelineConfig *
-ash_config_load(const char *sink_name)
+/*
+ * The sink and pipeline rows of the sink ($1 of values), allocated in
+ * caller; *census_json gets the pipeline's census options as jsonb text.
+ */
+static AshPipelineConfig *
+read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext caller,
+			  char **census_json)
 {
-	MemoryContext caller = CurrentMemoryContext;
 	AshPipelineConfig *cfg;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		values[1];
 	int			ret;
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
 	List	   *ignored;
 	ListCell   *lc;
-	char	   *census_json;
-	uint64		nmappings;
-	SPITupleTable *mappings_tt;
-
-	values[0] = CStringGetTextDatum(sink_name);
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	MemoryContext old;
 
 	ret = SPI_execute_with_args(
 		"SELECT s.sink_name, s.slot_name, s.sink_kind, s.initial_state, s.ignored_sources,"
@@ -186,164 +181,193 @@ ash_config_load(const char *sink_name)
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 
+	old = MemoryContextSwitchTo(caller);
+	cfg = palloc0(sizeof(AshPipelineConfig));
+	cfg->sink_name = get_text(tup, desc, "sink_name");
+	cfg->slot_name = get_text(tup, desc, "slot_name");
+	cfg->sink_kind = get_text(tup, desc, "sink_kind");
+	cfg->initial_state = get_text(tup, desc, "initial_state");
+	ignored = get_text_list(tup, desc, "ignored_sources");
+	cfg->ignored_prefixes = get_text_list(tup, desc, "ignored_message_prefixes");
+	cfg->batch_max_transactions = DatumGetInt32(get_datum(tup, desc, "batch_max_transactions", &isnull));
+	cfg->owner = DatumGetObjectId(get_datum(tup, desc, "owner", &isnull));
+	cfg->config_version = DatumGetInt64(get_datum(tup, desc, "config_version", &isnull));
+	cfg->connection = get_text(tup, desc, "connection");
+	cfg->decoder = get_text(tup, desc, "decoder");
+	cfg->publication = get_text(tup, desc, "publication");
+	cfg->source_system_identifier = get_text(tup, desc, "source_system_identifier");
+	cfg->source_database = get_text(tup, desc, "source_database");
+	cfg->streaming = DatumGetBool(get_datum(tup, desc, "streaming", &isnull));
+	cfg->binary_transfer = DatumGetBool(get_datum(tup, desc, "binary_transfer", &isnull));
+	cfg->failover = DatumGetBool(get_datum(tup, desc, "failover", &isnull));
+	cfg->max_inflight_lag = DatumGetInt64(get_datum(tup, desc, "max_inflight_lag", &isnull));
+	cfg->max_command_retries = DatumGetInt32(get_datum(tup, desc, "max_command_retries", &isnull));
+	cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));
+	cfg->snapshot = get_text(tup, desc, "snapshot");
+	*census_json = get_text(tup, desc, "census");
+
+	/* ignored sources: stored canonical "schema.table" (qualname.c) */
+	foreach(lc, ignored)
+	{
+		char	   *schema;
+		char	   *table;
+
+		if (ash_parse_qualified_name((char *) lfirst(lc), &schema, &table))
+			cfg->ignored_sources = lappend(cfg->ignored_sources,
+										   list_make2(schema, table));
+	}
+	MemoryContextSwitchTo(old);
+	return cfg;
+}
+
+/* The mappings of sink $1, with the effective name of every append axis. */
+static char *
+mappings_query(void)
+{
+	StringInfoData q;
+
+	initStringInfo(&q);
+	appendStringInfoString(&q,
+						   "SELECT resource_id, target::oid AS target_oid, source_schema, source_table,"
+						   " column_map::text AS column_map, skip, sensitive, encrypted, tenant_column,"
+						   " tenant_function::oid AS tenant_function, tenant_strategy, tenant_schema_format,"
+						   " tenant_scope_function::oid AS tenant_scope_function,"
+						   " on_truncate, on_schema_change, upsert_identity, history_strategy,"
+						   " append_log, snapshot_provenance, history_business_key,"
+						   " coalesce(history_valid_from_lsn_column, 'valid_from_lsn') AS h_from_lsn,"
+						   " coalesce(history_valid_to_lsn_column, 'valid_to_lsn') AS h_to_lsn,"
+						   " history_valid_from_ts_column AS h_from_ts,"
+						   " history_valid_to_ts_column AS h_to_ts,"
+						   " history_current_column AS h_current");
+	/* append_columns holds the effective name of every axis */
+	for (int i = 0; i < ASH_APPEND_NAXES; i++)
+		appendStringInfo(&q, ", coalesce(append_columns OPERATOR(pg_catalog.->>) %s, %s) AS ac%d",
+						 quote_literal_cstr(ash_append_axis_default(i)),
+						 quote_literal_cstr(ash_append_axis_default(i)), i);
+	appendStringInfoString(&q, " FROM ash_replicant.resources WHERE sink_name = $1 ORDER BY resource_id");
+	return q.data;
+}
+
+/* One row of mappings_query() as an AshMapping in caller, its column map aside. */
+static AshMapping *
+mapping_from_row(HeapTuple tup, TupleDesc desc, MemoryContext caller)
+{
+	MemoryContext old = MemoryContextSwitchTo(caller);
+	AshMapping *m;
+	bool		isnull;
+
+	m = palloc0(sizeof(AshMapping));
+	m->resource_id = DatumGetInt64(get_datum(tup, desc, "resource_id", &isnull));
+	m->target_relid = DatumGetObjectId(get_datum(tup, desc, "target_oid", &isnull));
+	m->source_schema = get_text(tup, desc, "source_schema");
+	m->source_table = get_text(tup, desc, "source_table");
+	m->skip = get_text_list(tup, desc, "skip");
+	m->sensitive = get_text_list(tup, desc, "sensitive");
+	m->encrypted = get_text_list(tup, desc, "encrypted");
+	m->tenant_column = get_text(tup, desc, "tenant_column");
+	m->tenant_function = DatumGetObjectId(get_datum(tup, desc, "tenant_function", &isnull));
+	if (isnull)
+		m->tenant_function = InvalidOid;
+	m->tenant_strategy = get_text(tup, desc, "tenant_strategy");
+	m->tenant_schema_format = get_text(tup, desc, "tenant_schema_format");
+	{
+		Datum		d = get_datum(tup, desc, "tenant_scope_function", &isnull);
+
+		m->tenant_scope_function = isnull ? InvalidOid : DatumGetObjectId(d);
+	}
+	m->on_truncate = get_text(tup, desc, "on_truncate");
+	m->on_schema_change = get_text(tup, desc, "on_schema_change");
+	m->upsert_identity = get_text(tup, desc, "upsert_identity");
+	m->history_strategy = get_text(tup, desc, "history_strategy");
+	m->append_log = DatumGetBool(get_datum(tup, desc, "append_log", &isnull));
+	m->snapshot_provenance = DatumGetBool(get_datum(tup, desc, "snapshot_provenance", &isnull));
+	{
+		/* (isnull must be read after get_datum set it) */
+		Datum		bk = get_datum(tup, desc, "history_business_key", &isnull);
+
+		m->history_business_key = ash_text_array_to_list(bk, isnull);
+	}
+	m->history_valid_from_lsn_column = get_text(tup, desc, "h_from_lsn");
+	m->history_valid_to_lsn_column = get_text(tup, desc, "h_to_lsn");
+	m->history_valid_from_ts_column = get_text(tup, desc, "h_from_ts");
+	m->history_valid_to_ts_column = get_text(tup, desc, "h_to_ts");
+	m->history_current_column = get_text(tup, desc, "h_current");
+	for (int a = 0; a < ASH_APPEND_COL_COUNT; a++)
+	{
+		char		col[16];
+
+		snprintf(col, sizeof(col), "ac%d", a);
+		m->append_columns[a] = get_text(tup, desc, col);
+	}
+	MemoryContextSwitchTo(old);
+	return m;
+}
+
+/* column_map: {"source": "target"} of the row, as m->renames (in caller). */
+static void
+read_column_map(AshMapping *m, HeapTuple tup, TupleDesc desc, MemoryContext caller)
+{
+	char	   *cm = get_text(tup, desc, "column_map");
+	Oid			jt[1] = {JSONBOID};
+	Datum		jv[1];
+	int			ret;
+
+	if (cm == NULL || strcmp(cm, "{}") == 0)
+		return;
+	jv[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(cm));
+	ret = SPI_execute_with_args("SELECT key, value FROM jsonb_each_text($1)",
+								1, jt, jv, NULL, true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: could not read a column map");
+	for (uint64 j = 0; j < SPI_processed; j++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(caller);
+		AshColumnRename *r;
 
-		cfg = palloc0(sizeof(AshPipelineConfig));
-		cfg->sink_name = get_text(tup, desc, "sink_name");
-		cfg->slot_name = get_text(tup, desc, "slot_name");
-		cfg->sink_kind = get_text(tup, desc, "sink_kind");
-		cfg->initial_state = get_text(tup, desc, "initial_state");
-		ignored = get_text_list(tup, desc, "ignored_sources");
-		cfg->ignored_prefixes = get_text_list(tup, desc, "ignored_message_prefixes");
-		cfg->batch_max_transactions = DatumGetInt32(get_datum(tup, desc, "batch_max_transactions", &isnull));
-		cfg->owner = DatumGetObjectId(get_datum(tup, desc, "owner", &isnull));
-		cfg->config_version = DatumGetInt64(get_datum(tup, desc, "config_version", &isnull));
-		cfg->connection = get_text(tup, desc, "connection");
-		cfg->decoder = get_text(tup, desc, "decoder");
-		cfg->publication = get_text(tup, desc, "publication");
-		cfg->source_system_identifier = get_text(tup, desc, "source_system_identifier");
-		cfg->source_database = get_text(tup, desc, "source_database");
-		cfg->streaming = DatumGetBool(get_datum(tup, desc, "streaming", &isnull));
-		cfg->binary_transfer = DatumGetBool(get_datum(tup, desc, "binary_transfer", &isnull));
-		cfg->failover = DatumGetBool(get_datum(tup, desc, "failover", &isnull));
-		cfg->max_inflight_lag = DatumGetInt64(get_datum(tup, desc, "max_inflight_lag", &isnull));
-		cfg->max_command_retries = DatumGetInt32(get_datum(tup, desc, "max_command_retries", &isnull));
-		cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));
-		cfg->snapshot = get_text(tup, desc, "snapshot");
-		census_json = get_text(tup, desc, "census");
-
-		/* ignored sources: "schema.table" with SQL identifier rules */
-		foreach(lc, ignored)
-		{
-			List	   *parts = NIL;
-			char	   *raw = pstrdup((char *) lfirst(lc));
-
-			if (SplitIdentifierString(raw, '.', &parts) && list_length(parts) == 2)
-				cfg->ignored_sources = lappend(cfg->ignored_sources, parts);
-		}
+		r = palloc(sizeof(AshColumnRename));
+		r->source = SPI_getvalue(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 1);
+		r->target = SPI_getvalue(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 2);
+		m->renames = lappend(m->renames, r);
 		MemoryContextSwitchTo(old);
 	}
+	SPI_freetuptable(SPI_tuptable);
+}
 
-	parse_census(&cfg->census, census_json);
+/* The sink's mappings (sink $1 of values), in resource order. */
+static void
+read_mappings(AshPipelineConfig *cfg, Oid *argtypes, Datum *values, MemoryContext caller)
+{
+	int			ret;
+	uint64		nmappings;
+	SPITupleTable *mappings_tt;
 
-	{
-		StringInfoData q;
-
-		initStringInfo(&q);
-		appendStringInfoString(&q,
-							   "SELECT resource_id, target::oid AS target_oid, source_schema, source_table,"
-							   " column_map::text AS column_map, skip, sensitive, encrypted, tenant_column,"
-							   " tenant_function::oid AS tenant_function, tenant_strategy, tenant_schema_format,"
-							   " tenant_scope_function::oid AS tenant_scope_function,"
-							   " on_truncate, on_schema_change, upsert_identity, history_strategy,"
-							   " append_log, snapshot_provenance, history_business_key,"
-							   " coalesce(history_valid_from_lsn_column, 'valid_from_lsn') AS h_from_lsn,"
-							   " coalesce(history_valid_to_lsn_column, 'valid_to_lsn') AS h_to_lsn,"
-							   " history_valid_from_ts_column AS h_from_ts,"
-							   " history_valid_to_ts_column AS h_to_ts,"
-							   " history_current_column AS h_current");
-		/* append_columns holds the effective name of every axis */
-		for (int i = 0; i < ASH_APPEND_NAXES; i++)
-			appendStringInfo(&q, ", coalesce(append_columns OPERATOR(pg_catalog.->>) %s, %s) AS ac%d",
-							 quote_literal_cstr(ash_append_axis_default(i)),
-							 quote_literal_cstr(ash_append_axis_default(i)), i);
-		appendStringInfoString(&q, " FROM ash_replicant.resources WHERE sink_name = $1 ORDER BY resource_id");
-		ret = SPI_execute_with_args(q.data, 1, argtypes, values, NULL, true, 0);
-	}
+	ret = SPI_execute_with_args(mappings_query(), 1, argtypes, values, NULL, true, 0);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "ash_replicant: could not read mappings");
 
+	/* reading a column map replaces SPI_tuptable */
 	nmappings = SPI_processed;
 	mappings_tt = SPI_tuptable;
 	for (uint64 i = 0; i < nmappings; i++)
 	{
+		HeapTuple	tup = mappings_tt->vals[i];
+		TupleDesc	desc = mappings_tt->tupdesc;
+		AshMapping *m = mapping_from_row(tup, desc, caller);
 		MemoryContext old;
-		AshMapping *m;
-		SPITupleTable *tt = mappings_tt;
 
-		tup = tt->vals[i];
-		desc = tt->tupdesc;
-		old = MemoryContextSwitchTo(caller);
-		m = palloc0(sizeof(AshMapping));
-		m->resource_id = DatumGetInt64(get_datum(tup, desc, "resource_id", &isnull));
-		m->target_relid = DatumGetObjectId(get_datum(tup, desc, "target_oid", &isnull));
-		m->source_schema = get_text(tup, desc, "source_schema");
-		m->source_table = get_text(tup, desc, "source_table");
-		m->skip = get_text_list(tup, desc, "skip");
-		m->sensitive = get_text_list(tup, desc, "sensitive");
-		m->encrypted = get_text_list(tup, desc, "encrypted");
-		m->tenant_column = get_text(tup, desc, "tenant_column");
-		m->tenant_function = DatumGetObjectId(get_datum(tup, desc, "tenant_function", &isnull));
-		if (isnull)
-			m->tenant_function = InvalidOid;
-		m->tenant_strategy = get_text(tup, desc, "tenant_strategy");
-		m->tenant_schema_format = get_text(tup, desc, "tenant_schema_format");
-		{
-			Datum		d = get_datum(tup, desc, "tenant_scope_function", &isnull);
-
-			m->tenant_scope_function = isnull ? InvalidOid : DatumGetObjectId(d);
-		}
-		m->on_truncate = get_text(tup, desc, "on_truncate");
-		m->on_schema_change = get_text(tup, desc, "on_schema_change");
-		m->upsert_identity = get_text(tup, desc, "upsert_identity");
-		m->history_strategy = get_text(tup, desc, "history_strategy");
-		m->append_log = DatumGetBool(get_datum(tup, desc, "append_log", &isnull));
-		m->snapshot_provenance = DatumGetBool(get_datum(tup, desc, "snapshot_provenance", &isnull));
-		{
-			/* (isnull must be read after get_datum set it) */
-			Datum		bk = get_datum(tup, desc, "history_business_key", &isnull);
-
-			m->history_business_key = ash_text_array_to_list(bk, isnull);
-		}
-		m->history_valid_from_lsn_column = get_text(tup, desc, "h_from_lsn");
-		m->history_valid_to_lsn_column = get_text(tup, desc, "h_to_lsn");
-		m->history_valid_from_ts_column = get_text(tup, desc, "h_from_ts");
-		m->history_valid_to_ts_column = get_text(tup, desc, "h_to_ts");
-		m->history_current_column = get_text(tup, desc, "h_current");
-		for (int a = 0; a < ASH_APPEND_COL_COUNT; a++)
-		{
-			char		col[16];
-
-			snprintf(col, sizeof(col), "ac%d", a);
-			m->append_columns[a] = get_text(tup, desc, col);
-		}
-		MemoryContextSwitchTo(old);
-
-		/* column_map: {"source": "target"} */
-		{
-			char	   *cm = get_text(tup, desc, "column_map");
-
-			if (cm != NULL && strcmp(cm, "{}") != 0)
-			{
-				Oid			jt[1] = {JSONBOID};
-				Datum		jv[1];
-
-				jv[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(cm));
-				ret = SPI_execute_with_args("SELECT key, value FROM jsonb_each_text($1)",
-											1, jt, jv, NULL, true, 0);
-				if (ret != SPI_OK_SELECT)
-					elog(ERROR, "ash_replicant: could not read a column map");
-				for (uint64 j = 0; j < SPI_processed; j++)
-				{
-					AshColumnRename *r;
-
-					old = MemoryContextSwitchTo(caller);
-					r = palloc(sizeof(AshColumnRename));
-					r->source = SPI_getvalue(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 1);
-					r->target = SPI_getvalue(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 2);
-					m->renames = lappend(m->renames, r);
-					MemoryContextSwitchTo(old);
-				}
-				SPI_freetuptable(SPI_tuptable);
-			}
-		}
+		read_column_map(m, tup, desc, caller);
 		old = MemoryContextSwitchTo(caller);
 		cfg->mappings = lappend(cfg->mappings, m);
 		MemoryContextSwitchTo(old);
 	}
+}
 
-	/* message routes */
+/* The sink's message routes (sink $1 of values), by prefix. */
+static void
+read_message_routes(AshPipelineConfig *cfg, Oid *argtypes, Datum *values, MemoryContext caller)
+{
+	int			ret;
+
 	ret = SPI_execute_with_args(
 		"SELECT prefix, target::oid AS target_oid, target_function::oid AS function_oid,"
 		" retention, (extract(epoch FROM retention) * 1000000)::int8 AS retention_us"
@@ -355,10 +379,11 @@ ash_config_load(const char *sink_name)
 	{
 		MemoryContext old = MemoryContextSwitchTo(caller);
 		AshMessageRoute *r = palloc0(sizeof(AshMessageRoute));
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
 		Datum		d;
 
-		tup = SPI_tuptable->vals[i];
-		desc = SPI_tuptable->tupdesc;
 		r->prefix = get_text(tup, desc, "prefix");
 		d = get_datum(tup, desc, "target_oid", &isnull);
 		r->target = isnull ? InvalidOid : DatumGetObjectId(d);
@@ -370,6 +395,26 @@ ash_config_load(const char *sink_name)
 		cfg->message_routes = lappend(cfg->message_routes, r);
 		MemoryContextSwitchTo(old);
 	}
+}
+
+AshPipelineConfig *
+ash_config_load(const char *sink_name)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	AshPipelineConfig *cfg;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	char	   *census_json;
+
+	values[0] = CStringGetTextDatum(sink_name);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	cfg = read_pipeline(sink_name, argtypes, values, caller, &census_json);
+	parse_census(&cfg->census, census_json);
+	read_mappings(cfg, argtypes, values, caller);
+	read_message_routes(cfg, argtypes, values, caller);
 
 	SPI_finish();
 	PopActiveSnapshot();

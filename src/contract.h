@@ -10,22 +10,20 @@
 #define ASH_CONTRACT_H
 
 /*
- * Inside the binding transaction (SPI connected): build the manifest of
- * sink_name and judge it against the one stored on the checkpoint row.
- * A first manifest or a pure addition is stored (the watermark is not
- * touched); anything else halts contract_incompatible, or
- * decoder_contract_incompatible for a decoder / table-set switch.
+ * SPI connected: build the manifest of sink_name and judge it against the
+ * one stored on the checkpoint row of the key.  Returns false when the
+ * stored manifest is current; true when *manifest (jsonb, in SPI memory)
+ * is to be recorded: a first manifest, a pure addition or a target type
+ * widened (*stored says whether one was stored, *widened whether a type
+ * was widened).  Anything else halts drift_reason
+ * (contract_incompatible at binding, census_drift at a census), or
+ * decoder_contract_incompatible for a decoder / table-set switch.  The
+ * checkpoint row is written by checkpoint.c (ash_contract_admit,
+ * ash_contract_recheck in checkpoint.h).
  */
-extern void ash_contract_admit(const char *sink_name, const char *system_id,
-							   const char *database, const char *slot_name);
-
-/*
- * Census: rebuild the manifest and judge it again in its own transaction;
- * additions (and target types widened) are admitted, anything else halts
- * census_drift.  Returns true when it admitted a change: the caller's
- * cached view of the targets is stale.
- */
-extern bool ash_contract_recheck(const char *sink_name, const char *system_id,
-								 const char *database, const char *slot_name);
+extern bool ash_contract_judge(const char *sink_name, const char *system_id,
+							   const char *database, const char *slot_name,
+							   const char *drift_reason, Datum *manifest, bool *stored,
+							   bool *widened);
 
 #endif							/* ASH_CONTRACT_H */

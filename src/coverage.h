@@ -4,10 +4,10 @@
  *	  Source coverage: does a sink's mapping cover what the source sends?
  *
  * NOTES
- *	  One judgement shared by activation preflight, the doctor and the
- *	  census (and, through ash_coverage_types_compatible, the apply-side
- *	  relation cache).  Its inputs are plain descriptions, however they were
- *	  obtained: a probe query on the source's catalogs, or a pgoutput
+ *	  One judgement shared by activation preflight, the doctor, the census
+ *	  and the apply-side relation cache (relmap.c judges every Relation
+ *	  message with it).  Its inputs are plain descriptions, however they
+ *	  were obtained: a probe query on the source's catalogs, or a pgoutput
  *	  Relation message.  It needs a transaction (it opens the target
  *	  relation and reads the syscache) but performs no writes and no SPI.
  *
@@ -143,9 +143,8 @@ extern bool ash_coverage_types_compatible(uint32 source_oid, const char *source_
 
 /*
  * Judge one mapped source table.  business_key: the SCD2 business key
- * (source column names, char *), NIL otherwise — AshMapping does not carry
- * it.  Returns true when covered; otherwise fills *out with the first
- * problem (see NOTES).
+ * (source column names, char *), NIL otherwise.  Returns true when
+ * covered; otherwise fills *out with the first problem (see NOTES).
  */
 /*
  * Append to buf every column of src whose target column can hold less than

@@ -196,15 +196,16 @@ next_nonce(uint8 *nonce)
  * every value is most of what sealing a short value costs.  Each value
  * still gets its own random nonce (EVP_EncryptInit_ex with only an IV
  * keeps the key).  The context follows the active key (version and bytes
- * compared on every use) and is wiped with the keyring.
+ * compared on every use) and is wiped with the keyring (forget_keys is
+ * its reset hook, registered before the first key is copied).
  */
 static EVP_CIPHER_CTX *enc_ctx = NULL;
 static uint8 enc_key[ASH_KEY_AES256_BYTES];
 static int32 enc_version;
 static bool enc_keyed = false;
 
-void
-ash_crypto_forget_keys(void)
+static void
+forget_keys(void)
 {
 	if (enc_ctx != NULL)
 		EVP_CIPHER_CTX_free(enc_ctx);
@@ -219,14 +220,15 @@ encrypt_context(const AshKey *key)
 	if (enc_keyed && enc_version == key->version &&
 		CRYPTO_memcmp(enc_key, key->bytes, ASH_KEY_AES256_BYTES) == 0)
 		return enc_ctx;
-	ash_crypto_forget_keys();
+	forget_keys();
+	ash_keyring_on_reset(forget_keys);
 	enc_ctx = EVP_CIPHER_CTX_new();
 	if (enc_ctx == NULL ||
 		EVP_EncryptInit_ex(enc_ctx, aes_256_gcm(), NULL, NULL, NULL) != 1 ||
 		EVP_CIPHER_CTX_ctrl(enc_ctx, EVP_CTRL_GCM_SET_IVLEN, ASH_CIPHER_NONCE_LEN, NULL) != 1 ||
 		EVP_EncryptInit_ex(enc_ctx, NULL, NULL, key->bytes, NULL) != 1)
 	{
-		ash_crypto_forget_keys();
+		forget_keys();
 		return NULL;
 	}
 	memcpy(enc_key, key->bytes, ASH_KEY_AES256_BYTES);
@@ -288,7 +290,7 @@ ash_encrypt_column(const char *schema, const char *table, const char *column,
 
 	if (!ok)
 	{
-		ash_crypto_forget_keys();
+		forget_keys();
 		pfree(result);
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),

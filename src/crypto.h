@@ -58,9 +58,6 @@ extern char *ash_decrypt_column(const char *schema, const char *table,
 								int *len);
 
 /* The binding string "schema"."table"."column" (palloc'd). */
-/* Drop the cached encryption key schedule (with the keyring). */
-extern void ash_crypto_forget_keys(void);
-
 extern char *ash_crypto_binding(const char *schema, const char *table,
 								const char *column);
 

@@ -129,6 +129,15 @@ static const AshReasonEntry reason_table[] = {
 	/* recovery refusals */
 	{"history_redelivery_unsafe", ASH_REASON_REGISTRATION},
 	{"checkpoint_missing", ASH_REASON_REGISTRATION},
+	/* update and rollback refusals (docs/operations.md, "Upgrading from 0.4.0") */
+	{"pipelines_stopped_required", ASH_REASON_REGISTRATION},
+	{"legacy_binding_missing", ASH_REASON_REGISTRATION},
+	{"legacy_binding_ambiguous", ASH_REASON_REGISTRATION},
+	{"legacy_binding_shared", ASH_REASON_REGISTRATION},
+	{"legacy_binding_foreign", ASH_REASON_REGISTRATION},
+	{"legacy_binding_invalid", ASH_REASON_REGISTRATION},
+	{"rollback_state_unrepresentable", ASH_REASON_REGISTRATION},
+	{"rollback_ledger_mismatch", ASH_REASON_REGISTRATION},
 };
 
 AshReasonClass

@@ -63,7 +63,6 @@
 #include "utils/memutils.h"
 
 #include "ash_replicant.h"
-#include "crypto.h"
 #include "errors.h"
 #include "keyring.h"
 
@@ -155,10 +154,27 @@ keyring_wipe(Keyring *kr)
 	memset(kr, 0, sizeof(*kr));
 }
 
+/* Wipers of copies of key material kept outside the keyring. */
+#define MAX_RESET_HOOKS 4
+static AshKeyringResetHook reset_hooks[MAX_RESET_HOOKS];
+static int	nreset_hooks = 0;
+
+void
+ash_keyring_on_reset(AshKeyringResetHook hook)
+{
+	for (int i = 0; i < nreset_hooks; i++)
+		if (reset_hooks[i] == hook)
+			return;
+	if (nreset_hooks == MAX_RESET_HOOKS)
+		elog(ERROR, "ash_replicant: too many keyring reset hooks");
+	reset_hooks[nreset_hooks++] = hook;
+}
+
 void
 ash_keyring_reset(void)
 {
-	ash_crypto_forget_keys();
+	for (int i = 0; i < nreset_hooks; i++)
+		reset_hooks[i] ();
 	keyring_wipe(&current);
 	loaded = false;
 	if (loaded_path != NULL)

@@ -55,6 +55,15 @@ extern void ash_keyring_load(void);
 /* Wipe every loaded key (zeroed, then freed); the next lookup reloads. */
 extern void ash_keyring_reset(void);
 
+/*
+ * A module that keeps a copy of key material of its own (crypto.c keeps a
+ * keyed cipher context) registers a hook that wipes it: ash_keyring_reset()
+ * calls every hook before it wipes the keys, so no copy outlives the
+ * keyring.  Registering the same hook again is a no-op.
+ */
+typedef void (*AshKeyringResetHook) (void);
+extern void ash_keyring_on_reset(AshKeyringResetHook hook);
+
 /* The highest version of the family, or NULL when it has no key. */
 extern const AshKey *ash_keyring_active(const char *family);
 

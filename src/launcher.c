@@ -19,6 +19,10 @@
  *	  With no extension installed, or no enabled pipeline, it supervises
  *	  nothing: it logs that once and sleeps.  Errors while reading the
  *	  catalogs are logged (rate-limited by the nap) and never crash-loop.
+ *	  On 0.4.x catalogs (checkpoints keyed by slot only) it supervises
+ *	  nothing either and logs once that they need ALTER EXTENSION ... UPDATE:
+ *	  a worker started on them could not tell which source a watermark
+ *	  belongs to, nor even record its halt.
  *
  *	  SQL functions wake the launcher from an XactCallback at COMMIT, so it
  *	  always reads committed configuration.
@@ -134,21 +138,31 @@ ash_launcher_wake_at_commit(void)
  * ---------------------------------------------------------------------
  */
 
+/* read_enabled_pipelines: the extension is not installed here */
+#define PIPES_ABSENT		(-1)
+/* read_enabled_pipelines: the catalogs are 0.4.x's and need an update */
+#define PIPES_UPDATE_NEEDED	(-2)
+
 /*
  * Read the enabled pipelines into a palloc'd array (in the caller's
- * context).  Returns -1 when the extension is not installed here.
+ * context).  Returns PIPES_ABSENT or PIPES_UPDATE_NEEDED instead of a count
+ * when there is nothing this library may supervise.
  */
 static int
 read_enabled_pipelines(EnabledPipeline **out)
 {
 	MemoryContext caller = CurrentMemoryContext;
-	int			n = -1;
+	int			n = PIPES_ABSENT;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 
-	if (OidIsValid(get_extension_oid("ash_replicant", true)))
+	if (!OidIsValid(get_extension_oid("ash_replicant", true)))
+		n = PIPES_ABSENT;
+	else if (ash_catalogs_slot_only())
+		n = PIPES_UPDATE_NEEDED;
+	else
 	{
 		int			ret;
 
@@ -417,6 +431,7 @@ ash_launcher_main(Datum main_arg)
 {
 	volatile bool logged_idle = false;
 	volatile bool logged_absent = false;
+	volatile bool logged_update = false;
 	MemoryContext loop_cxt;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -498,7 +513,7 @@ ash_launcher_main(Datum main_arg)
 			if (edata->sqlerrcode == ERRCODE_UNDEFINED_TABLE ||
 				edata->sqlerrcode == ERRCODE_INVALID_SCHEMA_NAME ||
 				edata->sqlerrcode == ERRCODE_UNDEFINED_OBJECT)
-				npipes = -1;
+				npipes = PIPES_ABSENT;
 			else
 				ereport(LOG,
 						(errmsg("ash_replicant launcher: could not read the pipelines (sqlstate %s); retrying",
@@ -507,19 +522,34 @@ ash_launcher_main(Datum main_arg)
 		}
 		PG_END_TRY();
 
-		if (npipes < 0)
+		if (npipes == PIPES_ABSENT)
 		{
 			if (!logged_absent)
 				ereport(LOG,
 						(errmsg("ash_replicant launcher: extension not installed in database \"%s\"; supervising nothing",
 								ash_database)));
 			logged_absent = true;
-			npipes = 0;
 		}
 		else
 			logged_absent = false;
 
-		if (npipes == 0 && !logged_idle && !logged_absent)
+		if (npipes == PIPES_UPDATE_NEEDED)
+		{
+			if (!logged_update)
+				ereport(LOG,
+						(errmsg("ash_replicant event=launcher.update_required reason=extension_version_mismatch"),
+						 errdetail("The installed catalogs key checkpoints by slot name only (version 0.4); this library supervises nothing on them."),
+						 errhint("Record the bindings and run ALTER EXTENSION ash_replicant UPDATE, see docs/operations.md, \"Upgrading from 0.4.0\".")));
+			logged_update = true;
+		}
+		else
+			logged_update = false;
+
+		if (npipes < 0)
+			npipes = 0;
+
+		/* one line says why nothing is supervised, not two */
+		if (npipes == 0 && !logged_idle && !logged_absent && !logged_update)
 		{
 			ereport(LOG, (errmsg("ash_replicant launcher: no enabled pipeline; supervising nothing")));
 			logged_idle = true;

@@ -56,8 +56,9 @@
  *	  halts digest_key_witness_invalid; one naming an absent
  *	  horizon_provenance version halts keyring_version_missing.
  *
- *	  Append-log routes record operation = 'message' events instead
- *	  (apply_append.c); they need no claim (the five axes deduplicate).
+ *	  Append-log routes record operation = 'message' events instead: the
+ *	  driver (apply.c) hands them to apply_append.c, never here; they need
+ *	  no claim (the five axes deduplicate).
  *
  *-------------------------------------------------------------------------
  */
@@ -80,6 +81,7 @@
 #include "errors.h"
 #include "keyring.h"
 #include "messages.h"
+#include "spi_util.h"
 
 #define DIGEST_LEN		(1 + 4 + ASH_HMAC_SHA256_LEN)
 
@@ -105,7 +107,6 @@ static MemoryContext messages_cxt = NULL;
 static List *route_plans = NIL;
 static SPIPlanPtr claim_lookup_plan = NULL;
 static SPIPlanPtr claim_insert_plan = NULL;
-static SPIPlanPtr witness_write_plan = NULL;
 
 static WitnessEntry *witness = NULL;
 static int	nwitness = 0;
@@ -224,18 +225,17 @@ versioned_mac(const AshKey *key, StringInfo data)
 }
 
 static void
-operation_input(StringInfo buf, const AshCheckpointKey *ck)
+operation_input(StringInfo buf, const AshCheckpointKey *ck, XLogRecPtr commit_lsn,
+				int32 ordinal)
 {
-	const AshChangeMeta *meta = ash_apply_current();
-
 	initStringInfo(buf);
 	appendStringInfoString(buf, "ash_replicant/message_operation/v1");
 	appendStringInfoChar(buf, '\0');
 	put_str(buf, ck->system_id, strlen(ck->system_id));
 	put_str(buf, ck->database, strlen(ck->database));
 	put_str(buf, ck->slot_name, strlen(ck->slot_name));
-	put_u64(buf, (uint64) meta->commit_lsn);
-	put_u32(buf, (uint32) meta->ordinal);
+	put_u64(buf, (uint64) commit_lsn);
+	put_u32(buf, (uint32) ordinal);
 }
 
 static void
@@ -404,24 +404,7 @@ witness_touch(AshPipelineConfig *cfg, int32 active)
 static void
 witness_write(const AshCheckpointKey *ck)
 {
-	Datum		values[4];
-	uint64		n;
-
-	if (witness_write_plan == NULL)
-	{
-		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID};
-
-		witness_write_plan = ash_spi_prepare_kept("UPDATE ash_replicant.checkpoints SET digest_key_witness = $4"
-										  " WHERE source_system_id = $1 AND source_database = $2"
-										  " AND slot_name = $3", 4, types);
-	}
-	values[0] = CStringGetTextDatum(ck->system_id);
-	values[1] = CStringGetTextDatum(ck->database);
-	values[2] = CStringGetTextDatum(ck->slot_name);
-	values[3] = PointerGetDatum(witness_encode(ck));
-	n = ash_spi_execute(witness_write_plan, values, NULL, SPI_OK_UPDATE);
-	if (n != 1)
-		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
+	ash_checkpoint_set_witness(ck, witness_encode(ck));
 }
 
 static void
@@ -629,7 +612,7 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 
 /* Look up a claim under every retained version; NULL digest when none. */
 static bytea *
-find_claim(const AshCheckpointKey *ck)
+find_claim(const AshCheckpointKey *ck, XLogRecPtr commit_lsn, int32 ordinal)
 {
 	int32	   *versions;
 	int			nv = ash_keyring_versions(ASH_KEYS_MESSAGE_DIGEST, &versions);
@@ -643,7 +626,7 @@ find_claim(const AshCheckpointKey *ck)
 	bool		typbyval;
 	char		typalign;
 
-	operation_input(&input, ck);
+	operation_input(&input, ck, commit_lsn, ordinal);
 	for (int i = 0; i < nv; i++)
 		keys[i] = PointerGetDatum(versioned_mac(ash_keyring_get(ASH_KEYS_MESSAGE_DIGEST, versions[i]),
 												&input));
@@ -690,7 +673,8 @@ insert_claim(RoutePlan *rp, bytea *opkey, bytea *digest)
 
 void
 ash_message_apply(AshPipelineConfig *cfg, const AshCheckpointKey *ck, AshMessageRoute *route,
-				  const char *prefix, const char *content, int len)
+				  const char *prefix, const char *content, int len,
+				  XLogRecPtr commit_lsn, int32 ordinal)
 {
 	const AshKey *active;
 	StringInfoData input;
@@ -699,20 +683,8 @@ ash_message_apply(AshPipelineConfig *cfg, const AshCheckpointKey *ck, AshMessage
 	bytea	   *digest;
 	RoutePlan  *rp;
 
+	Assert(!sink_is_append(cfg));
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (sink_is_append(cfg))
-	{
-		Oid			save_userid;
-		int			save_sec;
-
-		GetUserIdAndSecContext(&save_userid, &save_sec);
-		SetUserIdAndSecContext(cfg->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-		ash_append_message(cfg, route->target, prefix, content, len);
-		SetUserIdAndSecContext(save_userid, save_sec);
-		PopActiveSnapshot();
-		return;
-	}
-
 	require_families();
 	active = ash_keyring_active(ASH_KEYS_MESSAGE_DIGEST);
 
@@ -726,9 +698,8 @@ ash_message_apply(AshPipelineConfig *cfg, const AshCheckpointKey *ck, AshMessage
 	}
 
 	rp = route_plan(cfg, route);
-	ash_apply_errctx.relation = NULL;
 
-	claimed = find_claim(ck);
+	claimed = find_claim(ck, commit_lsn, ordinal);
 	if (claimed != NULL)
 	{
 		const uint8 *p = (const uint8 *) VARDATA_ANY(claimed);
@@ -748,13 +719,12 @@ ash_message_apply(AshPipelineConfig *cfg, const AshCheckpointKey *ck, AshMessage
 					 "a claimed source position carries other message content");
 		ereport(LOG,
 				(errmsg("ash_replicant event=message.replayed sink=%s commit_lsn=%X/%X ordinal=%d",
-						cfg->sink_name, LSN_FORMAT_ARGS(ash_apply_current()->commit_lsn),
-						ash_apply_current()->ordinal)));
+						cfg->sink_name, LSN_FORMAT_ARGS(commit_lsn), ordinal)));
 		PopActiveSnapshot();
 		return;
 	}
 
-	operation_input(&input, ck);
+	operation_input(&input, ck, commit_lsn, ordinal);
 	opkey = versioned_mac(active, &input);
 	content_input(&input, prefix, content, len);
 	digest = versioned_mac(active, &input);

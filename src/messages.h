@@ -9,7 +9,9 @@
 #ifndef ASH_MESSAGES_H
 #define ASH_MESSAGES_H
 
-#include "apply.h"
+#include "access/xlogdefs.h"
+
+#include "checkpoint.h"
 #include "config.h"
 
 /* Format byte of operation keys, content digests and the key witness. */
@@ -19,18 +21,19 @@
 extern AshMessageRoute *ash_message_route(AshPipelineConfig *cfg, const char *prefix);
 
 /*
- * Apply one routed message inside the open destination transaction, at
- * the position ash_apply_current() gives (commit LSN and shared ordinal of
- * a transactional message; its own LSN and ordinal 0 otherwise):
- * - state mirror: the route's effect (table insert or function call, as
- *   the sink owner) plus its claim in ash_replicant.message_claims; a
- *   claimed position with the same content applies nothing, with other
- *   content halts message_claim_conflict;
- * - append log: an operation = 'message' event in the route's target.
+ * Apply one message routed to a state mirror inside the open destination
+ * transaction, at its position (commit_lsn, ordinal): the commit LSN and
+ * shared ordinal of a transactional message; its own LSN and ordinal 0
+ * otherwise.  The route's effect (table insert or function call, as the
+ * sink owner) plus its claim in ash_replicant.message_claims; a claimed
+ * position with the same content applies nothing, with other content
+ * halts message_claim_conflict.  (A message routed to an append log is
+ * an event the driver writes through apply_append.h.)
  */
 extern void ash_message_apply(AshPipelineConfig *cfg, const AshCheckpointKey *key,
 							  AshMessageRoute *route, const char *prefix,
-							  const char *content, int len);
+							  const char *content, int len,
+							  XLogRecPtr commit_lsn, int32 ordinal);
 
 /*
  * Activation of a state mirror with routes (own transaction, after the

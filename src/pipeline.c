@@ -63,8 +63,10 @@
 #include "utils/timestamp.h"
 
 #include "apply.h"
+#include "apply_append.h"
 #include "ash_replicant.h"
 #include "census.h"
+#include "relmap.h"
 #include "checkpoint.h"
 #include "decode_pgoutput.h"
 #include "errors.h"
@@ -616,6 +618,8 @@ run_census_if_due(void)
 		return;
 
 	v = ash_census_run(cfg, ckey);
+	if (ash_census_targets_changed())
+		ash_relmap_invalidate_all();	/* a target column added or widened */
 	now = GetCurrentTimestamp();
 	next_census = TimestampTzPlusMilliseconds(now, ash_census_next_delay(cfg));
 	if (v == ASH_CENSUS_FAULT)

@@ -50,6 +50,7 @@
 #include "errors.h"
 #include "keyring.h"
 #include "provenance.h"
+#include "spi_util.h"
 
 #define PROVENANCE_FORMAT	1
 #define STAMP_QUEUE_MAX		1000

@@ -10,7 +10,7 @@
 
 #include "access/xlogdefs.h"
 
-#include "apply.h"
+#include "apply_strategy.h"
 
 /* Target columns of a provenance mapping. */
 #define ASH_PROVENANCE_FINGERPRINT_COLUMN	"replica_fingerprint"

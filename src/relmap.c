@@ -11,31 +11,25 @@
  *	  1. mapping: the resource mapping schema.table, or ignored_sources
  *		 (changes are then dropped, counted as skipped); neither halts
  *		 source_table_unmapped;
- *	  2. columns: every remote column is mapped (column_map or the same
- *		 name) to an existing target column or skipped, else
- *		 source_column_unmapped; a column_map/skip entry naming no remote
- *		 column is source_column_missing; all offenders are named at once;
- *	  3. types: the source type must parse into the target type
- *		 (source_type_invalid);
- *	  4. identity: the target's primary key (or upsert_identity) columns must
- *		 be mapped and be in the source's replica identity (or the source
- *		 has REPLICA IDENTITY FULL), else source_replica_identity.
+ *	  2. structure: a source column landing on a window/current or
+ *		 structural column of the target halts delivery_config_invalid;
+ *	  3. coverage: the Relation message is judged by coverage.c exactly as
+ *		 activation, the census and the doctor judge the source's catalogs
+ *		 (columns mapped or skipped, declared columns sent, types, replica
+ *		 identity; coverage.h has the rules and their order);
+ *	  4. columns: each mapped column's conversion; an encrypted column
+ *		 needs a bytea target (its text form is sealed into it);
+ *	  5. identity: the target's primary key (or upsert_identity) columns;
+ *		 SCD2 mappings take the business key instead (the target's primary
+ *		 key is a surrogate no source column may write:
+ *		 delivery_config_invalid); append-log mappings have none;
+ *	  6. tenancy: the tenant source column (tenant_column) and, under the
+ *		 attribute strategy, its target column (tenant_attribute_invalid).
  *
  *	  A later Relation message for a resolved entry is compared with the
  *	  columns it was resolved with: a type change always halts; a dropped
  *	  mapped column halts unless on_schema_change = 'ignore'; an added
- *	  column is judged by step 2 again.
- *
- *	  4a. SCD2 mappings take the business key as identity (the target's
- *		 primary key is a surrogate no source column may write); append-log
- *		 mappings have no identity and need REPLICA IDENTITY FULL.  A source
- *		 column landing on a window/current or structural column halts
- *		 delivery_config_invalid.
- *
- *	  5. tenancy: the tenant source column (tenant_column) and, under the
- *		 attribute strategy, its target column; a tenant-scoped source must
- *		 have REPLICA IDENTITY FULL so deletes and updates carry the old
- *		 tenant (source_replica_identity).
+ *	  column is judged by step 3 again.
  *
  *	  Nothing here writes.  Each destination table a relation writes to is an
  *	  AshApplyTarget on which apply strategies keep their prepared plans;
@@ -250,18 +244,17 @@ ash_relmap_get(uint32 relid)
 }
 
 /*
- * Can text output of the remote type be read by the target type?  The
- * judgement of preflight and census (coverage.c); a user type is known by
- * the name its Type message carried.
+ * The name a Type message gave a user type of the source (coverage.c knows
+ * a user type by its name only); NULL for a built-in or undescribed type.
  */
-static bool
-types_compatible(uint32 remote_oid, Oid target_oid)
+static char *
+remote_type_name(uint32 remote_oid)
 {
 	RemoteType *rt = NULL;
 
 	if (remote_oid >= FirstGenbkiObjectId)
 		rt = hash_search(remote_types, &remote_oid, HASH_FIND, NULL);
-	return ash_coverage_types_compatible(remote_oid, rt ? rt->typname : NULL, target_oid);
+	return rt ? rt->typname : NULL;
 }
 
 /* Judge a re-described relation against what it was resolved with. */
@@ -303,6 +296,38 @@ static bool
 is_scd2(AshMapping *map)
 {
 	return map->history_strategy != NULL && strcmp(map->history_strategy, "scd2") == 0;
+}
+
+/*
+ * Step 3: judge the relation as the source described it with coverage.c's
+ * rules, the judgement of activation, census and doctor; halts with its
+ * verdict.  The caller holds the target open; it is closed before a halt.
+ */
+static void
+judge_coverage(AshApplyRel *rel, AshMapping *map, Relation target)
+{
+	AshSourceTable src;
+	AshCoverageVerdict verdict;
+
+	memset(&src, 0, sizeof(src));
+	src.nspname = rel->remote.nspname;
+	src.relname = rel->remote.relname;
+	src.replident = rel->remote.replident;
+	src.natts = rel->remote.natts;
+	src.cols = palloc0(sizeof(AshSourceColumn) * Max(rel->remote.natts, 1));
+	for (int i = 0; i < rel->remote.natts; i++)
+	{
+		src.cols[i].name = rel->remote.cols[i].name;
+		src.cols[i].type_oid = rel->remote.cols[i].type_oid;
+		src.cols[i].type_name = remote_type_name(rel->remote.cols[i].type_oid);
+		src.cols[i].in_identity = rel->remote.cols[i].is_key;
+	}
+	if (!ash_coverage_judge_table(map, is_scd2(map) ? map->history_business_key : NIL,
+								  &src, &verdict))
+	{
+		table_close(target, RowExclusiveLock);
+		ash_halt(verdict.reason, "%s", verdict.context);
+	}
 }
 
 static void
@@ -347,16 +372,13 @@ is_structural_column(AshMapping *map, const char *tname)
 
 /*
  * SCD2: the identity of a change is the business key (source columns); the
- * target's primary key is a surrogate no source column may write.  Unless
- * the source logs full old rows, its replica identity must be exactly the
- * business key, so that the old key of an update or delete is the business
- * key.
+ * target's primary key is a surrogate no source column may write.  (That
+ * the replica identity carries the business key is coverage.c's rule.)
  */
 static void
 resolve_history_identity(AshApplyRel *rel, AshMapping *map, List *pk_attnums)
 {
 	ListCell   *lc;
-	bool		exact = true;
 	MemoryContext old = MemoryContextSwitchTo(rel->cxt);
 
 	rel->keys = palloc(sizeof(int) * Max(list_length(map->history_business_key), 1));
@@ -370,14 +392,12 @@ resolve_history_identity(AshApplyRel *rel, AshMapping *map, List *pk_attnums)
 		for (int c = 0; c < rel->ncols && found < 0; c++)
 			if (strcmp(rel->remote.cols[rel->cols[c].remote_idx].name, bk) == 0)
 				found = c;
+		/* coverage saw it sent, the mapping never skips it */
 		if (found < 0)
-			ash_halt("source_column_missing", "business key column %s of %s.%s",
-					 quote_identifier(bk), quote_identifier(rel->remote.nspname),
-					 quote_identifier(rel->remote.relname));
+			elog(ERROR, "ash_replicant: a business key column of %s is not written",
+				 rel->target_name);
 		rel->cols[found].is_identity = true;
 		rel->keys[rel->nkeys++] = found;
-		if (!rel->remote.cols[rel->cols[found].remote_idx].is_key)
-			exact = false;
 	}
 	for (int c = 0; c < rel->ncols; c++)
 	{
@@ -388,19 +408,12 @@ resolve_history_identity(AshApplyRel *rel, AshMapping *map, List *pk_attnums)
 					 quote_identifier(rel->remote.nspname),
 					 quote_identifier(rel->remote.relname), rel->target_name);
 	}
-	for (int i = 0; i < rel->remote.natts && exact; i++)
-	{
-		if (rel->remote.cols[i].is_key &&
-			!ash_list_contains_str(map->history_business_key, rel->remote.cols[i].name))
-			exact = false;
-	}
-	if (rel->remote.replident != 'f' && !exact)
-		ash_halt("source_replica_identity",
-				 "SCD2 source %s.%s: the business key is not its replica identity (needs REPLICA IDENTITY FULL)",
-				 quote_identifier(rel->remote.nspname),
-				 quote_identifier(rel->remote.relname));
 }
 
+/*
+ * Step 6: the tenant source column and, under the attribute strategy, the
+ * column it is written to.
+ */
 static void
 resolve_tenancy(AshApplyRel *rel, AshMapping *map)
 {
@@ -409,13 +422,7 @@ resolve_tenancy(AshApplyRel *rel, AshMapping *map)
 	rel->tenant_mode = strcmp(map->tenant_strategy, "context") == 0 ?
 		ASH_TENANT_CONTEXT : ASH_TENANT_ATTRIBUTE;
 
-	/* the old tenant of updates and deletes must be in the change */
-	if (rel->remote.replident != 'f')
-		ash_halt("source_replica_identity",
-				 "tenant-scoped source %s.%s needs REPLICA IDENTITY FULL",
-				 quote_identifier(rel->remote.nspname),
-				 quote_identifier(rel->remote.relname));
-
+	/* coverage.c saw the tenant column sent and REPLICA IDENTITY FULL */
 	if (map->tenant_column != NULL)
 	{
 		for (int i = 0; i < rel->remote.natts; i++)
@@ -428,10 +435,7 @@ resolve_tenancy(AshApplyRel *rel, AshMapping *map)
 			}
 		}
 		if (rel->tenant_remote_idx < 0)
-			ash_halt("source_column_missing", "tenant column %s of %s.%s",
-					 quote_identifier(map->tenant_column),
-					 quote_identifier(rel->remote.nspname),
-					 quote_identifier(rel->remote.relname));
+			elog(ERROR, "ash_replicant: the tenant column of %s is not sent", rel->target_name);
 	}
 
 	if (rel->tenant_mode == ASH_TENANT_ATTRIBUTE)
@@ -573,22 +577,14 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	return t;
 }
 
-void
-ash_relmap_resolve(AshApplyRel *rel)
+/*
+ * Step 1: the mapping of the relation; NULL when it is ignored (the entry
+ * is then resolved as such).  A relation neither mapped nor ignored halts.
+ */
+static AshMapping *
+find_mapping(AshApplyRel *rel)
 {
 	AshMapping *map;
-	Relation	target;
-	TupleDesc	desc;
-	MemoryContext old;
-	StringInfoData unmapped;
-	StringInfoData missing;
-	StringInfoData badtype;
-	ListCell   *lc;
-	List	   *idattnums;
-	int			ncols = 0;
-
-	if (rel->resolved)
-		return;
 
 	map = ash_config_find_mapping(relmap_cfg, rel->remote.nspname, rel->remote.relname);
 	if (map == NULL)
@@ -597,15 +593,21 @@ ash_relmap_resolve(AshApplyRel *rel)
 		{
 			rel->ignored = true;
 			rel->resolved = true;
-			return;
+			return NULL;
 		}
 		ash_halt("source_table_unmapped", "table %s.%s",
 				 quote_identifier(rel->remote.nspname),
 				 quote_identifier(rel->remote.relname));
 	}
-	rel->map = map;
-	if (rel->prev_natts > 0)
-		judge_schema_change(rel);
+	return map;
+}
+
+/* Open the mapping's target (RowExclusiveLock) and make it the default target. */
+static Relation
+open_target(AshApplyRel *rel, AshMapping *map)
+{
+	Relation	target;
+	MemoryContext old;
 
 	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->target_relid)))
 		ash_halt("destination_table_missing", "mapping of %s.%s",
@@ -613,7 +615,6 @@ ash_relmap_resolve(AshApplyRel *rel)
 				 quote_identifier(rel->remote.relname));
 
 	target = table_open(map->target_relid, RowExclusiveLock);
-	desc = RelationGetDescr(target);
 
 	old = MemoryContextSwitchTo(rel->cxt);
 	rel->target = map->target_relid;
@@ -629,9 +630,70 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->tenant_col = -1;
 	rel->tenant_remote_idx = -1;
 	refuse_unsupported(rel, map);
+	MemoryContextSwitchTo(old);
+	return target;
+}
 
-	initStringInfo(&unmapped);
-	initStringInfo(&missing);
+/* Step 2: a source column must not land on a column the strategy writes. */
+static void
+refuse_structural_columns(AshApplyRel *rel, AshMapping *map, Relation target)
+{
+	for (int i = 0; i < rel->remote.natts; i++)
+	{
+		AshRelColumn *rc = &rel->remote.cols[i];
+		const char *tname = ash_mapping_target_column(map, rc->name);
+
+		if (tname != NULL && is_structural_column(map, tname))
+		{
+			table_close(target, RowExclusiveLock);
+			ash_halt("delivery_config_invalid",
+					 "source column %s of %s.%s is named like a structural column of %s",
+					 quote_identifier(rc->name), quote_identifier(rel->remote.nspname),
+					 quote_identifier(rel->remote.relname), rel->target_name);
+		}
+	}
+}
+
+/* How one mapped column's values are read: input and receive functions. */
+static void
+resolve_column_io(AshApplyRel *rel, AshTargetCol *tc, Form_pg_attribute att)
+{
+	Oid			infunc;
+	HeapTuple	typtup;
+
+	tc->typid = att->atttypid;
+	tc->typmod = att->atttypmod;
+	getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
+	get_typlenbyval(att->atttypid, &tc->typlen, &tc->typbyval);
+	tc->recvfunc.fn_oid = InvalidOid;
+	typtup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(att->atttypid));
+	if (HeapTupleIsValid(typtup))
+	{
+		Form_pg_type typ = (Form_pg_type) GETSTRUCT(typtup);
+
+		if (OidIsValid(typ->typreceive))
+		{
+			fmgr_info_cxt(typ->typreceive, &tc->recvfunc, rel->cxt);
+			tc->recv_ioparam = getTypeIOParam(typtup);
+		}
+		ReleaseSysCache(typtup);
+	}
+	fmgr_info_cxt(infunc, &tc->infunc, rel->cxt);
+}
+
+/*
+ * Step 4: the mapped columns, in remote order.  Coverage vouched that every
+ * sent, unskipped column lands on a live target column of a fitting type;
+ * an encrypted one needs a bytea target (its text form is sealed into it).
+ */
+static void
+resolve_columns(AshApplyRel *rel, AshMapping *map, Relation target)
+{
+	TupleDesc	desc = RelationGetDescr(target);
+	StringInfoData badtype;
+	MemoryContext old = MemoryContextSwitchTo(rel->cxt);
+	int			ncols = 0;
+
 	initStringInfo(&badtype);
 	rel->cols = palloc0(sizeof(AshTargetCol) * Max(rel->remote.natts, 1));
 
@@ -642,19 +704,9 @@ ash_relmap_resolve(AshApplyRel *rel)
 		AttrNumber	attnum;
 		Form_pg_attribute att;
 		AshTargetCol *tc;
-		Oid			infunc;
 
 		if (tname == NULL)
 			continue;			/* skipped */
-		if (is_structural_column(map, tname))
-		{
-			table_close(target, RowExclusiveLock);
-			MemoryContextSwitchTo(old);
-			ash_halt("delivery_config_invalid",
-					 "source column %s of %s.%s is named like a structural column of %s",
-					 quote_identifier(rc->name), quote_identifier(rel->remote.nspname),
-					 quote_identifier(rel->remote.relname), rel->target_name);
-		}
 		attnum = InvalidAttrNumber;
 		for (int a = 0; a < desc->natts; a++)
 		{
@@ -667,26 +719,10 @@ ash_relmap_resolve(AshApplyRel *rel)
 			}
 		}
 		if (attnum == InvalidAttrNumber)
-		{
-			ash_append_name_list(&unmapped, rc->name);
-			continue;
-		}
+			elog(ERROR, "ash_replicant: a mapped column of %s vanished", rel->target_name);
 		att = TupleDescAttr(desc, attnum - 1);
-		if (att->attgenerated)
-		{
-			ash_append_name_list(&unmapped, rc->name);
-			continue;
-		}
-		if (ash_list_contains_str(map->encrypted, rc->name))
-		{
-			/* any source type: its text form is sealed into bytea */
-			if (att->atttypid != BYTEAOID)
-			{
-				ash_append_name_list(&badtype, rc->name);
-				continue;
-			}
-		}
-		else if (!types_compatible(rc->type_oid, att->atttypid))
+		/* any source type: its text form is sealed into bytea */
+		if (ash_list_contains_str(map->encrypted, rc->name) && att->atttypid != BYTEAOID)
 		{
 			ash_append_name_list(&badtype, rc->name);
 			continue;
@@ -696,67 +732,11 @@ ash_relmap_resolve(AshApplyRel *rel)
 		tc->name = pstrdup(tname);
 		tc->attnum = attnum;
 		tc->remote_idx = i;
-		tc->typid = att->atttypid;
-		tc->typmod = att->atttypmod;
-		getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
-		get_typlenbyval(att->atttypid, &tc->typlen, &tc->typbyval);
-		tc->recvfunc.fn_oid = InvalidOid;
-		{
-			HeapTuple	typtup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(att->atttypid));
-
-			if (HeapTupleIsValid(typtup))
-			{
-				Form_pg_type typ = (Form_pg_type) GETSTRUCT(typtup);
-
-				if (OidIsValid(typ->typreceive))
-				{
-					fmgr_info_cxt(typ->typreceive, &tc->recvfunc, rel->cxt);
-					tc->recv_ioparam = getTypeIOParam(typtup);
-				}
-				ReleaseSysCache(typtup);
-			}
-		}
-		fmgr_info_cxt(infunc, &tc->infunc, rel->cxt);
+		resolve_column_io(rel, tc, att);
 	}
 	rel->ncols = ncols;
-
-	/* column_map and skip entries must name remote columns */
-	foreach(lc, map->renames)
-	{
-		AshColumnRename *r = lfirst(lc);
-		bool		found = false;
-
-		for (int i = 0; i < rel->remote.natts && !found; i++)
-			found = strcmp(rel->remote.cols[i].name, r->source) == 0;
-		if (!found)
-			ash_append_name_list(&missing, r->source);
-	}
-	foreach(lc, map->skip)
-	{
-		const char *s = lfirst(lc);
-		bool		found = false;
-
-		for (int i = 0; i < rel->remote.natts && !found; i++)
-			found = strcmp(rel->remote.cols[i].name, s) == 0;
-		if (!found)
-			ash_append_name_list(&missing, s);
-	}
 	MemoryContextSwitchTo(old);
 
-	if (unmapped.len > 0)
-	{
-		table_close(target, RowExclusiveLock);
-		ash_halt("source_column_unmapped", "table %s.%s columns: %s",
-				 quote_identifier(rel->remote.nspname),
-				 quote_identifier(rel->remote.relname), unmapped.data);
-	}
-	if (missing.len > 0 && strcmp(map->on_schema_change, "ignore") != 0)
-	{
-		table_close(target, RowExclusiveLock);
-		ash_halt("source_column_missing", "table %s.%s columns: %s",
-				 quote_identifier(rel->remote.nspname),
-				 quote_identifier(rel->remote.relname), missing.data);
-	}
 	if (badtype.len > 0)
 	{
 		table_close(target, RowExclusiveLock);
@@ -764,45 +744,16 @@ ash_relmap_resolve(AshApplyRel *rel)
 				 quote_identifier(rel->remote.nspname),
 				 quote_identifier(rel->remote.relname), badtype.data);
 	}
+}
 
-	/* append log: events have no source identity; every old row is full */
-	if (map->append_log)
-	{
-		table_close(target, RowExclusiveLock);
-		if (rel->remote.replident != 'f')
-			ash_halt("source_replica_identity",
-					 "append-log source %s.%s needs REPLICA IDENTITY FULL",
-					 quote_identifier(rel->remote.nspname),
-					 quote_identifier(rel->remote.relname));
-		rel->nkeys = 0;
-		resolve_tenancy(rel, map);
-		rel->resolved = true;
-		return;
-	}
+/* SCD1: the target's identity (upsert_identity or primary key) columns. */
+static void
+resolve_mirror_identity(AshApplyRel *rel, List *idattnums)
+{
+	MemoryContext old = MemoryContextSwitchTo(rel->cxt);
+	ListCell   *lc;
 
-	/* SCD2: the business key */
-	if (is_scd2(map))
-	{
-		AshMapping	pkonly = *map;
-
-		pkonly.upsert_identity = NULL;
-		idattnums = ash_target_identity_attnums(target, &pkonly);
-		table_close(target, RowExclusiveLock);
-		resolve_history_identity(rel, map, idattnums);
-		resolve_tenancy(rel, map);
-		rel->resolved = true;
-		return;
-	}
-
-	/* identity */
-	idattnums = ash_target_identity_attnums(target, map);
-	table_close(target, RowExclusiveLock);
-	if (idattnums == NIL)
-		ash_halt("destination_table_missing", "table %s has no usable identity (primary key or upsert_identity)",
-				 rel->target_name);
-
-	old = MemoryContextSwitchTo(rel->cxt);
-	rel->keys = palloc(sizeof(int) * list_length(idattnums));
+	rel->keys = palloc(sizeof(int) * Max(list_length(idattnums), 1));
 	rel->nkeys = 0;
 	foreach(lc, idattnums)
 	{
@@ -817,25 +768,71 @@ ash_relmap_resolve(AshApplyRel *rel)
 				break;
 			}
 		}
+		/* coverage saw each identity column fed from the old key */
 		if (found < 0)
-		{
-			MemoryContextSwitchTo(old);
-			ash_halt("source_replica_identity", "identity column of %s is not mapped from the source",
-					 rel->target_name);
-		}
-		if (rel->remote.replident != 'f' &&
-			!rel->remote.cols[rel->cols[found].remote_idx].is_key)
-		{
-			MemoryContextSwitchTo(old);
-			ash_halt("source_replica_identity",
-					 "identity column %s of %s is not in the source's replica identity",
-					 quote_identifier(rel->cols[found].name), rel->target_name);
-		}
+			elog(ERROR, "ash_replicant: an identity column of %s is not written",
+				 rel->target_name);
 		rel->cols[found].is_identity = true;
 		rel->keys[rel->nkeys++] = found;
 	}
 	MemoryContextSwitchTo(old);
+}
 
+/*
+ * Step 5: the identity of a change, by strategy; closes the target.  An
+ * append log has none (its events have no source identity; every old row
+ * is full); SCD2 takes the business key; SCD1 the target's identity.
+ */
+static void
+resolve_identity(AshApplyRel *rel, AshMapping *map, Relation target)
+{
+	List	   *idattnums;
+
+	if (map->append_log)
+	{
+		table_close(target, RowExclusiveLock);
+		rel->nkeys = 0;
+	}
+	else if (is_scd2(map))
+	{
+		AshMapping	pkonly = *map;
+
+		pkonly.upsert_identity = NULL;
+		idattnums = ash_target_identity_attnums(target, &pkonly);
+		table_close(target, RowExclusiveLock);
+		resolve_history_identity(rel, map, idattnums);
+	}
+	else
+	{
+		idattnums = ash_target_identity_attnums(target, map);
+		table_close(target, RowExclusiveLock);
+		if (idattnums == NIL)
+			elog(ERROR, "ash_replicant: the identity of %s vanished", rel->target_name);
+		resolve_mirror_identity(rel, idattnums);
+	}
+}
+
+void
+ash_relmap_resolve(AshApplyRel *rel)
+{
+	AshMapping *map;
+	Relation	target;
+
+	if (rel->resolved)
+		return;
+
+	map = find_mapping(rel);
+	if (map == NULL)
+		return;					/* ignored */
+	rel->map = map;
+	if (rel->prev_natts > 0)
+		judge_schema_change(rel);
+
+	target = open_target(rel, map);
+	refuse_structural_columns(rel, map, target);
+	judge_coverage(rel, map, target);
+	resolve_columns(rel, map, target);
+	resolve_identity(rel, map, target);
 	resolve_tenancy(rel, map);
 	rel->resolved = true;
 }

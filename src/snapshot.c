@@ -68,6 +68,7 @@
 #include "shmem.h"
 #include "snapshot.h"
 #include "source_catalog.h"
+#include "spi_util.h"
 
 /* One table of the attempt. */
 typedef struct SnapTable
@@ -142,30 +143,14 @@ static uint64
 key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
 		 const char *extra_nulls, int expected)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	Oid			types[8] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		values[8];
-	char		nulls[9] = "   ";
-	int			ret;
+	Oid			types[ASH_CHECKPOINT_MAX_PARAMS];
+	Datum		values[ASH_CHECKPOINT_MAX_PARAMS];
+	char		nulls[ASH_CHECKPOINT_MAX_PARAMS + 1];
+	int			n = ash_checkpoint_key_params(snap_key, nextra, extra_types, extra_values,
+											  extra_nulls, types, values, nulls);
 
-	Assert(nextra <= 5);
-	values[0] = CStringGetTextDatum(snap_key->system_id);
-	values[1] = CStringGetTextDatum(snap_key->database);
-	values[2] = CStringGetTextDatum(snap_key->slot_name);
-	for (int i = 0; i < nextra; i++)
-	{
-		types[3 + i] = extra_types[i];
-		values[3 + i] = extra_values[i];
-		nulls[3 + i] = extra_nulls ? extra_nulls[i] : ' ';
-	}
-	nulls[3 + nextra] = '\0';
-	PushActiveSnapshot(GetTransactionSnapshot());
-	ret = SPI_execute_with_args(sql, 3 + nextra, types, values, nulls, false, 0);
-	PopActiveSnapshot();
-	MemoryContextSwitchTo(cxt);
-	if (ret != expected)
-		elog(ERROR, "ash_replicant: snapshot catalog statement failed");
-	return SPI_processed;
+	return ash_spi_execute_args(sql, n, types, values, nulls, expected,
+								"snapshot catalog statement failed");
 }
 
 static Attempt *
@@ -302,19 +287,7 @@ insert_pending(SnapTable *t)
 static void
 mark_complete(XLogRecPtr start_lsn)
 {
-	Oid			types[2] = {LSNOID, LSNOID};
-	Datum		values[2];
-
-	values[0] = LSNGetDatum(start_lsn - 1);
-	values[1] = LSNGetDatum(start_lsn);
-	if (key_exec("UPDATE ash_replicant.checkpoints"
-				 "   SET snapshot_phase = 'complete', go_forward_uncopied = NULL,"
-				 "       commit_lsn = GREATEST(commit_lsn, $4),"
-				 "       end_lsn = GREATEST(end_lsn, $5),"
-				 "       updated_at = pg_catalog.now()"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND snapshot_phase = 'copying'",
-				 2, types, values, NULL, SPI_OK_UPDATE) != 1)
+	if (!ash_checkpoint_snapshot_complete(snap_key, start_lsn))
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
 }
 
@@ -855,8 +828,6 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	a = read_attempt();
 	if (a->phase == ASH_SNAPSHOT_NONE)
 	{
-		Oid			types[2] = {LSNOID, BYTEAOID};
-		Datum		values[2];
 		bytea	   *id = palloc(VARHDRSZ + 32);
 
 		/* the stream resumes at the slot's position, or the watermark's */
@@ -876,13 +847,7 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		(void) key_exec("DELETE FROM ash_replicant.snapshot_tables"
 						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
 						0, NULL, NULL, NULL, SPI_OK_DELETE);
-		values[0] = LSNGetDatum(a->start_lsn);
-		values[1] = PointerGetDatum(id);
-		if (key_exec("UPDATE ash_replicant.checkpoints"
-					 "   SET snapshot_phase = 'copying', snapshot_lsn = $4, snapshot_attempt = $5,"
-					 "       snapshot_state = NULL, updated_at = pg_catalog.now()"
-					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-					 2, types, values, NULL, SPI_OK_UPDATE) != 1)
+		if (!ash_checkpoint_snapshot_arm(snap_key, a->start_lsn, id))
 			ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 		a->phase = ASH_SNAPSHOT_COPYING;
 		a->state = NULL;
@@ -896,14 +861,8 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 			ash_provenance_verify_state(snap_key, a->id, a->start_lsn, a->state);
 		else
 		{
-			Oid			types[1] = {BYTEAOID};
-			Datum		values[1];
-
 			a->state = ash_provenance_sign_state(snap_key, a->id, a->start_lsn);
-			values[0] = PointerGetDatum(a->state);
-			(void) key_exec("UPDATE ash_replicant.checkpoints SET snapshot_state = $4"
-							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-							1, types, values, NULL, SPI_OK_UPDATE);
+			ash_checkpoint_set_snapshot_state(snap_key, a->state);
 		}
 	}
 
@@ -922,9 +881,7 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	if (added > 0 && a->phase == ASH_SNAPSHOT_COMPLETE)
 	{
 		/* tables mapped after the snapshot: copy them too, with floors */
-		(void) key_exec("UPDATE ash_replicant.checkpoints SET snapshot_phase = 'copying'"
-						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-						0, NULL, NULL, NULL, SPI_OK_UPDATE);
+		ash_checkpoint_snapshot_reopen(snap_key);
 		a->phase = ASH_SNAPSHOT_COPYING;
 	}
 	if (a->phase == ASH_SNAPSHOT_COPYING && list_length(a->tables) == 0)

@@ -24,7 +24,7 @@ if [ ! -e "$inst/usr/include/postgresql" ]; then
 fi
 run=/tmp/${name}_run
 mkdir -p "$run"
-rsync -a --delete --exclude .git --exclude tmp_check --exclude 'test/results' "$root/" "$run/"
+rsync -a --delete --exclude .git --exclude tmp_check --exclude /results --exclude /log "$root/" "$run/"
 chown -R postgres: "$run" "$inst"
 as_pg() { runuser -u postgres -- env PATH="$pgi/bin:$PATH" ASH_LONG="${ASH_LONG:-}" ASH_SEED="${ASH_SEED:-}" "$@"; }
 as_pg make -C "$run" -s -j2 PG_CONFIG="$pgi/bin/pg_config" >/dev/null

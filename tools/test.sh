@@ -21,7 +21,7 @@ flock 9
 work=${ASH_TEST_DIR:-/tmp/ash_replicant_test}
 rm -rf "$work"
 mkdir -p "$work"
-rsync -a --exclude .git --exclude tmp_check --exclude 'test/results' "$root/" "$work/"
+rsync -a --exclude .git --exclude tmp_check --exclude /results --exclude /log "$root/" "$work/"
 chown -R postgres: "$work"
 
 log="$work/test-output.log"
@@ -32,6 +32,17 @@ as_pg() { runuser -u postgres -- env PATH="$PATH" ASH_LONG="${ASH_LONG:-}" "$@" 
 if ! as_pg make -C "$work" -s -j2 >"$work/build.log" 2>&1; then
     cat "$work/build.log"; echo "build failed"; echo "0 passed, 1 failed"; exit 1
 fi
+# Update scripts are found by name: scripts another tree installed would add
+# update paths this tree does not have (test 070 follows every path).
+# Install exactly this tree's scripts, and on exit take away the ones this
+# run added, so a tree without them is not handed ours.
+extdir="$(pg_config --sharedir)/extension"
+stale=$(cd "$extdir" 2>/dev/null && ls ash_replicant--*.sql 2>/dev/null)
+for f in $stale; do
+    [ -f "sql/$f" ] || rm -f "$extdir/$f"
+done
+added=$(for f in sql/ash_replicant--*.sql; do [ -f "$extdir/${f#sql/}" ] || echo "${f#sql/}"; done)
+trap 'for f in $added; do rm -f "$extdir/$f"; done' EXIT
 make -C "$work" -s install >/dev/null 9>&- || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
 
 regress_args=()
@@ -45,8 +56,8 @@ rc_regress=${PIPESTATUS[0]}
 as_pg make -C "$work" installcheck REGRESS= "${tap_args[@]}" 2>&1 | tee -a "$log"
 rc_tap=${PIPESTATUS[0]}
 
-if [ -f "$work/test/regression.diffs" ]; then
-    echo "=== regression.diffs ==="; cat "$work/test/regression.diffs"
+if [ -f "$work/regression.diffs" ]; then
+    echo "=== regression.diffs ==="; cat "$work/regression.diffs"
 fi
 if [ $rc_tap -ne 0 ]; then
     for f in "$work"/tmp_check/log/regress_log_*; do

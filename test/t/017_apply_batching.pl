@@ -22,6 +22,11 @@
 #         whose row trigger takes 0.2 ms (apply is slower than the source, so
 #         a next transaction is always received), batch_max_transactions far
 #         above it: without the time limit one batch, with it at least 3.
+#  upd    a run's updates go as one UPDATE ... FROM, then its inserts; a
+#         run updating rows the mirror lacks goes as the upsert (they are
+#         inserted); an updated key another tenant holds halts
+#         tenant_conflict, the other tenant's row untouched; an owner
+#         without UPDATE halts apply_failed 42501; each resumes exactly.
 #  priv   writes are the sink owner's: a deferred multi-row insert into a
 #         table the owner lost INSERT on fails (42501) and halts apply_failed,
 #         nothing of it committed, checkpoint unchanged; granted again and
@@ -223,6 +228,75 @@ my $pafter = AshTest::stat_row($dst, 'pace');
 my $pbatches = $pafter->{batches} - ($pbefore->{batches} // 0);
 note "pace: a backlog of 3000 transactions applied in $pbatches batches (about $took s)";
 cmp_ok($pbatches, '>=', 3, 'pace: batches close after 100 ms, not only when no transaction is waiting');
+
+# --- upd --------------------------------------------------------------------
+# A run's updates go as one UPDATE ... FROM, its inserts after them; a run
+# with an update of a row the mirror lacks goes whole as the upsert (the
+# missing row inserted from its complete image, the others rewritten with
+# the values they hold); the owner needs UPDATE for it, as for one row.
+AshTest::both($src, $dst, q{CREATE TABLE upd (id integer PRIMARY KEY, v text, n integer)});
+# the mirror's identity leaves the tenant out: tenants share its key space
+$src->safe_psql('postgres', q{
+CREATE TABLE updt (tenant text NOT NULL, id integer NOT NULL, v text, PRIMARY KEY (tenant, id));
+ALTER TABLE updt REPLICA IDENTITY FULL;});
+$dst->safe_psql('postgres', q{CREATE TABLE updt (tenant text NOT NULL, id integer PRIMARY KEY, v text)});
+$src->safe_psql('postgres', 'CREATE PUBLICATION pub_upd FOR TABLE upd, updt');
+$dst->safe_psql('postgres', q{
+CREATE ROLE upd_owner LOGIN;
+GRANT ash_replicant_admin TO upd_owner;
+GRANT SELECT, INSERT, UPDATE, DELETE ON upd, updt TO upd_owner;
+-- the marker table setup_pipeline creates
+ALTER DEFAULT PRIVILEGES GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO upd_owner;});
+AshTest::setup_pipeline($src, $dst, sink => 'upd', publication => 'pub_upd', owner => 'upd_owner',
+	maps => [ ['upd'], [ 'updt', tenant_column => 'tenant', tenant_strategy => 'attribute' ] ],
+	pipeline_extra => 'max_command_retries => 0');
+AshTest::wait_slot_consistent($src, $dst, 'upd');
+$src->safe_psql('postgres', q{
+INSERT INTO upd SELECT g, 'v' || g, g FROM generate_series(1, 1000) g;
+INSERT INTO updt SELECT 'a', g, 'v' || g FROM generate_series(1, 200) g;
+INSERT INTO updt SELECT 'b', g, 'v' || g FROM generate_series(201, 400) g;});
+AshTest::wait_caught_up($src, $dst, 'upd');
+# updates only, then updates and inserts in one run
+$src->safe_psql('postgres', q{UPDATE upd SET v = v || '+', n = n * 2 WHERE id <= 600});
+$src->safe_psql('postgres', q{
+BEGIN;
+UPDATE upd SET v = 'x' || id WHERE id % 3 = 0;
+INSERT INTO upd SELECT g, 'new' || g, g FROM generate_series(1001, 1300) g;
+UPDATE updt SET v = 'u' || id WHERE id % 2 = 0;
+COMMIT;});
+AshTest::wait_caught_up($src, $dst, 'upd');
+AshTest::assert_mirror_equal($src, $dst, [ 'upd', 'updt' ], name => 'upd: runs of updates, then of updates and inserts');
+# the mirror lost rows; a run updating them (and others) inserts them again
+$dst->safe_psql('postgres', 'DELETE FROM upd WHERE id BETWEEN 10 AND 59');
+$src->safe_psql('postgres', q{UPDATE upd SET n = -n WHERE id <= 400});
+$src->safe_psql('postgres', q{UPDATE upd SET v = v || '!' WHERE id <= 400});
+AshTest::wait_caught_up($src, $dst, 'upd');
+AshTest::assert_mirror_equal($src, $dst, ['upd'], name => 'upd: updates of rows the mirror lacks insert them');
+is(AshTest::status_row($dst, 'upd')->{state}, 'healthy', 'upd: healthy');
+# tenant semantics: an update whose key another tenant holds on the mirror
+$dst->safe_psql('postgres', q{UPDATE updt SET tenant = 'c' WHERE tenant = 'b' AND id = 207});
+my $updc = AshTest::checkpoint_lsn($dst, 'upd');
+$src->safe_psql('postgres', q{UPDATE updt SET v = 'w' || id WHERE tenant = 'b'});
+AshTest::wait_status($dst, 'upd', 'halted', 'tenant_conflict', src => $src,
+	name => 'upd: an updated key held by another tenant halts tenant_conflict');
+is(AshTest::checkpoint_lsn($dst, 'upd'), $updc, 'upd: checkpoint unchanged by the halt');
+is($dst->safe_psql('postgres', q{SELECT v FROM updt WHERE tenant = 'c' AND id = 207}), 'v207',
+	'upd: the other tenant\'s row is not overwritten');
+$dst->safe_psql('postgres', q{UPDATE updt SET tenant = 'b' WHERE tenant = 'c' AND id = 207});
+AshTest::start_sink($dst, 'upd');
+AshTest::wait_caught_up($src, $dst, 'upd');
+AshTest::assert_mirror_equal($src, $dst, ['updt'], name => 'upd: resumed exactly after the fix');
+# privileges: the owner without UPDATE cannot update a run
+$dst->safe_psql('postgres', 'REVOKE UPDATE ON upd FROM upd_owner');
+$updc = AshTest::checkpoint_lsn($dst, 'upd');
+$src->safe_psql('postgres', q{UPDATE upd SET n = 0 WHERE id <= 100});
+AshTest::wait_status($dst, 'upd', 'halted', 'apply_failed', src => $src, name => 'upd: without UPDATE, apply_failed');
+is(AshTest::status_row($dst, 'upd')->{halt_sqlstate}, '42501', 'upd: ... for lack of privilege');
+is(AshTest::checkpoint_lsn($dst, 'upd'), $updc, 'upd: checkpoint unchanged');
+$dst->safe_psql('postgres', 'GRANT UPDATE ON upd TO upd_owner');
+AshTest::start_sink($dst, 'upd');
+AshTest::wait_caught_up($src, $dst, 'upd');
+AshTest::assert_mirror_equal($src, $dst, ['upd'], name => 'upd: resumes exactly after the grant');
 
 # --- priv -------------------------------------------------------------------
 AshTest::setup_pipeline($src, $dst, sink => 'priv', publication => 'pub_priv', maps => [ ['priv'] ],

@@ -1,7 +1,13 @@
 # Updating the extension (docs/operations.md "Updating the extension"):
-#   - every update path pg_extension_update_paths offers ends in exactly the
-#     catalogs, functions (definitions, comments, grants), views, policies and
-#     row-security flags of a fresh install of the default version;
+#   - every update path pg_extension_update_paths offers, to the default
+#     version and to every other one (the rollbacks towards 0.4.0 included),
+#     ends in exactly the catalogs, functions (definitions, comments, grants),
+#     views, policies, row-security flags and configuration tables of a fresh
+#     install of its target; paths to the default version also dump
+#     (pg_dump --schema-only --binary-upgrade, extension members included)
+#     exactly as a fresh install does.  A path through a 0.4 version or down
+#     a version needs ash_replicant.pipelines_stopped (and, with legacy
+#     checkpoints, bindings: test 071); on these empty installs that is all;
 #   - a 1.1.0 library with 1.0.0 catalogs runs no pipeline: it halts
 #     extension_version_mismatch and status still answers;
 #   - a populated 1.0.0 install (a go-forward checkpoint with a watermark)
@@ -13,6 +19,7 @@ use strict;
 use warnings;
 use lib 'test/t';
 use AshTest;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -67,34 +74,102 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
 	SELECT format('config %s', unnest(extconfig)::regclass) FROM pg_extension WHERE extname = 'ash_replicant'
 ) x};
 
-$dst->safe_psql($DB, "CREATE DATABASE fresh");
-$dst->safe_psql('fresh', "CREATE EXTENSION ash_replicant");
-my $fresh = $dst->safe_psql('fresh', $describe);
-ok(length($fresh) > 1000, 'a fresh install describes its catalogs');
+# Versions as "1.2.0": compare numerically, part by part.
+sub vcmp
+{
+	my @a = split /\./, $_[0];
+	my @b = split /\./, $_[1];
+	for my $i (0 .. 2)
+	{
+		my $c = ($a[$i] // 0) <=> ($b[$i] // 0);
+		return $c if $c;
+	}
+	return 0;
+}
 
-my @paths = split /\n/, $dst->safe_psql('fresh',
-	"SELECT source || ' ' || path FROM pg_extension_update_paths('ash_replicant')"
-	  . " WHERE target = '$default' AND path IS NOT NULL ORDER BY 1");
-ok(@paths >= 1, 'at least one update path to the default version: ' . join('; ', @paths));
+# The schema pg_dump writes for a database, extension members included
+# (--binary-upgrade is the only mode that writes them), without what names a
+# particular database: OIDs, transaction ids, the dump's restrict key.
+sub schema_dump
+{
+	my ($db) = @_;
+	my ($stdout, $stderr);
+	IPC::Run::run([ 'pg_dump', '--schema-only', '--binary-upgrade', '-d', $dst->connstr($db) ],
+		'>', \$stdout, '2>', \$stderr)
+	  or die "pg_dump $db failed: $stderr";
+	return join("\n", grep {
+			!/^\\(un)?restrict |binary_upgrade_set_next_|binary_upgrade_create_empty_extension|relfrozenxid|datfrozenxid|WHERE oid = |WHERE datname = /
+	} split /\n/, $stdout);
+}
+
+sub show_difference
+{
+	my ($got, $want, $what) = @_;
+	my %w = map { $_ => 1 } split /\n/, $want;
+	my %g = map { $_ => 1 } split /\n/, $got;
+	diag "only after update ($what): $_" for grep { !$w{$_} } split /\n/, $got;
+	diag "only in fresh ($what): $_" for grep { !$g{$_} } split /\n/, $want;
+	return;
+}
+
+# A fresh install of every version that can be installed.
+my @versions = sort { vcmp($a, $b) } split /\n/, $dst->safe_psql($DB,
+	"SELECT version FROM pg_available_extension_versions WHERE name = 'ash_replicant'");
+ok((grep { $_ eq '0.4.0' } @versions) && (grep { $_ eq $default } @versions),
+	'installable versions: ' . join(', ', @versions));
+my %fresh;
+for my $v (@versions)
+{
+	my $db = "fresh_" . ($v =~ s/\W/_/gr);
+	$dst->safe_psql($DB, "CREATE DATABASE $db");
+	$dst->safe_psql($db, "CREATE EXTENSION ash_replicant VERSION '$v'");
+	$fresh{$v} = $dst->safe_psql($db, $describe);
+	ok(length($fresh{$v}) > 1000, "a fresh install of $v describes its catalogs");
+}
+my $fresh_db = "fresh_" . ($default =~ s/\W/_/gr);
+my $fresh_dump = schema_dump($fresh_db);
+like($fresh_dump, qr/CREATE TABLE ash_replicant\.checkpoints/, 'pg_dump writes the extension\'s catalogs');
+
+my @paths = map { [ split / / ] } split /\n/, $dst->safe_psql($DB,
+	"SELECT source || ' ' || target || ' ' || path FROM pg_extension_update_paths('ash_replicant')"
+	  . " WHERE path IS NOT NULL ORDER BY target = '$default' DESC, source, target");
+ok((grep { $_->[1] eq $default } @paths) >= 1, 'at least one update path to the default version');
+ok((grep { $_->[0] eq '0.4.0' && $_->[1] eq $default } @paths), 'an update path from 0.4.0 to the default version');
+ok((grep { $_->[0] eq '1.0.0' && $_->[1] eq '0.4.0' } @paths), 'a rollback path from 1.0.0 to 0.4.0');
+my $n = 0;
 for my $p (@paths)
 {
-	my ($from) = split / /, $p;
-	my $db = "path_" . ($from =~ s/\W/_/gr);
+	my ($from, $to, $path) = @$p;
+	my @steps = split /--/, $path;
+	# through a 0.4 version, or down: the operator confirms pipelines are stopped
+	my $guarded = (grep { /^0\./ } @steps)
+	  || (grep { vcmp($steps[$_], $steps[ $_ + 1 ]) > 0 } 0 .. $#steps - 1);
+	my $db = "path_" . ++$n;
 	$dst->safe_psql($DB, "CREATE DATABASE $db");
 	$dst->safe_psql($db, "CREATE EXTENSION ash_replicant VERSION '$from'");
-	$dst->safe_psql($db, "ALTER EXTENSION ash_replicant UPDATE");
+	$dst->safe_psql($db, ($guarded ? "SET ash_replicant.pipelines_stopped = on; " : '')
+		  . "ALTER EXTENSION ash_replicant UPDATE TO '$to'");
 	is($dst->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'ash_replicant'"),
-		$default, "$from updates to $default");
+		$to, "$from updates to $to");
 	my $got = $dst->safe_psql($db, $describe);
-	is($got, $fresh, "update path $p equals a fresh install");
-	if ($got ne $fresh)
+	is($got, $fresh{$to}, "update path $path equals a fresh install of $to")
+	  or show_difference($got, $fresh{$to}, 'catalogs');
+	if ($to eq $default)
 	{
-		my %f = map { $_ => 1 } split /\n/, $fresh;
-		my %g = map { $_ => 1 } split /\n/, $got;
-		diag "only after update: $_" for grep { !$f{$_} } split /\n/, $got;
-		diag "only in fresh: $_" for grep { !$g{$_} } split /\n/, $fresh;
+		my $dump = schema_dump($db);
+		is($dump, $fresh_dump, "update path $path dumps as a fresh install")
+		  or show_difference($dump, $fresh_dump, 'pg_dump');
 	}
+	$dst->safe_psql($DB, "DROP DATABASE $db");
 }
+
+# without the confirmation, a path from 0.4.0 is refused and changes nothing
+$dst->safe_psql($DB, "CREATE DATABASE unconfirmed");
+$dst->safe_psql('unconfirmed', "CREATE EXTENSION ash_replicant VERSION '0.4.0'");
+my $before = $dst->safe_psql('unconfirmed', $describe);
+my ($rc, $out, $err) = $dst->psql('unconfirmed', "ALTER EXTENSION ash_replicant UPDATE");
+like($err, qr/update rejected: pipelines_stopped_required/, 'an update from 0.4.0 needs ash_replicant.pipelines_stopped');
+is($dst->safe_psql('unconfirmed', $describe), $before, 'the refused update changed nothing');
 
 # ---------------------------------------------------------------------------
 # A populated 1.0.0 install.

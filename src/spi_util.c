@@ -1,0 +1,143 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_util.c
+ *	  SPI helpers shared by the apply driver, its strategies, messages and
+ *	  the checkpoint: execute a kept plan, catch one SQLSTATE in a
+ *	  subtransaction, prepare and keep a plan.
+ *
+ * NOTES
+ *	  SPI switches to its own procedure context; every helper returns in the
+ *	  caller's memory context, so per-change work never lands in SPI's
+ *	  (which lives until SPI_finish, i.e. the batch).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+
+#include "spi_util.h"
+
+uint64
+ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected_ret)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			ret = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	/* SPI returns in its procedure context: per-change work stays ours */
+	MemoryContextSwitchTo(cxt);
+
+	if (ret != expected_ret)
+		elog(ERROR, "ash_replicant: unexpected SPI result %d", ret);
+	return SPI_processed;
+}
+
+/*
+ * Run fn(arg) inside a subtransaction; when it fails with the SQLSTATE
+ * catch_code, roll back only that subtransaction (nothing of it stays:
+ * rows, trigger effects) and return false.  Any other error is re-thrown.
+ * The caught error's text is dropped unread: constraint errors carry row
+ * values.
+ */
+bool
+ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fn(arg);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != catch_code)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+typedef struct SpiCall
+{
+	SPIPlanPtr	plan;
+	Datum	   *values;
+	const char *nulls;
+	int			expected_ret;
+	uint64		processed;
+} SpiCall;
+
+static void
+spi_call(void *arg)
+{
+	SpiCall    *call = (SpiCall *) arg;
+
+	call->processed = ash_spi_execute(call->plan, call->values, call->nulls,
+									  call->expected_ret);
+}
+
+/* ash_spi_execute in a subtransaction, see ash_run_catching */
+bool
+ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
+						 int expected_ret, int catch_code, uint64 *processed)
+{
+	SpiCall		call = {plan, values, nulls, expected_ret, 0};
+	bool		ok = ash_run_catching(spi_call, &call, catch_code);
+
+	*processed = call.processed;
+	return ok;
+}
+
+/*
+ * SPI returns in its own procedure context; keep the caller's context so
+ * nothing of ours lands there (it lives until SPI_finish, i.e. the batch).
+ */
+SPIPlanPtr
+ash_spi_prepare_kept(const char *sql, int nargs, Oid *types)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+	if (plan == NULL)
+		elog(ERROR, "ash_replicant: could not prepare an apply statement (%s)",
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "ash_replicant: could not keep an apply plan");
+	MemoryContextSwitchTo(cxt);
+	return plan;
+}
+
+uint64
+ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
+					 const char *nulls, int expected_ret, const char *what)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			ret;
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ret = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(cxt);
+	if (ret != expected_ret)
+		elog(ERROR, "ash_replicant: %s", what);
+	return SPI_processed;
+}

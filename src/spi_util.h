@@ -1,0 +1,39 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_util.h
+ *	  SPI helpers shared by apply, its strategies, messages and the
+ *	  checkpoint (spi_util.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_SPI_UTIL_H
+#define ASH_SPI_UTIL_H
+
+#include "executor/spi.h"
+
+/* SPI_execute_plan; elog(ERROR) unless it returns expected_ret. */
+extern uint64 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
+							  int expected_ret);
+
+/*
+ * fn(arg) in a subtransaction; an error with SQLSTATE catch_code rolls back
+ * only that subtransaction and returns false, any other is re-thrown.
+ */
+extern bool ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code);
+
+/* ash_spi_execute in a subtransaction, see ash_run_catching. */
+extern bool ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
+									 int expected_ret, int catch_code, uint64 *processed);
+
+/*
+ * SPI_execute_with_args (not read-only) under a fresh active snapshot,
+ * leaving the caller's memory context current; elog(ERROR, "ash_replicant:
+ * <what>") unless SPI returns expected_ret.  Returns SPI_processed.
+ */
+extern uint64 ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
+								   const char *nulls, int expected_ret, const char *what);
+
+/* SPI_prepare + SPI_keepplan, leaving the caller's memory context current. */
+extern SPIPlanPtr ash_spi_prepare_kept(const char *sql, int nargs, Oid *types);
+
+#endif							/* ASH_SPI_UTIL_H */
