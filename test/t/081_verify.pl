@@ -1,17 +1,22 @@
 # ash_replicant_verify and `ash_replicant_ctl verify` (docs/operations.md#verifying-completeness):
 # verdicts, refusals, and that no value leaves it.
 #
-# One sink maps four source tables:
-#   acct   text primary key; one row's key AND note are a random sentinel
-#   big    integer key, numeric(10,2) amounts (cast to the target's type)
-#   hist   SCD2: the open versions compared by business key
-#   docs   context tenancy without a tenant_scope_function: not_comparable
+# One sink maps five source tables:
+#   acct     text primary key; one row's key AND note are a random sentinel
+#   big      integer key, numeric(10,2) amounts (cast to the target's type)
+#   hist     SCD2: the open versions compared by business key
+#   docs     context tenancy without a tenant_scope_function: not_comparable
+#   orgdocs  context tenancy with snapshot provenance and a scope function:
+#            the tenant tables pa.orgdocs and pb.orgdocs summed
 # Checks:
 #   - a caught-up mirror matches (ctl exit 2: one table is not comparable);
+#     a context mapping names its own target, never a tenant's schema;
 #     rows committed just before the call are waited for, not reported
 #   - a row deleted on the mirror: mismatch verify_rows_differ (ctl exit 1);
 #     a row of another key put in its place: verify_keys_differ; an SCD2
-#     open version closed on the mirror: verify_rows_differ; repaired: match
+#     open version closed on the mirror: verify_rows_differ; a row moved
+#     from one tenant table to another still counts; a row missing from
+#     one tenant's table: verify_rows_differ; repaired: match
 #   - refusals: unknown sink, NULL sink, a REPEATABLE READ caller, a mirror
 #     held back by a lock (verify_timeout), a stopped pipeline
 #     (verify_pipeline_not_running): ctl exit 3; a role without
@@ -24,11 +29,15 @@ use strict;
 use warnings;
 use lib 'test/t';
 use AshTest;
+use AshTenancy;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
-	dst_conf => "log_error_verbosity = verbose\nlog_min_messages = info\n");
+	dst_conf => "log_error_verbosity = verbose\nlog_min_messages = info\n"
+	  . "ash_replicant.keyring_file = 'keyring'\n");
+AshTenancy::write_keyring($dst, 'keyring', 'snapshot_provenance 1 ' . AshTenancy::key_hex(21));
+$dst->reload;
 my $sink = 'ver';
 my $sentinel = sprintf('SNTL%08x%08x', int(rand(2**32)), int(rand(2**32)));
 note "sentinel $sentinel";
@@ -39,8 +48,11 @@ CREATE TABLE big (id integer PRIMARY KEY, amount numeric(10,2));
 CREATE TABLE hist (id integer PRIMARY KEY, val text);
 CREATE TABLE docs (id integer PRIMARY KEY, tenant text, title text);
 ALTER TABLE docs REPLICA IDENTITY FULL;
-CREATE PUBLICATION pub_ver FOR TABLE acct, big, hist, docs;
+CREATE TABLE orgdocs (id integer PRIMARY KEY, tenant text NOT NULL, v text);
+ALTER TABLE orgdocs REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_ver FOR TABLE acct, big, hist, docs, orgdocs;
 INSERT INTO acct VALUES ('$sentinel', '$sentinel'), ('plain', 'x');
+INSERT INTO orgdocs SELECT g, CASE WHEN g % 3 = 0 THEN 'a' ELSE 'b' END, 'v' FROM generate_series(1, 90) g;
 });
 $dst->safe_psql('postgres', q{
 CREATE TABLE acct (id text PRIMARY KEY, note text);
@@ -52,6 +64,13 @@ CREATE UNIQUE INDEX hist_open ON hist (id) WHERE valid_to_lsn IS NULL;
 CREATE TABLE docs (id integer PRIMARY KEY, tenant text, title text);
 CREATE SCHEMA acme;
 CREATE TABLE acme.docs (LIKE public.docs INCLUDING ALL);
+CREATE TABLE orgdocs (id integer PRIMARY KEY, tenant text NOT NULL, v text,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE SCHEMA pa;
+CREATE SCHEMA pb;
+CREATE TABLE pa.orgdocs (LIKE public.orgdocs INCLUDING ALL);
+CREATE TABLE pb.orgdocs (LIKE public.orgdocs INCLUDING ALL);
+CREATE FUNCTION org_scopes() RETURNS SETOF text LANGUAGE sql STABLE AS $$ VALUES ('a'), ('b') $$;
 -- a gate the test can close to hold the apply of big back
 CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -69,7 +88,10 @@ AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_ver', mar
 		[ 'acct' ],
 		[ 'big' ],
 		[ 'hist', history_strategy => 'scd2', history_business_key => ['id'] ],
-		[ 'docs', tenant_column => 'tenant', tenant_strategy => 'context' ] ]);
+		[ 'docs', tenant_column => 'tenant', tenant_strategy => 'context' ],
+		[ 'orgdocs', tenant_column => 'tenant', tenant_strategy => 'context',
+			tenant_schema_format => 'p%s', snapshot_provenance => 'true',
+			tenant_scope_function => 'public.org_scopes()' ] ]);
 AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src);
 
 # changes committed right before each call: verify waits for them
@@ -116,7 +138,10 @@ is($v->{big}, 'match/-/3000/3000',
 is($v->{hist}, 'match/-/45/45', 'hist (SCD2): the open versions match the source rows');
 is($v->{docs}, 'not_comparable/verify_tenant_scopes_unknown/-/-',
 	'docs (context tenancy without a scope function): not comparable, nothing counted');
-is(scalar(keys %$v), 4, 'one row per mapping');
+is($v->{orgdocs}, 'match/-/90/90', 'orgdocs (context tenancy with scopes): the tenant tables summed match');
+is(scalar(keys %$v), 5, 'one row per mapping');
+is($dst->safe_psql('postgres', "SELECT target FROM ash_replicant_verify('$sink') WHERE source_table = 'orgdocs'"),
+	'public.orgdocs', "a context mapping's row names its target, never a tenant's schema");
 
 my ($rc, $out, $err) = ctl('verify', '--sink', $sink);
 is($rc, 2, 'ctl verify: exit 2 when a table is not comparable and none mismatches');
@@ -127,7 +152,7 @@ like($out, qr/^public\.docs\s+public\.docs\s+-\s+-\s+not_comparable\s+verify_ten
 is($rc, 2, 'ctl verify --format json: same exit code');
 my $json = eval { JSON::PP::decode_json($out) } // [];
 is_deeply([ map { "$_->{source_table}:$_->{verdict}:" . ($_->{mirror_rows} // 'null') } @$json ],
-	[ 'acct:match:2', 'big:match:3000', 'docs:not_comparable:null', 'hist:match:45' ],
+	[ 'acct:match:2', 'big:match:3000', 'docs:not_comparable:null', 'hist:match:45', 'orgdocs:match:90' ],
 	'ctl verify --format json: one object per mapping, in order');
 
 # --- deliberate mismatches on the mirror ----------------------------------------
@@ -147,6 +172,17 @@ $dst->safe_psql('postgres', "UPDATE hist SET valid_to_lsn = valid_from_lsn + 1 W
 $v = verify($sink);
 is($v->{hist}, 'mismatch/verify_rows_differ/45/44', 'SCD2: an open version closed on the mirror is missing');
 
+# tenant tables: a row in the other tenant's table still counts (the key set
+# is the union of the scopes); a row missing from one does not
+$dst->safe_psql('postgres', q{SET session_replication_role = replica;
+WITH m AS (DELETE FROM pa.orgdocs WHERE id = 3 RETURNING *) INSERT INTO pb.orgdocs SELECT * FROM m});
+$v = verify($sink);
+is($v->{orgdocs}, 'match/-/90/90', 'context tenancy: the scopes are summed, whichever holds a key');
+$dst->safe_psql('postgres', 'SET session_replication_role = replica; DELETE FROM pb.orgdocs WHERE id = 4');
+$v = verify($sink);
+is($v->{orgdocs}, 'mismatch/verify_rows_differ/90/89', 'context tenancy: a row missing from a tenant table');
+$src->safe_psql('postgres', 'UPDATE orgdocs SET v = v WHERE id = 4');
+
 # repairs: the missing row through the pipeline (a source update of a row the
 # mirror lacks inserts its full image), the SCD2 version by hand
 $dst->safe_psql('postgres', "DELETE FROM acct WHERE id = 'impostor'");
@@ -155,6 +191,7 @@ $dst->safe_psql('postgres', "UPDATE hist SET valid_to_lsn = NULL WHERE id = 7 AN
 $v = verify($sink);
 is($v->{acct}, 'match/-/2/2', 'repaired by a source update');
 is($v->{hist}, 'match/-/45/45', 'SCD2 repaired');
+is($v->{orgdocs}, 'match/-/90/90', 'the tenant row repaired by a source update');
 
 # --- refusals ---------------------------------------------------------------------
 ($rc, $err) = verify('nosuch', raw => 1);
@@ -171,7 +208,7 @@ like($err, qr/permission denied for function ash_replicant_verify/, 'a role with
 ($rc, $out, $err) = $dst->psql('postgres',
 	"SELECT count(*) FROM ash_replicant_verify('$sink') WHERE verdict = 'match'",
 	extra_params => [ '-U', 'verify_mon' ]);
-is($out, '3', 'ash_replicant_monitor may verify');
+is($out, '4', 'ash_replicant_monitor may verify');
 
 # the mirror cannot reach the source's position: the apply waits at the gate
 my $gate = $dst->background_psql('postgres', on_error_stop => 1);
