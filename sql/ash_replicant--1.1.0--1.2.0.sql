@@ -141,3 +141,21 @@ ALTER TABLE ash_replicant.pipelines
 
 -- admins read it as they read start_attempts
 GRANT SELECT (crash_lsn) ON ash_replicant.pipelines TO ash_replicant_admin;
+
+------------------------------------------------------------------------------
+-- Completeness: source and mirror compared per mapping, values never shown
+-- (docs/operations.md#verifying-completeness).
+------------------------------------------------------------------------------
+
+CREATE FUNCTION ash_replicant_verify(sink_name text, timeout interval DEFAULT '60s')
+RETURNS TABLE (source_schema text, source_table text, target text,
+	source_rows bigint, mirror_rows bigint, verdict text, reason text)
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_verify';
+COMMENT ON FUNCTION ash_replicant_verify(text, interval)
+	IS 'is the mirror complete? per mapping the source''s and the mirror''s row counts and match, mismatch or not_comparable, judged on the key sets at one source position the pipeline has applied; never prints a value or a digest';
+
+REVOKE ALL ON FUNCTION ash_replicant_verify(text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ash_replicant_verify(text, interval)
+	TO ash_replicant_monitor, ash_replicant_admin;

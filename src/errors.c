@@ -123,6 +123,13 @@ static const AshReasonEntry reason_table[] = {
 	{"launcher_database_mismatch", ASH_REASON_DOCTOR},
 	/* source refuses the decoder's output plugin (output_plugin_libraries) */
 	{"decoder_plugin_not_allowed", ASH_REASON_MISCONFIGURED},
+	/* ash_replicant_verify (docs/operations.md#verifying-completeness) */
+	{"verify_pipeline_not_running", ASH_REASON_DOCTOR},
+	{"verify_timeout", ASH_REASON_DOCTOR},
+	{"verify_rows_differ", ASH_REASON_DOCTOR},
+	{"verify_keys_differ", ASH_REASON_DOCTOR},
+	{"verify_append_log", ASH_REASON_DOCTOR},
+	{"verify_tenant_scopes_unknown", ASH_REASON_DOCTOR},
 	/* recovery refusals */
 	{"history_redelivery_unsafe", ASH_REASON_REGISTRATION},
 	{"checkpoint_missing", ASH_REASON_REGISTRATION},

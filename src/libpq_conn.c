@@ -275,13 +275,16 @@ ash_conn_report_result(PGresult *res, const char *what)
 	pg_unreachable();
 }
 
-/* Collect the results of a sent command; returns the last one. */
+/*
+ * Collect the results of a sent command, waiting at most timeout_ms for
+ * them; returns the last one.
+ */
 static PGresult *
-collect_result(AshConn *c, const char *what)
+collect_result(AshConn *c, const char *what, int timeout_ms)
 {
 	PGresult   *last = NULL;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													   ash_connect_timeout_ms);
+													   timeout_ms);
 
 	for (;;)
 	{
@@ -345,12 +348,18 @@ finish_exec(AshConn *c, PGresult *res, const char *what, bool allow_error)
 PGresult *
 ash_conn_exec(AshConn *c, const char *query, bool allow_error)
 {
+	return ash_conn_exec_timeout(c, query, allow_error, ash_connect_timeout_ms);
+}
+
+PGresult *
+ash_conn_exec_timeout(AshConn *c, const char *query, bool allow_error, int timeout_ms)
+{
 	set_sqlstate(NULL);
 	if (!PQsendQuery(c->conn, query))
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: could not send a command to the source")));
-	return finish_exec(c, collect_result(c, "command"), "command", allow_error);
+	return finish_exec(c, collect_result(c, "command", timeout_ms), "command", allow_error);
 }
 
 PGresult *
@@ -362,7 +371,8 @@ ash_conn_exec_params(AshConn *c, const char *query, int nparams,
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: could not send a probe to the source")));
-	return finish_exec(c, collect_result(c, "probe"), "probe", allow_error);
+	return finish_exec(c, collect_result(c, "probe", ash_connect_timeout_ms), "probe",
+					   allow_error);
 }
 
 char *
@@ -421,7 +431,8 @@ ash_conn_copy_row(AshConn *c, char **buf, long idle_ms)
 		if (n == -1)
 		{
 			/* end of the data: the command's own result says how it ended */
-			PQclear(finish_exec(c, collect_result(c, "copy"), "copy", false));
+			PQclear(finish_exec(c, collect_result(c, "copy", ash_connect_timeout_ms), "copy",
+								false));
 			return 0;
 		}
 		ereport(ERROR,

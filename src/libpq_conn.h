@@ -71,6 +71,10 @@ extern void ash_conn_close(AshConn *c);
  */
 extern PGresult *ash_conn_exec(AshConn *c, const char *query, bool allow_error);
 
+/* Same, waiting up to timeout_ms (not connect_timeout) for the result. */
+extern PGresult *ash_conn_exec_timeout(AshConn *c, const char *query, bool allow_error,
+									   int timeout_ms);
+
 /* Same with out-of-line $n text parameters (probe connections only). */
 extern PGresult *ash_conn_exec_params(AshConn *c, const char *query, int nparams,
 									  const char *const *values, bool allow_error);

@@ -496,8 +496,8 @@ scope_tenants(AshMapping *m)
  * (a NULL or blank scope: snapshot_scope_incomplete; a scope without its
  * table: tenant_scope_missing).
  */
-static List *
-provenance_tables(AshMapping *m)
+List *
+ash_provenance_tables(AshMapping *m)
 {
 	List	   *tables = NIL;
 	ListCell   *lc;
@@ -533,7 +533,7 @@ ash_provenance_check_versions(AshMapping *m)
 
 	ash_keyring_load();
 	initStringInfo(&sql);
-	foreach(lc, provenance_tables(m))
+	foreach(lc, ash_provenance_tables(m))
 		appendStringInfo(&sql, "%sSELECT pg_catalog.substr(%s, 1, %d) FROM %s WHERE %s IS NOT NULL",
 						 sql.len > 0 ? " UNION " : "",
 						 ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_TAG_BYTES,
@@ -611,7 +611,7 @@ ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn)
 	ListCell   *lc;
 	int64		rows = 0;
 
-	foreach(lc, provenance_tables(m))
+	foreach(lc, ash_provenance_tables(m))
 		rows += retire_in(m, lfirst(lc), attempt, close_lsn);
 	return rows;
 }

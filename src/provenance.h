@@ -51,6 +51,15 @@ extern void ash_provenance_flush(void);
 extern void ash_provenance_discard(void);
 
 /*
+ * The tables m writes, quoted and schema-qualified for SQL: its target, or
+ * under context tenancy the table of every scope its tenant_scope_function
+ * returns (snapshot_scope_incomplete when the function is missing, raises
+ * or returns a NULL or blank scope; tenant_scope_missing for a scope
+ * without its table).  Runs the function as the current user.
+ */
+extern List *ash_provenance_tables(AshMapping *m);
+
+/*
  * Halt keyring_version_missing when a fingerprint in a target of m names a
  * key version the keyring lacks (every scope of context tenancy).
  */

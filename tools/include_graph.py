@@ -30,7 +30,7 @@ LAYERS = [
                "apply_scd2", "apply_append", "messages", "provenance"]),
     ("supervision", ["snapshot", "pipeline", "launcher"]),
     ("api", ["api_sink", "api_mapping", "api_crypto", "api_recovery",
-             "api_status", "api_doctor"]),
+             "api_status", "api_doctor", "api_verify"]),
     ("entry", ["_PG_init"]),
 ]
 

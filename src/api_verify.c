@@ -1,0 +1,1008 @@
+/*-------------------------------------------------------------------------
+ *
+ * api_verify.c
+ *	  ash_replicant_verify(sink, timeout): does the mirror hold every row
+ *	  of the source?
+ *
+ * NOTES
+ *	  One row per mapping of the sink: the source table's row count, the
+ *	  mirror's, and a verdict (docs/operations.md#verifying-completeness).
+ *	  Completeness is judged on keys: a mapping matches when the mirror has
+ *	  as many rows as the source and the same set of keys.  The key of a
+ *	  row is what the mirror is keyed by: the target's conflict identity
+ *	  (upsert_identity or primary key) with the source columns that feed
+ *	  it, or an SCD2 mapping's business key, whose open versions (valid_to
+ *	  NULL) are the mirror's current rows.  Other columns are not compared.
+ *
+ *	  The digest of a key set is the sum, as numeric, of the first 64 bits
+ *	  of md5 over the UTF-8 text of each row's key -- ROW(k1, ..., kn)::text,
+ *	  each key column cast to the target column's type and then to text,
+ *	  under fixed output settings -- computed by each server over its own
+ *	  rows.  It does not depend on row order, and the digests of several
+ *	  tables add up (the tenant tables of context tenancy).  Only "equal"
+ *	  or "not equal" leaves this file: a digest of a small key space could
+ *	  confirm a guessed key, so it is never returned, logged or put in an
+ *	  error.
+ *
+ *	  Consistency.  The source is live: its counts and digests are read in
+ *	  ONE REPEATABLE READ READ ONLY transaction of a probe connection whose
+ *	  first statement reads pg_current_wal_insert_lsn() as L.  Every
+ *	  transaction that snapshot sees has its commit record below L.  Then
+ *	  we wait, until the deadline, for the pipeline to have applied
+ *	  everything below L -- the checkpoint's end_lsn at or past L, or the
+ *	  running worker's acknowledged flush position at or past L (it moves
+ *	  past WAL without published changes with the source's keepalives) --
+ *	  and read the mirror, one table at a time.  A source commit after the
+ *	  snapshot that the mirror already has when it is read shows as a
+ *	  mismatch: on a busy source repeat the call (it converges).
+ *
+ *	  Verdicts: match; mismatch (verify_rows_differ: the counts differ,
+ *	  verify_keys_differ: same count, other keys); not_comparable with a
+ *	  reason code: verify_append_log (an append log is a change log, not
+ *	  the table's state), verify_tenant_scopes_unknown (context tenancy
+ *	  without a tenant_scope_function: the tenant tables are unknown), the
+ *	  scope function's own failures (snapshot_scope_incomplete,
+ *	  tenant_scope_missing, tenant_scope_invalid), destination_table_missing,
+ *	  decoder_table_missing (no such source table), privilege_select_missing,
+ *	  source_replica_identity (a target key column fed by no source column),
+ *	  source_column_missing, config_invalid.  A verify that cannot judge at
+ *	  all raises "ash_replicant: verify rejected: <reason>" (unknown sink,
+ *	  pipeline not running, source unreachable or not the configured one,
+ *	  timeout).
+ *
+ *	  No values out: rows carry names, counts and codes; the conninfo,
+ *	  libpq's and the source's error texts, a key and a digest never leave
+ *	  this file.  A tenant scope function's error is dropped unread.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "access/table.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/rel.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+#include "coverage.h"
+#include "errors.h"
+#include "libpq_conn.h"
+#include "provenance.h"
+#include "shmem.h"
+#include "source_catalog.h"
+
+PG_FUNCTION_INFO_V1(ash_replicant_verify);
+
+#define VERDICT_MATCH			"match"
+#define VERDICT_MISMATCH		"mismatch"
+#define VERDICT_NOT_COMPARABLE	"not_comparable"
+
+/* One mapping: what to compare and what was found. */
+typedef struct VerifyTable
+{
+	AshMapping *m;
+	char	   *target;			/* the mapping's target, quoted and
+								 * qualified; NULL when it is gone */
+	const char *reason;			/* not_comparable when set before judging */
+	List	   *key_targets;	/* char *: target key columns */
+	List	   *key_sources;	/* char *: the source columns feeding them */
+	List	   *key_casts;		/* char *: SQL type of each target column
+								 * (built-in base type) or NULL: text */
+	char	   *filter;			/* mirror rows compared (SCD2) or NULL */
+	bool		partitioned;	/* the source table is partitioned */
+
+	bool		have_source;
+	int64		source_rows;
+	char	   *source_digest;
+	bool		have_mirror;
+	int64		mirror_rows;
+	char	   *mirror_digest;
+} VerifyTable;
+
+typedef struct Verify
+{
+	char	   *sink_name;
+	TimestampTz deadline;
+	AshPipelineConfig *cfg;		/* its connection is never printed */
+	char	   *ext_schema;		/* where ash_replicant_status() is, quoted */
+	List	   *tables;			/* VerifyTable * */
+	AshConn    *conn;
+	XLogRecPtr	source_lsn;		/* L: the source snapshot's insert position */
+} Verify;
+
+static bool
+comparable(VerifyTable *t)
+{
+	return t->reason == NULL;
+}
+
+static void
+not_comparable(VerifyTable *t, const char *reason)
+{
+	if (t->reason == NULL)
+		t->reason = reason;
+}
+
+/* Milliseconds left until the deadline (0 when past). */
+static int
+remaining_ms(Verify *v)
+{
+	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), v->deadline);
+
+	return (int) Min(Max(ms, 0), INT_MAX);
+}
+
+/* ---------------------------------------------------------------------
+ * The sink, the pipeline and the mappings (destination).
+ * ---------------------------------------------------------------------
+ */
+
+static char *
+get_text(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+
+	(void) SPI_getbinval(tup, desc, col, &isnull);
+	return isnull ? NULL : SPI_getvalue(tup, desc, col);
+}
+
+/*
+ * The sink must exist with a configured pipeline; then its configuration
+ * as the worker reads it (config.c).
+ */
+static void
+load_sink(Verify *v)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		configured;
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(v->sink_name);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	if (SPI_execute_with_args("SELECT p.connection IS NOT NULL"
+							  "   AND p.source_system_identifier IS NOT NULL"
+							  "   AND p.source_database IS NOT NULL,"
+							  "  (SELECT pg_catalog.quote_ident(n.nspname)"
+							  "    FROM pg_catalog.pg_extension e"
+							  "    JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
+							  "   WHERE e.extname = 'ash_replicant')"
+							  " FROM ash_replicant.sinks s"
+							  " LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
+							  " WHERE s.sink_name = $1",
+							  1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the sink failed");
+	if (SPI_processed != 1)
+		ash_reject(ERRCODE_UNDEFINED_OBJECT, "verify", "config_invalid",
+				   "sink \"%s\" does not exist", v->sink_name);
+	configured = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+											&isnull)) && !isnull;
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		v->ext_schema = get_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	if (!configured)
+		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "verify", "config_invalid",
+				   "the pipeline of sink \"%s\" is not configured", v->sink_name);
+	v->cfg = ash_config_load(v->sink_name);
+}
+
+/*
+ * The pipeline must run (healthy or catching up): a halted or stopped one
+ * never brings the mirror to the source's position.  Its state is what
+ * ash_replicant_status() says.
+ */
+static void
+check_running(Verify *v)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	char	   *state = NULL;
+	char	   *reason = NULL;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	values[0] = CStringGetTextDatum(v->sink_name);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	/* a fresh snapshot at every call: the wait repeats this */
+	if (SPI_execute_with_args(psprintf("SELECT state, reason FROM %s.ash_replicant_status($1)",
+									   v->ext_schema),
+							  1, types, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the pipeline's status failed");
+	if (SPI_processed == 1)
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		state = get_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		reason = get_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	if (state != NULL && (strcmp(state, "healthy") == 0 || strcmp(state, "catching_up") == 0))
+		return;
+	if (reason != NULL)
+		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "verify",
+				   "verify_pipeline_not_running", "the pipeline of sink \"%s\" is %s: %s",
+				   v->sink_name, state ? state : "unknown", reason);
+	ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "verify",
+			   "verify_pipeline_not_running", "the pipeline of sink \"%s\" is %s",
+			   v->sink_name, state ? state : "unknown");
+}
+
+static bool
+is_context(AshMapping *m)
+{
+	return m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0;
+}
+
+static bool
+is_scd2(AshMapping *m)
+{
+	return m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0;
+}
+
+/*
+ * How a key value is cast on the source before it becomes text: to the
+ * target column's type when that is built in (the mirror stores what the
+ * target type's input made of the source's text: numeric scale,
+ * timestamp precision, char padding), else to text alone.
+ */
+static char *
+key_cast(Relation rel, AttrNumber attnum)
+{
+	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
+	int32		typmod = att->atttypmod;
+	Oid			base = getBaseTypeAndTypmod(att->atttypid, &typmod);
+
+	if (base >= FirstGenbkiObjectId)
+		return NULL;
+	return format_type_extended(base, typmod,
+								FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY);
+}
+
+/* What a mapping compares, as far as the destination knows it. */
+static void
+plan_table(Verify *v, VerifyTable *t)
+{
+	AshMapping *m = t->m;
+	char	   *relname = OidIsValid(m->target_relid) ? get_rel_name(m->target_relid) : NULL;
+	Relation	rel;
+	ListCell   *lc;
+
+	if (relname == NULL)
+	{
+		not_comparable(t, "destination_table_missing");
+		return;
+	}
+	t->target = quote_qualified_identifier(get_namespace_name(get_rel_namespace(m->target_relid)),
+										   relname);
+	if (ash_config_is_append_log(v->cfg) || m->append_log)
+	{
+		not_comparable(t, "verify_append_log");
+		return;
+	}
+	if (is_context(m) && !OidIsValid(m->tenant_scope_function))
+	{
+		not_comparable(t, "verify_tenant_scopes_unknown");
+		return;
+	}
+
+	rel = table_open(m->target_relid, AccessShareLock);
+	if (is_scd2(m))
+	{
+		/* the open versions, by business key */
+		t->filter = psprintf("%s IS NULL", quote_identifier(m->history_valid_to_lsn_column));
+		foreach(lc, m->history_business_key)
+		{
+			const char *src = lfirst(lc);
+			const char *tgt = ash_mapping_target_column(m, src);
+			AttrNumber	attnum = tgt ? get_attnum(m->target_relid, tgt) : InvalidAttrNumber;
+
+			if (attnum == InvalidAttrNumber)
+			{
+				not_comparable(t, "config_invalid");
+				break;
+			}
+			t->key_sources = lappend(t->key_sources, pstrdup(src));
+			t->key_targets = lappend(t->key_targets, pstrdup(tgt));
+			t->key_casts = lappend(t->key_casts, key_cast(rel, attnum));
+		}
+	}
+	else
+	{
+		/* the conflict identity; its source columns are resolved later */
+		List	   *attnums = ash_target_identity_attnums(rel, m);
+
+		if (attnums == NIL)
+			not_comparable(t, "destination_table_missing");
+		foreach(lc, attnums)
+		{
+			AttrNumber	attnum = (AttrNumber) lfirst_int(lc);
+
+			t->key_targets = lappend(t->key_targets,
+									 pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel),
+																   attnum - 1)->attname)));
+			t->key_casts = lappend(t->key_casts, key_cast(rel, attnum));
+		}
+	}
+	table_close(rel, AccessShareLock);
+}
+
+/* ---------------------------------------------------------------------
+ * The source.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Raise the value-free refusal for an error of the source phase: the
+ * deadline, or the failure's class.  Anything but a source failure is
+ * re-raised as it is.
+ */
+static void
+source_failed(Verify *v, ErrorData *e)
+{
+	if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
+		ReThrowError(e);
+	if (remaining_ms(v) == 0 || strcmp(ash_conn_last_sqlstate, "57014") == 0)
+		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "verify", "verify_timeout",
+				   "the source was not read within the timeout");
+	ash_reject(ERRCODE_CONNECTION_FAILURE, "verify", ash_source_probe_reason(),
+			   "a read of the source failed");
+}
+
+static void
+open_source(Verify *v)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		v->conn = ash_conn_open(v->cfg->connection, ASH_CONN_PROBE, "ash_replicant verify");
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+		const char *context;
+		const char *reason;
+
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
+			PG_RE_THROW();
+		FlushErrorState();
+		/* what waiting cannot fix is named as the pipeline names it */
+		reason = ash_conn_final_failure(&context);
+		ash_reject(ERRCODE_CONNECTION_FAILURE, "verify", reason ? reason : "source_unreachable",
+				   "%s", context ? context : "the source cannot be reached");
+	}
+	PG_END_TRY();
+}
+
+/* The source columns feeding the key, now that the source table is known. */
+static void
+resolve_source_keys(VerifyTable *t, AshSourceRel *r)
+{
+	AshMapping *m = t->m;
+	ListCell   *lc;
+
+	if (!r->exists)
+	{
+		not_comparable(t, "decoder_table_missing");
+		return;
+	}
+	if (!r->has_select)
+	{
+		not_comparable(t, "privilege_select_missing");
+		return;
+	}
+	t->partitioned = r->desc.relkind == 'p';
+	if (is_scd2(m))
+	{
+		foreach(lc, t->key_sources)
+		{
+			bool		found = false;
+
+			for (int i = 0; i < r->desc.natts && !found; i++)
+				found = strcmp(r->desc.cols[i].name, (char *) lfirst(lc)) == 0;
+			if (!found)
+			{
+				not_comparable(t, "source_column_missing");
+				return;
+			}
+		}
+		return;
+	}
+	foreach(lc, t->key_targets)
+	{
+		const char *tgt = lfirst(lc);
+		const char *src = NULL;
+
+		for (int i = 0; i < r->desc.natts && src == NULL; i++)
+		{
+			const char *written = ash_mapping_target_column(m, r->desc.cols[i].name);
+
+			if (written != NULL && strcmp(written, tgt) == 0)
+				src = r->desc.cols[i].name;
+		}
+		if (src == NULL)
+		{
+			not_comparable(t, "source_replica_identity");
+			return;
+		}
+		/* a ciphertext never equals its plaintext (refused at registration) */
+		if (ash_list_contains_str(m->encrypted, src))
+		{
+			not_comparable(t, "config_invalid");
+			return;
+		}
+		t->key_sources = lappend(t->key_sources, pstrdup(src));
+	}
+}
+
+/*
+ * SELECT count, digest over one table.  key_exprs: the SQL of each key
+ * column's text; from: the FROM item; filter: a WHERE condition or NULL.
+ * Every function and operator is schema-qualified (the source's
+ * search_path is not ours), type names are keywords or qualified.
+ */
+static char *
+digest_query(List *key_exprs, const char *from, const char *filter)
+{
+	StringInfoData sql;
+	ListCell   *lc;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql,
+						   "SELECT pg_catalog.count(*)::pg_catalog.text,"
+						   " COALESCE(pg_catalog.sum((('x' OPERATOR(pg_catalog.||)"
+						   " pg_catalog.substr(pg_catalog.md5(pg_catalog.convert_to(ROW(");
+	foreach(lc, key_exprs)
+		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
+						 (char *) lfirst(lc));
+	appendStringInfo(&sql,
+					 ")::pg_catalog.text, 'UTF8')), 1, 16))::bit(64)::bigint)::numeric), 0)"
+					 "::pg_catalog.text FROM %s", from);
+	if (filter != NULL)
+		appendStringInfo(&sql, " WHERE %s", filter);
+	return sql.data;
+}
+
+static char *
+source_query(Verify *v, VerifyTable *t)
+{
+	List	   *exprs = NIL;
+	ListCell   *sc;
+	ListCell   *cc;
+
+	forboth(sc, t->key_sources, cc, t->key_casts)
+	{
+		char	   *col = ash_conn_quote_ident(v->conn, (char *) lfirst(sc));
+
+		if (lfirst(cc) != NULL)
+			exprs = lappend(exprs, psprintf("(%s)::%s::pg_catalog.text", col, (char *) lfirst(cc)));
+		else
+			exprs = lappend(exprs, psprintf("(%s)::pg_catalog.text", col));
+	}
+	/* ONLY: the rows of this table, as pgoutput publishes them */
+	return digest_query(exprs,
+						psprintf("%s%s.%s", t->partitioned ? "" : "ONLY ",
+								 ash_conn_quote_ident(v->conn, t->m->source_schema),
+								 ash_conn_quote_ident(v->conn, t->m->source_table)),
+						NULL);
+}
+
+static void
+read_count_digest(PGresult *res, int64 *rows, char **digest)
+{
+	if (PQntuples(res) != 1 || PQnfields(res) != 2 ||
+		PQgetisnull(res, 0, 0) || PQgetisnull(res, 0, 1))
+	{
+		PQclear(res);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: unexpected answer from the source")));
+	}
+	*rows = strtoi64(PQgetvalue(res, 0, 0), NULL, 10);
+	*digest = pstrdup(PQgetvalue(res, 0, 1));
+	PQclear(res);
+}
+
+/* Counts and digests of every comparable table in one source snapshot. */
+static void
+read_source(Verify *v)
+{
+	AshConn    *conn = v->conn;
+	ListCell   *lc;
+	PGresult   *res;
+	uint32		hi,
+				lo;
+
+	PQclear(ash_conn_exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false));
+	PG_TRY();
+	{
+		/* the first statement takes the snapshot: L is read after it */
+		res = ash_conn_exec(conn, "SELECT pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text",
+							false);
+		if (PQntuples(res) != 1 || sscanf(PQgetvalue(res, 0, 0), "%X/%X", &hi, &lo) != 2)
+		{
+			PQclear(res);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: unexpected answer from the source")));
+		}
+		PQclear(res);
+		v->source_lsn = ((uint64) hi << 32) | lo;
+
+		/* key text as the mirror's is made below; the source stops at the deadline */
+		PQclear(ash_conn_exec(conn,
+							  psprintf("SET LOCAL TimeZone = 'UTC'; SET LOCAL bytea_output = 'hex';"
+									   " SET LOCAL statement_timeout = %d", Max(remaining_ms(v), 1)),
+							  false));
+		foreach(lc, v->tables)
+		{
+			VerifyTable *t = lfirst(lc);
+
+			if (!comparable(t))
+				continue;
+			res = ash_conn_exec_timeout(conn, source_query(v, t), false,
+										Max(remaining_ms(v), 1));
+			read_count_digest(res, &t->source_rows, &t->source_digest);
+			t->have_source = true;
+		}
+	}
+	PG_CATCH();
+	{
+		PGTransactionStatusType ts = PQtransactionStatus(conn->conn);
+
+		if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)
+			PQclear(PQexec(conn->conn, "ROLLBACK"));
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	PQclear(ash_conn_exec(conn, "COMMIT", false));
+}
+
+/* On the probe connection: identity, the mapped tables, their rows. */
+static void
+source_work(Verify *v)
+{
+	List	   *rels = NIL;
+	ListCell   *lc;
+	ListCell   *rc;
+
+	/* judge nothing of a source that is not the configured one */
+	if (!ash_source_identity_matches(v->conn, v->cfg->source_system_identifier,
+									 v->cfg->source_database))
+		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "verify",
+				   "source_identity_mismatch", "the source is not the configured source");
+	foreach(lc, v->tables)
+	{
+		VerifyTable *t = lfirst(lc);
+		AshSourceRel *r = palloc0(sizeof(AshSourceRel));
+
+		r->name.nspname = t->m->source_schema;
+		r->name.relname = t->m->source_table;
+		rels = lappend(rels, r);
+	}
+	ash_source_describe_tables(v->conn, rels);
+	forboth(lc, v->tables, rc, rels)
+	{
+		VerifyTable *t = lfirst(lc);
+
+		if (comparable(t))
+			resolve_source_keys(t, lfirst(rc));
+	}
+	read_source(v);
+}
+
+/*
+ * Everything on the source: connect, make sure it is the configured
+ * source, describe the mapped tables, read them.  The connection is
+ * closed on every path; a failure is refused by its class only.
+ */
+static void
+probe_source(Verify *v)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	open_source(v);
+	PG_TRY();
+	{
+		ErrorData  *volatile e = NULL;
+
+		PG_TRY();
+		{
+			source_work(v);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(cxt);
+			e = CopyErrorData();
+			FlushErrorState();
+		}
+		PG_END_TRY();
+		if (e != NULL)
+			source_failed(v, e);
+	}
+	PG_FINALLY();
+	{
+		ash_conn_close(v->conn);
+		v->conn = NULL;
+	}
+	PG_END_TRY();
+}
+
+/* ---------------------------------------------------------------------
+ * Waiting for the mirror.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Has the pipeline applied every source transaction below L?  Either the
+ * checkpoint says so (end_lsn at or past L, no snapshot copying), or the
+ * running worker acknowledged a flush position at or past L while
+ * streaming: it acknowledges only what is committed here, and moves past
+ * WAL without published changes when the source's keepalives say so.
+ */
+static bool
+mirror_reached(Verify *v)
+{
+	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, LSNOID};
+	Datum		values[4];
+	bool		reached = false;
+
+	values[0] = CStringGetTextDatum(v->cfg->slot_name);
+	values[1] = CStringGetTextDatum(v->cfg->source_system_identifier);
+	values[2] = CStringGetTextDatum(v->cfg->source_database);
+	values[3] = LSNGetDatum(v->source_lsn);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	if (SPI_execute_with_args("SELECT end_lsn OPERATOR(pg_catalog.>=) $4"
+							  "   AND snapshot_phase IS DISTINCT FROM 'copying'"
+							  " FROM ash_replicant.checkpoints"
+							  " WHERE slot_name = $1 AND source_system_id = $2"
+							  "   AND source_database = $3",
+							  4, types, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the checkpoint failed");
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+
+		reached = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+											 &isnull)) && !isnull;
+	}
+	SPI_finish();
+	if (reached)
+		return true;
+
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	{
+		AshPipelineSlot *slot = ash_slot_find(MyDatabaseId, v->sink_name);
+
+		if (slot != NULL)
+		{
+			SpinLockAcquire(&slot->mutex);
+			reached = slot->state == ASH_SLOT_RUNNING && slot->pid != 0 &&
+				slot->stats.streaming && !slot->stats.snapshot_in_flight &&
+				slot->stats.flushed_lsn >= v->source_lsn;
+			SpinLockRelease(&slot->mutex);
+		}
+	}
+	LWLockRelease(AshShmem->lock);
+	return reached;
+}
+
+static void
+wait_for_mirror(Verify *v)
+{
+	for (;;)
+	{
+		check_running(v);
+		if (mirror_reached(v))
+			return;
+		if (remaining_ms(v) == 0)
+			ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "verify", "verify_timeout",
+					   "the mirror did not reach the source's position within the timeout");
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(100, Max(remaining_ms(v), 1)), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * The mirror.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The tables of a context mapping: one per scope its tenant_scope_function
+ * returns, resolved as the snapshot's retirement resolves them
+ * (provenance.c), with the function run as the sink owner in a
+ * subtransaction.  NIL, with the mapping marked not comparable, when that
+ * fails; the function's error text is dropped unread.
+ */
+static List *
+scope_tables(Verify *v, VerifyTable *t)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	List	   *volatile tables = NIL;
+	Oid			save_userid;
+	int			save_sec;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		SetUserIdAndSecContext(v->cfg->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "ash_replicant: SPI_connect failed");
+		tables = ash_provenance_tables(t->m);
+		SPI_finish();
+		SetUserIdAndSecContext(save_userid, save_sec);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		const char *reason = ash_pending_halt;
+
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		SetUserIdAndSecContext(save_userid, save_sec);
+		ash_pending_halt = NULL;
+		tables = NIL;
+		not_comparable(t, ash_reason_class(reason) != ASH_REASON_UNKNOWN ?
+					   reason : "snapshot_scope_incomplete");
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return tables;
+}
+
+/*
+ * Count and digest the mirror rows of one mapping (every tenant table of
+ * a context mapping), with the text of keys made as on the source.
+ */
+static void
+read_mirror(Verify *v, VerifyTable *t)
+{
+	List	   *tables;
+	List	   *exprs = NIL;
+	StringInfoData sql;
+	ListCell   *lc;
+	int			nest;
+	bool		isnull;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	tables = is_context(t->m) ? scope_tables(v, t) : list_make1(t->target);
+	if (!comparable(t))
+		return;
+	foreach(lc, t->key_targets)
+		exprs = lappend(exprs, psprintf("(%s)::pg_catalog.text", quote_identifier(lfirst(lc))));
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql,
+						   "SELECT COALESCE(pg_catalog.sum(n::pg_catalog.int8), 0)::pg_catalog.int8,"
+						   " COALESCE(pg_catalog.sum(d::numeric), 0)::pg_catalog.text"
+						   " FROM (");
+	foreach(lc, tables)
+		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? " UNION ALL " : "",
+						 digest_query(exprs, lfirst(lc), t->filter));
+	if (tables == NIL)
+		appendStringInfoString(&sql, "SELECT '0'::pg_catalog.text, '0'::pg_catalog.text");
+	appendStringInfoString(&sql, ") AS x (n, d)");
+
+	nest = NewGUCNestLevel();
+	(void) set_config_option("DateStyle", "ISO", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("IntervalStyle", "postgres", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("TimeZone", "UTC", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("bytea_output", "hex", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	/* a fresh snapshot: the mirror as it is after the wait */
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "ash_replicant: reading the mirror failed");
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		t->mirror_rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+		t->mirror_digest = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	AtEOXact_GUC(true, nest);
+	t->have_mirror = true;
+}
+
+/* ---------------------------------------------------------------------
+ * Entry point.
+ * ---------------------------------------------------------------------
+ */
+
+static void
+emit(ReturnSetInfo *rsinfo, VerifyTable *t)
+{
+	Datum		values[7];
+	bool		nulls[7] = {false};
+	const char *verdict;
+	const char *reason = t->reason;
+
+	if (reason != NULL)
+		verdict = VERDICT_NOT_COMPARABLE;
+	else if (t->source_rows != t->mirror_rows)
+	{
+		verdict = VERDICT_MISMATCH;
+		reason = "verify_rows_differ";
+	}
+	else if (strcmp(t->source_digest, t->mirror_digest) != 0)
+	{
+		verdict = VERDICT_MISMATCH;
+		reason = "verify_keys_differ";
+	}
+	else
+		verdict = VERDICT_MATCH;
+
+	values[0] = CStringGetTextDatum(t->m->source_schema);
+	values[1] = CStringGetTextDatum(t->m->source_table);
+	if (t->target != NULL)
+		values[2] = CStringGetTextDatum(t->target);
+	else
+		nulls[2] = true;
+	if (t->have_source)
+		values[3] = Int64GetDatum(t->source_rows);
+	else
+		nulls[3] = true;
+	if (t->have_mirror)
+		values[4] = Int64GetDatum(t->mirror_rows);
+	else
+		nulls[4] = true;
+	values[5] = CStringGetTextDatum(verdict);
+	if (reason != NULL)
+		values[6] = CStringGetTextDatum(reason);
+	else
+		nulls[6] = true;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+static int
+compare_tables(const ListCell *a, const ListCell *b)
+{
+	VerifyTable *ta = lfirst(a);
+	VerifyTable *tb = lfirst(b);
+	int			c = strcmp(ta->m->source_schema, tb->m->source_schema);
+
+	return c != 0 ? c : strcmp(ta->m->source_table, tb->m->source_table);
+}
+
+/*
+ * ash_replicant_verify(sink_name, timeout) -- one row per mapping:
+ * source_schema, source_table, target, source_rows, mirror_rows, verdict,
+ * reason.
+ */
+Datum
+ash_replicant_verify(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext cxt = CurrentMemoryContext;
+	Verify	   *v;
+	Interval   *timeout;
+	int64		timeout_ms;
+	ListCell   *lc;
+	volatile bool any = false;
+	int			nest;
+
+	if (PG_ARGISNULL(0))
+		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, "verify", "config_invalid",
+				   "sink_name must not be NULL");
+	if (PG_ARGISNULL(1))
+		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, "verify", "config_invalid",
+				   "timeout must not be NULL");
+	timeout = PG_GETARG_INTERVAL_P(1);
+	timeout_ms = (int64) (timeout->time / 1000) +
+		((int64) timeout->day * 86400 + (int64) timeout->month * 30 * 86400) * 1000;
+	if (timeout_ms < 0)
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, "verify", "config_invalid",
+				   "timeout must not be negative");
+	/* the mirror is read after the wait: it needs a snapshot taken then */
+	if (IsolationUsesXactSnapshot())
+		ash_reject(ERRCODE_ACTIVE_SQL_TRANSACTION, "verify", "config_invalid",
+				   "ash_replicant_verify needs a READ COMMITTED transaction");
+	ash_require_shmem();
+
+	InitMaterializedSRF(fcinfo, 0);
+	v = palloc0(sizeof(Verify));
+	v->sink_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	v->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	load_sink(v);
+	check_running(v);
+
+	/* a target locked by someone else waits no longer than the timeout */
+	nest = NewGUCNestLevel();
+	(void) set_config_option("lock_timeout",
+							 psprintf("%d", (int) Min(Max(timeout_ms, 1), INT_MAX)),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	PG_TRY();
+	{
+		foreach(lc, v->cfg->mappings)
+		{
+			VerifyTable *t = palloc0(sizeof(VerifyTable));
+
+			t->m = lfirst(lc);
+			plan_table(v, t);
+			v->tables = lappend(v->tables, t);
+			any |= comparable(t);
+		}
+		list_sort(v->tables, compare_tables);
+
+		/* nothing to compare: no source read, no wait */
+		if (any)
+		{
+			probe_source(v);
+			any = false;
+			foreach(lc, v->tables)
+				any |= comparable((VerifyTable *) lfirst(lc));
+		}
+		if (any)
+		{
+			wait_for_mirror(v);
+			foreach(lc, v->tables)
+			{
+				VerifyTable *t = lfirst(lc);
+
+				if (comparable(t))
+					read_mirror(v, t);
+			}
+		}
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		if (e->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "verify", "verify_timeout",
+				   "a mirror table stayed locked past the timeout");
+	}
+	PG_END_TRY();
+	AtEOXact_GUC(true, nest);
+
+	foreach(lc, v->tables)
+		emit(rsinfo, lfirst(lc));
+	return (Datum) 0;
+}
