@@ -29,6 +29,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -231,4 +232,21 @@ ash_pipeline_is_running(const char *sink_name)
 		running = true;
 	LWLockRelease(AshShmem->lock);
 	return running;
+}
+
+void
+ash_worker_prepare(BackgroundWorker *w, const char *function, const char *type,
+				   const char *sink_name, int slotno, int64 generation)
+{
+	memset(w, 0, sizeof(*w));
+	w->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w->bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(w->bgw_library_name, BGW_MAXLEN, "ash_replicant");
+	snprintf(w->bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(w->bgw_name, BGW_MAXLEN, "%s %s", type, sink_name);
+	snprintf(w->bgw_type, BGW_MAXLEN, "%s", type);
+	w->bgw_main_arg = Int32GetDatum(slotno);
+	memcpy(w->bgw_extra, &generation, sizeof(int64));
+	w->bgw_notify_pid = MyProcPid;
 }

@@ -181,4 +181,15 @@ extern AshPipelineSlot *ash_slot_find(Oid dboid, const char *sink_name);
 /* The crash record of sink_name in database dboid, or NULL (caller holds lock). */
 extern AshCrashRecord *ash_crash_find(Oid dboid, const char *sink_name);
 
+/*
+ * A dynamic worker of a pipeline's slot (pipeline worker, snapshot copier):
+ * database connection, never restarted, named "<type> <sink>", the slot as
+ * main argument and its generation first in bgw_extra, this process
+ * notified.
+ */
+struct BackgroundWorker;
+extern void ash_worker_prepare(struct BackgroundWorker *w, const char *function,
+							   const char *type, const char *sink_name, int slotno,
+							   int64 generation);
+
 #endif							/* ASH_SHMEM_H */

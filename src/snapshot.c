@@ -63,7 +63,6 @@
 #include "ash_replicant.h"
 #include "copy_row.h"
 #include "errors.h"
-#include "launcher.h"
 #include "provenance.h"
 #include "shmem.h"
 #include "snapshot.h"

@@ -41,12 +41,7 @@ FILE_MODULE = {"ash_replicant.c": "_PG_init"}
 
 # Cycles known and scheduled, reported but not counted as problems.  Keep
 # this empty: every entry says why it is still here and when it goes.
-KNOWN_CYCLES = {
-    ("launcher", "pipeline", "snapshot"):
-        "snapshot.c starts its copiers with launcher.c's ash_worker_prepare();"
-        " that moves to a module of its own after the launcher.c work in"
-        " flight lands",
-}
+KNOWN_CYCLES = {}
 
 
 def modules():
