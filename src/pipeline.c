@@ -76,6 +76,7 @@
 #include "pipeline.h"
 #include "shmem.h"
 #include "snapshot.h"
+#include "source_slot.h"
 #include "walproto.h"
 
 /* Where a session is, to classify source errors. */
@@ -738,128 +739,6 @@ send_feedback(bool force, bool request_reply)
  * Session.
  * ---------------------------------------------------------------------
  */
-static void
-verify_identity(AshConn *conn, uint32 *timeline, XLogRecPtr *xlogpos)
-{
-	PGresult   *res = ash_conn_exec(conn, "IDENTIFY_SYSTEM", false);
-	uint32		hi,
-				lo;
-
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < 4)
-		ash_conn_report_result(res, "IDENTIFY_SYSTEM");
-
-	if (strcmp(PQgetvalue(res, 0, 0), cfg->source_system_identifier) != 0 ||
-		PQgetisnull(res, 0, 3) ||
-		strcmp(PQgetvalue(res, 0, 3), cfg->source_database) != 0)
-	{
-		PQclear(res);
-		ash_halt("source_identity_mismatch", "the source is not the configured system and database");
-	}
-	*timeline = (uint32) strtoul(PQgetvalue(res, 0, 1), NULL, 10);
-	if (sscanf(PQgetvalue(res, 0, 2), "%X/%X", &hi, &lo) != 2)
-	{
-		PQclear(res);
-		ash_halt("protocol_violation", "IDENTIFY_SYSTEM position");
-	}
-	*xlogpos = ((uint64) hi << 32) | lo;
-	PQclear(res);
-
-	if (conn->server_version < 120000)
-		ash_halt("source_release_unsupported", "pgoutput needs a source of PostgreSQL 12 or later");
-	if (cfg->failover && conn->server_version < 170000)
-		ash_halt("decoder_capability_unsupported",
-				 "failover slots need a source of PostgreSQL 17 or later");
-}
-
-/*
- * Check or create the slot.  must_exist: a snapshot attempt is recorded
- * against it (a new slot would start after what the attempt copied).
- * export: create it exporting a snapshot (start->exported; the connection
- * must then stay idle until the snapshot is imported).
- */
-static void
-ensure_slot(AshConn *conn, AshBinding *binding, bool must_exist, bool export,
-			bool *created, AshSlotStart *start)
-{
-	XLogRecPtr *position = &start->slot_position;
-	StringInfoData q;
-	PGresult   *res;
-
-	initStringInfo(&q);
-	appendStringInfo(&q,
-					 "SELECT plugin, slot_type, database, %s, confirmed_flush_lsn"
-					 " FROM pg_catalog.pg_replication_slots"
-					 " WHERE slot_name = %s",
-					 conn->server_version >= 130000 ? "wal_status" : "NULL::text",
-					 ash_conn_quote_literal(conn, cfg->slot_name));
-	res = ash_conn_exec(conn, q.data, false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		ash_conn_report_result(res, "slot lookup");
-
-	if (PQntuples(res) == 0)
-	{
-		PQclear(res);
-		/* recreating it would skip what was committed since */
-		if (binding->commit_lsn != InvalidXLogRecPtr)
-			ash_halt("source_slot_missing", "the slot is gone from the source while a watermark exists");
-		if (must_exist)
-			ash_halt("source_slot_missing",
-					 "the slot is gone from the source while a snapshot attempt is recorded");
-		resetStringInfo(&q);
-		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
-						 ash_conn_quote_ident(conn, cfg->slot_name),
-						 conn->server_version >= 150000 ?
-						 (export ? "(SNAPSHOT 'export'" : "(SNAPSHOT 'nothing'") :
-						 (export ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT"));
-		/* failover: checked >= 17 by verify_identity */
-		if (conn->server_version >= 150000)
-			appendStringInfoString(&q, cfg->failover ? ", FAILOVER)" : ")");
-		res = ash_conn_exec(conn, q.data, false);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK)
-			ash_conn_report_result(res, "CREATE_REPLICATION_SLOT");
-		*created = true;
-		*position = PQntuples(res) == 1 && !PQgetisnull(res, 0, 1) ?
-			DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 1)))) :
-			InvalidXLogRecPtr;
-		if (export)
-		{
-			if (PQntuples(res) != 1 || PQnfields(res) < 3 || PQgetisnull(res, 0, 2) ||
-				XLogRecPtrIsInvalid(*position))
-			{
-				PQclear(res);
-				ash_halt("protocol_violation", "CREATE_REPLICATION_SLOT exported no snapshot");
-			}
-			start->exported = pstrdup(PQgetvalue(res, 0, 2));
-			start->exported_lsn = *position;
-		}
-		PQclear(res);
-		ereport(LOG,
-				(errmsg("ash_replicant event=slot.created sink=%s", cfg->sink_name)));
-		return;
-	}
-
-	if (strcmp(PQgetvalue(res, 0, 1), "logical") != 0 ||
-		strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0)
-	{
-		PQclear(res);
-		ash_halt("decoder_contract_incompatible", "the slot exists with another type or plugin");
-	}
-	if (strcmp(PQgetvalue(res, 0, 2), cfg->source_database) != 0)
-	{
-		PQclear(res);
-		ash_halt("checkpoint_identity_conflict", "the slot belongs to another source database");
-	}
-	if (!PQgetisnull(res, 0, 3) && strcmp(PQgetvalue(res, 0, 3), "lost") == 0)
-	{
-		PQclear(res);
-		ash_halt("retention_lost", "the slot's WAL was removed");
-	}
-	*created = false;
-	*position = PQgetisnull(res, 0, 4) ? InvalidXLogRecPtr :
-		DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 4))));
-	PQclear(res);
-}
-
 /* No fallback pending, or what it concerned is applied and its delay over. */
 static bool
 streaming_allowed(void)
@@ -1294,7 +1173,7 @@ run_session(void)
 	stream_open = true;
 
 	step = STEP_IDENTIFY;
-	verify_identity(conn, &timeline, &xlogpos);
+	ash_source_identify(conn, cfg, &timeline, &xlogpos);
 
 	step = STEP_COVERAGE;
 	ash_census_activation(cfg);
@@ -1308,7 +1187,7 @@ run_session(void)
 	step = STEP_SLOT;
 	/* an attempt recorded under this checkpoint binds whatever is configured now */
 	phase = ash_snapshot_phase(ckey);
-	ensure_slot(conn, &binding, phase != ASH_SNAPSHOT_NONE,
+	ash_source_ensure_slot(conn, cfg, binding.commit_lsn, phase != ASH_SNAPSHOT_NONE,
 				snapshot && phase == ASH_SNAPSHOT_NONE && XLogRecPtrIsInvalid(binding.commit_lsn),
 				&slot_created, &slot_start);
 	SpinLockAcquire(&MySlot->mutex);

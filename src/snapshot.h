@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "libpq_conn.h"
+#include "source_slot.h"
 
 typedef enum AshSnapshotPhase
 {
@@ -27,19 +28,6 @@ extern bool ash_snapshot_configured(AshPipelineConfig *cfg);
 
 /* The snapshot phase recorded on the checkpoint (own transaction). */
 extern AshSnapshotPhase ash_snapshot_phase(const AshCheckpointKey *key);
-
-/*
- * How the session reached its slot: the snapshot exported by creating it in
- * this session (exported, at exported_lsn; the replication connection must
- * stay idle until ash_snapshot_run returns) or NULL, and the slot's
- * confirmed position.
- */
-typedef struct AshSlotStart
-{
-	const char *exported;
-	XLogRecPtr	exported_lsn;
-	XLogRecPtr	slot_position;
-} AshSlotStart;
 
 /*
  * Arm (on the first start) or resume the snapshot attempt and copy every

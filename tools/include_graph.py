@@ -24,7 +24,7 @@ LAYERS = [
     ("transport", ["libpq_conn", "walproto"]),
     ("decoders", ["change", "decode_pgoutput", "copy_row"]),
     ("keys", ["keyring", "crypto"]),
-    ("catalog", ["config", "mapping_validate", "coverage", "source_catalog",
+    ("catalog", ["config", "mapping_validate", "coverage", "source_catalog", "source_slot",
                  "contract", "checkpoint", "census"]),
     ("apply", ["relmap", "apply_bulk", "apply_strategy", "apply", "apply_scd1",
                "apply_scd2", "apply_append", "messages", "provenance"]),

@@ -1,0 +1,143 @@
+/*-------------------------------------------------------------------------
+ *
+ * source_slot.c
+ *	  The pipeline's replication connection to the source: who it is, and
+ *	  its logical slot.
+ *
+ * NOTES
+ *	  IDENTIFY_SYSTEM and the slot's lookup and creation, on the
+ *	  replication connection a session streams on.  Everything that would
+ *	  let the mirror skip or mix changes halts with its reason: another
+ *	  source, a slot gone under a watermark, a slot of another plugin or
+ *	  database, WAL the source removed.  Nothing here is printed but reason
+ *	  codes and structural context.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "libpq-fe.h"
+#include "utils/fmgrprotos.h"
+#include "utils/pg_lsn.h"
+
+#include "errors.h"
+#include "source_slot.h"
+
+void
+ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg, uint32 *timeline,
+					XLogRecPtr *xlogpos)
+{
+	PGresult   *res = ash_conn_exec(conn, "IDENTIFY_SYSTEM", false);
+	uint32		hi,
+				lo;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < 4)
+		ash_conn_report_result(res, "IDENTIFY_SYSTEM");
+
+	if (strcmp(PQgetvalue(res, 0, 0), cfg->source_system_identifier) != 0 ||
+		PQgetisnull(res, 0, 3) ||
+		strcmp(PQgetvalue(res, 0, 3), cfg->source_database) != 0)
+	{
+		PQclear(res);
+		ash_halt("source_identity_mismatch", "the source is not the configured system and database");
+	}
+	*timeline = (uint32) strtoul(PQgetvalue(res, 0, 1), NULL, 10);
+	if (sscanf(PQgetvalue(res, 0, 2), "%X/%X", &hi, &lo) != 2)
+	{
+		PQclear(res);
+		ash_halt("protocol_violation", "IDENTIFY_SYSTEM position");
+	}
+	*xlogpos = ((uint64) hi << 32) | lo;
+	PQclear(res);
+
+	if (conn->server_version < 120000)
+		ash_halt("source_release_unsupported", "pgoutput needs a source of PostgreSQL 12 or later");
+	if (cfg->failover && conn->server_version < 170000)
+		ash_halt("decoder_capability_unsupported",
+				 "failover slots need a source of PostgreSQL 17 or later");
+}
+
+void
+ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr watermark,
+					   bool must_exist, bool export, bool *created, AshSlotStart *start)
+{
+	XLogRecPtr *position = &start->slot_position;
+	StringInfoData q;
+	PGresult   *res;
+
+	initStringInfo(&q);
+	appendStringInfo(&q,
+					 "SELECT plugin, slot_type, database, %s, confirmed_flush_lsn"
+					 " FROM pg_catalog.pg_replication_slots"
+					 " WHERE slot_name = %s",
+					 conn->server_version >= 130000 ? "wal_status" : "NULL::text",
+					 ash_conn_quote_literal(conn, cfg->slot_name));
+	res = ash_conn_exec(conn, q.data, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "slot lookup");
+
+	if (PQntuples(res) == 0)
+	{
+		PQclear(res);
+		/* recreating it would skip what was committed since */
+		if (watermark != InvalidXLogRecPtr)
+			ash_halt("source_slot_missing", "the slot is gone from the source while a watermark exists");
+		if (must_exist)
+			ash_halt("source_slot_missing",
+					 "the slot is gone from the source while a snapshot attempt is recorded");
+		resetStringInfo(&q);
+		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
+						 ash_conn_quote_ident(conn, cfg->slot_name),
+						 conn->server_version >= 150000 ?
+						 (export ? "(SNAPSHOT 'export'" : "(SNAPSHOT 'nothing'") :
+						 (export ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT"));
+		/* failover: checked >= 17 by ash_source_identify */
+		if (conn->server_version >= 150000)
+			appendStringInfoString(&q, cfg->failover ? ", FAILOVER)" : ")");
+		res = ash_conn_exec(conn, q.data, false);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			ash_conn_report_result(res, "CREATE_REPLICATION_SLOT");
+		*created = true;
+		*position = PQntuples(res) == 1 && !PQgetisnull(res, 0, 1) ?
+			DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 1)))) :
+			InvalidXLogRecPtr;
+		if (export)
+		{
+			if (PQntuples(res) != 1 || PQnfields(res) < 3 || PQgetisnull(res, 0, 2) ||
+				XLogRecPtrIsInvalid(*position))
+			{
+				PQclear(res);
+				ash_halt("protocol_violation", "CREATE_REPLICATION_SLOT exported no snapshot");
+			}
+			start->exported = pstrdup(PQgetvalue(res, 0, 2));
+			start->exported_lsn = *position;
+		}
+		PQclear(res);
+		ereport(LOG,
+				(errmsg("ash_replicant event=slot.created sink=%s", cfg->sink_name)));
+		return;
+	}
+
+	if (strcmp(PQgetvalue(res, 0, 1), "logical") != 0 ||
+		strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0)
+	{
+		PQclear(res);
+		ash_halt("decoder_contract_incompatible", "the slot exists with another type or plugin");
+	}
+	if (strcmp(PQgetvalue(res, 0, 2), cfg->source_database) != 0)
+	{
+		PQclear(res);
+		ash_halt("checkpoint_identity_conflict", "the slot belongs to another source database");
+	}
+	if (!PQgetisnull(res, 0, 3) && strcmp(PQgetvalue(res, 0, 3), "lost") == 0)
+	{
+		PQclear(res);
+		ash_halt("retention_lost", "the slot's WAL was removed");
+	}
+	*created = false;
+	*position = PQgetisnull(res, 0, 4) ? InvalidXLogRecPtr :
+		DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 4))));
+	PQclear(res);
+}

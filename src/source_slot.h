@@ -1,0 +1,49 @@
+/*-------------------------------------------------------------------------
+ *
+ * source_slot.h
+ *	  The pipeline's replication connection to the source: identity and slot.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_SOURCE_SLOT_H
+#define ASH_SOURCE_SLOT_H
+
+#include "access/xlogdefs.h"
+
+#include "config.h"
+#include "libpq_conn.h"
+
+/*
+ * How the session reached its slot: the snapshot exported by creating it in
+ * this session (exported, at exported_lsn; the replication connection must
+ * stay idle until ash_snapshot_run returns) or NULL, and the slot's
+ * confirmed position.
+ */
+typedef struct AshSlotStart
+{
+	const char *exported;
+	XLogRecPtr	exported_lsn;
+	XLogRecPtr	slot_position;
+} AshSlotStart;
+
+/*
+ * IDENTIFY_SYSTEM: halts source_identity_mismatch unless the connection
+ * reaches the configured system and database; the source's timeline and
+ * position; halts on a release that cannot serve the configuration.
+ */
+extern void ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg,
+								uint32 *timeline, XLogRecPtr *xlogpos);
+
+/*
+ * Check or create the slot.  watermark: the checkpoint's (a slot missing
+ * under one halts source_slot_missing: a new slot would skip what was
+ * committed since).  must_exist: a snapshot attempt is recorded against it
+ * (a new slot would start after what the attempt copied).  export: create
+ * it exporting a snapshot (start->exported; the connection must then stay
+ * idle until the snapshot is imported).
+ */
+extern void ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg,
+								   XLogRecPtr watermark, bool must_exist, bool export,
+								   bool *created, AshSlotStart *start);
+
+#endif							/* ASH_SOURCE_SLOT_H */
