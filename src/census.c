@@ -290,19 +290,20 @@ judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
 	MemoryContextDelete(cxt);
 }
 
-void
-ash_census_activation(AshPipelineConfig *cfg)
+/*
+ * Run fn on an activation probe connection to the source, closed whatever
+ * happens (a failure re-raised as it came).
+ */
+static void
+with_activation_probe(AshPipelineConfig *cfg, void (*fn) (AshPipelineConfig *, AshConn *, void *),
+					  void *arg)
 {
 	AshConn    *volatile conn = NULL;
-
-	if (logged_warnings != NULL)
-		free(logged_warnings);
-	logged_warnings = NULL;		/* every activation logs its warnings */
 
 	PG_TRY();
 	{
 		conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant activation");
-		judge_source(cfg, conn, "activation");
+		fn(cfg, conn, arg);
 	}
 	PG_CATCH();
 	{
@@ -312,36 +313,45 @@ ash_census_activation(AshPipelineConfig *cfg)
 	}
 	PG_END_TRY();
 	ash_conn_close(conn);
+}
+
+static void
+judge_at_activation(AshPipelineConfig *cfg, AshConn *conn, void *arg)
+{
+	judge_source(cfg, conn, "activation");
+}
+
+void
+ash_census_activation(AshPipelineConfig *cfg)
+{
+	if (logged_warnings != NULL)
+		free(logged_warnings);
+	logged_warnings = NULL;		/* every activation logs its warnings */
+
+	with_activation_probe(cfg, judge_at_activation, NULL);
 	ereport(LOG,
 			(errmsg("ash_replicant event=coverage.pass sink=%s stage=activation", cfg->sink_name)));
+}
+
+static void
+find_tables_with_rows(AshPipelineConfig *cfg, AshConn *conn, void *arg)
+{
+	CoverageInputs in;
+	List	   *rels = NIL;
+
+	if (!ash_source_identity_matches(conn, cfg->source_system_identifier, cfg->source_database))
+		ash_halt("source_identity_mismatch", "the source is not the configured system and database");
+	load_inputs(cfg, &in);
+	if (ash_source_read_table_set(conn, &in.tableset, &rels, NULL) == NULL)
+		*(List **) arg = ash_source_tables_with_rows(conn, in.mappings, rels);
 }
 
 List *
 ash_census_tables_with_rows(AshPipelineConfig *cfg)
 {
-	AshConn    *volatile conn = NULL;
-	List	   *volatile tables = NIL;
+	List	   *tables = NIL;
 
-	PG_TRY();
-	{
-		CoverageInputs in;
-		List	   *rels = NIL;
-
-		conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant activation");
-		if (!ash_source_identity_matches(conn, cfg->source_system_identifier, cfg->source_database))
-			ash_halt("source_identity_mismatch", "the source is not the configured system and database");
-		load_inputs(cfg, &in);
-		if (ash_source_read_table_set(conn, &in.tableset, &rels, NULL) == NULL)
-			tables = ash_source_tables_with_rows(conn, in.mappings, rels);
-	}
-	PG_CATCH();
-	{
-		if (conn)
-			ash_conn_close(conn);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	ash_conn_close(conn);
+	with_activation_probe(cfg, find_tables_with_rows, &tables);
 	return tables;
 }
 

@@ -71,103 +71,7 @@ for (my $i = $#kinds; $i > 0; $i--)
 }
 my $per_segment = $ENV{ASH_LONG} ? 8_000 : 4_000;   # row changes per fault segment
 
-##############################################################################
-# TCP proxy: a forked single-process forwarder 127.0.0.1:$listen -> :$target
-##############################################################################
-
-sub proxy_child
-{
-	my ($listen, $target) = @_;
-	my $l;
-	for (1 .. 100)
-	{
-		$l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $listen,
-			Listen => 32, ReuseAddr => 1, Proto => 'tcp');
-		last if $l;
-		usleep(50_000);
-	}
-	POSIX::_exit(2) unless $l;
-	my $sel = IO::Select->new($l);
-	my (%peer, %h);
-	my $drop = sub {
-		my ($fh) = @_;
-		my $o = $peer{ fileno($fh) // -1 };
-		for my $x (grep { defined } $fh, $o)
-		{
-			my $fd = fileno($x);
-			next unless defined $fd;
-			delete $peer{$fd};
-			delete $h{$fd};
-			$sel->remove($x);
-			close $x;
-		}
-	};
-	while (1)
-	{
-		for my $fh ($sel->can_read(1))
-		{
-			if ($fh == $l)
-			{
-				my $c = $l->accept or next;
-				my $u = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $target, Proto => 'tcp');
-				unless ($u) { close $c; next; }
-				$peer{ fileno($c) } = $u;
-				$peer{ fileno($u) } = $c;
-				$h{ fileno($c) } = $c;
-				$h{ fileno($u) } = $u;
-				$sel->add($c, $u);
-				next;
-			}
-			my $o = $peer{ fileno($fh) };
-			my $buf;
-			my $n = sysread($fh, $buf, 65536);
-			if (!$n || !$o)
-			{
-				$drop->($fh);
-				next;
-			}
-			my $off = 0;
-			while ($off < $n)
-			{
-				my $w = syswrite($o, $buf, $n - $off, $off);
-				unless (defined $w) { $drop->($fh); last; }
-				$off += $w;
-			}
-		}
-	}
-}
-
-sub start_proxy
-{
-	my ($listen, $target) = @_;
-	my $pid = fork();
-	die "fork: $!" unless defined $pid;
-	if ($pid == 0)
-	{
-		# never run the parent's END blocks (they would stop the clusters),
-		# never hold the TAP output open
-		open STDOUT, '>', '/dev/null';
-		open STDERR, '>', '/dev/null';
-		eval { proxy_child($listen, $target) };
-		POSIX::_exit(1);
-	}
-	# wait until the proxy accepts
-	for (1 .. 200)
-	{
-		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $listen, Proto => 'tcp');
-		if ($s) { close $s; return $pid; }
-		usleep(25_000);
-	}
-	die "proxy on port $listen did not start";
-}
-
-sub stop_proxy
-{
-	my ($pid) = @_;
-	kill 'KILL', $pid;
-	waitpid($pid, 0);
-	return;
-}
+# the TCP proxy between the pipeline and the source: AshTest::start_proxy
 
 ##############################################################################
 # Workload runner: a forked child running chunk files with psql; a chunk that
@@ -282,7 +186,7 @@ BEGIN PERFORM pg_sleep(0.1); RETURN true; END $$;
 $src->safe_psql('postgres', 'CREATE PUBLICATION pub_fm FOR TABLE items');
 
 my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-my $proxy = start_proxy($proxy_port, $src->port);
+my $proxy = AshTest::start_proxy($proxy_port, $src->port);
 my @runners;
 my @hogs;
 END
@@ -396,11 +300,11 @@ my %inject = (
 		note "  source: started";
 	},
 	network_cut => sub {
-		stop_proxy($proxy);
+		AshTest::stop_proxy($proxy);
 		my $d = 0.5 + rand(2.5);
 		note sprintf("  proxy killed, restoring after %.1fs", $d);
 		usleep(int($d * 1_000_000));    # fault duration, not synchronization
-		$proxy = start_proxy($proxy_port, $src->port);
+		$proxy = AshTest::start_proxy($proxy_port, $src->port);
 		note "  proxy restarted";
 	},
 	apply_error => sub {
@@ -589,6 +493,6 @@ note "~$total_changes row changes generated, $events row events committed at the
 diag "faults injected: $injected, transactions checked: $xacts";
 diag "ash-proof: faults_injected=$injected checks=" . Test::More->builder->current_test;
 
-stop_proxy($proxy);
+AshTest::stop_proxy($proxy);
 $proxy = undef;
 done_testing();
