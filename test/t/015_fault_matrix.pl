@@ -362,9 +362,13 @@ my %inject = (
 		return unless $pid;
 		note "  kill -9 worker $pid";
 		kill 'KILL', $pid;
-		# the postmaster crash-restarts; the pipeline comes back with a new worker
-		ok(AshTest::poll($dst,
-			"SELECT coalesce(worker_pid <> $pid, false) FROM ash_replicant_status('$sink')", 't', timeout => 60),
+		# the postmaster crash-restarts (a query sent meanwhile dies with the
+		# other backends: retry); the pipeline comes back with a new worker
+		ok(poll_until(sub {
+				my ($rc, $out) = $dst->psql('postgres',
+					"SELECT coalesce(worker_pid <> $pid, false) FROM ash_replicant_status('$sink')");
+				return $rc == 0 && $out eq 't';
+			}, 60),
 			'a new worker runs after the SIGKILL');
 	},
 );

@@ -474,7 +474,7 @@ CREATE TABLE $h (
 	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint,
 	UNIQUE (id, valid_from_lsn));
 CREATE UNIQUE INDEX ${h}_open ON $h (id) WHERE valid_to_lsn IS NULL;
-} . ($o{restart} ? brake_sql($h, 250, 30) : ''));
+} . ($o{restart} ? brake_sql($h, 250, 100) : ''));
 	my $xacts = gen_workload(xacts => 60, ids => [ 1 .. $n ], next => $n + 10001,
 		ins => sub { my ($i) = @_; "INSERT INTO $t VALUES ($i, NULL, 'new $i', " . big_sql("'i$i'") . ")" },
 		# big unchanged: the new version takes it from the version it closes
@@ -578,7 +578,7 @@ CREATE TRIGGER audit_$t AFTER INSERT OR UPDATE OR DELETE ON $t FOR EACH ROW EXEC
 	$dst->safe_psql($DB, qq{
 CREATE TABLE $lg ($structural, id integer, grp integer, val text, big text, $axes);
 CREATE TABLE $mk ($structural, id bigint, note text, $axes);
-} . ($o{restart} ? brake_sql($lg, 250, 30) : ''));
+} . ($o{restart} ? brake_sql($lg, 250, 100) : ''));
 	for my $stmt (
 		"SELECT ash_replicant_create_sink('$sink', sink_kind => 'append_log', initial_state => 'snapshot')",
 		"SELECT ash_replicant_map_table('$sink', '$lg'::regclass, source_table => '$t', append_log => true)",
