@@ -6,6 +6,10 @@
 #     SCALE=0.1 bash bench/run.sh       # quick run
 #     bash bench/run.sh initial-load    # initial load (snapshots): WORKLOADS=L1,L8,
 #                                       # CONTENDERS=ash,native,pglogical (bench/initial_load.py)
+#     bash bench/run.sh latency         # commit-to-visible latency at fixed rates and the
+#                                       # source's commit latency with a synchronous standby,
+#                                       # CONTENDERS=ash,native (bench/latency.py: its knobs
+#                                       # PARTS, LAT_LOADS, LAT_SECONDS, SYNC_CLIENTS, ...)
 #
 # Knobs (environment):
 #   SCALE=1            row counts multiplier
@@ -32,9 +36,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+driver=bench/bench.py
 if [ "${1:-}" = initial-load ]; then
     shift
     export WORKLOADS=${WORKLOADS:-L1,L8} CONTENDERS=${CONTENDERS:-ash,native,pglogical}
+elif [ "${1:-}" = latency ]; then
+    shift
+    export CONTENDERS=${CONTENDERS:-ash,native}
+    driver=bench/latency.py
 fi
 
 if [ "$(id -u)" != 0 ]; then
@@ -82,4 +91,4 @@ chmod -R a+rX "$inst"
 export BENCH_PGBIN="$inst/usr/lib/postgresql/15/bin"
 export BENCH_FLOOR_READER="$inst/floor_reader"
 
-exec /usr/bin/python3 -u bench/bench.py "$@"
+exec /usr/bin/python3 -u "$driver" "$@"
