@@ -44,6 +44,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "lib/ilist.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -1142,6 +1143,22 @@ note_go_forward(void)
 	ash_checkpoint_note_uncopied(ckey, tables);
 }
 
+/*
+ * The end of the WAL inserted so far, as XLogFlush accepts it: at a page
+ * boundary the insert position points past the next page's header, which
+ * nothing has been written to yet ("request to flush past end of
+ * generated WAL"); every record inserted ends at or before the boundary.
+ */
+static XLogRecPtr
+inserted_wal_end(void)
+{
+	XLogRecPtr	p = GetXLogInsertRecPtr();
+
+	if (p % XLOG_BLCKSZ <= SizeOfXLogLongPHD)
+		p -= p % XLOG_BLCKSZ;
+	return p;
+}
+
 static void
 run_session(void)
 {
@@ -1217,7 +1234,7 @@ run_session(void)
 	 * the previous session that is not on disk yet: flush before reporting
 	 * it, or a crash here could lose what the source already forgot.
 	 */
-	XLogFlush(GetXLogInsertRecPtr());
+	XLogFlush(inserted_wal_end());
 	flushed_remote = binding.end_lsn;
 	idle_lsn = InvalidXLogRecPtr;
 	while (!dlist_is_empty(&flush_positions))
