@@ -500,6 +500,16 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
         if now - t0 > timeout:
             raise Failed("timeout after %ds" % timeout)
         time.sleep(POLL)
+    confirmed = None
+    if slot and getattr(w, "end_lsn", None):
+        # until the source holds the acknowledgement too: the slot's
+        # confirmed_flush_lsn at the workload's end LSN (WAL kept until then)
+        while time.monotonic() - t0 < timeout and time.monotonic() - t0 - secs < 60:
+            if q1(src, "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                  (w.end_lsn, slot)):
+                confirmed = time.monotonic() - t0
+                break
+            time.sleep(POLL)
     if pid is None:
         pid = pid_of()
     st = proc_status(pid) if pid else None
@@ -510,6 +520,9 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
         sender_cpu = proc_status(sender)["cpu_s"]
     if mem is not None:
         mem["sender_cpu_s"] = sender_cpu
+    else:
+        mem = {}
+    mem["confirmed_s"] = confirmed
     prof = perf.stop() if perf else None
     if dumped:
         time.sleep(0.5)
@@ -1041,6 +1054,8 @@ def run_workload(w, rep):
                 r["apply_cpu_s"] = mem.get("cpu_s")
                 # CPU of the source walsender decoding and sending for this contender
                 r["sender_cpu_s"] = mem.get("sender_cpu_s")
+                # until the slot's confirmed_flush_lsn reached the end LSN as well
+                r["confirmed_seconds"] = mem.get("confirmed_s")
                 r["rows_per_s"] = w.rows / m["seconds"]
                 if c.name in ("ceiling", "pg_recvlogical", "floor"):
                     r["status"] = "ok"
@@ -1070,6 +1085,9 @@ def run_workload(w, rep):
         if best:
             r["vs_native"] = best["seconds"] / r["seconds"]
             r["native_best_variant"] = best["variant"] or "streaming off"
+        conf = [x for x in nat if x.get("confirmed_seconds")]
+        if conf and r.get("confirmed_seconds"):
+            r["vs_native_confirmed"] = min(x["confirmed_seconds"] for x in conf) / r["confirmed_seconds"]
         if ceil:
             r["vs_ceiling"] = ceil[0]["seconds"] / r["seconds"]
         if binary(r) in floor and r["contender"] != "ceiling":
@@ -1104,21 +1122,23 @@ def fmt_summary(rows):
         k = (r["workload"], r["contender"], r.get("variant"))
         if k not in keys:
             keys.append(k)
-    hdr = ["workload", "contender", "runs ok", "median s", "spread", "rows/s", "vs native", "vs ceiling",
-           "vs floor", "cpu s", "sender cpu s", "tcp segs", "VmHWM MB", "anon MB", "status"]
+    hdr = ["workload", "contender", "runs ok", "median s", "spread", "rows/s", "vs native", "confirmed s",
+           "vs native confirmed", "vs ceiling", "vs floor", "cpu s", "sender cpu s", "tcp segs", "VmHWM MB", "anon MB", "status"]
     lines = []
     for k in keys:
         rs = [r for r in rows if (r["workload"], r["contender"], r.get("variant")) == k]
         ok = [r for r in rs if r["status"] == "ok"]
         name = k[1] + ("(%s)" % k[2] if k[2] else "")
         if not ok:
-            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+            lines.append([k[0], name, "0/%d" % len(rs), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
                           rs[0]["status"] + ((": " + short_note(rs[0]["note"])) if rs[0].get("note") else "")])
             continue
         secs = [r["seconds"] for r in ok]
         med = median(secs)
         vn = [r["vs_native"] for r in ok if r.get("vs_native") is not None]
         vc = [r["vs_ceiling"] for r in ok if r.get("vs_ceiling") is not None]
+        cs = [r["confirmed_seconds"] for r in ok if r.get("confirmed_seconds") is not None]
+        vnc = [r["vs_native_confirmed"] for r in ok if r.get("vs_native_confirmed") is not None]
         vf = [r["vs_floor"] for r in ok if r.get("vs_floor") is not None]
         hwm = [r["peak_rss_kb"] for r in ok if r.get("peak_rss_kb")]
         anon = [r["peak_anon_kb"] for r in ok if r.get("peak_anon_kb")]
@@ -1128,7 +1148,8 @@ def fmt_summary(rows):
         lines.append([k[0], name, "%d/%d" % (len(ok), len(rs)), "%.2f" % med,
                       "%.0f%%" % (100 * (max(secs) - min(secs)) / med) if len(secs) > 1 else "-",
                       "%.0f" % (ok[0]["changes"] / med),
-                      "%.2f" % median(vn) if vn else "-", "%.2f" % median(vc) if vc else "-",
+                      "%.2f" % median(vn) if vn else "-", "%.2f" % median(cs) if cs else "-",
+                      "%.2f" % median(vnc) if vnc else "-", "%.2f" % median(vc) if vc else "-",
                       "%.2f" % median(vf) if vf else "-",
                       "%.2f" % median(cpu) if cpu else "-", "%.2f" % median(scpu) if scpu else "-",
                       "%d" % median(segs) if segs else "-",
@@ -1147,14 +1168,15 @@ def table(hdr, lines):
 
 
 def fmt_table(rows):
-    hdr = ["workload", "contender", "rep", "changes", "seconds", "rows/s", "vs native", "vs ceiling",
-           "vs floor", "cpu s", "sender cpu s", "tcp segs", "drops", "VmHWM MB", "anon MB", "status"]
+    hdr = ["workload", "contender", "rep", "changes", "seconds", "rows/s", "vs native", "confirmed s",
+           "vs native confirmed", "vs ceiling", "vs floor", "cpu s", "sender cpu s", "tcp segs", "drops", "VmHWM MB", "anon MB", "status"]
     lines = []
     for r in rows:
         f = lambda k, fmt: (fmt % r[k]) if r.get(k) is not None else "-"
         lines.append([r["workload"], r["contender"] + ("(%s)" % r["variant"] if r.get("variant") else ""),
                       str(r["rep"]), str(r["changes"]), f("seconds", "%.2f"), f("rows_per_s", "%.0f"),
-                      f("vs_native", "%.2f"), f("vs_ceiling", "%.2f"), f("vs_floor", "%.2f"),
+                      f("vs_native", "%.2f"), f("confirmed_seconds", "%.2f"), f("vs_native_confirmed", "%.2f"),
+                      f("vs_ceiling", "%.2f"), f("vs_floor", "%.2f"),
                       f("apply_cpu_s", "%.2f"),
                       f("sender_cpu_s", "%.2f"), f("tcp_segments", "%d"), f("tcp_rcvq_drops", "%d"),
                       ("%.0f" % (r["peak_rss_kb"] / 1024)) if r.get("peak_rss_kb") else "-",

@@ -78,6 +78,7 @@
 #include "shmem.h"
 #include "snapshot.h"
 #include "source_slot.h"
+#include "spi_util.h"
 #include "walproto.h"
 
 /* Where a session is, to classify source errors. */
@@ -810,11 +811,17 @@ run_census_if_due(void)
 
 /*
  * After a source COMMIT: is another transaction about to join the batch?
- * Yes when a message is already received.  Otherwise, while the source is
- * streaming a backlog (the last batch held several transactions), sleep
- * BATCH_LINGER_MS and look again; a quiet source never waits: its batches
- * hold one transaction, and the first look that finds nothing stops the
- * lingering.
+ * Yes when a message is already received.  Otherwise, while the walsender
+ * is streaming a backlog, sleep BATCH_LINGER_MS and look again; a source
+ * the walsender keeps up with never waits: what it will send next is not
+ * committed yet, and every millisecond spent waiting for it is latency
+ * (and, for a synchronous source, its sessions' commit time).
+ *
+ * The walsender is streaming a backlog when it sends a COMMIT more than
+ * BATCH_LINGER_MS after the source committed it (the message's send time
+ * less the commit time, both read off the source's clock): then the next
+ * transactions are committed already, and a pause of that length delays
+ * nothing that was not already later than it.
  *
  * The sleep is long on purpose, and does not watch the socket.  A worker
  * that reads every message as it arrives keeps the source's TCP window open,
@@ -828,28 +835,38 @@ run_census_if_due(void)
  * cheaply and sends them in large segments once we read, which is the
  * regime native apply runs in because it is slower than the source.  The
  * worker applies the burst faster than the walsender produces it, so the
- * pause costs no throughput; it bounds the added latency of a busy stream.
- * (Ending the sleep early once the socket's kernel queue stopped growing
- * was measured: the walsender, sharing two cores, pauses that long often
- * enough that W2 lost ~5 % and its sender CPU rose; not kept.)
+ * pause costs no throughput.  (Ending the sleep early once the socket's
+ * kernel queue stopped growing was measured: the walsender, sharing two
+ * cores, pauses that long often enough that W2 lost ~5 % and its sender CPU
+ * rose; not kept.)  Should keeping up with a live source cost the walsender
+ * that much, it falls behind, and the pacing returns.
  */
 #define BATCH_LINGER_MS 30
 
-static bool stream_busy = false;
+static bool sender_behind = false;
+
+/* Note how far behind its source's commits the walsender sent this one. */
+static void
+note_commit_sent(TimestampTz send_time, TimestampTz commit_time)
+{
+	sender_behind = send_time - commit_time > (TimestampTz) BATCH_LINGER_MS * 1000;
+}
 
 /*
  * The same reason paces reading inside a transaction: when the worker has
  * read everything the socket held and that was a backlog (at least
- * PACE_MIN_BYTES since it last found the socket empty), it pauses
- * BATCH_LINGER_MS instead of waking at the next arriving segment.  A worker
- * faster than the walsender would otherwise keep the window open through a
- * large transaction or a run of them, and the walsender would send each
- * change as a segment of its own -- measured: applying faster made the
- * walsender slower and the whole no faster (W1: ~250,000 segments unpaced,
- * 15,000-50,000 paced, and the walsender's CPU a quarter lower).  A trickle (less than that since the socket was
- * last empty) is read as it arrives.  The pause clamps the window first
- * (ash_stream_pause): without that, a sleeping reader's buffer overflowed in
- * some runs and the source's retransmissions stalled them for seconds.
+ * PACE_MIN_BYTES since it last found the socket empty, and the walsender
+ * behind), it pauses BATCH_LINGER_MS instead of waking at the next
+ * arriving segment.  A worker faster than the walsender would otherwise
+ * keep the window open through a large transaction or a run of them, and
+ * the walsender would send each change as a segment of its own --
+ * measured: applying faster made the walsender slower and the whole no
+ * faster (W1: ~250,000 segments unpaced, 15,000-50,000 paced, and the
+ * walsender's CPU a quarter lower).  A trickle (less than that since the
+ * socket was last empty) is read as it arrives.  The pause clamps the
+ * window first (ash_stream_pause): without that, a sleeping reader's
+ * buffer overflowed in some runs and the source's retransmissions stalled
+ * them for seconds.
  */
 #define PACE_MIN_BYTES (64 * 1024)
 
@@ -860,13 +877,12 @@ more_coming(void)
 {
 	if (ash_stream_more_buffered(&stream))
 		return true;
-	if (stream_busy)
+	if (sender_behind)
 	{
 		ash_stream_pause(&stream, BATCH_LINGER_MS);
 		if (ash_stream_more_buffered(&stream))
 			return true;
 	}
-	stream_busy = false;
 	return false;
 }
 
@@ -908,17 +924,16 @@ apply_message_data(AshPgoutputState *dstate, AshStreamMsg *msg)
 	ash_apply_change(&change);
 
 	if (change.kind == ASH_CHANGE_STREAM_COMMIT)
+	{
 		stream_fallbacks = 0;
+		note_commit_sent(msg->send_time, change.u.stream_commit.commit_time);
+	}
+	else if (change.kind == ASH_CHANGE_COMMIT)
+		note_commit_sent(msg->send_time, change.u.commit.commit_time);
 	if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
 		 nontx_message) && ash_apply_batch_pending() &&
 		(ash_apply_batch_full() || nontx_message || !more_coming()))
-	{
-		AshBatchResult r = commit_batch();
-
-		/* several transactions were waiting: a backlog is streaming */
-		if (r.xacts > 1)
-			stream_busy = true;
-	}
+		(void) commit_batch();
 }
 
 /*
@@ -1007,7 +1022,7 @@ wait_for_stream(TimestampTz now)
 
 		wait_ms = Min(wait_ms, Max(until, 1));
 	}
-	if (stream.received_bytes - paced_from >= PACE_MIN_BYTES)
+	if (sender_behind && stream.received_bytes - paced_from >= PACE_MIN_BYTES)
 	{
 		/* a backlog is streaming: let the source's window close */
 		ash_stream_pause(&stream, BATCH_LINGER_MS);
@@ -1258,6 +1273,7 @@ run_session(void)
 	session_streaming_at = GetCurrentTimestamp();
 	next_census = GetCurrentTimestamp();	/* first census right away */
 	paced_from = 0;
+	sender_behind = false;
 	receive_loop();
 }
 
@@ -1400,9 +1416,7 @@ ash_pipeline_main(Datum main_arg)
 
 	BackgroundWorkerInitializeConnectionByOid(MySlot->dboid, InvalidOid, 0);
 
-	/* apply commits asynchronously; feedback waits for the local flush */
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
+	ash_worker_session_settings();
 
 	pipeline_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant pipeline",
 										 ALLOCSET_DEFAULT_SIZES);

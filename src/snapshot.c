@@ -1326,8 +1326,7 @@ ash_snapshot_copier_main(Datum main_arg)
 	SpinLockRelease(&slot->mutex);
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
+	ash_worker_session_settings();
 	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
 
 	PG_TRY();

@@ -16,6 +16,7 @@
 
 #include "access/xact.h"
 #include "executor/spi.h"
+#include "utils/guc.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
@@ -140,4 +141,20 @@ ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
 	if (ret != expected_ret)
 		elog(ERROR, "ash_replicant: %s", what);
 	return SPI_processed;
+}
+
+/*
+ * Mirrored writes commit asynchronously (feedback waits for the local
+ * flush), fire ordinary triggers as the origin, and never JIT-compile: a
+ * worker's statements are short and its catalog queries (the census's
+ * contract recheck) cost more than jit_above_cost, and compiling one took
+ * about a second of the worker's time in which nothing was applied
+ * (docs/operations.md, *Lag and latency*).
+ */
+void
+ash_worker_session_settings(void)
+{
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 }

@@ -36,4 +36,7 @@ extern uint64 ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum
 /* SPI_prepare + SPI_keepplan, leaving the caller's memory context current. */
 extern SPIPlanPtr ash_spi_prepare_kept(const char *sql, int nargs, Oid *types);
 
+/* The session settings every worker that writes mirrored rows runs under. */
+extern void ash_worker_session_settings(void);
+
 #endif							/* ASH_SPI_UTIL_H */
