@@ -509,7 +509,7 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
                   (w.end_lsn, slot)):
                 confirmed = time.monotonic() - t0
                 break
-            time.sleep(POLL)
+            time.sleep(0.002)
     if pid is None:
         pid = pid_of()
     st = proc_status(pid) if pid else None
