@@ -817,11 +817,12 @@ run_census_if_due(void)
  * committed yet, and every millisecond spent waiting for it is latency
  * (and, for a synchronous source, its sessions' commit time).
  *
- * The walsender is streaming a backlog when it sends a COMMIT more than
- * BATCH_LINGER_MS after the source committed it (the message's send time
- * less the commit time, both read off the source's clock): then the next
- * transactions are committed already, and a pause of that length delays
- * nothing that was not already later than it.
+ * The walsender is streaming a backlog when it sends a BEGIN or COMMIT more
+ * than BATCH_LINGER_MS after the source committed the transaction (the
+ * message's send time less the commit time, both read off the source's
+ * clock), or streams a transaction in progress: then what comes next is
+ * committed or written already, and a pause of that length delays nothing
+ * that was not already later than it.
  *
  * The sleep is long on purpose, and does not watch the socket.  A worker
  * that reads every message as it arrives keeps the source's TCP window open,
@@ -845,7 +846,11 @@ run_census_if_due(void)
 
 static bool sender_behind = false;
 
-/* Note how far behind its source's commits the walsender sent this one. */
+/*
+ * Note how far behind its source's commits the walsender sent this one (at
+ * BEGIN, which carries the commit time, too: a large transaction is paced
+ * from its start).
+ */
 static void
 note_commit_sent(TimestampTz send_time, TimestampTz commit_time)
 {
@@ -930,6 +935,10 @@ apply_message_data(AshPgoutputState *dstate, AshStreamMsg *msg)
 	}
 	else if (change.kind == ASH_CHANGE_COMMIT)
 		note_commit_sent(msg->send_time, change.u.commit.commit_time);
+	else if (change.kind == ASH_CHANGE_BEGIN)
+		note_commit_sent(msg->send_time, change.u.begin.commit_time);
+	else if (change.kind == ASH_CHANGE_STREAM_START)
+		sender_behind = true;	/* a transaction too large to wait for its commit */
 	if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
 		 nontx_message) && ash_apply_batch_pending() &&
 		(ash_apply_batch_full() || nontx_message || !more_coming()))
