@@ -47,6 +47,7 @@ SRC_PORT = int(os.environ.get("BENCH_SRC_PORT", "57001"))
 DST_PORT = int(os.environ.get("BENCH_DST_PORT", "57002"))
 KEEP = os.environ.get("KEEP", "0") == "1"
 POLL = 0.05
+MARKER_POLL = float(os.environ.get("BENCH_MARKER_POLL", "0.01"))   # visibility is measured to this
 
 STAMP = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 RESULTS_DIR = os.path.join(HERE, "results")
@@ -499,7 +500,7 @@ def timed_apply(w, dst, marker_id, start, pid_of, check=None, timeout=None, prof
             next_check = now + 0.5
         if now - t0 > timeout:
             raise Failed("timeout after %ds" % timeout)
-        time.sleep(POLL)
+        time.sleep(MARKER_POLL)
     confirmed = None
     if slot and getattr(w, "end_lsn", None):
         # until the source holds the acknowledgement too: the slot's
