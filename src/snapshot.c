@@ -65,6 +65,7 @@
 #include "errors.h"
 #include "provenance.h"
 #include "shmem.h"
+#include "origin.h"
 #include "snapshot.h"
 #include "source_catalog.h"
 #include "spi_util.h"
@@ -1357,6 +1358,8 @@ ash_snapshot_copier_main(Datum main_arg)
 		helper_coordinator = coordinator;
 		Assert(!ash_config_is_append_log(cfg));
 
+		/* its copies are mirrored writes too: tagged with an origin of its own */
+		ash_origin_attach(sink_name, index);
 		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
 		data_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
 		if (!ash_source_identity_matches(data_conn, cfg->source_system_identifier,
