@@ -532,7 +532,9 @@ table_stats_flush(void)
 			"  last_applied_at)"
 			" SELECT $1, u.target, u.tenant, u.relid, u.i, u.u, u.d, u.t, u.ct,"
 			"  pg_catalog.clock_timestamp()"
-			"  FROM pg_catalog.unnest($2, $3, $4, $5, $6, $7, $8, $9)"
+			"  FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3),"
+			"    pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+			"    pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9))"
 			"    AS u(target, tenant, relid, i, u, d, t, ct)"
 			" ON CONFLICT (sink_name, target, tenant) DO UPDATE SET"
 			"  target_table = coalesce(EXCLUDED.target_table, t.target_table),"
@@ -549,8 +551,10 @@ table_stats_flush(void)
 		SPI_keepplan(plan);
 		table_stats_plan = plan;
 	}
+	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_execute_plan(table_stats_plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "ash_replicant: table statistics were not written");
+	PopActiveSnapshot();
 	MemoryContextSwitchTo(old);
 	table_stats_discard();
 	ash_origin_set_progress(InvalidXLogRecPtr, 0);

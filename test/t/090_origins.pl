@@ -176,11 +176,11 @@ for (1 .. 2)
 }
 AshTest::assert_mirror_equal($p, $q, [ 't1', 't2' ], name => 'the pair converged');
 
-is(table_stat($q, 'from_p', 't1', 'inserted'), '300', 'Q applied P\'s 300 inserts of t1');
-is(table_stat($q, 'from_p', 't1', 'updated'), '120', 'and its 120 updates');
-is(table_stat($p, 'from_q', 't1', 'inserted + updated + deleted'), '0',
+is(table_stat($q, 'from_p', 'public.t1', 'inserted'), '300', 'Q applied P\'s 300 inserts of t1');
+is(table_stat($q, 'from_p', 'public.t1', 'updated'), '120', 'and its 120 updates');
+is(table_stat($p, 'from_q', 'public.t1', 'inserted + updated + deleted'), '0',
 	'P never re-applied its own t1 rows coming back from Q');
-is(table_stat($q, 'from_p', 't2', 'inserted + updated + deleted'), '0',
+is(table_stat($q, 'from_p', 'public.t2', 'inserted + updated + deleted'), '0',
 	'Q never re-applied its own t2 rows coming back from P');
 cmp_ok(AshTest::stat_row($p, 'from_q')->{skipped_changes}, '>=', 300,
 	'the echoes of P\'s changes arrived at P and were skipped');
