@@ -91,8 +91,11 @@ REVOKE ALL ON ash_replicant.table_stats FROM PUBLIC;
 /*
  * Per sink and target, all tenants together (tenant NULL); then, for a
  * tenant-scoped mapping, one row per tenant -- only where the querying role
- * may SELECT the table that tenant's rows are written to.  security_barrier:
- * a caller's own function in WHERE never sees a row the filter hides.
+ * may SELECT the table that tenant's rows are written to.  A caller's own
+ * function in WHERE never sees a row the filter hides: the view is a
+ * security barrier, and the filtered rows come from a subquery no condition
+ * is pushed into (OFFSET 0: the UNION ALL is flattened into its branches,
+ * which would otherwise let a cheap caller function run before the check).
  */
 CREATE VIEW ash_replicant.stat_tables WITH (security_barrier) AS
 	SELECT s.sink_name, s.target, NULL::text AS tenant,
@@ -108,13 +111,14 @@ CREATE VIEW ash_replicant.stat_tables WITH (security_barrier) AS
 	  FROM ash_replicant.table_stats s
 	 GROUP BY s.sink_name, s.target
 	UNION ALL
-	SELECT s.sink_name, s.target, s.tenant, s.inserted, s.updated, s.deleted,
-		s.truncated, s.last_commit_time, s.last_applied_at,
-		pg_catalog.date_part('epoch', s.last_applied_at OPERATOR(pg_catalog.-) s.last_commit_time),
-		s.counting_since
-	  FROM ash_replicant.table_stats s
-	 WHERE s.tenant IS NOT NULL
-	   AND pg_catalog.has_table_privilege(s.target_table, 'SELECT');
+	SELECT g.sink_name, g.target, g.tenant, g.inserted, g.updated, g.deleted,
+		g.truncated, g.last_commit_time, g.last_applied_at,
+		pg_catalog.date_part('epoch', g.last_applied_at OPERATOR(pg_catalog.-) g.last_commit_time),
+		g.counting_since
+	  FROM (SELECT s.* FROM ash_replicant.table_stats s
+			 WHERE s.tenant IS NOT NULL
+			   AND pg_catalog.has_table_privilege(s.target_table, 'SELECT')
+			OFFSET 0) g;
 COMMENT ON VIEW ash_replicant.stat_tables
 	IS 'per sink and target table (and per tenant, to roles that may read that tenant''s rows): rows inserted, updated, deleted, truncations, last applied source commit time and its apply lag; no row value';
 REVOKE ALL ON ash_replicant.stat_tables FROM PUBLIC;
