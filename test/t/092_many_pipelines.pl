@@ -91,6 +91,8 @@ ok(AshTest::poll($dst,
 	'the locked pipeline waits on the lock of its target');
 
 healthy_round('during', 2001);
+note "backlog rows applied when the healthy ones had caught up: "
+  . $dst->safe_psql($DB, 'SELECT count(*) FROM t_backlog') . " of 300000";
 
 # the trouble is still there: the healthy ones did not wait for it to end
 is($dst->safe_psql($DB,
