@@ -159,7 +159,7 @@ END $p$""" % (t, GEN))
     for k, db, t, sink, sub in names:
         s = connect_db(B.SRC_PORT, db)
         B.q(s, "CALL load(1, %d, 1000)" % ROWS)
-        B.q(s, "INSERT INTO %s SELECT %s FROM generate_series(%d, %d) g" % (t, GEN, ROWS + 1, ROWS + 1))
+        B.q(s, "INSERT INTO %s SELECT %s FROM generate_series(%d::bigint, %d) g" % (t, GEN, ROWS + 1, ROWS + 1))
         s.close()
     B.q(dst, "CHECKPOINT")
     src.close()
