@@ -55,14 +55,33 @@ def dsn(db):
     return "host=127.0.0.1 port=%d dbname=%s user=postgres" % (B.SRC_PORT, db)
 
 
-def cluster_cpu(cluster, needles=("",)):
-    """CPU seconds of the cluster's processes (postmaster children whose title holds a needle)."""
-    total = 0.0
-    for pid, _ in B.server_processes(cluster, *needles):
-        st = B.proc_status(pid)
-        if st:
-            total += st["cpu_s"]
-    return total
+class CpuMeter:
+    """CPU seconds the cluster's processes (postmaster children whose title holds a
+    needle) use from start() on: per process, its last sample minus its CPU at
+    start (0 for a process started since), so a process that exits meanwhile (a
+    worker of the contender measured before) neither subtracts nor is lost."""
+
+    def __init__(self, cluster, *needles):
+        self.cluster, self.needles = cluster, needles or ("",)
+        self.base, self.last = {}, {}
+
+    def _read(self):
+        out = {}
+        for pid, _ in B.server_processes(self.cluster, *self.needles):
+            st = B.proc_status(pid)
+            if st:
+                out[pid] = st["cpu_s"]
+        return out
+
+    def start(self):
+        self.base = self._read()
+        self.last = dict(self.base)
+
+    def sample(self):
+        self.last.update(self._read())
+
+    def used(self):
+        return sum(cpu - self.base.get(pid, 0.0) for pid, cpu in self.last.items())
 
 
 def setup():
@@ -171,8 +190,11 @@ def measure(kind, names, n):
     dst = B.connect(B.DST_PORT)
     marker = ROWS + 1
     schema = "ash" if kind == "ash" else "public"
-    cpu0 = cluster_cpu("dest")
-    snd0 = cluster_cpu("source", "walsender")
+    dest_cpu = CpuMeter("dest")
+    sender_cpu = CpuMeter("source", "walsender")
+    dest_cpu.start()
+    sender_cpu.start()
+    next_sample = 0.0
     t0 = time.monotonic()
     for k, db, t, sink, sub in names:
         if kind == "ash":
@@ -181,7 +203,6 @@ def measure(kind, names, n):
             B.q(dst, "ALTER SUBSCRIPTION %s ENABLE" % sub)
     pending = set(names)
     timeout = 300 + 60 * n * ROWS / 200000
-    snd1 = snd0
     while pending:
         for item in list(pending):
             if B.q1(dst, "SELECT count(*) FROM %s.%s WHERE id = %%s" % (schema, item[2]), (marker,)):
@@ -191,14 +212,17 @@ def measure(kind, names, n):
                            " WHERE state IN ('halted', 'misconfigured')")
             if bad:
                 raise B.Failed("pipeline %s" % (bad,))
-        # walsenders end with their consumer: read them while they live
-        snd1 = max(snd1, cluster_cpu("source", "walsender"))
+        # processes may end before the last marker: sample them while they live
+        if time.monotonic() >= next_sample:
+            dest_cpu.sample()
+            sender_cpu.sample()
+            next_sample = time.monotonic() + 0.25
         if time.monotonic() - t0 > timeout:
             raise B.Failed("timeout after %ds" % timeout)
         time.sleep(B.POLL)
     secs = time.monotonic() - t0
-    cpu1 = cluster_cpu("dest")
-    snd1 = max(snd1, cluster_cpu("source", "walsender"))
+    dest_cpu.sample()
+    sender_cpu.sample()
     rows = []
     for k, db, t, sink, sub in names:
         rows.append(B.q1(dst, "SELECT count(*) FROM %s.%s" % (schema, t)))
@@ -211,14 +235,16 @@ def measure(kind, names, n):
     deadline = time.time() + 60
     while time.time() < deadline:
         live = B.q1(dst, "SELECT count(*) FROM ash_replicant_status() WHERE worker_pid IS NOT NULL") + \
-            B.q1(dst, "SELECT count(*) FROM pg_stat_subscription WHERE pid IS NOT NULL")
+            B.q1(dst, "SELECT count(*) FROM pg_stat_subscription WHERE pid IS NOT NULL") + \
+            len(B.server_processes("dest", "ash_replicant pipeline", "logical replication worker"))
         if not live:
             break
         time.sleep(0.1)
     dst.close()
     ok = all(r == ROWS + 1 for r in rows)
-    return {"seconds": secs, "rows_per_s": n * ROWS / secs, "dest_cpu_s": cpu1 - cpu0,
-            "dest_cpu_cores": (cpu1 - cpu0) / secs, "sender_cpu_s": snd1 - snd0, "complete": ok}
+    return {"seconds": secs, "rows_per_s": n * ROWS / secs, "dest_cpu_s": dest_cpu.used(),
+            "dest_cpu_cores": dest_cpu.used() / secs, "sender_cpu_s": sender_cpu.used(), "complete": ok,
+            "loadavg": os.getloadavg()}
 
 
 def cleanup_round(names):
