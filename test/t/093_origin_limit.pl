@@ -1,9 +1,12 @@
-# A destination without a free replication state slot for a pipeline's origin
-# (docs/operations.md#many-pipelines): max_replication_slots = 1 on the
-# destination, two pipelines.  The second waits -- catching_up with reason
-# destination_origin_limit, logged, nothing applied -- instead of waiting
-# silently, and streams on its own once the first sink (and its origin) is
-# dropped.
+# Limits a pipeline waits for, with a status reason instead of a silent wait
+# (docs/operations.md#many-pipelines): max_replication_slots = 1 on both the
+# destination (replication origins) and the source (slots), two pipelines.
+#   - the second finds no replication state slot for its origin: catching_up /
+#     destination_origin_limit, logged, nothing applied, the source untouched;
+#   - the first sink dropped (its origin with it), the second gets its origin
+#     but the source's only slot is still the first's: catching_up /
+#     source_slot_limit;
+#   - that slot dropped, it streams on its own.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -12,7 +15,15 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $DB = $AshTest::DB;
-my ($src, $dst) = AshTest::start_pair(dst_conf => "max_replication_slots = 1\n");
+
+my ($src, $dst) = AshTest::start_pair(dst_conf => "max_replication_slots = 1\n",
+	src_conf => "max_replication_slots = 1\n");
+
+sub origin_count
+{
+	my ($name) = @_;
+	return $dst->safe_psql($DB, "SELECT count(*) FROM pg_replication_origin WHERE roname = '$name'");
+}
 
 for my $s (qw(one two))
 {
@@ -35,10 +46,17 @@ is($src->safe_psql($DB, "SELECT count(*) FROM pg_replication_slots WHERE slot_na
 AshTest::stop_sink($dst, 'one');
 AshTest::poll($dst, "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'ash_replicant one'");
 $dst->safe_psql($DB, "SELECT ash_replicant_drop_sink('one')");
+is(origin_count('ash_replicant_one'), '0', 'the first sink\'s origin is gone');
+AshTest::wait_status($dst, 'two', 'catching_up', 'source_slot_limit',
+	name => 'with its origin, the second finds every source slot taken, and status says so');
+ok(AshTest::log_lines_like($dst, qr/event=source\.fault sink=two step=slot source_sqlstate=53400/),
+	'the source\'s refusal is logged');
+is(origin_count('ash_replicant_two'), '1', 'the second holds its origin now');
+
+$src->safe_psql($DB, "SELECT pg_drop_replication_slot('one')");
 ok(AshTest::poll($dst,
-		"SELECT reason IS DISTINCT FROM 'destination_origin_limit' FROM ash_replicant_status('two')"),
-	'the origin slot freed, the reason is gone');
-is(AshTest::status_row($dst, 'two')->{reason}, undef, 'no reason left');
+		"SELECT reason IS DISTINCT FROM 'source_slot_limit' FROM ash_replicant_status('two')"),
+	'the source slot freed, the reason is gone');
 AshTest::wait_slot_consistent($src, $dst, 'two');
 $src->safe_psql($DB, "INSERT INTO t_two SELECT g, 'w' FROM generate_series(11, 20) g");
 AshTest::wait_caught_up($src, $dst, 'two', name => 'the second pipeline streams');
