@@ -187,16 +187,6 @@ cmp_ok(AshTest::stat_row($p, 'from_q')->{skipped_changes}, '>=', 300,
 cmp_ok(AshTest::stat_row($q, 'from_p')->{skipped_changes}, '>=', 300,
 	'the echoes of Q\'s changes arrived at Q and were skipped');
 
-# nothing keeps circulating: the watermarks stand still without new writes
-my $wm_p = AshTest::checkpoint_lsn($p, 'from_q');
-my $wm_q = AshTest::checkpoint_lsn($q, 'from_p');
-my $applied_p = AshTest::stat_row($p, 'from_q')->{applied_transactions};
-sleep 2;    # not a synchronisation: the absence of progress is the point
-is(AshTest::checkpoint_lsn($p, 'from_q'), $wm_p, 'P\'s watermark stands still');
-is(AshTest::checkpoint_lsn($q, 'from_p'), $wm_q, 'Q\'s watermark stands still');
-is(AshTest::stat_row($p, 'from_q')->{applied_transactions}, $applied_p,
-	'P applies nothing more');
-
 ##############################################################################
 # Dropping a sink drops its origin.
 ##############################################################################
