@@ -15,7 +15,9 @@
  *
  *	  PostgreSQL 15 lets one process at a time hold an origin, so a
  *	  snapshot's helper copiers (snapshot.c) tag their copies with origins
- *	  of their own, "ash_replicant_<sink>_copier<n>".
+ *	  of their own, "ash_replicant_<sink>_copier<n>", which they drop when
+ *	  they end: an origin keeps its replication state slot until dropped,
+ *	  and a sink's copiers would otherwise keep several for good.
  *
  *	  The origin's progress (the source end LSN of the last batch, set at
  *	  each batch commit in apply.c) is informational: the checkpoint row
@@ -101,4 +103,20 @@ ash_origin_set_progress(XLogRecPtr source_end, TimestampTz source_commit_time)
 		return;
 	replorigin_session_origin_lsn = source_end;
 	replorigin_session_origin_timestamp = source_commit_time;
+}
+
+void
+ash_origin_release_and_drop(const char *sink_name, int copier)
+{
+	char		name[ASH_ORIGIN_NAME_LEN];
+
+	if (!ash_origin_attached())
+		return;
+	ash_origin_name(sink_name, copier, name);
+	replorigin_session_reset();
+	replorigin_session_origin = InvalidRepOriginId;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	replorigin_drop_by_name(name, true, true);
+	CommitTransactionCommand();
 }

@@ -39,6 +39,13 @@ extern bool ash_origin_attached(void);
 extern void ash_origin_set_progress(XLogRecPtr source_end, TimestampTz source_commit_time);
 
 /*
+ * A snapshot helper copier at its end: release its origin and drop it, so
+ * that its replication state slot serves the next one (a copy's progress
+ * needs no keeping).  Runs its own transaction; nothing if none is set up.
+ */
+extern void ash_origin_release_and_drop(const char *sink_name, int copier);
+
+/*
  * Drop every origin of sink_name that exists, in the caller's transaction
  * (ash_replicant_drop_sink).  An origin in use by a running process raises.
  */

@@ -337,7 +337,7 @@ attach_origin(void)
 				(errmsg("ash_replicant event=pipeline.origin_unavailable sink=%s sqlstate=%s retry_in_ms=%ld",
 						cfg->sink_name, unpack_sql_state(code), delay),
 				 code == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED ?
-				 errhint("Increase max_replication_slots on the destination: each running pipeline holds one replication origin.") : 0));
+				 errhint("Increase max_replication_slots on the destination: each sink that has run holds one replication origin until it is dropped.") : 0));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 delay, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

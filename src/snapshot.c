@@ -1323,6 +1323,38 @@ copier_attach_origin(const char *sink_name, int index)
 	return ok;
 }
 
+/*
+ * At the copier's end, before it says so in the slot (a helper started
+ * next under the same index must find the origin gone, not still held):
+ * drop its origin.  Best effort: one left behind is reused by the next
+ * copier of that index and dropped with the sink.
+ */
+static void
+copier_drop_origin(const char *sink_name, int index)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		ash_origin_release_and_drop(sink_name, index);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copier_origin_kept sink=%s copier=%d sqlstate=%s",
+						sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
 void
 ash_snapshot_copier_main(Datum main_arg)
 {
@@ -1423,6 +1455,7 @@ ash_snapshot_copier_main(Datum main_arg)
 		while (copy_next(data_conn, snapshot_lsn, attempt));
 		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
 		close_connections();
+		copier_drop_origin(sink_name, index);
 		SpinLockAcquire(&slot->mutex);
 		slot->copiers[index].end = ASH_COPIER_DONE;
 		SpinLockRelease(&slot->mutex);
@@ -1439,6 +1472,7 @@ ash_snapshot_copier_main(Datum main_arg)
 		ash_apply_abort();
 		close_connections();
 		RESUME_INTERRUPTS();
+		copier_drop_origin(sink_name, index);
 
 		/* never the error's text: it can carry values */
 		SpinLockAcquire(&slot->mutex);
