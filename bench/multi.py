@@ -284,9 +284,19 @@ def main():
         xs = sorted(r[key] for r in results if r["contender"] == kind and r["n"] == n and key in r)
         return xs[len(xs) // 2] if xs else None
 
+    def paired(n):
+        """Median over the repetitions of ash's rate / native's in the same repetition."""
+        by_rep = {}
+        for r in results:
+            if r["n"] == n and "rows_per_s" in r:
+                by_rep.setdefault(r["rep"], {})[r["contender"]] = r["rows_per_s"]
+        xs = sorted(v["ash"] / v["native"] for v in by_rep.values() if "ash" in v and "native" in v)
+        return "%.2f (%.2f-%.2f)" % (xs[len(xs) // 2], xs[0], xs[-1]) if xs else "-"
+
     single = med("ash", MULTI_N[0], "rows_per_s") if MULTI_N and MULTI_N[0] == 1 else None
-    lines = ["%-3s %-8s %9s %12s %10s %9s %10s %9s %s" % ("N", "contender", "seconds", "rows/s", "dest CPU s",
-                                                         "dest cores", "sender s", "vs native", "vs 1 x min(N,cores)")]
+    lines = ["%-3s %-8s %9s %12s %10s %9s %10s %9s %-18s %s" % (
+        "N", "contender", "seconds", "rows/s", "dest CPU s", "dest cores", "sender s", "vs native",
+        "paired (range)", "vs 1 x min(N,cores)")]
     for n in MULTI_N:
         nat = med("native", n, "rows_per_s")
         for kind in ("ash", "native"):
@@ -296,9 +306,10 @@ def main():
                 continue
             vs_nat = "%.2f" % (rps / nat) if kind == "ash" and nat else "-"
             vs_lin = "%.2f" % (rps / (single * min(n, CORES))) if kind == "ash" and single else "-"
-            lines.append("%-3d %-8s %9.2f %12s %10.2f %9.2f %10.2f %9s %s" % (
+            lines.append("%-3d %-8s %9.2f %12s %10.2f %9.2f %10.2f %9s %-18s %s" % (
                 n, kind, med(kind, n, "seconds"), "{:,.0f}".format(rps), med(kind, n, "dest_cpu_s"),
-                med(kind, n, "dest_cpu_cores"), med(kind, n, "sender_cpu_s"), vs_nat, vs_lin))
+                med(kind, n, "dest_cpu_cores"), med(kind, n, "sender_cpu_s"), vs_nat,
+                paired(n) if kind == "ash" else "-", vs_lin))
     text = "\n".join(lines)
     print(text)
     with open(OUT.replace(".jsonl", ".txt"), "w") as f:
