@@ -6,6 +6,8 @@
 #     SCALE=0.1 bash bench/run.sh       # quick run
 #     bash bench/run.sh initial-load    # initial load (snapshots): WORKLOADS=L1,L8,
 #                                       # CONTENDERS=ash,native,pglogical (bench/initial_load.py)
+#     bash bench/run.sh multi           # aggregate catch-up of N pipelines vs N native
+#                                       # subscriptions, N source databases (bench/multi.py)
 #     bash bench/run.sh latency         # commit-to-visible latency at fixed rates and the
 #                                       # source's commit latency with a synchronous standby,
 #                                       # CONTENDERS=ash,native (bench/latency.py: its knobs
@@ -40,6 +42,12 @@ driver=bench/bench.py
 if [ "${1:-}" = initial-load ]; then
     shift
     export WORKLOADS=${WORKLOADS:-L1,L8} CONTENDERS=${CONTENDERS:-ash,native,pglogical}
+elif [ "${1:-}" = multi ]; then
+    # N pipelines vs N native subscriptions into one destination (bench/multi.py:
+    # MULTI_N=1,2,4,8, ROWS=200000 per source database)
+    shift
+    export CONTENDERS=${CONTENDERS:-ash,native}
+    driver=bench/multi.py
 elif [ "${1:-}" = latency ]; then
     shift
     export CONTENDERS=${CONTENDERS:-ash,native}

@@ -61,6 +61,7 @@
 
 #include "errors.h"
 #include "launcher.h"
+#include "origin.h"
 #include "qualname.h"
 #include "shmem.h"
 
@@ -611,6 +612,8 @@ ash_replicant_drop_sink(PG_FUNCTION_ARGS)
 				 1, types, values, NULL, false);
 	if (SPI_processed != 1)
 		reject_unknown_sink(sink_name);
+	/* the replication origins its writes were tagged with (origin.c) */
+	ash_origin_drop_all(sink_name);
 
 	SPI_finish();
 	ash_launcher_wake_at_commit();
@@ -1537,6 +1540,33 @@ cp_upsert(FunctionCallInfo fcinfo, const char *sink_name, const PipelineArgs *pa
 }
 
 /*
+ * origin (1.3.0, the argument after CP_NARGS): 'any' mirrors every source
+ * transaction; 'none' skips those that carry a replication origin (apply.c),
+ * as a PostgreSQL 16 subscription with origin = none does.  Called through
+ * an older SQL declaration it is not there: the column keeps its default.
+ */
+#define CP_ORIGIN CP_NARGS
+
+static void
+cp_set_origin(FunctionCallInfo fcinfo, const char *sink_name)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	char	   *origin = "any";
+
+	if (PG_NARGS() <= CP_ORIGIN)
+		return;
+	if (!PG_ARGISNULL(CP_ORIGIN))
+		origin = text_to_cstring(PG_GETARG_TEXT_PP(CP_ORIGIN));
+	if (strcmp(origin, "any") != 0 && strcmp(origin, "none") != 0)
+		CONFIG_REJECT("origin must be any or none");
+	values[0] = CStringGetTextDatum(sink_name);
+	values[1] = CStringGetTextDatum(origin);
+	catalog_exec("UPDATE ash_replicant.pipelines SET origin = $2 WHERE sink_name = $1",
+				 2, types, values, NULL, false);
+}
+
+/*
  * ash_replicant_configure_pipeline(...) — validate and upsert the start
  * options; enabled, start_generation and the halt columns are kept.
  */
@@ -1569,6 +1599,7 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 				   sink_name, sink.initial_state, pa.snapshot);
 
 	cp_upsert(fcinfo, sink_name, &pa);
+	cp_set_origin(fcinfo, sink_name);
 	bump_config_version(sink_name);
 
 	SPI_finish();

@@ -128,6 +128,25 @@ snapshot_slot(const char *sink_name, AshPipelineSlot *snap)
 	return found;
 }
 
+/*
+ * Is every shared-memory slot taken (ash_replicant.max_pipelines)?  A slot
+ * stays taken by a halted pipeline until it is stopped: the slot keeps the
+ * halt's in-memory leg.
+ */
+static bool
+all_slots_taken(void)
+{
+	bool		taken = true;
+
+	if (AshShmem == NULL)
+		return false;
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	for (int i = 0; i < AshShmem->nslots && taken; i++)
+		taken = AshShmem->slots[i].in_use;
+	LWLockRelease(AshShmem->lock);
+	return taken;
+}
+
 static void
 derive_status(CatalogFacts *f, StatusRow *row)
 {
@@ -187,13 +206,25 @@ derive_status(CatalogFacts *f, StatusRow *row)
 			row->state = "healthy";
 		else
 			row->state = "catching_up";
+		/* a resource the worker waits for, never a silent wait */
+		if (st->wait_reason[0] != '\0')
+		{
+			row->state = "catching_up";
+			row->reason = pstrdup(st->wait_reason);
+		}
 		return;
 	}
 
 	/* enabled, starting or between restarts */
 	row->state = "catching_up";
 	if (have_slot)
+	{
 		row->since = snap.started_at;
+		if (snap.generation == f->start_generation && snap.register_failed)
+			row->reason = "worker_processes_exhausted";
+	}
+	else if (all_slots_taken())
+		row->reason = "pipeline_slots_exhausted";
 }
 
 /*

@@ -43,11 +43,14 @@
 #include "access/xlog.h"
 #include "catalog/catalog.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/resowner.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -63,6 +66,7 @@
 #include "keyring.h"
 #include "errors.h"
 #include "messages.h"
+#include "origin.h"
 #include "provenance.h"
 #include "shmem.h"
 #include "spi_util.h"
@@ -86,6 +90,13 @@ static TimestampTz batch_commit_time;
 
 static bool in_remote_xact = false;
 static bool skip_xact = false;
+
+/*
+ * The source transaction carries a replication origin and the pipeline
+ * skips those (origin => 'none'): its changes have no effect, but it
+ * commits like any other, so the watermark passes it.
+ */
+static bool origin_skipped = false;
 static XLogRecPtr xact_final_lsn;
 
 /*
@@ -341,6 +352,213 @@ ash_apply_count_missing_delete(AshApplyTarget *tgt)
 }
 
 static void flush_deferred(void);
+
+/* ---------------------------------------------------------------------
+ * Per-table counters (ash_replicant.stat_tables).
+ *
+ * Each batch counts its row changes per target and, for a tenant-scoped
+ * mapping, per tenant, and writes them to ash_replicant.table_stats in
+ * the batch's own transaction, right before the checkpoint: the counters
+ * move with the rows, exactly once, survive restarts and crashes, and a
+ * rolled-back batch counts nothing.  One statement per batch.  The tenant
+ * value is stored in that default-deny catalog only; the view shows it to
+ * roles that may read the tenant's rows (docs/operations.md).
+ * ---------------------------------------------------------------------
+ */
+typedef struct TableStatKey
+{
+	const char *target;			/* the mapping's target (quoted name) */
+	const char *tenant;			/* NULL unless tenant-scoped */
+} TableStatKey;
+
+typedef struct TableStatEntry
+{
+	TableStatKey key;
+	Oid			relid;			/* the table written (context tenancy: the
+								 * tenant's) */
+	int64		counts[4];		/* inserted, updated, deleted, truncated */
+	TimestampTz commit_time;	/* of the last source transaction counted */
+} TableStatEntry;
+
+enum
+{
+	STAT_INSERTED, STAT_UPDATED, STAT_DELETED, STAT_TRUNCATED
+};
+
+static MemoryContext stats_cxt = NULL;
+static HTAB *table_stats = NULL;
+static SPIPlanPtr table_stats_plan = NULL;
+
+static uint32
+table_stat_hash(const void *key, Size keysize)
+{
+	const TableStatKey *k = key;
+	uint32		h = string_hash(k->target, strlen(k->target) + 1);
+
+	if (k->tenant != NULL)
+		h = hash_combine(h, string_hash(k->tenant, strlen(k->tenant) + 1));
+	return h;
+}
+
+static int
+table_stat_match(const void *key1, const void *key2, Size keysize)
+{
+	const TableStatKey *a = key1;
+	const TableStatKey *b = key2;
+
+	if (strcmp(a->target, b->target) != 0)
+		return 1;
+	if (a->tenant == NULL || b->tenant == NULL)
+		return a->tenant == b->tenant ? 0 : 1;
+	return strcmp(a->tenant, b->tenant);
+}
+
+static void
+table_stats_discard(void)
+{
+	table_stats = NULL;
+	if (stats_cxt != NULL)
+		MemoryContextReset(stats_cxt);
+}
+
+static void
+table_stats_count(AshApplyRel *rel, AshApplyTarget *tgt, const char *tenant, int what)
+{
+	TableStatKey key;
+	TableStatEntry *e;
+	bool		found;
+
+	if (table_stats == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (stats_cxt == NULL)
+			stats_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant table stats",
+											  ALLOCSET_SMALL_SIZES);
+		ctl.keysize = sizeof(TableStatKey);
+		ctl.entrysize = sizeof(TableStatEntry);
+		ctl.hash = table_stat_hash;
+		ctl.match = table_stat_match;
+		ctl.hcxt = stats_cxt;
+		table_stats = hash_create("ash_replicant table stats", 16, &ctl,
+								  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	}
+	key.target = rel->target_name;
+	key.tenant = (rel->tenant_mode != ASH_TENANT_NONE) ? tenant : NULL;
+	e = hash_search(table_stats, &key, HASH_ENTER, &found);
+	if (!found)
+	{
+		/* the key points into per-change memory: keep copies */
+		e->key.target = MemoryContextStrdup(stats_cxt, key.target);
+		e->key.tenant = key.tenant ? MemoryContextStrdup(stats_cxt, key.tenant) : NULL;
+		memset(e->counts, 0, sizeof(e->counts));
+		e->relid = InvalidOid;
+	}
+	if (tgt != NULL)
+		e->relid = tgt->relid;
+	e->counts[what]++;
+	e->commit_time = meta.commit_time;
+}
+
+static Datum
+stats_array(Datum *elems, int n, Oid type, bool *nulls)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, type,
+											  typlen, typbyval, typalign));
+}
+
+/* In the batch's transaction, before the checkpoint: write the counts. */
+static void
+table_stats_flush(void)
+{
+	HASH_SEQ_STATUS seq;
+	TableStatEntry *e;
+	long		n;
+	int			i = 0;
+	Datum	   *cols[9];
+	bool	   *tenant_nulls;
+	bool	   *relid_nulls;
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	static const Oid types[9] = {
+		TEXTOID, TEXTARRAYOID, TEXTARRAYOID, OIDARRAYOID, INT8ARRAYOID,
+		INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID
+	};
+	MemoryContext old;
+
+	if (table_stats == NULL || (n = hash_get_num_entries(table_stats)) == 0)
+		return;
+	ash_apply_errctx.command = "table_stats";
+	ash_apply_errctx.relation = NULL;
+	old = MemoryContextSwitchTo(stats_cxt);
+	for (int c = 1; c < 9; c++)
+		cols[c] = palloc(sizeof(Datum) * n);
+	tenant_nulls = palloc0(sizeof(bool) * n);
+	relid_nulls = palloc0(sizeof(bool) * n);
+	hash_seq_init(&seq, table_stats);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		cols[1][i] = CStringGetTextDatum(e->key.target);
+		tenant_nulls[i] = e->key.tenant == NULL;
+		cols[2][i] = e->key.tenant ? CStringGetTextDatum(e->key.tenant) : (Datum) 0;
+		relid_nulls[i] = !OidIsValid(e->relid);
+		cols[3][i] = ObjectIdGetDatum(e->relid);
+		for (int k = 0; k < 4; k++)
+			cols[4 + k][i] = Int64GetDatum(e->counts[k]);
+		/* a streamed transaction's commit time is known at its end */
+		cols[8][i] = TimestampTzGetDatum(e->commit_time != 0 ? e->commit_time :
+										 batch_commit_time);
+		i++;
+	}
+	values[0] = CStringGetTextDatum(apply_cfg->sink_name);
+	values[1] = stats_array(cols[1], n, TEXTOID, NULL);
+	values[2] = stats_array(cols[2], n, TEXTOID, tenant_nulls);
+	values[3] = stats_array(cols[3], n, OIDOID, relid_nulls);
+	for (int c = 4; c < 9; c++)
+		values[c] = stats_array(cols[c], n, c == 8 ? TIMESTAMPTZOID : INT8OID, NULL);
+
+	if (table_stats_plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(
+			"INSERT INTO ash_replicant.table_stats AS t (sink_name, target, tenant,"
+			"  target_table, inserted, updated, deleted, truncated, last_commit_time,"
+			"  last_applied_at)"
+			" SELECT $1, u.target, u.tenant, u.relid, u.i, u.u, u.d, u.t, u.ct,"
+			"  pg_catalog.clock_timestamp()"
+			"  FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3),"
+			"    pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+			"    pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9))"
+			"    AS u(target, tenant, relid, i, u, d, t, ct)"
+			" ON CONFLICT (sink_name, target, tenant) DO UPDATE SET"
+			"  target_table = coalesce(EXCLUDED.target_table, t.target_table),"
+			"  inserted = t.inserted OPERATOR(pg_catalog.+) EXCLUDED.inserted,"
+			"  updated = t.updated OPERATOR(pg_catalog.+) EXCLUDED.updated,"
+			"  deleted = t.deleted OPERATOR(pg_catalog.+) EXCLUDED.deleted,"
+			"  truncated = t.truncated OPERATOR(pg_catalog.+) EXCLUDED.truncated,"
+			"  last_commit_time = EXCLUDED.last_commit_time,"
+			"  last_applied_at = EXCLUDED.last_applied_at",
+			9, (Oid *) types);
+
+		if (plan == NULL)
+			elog(ERROR, "ash_replicant: could not prepare the table statistics statement");
+		SPI_keepplan(plan);
+		table_stats_plan = plan;
+	}
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_execute_plan(table_stats_plan, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "ash_replicant: table statistics were not written");
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(old);
+	table_stats_discard();
+	ash_origin_set_progress(InvalidXLogRecPtr, 0);
+}
 
 /* ---------------------------------------------------------------------
  * Row images.
@@ -917,7 +1135,7 @@ apply_row_change(AshChange *c)
 	require_xact(ash_apply_errctx.command);
 	meta.ordinal++;
 	pending.received_changes++;
-	if (skip_xact)
+	if (skip_xact || origin_skipped)
 	{
 		pending.skipped_changes++;
 		return;
@@ -949,12 +1167,15 @@ apply_row_change(AshChange *c)
 	{
 		case ASH_CHANGE_INSERT:
 			apply_insert(rel, strategy, c, tnew);
+			table_stats_count(rel, target_for(rel, tnew), tnew, STAT_INSERTED);
 			break;
 		case ASH_CHANGE_UPDATE:
 			apply_update(rel, strategy, c, told, tnew);
+			table_stats_count(rel, target_for(rel, tnew), tnew, STAT_UPDATED);
 			break;
 		default:
 			apply_delete(rel, strategy, c, told);
+			table_stats_count(rel, target_for(rel, told), told, STAT_DELETED);
 			break;
 	}
 	as_owner_end(save_userid, save_sec);
@@ -973,7 +1194,7 @@ apply_truncate(AshChange *c)
 	meta.ordinal++;
 	ash_apply_errctx.command = "truncate";
 	pending.received_changes++;
-	if (skip_xact)
+	if (skip_xact || origin_skipped)
 	{
 		pending.skipped_changes++;
 		return;
@@ -1007,6 +1228,7 @@ apply_truncate(AshChange *c)
 			strategy_for(rel)->truncate(rel, rel->target_default);
 			as_owner_end(save_userid, save_sec);
 			PopActiveSnapshot();
+			table_stats_count(rel, rel->target_default, NULL, STAT_TRUNCATED);
 		}
 		else if (strcmp(rel->map->on_truncate, "halt") == 0)
 			ash_halt("source_truncate", "table %s has on_truncate halt", rel->target_name);
@@ -1047,7 +1269,7 @@ apply_message(AshChange *c)
 	{
 		require_xact("transactional message");
 		meta.ordinal++;
-		if (skip_xact)
+		if (skip_xact || origin_skipped)
 			return;
 	}
 	else
@@ -1185,6 +1407,7 @@ stream_start(AshChange *c)
 	stream_nsubxids = 0;
 	in_remote_xact = true;
 	skip_xact = false;
+	origin_skipped = false;
 	xact_final_lsn = InvalidXLogRecPtr;
 	meta.commit_lsn = InvalidXLogRecPtr;	/* known at STREAM COMMIT */
 	meta.commit_time = 0;
@@ -1218,9 +1441,11 @@ roll_back(void)
 	batch_xacts = 0;
 	in_remote_xact = false;
 	skip_xact = false;
+	origin_skipped = false;
 	stream_xid = InvalidTransactionId;
 	stream_nsubxids = 0;
 	missing_deletes = NIL;
+	table_stats_discard();
 	meta.origin = "stream";
 	meta.snapshot_attempt = NULL;
 	ash_provenance_discard();
@@ -1336,6 +1561,7 @@ ash_apply_change(AshChange *c)
 			if (TransactionIdIsValid(stream_xid))
 				stream_fall_back("interleaved");
 			in_remote_xact = true;
+			origin_skipped = false;
 			xact_final_lsn = c->u.begin.final_lsn;
 			meta.commit_lsn = c->u.begin.final_lsn;
 			meta.commit_time = c->u.begin.commit_time;
@@ -1379,6 +1605,16 @@ ash_apply_change(AshChange *c)
 			break;
 
 		case ASH_CHANGE_ORIGIN:
+
+			/*
+			 * The source's change was itself replicated (by a pipeline of
+			 * ours or a subscription): with origin => 'none' it is not
+			 * mirrored, so servers mirroring each other never send a change
+			 * around for ever.
+			 */
+			require_xact("origin");
+			if (apply_cfg->origin_none)
+				origin_skipped = true;
 			break;
 
 		case ASH_CHANGE_INSERT:
@@ -1460,6 +1696,7 @@ ash_apply_commit_batch(void)
 
 	Assert(ash_apply_batch_pending());
 	flush_deferred();
+	table_stats_flush();
 	advance_checkpoint();
 
 	foreach(lc, missing_deletes)
@@ -1473,7 +1710,10 @@ ash_apply_commit_batch(void)
 	}
 
 	SPI_finish();
+	/* the origin's progress: informational, the checkpoint row rules */
+	ash_origin_set_progress(batch_end_lsn, batch_commit_time);
 	CommitTransactionCommand();
+	ash_origin_set_progress(InvalidXLogRecPtr, 0);
 	MemoryContextSwitchTo(cxt);
 	batch_open = false;
 	missing_deletes = NIL;
@@ -1575,6 +1815,7 @@ ash_apply_snapshot_commit(void)
 
 	Assert(batch_open && in_remote_xact);
 	flush_deferred();
+	table_stats_flush();		/* copied rows count as inserted */
 	SPI_finish();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);

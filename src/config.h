@@ -110,6 +110,7 @@ typedef struct AshPipelineConfig
 	bool		streaming;
 	bool		binary_transfer;
 	bool		failover;		/* FAILOVER slot (source 17+) */
+	bool		origin_none;	/* skip source transactions with an origin */
 	int64		max_inflight_lag;
 	int			max_command_retries;
 	AshCensusOptions census;

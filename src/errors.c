@@ -142,6 +142,12 @@ static const AshReasonEntry reason_table[] = {
 	{"legacy_binding_invalid", ASH_REASON_REGISTRATION},
 	{"rollback_state_unrepresentable", ASH_REASON_REGISTRATION},
 	{"rollback_ledger_mismatch", ASH_REASON_REGISTRATION},
+	/* waits for a resource, shown with catching_up (docs/operations.md#many-pipelines) */
+	{"pipeline_slots_exhausted", ASH_REASON_WAITING},
+	{"worker_processes_exhausted", ASH_REASON_WAITING},
+	{"destination_origin_limit", ASH_REASON_WAITING},
+	{"source_connection_limit", ASH_REASON_WAITING},
+	{"source_slot_limit", ASH_REASON_WAITING},
 };
 
 AshReasonClass
@@ -183,6 +189,8 @@ ash_reason_class_name(AshReasonClass cls)
 			return "registration";
 		case ASH_REASON_DOCTOR:
 			return "doctor";
+		case ASH_REASON_WAITING:
+			return "waiting";
 		case ASH_REASON_UNKNOWN:
 			break;
 	}

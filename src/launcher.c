@@ -219,7 +219,7 @@ start_worker(int slotno)
 	if (!RegisterDynamicBackgroundWorker(&worker, &workers[slotno].handle))
 	{
 		ereport(LOG,
-				(errmsg("ash_replicant event=launcher.worker_register_failed sink=%s",
+				(errmsg("ash_replicant event=launcher.worker_register_failed sink=%s reason=worker_processes_exhausted",
 						slot->sink_name),
 				 errhint("Increase max_worker_processes.")));
 		return false;
@@ -323,7 +323,8 @@ slot_to_start(EnabledPipeline *ep, TimestampTz now)
 				return i;
 		}
 		ereport(LOG,
-				(errmsg("ash_replicant event=launcher.no_free_slot sink=%s", ep->sink_name),
+				(errmsg("ash_replicant event=launcher.no_free_slot sink=%s reason=pipeline_slots_exhausted",
+						ep->sink_name),
 				 errhint("Increase ash_replicant.max_pipelines.")));
 		return -1;
 	}
@@ -372,7 +373,11 @@ start_enabled(EnabledPipeline *pipes, int npipes, TimestampTz now)
 		slot->state = ASH_SLOT_STARTING;
 		slot->started_at = now;
 		if (!start_worker(slotno))
+		{
+			/* status: worker_processes_exhausted until a start succeeds */
 			slot->state = ASH_SLOT_EXITED;
+			slot->register_failed = true;
+		}
 	}
 }
 

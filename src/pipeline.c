@@ -74,6 +74,7 @@
 #include "keyring.h"
 #include "libpq_conn.h"
 #include "messages.h"
+#include "origin.h"
 #include "pipeline.h"
 #include "shmem.h"
 #include "snapshot.h"
@@ -277,6 +278,73 @@ leave_cleanly(void)
 		LWLockRelease(AshShmem->lock);
 	}
 	proc_exit(0);
+}
+
+/*
+ * The resource the worker waits for (a reason code of class waiting), or
+ * NULL once it has it: status shows it with catching_up.
+ */
+static void
+set_wait_reason(const char *reason)
+{
+	SpinLockAcquire(&MySlot->mutex);
+	strlcpy(MySlot->stats.wait_reason, reason ? reason : "", ASH_REASON_LEN);
+	SpinLockRelease(&MySlot->mutex);
+}
+
+/*
+ * Tag every write of this worker with the sink's replication origin
+ * (origin.c).  A destination whose replication state slots are all taken
+ * (max_replication_slots, shared with native subscriptions) is waited for
+ * with back-off and the status reason destination_origin_limit; any other
+ * failure (the origin still held by an exiting worker of the sink) is
+ * retried the same way.
+ */
+static void
+attach_origin(void)
+{
+	volatile long delay = ash_reconnect_min_ms;
+
+	for (;;)
+	{
+		MemoryContext cxt = CurrentMemoryContext;
+		volatile int code = 0;
+
+		PG_TRY();
+		{
+			ash_origin_attach(cfg->sink_name, 0);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			MemoryContextSwitchTo(cxt);
+			code = edata->sqlerrcode;
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
+		if (code == 0)
+		{
+			set_wait_reason(NULL);
+			return;
+		}
+		if (code == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED)
+			set_wait_reason("destination_origin_limit");
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.origin_unavailable sink=%s sqlstate=%s retry_in_ms=%ld",
+						cfg->sink_name, unpack_sql_state(code), delay),
+				 code == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED ?
+				 errhint("Increase max_replication_slots on the destination: each sink that has run holds one replication origin until it is dropped.") : 0));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 delay, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		delay = Min(delay * 2, ash_reconnect_max_ms);
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -1271,6 +1339,7 @@ run_session(void)
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.streaming = true;
+	MySlot->stats.wait_reason[0] = '\0';
 	MySlot->stats.census_enabled = cfg->census.enabled;
 	MySlot->stats.applied_lsn = binding.commit_lsn;
 	SpinLockRelease(&MySlot->mutex);
@@ -1363,6 +1432,13 @@ handle_error(ErrorData *edata, long backoff)
 				do_halt_detail("source_slot_in_use", src,
 							   "another consumer keeps the replication slot active");
 		}
+		/* a source limit: retried, and said in status until it clears */
+		if (strcmp(src, "53300") == 0)
+			set_wait_reason("source_connection_limit");
+		else if (strcmp(src, "53400") == 0)
+			set_wait_reason("source_slot_limit");
+		else
+			set_wait_reason(NULL);
 		ereport(LOG,
 				(errmsg("ash_replicant event=source.fault sink=%s step=%s source_sqlstate=%s retry_in_ms=%ld",
 						cfg->sink_name, step_names[step], src[0] ? src : "none", backoff)));
@@ -1471,6 +1547,8 @@ ash_pipeline_main(Datum main_arg)
 	if (!catalogs_current)
 		do_halt_detail("extension_version_mismatch", NULL,
 					   "the installed extension is not this library's version: ALTER EXTENSION ash_replicant UPDATE");
+
+	attach_origin();
 
 	backoff = ash_reconnect_min_ms;
 	for (;;)

@@ -48,6 +48,13 @@ typedef struct AshPipelineStats
 	uint64		snapshot_rows_committed;	/* rows of the copied tables */
 	uint64		snapshot_rows_estimate;
 	bool		streaming;		/* reached the streaming phase */
+
+	/*
+	 * A resource the worker waits for (a reason code of class waiting:
+	 * destination_origin_limit, source_connection_limit, source_slot_limit),
+	 * or "": status shows it with catching_up.
+	 */
+	char		wait_reason[ASH_REASON_LEN];
 } AshPipelineStats;
 
 /*
@@ -101,6 +108,7 @@ typedef struct AshPipelineSlot
 	pid_t		pid;			/* 0 until the worker attached */
 	bool		exit_clean;		/* worker left deliberately (halt/stop/restart) */
 	bool		stop_requested;
+	bool		register_failed;	/* no background worker slot was free */
 	TimestampTz started_at;
 
 	/* in-memory leg of a halt (survives a failed tombstone write) */

@@ -65,6 +65,7 @@
 #include "errors.h"
 #include "provenance.h"
 #include "shmem.h"
+#include "origin.h"
 #include "snapshot.h"
 #include "source_catalog.h"
 #include "spi_util.h"
@@ -1284,6 +1285,76 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
  * copy pending tables of the attempt under the pipeline's snapshot until
  * none is left, then report how it ended.
  */
+/*
+ * Set up the copier's origin (origin.c).  false, logged, when every
+ * replication state slot of the destination is taken; any other failure
+ * raises.
+ */
+static bool
+copier_attach_origin(const char *sink_name, int index)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	PG_TRY();
+	{
+		ash_origin_attach(sink_name, index);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_CONFIGURATION_LIMIT_EXCEEDED)
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	if (!ok)
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copier_no_origin sink=%s copier=%d reason=destination_origin_limit",
+						sink_name, index),
+				 errhint("Increase max_replication_slots on the destination: each snapshot helper copier holds one replication origin while it copies.")));
+	return ok;
+}
+
+/*
+ * At the copier's end, before it says so in the slot (a helper started
+ * next under the same index must find the origin gone, not still held):
+ * drop its origin.  Best effort: one left behind is reused by the next
+ * copier of that index and dropped with the sink.
+ */
+static void
+copier_drop_origin(const char *sink_name, int index)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		ash_origin_release_and_drop(sink_name, index);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copier_origin_kept sink=%s copier=%d sqlstate=%s",
+						sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
 void
 ash_snapshot_copier_main(Datum main_arg)
 {
@@ -1356,6 +1427,18 @@ ash_snapshot_copier_main(Datum main_arg)
 		helper_coordinator = coordinator;
 		Assert(!ash_config_is_append_log(cfg));
 
+		/*
+		 * Its copies are mirrored writes too: tagged with an origin of its
+		 * own.  Without a free replication state slot it does not help: the
+		 * other copiers (the pipeline worker at least) copy its share.
+		 */
+		if (!copier_attach_origin(sink_name, index))
+		{
+			SpinLockAcquire(&slot->mutex);
+			slot->copiers[index].end = ASH_COPIER_DONE;
+			SpinLockRelease(&slot->mutex);
+			proc_exit(0);
+		}
 		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
 		data_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
 		if (!ash_source_identity_matches(data_conn, cfg->source_system_identifier,
@@ -1371,6 +1454,7 @@ ash_snapshot_copier_main(Datum main_arg)
 		while (copy_next(data_conn, snapshot_lsn, attempt));
 		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
 		close_connections();
+		copier_drop_origin(sink_name, index);
 		SpinLockAcquire(&slot->mutex);
 		slot->copiers[index].end = ASH_COPIER_DONE;
 		SpinLockRelease(&slot->mutex);
@@ -1387,6 +1471,7 @@ ash_snapshot_copier_main(Datum main_arg)
 		ash_apply_abort();
 		close_connections();
 		RESUME_INTERRUPTS();
+		copier_drop_origin(sink_name, index);
 
 		/* never the error's text: it can carry values */
 		SpinLockAcquire(&slot->mutex);

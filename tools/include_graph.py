@@ -20,7 +20,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)\.h"', re.M)
 # The layers of docs/architecture.md, lowest first.  An edge may point to
 # the same layer or a lower one, never up.
 LAYERS = [
-    ("base", ["errors", "sqlstate_names", "ash_replicant", "shmem", "spi_util", "qualname"]),
+    ("base", ["errors", "sqlstate_names", "ash_replicant", "shmem", "spi_util", "qualname",
+              "origin"]),
     ("transport", ["libpq_conn", "walproto"]),
     ("decoders", ["change", "decode_pgoutput", "copy_row"]),
     ("keys", ["keyring", "crypto"]),

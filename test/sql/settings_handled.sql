@@ -35,6 +35,7 @@ INSERT INTO handled VALUES
   ('pipelines', 'streaming', 'pgoutput streaming'),
   ('pipelines', 'failover', 'FAILOVER slot on 17+, halt below'),
   ('pipelines', 'binary_transfer', 'pgoutput binary'),
+  ('pipelines', 'origin', 'any, or none: transactions with a replication origin skipped (apply)'),
   ('pipelines', 'max_inflight_lag', 'non-default refused at start'),
   ('pipelines', 'max_command_retries', 'apply retries before apply_failed'),
   ('pipelines', 'schema_check_interval_ms', 'wal2json only: non-default refused at start otherwise'),

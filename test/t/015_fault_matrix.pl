@@ -428,8 +428,9 @@ $inject{conn_exhaust} = sub {
 	my $hold = 1 + rand(3);
 	usleep(int($hold * 1_000_000));    # fault duration, not synchronization
 	my $st = AshTest::status_row($dst, $sink) // {};
-	is(($st->{state} // '') . '/' . ($st->{worker_pid} // 'none'), 'catching_up/none',
-		'no worker while exhausted: catching_up');
+	is(($st->{state} // '') . '/' . ($st->{worker_pid} // 'none') . '/' . ($st->{reason} // 'none'),
+		'catching_up/none/worker_processes_exhausted',
+		'no worker while exhausted: catching_up, and status says why (worker_processes_exhausted)');
 
 	note sprintf("  releasing after %.1fs", $hold);
 	$dst->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%FROM filler WHERE slow%' AND pid <> pg_backend_pid() AND backend_type = 'client backend'");

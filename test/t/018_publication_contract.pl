@@ -298,10 +298,12 @@ DELETE FROM t WHERE id % 10 = 0;
 	while (time - $t1 < 4)
 	{
 		my $st = AshTest::status_row($dst, 'pc') // {};
-		$all_catching = 0 unless ($st->{state} // '') eq 'catching_up';
+		$all_catching = 0 unless ($st->{state} // '') eq 'catching_up'
+		  && ($st->{reason} // '') eq 'source_connection_limit';
 		sleep 0.5;
 	}
-	ok($all_catching, 'too many connections: catching_up (not halted) for 4 s of refusals');
+	ok($all_catching,
+		'too many connections: catching_up (not halted) with reason source_connection_limit for 4 s of refusals');
 	my $n = () = substr(slurp_file($dst->logfile), $off) =~ /event=source\.fault sink=pc step=\w+ source_sqlstate=53300/g;
 	cmp_ok($n, '>=', 2, "too many connections: retried ($n refusals logged)");
 	$src->safe_psql($DB, 'ALTER ROLE lim_user CONNECTION LIMIT -1');

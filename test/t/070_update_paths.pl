@@ -195,6 +195,11 @@ $dst->safe_psql($DB, "ALTER EXTENSION ash_replicant UPDATE TO '$default'");
 AshTest::start_sink($dst, 'up');
 $src->safe_psql($DB, "UPDATE acct SET bal = bal + 1 WHERE id <= 100; INSERT INTO acct VALUES (501, 1)");
 ok(AshTest::wait_caught_up($src, $dst, 'up'), 'streams after the update');
+# 1.3.0: the worker creates the origin its writes carry on first use
+is($dst->safe_psql($DB,
+		"SELECT count(*) FROM pg_replication_origin o JOIN pg_replication_origin_status s"
+		  . " ON s.local_id = o.roident WHERE o.roname = 'ash_replicant_up' AND s.remote_lsn <> '0/0'"),
+	'1', 'after the update the pipeline tags its writes with the origin named for its sink');
 $dst->safe_psql($DB, "SELECT ash_replicant_stop('up')");
 AshTest::poll($dst, "SELECT worker_pid IS NULL FROM ash_replicant_status('up')");
 my $wm = $dst->safe_psql($DB, "SELECT commit_lsn FROM ash_replicant.checkpoints");

@@ -1,0 +1,122 @@
+/*-------------------------------------------------------------------------
+ *
+ * origin.c
+ *	  The replication origins mirrored writes are tagged with.
+ *
+ * NOTES
+ *	  Every destination transaction a pipeline commits carries the
+ *	  replication origin named for its sink ("ash_replicant_<sink>"), as
+ *	  native logical replication tags the changes its apply workers make.
+ *	  Downstream, a logical decoding consumer then tells mirrored changes
+ *	  from local ones: PostgreSQL 16+ subscriptions with origin = none skip
+ *	  them, and a pipeline of ours configured with origin => 'none' skips
+ *	  them too (apply.c), so two servers may mirror each other's tables
+ *	  without sending each change around for ever.
+ *
+ *	  PostgreSQL 15 lets one process at a time hold an origin, so a
+ *	  snapshot's helper copiers (snapshot.c) tag their copies with origins
+ *	  of their own, "ash_replicant_<sink>_copier<n>", which they drop when
+ *	  they end: an origin keeps its replication state slot until dropped,
+ *	  and a sink's copiers would otherwise keep several for good.
+ *
+ *	  The origin's progress (the source end LSN of the last batch, set at
+ *	  each batch commit in apply.c) is informational: the checkpoint row
+ *	  stays the only record the pipeline resumes from.  Origins are created
+ *	  on first use, so an install updated from 1.2.0 gets them when its
+ *	  workers start, and are dropped with the sink (ash_replicant_drop_sink)
+ *	  and by the rollback to 1.2.0.
+ *
+ *	  A destination holds at most max_replication_slots origins with
+ *	  progress (shared with native subscriptions): a worker that cannot set
+ *	  one up waits with status reason destination_origin_limit
+ *	  (pipeline.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "replication/origin.h"
+#include "replication/slot.h"
+#include "utils/memutils.h"
+
+#include "origin.h"
+#include "shmem.h"
+
+/* the most helper copiers a snapshot runs (shmem.h) */
+#define MAX_COPIER (ASH_SNAPSHOT_COPIERS_MAX - 1)
+
+void
+ash_origin_name(const char *sink_name, int copier, char *buf)
+{
+	if (copier == 0)
+		snprintf(buf, ASH_ORIGIN_NAME_LEN, "ash_replicant_%s", sink_name);
+	else
+		snprintf(buf, ASH_ORIGIN_NAME_LEN, "ash_replicant_%s_copier%d", sink_name, copier);
+}
+
+bool
+ash_origin_attached(void)
+{
+	return replorigin_session_origin != InvalidRepOriginId;
+}
+
+void
+ash_origin_attach(const char *sink_name, int copier)
+{
+	char		name[ASH_ORIGIN_NAME_LEN];
+	RepOriginId id;
+
+	if (ash_origin_attached())
+		return;
+	ash_origin_name(sink_name, copier, name);
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	id = replorigin_by_name(name, true);
+	if (id == InvalidRepOriginId)
+		id = replorigin_create(name);
+	/* raises 53400 when every replication state slot is taken */
+	replorigin_session_setup(id);
+	replorigin_session_origin = id;
+	CommitTransactionCommand();
+}
+
+void
+ash_origin_drop_all(const char *sink_name)
+{
+	char		name[ASH_ORIGIN_NAME_LEN];
+
+	if (max_replication_slots == 0)
+		return;					/* no origin could have been created */
+	for (int c = 0; c <= MAX_COPIER; c++)
+	{
+		ash_origin_name(sink_name, c, name);
+		replorigin_drop_by_name(name, true, true);
+	}
+}
+
+void
+ash_origin_set_progress(XLogRecPtr source_end, TimestampTz source_commit_time)
+{
+	if (!ash_origin_attached())
+		return;
+	replorigin_session_origin_lsn = source_end;
+	replorigin_session_origin_timestamp = source_commit_time;
+}
+
+void
+ash_origin_release_and_drop(const char *sink_name, int copier)
+{
+	char		name[ASH_ORIGIN_NAME_LEN];
+
+	if (!ash_origin_attached())
+		return;
+	ash_origin_name(sink_name, copier, name);
+	replorigin_session_reset();
+	replorigin_session_origin = InvalidRepOriginId;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	replorigin_drop_by_name(name, true, true);
+	CommitTransactionCommand();
+}
