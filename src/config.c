@@ -169,7 +169,8 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 		" s.config_version, p.connection, p.decoder, p.publication,"
 		" p.source_system_identifier, p.source_database, p.streaming,"
 		" p.binary_transfer, p.failover, p.max_inflight_lag, p.max_command_retries,"
-		" p.census::text AS census, p.start_generation, p.snapshot"
+		" p.census::text AS census, p.start_generation, p.snapshot,"
+		" p.chunk_rows, p.max_pending_chunks"
 		" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
 		" WHERE s.sink_name = $1",
 		1, argtypes, values, NULL, true, 0);
@@ -204,6 +205,8 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 	cfg->max_command_retries = DatumGetInt32(get_datum(tup, desc, "max_command_retries", &isnull));
 	cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));
 	cfg->snapshot = get_text(tup, desc, "snapshot");
+	cfg->chunk_rows = DatumGetInt32(get_datum(tup, desc, "chunk_rows", &isnull));
+	cfg->max_pending_chunks = DatumGetInt32(get_datum(tup, desc, "max_pending_chunks", &isnull));
 	*census_json = get_text(tup, desc, "census");
 
 	/* ignored sources: stored canonical "schema.table" (qualname.c) */
