@@ -1770,6 +1770,8 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	ash_incr_reset(a->phase == ASH_SNAPSHOT_COMPLETE ? NULL : a->id);
 	if (a->phase != ASH_SNAPSHOT_COMPLETE)
 	{
+		/* type lookups: in a transaction */
+		catalog_begin();
 		foreach(lc, a->tables)
 		{
 			SnapTable  *t = lfirst(lc);
@@ -1785,7 +1787,6 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 			ash_incr_add_table(t->nspname, t->relname, k->nkeys, k->names, k->types,
 							   t->cursor, false);
 		}
-		catalog_begin();
 		load_windows();
 		catalog_end();
 	}
