@@ -1298,6 +1298,7 @@ run_session(void)
 	step = STEP_COVERAGE;
 	ash_census_activation(cfg);
 	incremental_session = false;
+	ash_incr_reset(NULL);		/* judged again from what begin installs */
 	if (is_incremental())
 	{
 		/* a table it cannot copy halts before anything is recorded */

@@ -1565,20 +1565,15 @@ describe_key(AshConn *conn, const char *nspname, const char *relname)
 }
 
 /*
- * Before the checkpoint is bound: the source connection of the chunk reads,
- * every mapped table's primary key (a table that cannot be copied in key
- * order halts here, with nothing recorded), and the transactions running
- * on the source now.  An earlier session may have been delivered (and
- * applied) a transaction the source does not show to new snapshots yet;
- * it is running now, and no chunk is read under a snapshot that does not
- * show it ended.
+ * Before the checkpoint is bound: the source connection of the chunk reads
+ * and every mapped table's primary key (a table that cannot be copied in
+ * key order halts here, with nothing recorded).
  */
 void
 ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 {
 	List	   *tables;
 	ListCell   *lc;
-	PGresult   *res;
 	MemoryContext old;
 
 	snap_cfg = cfg;
@@ -1610,6 +1605,20 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 		incr_keys = lappend(incr_keys, describe_key(incr_conn, t->nspname, t->relname));
 	}
 	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The transactions running on the source now (their xid locks are held
+ * until they are visible to new snapshots).  Read once the slot exists: a
+ * transaction committed before the slot's position is not streamed, and
+ * one an earlier session was delivered is not streamed again; either may
+ * still be invisible to new snapshots, and no chunk is read under a
+ * snapshot that does not show it ended.
+ */
+static void
+note_running_xids(void)
+{
+	PGresult   *res;
 
 	res = ash_conn_exec(incr_conn,
 						"SELECT l.transactionid::pg_catalog.text FROM pg_catalog.pg_locks l"
@@ -1622,7 +1631,7 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	PQclear(res);
 }
 
-/* "xmin:xmax:xip,..." of pg_current_snapshot(), as 32-bit xids. */
+/* "xmin:xmax:xip,..." of txid_current_snapshot() (12+), as 32-bit xids. */
 static void
 parse_snapshot(const char *text, AshIncrSnapshot *snap)
 {
@@ -1770,6 +1779,8 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	ash_incr_reset(a->phase == ASH_SNAPSHOT_COMPLETE ? NULL : a->id);
 	if (a->phase != ASH_SNAPSHOT_COMPLETE)
 	{
+		note_running_xids();
+
 		/* type lookups: in a transaction */
 		catalog_begin();
 		foreach(lc, a->tables)
@@ -1903,7 +1914,7 @@ ash_snapshot_incremental_step(void)
 	 */
 	PQclear(ash_conn_exec(incr_conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false));
 	res = ash_conn_exec(incr_conn,
-						"SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text,"
+						"SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text,"
 						"       pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text",
 						false);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
