@@ -25,7 +25,10 @@
  *		the rows of its target whose seen-mark is not this attempt are
  *		retired: deleted under SCD1, closed under SCD2 -- rows the source
  *		lacks at the table's snapshot.  A snapshot (v1) streams nothing
- *		while it copies, so no streamed row can be mistaken for unseen.
+ *		while it copies, so no streamed row can be mistaken for unseen; an
+ *		incremental snapshot streams while it copies, so every row the
+ *		stream writes to a table being copied is marked seen (with no
+ *		fingerprint) before the table's last chunk retires the rest.
  *
  *	  The attempt recorded on the checkpoint is authenticated with the
  *	  same key family (snapshot_state), so a hand-edited attempt cannot
@@ -376,31 +379,29 @@ static void
 queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
 			bytea *fp, const bytea *attempt, bool streamed)
 {
+	MemoryContext old = MemoryContextSwitchTo(queue_cxt);
+	Stamp	   *s = palloc(sizeof(Stamp));
+
+	s->pt = pt;
+	s->streamed = streamed;
+	s->values = palloc(sizeof(Datum) * (n + 2));
+	s->nulls = palloc(n + 3);
+	for (int i = 0; i < n; i++)
 	{
-		MemoryContext old = MemoryContextSwitchTo(queue_cxt);
-		Stamp	   *s = palloc(sizeof(Stamp));
+		int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
 
-		s->pt = pt;
-		s->streamed = streamed;
-		s->values = palloc(sizeof(Datum) * (n + 2));
-		s->nulls = palloc(n + 3);
-		for (int i = 0; i < n; i++)
-		{
-			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
-
-			s->values[i] = nulls[i] == 'n' ? (Datum) 0 :
-				datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
-			s->nulls[i] = nulls[i];
-		}
-		s->values[n] = fp == NULL ? (Datum) 0 :
-			PointerGetDatum(datumCopy(PointerGetDatum(fp), false, -1));
-		s->values[n + 1] = PointerGetDatum(datumCopy(PointerGetDatum(attempt), false, -1));
-		s->nulls[n] = fp == NULL ? 'n' : ' ';
-		s->nulls[n + 1] = ' ';
-		s->nulls[n + 2] = '\0';
-		queue = lappend(queue, s);
-		MemoryContextSwitchTo(old);
+		s->values[i] = nulls[i] == 'n' ? (Datum) 0 :
+			datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
+		s->nulls[i] = nulls[i];
 	}
+	s->values[n] = fp == NULL ? (Datum) 0 :
+		PointerGetDatum(datumCopy(PointerGetDatum(fp), false, -1));
+	s->values[n + 1] = PointerGetDatum(datumCopy(PointerGetDatum(attempt), false, -1));
+	s->nulls[n] = fp == NULL ? 'n' : ' ';
+	s->nulls[n + 1] = ' ';
+	s->nulls[n + 2] = '\0';
+	queue = lappend(queue, s);
+	MemoryContextSwitchTo(old);
 }
 
 void
