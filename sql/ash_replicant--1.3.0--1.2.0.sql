@@ -31,16 +31,25 @@ BEGIN
 	END IF;
 
 	LOCK TABLE ash_replicant.pipelines, ash_replicant.checkpoints IN ACCESS EXCLUSIVE MODE;
+
+	-- incremental snapshots: an unfinished attempt's chunks cannot be kept
+	LOCK TABLE ash_replicant.snapshot_tables, ash_replicant.snapshot_windows IN ACCESS EXCLUSIVE MODE;
+	SELECT pg_catalog.count(*) INTO n FROM ash_replicant.snapshot_tables t
+	 WHERE t.state = 'pending' AND t.chunks_copied > 0;
+	IF n > 0 THEN
+		RAISE EXCEPTION 'ash_replicant: rollback rejected: rollback_state_unrepresentable (1.2.0 cannot represent: % tables of an unfinished incremental snapshot)', n
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
 END
 $guard$;
 
 ------------------------------------------------------------------------------
--- Incremental snapshots: 1.2.0 refuses snapshot => 'incremental' at start
--- (snapshot_unsupported), so an attempt's chunk progress and windows are
--- dropped; a pipeline left with an unfinished incremental attempt halts
--- there until its checkpoint is reset.
+-- Incremental snapshots: refused above while an attempt is unfinished
+-- (rollback_state_unrepresentable); a finished attempt's chunk counts and
+-- windows are dropped (1.2.0 refuses snapshot => 'incremental' at start).
 ------------------------------------------------------------------------------
 
+ALTER EXTENSION ash_replicant DROP TABLE ash_replicant.snapshot_windows;
 DROP TABLE ash_replicant.snapshot_windows;
 ALTER TABLE ash_replicant.snapshot_tables
 	DROP COLUMN chunk_cursor,
