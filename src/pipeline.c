@@ -136,6 +136,7 @@ static bool session_streams = false;	/* this session requested streaming */
 static bool incremental_session = false;
 static long incr_wait_ms = -1;	/* how long the loop may wait now; -1: no bound */
 static TimestampTz incr_last_ping = 0;
+static bool incr_ping_sent = false;	/* no keepalive since it */
 
 #define STREAM_RETRY_MAX_MS (3600 * 1000)
 
@@ -965,6 +966,7 @@ drain_stream(AshPgoutputState *dstate, MemoryContext loop_cxt, MemoryContext msg
 		{
 			if (msg.wal_end > idle_lsn)
 				idle_lsn = msg.wal_end;
+			incr_ping_sent = false;
 			if (msg.reply_requested)
 				send_feedback(true, false);
 			continue;
@@ -1021,9 +1023,9 @@ check_silent_source(TimestampTz now)
  * Incremental snapshot: copy chunks while the stream has nothing waiting
  * (for at most INCR_SLICE_MS at a time, so the stream's latency stays
  * bounded).  A chunk waits while max_pending_chunks windows are open --
- * the source is then asked for a keepalive now and then, whose position
- * closes them when the source is quiet -- or while the source does not
- * show a transaction the stream delivered.
+ * the source is then asked for a keepalive (again after INCR_PING_MS
+ * without one), whose position closes them when the source is quiet -- or
+ * while the source does not show a transaction the stream delivered.
  */
 #define INCR_SLICE_MS	200
 #define INCR_PING_MS	100
@@ -1056,10 +1058,13 @@ incremental_work(void)
 				CHECK_FOR_INTERRUPTS();
 				continue;
 			case ASH_INCR_STEP_WAIT_WINDOWS:
-				if (TimestampDifferenceExceeds(incr_last_ping, GetCurrentTimestamp(), INCR_PING_MS))
+				/* one ping at a time; again when its answer is overdue */
+				if (!incr_ping_sent ||
+					TimestampDifferenceExceeds(incr_last_ping, GetCurrentTimestamp(), INCR_PING_MS))
 				{
 					send_feedback(true, true);
 					incr_last_ping = GetCurrentTimestamp();
+					incr_ping_sent = true;
 				}
 				incr_wait_ms = INCR_PING_MS;
 				return;

@@ -83,6 +83,8 @@ typedef struct Stamp
 static void queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
 						bytea *fp, const bytea *attempt, bool streamed);
 
+static Oid	unfingerprinted = InvalidOid;	/* a target no probe can match */
+
 static MemoryContext prov_cxt = NULL;	/* plans, send functions */
 static MemoryContext queue_cxt = NULL;	/* stamps until flushed */
 static List *targets = NIL;
@@ -349,7 +351,8 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 
 	n = ash_key_values(rel, row, values, nulls);
 	nulls[n] = '\0';
-	if (ash_spi_execute(pt->probe, values, nulls, SPI_OK_SELECT) > 0)
+	if (tgt->relid != unfingerprinted &&
+		ash_spi_execute(pt->probe, values, nulls, SPI_OK_SELECT) > 0)
 	{
 		bool		isnull;
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -418,6 +421,12 @@ ash_provenance_mark_streamed(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage 
 	queue_stamp(pt, rel, values, nulls, n, NULL, attempt, true);
 	if (list_length(queue) >= STAMP_QUEUE_MAX)
 		ash_apply_flush_deferred();
+}
+
+void
+ash_provenance_set_unfingerprinted(Oid relid)
+{
+	unfingerprinted = relid;
 }
 
 void

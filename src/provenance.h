@@ -53,6 +53,12 @@ extern void ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowI
 extern void ash_provenance_mark_streamed(AshApplyRel *rel, AshApplyTarget *tgt,
 										 AshRowImage *row, const bytea *attempt);
 
+/*
+ * relid (InvalidOid: none) holds no fingerprint a snapshot row could match:
+ * its rows are written without the probe.  The caller vouches for it.
+ */
+extern void ash_provenance_set_unfingerprinted(Oid relid);
+
 /* Write the queued stamps (after apply's deferred writes; as the owner). */
 extern void ash_provenance_flush(void);
 

@@ -45,6 +45,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog_internal.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -1256,6 +1257,7 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	snap_key = key;
 	snap_slot = find_slot();
 	my_copier = 0;
+	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (row_buf != NULL)
 	{
 		PQfreemem(row_buf);
@@ -1479,6 +1481,7 @@ static Attempt *incr_attempt = NULL;
 static MemoryContext incr_session_cxt = NULL;
 static char *incr_described = NULL; /* table whose Relation was applied */
 static AshRelation incr_rel;	/* ... and its description */
+static bool incr_fresh = false; /* its target was empty at its first chunk */
 
 static IncrKeyDesc *
 incr_key_desc(const char *nspname, const char *relname)
@@ -1588,7 +1591,9 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_keys = NIL;
 	incr_attempt = NULL;
 	incr_described = NULL;
+	incr_fresh = false;
 	ash_incr_reset(NULL);
+	ash_provenance_set_unfingerprinted(InvalidOid);
 
 	incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
 	if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
@@ -1813,6 +1818,45 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 						snap_cfg->sink_name, list_length(a->tables))));
 }
 
+/*
+ * Can a row of m's target above the cursor hold a fingerprint a chunk row
+ * could match?  Only a fingerprint stamped by another attempt: this
+ * attempt's chunks stamp the keys they copied, and the stream stamps none.
+ * When no row has one, the chunks skip the probe (a first load); asked
+ * once a table and session.
+ */
+static void
+incr_probe_needed(AshMapping *m)
+{
+	char	   *nsp;
+	char	   *rel;
+	Oid			types[1] = {BYTEAOID};
+	Datum		values[1];
+	bool		none = false;
+
+	ash_provenance_set_unfingerprinted(InvalidOid);
+	if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0)
+		return;
+	catalog_begin();
+	nsp = get_namespace_name(get_rel_namespace(m->target_relid));
+	rel = get_rel_name(m->target_relid);
+	if (nsp != NULL && rel != NULL)
+	{
+		values[0] = PointerGetDatum(incr_attempt->id);
+		if (ash_spi_execute_args(psprintf("SELECT 1 FROM %s WHERE %s IS NOT NULL"
+										  "   AND %s IS DISTINCT FROM $1 LIMIT 1",
+										  quote_qualified_identifier(nsp, rel),
+										  ASH_PROVENANCE_FINGERPRINT_COLUMN,
+										  ASH_PROVENANCE_SEEN_COLUMN),
+								 1, types, values, NULL, SPI_OK_SELECT,
+								 "incremental snapshot fingerprint check") == 0)
+			none = true;
+	}
+	catalog_end();
+	if (none)
+		ash_provenance_set_unfingerprinted(m->target_relid);
+}
+
 /* Mark the attempt complete (no watermark change: the stream owns it). */
 static void
 incr_complete(void)
@@ -1906,6 +1950,8 @@ ash_snapshot_incremental_step(void)
 		ash_apply_change(&change);
 		incr_described = pstrdup(quote_qualified_identifier(nspname, relname));
 		MemoryContextSwitchTo(tcxt);
+		incr_probe_needed(map);
+		incr_fresh = false;
 	}
 
 	/*
@@ -1915,12 +1961,25 @@ ash_snapshot_incremental_step(void)
 	PQclear(ash_conn_exec(incr_conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false));
 	res = ash_conn_exec(incr_conn,
 						"SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text,"
-						"       pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text",
+						"       pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text,"
+						"       pg_catalog.current_setting('wal_block_size')",
 						false);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 		ash_conn_report_result(res, "incremental snapshot position");
 	parse_snapshot(PQgetvalue(res, 0, 0), &snap);
 	high_lsn = parse_lsn(PQgetvalue(res, 0, 1));
+	{
+		/*
+		 * At a page boundary the insert position points past the next
+		 * page's header, which no record reaches yet (and the walsender's
+		 * position never passes on a quiet source): every record inserted
+		 * ends at or before the boundary.
+		 */
+		uint64		blcksz = strtoull(PQgetvalue(res, 0, 2), NULL, 10);
+
+		if (blcksz > 0 && high_lsn % blcksz <= SizeOfXLogLongPHD)
+			high_lsn -= high_lsn % blcksz;
+	}
 	PQclear(res);
 	if (!ash_incr_snapshot_covers(&snap))
 	{
@@ -1985,6 +2044,16 @@ ash_snapshot_incremental_step(void)
 				 "   AND snapshot_phase = 'copying' FOR UPDATE",
 				 0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
+
+	/*
+	 * A target empty when its first chunk is copied stays empty above the
+	 * cursor (the stream writes only keys at or below it): every row of
+	 * this session's chunks is new, written without the upsert's fallback.
+	 */
+	if (cursor == NULL)
+		incr_fresh = target_is_empty(map);
+	if (incr_fresh)
+		ash_apply_snapshot_fresh(map->target_relid);
 	memset(&change, 0, sizeof(change));
 	change.kind = ASH_CHANGE_INSERT;
 	change.xid = InvalidTransactionId;
