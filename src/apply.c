@@ -988,7 +988,7 @@ apply_row_change(AshChange *c)
 		pending.skipped_changes++;
 		return;
 	}
-	if (meta.snapshot_attempt == NULL && ash_incr_active())
+	if (meta.snapshot_attempt == NULL && ash_incr_judging())
 	{
 		c = incremental_part(rel, c, &part);
 		if (c == NULL)
@@ -1053,7 +1053,7 @@ apply_truncate(AshChange *c)
 
 		if (rel == NULL)
 			continue;			/* ignored source: truncate ignored too */
-		if (!below_floor(rel) && meta.snapshot_attempt == NULL && ash_incr_active())
+		if (!below_floor(rel) && meta.snapshot_attempt == NULL && ash_incr_judging())
 			ash_incr_check_truncate(rel, meta.xid);
 		if (below_floor(rel))
 			continue;			/* its copy was taken after this truncate */

@@ -75,7 +75,6 @@ typedef struct IncrWindow
 	Datum	   *hi;				/* NULL: unbounded (inclusive bound) */
 	AshIncrSnapshot snap;
 	XLogRecPtr	high_lsn;
-	bool		open;
 } IncrWindow;
 
 typedef struct IncrTable
@@ -88,7 +87,7 @@ typedef struct IncrTable
 	bool		done;
 	Datum	   *cursor;			/* started and not done */
 	char	  **cursor_text;	/* the same, as recorded */
-	List	   *windows;		/* IncrWindow * */
+	List	   *windows;		/* IncrWindow *, open ones only */
 	uint32		remote_relid;	/* key positions below are for this relid */
 	int			remote_natts;
 	int		   *remote_idx;		/* per key: index in the remote columns */
@@ -129,6 +128,21 @@ ash_incr_active(void)
 	foreach(lc, tables)
 		if (!((IncrTable *) lfirst(lc))->done)
 			return true;
+	return false;
+}
+
+bool
+ash_incr_judging(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, tables)
+	{
+		IncrTable  *t = lfirst(lc);
+
+		if (!t->done || t->windows != NIL)
+			return true;
+	}
 	return false;
 }
 
@@ -247,7 +261,6 @@ add_window(IncrTable *t, int64 chunk, char **lo, char **hi, const AshIncrSnapsho
 	w->hi = parse_key(t, hi);
 	copy_snapshot(&w->snap, snap);
 	w->high_lsn = high_lsn;
-	w->open = true;
 	t->windows = lappend(t->windows, w);
 }
 
@@ -299,10 +312,13 @@ ash_incr_close_windows(XLogRecPtr passed)
 		{
 			IncrWindow *w = lfirst(wc);
 
-			if (w->open && w->high_lsn <= passed)
-				w->open = false;
-			if (w->open)
-				open++;
+			/* closed: nothing it would skip can be delivered any more */
+			if (w->high_lsn <= passed)
+			{
+				t->windows = foreach_delete_current(t->windows, wc);
+				continue;
+			}
+			open++;
 		}
 	}
 	return open;
@@ -323,8 +339,6 @@ ash_incr_open_windows(XLogRecPtr *lowest)
 		{
 			IncrWindow *w = lfirst(wc);
 
-			if (!w->open)
-				continue;
 			open++;
 			if (XLogRecPtrIsInvalid(*lowest) || w->high_lsn < *lowest)
 				*lowest = w->high_lsn;
@@ -497,7 +511,7 @@ applies(IncrTable *t, Datum *k, TransactionId xid)
 {
 	ListCell   *lc;
 
-	if (!t->started || (!t->done && key_cmp(t, k, t->cursor) > 0))
+	if (!t->done && (!t->started || key_cmp(t, k, t->cursor) > 0))
 	{
 		/* not copied yet: the chunk that copies k must show xid */
 		ash_incr_note_xid(xid);
@@ -507,7 +521,7 @@ applies(IncrTable *t, Datum *k, TransactionId xid)
 	{
 		IncrWindow *w = lfirst(lc);
 
-		if (w->open && in_window(t, w, k))
+		if (in_window(t, w, k))
 			return !shows(&w->snap, xid);
 	}
 	return true;
@@ -522,7 +536,8 @@ ash_incr_judge(AshApplyRel *rel, AshChange *c, TransactionId xid, bool *apply_ol
 	AshTuple   *newtup = NULL;
 
 	*apply_old = *apply_new = true;
-	if (t == NULL || t->done)
+	/* a table copied whole takes every change once its windows closed */
+	if (t == NULL || (t->done && t->windows == NIL))
 		return;
 	if (!TransactionIdIsNormal(xid))
 		ash_halt("protocol_violation", "a change of %s without its transaction id",
@@ -565,14 +580,15 @@ ash_incr_check_truncate(AshApplyRel *rel, TransactionId xid)
 	IncrTable  *t = table_of(rel);
 	ListCell   *lc;
 
-	if (t == NULL || t->done)
+	if (t == NULL)
 		return;
-	ash_incr_note_xid(xid);
+	if (!t->done)
+		ash_incr_note_xid(xid);
 	foreach(lc, t->windows)
 	{
 		IncrWindow *w = lfirst(lc);
 
-		if (w->open && shows(&w->snap, xid))
+		if (shows(&w->snap, xid))
 			ash_halt("snapshot_state_invalid",
 					 "a TRUNCATE of %s that a chunk copied after: reset the checkpoint to copy it again",
 					 quote_qualified_identifier(t->nspname, t->relname));

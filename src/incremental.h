@@ -35,6 +35,12 @@ extern void ash_incr_reset(const bytea *attempt);
 /* Is an incremental attempt in progress (some table not yet copied)? */
 extern bool ash_incr_active(void);
 
+/*
+ * Must apply ask ash_incr_judge: a table not yet copied, or a window still
+ * open (also after the attempt completed)?
+ */
+extern bool ash_incr_judging(void);
+
 /* The attempt's id (for the seen-marks of streamed rows). */
 extern const bytea *ash_incr_attempt(void);
 

@@ -1031,10 +1031,25 @@ check_silent_source(TimestampTz now)
 #define INCR_PING_MS	100
 #define INCR_RETRY_MS	20
 
+/* Ask the walsender for its position: one ping at a time, again when overdue. */
+static void
+incremental_ping(void)
+{
+	if (!incr_ping_sent ||
+		TimestampDifferenceExceeds(incr_last_ping, GetCurrentTimestamp(), INCR_PING_MS))
+	{
+		send_feedback(true, true);
+		incr_last_ping = GetCurrentTimestamp();
+		incr_ping_sent = true;
+	}
+	incr_wait_ms = INCR_PING_MS;
+}
+
 static void
 incremental_work(void)
 {
 	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), INCR_SLICE_MS);
+	XLogRecPtr	lowest;
 
 	incr_wait_ms = -1;
 	if (!incremental_session || ash_apply_in_remote_xact() || ash_apply_batch_pending())
@@ -1046,7 +1061,13 @@ incremental_work(void)
 		switch (ash_snapshot_incremental_step())
 		{
 			case ASH_INCR_STEP_NONE:
-				incremental_session = false;
+				/* copied: the last windows still judge until they close */
+				if (ash_incr_open_windows(&lowest) == 0)
+				{
+					incremental_session = false;
+					return;
+				}
+				incremental_ping();
 				return;
 			case ASH_INCR_STEP_CHUNK:
 				if (ash_stream_more_buffered(&stream) ||
@@ -1058,15 +1079,7 @@ incremental_work(void)
 				CHECK_FOR_INTERRUPTS();
 				continue;
 			case ASH_INCR_STEP_WAIT_WINDOWS:
-				/* one ping at a time; again when its answer is overdue */
-				if (!incr_ping_sent ||
-					TimestampDifferenceExceeds(incr_last_ping, GetCurrentTimestamp(), INCR_PING_MS))
-				{
-					send_feedback(true, true);
-					incr_last_ping = GetCurrentTimestamp();
-					incr_ping_sent = true;
-				}
-				incr_wait_ms = INCR_PING_MS;
+				incremental_ping();
 				return;
 			case ASH_INCR_STEP_WAIT_XIDS:
 				incr_wait_ms = INCR_RETRY_MS;
@@ -1344,7 +1357,7 @@ run_session(void)
 		/* the stream starts now; chunks are copied between its transactions */
 		step = STEP_SNAPSHOT;
 		ash_snapshot_incremental_begin(cfg, ckey, &slot_start, &binding);
-		incremental_session = ash_incr_active();
+		incremental_session = ash_incr_judging();
 		incr_last_ping = 0;
 	}
 	else if (snapshot || phase != ASH_SNAPSHOT_NONE)

@@ -1771,41 +1771,47 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	a = arm(source_tables(incr_conn), start, binding);
 	MemoryContextSwitchTo(old);
 	incr_attempt = a;
+	check_provenance_versions(a);
+
+	/*
+	 * Every table of the attempt, copied or not, and the windows still
+	 * open: a window outlives its table's copy (and the attempt) until the
+	 * stream has passed it.
+	 */
+	ash_incr_reset(a->phase == ASH_SNAPSHOT_COMPLETE ? NULL : a->id);
+	if (a->phase != ASH_SNAPSHOT_COMPLETE)
+		note_running_xids();
+	catalog_begin();			/* type lookups: in a transaction */
 	foreach(lc, a->tables)
 	{
 		SnapTable  *t = lfirst(lc);
+		IncrKeyDesc *k = incr_key_desc(t->nspname, t->relname);
 
-		if (t->copied && t->chunks == 0 && a->phase != ASH_SNAPSHOT_COMPLETE)
-			ash_halt("snapshot_state_invalid",
-					 "a v1 snapshot is in progress under this checkpoint: configure snapshot v1 to finish it, or reset the checkpoint");
-	}
-	check_provenance_versions(a);
-
-	ash_incr_reset(a->phase == ASH_SNAPSHOT_COMPLETE ? NULL : a->id);
-	if (a->phase != ASH_SNAPSHOT_COMPLETE)
-	{
-		note_running_xids();
-
-		/* type lookups: in a transaction */
-		catalog_begin();
-		foreach(lc, a->tables)
+		if (k == NULL)
 		{
-			SnapTable  *t = lfirst(lc);
-			IncrKeyDesc *k = incr_key_desc(t->nspname, t->relname);
-
 			if (t->copied)
-				continue;
-			if (k == NULL)
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("ash_replicant: source table %s left the publication during the snapshot",
-								quote_qualified_identifier(t->nspname, t->relname))));
-			ash_incr_add_table(t->nspname, t->relname, k->nkeys, k->names, k->types,
-							   t->cursor, false);
+				continue;		/* unmapped since: nothing to judge */
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: source table %s left the publication during the snapshot",
+							quote_qualified_identifier(t->nspname, t->relname))));
 		}
-		load_windows();
-		catalog_end();
+		ash_incr_add_table(t->nspname, t->relname, k->nkeys, k->names, k->types,
+						   t->copied ? NULL : t->cursor, t->copied);
 	}
+	{
+		Oid			types[1] = {LSNOID};
+		Datum		values[1];
+
+		/* the stream delivered every commit up to the watermark: closed */
+		values[0] = LSNGetDatum(binding->commit_lsn + 1);
+		(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
+						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						"   AND high_lsn <= $4",
+						1, types, values, NULL, SPI_OK_DELETE);
+	}
+	load_windows();
+	catalog_end();
 
 	read_watermark(binding);
 	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
