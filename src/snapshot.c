@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * snapshot.c
- *	  Snapshots of existing rows (snapshot => 'v1').
+ *	  Snapshots of existing rows (snapshot => 'v1' and 'incremental').
  *
  * NOTES
  *	  A snapshot copies every mapped table of the publication into the
@@ -39,6 +39,9 @@
  *	  Progress is published in shared memory for the stat views and logged
  *	  as event=snapshot.progress at most every 10 seconds; table names and
  *	  counts only, never a value.
+ *
+ *	  snapshot => 'incremental' copies in chunks while the stream runs: see
+ *	  "Incremental snapshots" below and incremental.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -2196,14 +2199,4 @@ ash_snapshot_incremental_step(void)
 	MemoryContextSwitchTo(cxt);
 	MemoryContextDelete(tcxt);
 	return ASH_INCR_STEP_CHUNK;
-}
-
-/* Close the chunk reads' connection (session end). */
-void
-ash_snapshot_incremental_end(void)
-{
-	if (incr_conn != NULL)
-		ash_conn_close(incr_conn);
-	incr_conn = NULL;
-	incr_attempt = NULL;
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * snapshot.h
- *	  Snapshots of existing rows (snapshot => 'v1').
+ *	  Snapshots of existing rows (snapshot => 'v1' and 'incremental').
  *
  *-------------------------------------------------------------------------
  */
@@ -54,8 +54,8 @@ extern XLogRecPtr ash_snapshot_frontier(const AshCheckpointKey *key);
  * the destination cannot order like the source, halts snapshot_unsupported
  * with nothing recorded); begin arms or resumes the attempt and installs
  * what apply judges by; step copies the next chunk when one may be copied
- * now (between source transactions, no batch open); end closes the chunk
- * connection.
+ * now (between source transactions, no batch open).  The chunk connection
+ * lives until the next session's prepare (or the worker's exit).
  */
 typedef enum AshIncrStep
 {
@@ -70,7 +70,6 @@ extern void ash_snapshot_incremental_prepare(AshPipelineConfig *cfg);
 extern void ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 										   const AshSlotStart *start, AshBinding *binding);
 extern AshIncrStep ash_snapshot_incremental_step(void);
-extern void ash_snapshot_incremental_end(void);
 
 /* Entry point of a snapshot helper worker (snapshot.c). */
 extern PGDLLEXPORT void ash_snapshot_copier_main(Datum main_arg);
