@@ -154,13 +154,14 @@ $dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$sink', '2 min')");
 
 my $w = AshTest::start_workload($src, $script, timeout => 900);
 
-# while the copy runs: catching_up, per-table progress
+# while the copy runs (one moment where all three hold): a table copying
+# with its rows in stat_snapshot_tables, status catching_up, phase copying
 ok(AshTest::poll($dst,
-	"SELECT count(*) = 1 FROM ash_replicant.stat_snapshot_tables WHERE sink_name = '$sink' AND state = 'copying' AND rows_copied > 0"),
-	'stat_snapshot_tables shows a table copying with its rows');
-is(q_dst("SELECT state FROM ash_replicant_status('$sink')"), 'catching_up', 'status catching_up while the copy runs');
-is(q_dst("SELECT snapshot_phase FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink'"), 'copying',
-	'stat_pipelines: snapshot_phase copying');
+	"SELECT (SELECT count(*) FROM ash_replicant.stat_snapshot_tables WHERE sink_name = '$sink'"
+	  . "   AND state = 'copying' AND rows_copied > 0) = 1"
+	  . " AND (SELECT state FROM ash_replicant_status('$sink')) = 'catching_up'"
+	  . " AND (SELECT snapshot_phase FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink') = 'copying'"),
+	'while the copy runs: a table copying with its rows, status catching_up, phase copying');
 
 # faults at seeded progress points
 my $faults = 0;
