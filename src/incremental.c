@@ -316,6 +316,12 @@ ash_incr_close_windows(XLogRecPtr passed)
 			if (w->high_lsn <= passed)
 			{
 				t->windows = foreach_delete_current(t->windows, wc);
+				if (w->lo)
+					pfree(w->lo);
+				if (w->hi)
+					pfree(w->hi);
+				pfree(w->snap.xip);
+				pfree(w);
 				continue;
 			}
 			open++;
