@@ -163,11 +163,12 @@ ok(AshTest::poll($dst,
 	  . " AND (SELECT snapshot_phase FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink') = 'copying'"),
 	'while the copy runs: a table copying with its rows, status catching_up, phase copying');
 
-# faults at seeded progress points
+# faults at seeded progress points, in increasing order (spread over the copy)
 my $faults = 0;
+my @points = sort { $a <=> $b } map { int(rand(($rows1 + $rows2) * 0.8)) } 1 .. $kills;
 for my $i (1 .. $kills)
 {
-	my $at = int(rand(($rows1 + $rows2) * 0.8));
+	my $at = $points[ $i - 1 ];
 	AshTest::poll($dst,
 		"SELECT coalesce(sum(rows_copied), 0) > $at OR bool_and(state = 'copied') FROM ash_replicant.snapshot_tables",
 		't');
