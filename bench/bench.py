@@ -177,6 +177,7 @@ def setup_clusters():
     keyring = os.path.join(BASE, "keyring")
     with open(keyring, "w") as f:
         f.write("column_encryption 1 %s\n" % ("ab" * 32))
+        f.write("snapshot_provenance 1 %s\n" % ("cd" * 32))   # initial load, ash_incr
     os.chown(keyring, PG.pw_uid, PG.pw_gid)
     os.chmod(keyring, 0o600)
 

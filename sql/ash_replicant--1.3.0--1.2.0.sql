@@ -1,7 +1,7 @@
 /*
- * ash_replicant 1.3.0 -> 1.2.0: rollback of loop-safe origins and the
- * per-table statistics (docs/operations.md, "Upgrading from 0.4.0":
- * rollbacks).
+ * ash_replicant 1.3.0 -> 1.2.0: rollback of loop-safe origins, the
+ * per-table statistics and incremental snapshots (docs/operations.md,
+ * "Upgrading from 0.4.0": rollbacks).
  *
  * Refused, leaving the catalogs as they were, unless the session says
  * ash_replicant.pipelines_stopped = on (pipelines_stopped_required) and no
@@ -10,7 +10,9 @@
  * (origin = 'none'): 1.2.0 would mirror them, and two servers mirroring
  * each other would loop (rollback_state_unrepresentable).  The statistics
  * are dropped; so are the sinks' replication origins, which 1.2.0 neither
- * sets nor drops.  Messages carry counts and reason codes only.
+ * sets nor drops.  Refused while an incremental snapshot attempt is
+ * unfinished (rollback_state_unrepresentable).  Messages carry counts and
+ * reason codes only.
  */
 
 \echo Use "ALTER EXTENSION ash_replicant UPDATE TO '1.2.0'" to load this file. \quit
@@ -40,6 +42,15 @@ BEGIN
 	SELECT pg_catalog.count(*) INTO n FROM ash_replicant.pipelines p WHERE p.origin <> 'any';
 	IF n > 0 THEN
 		RAISE EXCEPTION 'ash_replicant: rollback rejected: rollback_state_unrepresentable (% pipelines skip transactions with an origin; configure them with origin => ''any'' first)', n
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+
+	-- incremental snapshots: an unfinished attempt's chunks cannot be kept
+	LOCK TABLE ash_replicant.snapshot_tables, ash_replicant.snapshot_windows IN ACCESS EXCLUSIVE MODE;
+	SELECT pg_catalog.count(*) INTO n FROM ash_replicant.snapshot_tables t
+	 WHERE t.state = 'pending' AND t.chunks_copied > 0;
+	IF n > 0 THEN
+		RAISE EXCEPTION 'ash_replicant: rollback rejected: rollback_state_unrepresentable (1.2.0 cannot represent: % tables of an unfinished incremental snapshot)', n
 			USING ERRCODE = 'object_not_in_prerequisite_state';
 	END IF;
 
@@ -98,3 +109,15 @@ GRANT EXECUTE ON FUNCTION ash_replicant_configure_pipeline(text, text, text, tex
 	TO ash_replicant_admin;
 
 ALTER TABLE ash_replicant.pipelines DROP COLUMN origin;
+
+------------------------------------------------------------------------------
+-- Incremental snapshots: refused above while an attempt is unfinished
+-- (rollback_state_unrepresentable); a finished attempt's chunk counts and
+-- windows are dropped (1.2.0 refuses snapshot => 'incremental' at start).
+------------------------------------------------------------------------------
+
+ALTER EXTENSION ash_replicant DROP TABLE ash_replicant.snapshot_windows;
+DROP TABLE ash_replicant.snapshot_windows;
+ALTER TABLE ash_replicant.snapshot_tables
+	DROP COLUMN chunk_cursor,
+	DROP COLUMN chunks_copied;

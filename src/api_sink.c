@@ -1709,6 +1709,46 @@ start_check_settings(HeapTuple tup, TupleDesc desc, const char *decoder)
  * The snapshot mode against the sink's initial state and its mappings;
  * settings nothing acts on are refused rather than stored and ignored.
  */
+/*
+ * snapshot incremental copies state mirrors whose every mapping keeps
+ * provenance (its completion retires unseen rows), under SCD1 without
+ * context tenancy; anything else is refused with snapshot_unsupported.
+ * (A source table without a primary key halts the worker, which alone
+ * sees the source.)
+ */
+static void
+start_check_incremental(const char *sink_name, const AshSinkInfo *sink)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	HeapTuple	row;
+	TupleDesc	rdesc;
+
+	if (sink->append_log)
+		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
+				   "sink \"%s\" is an append log: snapshot incremental copies state mirrors only",
+				   sink_name);
+	values[0] = CStringGetTextDatum(sink_name);
+	catalog_exec("SELECT pg_catalog.count(*) FILTER (WHERE NOT snapshot_provenance),"
+				 "       pg_catalog.count(*) FILTER (WHERE history_strategy = 'scd2'),"
+				 "       pg_catalog.count(*) FILTER (WHERE tenant_strategy = 'context')"
+				 "  FROM ash_replicant.resources WHERE sink_name = $1",
+				 1, types, values, NULL, true);
+	row = SPI_tuptable->vals[0];
+	rdesc = SPI_tuptable->tupdesc;
+	if (DatumGetInt64(SPI_getbinval(row, rdesc, 1, &isnull)) > 0)
+		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
+				   "sink \"%s\": snapshot incremental needs snapshot_provenance on every mapping",
+				   sink_name);
+	if (DatumGetInt64(SPI_getbinval(row, rdesc, 2, &isnull)) > 0)
+		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
+				   "sink \"%s\": snapshot incremental does not copy into SCD2 mappings", sink_name);
+	if (DatumGetInt64(SPI_getbinval(row, rdesc, 3, &isnull)) > 0)
+		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
+				   "sink \"%s\": snapshot incremental does not copy under context tenancy", sink_name);
+}
+
 static void
 start_check_snapshot(const char *sink_name, const AshSinkInfo *sink, HeapTuple tup,
 					 TupleDesc desc, const char *snapshot)
@@ -1725,12 +1765,11 @@ start_check_snapshot(const char *sink_name, const AshSinkInfo *sink, HeapTuple t
 				   "sink \"%s\" declares initial_state %s, which snapshot %s contradicts",
 				   sink_name, sink->initial_state, snapshot);
 
-	/* snapshot settings this version would not act on (docs/snapshots.md) */
+	/* what snapshot incremental copies (docs/snapshots.md) */
 	if (strcmp(snapshot, "incremental") == 0)
-		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
-				   "snapshot incremental is not built into this version (snapshot v1 is)");
+		start_check_incremental(sink_name, sink);
 	/* settings nothing acts on are refused rather than stored and ignored */
-	if (DatumGetBool(SPI_getbinval(tup, desc, 12, &isnull)))
+	else if (DatumGetBool(SPI_getbinval(tup, desc, 12, &isnull)))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START, "config_invalid",
 				   "chunk_rows and max_pending_chunks apply to snapshot incremental only; leave them at their defaults");
 	if (DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull)))

@@ -66,6 +66,7 @@
 #include "keyring.h"
 #include "errors.h"
 #include "messages.h"
+#include "incremental.h"
 #include "origin.h"
 #include "provenance.h"
 #include "shmem.h"
@@ -1060,6 +1061,19 @@ resolve_change_tenants(AshApplyRel *rel, AshChange *c, char **told, char **tnew)
 	}
 }
 
+/*
+ * A streamed write to a table whose incremental snapshot is under way:
+ * marked seen by the attempt, so that the table's completion does not
+ * retire it (provenance.c).
+ */
+static void
+mark_streamed(AshApplyRel *rel, AshApplyTarget *to, AshRowImage *row)
+{
+	if (meta.snapshot_attempt == NULL && rel->map->snapshot_provenance &&
+		ash_incr_marks_seen(rel))
+		ash_provenance_mark_streamed(rel, to, row, ash_incr_attempt());
+}
+
 static void
 apply_insert(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 			 const char *tnew)
@@ -1072,7 +1086,10 @@ apply_insert(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 	if (rel->map->snapshot_provenance && meta.snapshot_attempt != NULL)
 		ash_provenance_insert(rel, to, &newrow, strategy);
 	else
+	{
 		strategy->insert(rel, to, &newrow);
+		mark_streamed(rel, to, &newrow);
+	}
 }
 
 static void
@@ -1107,6 +1124,7 @@ apply_update(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 
 		seal_image(rel, to, &newrow);
 		strategy->update(rel, to, &key, &newrow);
+		mark_streamed(rel, to, &newrow);
 	}
 }
 
@@ -1120,9 +1138,51 @@ apply_delete(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 	strategy->delete(rel, target_for(rel, told), &key);
 }
 
+/*
+ * The part of a row change the stream applies while an incremental
+ * snapshot copies its table (incremental.c): all of it, none (NULL), or
+ * of an update whose keys fall on both sides, the delete of the old key or
+ * the insert of the new row (built in *part).
+ */
+static AshChange *
+incremental_part(AshApplyRel *rel, AshChange *c, AshChange *part)
+{
+	bool		apply_old;
+	bool		apply_new;
+
+	ash_incr_judge(rel, c, meta.xid, &apply_old, &apply_new);
+	if (c->kind == ASH_CHANGE_INSERT)
+		return apply_new ? c : NULL;
+	if (c->kind == ASH_CHANGE_DELETE)
+		return apply_old ? c : NULL;
+	if (apply_old == apply_new)
+		return apply_old ? c : NULL;
+	memset(part, 0, sizeof(AshChange));
+	part->xid = c->xid;
+	if (apply_old)
+	{
+		/* the row leaves the copied keys: its new key is copied later */
+		part->kind = ASH_CHANGE_DELETE;
+		part->u.delete.relid = c->u.update.relid;
+		part->u.delete.oldkind = 'K';
+		part->u.delete.oldtup = c->u.update.oldkind != 0 ? c->u.update.oldtup : c->u.update.newtup;
+	}
+	else
+	{
+		/* the row enters the copied keys: inserted whole */
+		part->kind = ASH_CHANGE_INSERT;
+		part->u.insert.relid = c->u.update.relid;
+		part->u.insert.newtup = c->u.update.newtup;
+		if (c->u.update.oldkind == 'O')
+			merge_unchanged(&part->u.insert.newtup, &c->u.update.oldtup);
+	}
+	return part;
+}
+
 static void
 apply_row_change(AshChange *c)
 {
+	AshChange	part;
 	AshApplyRel *rel;
 	const AshApplyStrategy *strategy;
 	Oid			save_userid;
@@ -1145,6 +1205,15 @@ apply_row_change(AshChange *c)
 	{
 		pending.skipped_changes++;
 		return;
+	}
+	if (meta.snapshot_attempt == NULL && ash_incr_judging())
+	{
+		c = incremental_part(rel, c, &part);
+		if (c == NULL)
+		{
+			pending.skipped_changes++;
+			return;
+		}
 	}
 	ash_apply_errctx.relation = rel->target_name;
 	strategy = strategy_for(rel);
@@ -1205,6 +1274,8 @@ apply_truncate(AshChange *c)
 
 		if (rel == NULL)
 			continue;			/* ignored source: truncate ignored too */
+		if (!below_floor(rel) && meta.snapshot_attempt == NULL && ash_incr_judging())
+			ash_incr_check_truncate(rel, meta.xid);
 		if (below_floor(rel))
 			continue;			/* its copy was taken after this truncate */
 		ash_apply_errctx.relation = rel->target_name;
@@ -1695,7 +1766,7 @@ ash_apply_commit_batch(void)
 	MemoryContext cxt = CurrentMemoryContext;
 
 	Assert(ash_apply_batch_pending());
-	flush_deferred();
+	ash_apply_flush_deferred();	/* and seen-marks of streamed rows */
 	table_stats_flush();
 	advance_checkpoint();
 

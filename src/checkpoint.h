@@ -68,7 +68,7 @@ extern bool ash_checkpoint_record_halt(const char *sink_name, int64 generation,
  * then nextra (at most ASH_CHECKPOINT_MAX_PARAMS - 3) more; nulls in SPI's
  * form, NUL-terminated (extra_nulls NULL: none null).  Returns the count.
  */
-#define ASH_CHECKPOINT_MAX_PARAMS	8
+#define ASH_CHECKPOINT_MAX_PARAMS	16
 extern int	ash_checkpoint_key_params(const AshCheckpointKey *key, int nextra,
 									  const Oid *extra_types, const Datum *extra_values,
 									  const char *extra_nulls, Oid *types, Datum *values,

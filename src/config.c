@@ -170,6 +170,7 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 		" p.source_system_identifier, p.source_database, p.streaming,"
 		" p.binary_transfer, p.failover, p.max_inflight_lag, p.max_command_retries,"
 		" p.census::text AS census, p.start_generation, p.snapshot,"
+		" p.chunk_rows, p.max_pending_chunks,"
 		/* through jsonb: catalogs older than 1.3.0 have no origin column */
 		" pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'origin' AS origin"
 		" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
@@ -206,6 +207,8 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 	cfg->max_command_retries = DatumGetInt32(get_datum(tup, desc, "max_command_retries", &isnull));
 	cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));
 	cfg->snapshot = get_text(tup, desc, "snapshot");
+	cfg->chunk_rows = DatumGetInt32(get_datum(tup, desc, "chunk_rows", &isnull));
+	cfg->max_pending_chunks = DatumGetInt32(get_datum(tup, desc, "max_pending_chunks", &isnull));
 	{
 		char	   *origin = get_text(tup, desc, "origin");
 

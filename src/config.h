@@ -107,6 +107,8 @@ typedef struct AshPipelineConfig
 	char	   *source_system_identifier;
 	char	   *source_database;
 	char	   *snapshot;		/* "off", "v1", "incremental" */
+	int			chunk_rows;		/* incremental: rows per chunk */
+	int			max_pending_chunks; /* incremental: chunk windows open at once */
 	bool		streaming;
 	bool		binary_transfer;
 	bool		failover;		/* FAILOVER slot (source 17+) */

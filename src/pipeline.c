@@ -71,6 +71,7 @@
 #include "checkpoint.h"
 #include "decode_pgoutput.h"
 #include "errors.h"
+#include "incremental.h"
 #include "keyring.h"
 #include "libpq_conn.h"
 #include "messages.h"
@@ -131,6 +132,12 @@ static XLogRecPtr stream_fallback_lsn = InvalidXLogRecPtr;
 static TimestampTz stream_fallback_at = 0;
 static int	stream_fallbacks = 0;	/* in a row, without a streamed commit */
 static bool session_streams = false;	/* this session requested streaming */
+
+/* An incremental snapshot copies between the stream's transactions. */
+static bool incremental_session = false;
+static long incr_wait_ms = -1;	/* how long the loop may wait now; -1: no bound */
+static TimestampTz incr_last_ping = 0;
+static bool incr_ping_sent = false;	/* no keepalive since it */
 
 #define STREAM_RETRY_MAX_MS (3600 * 1000)
 
@@ -838,8 +845,9 @@ plugin_options(AshConn *conn)
 		appendStringInfoString(&o, ", messages 'true'");
 	if (cfg->binary_transfer && conn->server_version >= 140000 && !ash_apply_binary_refused())
 		appendStringInfoString(&o, ", binary 'true'");
+	/* an incremental snapshot judges each change by its transaction, whole */
 	session_streams = cfg->streaming && conn->server_version >= 140000 && streaming_allowed() &&
-		!guard_careful();
+		!guard_careful() && !incremental_session;
 	streams_withheld = cfg->streaming && conn->server_version >= 140000 && guard_careful();
 	if (session_streams)
 		appendStringInfoString(&o, ", streaming 'on'");
@@ -1035,6 +1043,7 @@ drain_stream(AshPgoutputState *dstate, MemoryContext loop_cxt, MemoryContext msg
 		{
 			if (msg.wal_end > idle_lsn)
 				idle_lsn = msg.wal_end;
+			incr_ping_sent = false;
 			if (msg.reply_requested)
 				send_feedback(true, false);
 			continue;
@@ -1087,11 +1096,85 @@ check_silent_source(TimestampTz now)
 	}
 }
 
+/*
+ * Incremental snapshot: copy chunks while the stream has nothing waiting
+ * (for at most INCR_SLICE_MS at a time, so the stream's latency stays
+ * bounded).  A chunk waits while max_pending_chunks windows are open --
+ * the source is then asked for a keepalive (again after INCR_PING_MS
+ * without one), whose position closes them when the source is quiet -- or
+ * while the source does not show a transaction the stream delivered.
+ */
+#define INCR_SLICE_MS	200
+#define INCR_PING_MS	100
+#define INCR_RETRY_MS	20
+
+/* Ask the walsender for its position: one ping at a time, again when overdue. */
+static void
+incremental_ping(void)
+{
+	if (!incr_ping_sent ||
+		TimestampDifferenceExceeds(incr_last_ping, GetCurrentTimestamp(), INCR_PING_MS))
+	{
+		send_feedback(true, true);
+		incr_last_ping = GetCurrentTimestamp();
+		incr_ping_sent = true;
+	}
+	incr_wait_ms = INCR_PING_MS;
+}
+
+static void
+incremental_work(void)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), INCR_SLICE_MS);
+	XLogRecPtr	lowest;
+
+	incr_wait_ms = -1;
+	if (!incremental_session || ash_apply_in_remote_xact() || ash_apply_batch_pending())
+		return;
+	/* every commit below the watermark is delivered; a keepalive's position too */
+	(void) ash_incr_close_windows(Max(ash_apply_watermark() + 1, idle_lsn));
+	for (;;)
+	{
+		switch (ash_snapshot_incremental_step())
+		{
+			case ASH_INCR_STEP_NONE:
+				/* copied: the last windows still judge until they close */
+				if (ash_incr_open_windows(&lowest) == 0)
+				{
+					incremental_session = false;
+					return;
+				}
+				incremental_ping();
+				return;
+			case ASH_INCR_STEP_CHUNK:
+				if (ash_stream_more_buffered(&stream) ||
+					GetCurrentTimestamp() >= until)
+				{
+					incr_wait_ms = 0;
+					return;
+				}
+				CHECK_FOR_INTERRUPTS();
+				continue;
+			case ASH_INCR_STEP_WAIT_WINDOWS:
+				incremental_ping();
+				return;
+			case ASH_INCR_STEP_WAIT_XIDS:
+				incr_wait_ms = INCR_RETRY_MS;
+				return;
+		}
+	}
+}
+
 /* Until more arrives (or the next census): pace a backlog, or wait. */
 static void
 wait_for_stream(TimestampTz now)
 {
 	long		wait_ms = 1000;
+
+	if (incr_wait_ms == 0)
+		return;					/* chunks to copy: back to the loop at once */
+	if (incr_wait_ms > 0)
+		wait_ms = Min(wait_ms, incr_wait_ms);
 
 	if (cfg->census.enabled)
 	{
@@ -1158,6 +1241,7 @@ receive_loop(void)
 		send_feedback(false, false);
 		guard_progress();
 		run_census_if_due();
+		incremental_work();
 		if (resume_streaming_if_idle())
 			return;				/* run_session starts over, streaming */
 
@@ -1165,6 +1249,12 @@ receive_loop(void)
 		check_silent_source(now);
 		wait_for_stream(now);
 	}
+}
+
+static bool
+is_incremental(void)
+{
+	return cfg->snapshot != NULL && strcmp(cfg->snapshot, "incremental") == 0;
 }
 
 /*
@@ -1176,11 +1266,27 @@ check_snapshot_settings(void)
 {
 	ListCell   *lc;
 
-	if (cfg->snapshot != NULL && strcmp(cfg->snapshot, "incremental") == 0)
-		ash_halt("snapshot_unsupported", "snapshot incremental is not built into this version");
+	bool		incremental = is_incremental();
+
+	if (incremental && ash_config_is_append_log(cfg))
+		ash_halt("snapshot_unsupported", "snapshot incremental does not copy into an append log");
 	foreach(lc, cfg->mappings)
 	{
 		AshMapping *m = lfirst(lc);
+
+		if (incremental && !m->snapshot_provenance)
+			ash_halt("snapshot_unsupported",
+					 "snapshot incremental needs snapshot_provenance on every mapping; %s has none",
+					 quote_qualified_identifier(m->source_schema, m->source_table));
+		if (incremental && m->history_strategy != NULL &&
+			strcmp(m->history_strategy, "scd2") == 0)
+			ash_halt("snapshot_unsupported", "snapshot incremental does not copy into SCD2 mapping %s",
+					 quote_qualified_identifier(m->source_schema, m->source_table));
+		if (incremental && m->tenant_strategy != NULL &&
+			strcmp(m->tenant_strategy, "context") == 0)
+			ash_halt("snapshot_unsupported",
+					 "snapshot incremental does not copy under context tenancy (%s)",
+					 quote_qualified_identifier(m->source_schema, m->source_table));
 
 		if (!m->snapshot_provenance)
 			continue;
@@ -1286,6 +1392,14 @@ run_session(void)
 
 	step = STEP_COVERAGE;
 	ash_census_activation(cfg);
+	incremental_session = false;
+	ash_incr_reset(NULL);		/* judged again from what begin installs */
+	if (is_incremental())
+	{
+		/* a table it cannot copy halts before anything is recorded */
+		step = STEP_SNAPSHOT;
+		ash_snapshot_incremental_prepare(cfg);
+	}
 
 	step = STEP_BIND;
 	ash_checkpoint_bind(cfg->sink_name, ckey, timeline, xlogpos, cfg->decoder, &binding);
@@ -1297,7 +1411,8 @@ run_session(void)
 	/* an attempt recorded under this checkpoint binds whatever is configured now */
 	phase = ash_snapshot_phase(ckey);
 	ash_source_ensure_slot(conn, cfg, binding.commit_lsn, phase != ASH_SNAPSHOT_NONE,
-				snapshot && phase == ASH_SNAPSHOT_NONE && XLogRecPtrIsInvalid(binding.commit_lsn),
+				snapshot && !is_incremental() && phase == ASH_SNAPSHOT_NONE &&
+				XLogRecPtrIsInvalid(binding.commit_lsn),
 				&slot_created, &slot_start);
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.slot_ready = true;
@@ -1314,7 +1429,15 @@ run_session(void)
 						slot_created, slot_start.slot_position);
 
 	/* existing rows first: the stream starts where the copy left off */
-	if (snapshot || phase != ASH_SNAPSHOT_NONE)
+	if (is_incremental())
+	{
+		/* the stream starts now; chunks are copied between its transactions */
+		step = STEP_SNAPSHOT;
+		ash_snapshot_incremental_begin(cfg, ckey, &slot_start, &binding);
+		incremental_session = ash_incr_judging();
+		incr_last_ping = 0;
+	}
+	else if (snapshot || phase != ASH_SNAPSHOT_NONE)
 	{
 		step = STEP_SNAPSHOT;
 		ash_snapshot_run(cfg, ckey, &slot_start, &binding);

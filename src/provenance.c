@@ -25,7 +25,10 @@
  *		the rows of its target whose seen-mark is not this attempt are
  *		retired: deleted under SCD1, closed under SCD2 -- rows the source
  *		lacks at the table's snapshot.  A snapshot (v1) streams nothing
- *		while it copies, so no streamed row can be mistaken for unseen.
+ *		while it copies, so no streamed row can be mistaken for unseen; an
+ *		incremental snapshot streams while it copies, so every row the
+ *		stream writes to a table being copied is marked seen (with no
+ *		fingerprint) before the table's last chunk retires the rest.
  *
  *	  The attempt recorded on the checkpoint is authenticated with the
  *	  same key family (snapshot_state), so a hand-edited attempt cannot
@@ -74,7 +77,13 @@ typedef struct Stamp
 	ProvTarget *pt;
 	Datum	   *values;			/* key params, fingerprint, attempt */
 	char	   *nulls;
+	bool		streamed;		/* a streamed row: it may be gone by the flush */
 } Stamp;
+
+static void queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
+						bytea *fp, const bytea *attempt, bool streamed);
+
+static Oid	unfingerprinted = InvalidOid;	/* a target no probe can match */
 
 static MemoryContext prov_cxt = NULL;	/* plans, send functions */
 static MemoryContext queue_cxt = NULL;	/* stamps until flushed */
@@ -342,7 +351,8 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 
 	n = ash_key_values(rel, row, values, nulls);
 	nulls[n] = '\0';
-	if (ash_spi_execute(pt->probe, values, nulls, SPI_OK_SELECT) > 0)
+	if (tgt->relid != unfingerprinted &&
+		ash_spi_execute(pt->probe, values, nulls, SPI_OK_SELECT) > 0)
 	{
 		bool		isnull;
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -359,31 +369,64 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 	if (!unchanged)
 		strategy->insert(rel, tgt, row);
 
-	/* the stamp: key values copied, the change's memory is reset after it */
-	{
-		MemoryContext old = MemoryContextSwitchTo(queue_cxt);
-		Stamp	   *s = palloc(sizeof(Stamp));
-
-		s->pt = pt;
-		s->values = palloc(sizeof(Datum) * (n + 2));
-		s->nulls = palloc(n + 3);
-		for (int i = 0; i < n; i++)
-		{
-			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
-
-			s->values[i] = nulls[i] == 'n' ? (Datum) 0 :
-				datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
-			s->nulls[i] = nulls[i];
-		}
-		s->values[n] = PointerGetDatum(datumCopy(PointerGetDatum(fp), false, -1));
-		s->values[n + 1] = PointerGetDatum(datumCopy(PointerGetDatum(meta->snapshot_attempt), false, -1));
-		s->nulls[n] = s->nulls[n + 1] = ' ';
-		s->nulls[n + 2] = '\0';
-		queue = lappend(queue, s);
-		MemoryContextSwitchTo(old);
-	}
+	queue_stamp(pt, rel, values, nulls, n, fp, meta->snapshot_attempt, false);
 	if (list_length(queue) >= STAMP_QUEUE_MAX)
 		ash_apply_flush_deferred();		/* writes first, then their stamps */
+}
+
+/*
+ * Queue the stamp of a row: its n key values (copied: the change's memory
+ * is reset after it), fingerprint (NULL: none) and the attempt.
+ */
+static void
+queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
+			bytea *fp, const bytea *attempt, bool streamed)
+{
+	MemoryContext old = MemoryContextSwitchTo(queue_cxt);
+	Stamp	   *s = palloc(sizeof(Stamp));
+
+	s->pt = pt;
+	s->streamed = streamed;
+	s->values = palloc(sizeof(Datum) * (n + 2));
+	s->nulls = palloc(n + 3);
+	for (int i = 0; i < n; i++)
+	{
+		int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+		s->values[i] = nulls[i] == 'n' ? (Datum) 0 :
+			datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
+		s->nulls[i] = nulls[i];
+	}
+	s->values[n] = fp == NULL ? (Datum) 0 :
+		PointerGetDatum(datumCopy(PointerGetDatum(fp), false, -1));
+	s->values[n + 1] = PointerGetDatum(datumCopy(PointerGetDatum(attempt), false, -1));
+	s->nulls[n] = fp == NULL ? 'n' : ' ';
+	s->nulls[n + 1] = ' ';
+	s->nulls[n + 2] = '\0';
+	queue = lappend(queue, s);
+	MemoryContextSwitchTo(old);
+}
+
+void
+ash_provenance_mark_streamed(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
+							 const bytea *attempt)
+{
+	ProvTarget *pt = target_of(rel, tgt);
+	Datum	   *values = palloc(sizeof(Datum) * (pt->nkeyparams + 2));
+	char	   *nulls = palloc(pt->nkeyparams + 3);
+	int			n;
+
+	n = ash_key_values(rel, row, values, nulls);
+	nulls[n] = '\0';
+	queue_stamp(pt, rel, values, nulls, n, NULL, attempt, true);
+	if (list_length(queue) >= STAMP_QUEUE_MAX)
+		ash_apply_flush_deferred();
+}
+
+void
+ash_provenance_set_unfingerprinted(Oid relid)
+{
+	unfingerprinted = relid;
 }
 
 void
@@ -404,7 +447,10 @@ ash_provenance_flush(void)
 	{
 		Stamp	   *s = lfirst(lc);
 
-		if (ash_spi_execute(s->pt->stamp, s->values, s->nulls, SPI_OK_UPDATE) != 1)
+		uint64		n = ash_spi_execute(s->pt->stamp, s->values, s->nulls, SPI_OK_UPDATE);
+
+		/* a streamed row may have been deleted later in the batch */
+		if (n > 1 || (n == 0 && !s->streamed))
 			elog(ERROR, "ash_replicant: a snapshot row to stamp is not in its target");
 	}
 	PopActiveSnapshot();

@@ -44,6 +44,21 @@ extern void ash_provenance_verify_state(const AshCheckpointKey *key, const bytea
 extern void ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 								  const AshApplyStrategy *strategy);
 
+/*
+ * A streamed write of a row (insert, update) while an incremental snapshot
+ * copies its table: stamped seen by the attempt, with no fingerprint (the
+ * row is no longer what a chunk copied), so that the table's completion
+ * does not retire it.  Queued like the snapshot's stamps.
+ */
+extern void ash_provenance_mark_streamed(AshApplyRel *rel, AshApplyTarget *tgt,
+										 AshRowImage *row, const bytea *attempt);
+
+/*
+ * relid (InvalidOid: none) holds no fingerprint a snapshot row could match:
+ * its rows are written without the probe.  The caller vouches for it.
+ */
+extern void ash_provenance_set_unfingerprinted(Oid relid);
+
 /* Write the queued stamps (after apply's deferred writes; as the owner). */
 extern void ash_provenance_flush(void);
 

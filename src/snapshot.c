@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * snapshot.c
- *	  Snapshots of existing rows (snapshot => 'v1').
+ *	  Snapshots of existing rows (snapshot => 'v1' and 'incremental').
  *
  * NOTES
  *	  A snapshot copies every mapped table of the publication into the
@@ -40,11 +40,15 @@
  *	  as event=snapshot.progress at most every 10 seconds; table names and
  *	  counts only, never a value.
  *
+ *	  snapshot => 'incremental' copies in chunks while the stream runs: see
+ *	  "Incremental snapshots" below and incremental.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog_internal.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -63,6 +67,7 @@
 #include "ash_replicant.h"
 #include "copy_row.h"
 #include "errors.h"
+#include "incremental.h"
 #include "provenance.h"
 #include "shmem.h"
 #include "origin.h"
@@ -80,6 +85,8 @@ typedef struct SnapTable
 	bool		copied;
 	int64		rows;
 	XLogRecPtr	lsn;			/* copied: its snapshot's position */
+	int64		chunks;			/* incremental: chunks committed */
+	char	  **cursor;			/* incremental: key of the last row copied */
 } SnapTable;
 
 /* The attempt as recorded on the checkpoint. */
@@ -185,7 +192,8 @@ read_attempt(void)
 			ash_halt("snapshot_state_invalid", "the snapshot attempt lacks its position or id");
 	}
 
-	n = key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn"
+	n = key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn,"
+				 "       chunks_copied, chunk_cursor"
 				 "  FROM ash_replicant.snapshot_tables"
 				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 				 " ORDER BY source_schema, source_table",
@@ -206,6 +214,18 @@ read_attempt(void)
 		t->rows = DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
 		d = SPI_getbinval(tup, desc, 6, &isnull);
 		t->lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+		t->chunks = DatumGetInt64(SPI_getbinval(tup, desc, 7, &isnull));
+		d = SPI_getbinval(tup, desc, 8, &isnull);
+		if (!isnull)
+		{
+			List	   *l = ash_text_array_to_list(d, false);
+			int			i = 0;
+			ListCell   *kc;
+
+			t->cursor = palloc0(sizeof(char *) * Max(list_length(l), 1));
+			foreach(kc, l)
+				t->cursor[i++] = lfirst(kc);
+		}
 		if (t->copied && XLogRecPtrIsInvalid(t->lsn))
 			ash_halt("snapshot_state_invalid", "copied table %s lacks its snapshot position",
 					 quote_qualified_identifier(t->nspname, t->relname));
@@ -910,7 +930,8 @@ install_floors(Attempt *a, XLogRecPtr watermark)
 		SnapTable  *t = lfirst(lc);
 		AshTableFloor *f;
 
-		if (!t->copied || t->lsn <= watermark + 1)
+		/* an incremental copy has windows, never a floor */
+		if (!t->copied || t->lsn <= watermark + 1 || t->chunks > 0)
 			continue;
 		f = palloc(sizeof(AshTableFloor));
 		strlcpy(f->nspname, t->nspname, NAMEDATALEN);
@@ -1155,8 +1176,15 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 
 	a = arm(source_tables(data_conn), start, binding);
 	foreach(lc, a->tables)
-		if (!((SnapTable *) lfirst(lc))->copied)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		if (!t->copied && t->chunks > 0)
+			ash_halt("snapshot_state_invalid",
+					 "an incremental snapshot is in progress under this checkpoint: configure snapshot incremental to finish it, or reset the checkpoint");
+		if (!t->copied)
 			npending++;
+	}
 	publish_attempt(a, a->phase != ASH_SNAPSHOT_COMPLETE);
 
 	if (npending > 0)
@@ -1233,6 +1261,7 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	snap_key = key;
 	snap_slot = find_slot();
 	my_copier = 0;
+	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (row_buf != NULL)
 	{
 		PQfreemem(row_buf);
@@ -1503,4 +1532,756 @@ ash_snapshot_copier_main(Datum main_arg)
 	}
 	PG_END_TRY();
 	proc_exit(0);
+}
+
+/* ---------------------------------------------------------------------
+ * Incremental snapshots (snapshot => 'incremental').
+ *
+ * The pipeline worker streams from the slot's position at once and, between
+ * two source transactions of the stream, copies the tables one at a time in
+ * primary-key order, chunk_rows rows per chunk.  A chunk is read on a second
+ * connection under a REPEATABLE READ snapshot (nothing is written on the
+ * source) and committed at once in one destination transaction that holds
+ * the checkpoint row locked: its rows (through apply, as snapshot rows of
+ * a provenance mapping), the table's cursor and row count, and its window
+ * (the key range, the snapshot's xmin, xmax and in-progress xids, and the
+ * end of the source's WAL when the snapshot was taken).  incremental.c
+ * decides from the cursors and windows what the stream applies, and why
+ * the result is exact (docs/snapshots.md, "Why incremental is exact").
+ * The table's last chunk also retires the rows of its target the attempt
+ * did not see, as v1 does.
+ * ---------------------------------------------------------------------
+ */
+
+/* One table's primary key, as the source describes it. */
+typedef struct IncrKeyDesc
+{
+	char	   *nspname;
+	char	   *relname;
+	int			nkeys;
+	char	  **names;
+	Oid		   *types;
+} IncrKeyDesc;
+
+static AshConn *incr_conn = NULL;	/* the chunk reads' connection */
+static List *incr_keys = NIL;	/* IncrKeyDesc *, in incr_cxt */
+static Attempt *incr_attempt = NULL;
+static MemoryContext incr_session_cxt = NULL;
+static char *incr_described = NULL; /* table whose Relation was applied */
+static AshRelation incr_rel;	/* ... and its description */
+static bool incr_fresh = false; /* its target was empty at its first chunk */
+
+static IncrKeyDesc *
+incr_key_desc(const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, incr_keys)
+	{
+		IncrKeyDesc *k = lfirst(lc);
+
+		if (strcmp(k->nspname, nspname) == 0 && strcmp(k->relname, relname) == 0)
+			return k;
+	}
+	return NULL;
+}
+
+/*
+ * The primary key of a source table, in key order.  Halts
+ * snapshot_unsupported for a table without one (keyless tables cannot be
+ * copied in key order) and for a key column whose order the destination
+ * cannot reproduce: a type that is not built in, or a collatable column
+ * whose collation is not "C" or "POSIX".
+ */
+static IncrKeyDesc *
+describe_key(AshConn *conn, const char *nspname, const char *relname)
+{
+	const char *params[2];
+	PGresult   *res;
+	IncrKeyDesc *k = palloc0(sizeof(IncrKeyDesc));
+	char	   *qname = quote_qualified_identifier(nspname, relname);
+
+	params[0] = nspname;
+	params[1] = relname;
+	res = ash_conn_exec_params(conn,
+							   "SELECT a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8,"
+							   "  CASE WHEN co.collname = 'default'"
+							   "       THEN (SELECT d.datcollate::pg_catalog.text FROM pg_catalog.pg_database d"
+							   "              WHERE d.datname = pg_catalog.current_database())"
+							   "       ELSE co.collname::pg_catalog.text END"
+							   "  FROM pg_catalog.pg_class c"
+							   "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+							   "  JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary"
+							   "  CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[])"
+							   "       WITH ORDINALITY AS k(attnum, ord)"
+							   "  JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum"
+							   "  LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation"
+							   " WHERE n.nspname = $1 AND c.relname = $2"
+							   " ORDER BY k.ord",
+							   2, params, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "incremental snapshot key description");
+	if (PQntuples(res) == 0)
+	{
+		PQclear(res);
+		ash_halt("snapshot_unsupported",
+				 "table %s has no primary key: snapshot incremental copies in primary-key order",
+				 qname);
+	}
+	k->nspname = pstrdup(nspname);
+	k->relname = pstrdup(relname);
+	k->nkeys = PQntuples(res);
+	k->names = palloc(sizeof(char *) * k->nkeys);
+	k->types = palloc(sizeof(Oid) * k->nkeys);
+	for (int i = 0; i < k->nkeys; i++)
+	{
+		k->names[i] = pstrdup(PQgetvalue(res, i, 0));
+		k->types[i] = (Oid) strtoul(PQgetvalue(res, i, 1), NULL, 10);
+		if (k->types[i] >= FirstGenbkiObjectId)
+		{
+			PQclear(res);
+			ash_halt("snapshot_unsupported",
+					 "a primary key column of %s has a type that is not built in", qname);
+		}
+		if (!PQgetisnull(res, i, 2) && strcmp(PQgetvalue(res, i, 2), "C") != 0 &&
+			strcmp(PQgetvalue(res, i, 2), "POSIX") != 0)
+		{
+			PQclear(res);
+			ash_halt("snapshot_unsupported",
+					 "a primary key column of %s has a collation other than \"C\"", qname);
+		}
+	}
+	PQclear(res);
+	return k;
+}
+
+/*
+ * Before the checkpoint is bound: the source connection of the chunk reads
+ * and every mapped table's primary key (a table that cannot be copied in
+ * key order halts here, with nothing recorded).
+ */
+void
+ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
+{
+	List	   *tables;
+	ListCell   *lc;
+	MemoryContext old;
+
+	snap_cfg = cfg;
+	if (incr_conn != NULL)
+		ash_conn_close(incr_conn);
+	incr_conn = NULL;
+	if (incr_session_cxt == NULL)
+		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
+												 "ash_replicant incremental session",
+												 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextReset(incr_session_cxt);
+	incr_keys = NIL;
+	incr_attempt = NULL;
+	incr_described = NULL;
+	incr_fresh = false;
+	ash_incr_reset(NULL);
+	ash_provenance_set_unfingerprinted(InvalidOid);
+
+	incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+	if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
+									 cfg->source_database))
+		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
+	PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
+
+	old = MemoryContextSwitchTo(incr_session_cxt);
+	tables = source_tables(incr_conn);
+	foreach(lc, tables)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		incr_keys = lappend(incr_keys, describe_key(incr_conn, t->nspname, t->relname));
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The transactions running on the source now (their xid locks are held
+ * until they are visible to new snapshots).  Read once the slot exists: a
+ * transaction committed before the slot's position is not streamed, and
+ * one an earlier session was delivered is not streamed again; either may
+ * still be invisible to new snapshots, and no chunk is read under a
+ * snapshot that does not show it ended.
+ */
+static void
+note_running_xids(void)
+{
+	PGresult   *res;
+
+	res = ash_conn_exec(incr_conn,
+						"SELECT l.transactionid::pg_catalog.text FROM pg_catalog.pg_locks l"
+						" WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted",
+						false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "incremental snapshot running transactions");
+	for (int i = 0; i < PQntuples(res); i++)
+		ash_incr_note_xid((TransactionId) strtoul(PQgetvalue(res, i, 0), NULL, 10));
+	PQclear(res);
+}
+
+/* "xmin:xmax:xip,..." of txid_current_snapshot() (12+), as 32-bit xids. */
+static void
+parse_snapshot(const char *text, AshIncrSnapshot *snap)
+{
+	const char *p = text;
+	char	   *end;
+	int			cap = 16;
+
+	snap->nxip = 0;
+	snap->xip = palloc(sizeof(TransactionId) * cap);
+	snap->xmin = (TransactionId) strtoull(p, &end, 10);
+	if (*end != ':')
+		ash_halt("protocol_violation", "a source snapshot could not be read");
+	p = end + 1;
+	snap->xmax = (TransactionId) strtoull(p, &end, 10);
+	if (*end != ':')
+		ash_halt("protocol_violation", "a source snapshot could not be read");
+	p = end + 1;
+	while (*p != '\0')
+	{
+		if (snap->nxip == cap)
+		{
+			cap *= 2;
+			snap->xip = repalloc(snap->xip, sizeof(TransactionId) * cap);
+		}
+		snap->xip[snap->nxip++] = (TransactionId) strtoull(p, &end, 10);
+		if (end == p || (*end != ',' && *end != '\0'))
+			ash_halt("protocol_violation", "a source snapshot could not be read");
+		p = *end == ',' ? end + 1 : end;
+	}
+	/* sorted for bsearch (incremental.c) */
+	for (int i = 1; i < snap->nxip; i++)
+		for (int j = i; j > 0 && snap->xip[j - 1] > snap->xip[j]; j--)
+		{
+			TransactionId x = snap->xip[j];
+
+			snap->xip[j] = snap->xip[j - 1];
+			snap->xip[j - 1] = x;
+		}
+}
+
+/* text[] literal of a key (NULL: SQL NULL); values quoted for array input. */
+static Datum
+key_array(char **key, int nkeys)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * nkeys);
+
+	for (int i = 0; i < nkeys; i++)
+		elems[i] = CStringGetTextDatum(key[i]);
+	return PointerGetDatum(construct_array(elems, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+static Datum
+xip_array(const AshIncrSnapshot *snap)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(snap->nxip, 1));
+
+	for (int i = 0; i < snap->nxip; i++)
+		elems[i] = Int64GetDatum((int64) snap->xip[i]);
+	return PointerGetDatum(construct_array(elems, snap->nxip, INT8OID, 8, FLOAT8PASSBYVAL,
+										   TYPALIGN_DOUBLE));
+}
+
+/* Windows recorded by earlier sessions, for tables whose copy is under way. */
+static void
+load_windows(void)
+{
+	(void) key_exec("SELECT source_schema, source_table, chunk, lo, hi, snap_xmin, snap_xmax,"
+					"       snap_xip, high_lsn"
+					"  FROM ash_replicant.snapshot_windows"
+					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					" ORDER BY source_schema, source_table, chunk",
+					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		d;
+		char	  **bound[2] = {NULL, NULL};
+		AshIncrSnapshot snap;
+		ArrayType  *xa;
+		Datum	   *xe;
+		int			nx;
+
+		for (int b = 0; b < 2; b++)
+		{
+			d = SPI_getbinval(tup, desc, 4 + b, &isnull);
+			if (!isnull)
+			{
+				List	   *l = ash_text_array_to_list(d, false);
+				ListCell   *kc;
+				int			i = 0;
+
+				bound[b] = palloc0(sizeof(char *) * Max(list_length(l), 1));
+				foreach(kc, l)
+					bound[b][i++] = lfirst(kc);
+			}
+		}
+		snap.xmin = (TransactionId) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+		snap.xmax = (TransactionId) DatumGetInt64(SPI_getbinval(tup, desc, 7, &isnull));
+		xa = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 8, &isnull));
+		deconstruct_array(xa, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &xe, NULL, &nx);
+		snap.nxip = nx;
+		snap.xip = palloc(sizeof(TransactionId) * Max(nx, 1));
+		for (int i = 0; i < nx; i++)
+			snap.xip[i] = (TransactionId) DatumGetInt64(xe[i]);
+		ash_incr_add_window(SPI_getvalue(tup, desc, 1), SPI_getvalue(tup, desc, 2),
+							DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull)),
+							bound[0], bound[1], &snap,
+							DatumGetLSN(SPI_getbinval(tup, desc, 9, &isnull)));
+	}
+}
+
+/*
+ * Arm (first start) or resume the incremental attempt; the stream starts
+ * at once afterwards.  Installs the cursors and windows apply judges by.
+ */
+void
+ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
+							   const AshSlotStart *start, AshBinding *binding)
+{
+	Attempt    *a;
+	ListCell   *lc;
+	MemoryContext old;
+
+	snap_cfg = cfg;
+	snap_key = key;
+	snap_slot = find_slot();
+	my_copier = 0;
+
+	old = MemoryContextSwitchTo(incr_session_cxt);
+	a = arm(source_tables(incr_conn), start, binding);
+	MemoryContextSwitchTo(old);
+	incr_attempt = a;
+	check_provenance_versions(a);
+
+	/*
+	 * Every table of the attempt, copied or not, and the windows still
+	 * open: a window outlives its table's copy (and the attempt) until the
+	 * stream has passed it.
+	 */
+	ash_incr_reset(a->phase == ASH_SNAPSHOT_COMPLETE ? NULL : a->id);
+	if (a->phase != ASH_SNAPSHOT_COMPLETE)
+		note_running_xids();
+	catalog_begin();			/* type lookups: in a transaction */
+	foreach(lc, a->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+		IncrKeyDesc *k = incr_key_desc(t->nspname, t->relname);
+
+		if (k == NULL)
+		{
+			if (t->copied)
+				continue;		/* unmapped since: nothing to judge */
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: source table %s left the publication during the snapshot",
+							quote_qualified_identifier(t->nspname, t->relname))));
+		}
+		ash_incr_add_table(t->nspname, t->relname, k->nkeys, k->names, k->types,
+						   t->copied ? NULL : t->cursor, t->copied);
+	}
+	{
+		Oid			types[1] = {LSNOID};
+		Datum		values[1];
+
+		/* the stream delivered every commit up to the watermark: closed */
+		values[0] = LSNGetDatum(binding->commit_lsn + 1);
+		(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
+						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						"   AND high_lsn <= $4",
+						1, types, values, NULL, SPI_OK_DELETE);
+	}
+	load_windows();
+	catalog_end();
+
+	read_watermark(binding);
+	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
+	install_floors(a, binding->commit_lsn);
+	(void) ash_incr_close_windows(binding->commit_lsn + 1);
+	publish_attempt(a, ash_incr_active());
+	if (ash_incr_active())
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d mode=incremental",
+						snap_cfg->sink_name, list_length(a->tables))));
+}
+
+/*
+ * Can a row of m's target above the cursor hold a fingerprint a chunk row
+ * could match?  Only a fingerprint stamped by another attempt: this
+ * attempt's chunks stamp the keys they copied, and the stream stamps none.
+ * When no row has one, the chunks skip the probe (a first load); asked
+ * once a table and session.
+ */
+static void
+incr_probe_needed(AshMapping *m)
+{
+	char	   *nsp;
+	char	   *rel;
+	Oid			types[1] = {BYTEAOID};
+	Datum		values[1];
+	bool		none = false;
+
+	ash_provenance_set_unfingerprinted(InvalidOid);
+	if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0)
+		return;
+	catalog_begin();
+	nsp = get_namespace_name(get_rel_namespace(m->target_relid));
+	rel = get_rel_name(m->target_relid);
+	if (nsp != NULL && rel != NULL)
+	{
+		values[0] = PointerGetDatum(incr_attempt->id);
+		if (ash_spi_execute_args(psprintf("SELECT 1 FROM %s WHERE %s IS NOT NULL"
+										  "   AND %s IS DISTINCT FROM $1 LIMIT 1",
+										  quote_qualified_identifier(nsp, rel),
+										  ASH_PROVENANCE_FINGERPRINT_COLUMN,
+										  ASH_PROVENANCE_SEEN_COLUMN),
+								 1, types, values, NULL, SPI_OK_SELECT,
+								 "incremental snapshot fingerprint check") == 0)
+			none = true;
+	}
+	catalog_end();
+	if (none)
+		ash_provenance_set_unfingerprinted(m->target_relid);
+}
+
+/* Mark the attempt complete (no watermark change: the stream owns it). */
+static void
+incr_complete(void)
+{
+	if (key_exec("UPDATE ash_replicant.checkpoints"
+				 "   SET snapshot_phase = 'complete', go_forward_uncopied = NULL,"
+				 "       updated_at = pg_catalog.now()"
+				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				 "   AND snapshot_phase = 'copying'",
+				 0, NULL, NULL, NULL, SPI_OK_UPDATE) != 1)
+		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
+}
+
+/*
+ * Copy the next chunk, when the configuration allows one now.  Runs
+ * between two source transactions of the stream (no batch open).
+ */
+AshIncrStep
+ash_snapshot_incremental_step(void)
+{
+	char	   *nspname;
+	char	   *relname;
+	char	  **cursor;
+	IncrKeyDesc *k;
+	AshMapping *map;
+	PGresult   *res;
+	AshIncrSnapshot snap;
+	XLogRecPtr	high_lsn;
+	XLogRecPtr	lowest;
+	StringInfoData sql;
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext tcxt;
+	int			nrows;
+	bool		done;
+	char	  **hi = NULL;
+	int64		chunk_no;
+	SnapTable  *st = NULL;
+	ListCell   *lc;
+	AshRelation rel;
+	AshChange	change;
+
+	if (incr_attempt == NULL)
+		return ASH_INCR_STEP_NONE;
+	if (!ash_incr_next_table(&nspname, &relname, &cursor))
+	{
+		if (incr_attempt->phase != ASH_SNAPSHOT_COMPLETE)
+		{
+			/* a session ended between the last chunk and completion */
+			catalog_begin();
+			(void) read_attempt();
+			incr_complete();
+			catalog_end();
+			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
+			publish_attempt(incr_attempt, false);
+		}
+		return ASH_INCR_STEP_NONE;
+	}
+	if (ash_incr_open_windows(&lowest) >= snap_cfg->max_pending_chunks)
+		return ASH_INCR_STEP_WAIT_WINDOWS;
+
+	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(tcxt);
+	k = incr_key_desc(nspname, relname);
+	map = ash_config_find_mapping(snap_cfg, nspname, relname);
+	foreach(lc, incr_attempt->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
+			st = t;
+	}
+	if (k == NULL || map == NULL || st == NULL)
+		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
+				 quote_qualified_identifier(nspname, relname));
+
+	/* the table as pgoutput describes it, once a session */
+	if (incr_described == NULL ||
+		strcmp(incr_described, quote_qualified_identifier(nspname, relname)) != 0)
+	{
+		SnapTable  *dt;
+
+		MemoryContextSwitchTo(incr_session_cxt);
+		dt = palloc0(sizeof(SnapTable));
+		dt->nspname = pstrdup(nspname);
+		dt->relname = pstrdup(relname);
+		memset(&incr_rel, 0, sizeof(incr_rel));
+		describe_table(incr_conn, dt, &incr_rel);
+		memset(&change, 0, sizeof(change));
+		change.kind = ASH_CHANGE_RELATION;
+		change.u.relation = incr_rel;
+		ash_apply_change(&change);
+		incr_described = pstrdup(quote_qualified_identifier(nspname, relname));
+		MemoryContextSwitchTo(tcxt);
+		incr_probe_needed(map);
+		incr_fresh = false;
+	}
+
+	/*
+	 * The snapshot, and the end of the source's WAL read after it: every
+	 * transaction the snapshot shows committed below that position.
+	 */
+	PQclear(ash_conn_exec(incr_conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false));
+	res = ash_conn_exec(incr_conn,
+						"SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text,"
+						"       pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text,"
+						"       pg_catalog.current_setting('wal_block_size')",
+						false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		ash_conn_report_result(res, "incremental snapshot position");
+	parse_snapshot(PQgetvalue(res, 0, 0), &snap);
+	high_lsn = parse_lsn(PQgetvalue(res, 0, 1));
+	{
+		/*
+		 * At a page boundary the insert position points past the next
+		 * page's header, which no record reaches yet (and the walsender's
+		 * position never passes on a quiet source): every record inserted
+		 * ends at or before the boundary.
+		 */
+		uint64		blcksz = strtoull(PQgetvalue(res, 0, 2), NULL, 10);
+
+		if (blcksz > 0 && high_lsn % blcksz <= SizeOfXLogLongPHD)
+			high_lsn -= high_lsn % blcksz;
+	}
+	PQclear(res);
+	if (!ash_incr_snapshot_covers(&snap))
+	{
+		/* a transaction the stream delivered is not visible yet: later */
+		PQclear(ash_conn_exec(incr_conn, "ROLLBACK", false));
+		MemoryContextSwitchTo(cxt);
+		MemoryContextDelete(tcxt);
+		return ASH_INCR_STEP_WAIT_XIDS;
+	}
+
+	/* the chunk: the next chunk_rows rows in primary-key order */
+	rel = incr_rel;
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "SELECT ");
+	for (int i = 0; i < rel.natts; i++)
+		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel.cols[i].name));
+	appendStringInfo(&sql, " FROM ONLY %s", quote_qualified_identifier(nspname, relname));
+	if (cursor != NULL)
+	{
+		appendStringInfoString(&sql, " WHERE (");
+		for (int i = 0; i < k->nkeys; i++)
+			appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
+		appendStringInfoString(&sql, ") > (");
+		for (int i = 0; i < k->nkeys; i++)
+			appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
+		appendStringInfoString(&sql, ")");
+	}
+	appendStringInfoString(&sql, " ORDER BY ");
+	for (int i = 0; i < k->nkeys; i++)
+		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
+	appendStringInfo(&sql, " LIMIT %d", snap_cfg->chunk_rows);
+	res = ash_conn_exec_params(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
+							   (const char *const *) cursor, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "incremental snapshot chunk");
+	PQclear(ash_conn_exec(incr_conn, "COMMIT", false));
+	nrows = PQntuples(res);
+	done = nrows < snap_cfg->chunk_rows;
+	if (!done)
+	{
+		int		   *keycol = palloc(sizeof(int) * k->nkeys);
+
+		hi = palloc(sizeof(char *) * k->nkeys);
+		for (int i = 0; i < k->nkeys; i++)
+		{
+			keycol[i] = -1;
+			for (int c = 0; c < rel.natts; c++)
+				if (strcmp(rel.cols[c].name, k->names[i]) == 0)
+					keycol[i] = c;
+			if (keycol[i] < 0 || PQgetisnull(res, nrows - 1, keycol[i]))
+				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
+						 quote_qualified_identifier(nspname, relname));
+			hi[i] = pstrdup(PQgetvalue(res, nrows - 1, keycol[i]));
+		}
+	}
+	chunk_no = st->chunks + 1;
+
+	/* rows, progress, cursor and window: one destination transaction */
+	ash_apply_snapshot_begin(high_lsn, 0, incr_attempt->id);
+	if (key_exec("SELECT 1 FROM ash_replicant.checkpoints"
+				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				 "   AND snapshot_phase = 'copying' FOR UPDATE",
+				 0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
+		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
+
+	/*
+	 * A target empty when its first chunk is copied stays empty above the
+	 * cursor (the stream writes only keys at or below it): every row of
+	 * this session's chunks is new, written without the upsert's fallback.
+	 */
+	if (cursor == NULL)
+		incr_fresh = target_is_empty(map);
+	if (incr_fresh)
+		ash_apply_snapshot_fresh(map->target_relid);
+	memset(&change, 0, sizeof(change));
+	change.kind = ASH_CHANGE_INSERT;
+	change.xid = InvalidTransactionId;
+	change.u.insert.relid = rel.relid;
+	change.u.insert.newtup.natts = rel.natts;
+	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(rel.natts, 1));
+	for (int r = 0; r < nrows; r++)
+	{
+		for (int c = 0; c < rel.natts; c++)
+		{
+			AshColumnValue *v = &change.u.insert.newtup.cols[c];
+
+			if (PQgetisnull(res, r, c))
+			{
+				v->status = ASH_COL_NULL;
+				v->len = 0;
+				v->data = NULL;
+			}
+			else
+			{
+				v->status = ASH_COL_TEXT;
+				v->data = PQgetvalue(res, r, c);
+				v->len = PQgetlength(res, r, c);
+			}
+		}
+		ash_apply_change(&change);
+	}
+	PQclear(res);
+	(void) ash_apply_snapshot_flush();
+	if (done)
+	{
+		int64		retired = ash_apply_snapshot_retire(map, high_lsn - 1);
+
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
+						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
+						retired)));
+	}
+	{
+		Oid			types[6] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID, LSNOID};
+		Datum		values[6];
+		char		nulls[7] = "      ";
+
+		values[0] = CStringGetTextDatum(nspname);
+		values[1] = CStringGetTextDatum(relname);
+		values[2] = Int64GetDatum(nrows);
+		if (hi != NULL)
+			values[3] = key_array(hi, k->nkeys);
+		else
+			nulls[3] = 'n';
+		if (cursor != NULL)
+			values[4] = key_array(cursor, k->nkeys);
+		else
+			nulls[4] = 'n';
+		values[5] = LSNGetDatum(high_lsn);
+		if (key_exec("UPDATE ash_replicant.snapshot_tables"
+					 "   SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
+					 "       chunk_cursor = $7,"
+					 "       state = CASE WHEN $7 IS NULL THEN 'copied' ELSE state END,"
+					 "       snapshot_lsn = CASE WHEN $7 IS NULL THEN $9 END,"
+					 "       copied_at = CASE WHEN $7 IS NULL THEN pg_catalog.clock_timestamp() END"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					 "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'"
+					 "   AND chunk_cursor IS NOT DISTINCT FROM $8",
+					 6, types, values, nulls, SPI_OK_UPDATE) != 1)
+			ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
+					 quote_qualified_identifier(nspname, relname));
+	}
+	{
+		Oid			types[9] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID,
+		INT8OID, INT8OID, INT8ARRAYOID, LSNOID};
+		Datum		values[9];
+		char		nulls[10] = "         ";
+		Oid			ltypes[1] = {LSNOID};
+		Datum		lvalues[1];
+
+		values[0] = CStringGetTextDatum(nspname);
+		values[1] = CStringGetTextDatum(relname);
+		values[2] = Int64GetDatum(chunk_no);
+		if (cursor != NULL)
+			values[3] = key_array(cursor, k->nkeys);
+		else
+			nulls[3] = 'n';
+		if (hi != NULL)
+			values[4] = key_array(hi, k->nkeys);
+		else
+			nulls[4] = 'n';
+		values[5] = Int64GetDatum((int64) snap.xmin);
+		values[6] = Int64GetDatum((int64) snap.xmax);
+		values[7] = xip_array(&snap);
+		values[8] = LSNGetDatum(high_lsn);
+		(void) key_exec("INSERT INTO ash_replicant.snapshot_windows"
+						" (source_system_id, source_database, slot_name, source_schema, source_table,"
+						"  chunk, lo, hi, snap_xmin, snap_xmax, snap_xip, high_lsn)"
+						" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
+						"         $12)",
+						9, types, values, nulls, SPI_OK_INSERT);
+		lvalues[0] = LSNGetDatum(ash_apply_watermark() + 1);
+		/* the stream delivered every commit below the watermark: closed */
+		(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
+						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						"   AND high_lsn <= $4",
+						1, ltypes, lvalues, NULL, SPI_OK_DELETE);
+	}
+	if (done && ash_incr_remaining() == 1)
+		incr_complete();	/* the attempt's last table */
+	(void) ash_apply_snapshot_commit();
+
+	/* committed: now the stream judges by it */
+	ash_incr_chunk_committed(nspname, relname, hi, done, chunk_no, cursor, hi, &snap, high_lsn);
+	st->chunks = chunk_no;
+	st->rows += nrows;
+	if (done)
+	{
+		st->copied = true;
+		if (!ash_incr_active())
+			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
+		publish_copied(st->rows);
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT " chunks=" INT64_FORMAT,
+						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
+						st->rows, chunk_no)));
+		publish_table(NULL, NULL, 0, 0);
+		if (!ash_incr_active())
+		{
+			publish_attempt(incr_attempt, false);
+			ereport(LOG,
+					(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
+							snap_cfg->sink_name, list_length(incr_attempt->tables))));
+		}
+	}
+	else
+		publish_table(nspname, relname, st->rows, st->has_estimate ? st->estimate : -1);
+	MemoryContextSwitchTo(cxt);
+	MemoryContextDelete(tcxt);
+	return ASH_INCR_STEP_CHUNK;
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * snapshot.h
- *	  Snapshots of existing rows (snapshot => 'v1').
+ *	  Snapshots of existing rows (snapshot => 'v1' and 'incremental').
  *
  *-------------------------------------------------------------------------
  */
@@ -47,6 +47,29 @@ extern void ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key,
  * append-log frontier check must not count them as above the watermark.
  */
 extern XLogRecPtr ash_snapshot_frontier(const AshCheckpointKey *key);
+
+/*
+ * Incremental snapshots (snapshot => 'incremental'): prepare runs before
+ * the checkpoint is bound (a table without a primary key, or with a key
+ * the destination cannot order like the source, halts snapshot_unsupported
+ * with nothing recorded); begin arms or resumes the attempt and installs
+ * what apply judges by; step copies the next chunk when one may be copied
+ * now (between source transactions, no batch open).  The chunk connection
+ * lives until the next session's prepare (or the worker's exit).
+ */
+typedef enum AshIncrStep
+{
+	ASH_INCR_STEP_NONE,			/* no attempt in progress */
+	ASH_INCR_STEP_CHUNK,		/* a chunk committed */
+	ASH_INCR_STEP_WAIT_WINDOWS, /* max_pending_chunks windows are open */
+	ASH_INCR_STEP_WAIT_XIDS		/* the source does not show a delivered
+								 * transaction yet */
+} AshIncrStep;
+
+extern void ash_snapshot_incremental_prepare(AshPipelineConfig *cfg);
+extern void ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
+										   const AshSlotStart *start, AshBinding *binding);
+extern AshIncrStep ash_snapshot_incremental_step(void);
 
 /* Entry point of a snapshot helper worker (snapshot.c). */
 extern PGDLLEXPORT void ash_snapshot_copier_main(Datum main_arg);

@@ -28,7 +28,7 @@ LAYERS = [
     ("catalog", ["config", "mapping_validate", "coverage", "source_catalog", "source_slot",
                  "contract", "checkpoint", "census"]),
     ("apply", ["relmap", "apply_bulk", "apply_strategy", "apply", "apply_scd1",
-               "apply_scd2", "apply_append", "messages", "provenance"]),
+               "apply_scd2", "apply_append", "messages", "provenance", "incremental"]),
     ("supervision", ["snapshot", "pipeline", "launcher"]),
     ("api", ["api_sink", "api_mapping", "api_crypto", "api_recovery",
              "api_status", "api_doctor", "api_verify"]),

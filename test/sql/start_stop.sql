@@ -46,7 +46,7 @@ SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication =>
 SELECT ash_replicant_start('ss');
 SELECT ash_replicant_configure_pipeline('ss', 'host=src.invalid', publication => 'pub_ss',
     source_system_identifier => '7301234567890123456', source_database => 'app',
-    snapshot => 'incremental');
+    snapshot => 'v1', max_pending_chunks => 8);
 SELECT ash_replicant_start('ss');
 SELECT enabled FROM ash_replicant.pipelines WHERE sink_name = 'ss';
 -- a table set emptied behind the API's back is missing too (per decoder)

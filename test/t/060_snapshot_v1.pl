@@ -195,12 +195,13 @@ AshTest::wait_status($dst, 'rls', 'halted', 'privilege_select_missing',
 	name => 'a snapshot that row security would filter halts privilege_select_missing');
 is($dst->safe_psql($DB, "SELECT count(*) FROM guarded"), '0', 'nothing of the filtered table was copied');
 
-# refusals: settings this version does not act on are never stored and ignored
+# refusals: settings a pipeline cannot act on are never stored and ignored
+# (incremental needs provenance on every mapping)
 AshTest::both($src, $dst, "CREATE TABLE inc (id int PRIMARY KEY)");
 $src->safe_psql($DB, "CREATE PUBLICATION pub2 FOR TABLE inc");
 AshTest::setup_pipeline($src, $dst, sink => 's2', publication => 'pub2', maps => [ ['inc'] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental'", start => 0);
 my ($rc, $out, $err) = $dst->psql($DB, "SELECT ash_replicant_start('s2')");
-like($err, qr/snapshot_unsupported/, 'snapshot incremental is refused at start');
+like($err, qr/snapshot_unsupported/, 'snapshot incremental without provenance is refused at start');
 
 done_testing();

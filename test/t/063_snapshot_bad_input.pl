@@ -7,10 +7,12 @@
 # itself), in no status, statistics, snapshot-table, doctor or catalog output
 # and in no error the test's own calls got.
 #
-#   rf  a (fresh sink) snapshot incremental: start raises snapshot_unsupported,
+#   rf  a (fresh sink) snapshot incremental with a mapping that keeps no
+#       provenance: start raises snapshot_unsupported,
 #       pipelines.enabled stays false, no checkpoint is created
 #       b (sink with a completed snapshot, stopped) reconfigured to
-#       incremental: start raises snapshot_unsupported, enabled stays false;
+#       incremental (its mapping keeps no provenance): start raises
+#       snapshot_unsupported, enabled stays false;
 #       then, reconfigured while RUNNING, the worker refuses it
 #       (snapshot_unsupported); fixed, it resumes
 #       c a mapping with snapshot_provenance => true (the target has nullable
@@ -207,7 +209,7 @@ CREATE TRIGGER ${table}_brake AFTER INSERT ON $table FOR EACH ROW WHEN (NEW.id %
 };
 };
 
-# rf: settings this version does not act on
+# rf: settings this pipeline cannot act on
 # ===========================================================================
 stamp('rf');
 my $s_rf = sentinel();

@@ -1,0 +1,118 @@
+/*-------------------------------------------------------------------------
+ *
+ * incremental.h
+ *	  Incremental snapshots (snapshot => 'incremental'): what the stream
+ *	  applies while the tables are copied chunk by chunk.
+ *
+ *	  snapshot.c reads and commits the chunks and tells this module where
+ *	  each table's copy stands (its cursor and the windows of its chunks);
+ *	  apply.c asks it, for every row change of a table of the attempt,
+ *	  which of the change's keys the stream applies (docs/snapshots.md,
+ *	  "Why incremental is exact").
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_INCREMENTAL_H
+#define ASH_INCREMENTAL_H
+
+#include "access/xlogdefs.h"
+
+#include "apply_strategy.h"
+#include "change.h"
+
+/* A source snapshot: xmin, xmax and the in-progress xids (32-bit). */
+typedef struct AshIncrSnapshot
+{
+	TransactionId xmin;
+	TransactionId xmax;
+	int			nxip;
+	TransactionId *xip;			/* sorted */
+} AshIncrSnapshot;
+
+/* Forget every table (no attempt, or a new session). */
+extern void ash_incr_reset(const bytea *attempt);
+
+/* Is an incremental attempt in progress (some table not yet copied)? */
+extern bool ash_incr_active(void);
+
+/*
+ * Must apply ask ash_incr_judge: a table not yet copied, or a window still
+ * open (also after the attempt completed)?
+ */
+extern bool ash_incr_judging(void);
+
+/* The attempt's id (for the seen-marks of streamed rows). */
+extern const bytea *ash_incr_attempt(void);
+
+/*
+ * A table of the attempt, in copy order: its primary key (source column
+ * names and built-in type OIDs; collatable types compare in "C"), and
+ * where its copy stands: cursor (key text of the last row copied, NULL
+ * before the first chunk) and done (every chunk copied).
+ */
+extern void ash_incr_add_table(const char *nspname, const char *relname, int nkeys,
+							   char **keynames, Oid *keytypes, char **cursor, bool done);
+
+/* The table's chunk committed: its new cursor (NULL with done) and window. */
+extern void ash_incr_chunk_committed(const char *nspname, const char *relname,
+									 char **cursor, bool done, int64 chunk, char **lo,
+									 char **hi, const AshIncrSnapshot *snap,
+									 XLogRecPtr high_lsn);
+
+/* A window recorded by an earlier session (lo, hi: NULL unbounded). */
+extern void ash_incr_add_window(const char *nspname, const char *relname, int64 chunk,
+								char **lo, char **hi, const AshIncrSnapshot *snap,
+								XLogRecPtr high_lsn);
+
+/*
+ * The stream has delivered every source commit below passed: close the
+ * windows whose snapshot ended there.  Returns how many are still open.
+ */
+extern int	ash_incr_close_windows(XLogRecPtr passed);
+
+/* Windows still open, the lowest high_lsn among them (Invalid: none). */
+extern int	ash_incr_open_windows(XLogRecPtr *lowest);
+
+/*
+ * A transaction the source may not show yet to a new snapshot (delivered
+ * by the stream, or running when the session started): a chunk is read
+ * only under a snapshot that shows every one of them.
+ */
+extern void ash_incr_note_xid(TransactionId xid);
+
+/*
+ * Does snap show every transaction noted?  Those it shows are forgotten
+ * (every later snapshot shows them too).
+ */
+extern bool ash_incr_snapshot_covers(const AshIncrSnapshot *snap);
+
+/*
+ * For a row change of rel in transaction xid: does the stream apply it to
+ * the old key (update, delete) and to the new key (insert, update)?  A
+ * key not yet copied, or in the range of a chunk whose snapshot already
+ * shows xid, is not applied: a chunk holds (or will hold) its effect.
+ * For a change of a table outside the attempt both are true.
+ */
+extern void ash_incr_judge(AshApplyRel *rel, AshChange *c, TransactionId xid,
+						   bool *apply_old, bool *apply_new);
+
+/*
+ * Is rel a table whose copy is under way (its streamed writes are marked
+ * seen, so that the table's completion does not retire them)?
+ */
+extern bool ash_incr_marks_seen(AshApplyRel *rel);
+
+/*
+ * A TRUNCATE of rel in transaction xid: halts snapshot_state_invalid when
+ * an open window's snapshot already shows it (the chunk holds rows written
+ * after it, which the truncate would remove).
+ */
+extern void ash_incr_check_truncate(AshApplyRel *rel, TransactionId xid);
+
+/* Tables of the attempt not yet copied. */
+extern int	ash_incr_remaining(void);
+
+/* The next table to copy (NULL: none); its cursor (NULL: from the start). */
+extern bool ash_incr_next_table(char **nspname, char **relname, char ***cursor);
+
+#endif							/* ASH_INCREMENTAL_H */

@@ -1,0 +1,234 @@
+# snapshot => 'incremental' under faults (docs/snapshots.md#incremental):
+# two tables with existing rows (TOASTed values among them) are copied chunk
+# by chunk while the pipeline streams and a workload of inserts, updates,
+# deletes, primary-key changes and TOAST rewrites runs on the source; at
+# seeded random points of the copy the destination is killed with SIGKILL
+# (postmaster and stragglers).  The destination starts with stale rows and
+# rows the source lacks.  Afterwards:
+#   - the watermark reaches the last source commit and the mirror's content
+#     hash equals the source's for both tables (provenance columns aside);
+#   - a destination audit trigger on provenance sinks shows every host effect
+#     exactly once: every source update bumps a version n, so per key the
+#     versions written (insert, update) at the destination strictly increase
+#     -- a chunk row written over a newer streamed one, or a change applied
+#     twice, would repeat or lower one; rows the source lacks are deleted once;
+#   - while it ran: status catching_up, stat_snapshot_tables per-table rows
+#     and state, event=snapshot.progress at most every 10 s per copier;
+#   - the attempt is complete, every table copied, no window left open.
+#
+# Seed: ASH_SEED (default: time), printed.  ASH_LONG=1: 1,000,000 rows in the
+# large table and more faults.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use AshTenancy;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+my $seed = (defined $ENV{ASH_SEED} && $ENV{ASH_SEED} =~ /^\d+$/) ? $ENV{ASH_SEED} : (time() ^ $$) % 1_000_000;
+srand($seed);
+note "seed $seed (rerun with ASH_SEED=$seed)";
+diag "065_snapshot_incremental seed $seed";
+
+my $long   = $ENV{ASH_LONG} ? 1 : 0;
+my $rows1  = $long ? 1_000_000 : 60_000;
+my $rows2  = $long ? 200_000 : 20_000;
+my $kills  = $long ? 5 : 2;
+my $sink   = 'incr';
+my $DB     = $AshTest::DB;
+
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	dst_conf => "ash_replicant.keyring_file = 'keyring'\n");
+AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(21));
+
+sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+sub q_src { return $src->safe_psql($DB, $_[0]); }
+
+# big1 is the large table; big2 has a two-column key.  n is a version:
+# every update of the workload bumps it.
+my $ddl = q{
+CREATE TABLE big1 (id bigint PRIMARY KEY, grp integer NOT NULL, val text, n bigint NOT NULL DEFAULT 0, blob text);
+CREATE TABLE big2 (a integer, b integer, val text, n bigint NOT NULL DEFAULT 0, blob text, PRIMARY KEY (a, b));
+CREATE VIEW big1_v AS SELECT id, grp, val, n, blob FROM big1;
+CREATE VIEW big2_v AS SELECT a, b, val, n, blob FROM big2;
+};
+q_src($ddl . qq{
+INSERT INTO big1 SELECT g, g % 97, md5(g::text), 0, CASE WHEN g % 2000 = 0 THEN repeat(md5(g::text), 200) END
+  FROM generate_series(1, $rows1) g;
+INSERT INTO big2 SELECT g % 100, g / 100, md5((-g)::text), 0, CASE WHEN g % 3000 = 0 THEN repeat(md5(g::text), 150) END
+  FROM generate_series(1, $rows2) g;
+ANALYZE big1; ANALYZE big2;
+CREATE PUBLICATION pub_incr FOR TABLE big1, big2;
+});
+q_dst(q{
+CREATE TABLE big1 (id bigint PRIMARY KEY, grp integer NOT NULL, val text, n bigint NOT NULL DEFAULT 0, blob text,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE TABLE big2 (a integer, b integer, val text, n bigint NOT NULL DEFAULT 0, blob text,
+	replica_fingerprint bytea, replica_seen_attempt bytea, PRIMARY KEY (a, b));
+CREATE VIEW big1_v AS SELECT id, grp, val, n, blob FROM big1;
+CREATE VIEW big2_v AS SELECT a, b, val, n, blob FROM big2;
+-- stale rows (the source has these keys) and rows the source lacks
+INSERT INTO big1 (id, grp, val, n) SELECT g, 0, 'stale', -1 FROM generate_series(1, 50) g;
+INSERT INTO big1 (id, grp, val, n) SELECT g, 0, 'dest only', -1 FROM generate_series(90000001, 90000040) g;
+INSERT INTO big2 (a, b, val, n) VALUES (7, 9999999, 'dest only', -1), (1, 0, 'stale', -1);
+-- audit: every host effect, in order
+CREATE TABLE audit (seq bigserial, tab text NOT NULL, k text NOT NULL, op text NOT NULL, n bigint);
+});
+# triggers need the columns of their own table: one function per table
+q_dst(q{
+CREATE FUNCTION audit1_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		INSERT INTO public.audit (tab, k, op, n) VALUES ('big1', OLD.id::text, TG_OP, OLD.n);
+	ELSE
+		INSERT INTO public.audit (tab, k, op, n) VALUES ('big1', NEW.id::text, TG_OP, NEW.n);
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE FUNCTION audit2_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		INSERT INTO public.audit (tab, k, op, n) VALUES ('big2', OLD.a || '/' || OLD.b, TG_OP, OLD.n);
+	ELSE
+		INSERT INTO public.audit (tab, k, op, n) VALUES ('big2', NEW.a || '/' || NEW.b, TG_OP, NEW.n);
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER audit1 AFTER INSERT OR UPDATE OR DELETE ON big1 FOR EACH ROW EXECUTE FUNCTION audit1_fn();
+CREATE TRIGGER audit2 AFTER INSERT OR UPDATE OR DELETE ON big2 FOR EACH ROW EXECUTE FUNCTION audit2_fn();
+});
+
+# Workload: small transactions spread over the copy (deterministic from the
+# seed).  New keys above 10,000,000 (big1) or with b >= 100,000 (big2); a key
+# change moves a row of big1 by +100,000,000, each source key at most once.
+# Every update bumps n.
+my $next = 10_000_000;
+my $next2 = 100_000;
+my %moved;
+my $script = '';
+my $xacts = $long ? 3000 : 600;
+for my $x (1 .. $xacts)
+{
+	my @s;
+	for (1 .. 1 + int(rand(4)))
+	{
+		my $k = rand();
+		if (rand() < 0.7)
+		{
+			my $id = 1 + int(rand($rows1));
+			if ($k < 0.25)
+			{
+				my $m = 1 + int(rand(20));
+				push @s, "INSERT INTO big1 SELECT g, g % 97, md5(g::text), 0, NULL FROM generate_series($next, " . ($next + $m - 1) . ") g";
+				$next += $m;
+			}
+			elsif ($k < 0.55) { push @s, "UPDATE big1 SET n = n + 1, val = md5(val) WHERE id IN ($id, " . (1 + int(rand($rows1))) . ")"; }
+			elsif ($k < 0.7) { push @s, "DELETE FROM big1 WHERE id = $id"; }
+			elsif ($k < 0.8)
+			{
+				next if $moved{$id}++;
+				push @s, "UPDATE big1 SET id = id + 100000000 WHERE id = $id";
+			}
+			else { push @s, "UPDATE big1 SET n = n + 1, blob = repeat(md5(random()::text), 120) WHERE id = " . (2000 * (1 + int(rand($rows1 / 2000)))); }
+		}
+		else
+		{
+			my ($a, $b) = (int(rand(100)), int(rand($rows2 / 100)));
+			if ($k < 0.3) { push @s, "INSERT INTO big2 VALUES (" . int(rand(100)) . ", " . $next2++ . ", 'new', 0, NULL)"; }
+			elsif ($k < 0.7) { push @s, "UPDATE big2 SET n = n + 1, val = md5(coalesce(val, '')) WHERE a = $a AND b = $b"; }
+			elsif ($k < 0.85) { push @s, "DELETE FROM big2 WHERE a = $a AND b = $b"; }
+			else { push @s, "UPDATE big2 SET n = n + 1, val = 'toasted unchanged' WHERE blob IS NOT NULL AND a = $a"; }
+		}
+	}
+	next unless @s;
+	$script .= "BEGIN;\n" . join(";\n", @s) . ";\nCOMMIT;\n";
+	$script .= "SELECT pg_sleep(0.05);\n" if $x % 3 == 0;
+}
+
+AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_incr', marker => 0,
+	maps => [ [ 'big1', snapshot_provenance => 'true' ], [ 'big2', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500, max_pending_chunks => 4");
+$dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$sink', '2 min')");
+
+my $w = AshTest::start_workload($src, $script, timeout => 900);
+
+# while the copy runs (one moment where all three hold): a table copying
+# with its rows in stat_snapshot_tables, status catching_up, phase copying
+ok(AshTest::poll($dst,
+	"SELECT (SELECT count(*) FROM ash_replicant.stat_snapshot_tables WHERE sink_name = '$sink'"
+	  . "   AND state = 'copying' AND rows_copied > 0) = 1"
+	  . " AND (SELECT state FROM ash_replicant_status('$sink')) = 'catching_up'"
+	  . " AND (SELECT snapshot_phase FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink') = 'copying'"),
+	'while the copy runs: a table copying with its rows, status catching_up, phase copying');
+
+# faults at seeded progress points, in increasing order (spread over the copy)
+my $faults = 0;
+my @points = sort { $a <=> $b } map { int(rand(($rows1 + $rows2) * 0.8)) } 1 .. $kills;
+for my $i (1 .. $kills)
+{
+	my $at = $points[ $i - 1 ];
+	AshTest::poll($dst,
+		"SELECT coalesce(sum(rows_copied), 0) > $at OR bool_and(state = 'copied') FROM ash_replicant.snapshot_tables",
+		't');
+	my $phase = q_dst("SELECT coalesce(snapshot_phase, '') FROM ash_replicant.checkpoints");
+	note "fault $i at >$at rows (phase $phase): destination kill -9";
+	last if $phase eq 'complete';
+	AshTest::crash_restart($dst);
+	$faults++;
+}
+diag "ash-proof: faults_injected=$faults seed=$seed";
+
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints", 't',
+	timeout => $long ? 1800 : 300), 'the incremental attempt completes');
+ok(AshTest::finish_workload($w), 'workload ran to its end');
+
+# caught up: the last source commit is applied
+my ($commit) = AshTest::commit_tracked($src, "UPDATE big2 SET n = n + 1 WHERE a = 0 AND b = 1");
+ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
+AshTest::wait_status($dst, $sink, 'healthy');
+AshTest::assert_mirror_equal($src, $dst, ['big1_v'], order_by => 'id',
+	name => 'after faults during the incremental snapshot');
+AshTest::assert_mirror_equal($src, $dst, ['big2_v'], order_by => 'a, b',
+	name => 'after faults during the incremental snapshot');
+
+# effect-once, per key: versions written strictly increase; one delete of a
+# row the source lacks
+for my $t ('big1', 'big2')
+{
+	my $bad = q_dst(qq{
+		SELECT count(*) FROM (
+		  SELECT k, n, lag(n) OVER (PARTITION BY k ORDER BY seq) AS prev, op, lag(op) OVER (PARTITION BY k ORDER BY seq) AS prev_op
+		    FROM audit WHERE tab = '$t') x
+		 WHERE op <> 'DELETE' AND prev_op IS DISTINCT FROM 'DELETE' AND prev IS NOT NULL AND n <= prev AND NOT (prev = -1)});
+	is($bad, '0', "$t: per key, every version is written once and never older than one written before");
+	my $dup = q_dst("SELECT count(*) FROM (SELECT k, n FROM audit WHERE tab = '$t' AND op <> 'DELETE' AND n >= 0"
+		  . " GROUP BY k, n HAVING count(*) > 1) x");
+	is($dup, '0', "$t: no (key, version) written twice");
+}
+is(q_dst("SELECT count(*) FROM audit WHERE tab = 'big1' AND op = 'DELETE' AND k::bigint > 90000000"), '40',
+	'the rows the source lacks are retired, each once');
+is(q_dst("SELECT count(*) FROM big1 WHERE id > 90000000 AND id < 100000000"), '0', 'none of them is left');
+is(q_dst("SELECT count(*) FROM big2 WHERE b = 9999999"), '0', 'big2: the row the source lacks is retired');
+
+# catalog: complete, copied, windows closed
+is(q_dst("SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_table) FROM ash_replicant.snapshot_tables"),
+	'big1:copied,big2:copied', 'every table of the attempt copied');
+ok(q_dst("SELECT bool_and(chunks_copied > 1 AND chunk_cursor IS NULL) FROM ash_replicant.snapshot_tables") eq 't',
+	'each table copied in chunks, its cursor cleared');
+is(q_dst("SELECT snapshot_phase FROM ash_replicant.checkpoints"), 'complete', 'attempt complete');
+
+# progress lines: at most one per 10 s
+my @prog = AshTest::log_lines_like($dst, qr/event=snapshot\.progress sink=\Q$sink\E /);
+note scalar(@prog) . " progress lines";
+my @ts = map { /^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)/ ? $1 : () } @prog;
+my $close = 0;
+for my $i (1 .. $#ts)
+{
+	my ($a, $b) = map { my @p = /(\d+):(\d+):(\d+)$/; $p[0] * 3600 + $p[1] * 60 + $p[2] } @ts[ $i - 1, $i ];
+	$close++ if $b - $a < 9 && $b >= $a;
+}
+ok($close <= $faults, "snapshot.progress at most every 10 s per worker ($close closer, $faults restarts)");
+
+done_testing();
