@@ -11,8 +11,9 @@
 #                 a destination kill -9 mid-workload with a write audit on
 #                 both ends (effect-once: per key as many writes as the
 #                 source made)
-#   attribute tenancy, encryption of a sensitive column, SCD2 history,
-#   an append log
+#   a snapshot (v1) of rows that predate the slot, attribute and context
+#   tenancy, encryption of a sensitive column, SCD2 history, an append log
+#   with logical messages
 # Each mirror must equal its source (content hash and row count), and the
 # state-mirror tables' hashes must be equal across decoders.  Then the
 # decoder-specific verdicts: preflight's output_plugin check, and what each
@@ -193,6 +194,7 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mirror;
 		$hashes{$dec}{$t} = AshTest::table_hash($dst, $t);
 	}
 
+	snapshot($dec, $d, $src, $dst, $conn);
 	features($dec, $d, $src, $dst, $conn);
 	history($dec, $d, $src, $dst, $conn);
 	append_log($dec, $d, $src, $dst, $conn);
@@ -222,6 +224,36 @@ INSERT INTO types (id, num, f4, f8) VALUES (10, 1, NULL, 1);
 
 	$src->stop;
 	$dst->stop;
+}
+
+# ---------------------------------------------------------------------------
+# A snapshot (v1) of rows that predate the slot, then the stream.
+# ---------------------------------------------------------------------------
+sub snapshot
+{
+	my ($dec, $d, $src, $dst, $conn) = @_;
+	my $sink = "snap_$dec";
+
+	AshTest::both($src, $dst, 'CREATE TABLE pre (id integer PRIMARY KEY, v text, big text)');
+	$src->safe_psql('postgres', q{
+ALTER TABLE pre ALTER COLUMN big SET STORAGE EXTERNAL;
+INSERT INTO pre SELECT g, 'v' || g, CASE WHEN g % 100 = 0 THEN repeat(md5(g::text), 200) END
+	FROM generate_series(1, 3000) g;
+});
+	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
+		$d->{table_set}->($src, $sink, 'pre'),
+		source_role => 'mirror', ignored_message_prefixes => ['evmsg'],
+		maps => [ ['pre'] ], pipeline_extra => "snapshot => 'v1'");
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: snapshot copied, stream follows") or return;
+	$src->safe_psql('postgres', q{
+UPDATE pre SET v = v || '+' WHERE id % 7 = 0;
+DELETE FROM pre WHERE id % 11 = 0;
+INSERT INTO pre VALUES (5000, 'new', NULL);
+});
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: changes after the snapshot applied");
+	AshTest::assert_mirror_equal($src, $dst, ['pre'], name => "$dec: snapshot and stream");
+	$hashes{$dec}{pre} = AshTest::table_hash($dst, 'pre');
+	return;
 }
 
 # ---------------------------------------------------------------------------
