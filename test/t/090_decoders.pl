@@ -271,8 +271,10 @@ ALTER TABLE accounts REPLICA IDENTITY FULL;
 CREATE TABLE vault (id integer PRIMARY KEY, tenant text NOT NULL, secret text, note text);
 ALTER TABLE vault REPLICA IDENTITY FULL;
 CREATE TABLE cards (id integer PRIMARY KEY, holder text, pan text);
+CREATE TABLE th (id integer PRIMARY KEY);
 });
 	$dst->safe_psql('postgres', q{
+CREATE TABLE th (id integer PRIMARY KEY);
 CREATE TABLE accounts (tenant text NOT NULL, id integer PRIMARY KEY, name text,
 	balance numeric NOT NULL DEFAULT 0);
 CREATE TABLE vault (id integer PRIMARY KEY, tenant text NOT NULL, secret text, note text);
@@ -286,12 +288,12 @@ GRANT ash_replicant_decrypt TO reader;
 GRANT SELECT ON cards TO reader;
 });
 	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
-		$d->{table_set}->($src, $sink, qw(accounts vault cards)),
+		$d->{table_set}->($src, $sink, qw(accounts vault cards th)),
 		source_role => 'mirror', ignored_message_prefixes => ['evmsg'],
 		maps => [
 			[ 'accounts', tenant_column => 'tenant', tenant_strategy => 'attribute' ],
 			[ 'vault', tenant_column => 'tenant', tenant_strategy => 'context' ],
-			[ 'cards', sensitive => ['pan'], encrypted => ['pan'] ] ]);
+			[ 'cards', sensitive => ['pan'], encrypted => ['pan'] ], [ 'th' ] ]);
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: tenancy and encryption pipeline streams")
 	  or return;
 
@@ -329,6 +331,15 @@ DELETE FROM cards WHERE id = 5;
 			"SELECT count(*) FROM cards WHERE position(convert_to('4111', 'UTF8') in pan) > 0"),
 		'0', "$dec: no plaintext in the encrypted column");
 	$hashes{$dec}{'cards (decrypted)'} = $plain;
+
+	# on_truncate 'halt' (the default): the TRUNCATE is not applied
+	$src->safe_psql('postgres', 'INSERT INTO th VALUES (1)');
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: caught up before the TRUNCATE");
+	$src->safe_psql('postgres', 'TRUNCATE th; INSERT INTO th VALUES (2)');
+	AshTest::wait_status($dst, $sink, 'halted', 'source_truncate',
+		name => "$dec: TRUNCATE of a table with on_truncate 'halt' halts source_truncate");
+	is($dst->safe_psql('postgres', 'SELECT string_agg(id::text, \',\') FROM th'), '1',
+		"$dec: the truncating transaction is not applied");
 	return;
 }
 
@@ -369,7 +380,9 @@ CREATE UNIQUE INDEX acct_hist_open ON acct_hist (id) WHERE valid_to_lsn IS NULL;
 		"UPDATE acct SET id = 60 WHERE id = 6",
 		"DELETE FROM acct WHERE id = 5",
 		"INSERT INTO acct VALUES (5, 55, 're', 'again')",
-		"UPDATE acct SET val = val || '!' WHERE id IN (1, 5)")
+		"UPDATE acct SET val = val || '!' WHERE id IN (1, 5)",
+		"TRUNCATE acct",
+		"INSERT INTO acct VALUES (7, 7, 'after truncate', 'x')")
 	{
 		$src->safe_psql('postgres', $stmt);
 	}
@@ -388,6 +401,8 @@ CREATE UNIQUE INDEX acct_hist_open ON acct_hist (id) WHERE valid_to_lsn IS NULL;
 		ON a.id = b.id AND b.valid_from_lsn = a.valid_to_lsn AND b.valid_from_ts = a.valid_to_ts
 		AND NOT a.is_current AND b.valid_from_ts > a.valid_from_ts}),
 		'6', "$dec: six updates close a version where the next begins (LSN and time)");
+	is($dst->safe_psql('postgres', q{SELECT count(*) FROM acct_hist WHERE valid_to_lsn IS NULL}), '1',
+		"$dec: on_truncate 'close' closed every version (one opened since)");
 	is($dst->safe_psql('postgres', q{SELECT count(*) FROM acct_hist a
 		WHERE (a.valid_to_lsn IS NULL) <> (a.valid_to_ts IS NULL) OR a.valid_to_lsn <= a.valid_from_lsn
 		OR EXISTS (SELECT 1 FROM acct_hist b WHERE b.id = a.id AND b.version_id <> a.version_id

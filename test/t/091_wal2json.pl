@@ -10,7 +10,8 @@
 #     the set is mirrored);
 #  4. a source whose output_plugin_libraries leaves wal2json out: preflight
 #     says decoder_plugin_not_allowed before a start, and the worker halts
-#     with it; listed again, the pipeline streams;
+#     with it; listed again, the pipeline streams; a source that cannot load
+#     the library halts decoder_extension_missing;
 #  5. a decoder switch and a table-set change on an existing checkpoint:
 #     decoder_contract_incompatible;
 #  6. source columns (no Relation messages): a column added at both ends is
@@ -135,6 +136,21 @@ AshTest::start_sink($dst, 'w_plugin');
 AshTest::wait_caught_up($src, $dst, 'w_plugin', name => 'listed again, the pipeline streams');
 AshTest::stop_settled($src, $dst, 'w_plugin');
 
+# the source cannot load the plugin's library (here: not on its library path)
+AshTest::both($src, $dst, 'CREATE TABLE t_lib (id integer PRIMARY KEY)');
+w2j_sink('w_lib', ['t_lib'], maps => [ ['t_lib'] ], start => 0);
+$src->safe_psql('postgres', "ALTER SYSTEM SET dynamic_library_path = '/nonexistent'; SELECT pg_reload_conf()");
+AshTest::poll($src, "SELECT current_setting('dynamic_library_path') = '/nonexistent'", 't');
+AshTest::start_sink($dst, 'w_lib');
+AshTest::wait_status($dst, 'w_lib', 'halted', 'decoder_extension_missing',
+	name => 'a source without the wal2json library halts decoder_extension_missing');
+$src->safe_psql('postgres', "ALTER SYSTEM RESET dynamic_library_path; SELECT pg_reload_conf()");
+AshTest::poll($src, "SELECT current_setting('dynamic_library_path') = '\$libdir'", 't');
+AshTest::stop_sink($dst, 'w_lib');
+AshTest::start_sink($dst, 'w_lib');
+AshTest::wait_caught_up($src, $dst, 'w_lib', name => 'the library back, the pipeline streams');
+AshTest::stop_settled($src, $dst, 'w_lib');
+
 # ---------------------------------------------------------------------------
 # 5. decoder or table set changed under an existing checkpoint
 # ---------------------------------------------------------------------------
@@ -193,6 +209,11 @@ INSERT INTO s_drop VALUES (1, 'a', 1);
 INSERT INTO s_check VALUES (1, 'a', 't');
 INSERT INTO s_lag VALUES (1, 'a');
 });
+# applied before what follows halts: a halt rolls back the whole open batch
+for my $s (qw(w_add w_src w_drop w_check w_lag))
+{
+	AshTest::wait_caught_up($src, $dst, $s, name => "$s: first rows applied");
+}
 
 # a column added at both ends: described again, mirrored
 AshTest::both($src, $dst, 'ALTER TABLE s_add ADD COLUMN c text');
@@ -254,11 +275,13 @@ AshTest::assert_mirror_equal($src, $dst, ['s_gen'], name => 'a generated column,
 AshTest::both($src, $dst, 'CREATE TABLE s_nan (id integer PRIMARY KEY, f double precision NOT NULL, note text)');
 w2j_sink('w_nan', ['s_nan'], maps => [ ['s_nan'] ]);
 AshTest::wait_caught_up($src, $dst, 'w_nan', name => 'w_nan streams');
-$src->safe_psql('postgres', "INSERT INTO s_nan VALUES (1, 1.5, 'one'); INSERT INTO s_nan VALUES (2, 'NaN', '$sentinel')");
+$src->safe_psql('postgres', "INSERT INTO s_nan VALUES (1, 1.5, 'one')");
+AshTest::wait_caught_up($src, $dst, 'w_nan', name => 'w_nan: the first row applied');
+$src->safe_psql('postgres', "INSERT INTO s_nan VALUES (2, 'NaN', '$sentinel')");
 AshTest::wait_status($dst, 'w_nan', 'halted', 'decoder_value_ambiguous',
 	name => 'NaN, written as null by wal2json, halts decoder_value_ambiguous');
 is($dst->safe_psql('postgres', 'SELECT string_agg(id::text, \',\' ORDER BY id) FROM s_nan'), '1',
-	'the transaction before is applied, the NaN one is not');
+	'the NaN transaction is not applied');
 
 # ---------------------------------------------------------------------------
 # no values out
