@@ -1041,10 +1041,7 @@ commit_batch(void)
 	return r;
 }
 
-/*
- * One DATA message: decoded into msg_cxt (the caller frees it), applied,
- * and the batch committed where it ends.
- */
+/* What the decoders keep across the messages of a session. */
 typedef struct DecoderState
 {
 	AshPgoutputState pgoutput;
@@ -1080,6 +1077,10 @@ decode_message(DecoderState *dstate, AshStreamMsg *msg, AshChange *change)
 	ash_halt("protocol_violation", "undecodable wal2json message: %s", derr);
 }
 
+/*
+ * One DATA message: decoded into msg_cxt (the caller frees it), applied,
+ * and the batch committed where it ends.
+ */
 static void
 apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 {
