@@ -222,7 +222,11 @@ parse_string(JParser *p, char **out, int *outlen)
 	while (p->cur < p->end && *p->cur != '"')
 	{
 		if (*p->cur == '\\')
+		{
+			if (p->end - p->cur < 2)
+				return jfail(p, ERR_SYNTAX);
 			p->cur++;
+		}
 		p->cur++;
 	}
 	if (p->cur >= p->end)
@@ -766,7 +770,10 @@ column_value(W2jMsg *m, const JNode *v, uint32 typoid, AshColumnValue *out)
 		case J_NUMBER:
 			if (!is_number_type(typoid))
 				return mfail(m, ERR_VALUE);
-			set_text(out, v->str, v->len);
+			/* the token is the output function's text, NUL-terminated */
+			out->status = ASH_COL_TEXT;
+			out->len = v->len;
+			out->data = v->str;
 			return true;
 		case J_STRING:
 			if (is_number_type(typoid) || typoid == W2J_BOOLOID)
@@ -818,7 +825,6 @@ static bool
 read_tuple(W2jMsg *m, AshWal2jsonState *state, const JNode *arr, const AshRelation *rel,
 		   char fill, bool key_only, AshTuple *tup)
 {
-	static const char *const column_keys[] = {"name", "type", "typeoid", "value", NULL};
 	int			hint = 0;
 
 	tup->natts = rel->natts;
@@ -828,29 +834,35 @@ read_tuple(W2jMsg *m, AshWal2jsonState *state, const JNode *arr, const AshRelati
 
 	for (JNode *c = arr->child; c != NULL; c = c->next)
 	{
-		JNode	   *name;
-		JNode	   *type;
-		JNode	   *typeoid;
-		JNode	   *value;
+		JNode	   *name = NULL;
+		JNode	   *type = NULL;
+		JNode	   *typeoid = NULL;
+		JNode	   *value = NULL;
 		uint64		oid;
 		int			idx = -1;
 
 		if (c->kind != J_OBJECT)
 			return mfail(m, ERR_KEY_TYPE);
-		if (!keys_allowed(m, c, column_keys))
-			return false;
-		name = require(m, c, "name", J_STRING);
-		typeoid = member(c, "typeoid");
-		value = member(c, "value");
-		type = member(c, "type");
-		if (name == NULL)
-			return false;
+		/* one pass over the members (duplicates were refused by the parser) */
+		for (JNode *k = c->child; k != NULL; k = k->next)
+		{
+			if (strcmp(k->key, "name") == 0)
+				name = k;
+			else if (strcmp(k->key, "value") == 0)
+				value = k;
+			else if (strcmp(k->key, "typeoid") == 0)
+				typeoid = k;
+			else if (strcmp(k->key, "type") == 0)
+				type = k;
+			else
+				return mfail(m, ERR_UNKNOWN_KEY);
+		}
+		if (name == NULL || typeoid == NULL || value == NULL)
+			return mfail(m, ERR_MISSING_KEY);
+		if (name->kind != J_STRING || (type != NULL && type->kind != J_STRING))
+			return mfail(m, ERR_KEY_TYPE);
 		if (!valid_name(name))
 			return mfail(m, ERR_NAME);
-		if (typeoid == NULL || value == NULL)
-			return mfail(m, ERR_MISSING_KEY);
-		if (type != NULL && type->kind != J_STRING)
-			return mfail(m, ERR_KEY_TYPE);
 		if (!token_uint(typeoid, PG_UINT32_MAX, &oid) || oid == 0)
 			return mfail(m, ERR_TYPEOID);
 
