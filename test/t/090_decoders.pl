@@ -174,6 +174,12 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mirror;
 	$src->safe_psql('postgres', $types_work);
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: types workload applied");
 	AshTest::assert_mirror_equal($src, $dst, [qw(types toast keys fullid trunc)], name => "$dec: mirror");
+	# completeness as ash_replicant_verify judges it, at a position the pipeline applied
+	is($dst->safe_psql('postgres',
+			"SELECT string_agg(source_table || ':' || verdict, ',' ORDER BY source_table)"
+			  . " FROM ash_replicant_verify('$sink')"),
+		join(',', map { "$_:match" } sort('ash_marker_' . $sink, @mirror_tables)),
+		"$dec: ash_replicant_verify: every mapped table matches");
 
 	# items under destination kills: effect-once
 	my $w = AshTest::start_workload($src, $items_work, timeout => 300);
