@@ -70,6 +70,8 @@
 #include "relmap.h"
 #include "checkpoint.h"
 #include "decode_pgoutput.h"
+#include "decode_wal2json.h"
+#include "decoder.h"
 #include "errors.h"
 #include "incremental.h"
 #include "keyring.h"
@@ -827,7 +829,7 @@ streaming_allowed(void)
 }
 
 static char *
-plugin_options(AshConn *conn)
+pgoutput_options(AshConn *conn)
 {
 	StringInfoData o;
 	int			proto;
@@ -852,6 +854,163 @@ plugin_options(AshConn *conn)
 	if (session_streams)
 		appendStringInfoString(&o, ", streaming 'on'");
 	return o.data;
+}
+
+/*
+ * wal2json 2.5, format version 2: what decode_wal2json.c reads, for the
+ * configured tables only.  No streaming (wal2json has none).  Not asked
+ * for: include-pk and include-not-null (the catalogs describe keys),
+ * include-unchanged-toast (2.5 refuses it), numeric-data-types-as-string
+ * (2.6 on; 2.5 refuses an unknown option, so NaN stays ambiguous).
+ */
+static char *
+wal2json_options(AshConn *conn)
+{
+	StringInfoData o;
+	StringInfoData tables;
+	ListCell   *lc;
+
+	initStringInfo(&tables);
+	foreach(lc, cfg->tables)
+	{
+		List	   *t = lfirst(lc);
+		char		buf[4 * NAMEDATALEN + 2];
+
+		buf[0] = '\0';
+		if (!ash_wal2json_table_option(buf, sizeof(buf), linitial(t), lsecond(t)))
+			elog(ERROR, "ash_replicant: a table name does not fit the add-tables option");
+		appendStringInfo(&tables, "%s%s", tables.len ? "," : "", buf);
+	}
+	initStringInfo(&o);
+	appendStringInfo(&o,
+					 "\"format-version\" '2', \"include-transaction\" 'true',"
+					 " \"include-xids\" 'true', \"include-lsn\" 'true',"
+					 " \"include-timestamp\" 'true', \"include-schemas\" 'true',"
+					 " \"include-types\" 'true', \"include-type-oids\" 'true',"
+					 " \"include-typmod\" 'true', \"include-domain-data-type\" 'false',"
+					 " \"include-pk\" 'false', \"include-origin\" 'false',"
+					 " \"include-not-null\" 'false', \"include-default\" 'false',"
+					 " \"include-column-positions\" 'false', \"pretty-print\" 'false',"
+					 " \"write-in-chunks\" 'false',"
+					 " \"actions\" 'insert,update,delete,truncate',"
+					 " \"add-tables\" %s",
+					 ash_conn_quote_literal(conn, tables.data));
+	session_streams = false;
+	streams_withheld = false;
+	return o.data;
+}
+
+static bool is_wal2json = false;	/* cfg->decoder, looked up once */
+
+static char *
+plugin_options(AshConn *conn)
+{
+	return is_wal2json ? wal2json_options(conn) : pgoutput_options(conn);
+}
+
+/* ---------------------------------------------------------------------
+ * wal2json: the relations it does not send.
+ *
+ * The configured tables are described from the source's catalogs
+ * (census.c) at every session's start, every schema_check_interval_ms,
+ * and at once when a change does not fit its table's description.  A
+ * description that differs from the last one goes to apply as a Relation
+ * message would (pgoutput's path: relmap.c judges a type change, a dropped
+ * mapped column, an added column), and replaces the decoder's.
+ * ---------------------------------------------------------------------
+ */
+static MemoryContext w2j_cxt = NULL;	/* the current description */
+static AshRelation *w2j_tables = NULL;
+static int	w2j_ntables = 0;
+static TimestampTz next_schema_check = 0;
+
+static bool
+same_relation(const AshRelation *a, const AshRelation *b)
+{
+	if (a->replident != b->replident || a->natts != b->natts ||
+		strcmp(a->nspname, b->nspname) != 0 || strcmp(a->relname, b->relname) != 0)
+		return false;
+	for (int i = 0; i < a->natts; i++)
+		if (a->cols[i].is_key != b->cols[i].is_key || a->cols[i].type_oid != b->cols[i].type_oid ||
+			a->cols[i].typmod != b->cols[i].typmod || a->cols[i].toastable != b->cols[i].toastable ||
+			strcmp(a->cols[i].name, b->cols[i].name) != 0)
+			return false;
+	return true;
+}
+
+static void
+wal2json_describe(AshWal2jsonState *dstate)
+{
+	MemoryContext old;
+	MemoryContext cxt;
+	List	   *rels;
+	ListCell   *lc;
+	AshRelation *tables;
+	int			n = 0;
+	int			changed = 0;
+
+	cxt = AllocSetContextCreate(pipeline_cxt, "ash_replicant wal2json relations",
+								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	rels = ash_census_describe_relations(cfg);
+	tables = palloc0(sizeof(AshRelation) * Max(list_length(rels), 1));
+	foreach(lc, rels)
+	{
+		AshDescribedRelation *d = lfirst(lc);
+		AshRelation *prev = NULL;
+		AshChange	c;
+
+		tables[n] = d->rel;
+		for (int i = 0; i < w2j_ntables && prev == NULL; i++)
+			if (w2j_tables[i].relid == d->rel.relid)
+				prev = &w2j_tables[i];
+		if (prev == NULL || !same_relation(prev, &d->rel))
+		{
+			/* user types first, as pgoutput's Type messages (coverage.c) */
+			for (int i = 0; i < d->rel.natts; i++)
+			{
+				if (d->rel.cols[i].type_oid < FirstGenbkiObjectId || d->type_names[i] == NULL)
+					continue;
+				memset(&c, 0, sizeof(c));
+				c.kind = ASH_CHANGE_TYPE;
+				c.u.type.type_oid = d->rel.cols[i].type_oid;
+				c.u.type.nspname = "";
+				c.u.type.typname = d->type_names[i];
+				ash_apply_change(&c);
+			}
+			memset(&c, 0, sizeof(c));
+			c.kind = ASH_CHANGE_RELATION;
+			c.u.relation = d->rel;
+			ash_apply_change(&c);
+			changed++;
+		}
+		n++;
+	}
+	MemoryContextSwitchTo(old);
+	if (w2j_cxt != NULL)
+		MemoryContextDelete(w2j_cxt);
+	w2j_cxt = cxt;
+	w2j_tables = tables;
+	w2j_ntables = n;
+	dstate->tables = w2j_tables;
+	dstate->ntables = w2j_ntables;
+	next_schema_check = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													cfg->schema_check_interval_ms);
+	if (changed > 0)
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.schema_described sink=%s tables=%d changed=%d",
+						cfg->sink_name, n, changed)));
+}
+
+/* Every schema_check_interval_ms, between batches (as the census). */
+static void
+wal2json_check_if_due(AshWal2jsonState *dstate)
+{
+	if (!is_wal2json || GetCurrentTimestamp() < next_schema_check)
+		return;
+	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
+		return;
+	wal2json_describe(dstate);
 }
 
 static void
@@ -979,19 +1138,53 @@ commit_batch(void)
 	return r;
 }
 
+/* What the decoders keep across the messages of a session. */
+typedef struct DecoderState
+{
+	AshPgoutputState pgoutput;
+	AshWal2jsonState wal2json;
+} DecoderState;
+
+/* One message into change with the configured decoder; halts when it cannot. */
+static void
+decode_message(DecoderState *dstate, AshStreamMsg *msg, AshChange *change)
+{
+	const char *derr;
+
+	if (!is_wal2json)
+	{
+		if (!ash_decode_pgoutput(&dstate->pgoutput, msg->data, msg->len, change, &derr))
+			ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
+		return;
+	}
+	if (ash_decode_wal2json(&dstate->wal2json, msg->data, msg->len, change, &derr))
+		return;
+	if (dstate->wal2json.drift)
+	{
+		/* the table changed since it was described: describe it again */
+		wal2json_describe(&dstate->wal2json);
+		if (ash_decode_wal2json(&dstate->wal2json, msg->data, msg->len, change, &derr))
+			return;
+		if (dstate->wal2json.drift)
+			ash_halt("decoder_schema_drift",
+					 "a wal2json change does not fit the columns its source table has now");
+	}
+	if (derr == ash_wal2json_err_ambiguous)
+		ash_halt("decoder_value_ambiguous", "%s", derr);
+	ash_halt("protocol_violation", "undecodable wal2json message: %s", derr);
+}
+
 /*
  * One DATA message: decoded into msg_cxt (the caller frees it), applied,
  * and the batch committed where it ends.
  */
 static void
-apply_message_data(AshPgoutputState *dstate, AshStreamMsg *msg)
+apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 {
 	AshChange	change;
-	const char *derr;
 	bool		nontx_message;
 
-	if (!ash_decode_pgoutput(dstate, msg->data, msg->len, &change, &derr))
-		ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
+	decode_message(dstate, msg, &change);
 
 	/*
 	 * A non-transactional message commits in a batch of its own; a streamed
@@ -1026,7 +1219,7 @@ apply_message_data(AshPgoutputState *dstate, AshStreamMsg *msg)
  * when the socket has nothing more.
  */
 static void
-drain_stream(AshPgoutputState *dstate, MemoryContext loop_cxt, MemoryContext msg_cxt)
+drain_stream(DecoderState *dstate, MemoryContext loop_cxt, MemoryContext msg_cxt)
 {
 	AshStreamMsg msg;
 
@@ -1213,10 +1406,13 @@ receive_loop(void)
 	MemoryContext loop_cxt = CurrentMemoryContext;
 	MemoryContext msg_cxt = AllocSetContextCreate(loop_cxt, "ash_replicant message",
 												  ALLOCSET_DEFAULT_SIZES);
-	AshPgoutputState dstate = {0};
+	DecoderState dstate;
 
-	dstate.proto_version = stream.conn->server_version >= 150000 ? 3 :
+	memset(&dstate, 0, sizeof(dstate));
+	dstate.pgoutput.proto_version = stream.conn->server_version >= 150000 ? 3 :
 		stream.conn->server_version >= 140000 ? 2 : 1;
+	dstate.wal2json.tables = w2j_tables;
+	dstate.wal2json.ntables = w2j_ntables;
 
 	for (;;)
 	{
@@ -1242,6 +1438,7 @@ receive_loop(void)
 		guard_progress();
 		run_census_if_due();
 		incremental_work();
+		wal2json_check_if_due(&dstate.wal2json);
 		if (resume_streaming_if_idle())
 			return;				/* run_session starts over, streaming */
 
@@ -1375,9 +1572,19 @@ run_session(void)
 	MemoryContextSwitchTo(session_cxt);
 
 	check_key_families();
-	if (strcmp(cfg->decoder, "pgoutput") != 0)
-		ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
-				 cfg->decoder);
+	{
+		const AshDecoderInfo *dec = ash_decoder_info(cfg->decoder);
+
+		if (dec == NULL || !dec->built)
+			ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
+					 cfg->decoder);
+		is_wal2json = strcmp(dec->name, "wal2json") == 0;
+		/* pgoutput's capabilities only (ash_replicant_start refuses them too) */
+		if (strcmp(dec->name, "pgoutput") != 0 &&
+			(cfg->streaming || cfg->failover || cfg->binary_transfer))
+			ash_halt("decoder_capability_unsupported",
+					 "streaming, failover and binary_transfer need decoder pgoutput");
+	}
 	check_snapshot_settings();
 
 	step = STEP_CONNECT;
@@ -1443,6 +1650,16 @@ run_session(void)
 		ash_snapshot_run(cfg, ckey, &slot_start, &binding);
 	}
 	ash_messages_activate(cfg, ckey);
+
+	/* wal2json: the relations its changes refer to, before the first one */
+	if (is_wal2json)
+	{
+		AshWal2jsonState first = {0};
+
+		step = STEP_COVERAGE;
+		w2j_ntables = 0;		/* apply's relation cache starts empty */
+		wal2json_describe(&first);
+	}
 
 	/*
 	 * The watermark we resume from may belong to an asynchronous commit of
@@ -1533,7 +1750,7 @@ handle_error(ErrorData *edata, long backoff)
 			 * since ensure_slot saw it: the next activation tells
 			 * (source_slot_missing, or a slot created afresh).
 			 */
-			if (strcmp(src, "42704") == 0 && step == STEP_STREAM)
+			if (strcmp(src, "42704") == 0 && step == STEP_STREAM && !is_wal2json)
 				do_halt_detail("source_publication_missing", src,
 							   "the source has no publication of the configured name");
 			if (strcmp(src, "55000") == 0 && step == STEP_SLOT)
@@ -1542,6 +1759,18 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "55000") == 0 && step >= STEP_START)
 				do_halt_detail("retention_lost", src,
 							   "the source can no longer decode changes from the slot");
+			/*
+			 * 15.19+: the plugin is not in output_plugin_libraries; the
+			 * source checks it whenever it loads the plugin, at the slot's
+			 * creation and at every START_REPLICATION
+			 */
+			if (strcmp(src, "42501") == 0 && (step == STEP_SLOT || step == STEP_START))
+				do_halt_detail("decoder_plugin_not_allowed", src,
+							   "the source refused the decoder's output plugin to this role");
+			/* the source cannot load the plugin's library (wal2json) */
+			if (strcmp(src, "58P01") == 0 && (step == STEP_SLOT || step == STEP_START))
+				do_halt_detail("decoder_extension_missing", src,
+							   "the source has no library of the decoder's output plugin");
 			if (strcmp(src, "42501") == 0 && step == STEP_SNAPSHOT)
 				do_halt_detail("privilege_select_missing", src,
 							   "the source refused the snapshot a read of a mapped table");

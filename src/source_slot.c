@@ -22,6 +22,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/pg_lsn.h"
 
+#include "decoder.h"
 #include "errors.h"
 #include "source_slot.h"
 
@@ -52,8 +53,9 @@ ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg, uint32 *timelin
 	*xlogpos = ((uint64) hi << 32) | lo;
 	PQclear(res);
 
-	if (conn->server_version < 120000)
-		ash_halt("source_release_unsupported", "pgoutput needs a source of PostgreSQL 12 or later");
+	/* pgoutput's floor; wal2json's: the slot commands of 10 */
+	if (conn->server_version < (strcmp(cfg->decoder, "pgoutput") == 0 ? 120000 : 100000))
+		ash_halt("source_release_unsupported", "the decoder needs a newer source release");
 	if (cfg->failover && conn->server_version < 170000)
 		ash_halt("decoder_capability_unsupported",
 				 "failover slots need a source of PostgreSQL 17 or later");
@@ -64,8 +66,12 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 					   bool must_exist, bool export, bool *created, AshSlotStart *start)
 {
 	XLogRecPtr *position = &start->slot_position;
+	const AshDecoderInfo *dec = ash_decoder_info(cfg->decoder);
 	StringInfoData q;
 	PGresult   *res;
+
+	if (dec == NULL || !dec->built)
+		ash_halt("decoder_capability_unsupported", "the decoder is not built into this version");
 
 	initStringInfo(&q);
 	appendStringInfo(&q,
@@ -88,8 +94,9 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 			ash_halt("source_slot_missing",
 					 "the slot is gone from the source while a snapshot attempt is recorded");
 		resetStringInfo(&q);
-		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
+		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL %s %s",
 						 ash_conn_quote_ident(conn, cfg->slot_name),
+						 ash_conn_quote_ident(conn, dec->plugin),
 						 conn->server_version >= 150000 ?
 						 (export ? "(SNAPSHOT 'export'" : "(SNAPSHOT 'nothing'") :
 						 (export ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT"));
@@ -121,7 +128,7 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 	}
 
 	if (strcmp(PQgetvalue(res, 0, 1), "logical") != 0 ||
-		strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0)
+		strcmp(PQgetvalue(res, 0, 0), dec->plugin) != 0)
 	{
 		PQclear(res);
 		ash_halt("decoder_contract_incompatible", "the slot exists with another type or plugin");

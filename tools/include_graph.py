@@ -23,7 +23,7 @@ LAYERS = [
     ("base", ["errors", "sqlstate_names", "ash_replicant", "shmem", "spi_util", "qualname",
               "origin"]),
     ("transport", ["libpq_conn", "walproto"]),
-    ("decoders", ["change", "decode_pgoutput", "copy_row"]),
+    ("decoders", ["change", "decode_pgoutput", "decode_wal2json", "decoder", "copy_row"]),
     ("keys", ["keyring", "crypto"]),
     ("catalog", ["config", "mapping_validate", "coverage", "source_catalog", "source_slot",
                  "contract", "checkpoint", "census"]),

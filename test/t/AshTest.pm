@@ -180,22 +180,29 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 
 # setup_pipeline($src, $dst, %o)
 #   sink              sink name (also the slot name unless slot => ...)
-#   publication       publication name (must exist on the source)
+#   publication       publication name (must exist on the source); or
+#   decoder, tables   a decoder without publication: 'wal2json' and its
+#                     tables (array ref of 'schema.table'); the marker table
+#                     joins them
 #   maps              [ [ 'target', name => value, ... ], ... ]  each becomes
 #                     ash_replicant_map_table(sink, 'target'::regclass, ...)
 #   connection        [conninfo($src)]
 #   source_system_identifier, source_database  [source_identity($src)]
 #   census            jsonb text [$ENV{ASH_TEST_CENSUS} or '{"interval_ms": 1000}']
-#   batch_max_transactions, ignored_sources (array ref), slot, owner (role name)
+#   batch_max_transactions, ignored_sources (array ref), slot, owner (role name),
+#   ignored_message_prefixes (array ref)
 #   marker            create/publish/map the marker table [1]
 #   start             call ash_replicant_start [1]
 #   pipeline_extra    extra "name => value" SQL for configure_pipeline
+#   source_role       the role of connection: SELECT on the marker is granted to it
 sub setup_pipeline
 {
 	my ($src, $dst, %o) = @_;
 	my $sink = $o{sink} or croak 'sink required';
 	my $slot = $o{slot} // $sink;
-	my $pub  = $o{publication} or croak 'publication required';
+	my $pub  = $o{publication};
+	my @tables = @{ $o{tables} // [] };
+	croak 'publication or decoder required' unless defined $pub || $o{decoder};
 	my ($sysid, $db) = source_identity($src);
 	$sysid = $o{source_system_identifier} if exists $o{source_system_identifier};
 	$db    = $o{source_database}          if exists $o{source_database};
@@ -208,7 +215,10 @@ sub setup_pipeline
 	{
 		my $mt = marker_table($sink);
 		both($src, $dst, "CREATE TABLE $mt (id bigint PRIMARY KEY, note text)");
-		$src->safe_psql($DB, "ALTER PUBLICATION $pub ADD TABLE $mt");
+		$src->safe_psql($DB, "ALTER PUBLICATION $pub ADD TABLE $mt") if defined $pub;
+		push @tables, "public.$mt";
+		# a role the pipeline connects as must read it (source_role)
+		$src->safe_psql($DB, "GRANT SELECT ON $mt TO $o{source_role}") if $o{source_role};
 	}
 
 	my @sink_args = ("sink_name => " . lit($sink), "slot_name => " . lit($slot));
@@ -216,6 +226,8 @@ sub setup_pipeline
 	  if defined $o{batch_max_transactions};
 	push @sink_args, "ignored_sources => " . text_array_literal(@{ $o{ignored_sources} })
 	  if $o{ignored_sources};
+	push @sink_args, "ignored_message_prefixes => " . text_array_literal(@{ $o{ignored_message_prefixes} })
+	  if $o{ignored_message_prefixes};
 	push @sink_args, "owner => " . lit($o{owner}) . "::regrole" if $o{owner};
 
 	my @sql = ("SELECT ash_replicant_create_sink(" . join(', ', @sink_args) . ")");
@@ -235,7 +247,9 @@ sub setup_pipeline
 	my @p = (
 		"sink_name => " . lit($sink),
 		"connection => " . lit($conn),
-		"publication => " . lit($pub),
+		(defined $pub ? ("publication => " . lit($pub)) : ()),
+		($o{decoder} ? ("decoder => " . lit($o{decoder})) : ()),
+		(($o{decoder} // '') eq 'wal2json' ? ("tables => " . text_array_literal(@tables)) : ()),
 		"source_system_identifier => " . lit($sysid),
 		"source_database => " . lit($db),
 		"census => " . lit($census) . "::jsonb");
