@@ -90,3 +90,30 @@ test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h test/com
 		$(UNIT_CPPFLAGS) -o $@ $(FUZZ_SRCS) $(UNIT_LDLIBS)
 
 EXTRA_CLEAN += test/fuzz/fuzz_decoder
+
+# ---------------------------------------------------------------------------
+# pglogical decoder (src/decode_pglogical.c): its unit test over captured
+# native-protocol bytes (test/fixtures/pglogical, run by
+# test/t/006_decoder_pglogical_unit.pl) and its libFuzzer target, under the
+# same sanitizers as the pgoutput decoder's.
+# ---------------------------------------------------------------------------
+PGL_UNIT_SRCS = test/unit/decode_pglogical_test.c test/common/palloc_arena.c \
+	src/decode_pglogical.c src/change.c
+PGL_FUZZ_SRCS = test/fuzz/fuzz_pglogical.c test/common/palloc_arena.c \
+	src/decode_pglogical.c src/change.c
+
+unit: test/unit/decode_pglogical_test
+fuzz: test/fuzz/fuzz_pglogical
+
+test/unit/decode_pglogical_test: $(PGL_UNIT_SRCS) src/change.h src/decode_pglogical.h \
+		test/common/palloc_arena.h
+	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(PGL_UNIT_SRCS) $(UNIT_SANITIZE) \
+		$(UNIT_LDLIBS)
+
+test/fuzz/fuzz_pglogical: $(PGL_FUZZ_SRCS) src/change.h src/decode_pglogical.h \
+		test/common/palloc_arena.h
+	$(FUZZ_CC) -g -O1 -DFRONTEND -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		-Wall -Werror -Wno-unused-parameter -Wno-ignored-attributes \
+		$(UNIT_CPPFLAGS) -o $@ $(PGL_FUZZ_SRCS) $(UNIT_LDLIBS)
+
+EXTRA_CLEAN += test/unit/decode_pglogical_test test/fuzz/fuzz_pglogical
