@@ -75,6 +75,7 @@
 #include "libpq_conn.h"
 #include "messages.h"
 #include "pipeline.h"
+#include "pipeline_pglogical.h"
 #include "shmem.h"
 #include "snapshot.h"
 #include "source_slot.h"
@@ -750,12 +751,20 @@ streaming_allowed(void)
 									stream_retry_ms()));
 }
 
+/* The session decodes pglogical_output (pipeline_pglogical.c), not pgoutput. */
+static bool session_pglogical = false;
+
 static char *
 plugin_options(AshConn *conn)
 {
 	StringInfoData o;
 	int			proto;
 
+	if (session_pglogical)
+	{
+		session_streams = streams_withheld = false;
+		return ash_pglogical_plugin_options(conn);
+	}
 	if (conn->server_version >= 150000)
 		proto = 3;
 	else if (conn->server_version >= 140000)
@@ -893,7 +902,12 @@ apply_message_data(AshPgoutputState *dstate, AshStreamMsg *msg)
 	const char *derr;
 	bool		nontx_message;
 
-	if (!ash_decode_pgoutput(dstate, msg->data, msg->len, &change, &derr))
+	if (session_pglogical)
+	{
+		if (!ash_pglogical_decode(msg->data, msg->len, &change))
+			return;
+	}
+	else if (!ash_decode_pgoutput(dstate, msg->data, msg->len, &change, &derr))
 		ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
 
 	/*
@@ -1177,9 +1191,12 @@ run_session(void)
 	MemoryContextSwitchTo(session_cxt);
 
 	check_key_families();
-	if (strcmp(cfg->decoder, "pgoutput") != 0)
+	session_pglogical = strcmp(cfg->decoder, "pglogical") == 0;
+	if (strcmp(cfg->decoder, "pgoutput") != 0 && !session_pglogical)
 		ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
 				 cfg->decoder);
+	if (session_pglogical)
+		ash_pglogical_session_begin(cfg);
 	check_snapshot_settings();
 
 	step = STEP_CONNECT;

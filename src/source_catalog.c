@@ -157,9 +157,48 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 						" FROM pglogical.replication_set WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])",
 						1, spec->replication_sets))
 			return "source_publication_missing";
-		res = probe(conn, "SELECT DISTINCT nspname::pg_catalog.text, relname::pg_catalog.text, NULL"
-					" FROM pglogical.tables WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
-					" ORDER BY 1, 2",
+
+		/*
+		 * What the sets promise, judged as a publication's publish list:
+		 * every named set must replicate every kind of change (a table's
+		 * TRUNCATE reaches the stream only through a set with
+		 * replicate_truncate).
+		 */
+		res = probe(conn, "SELECT pg_catalog.bool_and(replicate_insert), pg_catalog.bool_and(replicate_update),"
+					" pg_catalog.bool_and(replicate_delete), pg_catalog.bool_and(replicate_truncate)"
+					" FROM pglogical.replication_set s JOIN pglogical.local_node n ON n.node_id = s.set_nodeid"
+					" WHERE s.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])",
+					1, spec->replication_sets, NULL, NULL);
+		if (pub != NULL && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+		{
+			pub->known = true;
+			pub->insert = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+			pub->update = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+			pub->delete = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
+			pub->truncate = strcmp(PQgetvalue(res, 0, 3), "t") == 0;
+			pub->via_root = false;
+		}
+		PQclear(res);
+
+		/*
+		 * pglogical sends the union of the sets' column lists where any set
+		 * has one (pglogical_repset.c), and only rows every set's row
+		 * filter passes: judged as a publication's column list and row
+		 * filter.
+		 */
+		res = probe(conn, "SELECT t.nspname::pg_catalog.text, t.relname::pg_catalog.text,"
+					" (SELECT pg_catalog.array_agg(DISTINCT a ORDER BY a)"
+					"   FROM pglogical.replication_set_table st"
+					"   JOIN pglogical.replication_set s ON s.set_id = st.set_id,"
+					"   pg_catalog.unnest(st.set_att_list) a"
+					"  WHERE st.set_reloid = t.relid"
+					"    AND s.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[]))::pg_catalog.text,"
+					" EXISTS (SELECT 1 FROM pglogical.replication_set_table st"
+					"   JOIN pglogical.replication_set s ON s.set_id = st.set_id"
+					"  WHERE st.set_reloid = t.relid AND st.set_row_filter IS NOT NULL"
+					"    AND s.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[]))"
+					" FROM pglogical.tables t WHERE t.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
+					" GROUP BY t.relid, 1, 2 ORDER BY 1, 2",
 					1, spec->replication_sets, NULL, NULL);
 	}
 	else

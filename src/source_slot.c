@@ -59,6 +59,15 @@ ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg, uint32 *timelin
 				 "failover slots need a source of PostgreSQL 17 or later");
 }
 
+/* The output plugin of the configured decoder's slot. */
+static const char *
+slot_plugin(const AshPipelineConfig *cfg)
+{
+	if (cfg->decoder != NULL && strcmp(cfg->decoder, "pglogical") == 0)
+		return "pglogical_output";
+	return "pgoutput";
+}
+
 void
 ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr watermark,
 					   bool must_exist, bool export, bool *created, AshSlotStart *start)
@@ -88,8 +97,8 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 			ash_halt("source_slot_missing",
 					 "the slot is gone from the source while a snapshot attempt is recorded");
 		resetStringInfo(&q);
-		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput %s",
-						 ash_conn_quote_ident(conn, cfg->slot_name),
+		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL %s %s",
+						 ash_conn_quote_ident(conn, cfg->slot_name), slot_plugin(cfg),
 						 conn->server_version >= 150000 ?
 						 (export ? "(SNAPSHOT 'export'" : "(SNAPSHOT 'nothing'") :
 						 (export ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT"));
@@ -121,7 +130,7 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 	}
 
 	if (strcmp(PQgetvalue(res, 0, 1), "logical") != 0 ||
-		strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0)
+		strcmp(PQgetvalue(res, 0, 0), slot_plugin(cfg)) != 0)
 	{
 		PQclear(res);
 		ash_halt("decoder_contract_incompatible", "the slot exists with another type or plugin");

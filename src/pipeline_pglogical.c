@@ -1,0 +1,273 @@
+/*-------------------------------------------------------------------------
+ *
+ * pipeline_pglogical.c
+ *	  A pipeline session over pglogical_output: its start options, its
+ *	  decoder, and the completion of what pglogical's protocol omits.
+ *
+ * NOTES
+ *	  Options (pglogical.c, pglogical_start_replication, is what a
+ *	  pglogical subscriber sends): startup parameter format 1, protocol 1,
+ *	  the destination database's encoding as expected_encoding (pglogical
+ *	  refuses to start when the source database's differs: its native
+ *	  protocol cannot convert), binary transfer of every kind refused (text
+ *	  only: the apply parses text with the target's input functions, as for
+ *	  pgoutput), pglogical.forward_origins 'all' (pglogical's default, an
+ *	  empty list, drops every transaction that arrived at the source
+ *	  through replication; pgoutput forwards them, and so does the mirror),
+ *	  the configured replication sets, and an unbounded relation metadata
+ *	  cache.  hooks.setup_function is sent as pglogical's own subscriber
+ *	  sends it (pglogical 1.x required it; 2.x ignores it).
+ *
+ *	  Completion.  A pglogical Relation message names the columns and marks
+ *	  the replica-identity key, nothing more.  Each one is completed from
+ *	  the source's catalog, on a probe connection of this session, by the
+ *	  description coverage uses (source_catalog.c): every column's type and
+ *	  typmod, and the table's replica identity.  What the catalog says must
+ *	  agree with what the stream said, or the session halts: a column the
+ *	  catalog does not describe (dropped since, or generated: pglogical
+ *	  sends generated columns, the description leaves them out) halts
+ *	  source_type_invalid, a key that differs source_replica_identity, a
+ *	  table gone decoder_table_missing.  Under REPLICA IDENTITY FULL
+ *	  pglogical marks no key column and sends the whole old row as 'K';
+ *	  the completed relation marks every column, as pgoutput does, and the
+ *	  old row is relabelled 'O'.
+ *
+ *	  TRUNCATE.  pglogical does not decode TRUNCATE: a trigger queues it in
+ *	  pglogical.queue, whose row reaches the stream as an insert naming the
+ *	  table by its name only.  The mirror halts source_truncate on it,
+ *	  whatever the table's on_truncate (start refuses any other on_truncate
+ *	  under this decoder), unless its transaction is at or below the
+ *	  watermark (skipped by recovery, or delivered again).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "apply.h"
+#include "decode_pglogical.h"
+#include "errors.h"
+#include "pipeline_pglogical.h"
+#include "relmap.h"
+#include "source_catalog.h"
+
+static MemoryContext pgl_cxt = NULL;
+static AshPipelineConfig *pgl_cfg;
+static AshPglogicalState pgl_state;
+static AshConn *pgl_probe = NULL;
+static char *pgl_set_names;		/* comma-separated quoted identifiers */
+static XLogRecPtr pgl_final_lsn = InvalidXLogRecPtr;
+
+/* relation id -> replica identity, of the relations completed this session */
+static uint32 *pgl_relids;
+static char *pgl_idents;
+static int	pgl_nrels;
+static int	pgl_maxrels;
+
+void
+ash_pglogical_session_begin(AshPipelineConfig *cfg)
+{
+	MemoryContext old = CurrentMemoryContext;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	Datum		d;
+
+	if (pgl_probe != NULL)
+		ash_conn_close(pgl_probe);
+	pgl_probe = NULL;
+	if (pgl_cxt == NULL)
+		pgl_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant pglogical",
+										ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(pgl_cxt);
+	memset(&pgl_state, 0, sizeof(pgl_state));
+	pgl_state.expected_encoding = GetDatabaseEncodingName();
+	pgl_cfg = cfg;
+	pgl_final_lsn = InvalidXLogRecPtr;
+	pgl_nrels = 0;
+	pgl_maxrels = 16;
+	pgl_relids = MemoryContextAlloc(pgl_cxt, sizeof(uint32) * pgl_maxrels);
+	pgl_idents = MemoryContextAlloc(pgl_cxt, pgl_maxrels);
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	values[0] = CStringGetTextDatum(cfg->sink_name);
+	if (SPI_execute_with_args("SELECT pg_catalog.string_agg(pg_catalog.quote_ident(s), ',')"
+							  "  FROM ash_replicant.pipelines p,"
+							  "       pg_catalog.unnest(p.replication_sets) s"
+							  " WHERE p.sink_name = $1",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "ash_replicant: reading the replication sets failed");
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	pgl_set_names = isnull ? NULL : MemoryContextStrdup(pgl_cxt, TextDatumGetCString(d));
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(old);
+	if (pgl_set_names == NULL)
+		ash_halt("config_invalid", "decoder pglogical requires replication_sets");
+}
+
+char *
+ash_pglogical_plugin_options(AshConn *conn)
+{
+	StringInfoData o;
+
+	initStringInfo(&o);
+	appendStringInfo(&o,
+					 "startup_params_format '1', min_proto_version '1', max_proto_version '1',"
+					 " expected_encoding %s,"
+					 " \"binary.want_internal_basetypes\" '0',"
+					 " \"binary.want_binary_basetypes\" '0',"
+					 " \"hooks.setup_function\" 'pglogical.pglogical_hooks_setup',"
+					 " \"pglogical.forward_origins\" 'all',"
+					 " \"pglogical.replication_set_names\" %s,"
+					 " relmeta_cache_size '-1'",
+					 ash_conn_quote_literal(conn, GetDatabaseEncodingName()),
+					 ash_conn_quote_literal(conn, pgl_set_names));
+	return o.data;
+}
+
+static char
+replident_of(uint32 relid)
+{
+	for (int i = 0; i < pgl_nrels; i++)
+		if (pgl_relids[i] == relid)
+			return pgl_idents[i];
+	return 0;
+}
+
+static void
+remember_replident(uint32 relid, char replident)
+{
+	for (int i = 0; i < pgl_nrels; i++)
+	{
+		if (pgl_relids[i] == relid)
+		{
+			pgl_idents[i] = replident;
+			return;
+		}
+	}
+	if (pgl_nrels == pgl_maxrels)
+	{
+		pgl_maxrels *= 2;
+		pgl_relids = repalloc(pgl_relids, sizeof(uint32) * pgl_maxrels);
+		pgl_idents = repalloc(pgl_idents, pgl_maxrels);
+	}
+	pgl_relids[pgl_nrels] = relid;
+	pgl_idents[pgl_nrels++] = replident;
+}
+
+/* The session's catalog connection, to the configured source only. */
+static AshConn *
+probe(void)
+{
+	if (pgl_probe == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(pgl_cxt);
+
+		pgl_probe = ash_conn_open(pgl_cfg->connection, ASH_CONN_PROBE,
+								  "ash_replicant pglogical");
+		MemoryContextSwitchTo(old);
+		if (!ash_source_identity_matches(pgl_probe, pgl_cfg->source_system_identifier,
+										 pgl_cfg->source_database))
+			ash_halt("source_identity_mismatch",
+					 "the source is not the configured system and database");
+	}
+	return pgl_probe;
+}
+
+/* Types and replica identity of a described relation, from the catalog. */
+static void
+complete_relation(AshRelation *rel)
+{
+	AshSourceRel *r = palloc0(sizeof(AshSourceRel));
+	const char *qname = quote_qualified_identifier(rel->nspname, rel->relname);
+
+	r->name.nspname = rel->nspname;
+	r->name.relname = rel->relname;
+	ash_source_describe_tables(probe(), list_make1(r));
+	if (!r->exists)
+		ash_halt("decoder_table_missing", "table %s is not in the source's catalog", qname);
+	rel->replident = r->desc.replident;
+	for (int i = 0; i < rel->natts; i++)
+	{
+		AshRelColumn *c = &rel->cols[i];
+		AshSourceColumn *sc = NULL;
+		bool		key;
+
+		for (int j = 0; j < r->desc.natts && sc == NULL; j++)
+			if (strcmp(r->desc.cols[j].name, c->name) == 0)
+				sc = &r->desc.cols[j];
+		if (sc == NULL)
+			ash_halt("source_type_invalid",
+					 "table %s column %s: the source's catalog gives no type for it",
+					 qname, quote_identifier(c->name));
+		key = rel->replident == 'f' ? false : sc->in_identity;
+		if (key != c->is_key)
+			ash_halt("source_replica_identity",
+					 "table %s: the replica identity changed while its changes were in flight",
+					 qname);
+		c->type_oid = sc->type_oid;
+		c->typmod = sc->typmod;
+		c->is_key = sc->in_identity;
+		/* a user type is known by its name (coverage.c) */
+		if (c->type_oid >= FirstGenbkiObjectId && sc->type_name != NULL)
+			ash_relmap_update_type(c->type_oid, "", sc->type_name);
+	}
+	remember_replident(rel->relid, rel->replident);
+}
+
+bool
+ash_pglogical_decode(const char *data, int len, AshChange *change)
+{
+	const char *err = NULL;
+
+	switch (ash_decode_pglogical(&pgl_state, data, len, change, &err))
+	{
+		case ASH_PGL_ERROR:
+			ash_halt("protocol_violation", "undecodable pglogical message: %s", err);
+		case ASH_PGL_NONE:
+			return false;
+		case ASH_PGL_QUEUED_TRUNCATE:
+			/* a transaction the watermark covers is not applied again */
+			if (!XLogRecPtrIsInvalid(pgl_final_lsn) && pgl_final_lsn <= ash_apply_watermark())
+				return false;
+			ash_halt("source_truncate",
+					 "pglogical queued a TRUNCATE of a table in the replication sets");
+		case ASH_PGL_CHANGE:
+			break;
+	}
+	switch (change->kind)
+	{
+		case ASH_CHANGE_BEGIN:
+			pgl_final_lsn = change->u.begin.final_lsn;
+			break;
+		case ASH_CHANGE_RELATION:
+			complete_relation(&change->u.relation);
+			break;
+		case ASH_CHANGE_UPDATE:
+			if (change->u.update.oldkind == 'K' && replident_of(change->u.update.relid) == 'f')
+				change->u.update.oldkind = 'O';
+			break;
+		case ASH_CHANGE_DELETE:
+			if (replident_of(change->u.delete.relid) == 'f')
+				change->u.delete.oldkind = 'O';
+			break;
+		default:
+			break;
+	}
+	return true;
+}
