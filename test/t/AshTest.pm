@@ -190,12 +190,15 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 #   marker            create/publish/map the marker table [1]
 #   start             call ash_replicant_start [1]
 #   pipeline_extra    extra "name => value" SQL for configure_pipeline
+#   replication_sets  (array ref) decoder pglogical with these sets instead of a
+#                     publication; the marker joins the first set
 sub setup_pipeline
 {
 	my ($src, $dst, %o) = @_;
 	my $sink = $o{sink} or croak 'sink required';
 	my $slot = $o{slot} // $sink;
-	my $pub  = $o{publication} or croak 'publication required';
+	my $sets = $o{replication_sets};
+	my $pub  = $o{publication} // ($sets ? undef : croak 'publication required');
 	my ($sysid, $db) = source_identity($src);
 	$sysid = $o{source_system_identifier} if exists $o{source_system_identifier};
 	$db    = $o{source_database}          if exists $o{source_database};
@@ -208,7 +211,9 @@ sub setup_pipeline
 	{
 		my $mt = marker_table($sink);
 		both($src, $dst, "CREATE TABLE $mt (id bigint PRIMARY KEY, note text)");
-		$src->safe_psql($DB, "ALTER PUBLICATION $pub ADD TABLE $mt");
+		$src->safe_psql($DB, $sets
+			? "SELECT pglogical.replication_set_add_table(" . lit($sets->[0]) . ", '$mt')"
+			: "ALTER PUBLICATION $pub ADD TABLE $mt");
 	}
 
 	my @sink_args = ("sink_name => " . lit($sink), "slot_name => " . lit($slot));
@@ -235,7 +240,9 @@ sub setup_pipeline
 	my @p = (
 		"sink_name => " . lit($sink),
 		"connection => " . lit($conn),
-		"publication => " . lit($pub),
+		($sets
+			? "decoder => 'pglogical', replication_sets => " . text_array_literal(@$sets)
+			: "publication => " . lit($pub)),
 		"source_system_identifier => " . lit($sysid),
 		"source_database => " . lit($db),
 		"census => " . lit($census) . "::jsonb");
