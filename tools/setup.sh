@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(postgresql-15 postgresql-server-dev-15 libssl-dev libkrb5-dev
       libipc-run-perl clang-14 llvm-14 libclang-rt-14-dev make gcc perl rsync
-      iproute2)
+      iproute2 postgresql-15-pglogical)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
