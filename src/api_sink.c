@@ -1767,31 +1767,6 @@ start_check_routes(const char *sink_name, const AshSinkInfo *sink, const char *d
 }
 
 /*
- * pglogical delivers a TRUNCATE only as a row of its queue naming the table,
- * on which the pipeline halts (pipeline_pglogical.c): an on_truncate other
- * than halt could not be acted on, so it is refused.
- */
-static void
-start_check_pglogical(const char *sink_name, const char *decoder)
-{
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	bool		isnull;
-
-	if (strcmp(decoder, "pglogical") != 0)
-		return;
-	values[0] = CStringGetTextDatum(sink_name);
-	catalog_exec("SELECT pg_catalog.count(*) FROM ash_replicant.resources"
-				 " WHERE sink_name = $1 AND on_truncate <> 'halt'",
-				 1, types, values, NULL, true);
-	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0)
-		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START,
-				   "decoder_capability_unsupported",
-				   "decoder pglogical delivers no TRUNCATE the mirror can apply: every mapping of sink \"%s\" needs on_truncate halt",
-				   sink_name);
-}
-
-/*
  * ash_replicant_start(sink_name) — check that the configuration is
  * complete and coherent, then mark the pipeline enabled under a new start
  * generation and wake the launcher at commit.  Returns immediately.
@@ -1819,7 +1794,6 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 	start_check_settings(tup, desc, decoder);
 	start_check_snapshot(sink_name, &sink, tup, desc, snapshot);
 	start_check_routes(sink_name, &sink, decoder);
-	start_check_pglogical(sink_name, decoder);
 
 	values[0] = CStringGetTextDatum(sink_name);
 	catalog_exec("UPDATE ash_replicant.pipelines"

@@ -44,8 +44,13 @@
  *	  replicate_ddl_command, sequence states, table syncs) as rows inserted
  *	  into its queue table, which reach the stream as an ordinary Relation
  *	  message and Inserts.  The decoder recognises the table by name, keeps
- *	  its relation id and the position of message_type, and reports a
- *	  queued TRUNCATE ('T') as ASH_PGL_QUEUED_TRUNCATE; the other kinds
+ *	  its relation id and the positions of message_type and message, and
+ *	  reports a queued TRUNCATE ('T') as ASH_PGL_QUEUED_TRUNCATE with the
+ *	  truncated table's schema and name, parsed from the message: exactly
+ *	  the JSON object pglogical_finish_truncate() writes,
+ *	  {"schema_name": "...","table_name": "..."} (each key once, strings
+ *	  with JSON escapes, a \u escape only for a control character as
+ *	  escape_json() writes them); anything else is malformed.  The other kinds
  *	  ('Q' SQL, 'S' sequence, 'A' table sync) change no row of a replicated
  *	  table and are consumed (a schema change still arrives as a new
  *	  Relation message).  Any other kind, or an update or delete of the
@@ -404,16 +409,168 @@ decode_relation(AshPglogicalState *state, PglReader *r, AshChange *out, bool *is
 	if (*is_queue)
 	{
 		state->queue_type_col = -1;
+		state->queue_message_col = -1;
 		for (int i = 0; i < natts; i++)
+		{
 			if (strcmp(rel->cols[i].name, "message_type") == 0)
 				state->queue_type_col = i;
-		if (state->queue_type_col < 0)
+			if (strcmp(rel->cols[i].name, "message") == 0)
+				state->queue_message_col = i;
+		}
+		if (state->queue_type_col < 0 || state->queue_message_col < 0)
 			return fail(r, ERR_QUEUE);
 		state->queue_relid = rel->relid;
 		state->queue_natts = natts;
 	}
 	else if (rel->relid == state->queue_relid)
 		state->queue_relid = 0;	/* an OID reused: no longer the queue */
+	return true;
+}
+
+/* JSON whitespace */
+static const char *
+skip_ws(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+static int
+hexdigit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+ * One JSON string at *pp into buf (at most PGL_MAX_NAME - 1 bytes, NUL
+ * terminated); false when malformed, empty or too long.
+ */
+static bool
+json_name(const char **pp, const char *end, char *buf)
+{
+	const char *p = *pp;
+	int			n = 0;
+
+	if (p >= end || *p != '"')
+		return false;
+	p++;
+	while (p < end && *p != '"')
+	{
+		char		c = *p++;
+
+		if ((unsigned char) c < 0x20)
+			return false;
+		if (c == '\\')
+		{
+			if (p >= end)
+				return false;
+			c = *p++;
+			switch (c)
+			{
+				case '"':
+				case '\\':
+				case '/':
+					break;
+				case 'b':
+					c = '\b';
+					break;
+				case 'f':
+					c = '\f';
+					break;
+				case 'n':
+					c = '\n';
+					break;
+				case 'r':
+					c = '\r';
+					break;
+				case 't':
+					c = '\t';
+					break;
+				case 'u':
+					{
+						int			v = 0;
+
+						if (end - p < 4)
+							return false;
+						for (int i = 0; i < 4; i++)
+						{
+							int			h = hexdigit(p[i]);
+
+							if (h < 0)
+								return false;
+							v = v * 16 + h;
+						}
+						p += 4;
+						/* escape_json writes \u only for control characters */
+						if (v == 0 || v >= 0x20)
+							return false;
+						c = (char) v;
+						break;
+					}
+				default:
+					return false;
+			}
+		}
+		if (n >= PGL_MAX_NAME - 1)
+			return false;
+		buf[n++] = c;
+	}
+	if (p >= end || n == 0)
+		return false;
+	buf[n] = '\0';
+	*pp = p + 1;
+	return true;
+}
+
+/* {"schema_name": "...","table_name": "..."}, each key exactly once. */
+static bool
+parse_truncate_message(const AshColumnValue *v, char **nspname, char **relname)
+{
+	const char *p = v->data;
+	const char *end = v->data + v->len;
+	char		key[PGL_MAX_NAME];
+	char		nsp[PGL_MAX_NAME] = "";
+	char		rel[PGL_MAX_NAME] = "";
+
+	p = skip_ws(p, end);
+	if (p >= end || *p++ != '{')
+		return false;
+	for (int i = 0; i < 2; i++)
+	{
+		char	   *dest;
+
+		p = skip_ws(p, end);
+		if (!json_name(&p, end, key))
+			return false;
+		if (strcmp(key, "schema_name") == 0 && nsp[0] == '\0')
+			dest = nsp;
+		else if (strcmp(key, "table_name") == 0 && rel[0] == '\0')
+			dest = rel;
+		else
+			return false;
+		p = skip_ws(p, end);
+		if (p >= end || *p++ != ':')
+			return false;
+		p = skip_ws(p, end);
+		if (!json_name(&p, end, dest))
+			return false;
+		p = skip_ws(p, end);
+		if (p >= end || *p++ != (i == 0 ? ',' : '}'))
+			return false;
+	}
+	if (skip_ws(p, end) != end)
+		return false;
+	*nspname = palloc(strlen(nsp) + 1);
+	memcpy(*nspname, nsp, strlen(nsp) + 1);
+	*relname = palloc(strlen(rel) + 1);
+	memcpy(*relname, rel, strlen(rel) + 1);
 	return true;
 }
 
@@ -431,6 +588,11 @@ queue_insert(AshPglogicalState *state, PglReader *r, const AshTuple *tup)
 	switch (c->data[0])
 	{
 		case 'T':
+			c = &tup->cols[state->queue_message_col];
+			if (c->status != ASH_COL_TEXT ||
+				!parse_truncate_message(c, &state->truncated_nspname,
+										&state->truncated_relname))
+				return fail(r, ERR_QUEUE), ASH_PGL_ERROR;
 			return ASH_PGL_QUEUED_TRUNCATE;
 		case 'Q':
 		case 'S':
@@ -466,6 +628,7 @@ ash_decode_pglogical(AshPglogicalState *state, const char *data, int len, AshCha
 	}
 	memset(out, 0, sizeof(*out));
 	out->xid = InvalidTransactionId;
+	state->truncated_nspname = state->truncated_relname = NULL;
 	r.cur = (const unsigned char *) data;
 	r.end = r.cur + len;
 	r.error = NULL;

@@ -24,6 +24,10 @@ typedef struct AshPglogicalState
 	uint32		queue_relid;	/* 0 until described */
 	int			queue_natts;
 	int			queue_type_col;
+	int			queue_message_col;
+	/* ASH_PGL_QUEUED_TRUNCATE: the table, palloc'd with the message */
+	char	   *truncated_nspname;
+	char	   *truncated_relname;
 } AshPglogicalState;
 
 typedef enum AshPglogicalResult
@@ -34,7 +38,8 @@ typedef enum AshPglogicalResult
 								 * message, pglogical.queue's description, a
 								 * queued SQL command, sequence or table-sync
 								 * message */
-	ASH_PGL_QUEUED_TRUNCATE		/* a TRUNCATE queued by pglogical */
+	ASH_PGL_QUEUED_TRUNCATE		/* a TRUNCATE queued by pglogical: the table's
+								 * names are in the state's truncated_* */
 } AshPglogicalResult;
 
 /*

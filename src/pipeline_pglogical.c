@@ -33,11 +33,18 @@
  *	  old row is relabelled 'O'.
  *
  *	  TRUNCATE.  pglogical does not decode TRUNCATE: a trigger queues it in
- *	  pglogical.queue, whose row reaches the stream as an insert naming the
- *	  table by its name only.  The mirror halts source_truncate on it,
- *	  whatever the table's on_truncate (start refuses any other on_truncate
- *	  under this decoder), unless its transaction is at or below the
- *	  watermark (skipped by recovery, or delivered again).
+ *	  pglogical.queue, whose row reaches the stream, right after the
+ *	  truncate in its transaction, as an insert naming the table by schema
+ *	  and name.  It is applied as pgoutput's Truncate message would be
+ *	  (apply_truncate: the mapping's on_truncate; an ignored table's is
+ *	  ignored), for the relation that name denotes: the one the stream
+ *	  described this session under that name, which the source's catalog
+ *	  must still give that name (else the name was reused or the table
+ *	  dropped since: decoder_table_missing); or, when the stream has not
+ *	  described it, the catalog's, completed as above and handed to apply
+ *	  as a Relation message first.  A transaction at or below the
+ *	  watermark (delivered again, or skipped by recovery) is not resolved:
+ *	  apply skips it whole.
  *
  *-------------------------------------------------------------------------
  */
@@ -66,9 +73,16 @@ static AshConn *pgl_probe = NULL;
 static char *pgl_set_names;		/* comma-separated quoted identifiers */
 static XLogRecPtr pgl_final_lsn = InvalidXLogRecPtr;
 
-/* relation id -> replica identity, of the relations completed this session */
-static uint32 *pgl_relids;
-static char *pgl_idents;
+/* the relations completed this session: id, replica identity, names */
+typedef struct PglRel
+{
+	uint32		relid;
+	char		replident;
+	char	   *nspname;
+	char	   *relname;
+} PglRel;
+
+static PglRel *pgl_rels;
 static int	pgl_nrels;
 static int	pgl_maxrels;
 
@@ -94,8 +108,7 @@ ash_pglogical_session_begin(AshPipelineConfig *cfg)
 	pgl_final_lsn = InvalidXLogRecPtr;
 	pgl_nrels = 0;
 	pgl_maxrels = 16;
-	pgl_relids = MemoryContextAlloc(pgl_cxt, sizeof(uint32) * pgl_maxrels);
-	pgl_idents = MemoryContextAlloc(pgl_cxt, pgl_maxrels);
+	pgl_rels = MemoryContextAlloc(pgl_cxt, sizeof(PglRel) * pgl_maxrels);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -140,34 +153,46 @@ ash_pglogical_plugin_options(AshConn *conn)
 	return o.data;
 }
 
+static PglRel *
+rel_by_id(uint32 relid)
+{
+	for (int i = 0; i < pgl_nrels; i++)
+		if (pgl_rels[i].relid == relid)
+			return &pgl_rels[i];
+	return NULL;
+}
+
 static char
 replident_of(uint32 relid)
 {
-	for (int i = 0; i < pgl_nrels; i++)
-		if (pgl_relids[i] == relid)
-			return pgl_idents[i];
-	return 0;
+	PglRel	   *r = rel_by_id(relid);
+
+	return r ? r->replident : 0;
 }
 
 static void
-remember_replident(uint32 relid, char replident)
+remember(const AshRelation *rel)
 {
-	for (int i = 0; i < pgl_nrels; i++)
+	PglRel	   *r = rel_by_id(rel->relid);
+
+	if (r == NULL)
 	{
-		if (pgl_relids[i] == relid)
+		if (pgl_nrels == pgl_maxrels)
 		{
-			pgl_idents[i] = replident;
-			return;
+			pgl_maxrels *= 2;
+			pgl_rels = repalloc(pgl_rels, sizeof(PglRel) * pgl_maxrels);
 		}
+		r = &pgl_rels[pgl_nrels++];
+		r->relid = rel->relid;
 	}
-	if (pgl_nrels == pgl_maxrels)
+	else
 	{
-		pgl_maxrels *= 2;
-		pgl_relids = repalloc(pgl_relids, sizeof(uint32) * pgl_maxrels);
-		pgl_idents = repalloc(pgl_idents, pgl_maxrels);
+		pfree(r->nspname);
+		pfree(r->relname);
 	}
-	pgl_relids[pgl_nrels] = relid;
-	pgl_idents[pgl_nrels++] = replident;
+	r->replident = rel->replident;
+	r->nspname = MemoryContextStrdup(pgl_cxt, rel->nspname);
+	r->relname = MemoryContextStrdup(pgl_cxt, rel->relname);
 }
 
 /* The session's catalog connection, to the configured source only. */
@@ -227,7 +252,79 @@ complete_relation(AshRelation *rel)
 		if (c->type_oid >= FirstGenbkiObjectId && sc->type_name != NULL)
 			ash_relmap_update_type(c->type_oid, "", sc->type_name);
 	}
-	remember_replident(rel->relid, rel->replident);
+	remember(rel);
+}
+
+/*
+ * The relation a queued TRUNCATE names, as this session's stream knows it
+ * (see the file header); the catalog's, handed to apply first, when the
+ * stream has not described it.
+ */
+static uint32
+truncated_relid(const char *nspname, const char *relname)
+{
+	const char *params[2] = {nspname, relname};
+	const char *qname = quote_qualified_identifier(nspname, relname);
+	PGresult   *res;
+	uint32		oid = 0;
+	uint32		known = 0;
+	AshSourceRel *r;
+	AshChange	c;
+	AshRelation *rel;
+
+	for (int i = 0; i < pgl_nrels && known == 0; i++)
+		if (strcmp(pgl_rels[i].nspname, nspname) == 0 &&
+			strcmp(pgl_rels[i].relname, relname) == 0)
+			known = pgl_rels[i].relid;
+
+	res = ash_conn_exec_params(probe(),
+							   "SELECT c.oid::pg_catalog.int8 FROM pg_catalog.pg_class c"
+							   " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+							   " WHERE n.nspname = $1 AND c.relname = $2",
+							   2, params, true);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "probe");
+	if (PQntuples(res) == 1)
+		oid = (uint32) strtoul(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	if (oid == 0 || (known != 0 && known != oid))
+		ash_halt("decoder_table_missing",
+				 "the table %s a queued TRUNCATE names is no longer the relation the stream described",
+				 qname);
+	if (known != 0)
+		return known;
+
+	/* described from the catalog, as a Relation message would be */
+	r = palloc0(sizeof(AshSourceRel));
+	r->name.nspname = (char *) nspname;
+	r->name.relname = (char *) relname;
+	ash_source_describe_tables(probe(), list_make1(r));
+	if (!r->exists)
+		ash_halt("decoder_table_missing", "table %s is not in the source's catalog", qname);
+	memset(&c, 0, sizeof(c));
+	c.kind = ASH_CHANGE_RELATION;
+	c.xid = InvalidTransactionId;
+	rel = &c.u.relation;
+	rel->relid = oid;
+	rel->nspname = (char *) nspname;
+	rel->relname = (char *) relname;
+	rel->replident = r->desc.replident;
+	rel->natts = r->desc.natts;
+	rel->cols = palloc0(sizeof(AshRelColumn) * Max(r->desc.natts, 1));
+	for (int i = 0; i < r->desc.natts; i++)
+	{
+		AshSourceColumn *sc = &r->desc.cols[i];
+
+		rel->cols[i].name = sc->name;
+		rel->cols[i].type_oid = sc->type_oid;
+		rel->cols[i].typmod = sc->typmod;
+		rel->cols[i].is_key = sc->in_identity;
+		if (sc->type_oid >= FirstGenbkiObjectId && sc->type_name != NULL)
+			ash_relmap_update_type(sc->type_oid, "", sc->type_name);
+	}
+	remember(rel);
+	ash_apply_change(&c);
+	return oid;
 }
 
 bool
@@ -242,11 +339,22 @@ ash_pglogical_decode(const char *data, int len, AshChange *change)
 		case ASH_PGL_NONE:
 			return false;
 		case ASH_PGL_QUEUED_TRUNCATE:
-			/* a transaction the watermark covers is not applied again */
-			if (!XLogRecPtrIsInvalid(pgl_final_lsn) && pgl_final_lsn <= ash_apply_watermark())
-				return false;
-			ash_halt("source_truncate",
-					 "pglogical queued a TRUNCATE of a table in the replication sets");
+			{
+				char	   *nspname = pgl_state.truncated_nspname;
+				char	   *relname = pgl_state.truncated_relname;
+
+				/* a transaction the watermark covers is skipped whole */
+				if (!XLogRecPtrIsInvalid(pgl_final_lsn) &&
+					pgl_final_lsn <= ash_apply_watermark())
+					return false;
+				memset(change, 0, sizeof(*change));
+				change->kind = ASH_CHANGE_TRUNCATE;
+				change->xid = InvalidTransactionId;
+				change->u.truncate.nrelids = 1;
+				change->u.truncate.relids = palloc(sizeof(uint32));
+				change->u.truncate.relids[0] = truncated_relid(nspname, relname);
+				return true;
+			}
 		case ASH_PGL_CHANGE:
 			break;
 	}

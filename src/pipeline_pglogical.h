@@ -24,10 +24,12 @@ extern char *ash_pglogical_plugin_options(AshConn *conn);
 
 /*
  * Decode one message into *change.  Returns false when there is nothing
- * to apply (the startup message, pglogical's queue); halts on a malformed
- * message (protocol_violation) and on a TRUNCATE pglogical queued
- * (source_truncate).  A Relation message is completed from the source's
- * catalog (types, replica identity) before it is returned.
+ * to apply (the startup message, pglogical's queue but for a TRUNCATE);
+ * halts on a malformed message (protocol_violation).  A Relation message
+ * is completed from the source's catalog (types, replica identity) before
+ * it is returned; a TRUNCATE pglogical queued is returned as a Truncate
+ * change of the relation its name denotes (which may first hand apply that
+ * relation's description).
  */
 extern bool ash_pglogical_decode(const char *data, int len, AshChange *change);
 

@@ -6,7 +6,7 @@
  * NOTES
  *	  The first input byte picks the decoder state: bit 0 whether the
  *	  startup message was seen, bit 1 whether pglogical.queue is known (as
- *	  relation 16384 of 5 columns, message_type fourth, as pglogical 2.x
+ *	  relation 16384 of 5 columns, message_type and message last, as pglogical 2.x
  *	  defines it); the rest is one message.  The decoder must return a
  *	  result, never crash, read out of bounds or trip UBSan; an error must
  *	  say why.  A decoded change is walked completely.
@@ -82,6 +82,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		state.queue_relid = 16384;
 		state.queue_natts = 5;
 		state.queue_type_col = 3;
+		state.queue_message_col = 4;
 	}
 	r = ash_decode_pglogical(&state, (const char *) data + 1, (int) (size - 1), &change, &error);
 	if (r == ASH_PGL_CHANGE)

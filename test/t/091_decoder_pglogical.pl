@@ -5,10 +5,12 @@
 # NON-superuser replication role through pglogical_output (allowed by
 # output_plugin_libraries).  Mirrors types, TOAST, key changes, NULLs and
 # deletes, compared by content hash; effect-once across a kill -9 of the
-# destination (an audit trigger counts every write); a queued TRUNCATE
-# halts source_truncate; a set that does not replicate deletes is refused
-# like a narrowed publication; a source database without pglogical halts
-# decoder_extension_missing; on_truncate mirror is refused at start.
+# destination (an audit trigger counts every write); TRUNCATE, which
+# pglogical queues in pglogical.queue, applied per on_truncate (mirror,
+# ignored for an ignored table, halt), also as the first change of a
+# session; a set that does not replicate deletes is refused like a narrowed
+# publication; a source database without pglogical halts
+# decoder_extension_missing.
 use strict;
 use warnings;
 
@@ -39,12 +41,14 @@ CREATE TABLE items (
 	id bigint PRIMARY KEY, name text, qty int, price numeric(12,3), ok boolean,
 	at timestamptz, day date, doc jsonb, raw bytea, tags text[], u uuid, big text);
 CREATE TABLE accounts (k1 int, k2 text, v text, PRIMARY KEY (k1, k2));
+CREATE TABLE scratch (id int PRIMARY KEY);
 };
 AshTest::both($src, $dst, $ddl);
 AshTest::both($src, $dst, AshTest::write_audit_sql('items', 'bigint'));
 $src->safe_psql($DB, q{
 SELECT pglogical.replication_set_add_table('mirror_set', 'items');
 SELECT pglogical.replication_set_add_table('mirror_set', 'accounts');
+SELECT pglogical.replication_set_add_table('mirror_set', 'scratch');
 });
 
 # a replication role that is not a superuser: it needs SELECT on the mapped
@@ -56,7 +60,7 @@ AshTest::both($src, $dst, "CREATE TABLE ash_marker_pgl (id bigint PRIMARY KEY, n
 $src->safe_psql($DB, q{
 SELECT pglogical.replication_set_add_table('mirror_set', 'ash_marker_pgl');
 CREATE ROLE mirror LOGIN REPLICATION;
-GRANT SELECT ON items, accounts, ash_marker_pgl TO mirror;
+GRANT SELECT ON items, accounts, scratch, ash_marker_pgl TO mirror;
 GRANT USAGE ON SCHEMA pglogical TO mirror;
 GRANT SELECT ON pglogical.replication_set, pglogical.replication_set_table,
 	pglogical.local_node, pglogical.node, pglogical.tables TO mirror;
@@ -66,7 +70,8 @@ is($src->safe_psql($DB, "SELECT rolsuper FROM pg_roles WHERE rolname = 'mirror'"
 
 AshTest::setup_pipeline($src, $dst,
 	sink => 'pgl', replication_sets => ['mirror_set'], connection => $conn, marker => 0,
-	maps => [ ['items'], ['accounts'], ['ash_marker_pgl'] ]);
+	ignored_sources => ['public.scratch'],
+	maps => [ ['items'], [ 'accounts', on_truncate => 'mirror' ], ['ash_marker_pgl'] ]);
 AshTest::wait_status($dst, 'pgl', 'healthy', undef, src => $src);
 is($src->safe_psql($DB, "SELECT plugin FROM pg_replication_slots WHERE slot_name = 'pgl'"),
 	'pglogical_output', 'the slot decodes with pglogical_output');
@@ -115,25 +120,44 @@ is($dst->safe_psql($DB, "SELECT count(*) FROM items_audit WHERE id > 5000"),
 my @leak = AshTest::grep_logs_for('item 17', $dst);
 is(scalar(@leak), 0, 'no row value in the destination log');
 
-# a queued TRUNCATE halts source_truncate, committing nothing of its transaction
+# TRUNCATE, which pglogical queues in pglogical.queue: applied as the mapping
+# says; an ignored table's is ignored
+my $marker = 2;
+sub caught_up
+{
+	my ($name) = @_;
+	$marker++;
+	$src->safe_psql($DB, "INSERT INTO ash_marker_pgl VALUES ($marker, 'marker')");
+	AshTest::poll($dst, "SELECT count(*) FROM ash_marker_pgl WHERE id = $marker", '1');
+	AshTest::assert_mirror_equal($src, $dst, [ 'items', 'accounts' ], name => $name);
+}
+$src->safe_psql($DB, "BEGIN; TRUNCATE scratch; INSERT INTO accounts VALUES (98, 'y', 'y'); COMMIT;");
+caught_up('truncate of an ignored table ignored');
+$src->safe_psql($DB, "TRUNCATE accounts; INSERT INTO accounts VALUES (1, 'after', 'truncate');");
+caught_up('truncate mirrored (on_truncate mirror)');
+is($dst->safe_psql($DB, "SELECT count(*) FROM accounts"), '1', 'the mirror holds only what follows the truncate');
+
+# a new session has described nothing yet: the queued TRUNCATE's table is
+# read from the source's catalog and described to apply first
+AshTest::stop_sink($dst, 'pgl');
+AshTest::wait_status($dst, 'pgl', 'not_started', undef, src => $src, no_early_exit => 1);
+$src->safe_psql($DB, "INSERT INTO accounts VALUES (2, 'before', 'restart')");
+AshTest::start_sink($dst, 'pgl');
+AshTest::wait_status($dst, 'pgl', 'healthy', undef, src => $src);
+$src->safe_psql($DB, "TRUNCATE accounts; INSERT INTO accounts VALUES (3, 'after', 'restart');");
+caught_up('truncate first in a session mirrored');
+AshTest::stop_sink($dst, 'pgl');
+AshTest::wait_status($dst, 'pgl', 'not_started', undef, src => $src, no_early_exit => 1);
+$src->safe_psql($DB, "TRUNCATE accounts");
+AshTest::start_sink($dst, 'pgl');
+caught_up('truncate as the first change of a session mirrored');
+
+# on_truncate halt: source_truncate, committing nothing of the transaction
 $src->safe_psql($DB, "BEGIN; INSERT INTO accounts VALUES (99, 'z', 'z'); TRUNCATE items; COMMIT;");
 AshTest::wait_status($dst, 'pgl', 'halted', 'source_truncate', src => $src);
 is($dst->safe_psql($DB, "SELECT count(*) FROM accounts WHERE k1 = 99"), '0',
 	'nothing of the halted transaction is applied');
 AshTest::stop_sink($dst, 'pgl');
-
-# on_truncate other than halt cannot be honoured: refused at start
-my ($rc, $out, $err) = $dst->psql($DB, q{
-SELECT ash_replicant_create_sink('pgl_mirror_trunc');
-SELECT ash_replicant_map_table('pgl_mirror_trunc', 'accounts'::regclass, on_truncate => 'mirror');
-});
-is($rc, 0, 'a second sink maps with on_truncate mirror');
-($rc, $out, $err) = $dst->psql($DB, "SELECT ash_replicant_configure_pipeline('pgl_mirror_trunc',"
-	  . " connection => " . AshTest::lit($conn) . ", decoder => 'pglogical',"
-	  . " replication_sets => ARRAY['mirror_set'], source_system_identifier => "
-	  . AshTest::lit((AshTest::source_identity($src))[0]) . ", source_database => 'postgres');"
-	  . " SELECT ash_replicant_start('pgl_mirror_trunc')");
-like($err, qr/decoder_capability_unsupported/, 'on_truncate mirror under pglogical refused at start');
 
 # a set that does not replicate deletes is a narrowed contract
 $src->safe_psql($DB, q{

@@ -260,6 +260,10 @@ check_basic(void)
 		r[i] = decode(&st, msgs[i].data, msgs[i].len, &ch[i], &err);
 		if (r[i] == ASH_PGL_ERROR)
 			nfail++;
+		if (r[i] == ASH_PGL_QUEUED_TRUNCATE)
+			ok(st.truncated_nspname && strcmp(st.truncated_nspname, "public") == 0 &&
+			   st.truncated_relname && strcmp(st.truncated_relname, "t_full") == 0,
+			   "the queued TRUNCATE names public.t_full");
 		if (!valid_change(r[i], &ch[i], msgs[i].len))
 			invalid++;
 	}
@@ -536,6 +540,50 @@ insert(Buf *b, uint32 relid, char kind, const char *val, int vlen)
 	}
 }
 
+/* pglogical.queue's relation: message_type and message */
+static void
+queue_relation(Buf *b, uint32 relid)
+{
+	b->len = 0;
+	put8(b, 'R');
+	put8(b, 0);
+	put32(b, relid);
+	put8(b, 10);
+	putstr(b, "pglogical");
+	put8(b, 6);
+	putstr(b, "queue");
+	put8(b, 'A');
+	put16(b, 2);
+	put8(b, 'C');
+	put8(b, 0);
+	put8(b, 'N');
+	put16(b, 13);
+	putstr(b, "message_type");
+	put8(b, 'C');
+	put8(b, 0);
+	put8(b, 'N');
+	put16(b, 8);
+	putstr(b, "message");
+}
+
+static void
+queue_insert(Buf *b, uint32 relid, const char *type, const char *message)
+{
+	b->len = 0;
+	put8(b, 'I');
+	put8(b, 0);
+	put32(b, relid);
+	put8(b, 'N');
+	put8(b, 'T');
+	put16(b, 2);
+	put8(b, 't');
+	put32(b, (uint32) strlen(type) + 1);
+	putstr(b, type);
+	put8(b, 't');
+	put32(b, (uint32) strlen(message) + 1);
+	putstr(b, message);
+}
+
 static AshPglogicalResult
 run(AshPglogicalState *st, Buf *b, const char **err)
 {
@@ -595,19 +643,59 @@ handmade(void)
 	b.d[10] = 0xff;				/* natts 0xff02 */
 	ok(run(&st, &b, &err) == ASH_PGL_ERROR, "column count beyond the message refused");
 
-	/* the queue: 2 columns, message_type second */
-	relation(&b, 200, "pglogical", "queue", "message_type");
+	/* the queue: message_type, message */
+	queue_relation(&b, 200);
 	ok(run(&st, &b, &err) == ASH_PGL_NONE && st.queue_relid == 200,
 	   "pglogical.queue's relation is consumed");
-	insert(&b, 200, 't', "T", 2);
-	ok(run(&st, &b, &err) == ASH_PGL_QUEUED_TRUNCATE, "queued TRUNCATE reported");
-	insert(&b, 200, 't', "Q", 2);
+	{
+		AshChange	c;
+
+		queue_insert(&b, 200, "T", "{\"schema_name\": \"s\\\"q\\u0001\",\"table_name\": \"t\\\\x\"}");
+		ok(decode(&st, b.d, b.len, &c, &err) == ASH_PGL_QUEUED_TRUNCATE &&
+		   strcmp(st.truncated_nspname, "s\"q\001") == 0 &&
+		   strcmp(st.truncated_relname, "t\\x") == 0,
+		   "queued TRUNCATE reported with its unescaped names");
+		arena_reset();
+	}
+	{
+		static const char *const bad[] = {
+			"", "{}", "{\"schema_name\": \"s\"}",
+			"{\"schema_name\": \"s\",\"schema_name\": \"t\"}",
+			"{\"schema_name\": \"s\",\"table_name\": \"t\"} x",
+			"{\"schema_name\": \"s\",\"table_name\": \"t\",\"x\": \"y\"}",
+			"{\"schema_name\": \"\",\"table_name\": \"t\"}",
+			"{\"schema_name\": \"s\\u0041\",\"table_name\": \"t\"}",
+			"{\"schema_name\": \"s\\u0000\",\"table_name\": \"t\"}",
+			"{\"schema_name\": \"s\\q\",\"table_name\": \"t\"}",
+			"{\"schema_name\": \"s\",\"table_name\": 1}",
+			"{\"schema_name\": \"s\",\"table_name\": \"t",
+			"{\"schema_name\": \"ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss\",\"table_name\": \"t\"}",
+		};
+		int			accepted = 0;
+
+		for (int i = 0; i < (int) lengthof(bad); i++)
+		{
+			queue_insert(&b, 200, "T", bad[i]);
+			if (run(&st, &b, &err) != ASH_PGL_ERROR)
+				accepted++;
+		}
+		ok(accepted == 0, "%d malformed truncate messages accepted", accepted);
+	}
+	queue_insert(&b, 200, "Q", "{}");
 	ok(run(&st, &b, &err) == ASH_PGL_NONE, "queued SQL consumed");
-	insert(&b, 200, 't', "Z", 2);
+	queue_insert(&b, 200, "Z", "{}");
 	ok(run(&st, &b, &err) == ASH_PGL_ERROR, "unknown queue message type refused");
-	insert(&b, 200, 't', "TT", 3);
+	queue_insert(&b, 200, "TT", "{}");
 	ok(run(&st, &b, &err) == ASH_PGL_ERROR, "queue message type of two bytes refused");
-	insert(&b, 200, 'n', NULL, 0);
+	b.len = 0;
+	put8(&b, 'I');
+	put8(&b, 0);
+	put32(&b, 200);
+	put8(&b, 'N');
+	put8(&b, 'T');
+	put16(&b, 2);
+	put8(&b, 'n');				/* the type column NULL */
+	put8(&b, 'n');
 	ok(run(&st, &b, &err) == ASH_PGL_ERROR, "NULL queue message type refused");
 	b.len = 0;
 	put8(&b, 'D');
