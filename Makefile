@@ -58,9 +58,22 @@ UNIT_CPPFLAGS = -Isrc -Itest/common -I$(shell $(PG_CONFIG) --includedir-server)
 UNIT_LDLIBS = -L$(shell $(PG_CONFIG) --pkglibdir) -L$(shell $(PG_CONFIG) --libdir) \
 	-lpgcommon -lpgport
 UNIT_SRCS = test/unit/decode_test.c test/common/palloc_arena.c src/decode_pgoutput.c src/change.c
+W2J_UNIT_SRCS = test/unit/decode_wal2json_test.c test/common/palloc_arena.c \
+	src/decode_wal2json.c src/change.c
+PGL_UNIT_SRCS = test/unit/decode_pglogical_test.c test/common/palloc_arena.c \
+	src/decode_pglogical.c src/change.c
 
 .PHONY: unit
-unit: test/unit/decode_test test/unit/copy_row_test
+unit: test/unit/decode_test test/unit/copy_row_test test/unit/decode_wal2json_test \
+	test/unit/decode_pglogical_test
+
+test/unit/decode_pglogical_test: $(PGL_UNIT_SRCS) src/change.h src/decode_pglogical.h \
+		test/common/palloc_arena.h
+	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(PGL_UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
+
+test/unit/decode_wal2json_test: $(W2J_UNIT_SRCS) src/change.h src/decode_wal2json.h \
+		test/common/palloc_arena.h
+	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(W2J_UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
 test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h test/common/palloc_arena.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
@@ -71,7 +84,8 @@ test/unit/copy_row_test: $(COPY_ROW_TEST_SRCS) src/change.h src/copy_row.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(COPY_ROW_TEST_SRCS) $(UNIT_SANITIZE) \
 		$(UNIT_LDLIBS)
 
-EXTRA_CLEAN += test/unit/decode_test test/unit/copy_row_test
+EXTRA_CLEAN += test/unit/decode_test test/unit/copy_row_test test/unit/decode_wal2json_test \
+	test/unit/decode_pglogical_test
 
 # ---------------------------------------------------------------------------
 # Decoder fuzzing: `make fuzz` builds test/fuzz/fuzz_decoder with libFuzzer,
@@ -79,41 +93,17 @@ EXTRA_CLEAN += test/unit/decode_test test/unit/copy_row_test
 # test/t/003_decoder_fuzz.pl for ASH_FUZZ_SECONDS (30; 300 with ASH_LONG=1).
 # ---------------------------------------------------------------------------
 FUZZ_CC := $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
-FUZZ_SRCS = test/fuzz/fuzz_decoder.c test/common/palloc_arena.c src/decode_pgoutput.c src/change.c
+FUZZ_SRCS = test/fuzz/fuzz_decoder.c test/common/palloc_arena.c src/decode_pgoutput.c \
+	src/decode_wal2json.c src/decode_pglogical.c src/change.c
 
 .PHONY: fuzz
 fuzz: test/fuzz/fuzz_decoder
 
-test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h test/common/palloc_arena.h
+test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h src/decode_wal2json.h \
+		src/decode_pglogical.h test/common/palloc_arena.h
 	$(FUZZ_CC) -g -O1 -DFRONTEND -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		-Wall -Werror -Wno-unused-parameter -Wno-ignored-attributes \
 		$(UNIT_CPPFLAGS) -o $@ $(FUZZ_SRCS) $(UNIT_LDLIBS)
 
 EXTRA_CLEAN += test/fuzz/fuzz_decoder
 
-# ---------------------------------------------------------------------------
-# pglogical decoder (src/decode_pglogical.c): its unit test over captured
-# native-protocol bytes (test/fixtures/pglogical, run by
-# test/t/006_decoder_pglogical_unit.pl) and its libFuzzer target, under the
-# same sanitizers as the pgoutput decoder's.
-# ---------------------------------------------------------------------------
-PGL_UNIT_SRCS = test/unit/decode_pglogical_test.c test/common/palloc_arena.c \
-	src/decode_pglogical.c src/change.c
-PGL_FUZZ_SRCS = test/fuzz/fuzz_pglogical.c test/common/palloc_arena.c \
-	src/decode_pglogical.c src/change.c
-
-unit: test/unit/decode_pglogical_test
-fuzz: test/fuzz/fuzz_pglogical
-
-test/unit/decode_pglogical_test: $(PGL_UNIT_SRCS) src/change.h src/decode_pglogical.h \
-		test/common/palloc_arena.h
-	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(PGL_UNIT_SRCS) $(UNIT_SANITIZE) \
-		$(UNIT_LDLIBS)
-
-test/fuzz/fuzz_pglogical: $(PGL_FUZZ_SRCS) src/change.h src/decode_pglogical.h \
-		test/common/palloc_arena.h
-	$(FUZZ_CC) -g -O1 -DFRONTEND -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		-Wall -Werror -Wno-unused-parameter -Wno-ignored-attributes \
-		$(UNIT_CPPFLAGS) -o $@ $(PGL_FUZZ_SRCS) $(UNIT_LDLIBS)
-
-EXTRA_CLEAN += test/unit/decode_pglogical_test test/fuzz/fuzz_pglogical

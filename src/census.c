@@ -59,6 +59,7 @@
 
 #include "ash_replicant.h"
 #include "census.h"
+#include "change.h"
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
@@ -155,7 +156,8 @@ load_inputs(AshPipelineConfig *cfg, CoverageInputs *in)
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "ash_replicant: SPI_connect failed");
 		values[0] = CStringGetTextDatum(cfg->sink_name);
-		if (SPI_execute_with_args("SELECT replication_sets::pg_catalog.text, tables"
+		if (SPI_execute_with_args("SELECT replication_sets::pg_catalog.text, tables,"
+								  " allow_keyless_tables"
 								  " FROM ash_replicant.pipelines WHERE sink_name = $1",
 								  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "ash_replicant: reading the table-set settings failed");
@@ -168,6 +170,8 @@ load_inputs(AshPipelineConfig *cfg, CoverageInputs *in)
 			MemoryContext old = MemoryContextSwitchTo(cxt);
 
 			in->tableset.replication_sets = SPI_getvalue(tup, desc, 1);
+			in->tableset.allow_keyless = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull)) &&
+				!isnull;
 			tables = SPI_getbinval(tup, desc, 2, &isnull);
 			if (!isnull)
 			{
@@ -270,6 +274,9 @@ judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
 	missing = ash_source_missing_tables(&in.tableset, &rels);
 	if (missing != NULL)
 		ash_halt("decoder_table_missing", "%s", missing);
+	missing = ash_source_keyless_tables(&in.tableset, rels);
+	if (missing != NULL)
+		ash_halt("decoder_table_keyless", "%s", missing);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -353,6 +360,70 @@ ash_census_tables_with_rows(AshPipelineConfig *cfg)
 
 	with_activation_probe(cfg, find_tables_with_rows, &tables);
 	return tables;
+}
+
+/*
+ * The configured tables as AshRelations (relid: position in tables + 1),
+ * from one snapshot of the source's catalogs, with the halts of
+ * judge_source for a foreign source and an absent or keyless table.
+ */
+static void
+describe_relations(AshPipelineConfig *cfg, AshConn *conn, void *arg)
+{
+	CoverageInputs in;
+	List	   *rels = NIL;
+	List	   *out = NIL;
+	const char *absent;
+	char	   *missing;
+	ListCell   *lc;
+	uint32		relid = 0;
+
+	if (!ash_source_identity_matches(conn, cfg->source_system_identifier, cfg->source_database))
+		ash_halt("source_identity_mismatch", "schema check probe: the source is not the configured system and database");
+	load_inputs(cfg, &in);
+	absent = ash_source_read_table_set(conn, &in.tableset, &rels, NULL);
+	if (absent != NULL)
+		ash_halt(absent, "schema check probe: the table set is absent");
+	missing = ash_source_missing_tables(&in.tableset, &rels);
+	if (missing != NULL)
+		ash_halt("decoder_table_missing", "%s", missing);
+	missing = ash_source_keyless_tables(&in.tableset, rels);
+	if (missing != NULL)
+		ash_halt("decoder_table_keyless", "%s", missing);
+
+	foreach(lc, rels)
+	{
+		AshSourceRel *r = lfirst(lc);
+		AshDescribedRelation *d = palloc0(sizeof(AshDescribedRelation));
+		AshRelation *rel = &d->rel;
+
+		d->type_names = palloc0(sizeof(char *) * Max(r->desc.natts, 1));
+		rel->relid = ++relid;
+		rel->nspname = r->name.nspname;
+		rel->relname = r->name.relname;
+		rel->replident = r->desc.replident;
+		rel->natts = r->desc.natts;
+		rel->cols = palloc0(sizeof(AshRelColumn) * Max(r->desc.natts, 1));
+		for (int i = 0; i < r->desc.natts; i++)
+		{
+			rel->cols[i].is_key = r->desc.cols[i].in_identity;
+			rel->cols[i].name = r->desc.cols[i].name;
+			rel->cols[i].type_oid = r->desc.cols[i].type_oid;
+			rel->cols[i].typmod = r->desc.cols[i].typmod;
+			d->type_names[i] = r->desc.cols[i].type_name;
+		}
+		out = lappend(out, d);
+	}
+	*(List **) arg = out;
+}
+
+List *
+ash_census_describe_relations(AshPipelineConfig *cfg)
+{
+	List	   *rels = NIL;
+
+	with_activation_probe(cfg, describe_relations, &rels);
+	return rels;
 }
 
 AshCensusVerdict

@@ -8,6 +8,7 @@
 #ifndef ASH_CENSUS_H
 #define ASH_CENSUS_H
 
+#include "change.h"
 #include "checkpoint.h"
 #include "config.h"
 
@@ -48,6 +49,24 @@ extern void ash_census_activation(AshPipelineConfig *cfg);
  * cannot be probed.  Outside a destination transaction.
  */
 extern List *ash_census_tables_with_rows(AshPipelineConfig *cfg);
+
+/* A table as the source's catalogs describe it, for a decoder without
+ * Relation messages. */
+typedef struct AshDescribedRelation
+{
+	AshRelation rel;
+	char	  **type_names;		/* per column: its (base) type's name */
+} AshDescribedRelation;
+
+/*
+ * wal2json sends no Relation messages: the configured tables as the
+ * source's catalogs describe them now (AshDescribedRelation *, relid =
+ * position in the configured tables + 1), on a probe connection of its own.  Halts for
+ * a foreign source, an absent table (decoder_table_missing) or a keyless
+ * one (decoder_table_keyless); raises ERRCODE_CONNECTION_FAILURE when the
+ * source cannot be probed.  Outside a destination transaction.
+ */
+extern List *ash_census_describe_relations(AshPipelineConfig *cfg);
 
 /* Milliseconds until the next run: interval_ms +- jitter_ratio. */
 extern long ash_census_next_delay(AshPipelineConfig *cfg);

@@ -169,7 +169,8 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 		" s.config_version, p.connection, p.decoder, p.publication,"
 		" p.source_system_identifier, p.source_database, p.streaming,"
 		" p.binary_transfer, p.failover, p.max_inflight_lag, p.max_command_retries,"
-		" p.census::text AS census, p.start_generation, p.snapshot"
+		" p.census::text AS census, p.start_generation, p.snapshot,"
+		" p.tables, p.allow_keyless_tables, p.schema_check_interval_ms"
 		" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
 		" WHERE s.sink_name = $1",
 		1, argtypes, values, NULL, true, 0);
@@ -205,6 +206,19 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 	cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));
 	cfg->snapshot = get_text(tup, desc, "snapshot");
 	*census_json = get_text(tup, desc, "census");
+	cfg->allow_keyless_tables = DatumGetBool(get_datum(tup, desc, "allow_keyless_tables", &isnull));
+	cfg->schema_check_interval_ms = DatumGetInt32(get_datum(tup, desc, "schema_check_interval_ms",
+															 &isnull));
+
+	/* wal2json's tables: stored canonical "schema"."table" (qualname.c) */
+	foreach(lc, get_text_list(tup, desc, "tables"))
+	{
+		char	   *schema;
+		char	   *table;
+
+		if (ash_parse_qualified_name((char *) lfirst(lc), &schema, &table))
+			cfg->tables = lappend(cfg->tables, list_make2(schema, table));
+	}
 
 	/* ignored sources: stored canonical "schema.table" (qualname.c) */
 	foreach(lc, ignored)

@@ -114,6 +114,12 @@ typedef struct AshPipelineConfig
 	int			max_command_retries;
 	AshCensusOptions census;
 
+	/* wal2json */
+	List	   *tables;			/* List of List of char* (schema, table), as
+								 * configured */
+	bool		allow_keyless_tables;
+	int			schema_check_interval_ms;
+
 	List	   *mappings;		/* AshMapping * */
 	List	   *message_routes; /* AshMessageRoute *, by prefix */
 } AshPipelineConfig;

@@ -53,6 +53,10 @@ static const AshReasonEntry reason_table[] = {
 	{"decoder_table_missing", ASH_REASON_HALTED},
 	{"decoder_extension_missing", ASH_REASON_HALTED},
 	{"decoder_table_keyless", ASH_REASON_HALTED},
+	/* wal2json: a change that fits no description of its table (pipeline.c) */
+	{"decoder_schema_drift", ASH_REASON_HALTED},
+	/* wal2json: null for a float/numeric, also NaN and Infinity (pipeline.c) */
+	{"decoder_value_ambiguous", ASH_REASON_HALTED},
 	{"delivery_config_invalid", ASH_REASON_HALTED},
 	{"unchanged_value_unavailable", ASH_REASON_HALTED},
 	{"tombstone_unknown", ASH_REASON_HALTED},

@@ -70,6 +70,8 @@
 #include "relmap.h"
 #include "checkpoint.h"
 #include "decode_pgoutput.h"
+#include "decode_wal2json.h"
+#include "decoder.h"
 #include "errors.h"
 #include "keyring.h"
 #include "libpq_conn.h"
@@ -751,20 +753,12 @@ streaming_allowed(void)
 									stream_retry_ms()));
 }
 
-/* The session decodes pglogical_output (pipeline_pglogical.c), not pgoutput. */
-static bool session_pglogical = false;
-
 static char *
-plugin_options(AshConn *conn)
+pgoutput_options(AshConn *conn)
 {
 	StringInfoData o;
 	int			proto;
 
-	if (session_pglogical)
-	{
-		session_streams = streams_withheld = false;
-		return ash_pglogical_plugin_options(conn);
-	}
 	if (conn->server_version >= 150000)
 		proto = 3;
 	else if (conn->server_version >= 140000)
@@ -784,6 +778,172 @@ plugin_options(AshConn *conn)
 	if (session_streams)
 		appendStringInfoString(&o, ", streaming 'on'");
 	return o.data;
+}
+
+/*
+ * wal2json 2.5, format version 2: what decode_wal2json.c reads, for the
+ * configured tables only.  No streaming (wal2json has none).
+ */
+static char *
+wal2json_options(AshConn *conn)
+{
+	StringInfoData o;
+	StringInfoData tables;
+	ListCell   *lc;
+
+	initStringInfo(&tables);
+	foreach(lc, cfg->tables)
+	{
+		List	   *t = lfirst(lc);
+		char		buf[4 * NAMEDATALEN + 2];
+
+		buf[0] = '\0';
+		if (!ash_wal2json_table_option(buf, sizeof(buf), linitial(t), lsecond(t)))
+			elog(ERROR, "ash_replicant: a table name does not fit the add-tables option");
+		appendStringInfo(&tables, "%s%s", tables.len ? "," : "", buf);
+	}
+	initStringInfo(&o);
+	appendStringInfo(&o,
+					 "\"format-version\" '2', \"include-transaction\" 'true',"
+					 " \"include-xids\" 'true', \"include-lsn\" 'true',"
+					 " \"include-timestamp\" 'true', \"include-schemas\" 'true',"
+					 " \"include-types\" 'true', \"include-type-oids\" 'true',"
+					 " \"include-typmod\" 'true', \"include-domain-data-type\" 'false',"
+					 " \"include-pk\" 'false', \"include-origin\" 'false',"
+					 " \"include-not-null\" 'false', \"include-default\" 'false',"
+					 " \"include-column-positions\" 'false', \"pretty-print\" 'false',"
+					 " \"write-in-chunks\" 'false',"
+					 " \"actions\" 'insert,update,delete,truncate',"
+					 " \"add-tables\" %s",
+					 ash_conn_quote_literal(conn, tables.data));
+	session_streams = false;
+	streams_withheld = false;
+	return o.data;
+}
+
+static bool is_wal2json = false;	/* cfg->decoder, looked up once */
+static bool is_pglogical = false;
+
+/* pglogical_output (pipeline_pglogical.c): no streaming either. */
+static char *
+pglogical_options(AshConn *conn)
+{
+	session_streams = false;
+	streams_withheld = false;
+	return ash_pglogical_plugin_options(conn);
+}
+
+static char *
+plugin_options(AshConn *conn)
+{
+	if (is_pglogical)
+		return pglogical_options(conn);
+	return is_wal2json ? wal2json_options(conn) : pgoutput_options(conn);
+}
+
+/* ---------------------------------------------------------------------
+ * wal2json: the relations it does not send.
+ *
+ * The configured tables are described from the source's catalogs
+ * (census.c) at every session's start, every schema_check_interval_ms,
+ * and at once when a change does not fit its table's description.  A
+ * description that differs from the last one goes to apply as a Relation
+ * message would (pgoutput's path: relmap.c judges a type change, a dropped
+ * mapped column, an added column), and replaces the decoder's.
+ * ---------------------------------------------------------------------
+ */
+static MemoryContext w2j_cxt = NULL;	/* the current description */
+static AshRelation *w2j_tables = NULL;
+static int	w2j_ntables = 0;
+static TimestampTz next_schema_check = 0;
+
+static bool
+same_relation(const AshRelation *a, const AshRelation *b)
+{
+	if (a->replident != b->replident || a->natts != b->natts ||
+		strcmp(a->nspname, b->nspname) != 0 || strcmp(a->relname, b->relname) != 0)
+		return false;
+	for (int i = 0; i < a->natts; i++)
+		if (a->cols[i].is_key != b->cols[i].is_key || a->cols[i].type_oid != b->cols[i].type_oid ||
+			a->cols[i].typmod != b->cols[i].typmod ||
+			strcmp(a->cols[i].name, b->cols[i].name) != 0)
+			return false;
+	return true;
+}
+
+static void
+wal2json_describe(AshWal2jsonState *dstate)
+{
+	MemoryContext old;
+	MemoryContext cxt;
+	List	   *rels;
+	ListCell   *lc;
+	AshRelation *tables;
+	int			n = 0;
+	int			changed = 0;
+
+	cxt = AllocSetContextCreate(pipeline_cxt, "ash_replicant wal2json relations",
+								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	rels = ash_census_describe_relations(cfg);
+	tables = palloc0(sizeof(AshRelation) * Max(list_length(rels), 1));
+	foreach(lc, rels)
+	{
+		AshDescribedRelation *d = lfirst(lc);
+		AshRelation *prev = NULL;
+		AshChange	c;
+
+		tables[n] = d->rel;
+		for (int i = 0; i < w2j_ntables && prev == NULL; i++)
+			if (w2j_tables[i].relid == d->rel.relid)
+				prev = &w2j_tables[i];
+		if (prev == NULL || !same_relation(prev, &d->rel))
+		{
+			/* user types first, as pgoutput's Type messages (coverage.c) */
+			for (int i = 0; i < d->rel.natts; i++)
+			{
+				if (d->rel.cols[i].type_oid < FirstGenbkiObjectId || d->type_names[i] == NULL)
+					continue;
+				memset(&c, 0, sizeof(c));
+				c.kind = ASH_CHANGE_TYPE;
+				c.u.type.type_oid = d->rel.cols[i].type_oid;
+				c.u.type.nspname = "";
+				c.u.type.typname = d->type_names[i];
+				ash_apply_change(&c);
+			}
+			memset(&c, 0, sizeof(c));
+			c.kind = ASH_CHANGE_RELATION;
+			c.u.relation = d->rel;
+			ash_apply_change(&c);
+			changed++;
+		}
+		n++;
+	}
+	MemoryContextSwitchTo(old);
+	if (w2j_cxt != NULL)
+		MemoryContextDelete(w2j_cxt);
+	w2j_cxt = cxt;
+	w2j_tables = tables;
+	w2j_ntables = n;
+	dstate->tables = w2j_tables;
+	dstate->ntables = w2j_ntables;
+	next_schema_check = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													cfg->schema_check_interval_ms);
+	if (changed > 0)
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.schema_described sink=%s tables=%d changed=%d",
+						cfg->sink_name, n, changed)));
+}
+
+/* Every schema_check_interval_ms, between batches (as the census). */
+static void
+wal2json_check_if_due(AshWal2jsonState *dstate)
+{
+	if (!is_wal2json || GetCurrentTimestamp() < next_schema_check)
+		return;
+	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
+		return;
+	wal2json_describe(dstate);
 }
 
 static void
@@ -895,20 +1055,55 @@ commit_batch(void)
  * One DATA message: decoded into msg_cxt (the caller frees it), applied,
  * and the batch committed where it ends.
  */
+typedef struct DecoderState
+{
+	AshPgoutputState pgoutput;
+	AshWal2jsonState wal2json;
+} DecoderState;
+
+/*
+ * One message into change with the configured decoder; halts when it cannot.
+ * Returns false when the message holds nothing to apply (pglogical's startup
+ * message and queue rows but a TRUNCATE).
+ */
+static bool
+decode_message(DecoderState *dstate, AshStreamMsg *msg, AshChange *change)
+{
+	const char *derr;
+
+	if (is_pglogical)
+		return ash_pglogical_decode(msg->data, msg->len, change);
+	if (!is_wal2json)
+	{
+		if (!ash_decode_pgoutput(&dstate->pgoutput, msg->data, msg->len, change, &derr))
+			ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
+		return true;
+	}
+	if (ash_decode_wal2json(&dstate->wal2json, msg->data, msg->len, change, &derr))
+		return true;
+	if (dstate->wal2json.drift)
+	{
+		/* the table changed since it was described: describe it again */
+		wal2json_describe(&dstate->wal2json);
+		if (ash_decode_wal2json(&dstate->wal2json, msg->data, msg->len, change, &derr))
+			return true;
+		if (dstate->wal2json.drift)
+			ash_halt("decoder_schema_drift",
+					 "a wal2json change does not fit the columns its source table has now");
+	}
+	if (derr == ash_wal2json_err_ambiguous)
+		ash_halt("decoder_value_ambiguous", "%s", derr);
+	ash_halt("protocol_violation", "undecodable wal2json message: %s", derr);
+}
+
 static void
-apply_message_data(AshPgoutputState *dstate, AshStreamMsg *msg)
+apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 {
 	AshChange	change;
-	const char *derr;
 	bool		nontx_message;
 
-	if (session_pglogical)
-	{
-		if (!ash_pglogical_decode(msg->data, msg->len, &change))
-			return;
-	}
-	else if (!ash_decode_pgoutput(dstate, msg->data, msg->len, &change, &derr))
-		ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
+	if (!decode_message(dstate, msg, &change))
+		return;
 
 	/*
 	 * A non-transactional message commits in a batch of its own; a streamed
@@ -940,7 +1135,7 @@ apply_message_data(AshPgoutputState *dstate, AshStreamMsg *msg)
  * when the socket has nothing more.
  */
 static void
-drain_stream(AshPgoutputState *dstate, MemoryContext loop_cxt, MemoryContext msg_cxt)
+drain_stream(DecoderState *dstate, MemoryContext loop_cxt, MemoryContext msg_cxt)
 {
 	AshStreamMsg msg;
 
@@ -1052,10 +1247,13 @@ receive_loop(void)
 	MemoryContext loop_cxt = CurrentMemoryContext;
 	MemoryContext msg_cxt = AllocSetContextCreate(loop_cxt, "ash_replicant message",
 												  ALLOCSET_DEFAULT_SIZES);
-	AshPgoutputState dstate = {0};
+	DecoderState dstate;
 
-	dstate.proto_version = stream.conn->server_version >= 150000 ? 3 :
+	memset(&dstate, 0, sizeof(dstate));
+	dstate.pgoutput.proto_version = stream.conn->server_version >= 150000 ? 3 :
 		stream.conn->server_version >= 140000 ? 2 : 1;
+	dstate.wal2json.tables = w2j_tables;
+	dstate.wal2json.ntables = w2j_ntables;
 
 	for (;;)
 	{
@@ -1080,6 +1278,7 @@ receive_loop(void)
 		send_feedback(false, false);
 		guard_progress();
 		run_census_if_due();
+		wal2json_check_if_due(&dstate.wal2json);
 		if (resume_streaming_if_idle())
 			return;				/* run_session starts over, streaming */
 
@@ -1191,11 +1390,21 @@ run_session(void)
 	MemoryContextSwitchTo(session_cxt);
 
 	check_key_families();
-	session_pglogical = strcmp(cfg->decoder, "pglogical") == 0;
-	if (strcmp(cfg->decoder, "pgoutput") != 0 && !session_pglogical)
-		ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
-				 cfg->decoder);
-	if (session_pglogical)
+	{
+		const AshDecoderInfo *dec = ash_decoder_info(cfg->decoder);
+
+		if (dec == NULL || !dec->built)
+			ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
+					 cfg->decoder);
+		is_wal2json = strcmp(dec->name, "wal2json") == 0;
+		is_pglogical = strcmp(dec->name, "pglogical") == 0;
+		/* pgoutput's capabilities only (ash_replicant_start refuses them too) */
+		if (strcmp(dec->name, "pgoutput") != 0 &&
+			(cfg->streaming || cfg->failover || cfg->binary_transfer))
+			ash_halt("decoder_capability_unsupported",
+					 "streaming, failover and binary_transfer need decoder pgoutput");
+	}
+	if (is_pglogical)
 		ash_pglogical_session_begin(cfg);
 	check_snapshot_settings();
 
@@ -1245,6 +1454,16 @@ run_session(void)
 		ash_snapshot_run(cfg, ckey, &slot_start, &binding);
 	}
 	ash_messages_activate(cfg, ckey);
+
+	/* wal2json: the relations its changes refer to, before the first one */
+	if (is_wal2json)
+	{
+		AshWal2jsonState first = {0};
+
+		step = STEP_COVERAGE;
+		w2j_ntables = 0;		/* apply's relation cache starts empty */
+		wal2json_describe(&first);
+	}
 
 	/*
 	 * The watermark we resume from may belong to an asynchronous commit of
@@ -1333,7 +1552,7 @@ handle_error(ErrorData *edata, long backoff)
 			 * since ensure_slot saw it: the next activation tells
 			 * (source_slot_missing, or a slot created afresh).
 			 */
-			if (strcmp(src, "42704") == 0 && step == STEP_STREAM)
+			if (strcmp(src, "42704") == 0 && step == STEP_STREAM && !is_wal2json)
 				do_halt_detail("source_publication_missing", src,
 							   "the source has no publication of the configured name");
 			if (strcmp(src, "55000") == 0 && step == STEP_SLOT)
@@ -1342,6 +1561,10 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "55000") == 0 && step >= STEP_START)
 				do_halt_detail("retention_lost", src,
 							   "the source can no longer decode changes from the slot");
+			/* 15.19+: the plugin is not in output_plugin_libraries */
+			if (strcmp(src, "42501") == 0 && step == STEP_SLOT)
+				do_halt_detail("decoder_plugin_not_allowed", src,
+							   "the source refused the decoder's output plugin to this role");
 			if (strcmp(src, "42501") == 0 && step == STEP_SNAPSHOT)
 				do_halt_detail("privilege_select_missing", src,
 							   "the source refused the snapshot a read of a mapped table");

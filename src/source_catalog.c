@@ -31,24 +31,28 @@
 
 /*
  * Describe one table: $1 schema, $2 name, $3 column list (text[] or NULL).
- * Every live, non-generated column, with whether the column list sends it.
+ * Every live column the decoder sends (pgoutput: no generated column;
+ * wal2json: every one), with whether the column list sends it.
  */
-static const char *describe_sql =
-"SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT'),"
-"  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text,"
-ASH_SQL_IN_REPLICA_IDENTITY ","
-"  $3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[]),"
-"  c.relkind,"
-"  CASE WHEN a.atttypmod <> -1 THEN a.atttypmod"
-"   ELSE (SELECT t.typtypmod FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) END,"
-"  pg_catalog.format_type(a.atttypid, a.atttypmod)"
-" FROM pg_catalog.pg_class c"
-" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-" LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
-"  AND NOT a.attisdropped AND a.attgenerated = ''"
-ASH_SQL_BASE_TYPE_LATERAL
-" WHERE n.nspname = $1 AND c.relname = $2"
-" ORDER BY a.attnum";
+#define DESCRIBE_SQL(generated) \
+"SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT')," \
+"  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text," \
+ASH_SQL_IN_REPLICA_IDENTITY "," \
+"  $3::pg_catalog.text[] IS NULL OR a.attname::pg_catalog.text = ANY ($3::pg_catalog.text[])," \
+"  c.relkind," \
+"  CASE WHEN a.atttypmod <> -1 THEN a.atttypmod" \
+"   ELSE (SELECT t.typtypmod FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) END," \
+"  pg_catalog.format_type(a.atttypid, a.atttypmod)" \
+" FROM pg_catalog.pg_class c" \
+" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" \
+" LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0" \
+"  AND NOT a.attisdropped" generated \
+ASH_SQL_BASE_TYPE_LATERAL \
+" WHERE n.nspname = $1 AND c.relname = $2" \
+" ORDER BY a.attnum"
+
+static const char *describe_sql = DESCRIBE_SQL(" AND a.attgenerated = ''");
+static const char *describe_sql_generated = DESCRIBE_SQL("");
 
 /* Before PG 12 (no attgenerated; pglogical and wal2json sources). */
 static const char *describe_sql_pre12 =
@@ -142,8 +146,10 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 		foreach(lc, (List *) spec->tables)
 		{
 			AshSourceName *n = lfirst(lc);
+			AshSourceRel *r = new_rel(n->nspname, n->relname, NULL);
 
-			*rels = lappend(*rels, new_rel(n->nspname, n->relname, NULL));
+			r->generated = true;	/* wal2json skips dropped columns only */
+			*rels = lappend(*rels, r);
 		}
 		return NULL;
 	}
@@ -288,12 +294,13 @@ ash_source_tables_with_rows(AshConn *conn, const List *mappings, const List *rel
 void
 ash_source_describe_tables(AshConn *conn, List *rels)
 {
-	const char *query = conn->server_version >= 120000 ? describe_sql : describe_sql_pre12;
 	ListCell   *lc;
 
 	foreach(lc, rels)
 	{
 		AshSourceRel *r = lfirst(lc);
+		const char *query = conn->server_version < 120000 ? describe_sql_pre12 :
+		r->generated ? describe_sql_generated : describe_sql;
 		PGresult   *res;
 		StringInfoData withheld;
 		int			n;
@@ -400,6 +407,32 @@ ash_source_missing_tables(const AshTableSetSpec *spec, List **rels)
 	list_free(*rels);
 	*rels = kept;
 	return missing.len > 0 ? psprintf("tables: %s", missing.data) : NULL;
+}
+
+char *
+ash_source_keyless_tables(const AshTableSetSpec *spec, const List *rels)
+{
+	StringInfoData keyless;
+	ListCell   *lc;
+
+	if (spec->decoder == NULL || strcmp(spec->decoder, "wal2json") != 0 || spec->allow_keyless)
+		return NULL;
+	initStringInfo(&keyless);
+	foreach(lc, (List *) rels)
+	{
+		AshSourceRel *r = lfirst(lc);
+		bool		keyed = false;
+
+		if (!r->exists)
+			continue;
+		for (int i = 0; i < r->desc.natts && !keyed; i++)
+			keyed = r->desc.cols[i].in_identity;
+		if (!keyed)
+			appendStringInfo(&keyless, "%s%s.%s", keyless.len ? ", " : "",
+							 quote_identifier(r->name.nspname),
+							 quote_identifier(r->name.relname));
+	}
+	return keyless.len > 0 ? psprintf("tables: %s", keyless.data) : NULL;
 }
 
 List *

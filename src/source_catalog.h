@@ -71,6 +71,7 @@ typedef struct AshTableSetSpec
 	const char *publication;	/* pgoutput */
 	const char *replication_sets;	/* pglogical: a text[] literal */
 	const List *tables;			/* wal2json: AshSourceName * */
+	bool		allow_keyless;	/* wal2json: allow_keyless_tables */
 } AshTableSetSpec;
 
 /* One table of the table set, as the source describes it. */
@@ -80,6 +81,8 @@ typedef struct AshSourceRel
 	char	   *attnames;		/* publication column list (text[] literal),
 								 * NULL: every column */
 	bool		row_filter;		/* the publication filters its rows (15+) */
+	bool		generated;		/* the decoder sends generated columns
+								 * (wal2json) */
 	bool		exists;			/* set by ash_source_describe_tables */
 	bool		has_select;		/* the probe role may SELECT it */
 	AshSourceTable desc;		/* only when exists */
@@ -145,6 +148,14 @@ extern List *ash_source_tables_with_rows(AshConn *conn, const List *mappings,
 										 const List *rels);
 
 extern char *ash_source_missing_tables(const AshTableSetSpec *spec, List **rels);
+
+/*
+ * After describing: wal2json tables of the set without replica identity
+ * (no primary key, no identity index, not FULL): wal2json drops their
+ * deletes and sends their updates without a key.  Unless allow_keyless
+ * is set, returned as a structural context ("tables: ..."); else NULL.
+ */
+extern char *ash_source_keyless_tables(const AshTableSetSpec *spec, const List *rels);
 
 /* The AshSourceName of every rel (pointers into rels). */
 extern List *ash_source_rel_names(const List *rels);

@@ -22,6 +22,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/pg_lsn.h"
 
+#include "decoder.h"
 #include "errors.h"
 #include "source_slot.h"
 
@@ -52,20 +53,12 @@ ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg, uint32 *timelin
 	*xlogpos = ((uint64) hi << 32) | lo;
 	PQclear(res);
 
-	if (conn->server_version < 120000)
-		ash_halt("source_release_unsupported", "pgoutput needs a source of PostgreSQL 12 or later");
+	/* pgoutput's floor; wal2json 2.5 decodes what 9.6 and later write */
+	if (conn->server_version < (strcmp(cfg->decoder, "pgoutput") == 0 ? 120000 : 90600))
+		ash_halt("source_release_unsupported", "the decoder needs a newer source release");
 	if (cfg->failover && conn->server_version < 170000)
 		ash_halt("decoder_capability_unsupported",
 				 "failover slots need a source of PostgreSQL 17 or later");
-}
-
-/* The output plugin of the configured decoder's slot. */
-static const char *
-slot_plugin(const AshPipelineConfig *cfg)
-{
-	if (cfg->decoder != NULL && strcmp(cfg->decoder, "pglogical") == 0)
-		return "pglogical_output";
-	return "pgoutput";
 }
 
 void
@@ -73,8 +66,12 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 					   bool must_exist, bool export, bool *created, AshSlotStart *start)
 {
 	XLogRecPtr *position = &start->slot_position;
+	const AshDecoderInfo *dec = ash_decoder_info(cfg->decoder);
 	StringInfoData q;
 	PGresult   *res;
+
+	if (dec == NULL || !dec->built)
+		ash_halt("decoder_capability_unsupported", "the decoder is not built into this version");
 
 	initStringInfo(&q);
 	appendStringInfo(&q,
@@ -98,7 +95,8 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 					 "the slot is gone from the source while a snapshot attempt is recorded");
 		resetStringInfo(&q);
 		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL %s %s",
-						 ash_conn_quote_ident(conn, cfg->slot_name), slot_plugin(cfg),
+						 ash_conn_quote_ident(conn, cfg->slot_name),
+						 ash_conn_quote_ident(conn, dec->plugin),
 						 conn->server_version >= 150000 ?
 						 (export ? "(SNAPSHOT 'export'" : "(SNAPSHOT 'nothing'") :
 						 (export ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT"));
@@ -130,7 +128,7 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 	}
 
 	if (strcmp(PQgetvalue(res, 0, 1), "logical") != 0 ||
-		strcmp(PQgetvalue(res, 0, 0), slot_plugin(cfg)) != 0)
+		strcmp(PQgetvalue(res, 0, 0), dec->plugin) != 0)
 	{
 		PQclear(res);
 		ash_halt("decoder_contract_incompatible", "the slot exists with another type or plugin");

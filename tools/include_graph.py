@@ -22,7 +22,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)\.h"', re.M)
 LAYERS = [
     ("base", ["errors", "sqlstate_names", "ash_replicant", "shmem", "spi_util", "qualname"]),
     ("transport", ["libpq_conn", "walproto"]),
-    ("decoders", ["change", "decode_pgoutput", "decode_pglogical", "copy_row"]),
+    ("decoders", ["change", "decode_pgoutput", "decode_wal2json", "decode_pglogical", "decoder",
+                  "copy_row"]),
     ("keys", ["keyring", "crypto"]),
     ("catalog", ["config", "mapping_validate", "coverage", "source_catalog", "source_slot",
                  "contract", "checkpoint", "census"]),

@@ -1,4 +1,4 @@
-# Fuzz the pure pgoutput decoder with libFuzzer (ASan + UBSan) for a bounded
+# Fuzz the pure decoders (pgoutput, wal2json) with libFuzzer (ASan + UBSan) for a bounded
 # time, seeded with the captured real pgoutput streams.  No server needed.
 use strict;
 use warnings;
@@ -38,7 +38,47 @@ for my $fixture (glob 'test/fixtures/pgoutput/*.hex')
 	}
 	close $fh;
 }
+# wal2json: each transaction of the captured stream (its lines from B to
+# C, or a lone message), selector 0x80
+my $w2j_seeds = 0;
+{
+	open my $fh, '<', 'test/fixtures/wal2json/basic.jsonl' or die "basic.jsonl: $!";
+	my @group;
+	while (my $line = <$fh>)
+	{
+		push @group, $line;
+		# a group ends with its COMMIT, or is a non-transactional message
+		next unless $line =~ /"action":"C"/ || $line =~ /"transactional":false/;
+		open my $o, '>:raw', sprintf('%s/corpus/seed%05d', $out, $seeds++) or die $!;
+		print $o chr(0x80) . join('', @group);
+		close $o;
+		$w2j_seeds++;
+		@group = ();
+	}
+	close $fh;
+}
+# pglogical_output: every captured message, in each of the four decoder
+# states, selector 0x40 | state
+my $pgl_seeds = 0;
+{
+	open my $fh, '<', 'test/fixtures/pglogical/basic.hex' or die "basic.hex: $!";
+	while (my $line = <$fh>)
+	{
+		chomp $line;
+		next if $line eq '';
+		for my $state (0 .. 3)
+		{
+			open my $o, '>:raw', sprintf('%s/corpus/seed%05d', $out, $seeds++) or die $!;
+			print $o chr(0x40 | $state) . pack('H*', $line);
+			close $o;
+			$pgl_seeds++;
+		}
+	}
+	close $fh;
+}
 cmp_ok($seeds, '>', 100, "seed corpus from captured streams ($seeds inputs)");
+cmp_ok($w2j_seeds, '>=', 15, "wal2json seeds: every captured transaction ($w2j_seeds inputs)");
+cmp_ok($pgl_seeds, '>=', 100, "pglogical seeds: every captured message ($pgl_seeds inputs)");
 
 my $log = "$out/fuzz.log";
 my $rc = system("test/fuzz/fuzz_decoder -max_total_time=$secs -rss_limit_mb=2048 "

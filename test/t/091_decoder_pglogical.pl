@@ -69,7 +69,7 @@ is($src->safe_psql($DB, "SELECT rolsuper FROM pg_roles WHERE rolname = 'mirror'"
 	'the replication role is not a superuser');
 
 AshTest::setup_pipeline($src, $dst,
-	sink => 'pgl', replication_sets => ['mirror_set'], connection => $conn, marker => 0,
+	sink => 'pgl', decoder => 'pglogical', replication_sets => ['mirror_set'], connection => $conn, marker => 0,
 	ignored_sources => ['public.scratch'],
 	maps => [ ['items'], [ 'accounts', on_truncate => 'mirror' ], ['ash_marker_pgl'] ]);
 AshTest::wait_status($dst, 'pgl', 'healthy', undef, src => $src);
@@ -168,7 +168,7 @@ GRANT SELECT ON narrow TO mirror;
 });
 $dst->safe_psql($DB, "CREATE TABLE narrow (id int PRIMARY KEY, v text)");
 AshTest::setup_pipeline($src, $dst,
-	sink => 'pgl_narrow', replication_sets => ['narrow_set'], connection => $conn, marker => 0,
+	sink => 'pgl_narrow', decoder => 'pglogical', replication_sets => ['narrow_set'], connection => $conn, marker => 0,
 	maps => [ ['narrow'] ]);
 AshTest::wait_status($dst, 'pgl_narrow', 'misconfigured', 'publication_contract_incompatible',
 	src => $src);
@@ -179,7 +179,7 @@ $src->safe_psql($DB, "CREATE DATABASE nopgl");
 $src->safe_psql('nopgl', "CREATE TABLE narrow2 (id int PRIMARY KEY)");
 $dst->safe_psql($DB, "CREATE TABLE narrow2 (id int PRIMARY KEY)");
 AshTest::setup_pipeline($src, $dst,
-	sink => 'pgl_noext', replication_sets => ['mirror_set'], marker => 0,
+	sink => 'pgl_noext', decoder => 'pglogical', replication_sets => ['mirror_set'], marker => 0,
 	connection => "host=127.0.0.1 port=" . $src->port . " dbname=nopgl",
 	source_database => 'nopgl', maps => [ ['narrow2'] ]);
 AshTest::wait_status($dst, 'pgl_noext', 'halted',

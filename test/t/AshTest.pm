@@ -180,7 +180,10 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 
 # setup_pipeline($src, $dst, %o)
 #   sink              sink name (also the slot name unless slot => ...)
-#   publication       publication name (must exist on the source)
+#   publication       publication name (must exist on the source); or
+#   decoder, tables   a decoder without publication: 'wal2json' and its
+#                     tables (array ref of 'schema.table'); the marker table
+#                     joins them
 #   maps              [ [ 'target', name => value, ... ], ... ]  each becomes
 #                     ash_replicant_map_table(sink, 'target'::regclass, ...)
 #   connection        [conninfo($src)]
@@ -190,15 +193,18 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 #   marker            create/publish/map the marker table [1]
 #   start             call ash_replicant_start [1]
 #   pipeline_extra    extra "name => value" SQL for configure_pipeline
-#   replication_sets  (array ref) decoder pglogical with these sets instead of a
-#                     publication; the marker joins the first set
+#   source_role       the role of connection: SELECT on the marker is granted to it
+#   replication_sets  with decoder 'pglogical': its sets (array ref); the marker
+#                     table joins the first
 sub setup_pipeline
 {
 	my ($src, $dst, %o) = @_;
 	my $sink = $o{sink} or croak 'sink required';
 	my $slot = $o{slot} // $sink;
+	my $pub  = $o{publication};
+	my @tables = @{ $o{tables} // [] };
 	my $sets = $o{replication_sets};
-	my $pub  = $o{publication} // ($sets ? undef : croak 'publication required');
+	croak 'publication or decoder required' unless defined $pub || $o{decoder};
 	my ($sysid, $db) = source_identity($src);
 	$sysid = $o{source_system_identifier} if exists $o{source_system_identifier};
 	$db    = $o{source_database}          if exists $o{source_database};
@@ -211,9 +217,12 @@ sub setup_pipeline
 	{
 		my $mt = marker_table($sink);
 		both($src, $dst, "CREATE TABLE $mt (id bigint PRIMARY KEY, note text)");
-		$src->safe_psql($DB, $sets
-			? "SELECT pglogical.replication_set_add_table(" . lit($sets->[0]) . ", '$mt')"
-			: "ALTER PUBLICATION $pub ADD TABLE $mt");
+		$src->safe_psql($DB, "ALTER PUBLICATION $pub ADD TABLE $mt") if defined $pub;
+		$src->safe_psql($DB, "SELECT pglogical.replication_set_add_table(" . lit($sets->[0]) . ", '$mt')")
+		  if ($o{decoder} // '') eq 'pglogical';
+		push @tables, "public.$mt";
+		# a role the pipeline connects as must read it (source_role)
+		$src->safe_psql($DB, "GRANT SELECT ON $mt TO $o{source_role}") if $o{source_role};
 	}
 
 	my @sink_args = ("sink_name => " . lit($sink), "slot_name => " . lit($slot));
@@ -240,9 +249,10 @@ sub setup_pipeline
 	my @p = (
 		"sink_name => " . lit($sink),
 		"connection => " . lit($conn),
-		($sets
-			? "decoder => 'pglogical', replication_sets => " . text_array_literal(@$sets)
-			: "publication => " . lit($pub)),
+		(defined $pub ? ("publication => " . lit($pub)) : ()),
+		($o{decoder} ? ("decoder => " . lit($o{decoder})) : ()),
+		(($o{decoder} // '') eq 'wal2json' ? ("tables => " . text_array_literal(@tables)) : ()),
+		(($o{decoder} // '') eq 'pglogical' ? ("replication_sets => " . text_array_literal(@$sets)) : ()),
 		"source_system_identifier => " . lit($sysid),
 		"source_database => " . lit($db),
 		"census => " . lit($census) . "::jsonb");

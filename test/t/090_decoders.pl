@@ -1,0 +1,292 @@
+# One judgement for every decoder (docs/sql-api-sinks.md#decoders): the same
+# mirror scenarios under each decoder of %decoders, against the real output
+# plugin, consumed by a non-superuser replication role (LOGIN REPLICATION,
+# SELECT on the tables, pg_read_all_settings) of a source whose
+# output_plugin_libraries lists the plugin.
+#
+# Per decoder, a fresh source/destination pair runs:
+#   state mirror  types (built-in, enum, domains, arrays, bytea, json),
+#                 out-of-line TOAST values left unchanged by updates, key
+#                 changes, REPLICA IDENTITY FULL, on_truncate 'mirror';
+#                 a destination kill -9 mid-workload with a write audit on
+#                 both ends (effect-once: per key as many writes as the
+#                 source made)
+#   attribute tenancy, encryption of a sensitive column, SCD2 history,
+#   an append log
+# Each mirror must equal its source (content hash and row count), and the
+# state-mirror tables' hashes must be equal across decoders.  Then the
+# decoder-specific verdicts: preflight's output_plugin check, and what each
+# decoder does with a NULL float (pgoutput mirrors it; wal2json halts
+# decoder_value_ambiguous: it writes NaN as null too).
+#
+# A decoder is one entry of %decoders (its source settings, and the pipeline
+# settings naming its table set); ASH_DECODERS=pgoutput,wal2json,pglogical picks them.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my %decoders = (
+	pgoutput => {
+		src_conf => '',
+		# create the table set on the source; return setup_pipeline's settings
+		table_set => sub {
+			my ($src, $sink, @tables) = @_;
+			$src->safe_psql('postgres',
+				"CREATE PUBLICATION pub_$sink FOR TABLE " . join(', ', @tables));
+			return (publication => "pub_$sink");
+		},
+		plugin => 'pgoutput',
+		null_float => 'mirrored',
+	},
+	wal2json => {
+		src_conf => "output_plugin_libraries = 'pgoutput, wal2json'\n",
+		table_set => sub {
+			my ($src, $sink, @tables) = @_;
+			return (decoder => 'wal2json', tables => [ map { "public.$_" } @tables ]);
+		},
+		plugin => 'wal2json',
+		null_float => 'decoder_value_ambiguous',
+	},
+	pglogical => {
+		src_conf => "shared_preload_libraries = 'pglogical'\n"
+		  . "output_plugin_libraries = 'pgoutput, pglogical_output'\n",
+		# a replication set per sink (docs/pglogical.md)
+		table_set => sub {
+			my ($src, $sink, @tables) = @_;
+			pglogical_source($src);
+			$src->safe_psql('postgres', "SELECT pglogical.create_replication_set('set_$sink')");
+			pglogical_add($src, "set_$sink", $_) for @tables;
+			return (decoder => 'pglogical', replication_sets => ["set_$sink"]);
+		},
+		plugin => 'pglogical_output',
+		null_float => 'mirrored',
+		no_messages => 1,	# pglogical delivers no logical messages
+	},
+);
+my @run = split /,/, ($ENV{ASH_DECODERS} // 'pgoutput,wal2json,pglogical');
+
+# pglogical on the source, once: the extension, a node, and read access to
+# its catalog for the pipeline's role (coverage, census, doctor)
+sub pglogical_source
+{
+	my ($src) = @_;
+	return if $src->safe_psql('postgres',
+		"SELECT count(*) FROM pg_extension WHERE extname = 'pglogical'") eq '1';
+	$src->safe_psql('postgres', q{
+CREATE EXTENSION pglogical;
+SELECT pglogical.create_node(node_name := 'src', dsn := 'dbname=postgres');
+GRANT USAGE ON SCHEMA pglogical TO mirror;
+GRANT SELECT ON pglogical.replication_set, pglogical.replication_set_table,
+	pglogical.local_node, pglogical.node, pglogical.tables TO mirror;
+});
+	return;
+}
+
+# pglogical adds a table to a set that replicates updates and deletes only
+# under a key index: a REPLICA IDENTITY FULL table is added under its primary
+# key (or a unique index made for the moment on its first NOT NULL column)
+# and set FULL again
+sub pglogical_add
+{
+	my ($src, $set, $table) = @_;
+	my ($ident, $pk, $col) = split /\|/, $src->safe_psql('postgres', qq{
+		SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+			(SELECT attname FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND attnotnull
+			 AND NOT attisdropped ORDER BY attnum LIMIT 1)
+		FROM pg_class c WHERE c.oid = '$table'::regclass});
+	my $add = "SELECT pglogical.replication_set_add_table('$set', '$table')";
+	if ($ident ne 'f')
+	{
+		$src->safe_psql('postgres', $add);
+	}
+	elsif ($pk eq 't')
+	{
+		$src->safe_psql('postgres', "ALTER TABLE $table REPLICA IDENTITY DEFAULT; $add;"
+			  . " ALTER TABLE $table REPLICA IDENTITY FULL");
+	}
+	else
+	{
+		$src->safe_psql('postgres', "CREATE UNIQUE INDEX pgl_tmp ON $table ($col);"
+			  . " ALTER TABLE $table REPLICA IDENTITY USING INDEX pgl_tmp; $add;"
+			  . " ALTER TABLE $table REPLICA IDENTITY FULL; DROP INDEX pgl_tmp");
+	}
+	return;
+}
+
+my $keyring_key = '0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef';
+
+# what each decoder's mirror holds, to compare across decoders
+my %hashes;
+
+# Deterministic workloads (no random, no time): equal sources, equal mirrors.
+my $types_ddl = q{
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE DOMAIN posint AS integer CHECK (VALUE > 0);
+CREATE DOMAIN money2 AS numeric(12,2);
+CREATE TABLE types (id integer PRIMARY KEY, i2 smallint, i8 bigint, num numeric(14,4) NOT NULL,
+	f4 real NOT NULL, f8 double precision NOT NULL, t text, vc varchar(20), ch char(5), b boolean,
+	by bytea, j json, jb jsonb, ts timestamptz, d date, tm time, iv interval, u uuid,
+	arr integer[], tarr text[], e mood, pi posint, m2 money2, ip inet, bits varbit, o oid);
+CREATE TABLE toast (id integer PRIMARY KEY, n integer NOT NULL, big text);
+ALTER TABLE toast ALTER COLUMN big SET STORAGE EXTERNAL;
+CREATE TABLE keys (id integer PRIMARY KEY, v text);
+CREATE TABLE fullid (a integer NOT NULL, b text);
+ALTER TABLE fullid REPLICA IDENTITY FULL;
+CREATE TABLE trunc (id integer PRIMARY KEY, v text);
+CREATE TABLE items (id bigint PRIMARY KEY, grp integer NOT NULL, val text);
+};
+my $types_dst_ddl = $types_ddl;
+$types_dst_ddl =~ s/CREATE TABLE fullid \(a integer NOT NULL, b text\);/CREATE TABLE fullid (a integer PRIMARY KEY, b text);/;
+$types_dst_ddl .= AshTest::write_audit_sql('items', 'bigint');
+my $types_src_ddl = $types_ddl . AshTest::write_audit_sql('items', 'bigint');
+my @mirror_tables = qw(types toast keys fullid trunc items);
+
+my $types_work = q{
+INSERT INTO types VALUES
+ (1, 1, 9223372036854775807, 12345678.1234, 1.5, 1e-300, E'line\nnext\ttab "q" \\ back é 😀', 'varchar', 'ab',
+  true, '\x00ff10', '{"a": [1, 2.5, "x"]}', '{"b": {"c": null}}', '2026-01-02 03:04:05.123456+02',
+  '2026-02-28', '23:59:59.999999', '1 year 2 mons 3 days 04:05:06', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+  '{1,NULL,3}', '{"a b","c,d",NULL}', 'happy', 7, 12.34, '10.0.0.1/8', B'1011', 4000000000),
+ (2, -32768, -1, -0.0001, -3.25e+20, 2.5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+ (3, 0, 0, 0, 0, 0, '', '', '', false, '', 'null', '[]', 'infinity', '-infinity', '00:00', '0', NULL,
+  '{}', '{}', 'sad', 1, 0, '::1', B'', 0);
+UPDATE types SET t = t || ' updated', jb = '{"n": 1}' WHERE id = 1;
+UPDATE types SET num = 99, f8 = 1.0000000000000002 WHERE id = 2;
+DELETE FROM types WHERE id = 3;
+INSERT INTO toast SELECT g, 0, repeat(md5(g::text), 400) FROM generate_series(1, 5) g;
+UPDATE toast SET n = n + 1;
+UPDATE toast SET big = big || 'tail' WHERE id = 2;
+UPDATE toast SET n = n + 1, id = id + 100 WHERE id = 3;
+DELETE FROM toast WHERE id = 4;
+INSERT INTO keys SELECT g, 'k' || g FROM generate_series(1, 10) g;
+UPDATE keys SET id = id + 100 WHERE id <= 3;
+UPDATE keys SET id = 200, v = 'moved' WHERE id = 101;
+DELETE FROM keys WHERE id = 102;
+INSERT INTO fullid VALUES (1, 'a'), (2, NULL), (3, 'c');
+UPDATE fullid SET b = 'b' WHERE a = 2;
+UPDATE fullid SET a = 30 WHERE a = 3;
+DELETE FROM fullid WHERE a = 1;
+INSERT INTO trunc SELECT g, 'before' FROM generate_series(1, 5) g;
+TRUNCATE trunc;
+INSERT INTO trunc VALUES (9, 'after');
+};
+
+# The items workload: transactions of inserts, updates, key changes and
+# deletes, to run while the destination is killed.
+my $items_work = '';
+{
+	my $next = 1;
+	for my $x (1 .. 400)
+	{
+		my @s;
+		push @s, "INSERT INTO items SELECT g, g % 7, md5(g::text) FROM generate_series($next, " . ($next + 49) . ") g";
+		$next += 50;
+		my $lo = 1 + ($x * 37) % ($next - 50);
+		push @s, "UPDATE items SET grp = grp + 1, val = md5(val) WHERE id BETWEEN $lo AND " . ($lo + 20);
+		push @s, "UPDATE items SET id = id + 1000000 WHERE id = " . ($next - 10) if $x % 5 == 0;
+		push @s, "DELETE FROM items WHERE id BETWEEN " . ($lo + 30) . " AND " . ($lo + 33) if $x % 3 == 0;
+		$items_work .= "BEGIN;\n" . join(";\n", @s) . ";\nCOMMIT;\n";
+	}
+}
+
+for my $dec (@run)
+{
+	my $d = $decoders{$dec} or BAIL_OUT("unknown decoder $dec");
+	note "=== decoder $dec ===";
+	my ($src, $dst) = AshTest::start_pair(name_prefix => "${dec}_", log_statement => 'none',
+		src_conf => $d->{src_conf});
+
+	# the pipeline's role: no superuser
+	$src->safe_psql('postgres', q{
+CREATE ROLE mirror LOGIN REPLICATION;
+GRANT pg_read_all_settings TO mirror;
+ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mirror;
+});
+	my $conn = "host=127.0.0.1 port=" . $src->port . " dbname=postgres user=mirror";
+
+	$src->safe_psql('postgres', $types_src_ddl);
+	$dst->safe_psql('postgres', $types_dst_ddl);
+
+	# ---------------------------------------------------------------
+	# state mirror
+	# ---------------------------------------------------------------
+	my $sink = "mir_$dec";
+	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
+		$d->{table_set}->($src, $sink, @mirror_tables),
+		source_role => 'mirror',
+		maps => [ [ 'types' ], [ 'toast' ], [ 'keys' ], [ 'fullid' ],
+			[ 'trunc', on_truncate => 'mirror' ], [ 'items' ] ]);
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: state mirror streams")
+	  or BAIL_OUT("$dec: pipeline never streamed");
+	is($src->safe_psql('postgres', "SELECT plugin FROM pg_replication_slots WHERE slot_name = '$sink'"),
+		$d->{plugin}, "$dec: the slot uses plugin $d->{plugin}");
+	is($dst->safe_psql('postgres',
+			"SELECT verdict FROM ash_replicant_preflight('$sink') WHERE check_name = 'output_plugin'"),
+		'pass', "$dec: preflight finds the plugin allowed");
+
+	$src->safe_psql('postgres', $types_work);
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: types workload applied");
+	AshTest::assert_mirror_equal($src, $dst, [qw(types toast keys fullid trunc)], name => "$dec: mirror");
+
+	# items under destination kills: effect-once
+	my $w = AshTest::start_workload($src, $items_work, timeout => 300);
+	for my $k (1 .. 2)
+	{
+		AshTest::poll($dst, "SELECT count(*) > " . ($k * 2000) . " FROM items", 't');
+		AshTest::crash_restart($dst);
+	}
+	ok(AshTest::finish_workload($w), "$dec: items workload completed");
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: caught up after kill -9");
+	AshTest::assert_mirror_equal($src, $dst, ['items'], name => "$dec: after kill -9");
+	AshTest::assert_mirror_equal($src, $dst,
+		['(SELECT id, count(*) AS writes FROM items_audit GROUP BY id)'], order_by => 'id',
+		name => "$dec: per-key write events (none applied twice, none lost)");
+
+	for my $t (@mirror_tables)
+	{
+		$hashes{$dec}{$t} = AshTest::table_hash($dst, $t);
+	}
+
+	# ---------------------------------------------------------------
+	# what differs: a NULL float
+	# ---------------------------------------------------------------
+	$src->safe_psql('postgres', "INSERT INTO keys VALUES (500, 'before null float')");
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: caught up before the NULL float");
+	$src->safe_psql('postgres', q{
+ALTER TABLE types ALTER COLUMN f4 DROP NOT NULL;
+INSERT INTO types (id, num, f4, f8) VALUES (10, 1, NULL, 1);
+});
+	$dst->safe_psql('postgres', 'ALTER TABLE types ALTER COLUMN f4 DROP NOT NULL');
+	if ($d->{null_float} eq 'mirrored')
+	{
+		AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: a NULL float is mirrored");
+		AshTest::assert_mirror_equal($src, $dst, ['types'], name => "$dec: NULL float");
+	}
+	else
+	{
+		AshTest::wait_status($dst, $sink, 'halted', $d->{null_float},
+			name => "$dec: a NULL float halts $d->{null_float}");
+		is($dst->safe_psql('postgres', 'SELECT count(*) FROM types WHERE id = 10'), '0',
+			"$dec: nothing of the halted transaction is applied");
+	}
+
+	$src->stop;
+	$dst->stop;
+}
+
+# the same source changes give the same mirror, whatever the decoder
+if (@run > 1)
+{
+	for my $t (@mirror_tables)
+	{
+		my %seen = map { $hashes{$_}{$t} => 1 } @run;
+		is(scalar(keys %seen), 1, "$t: equal mirrors under " . join(' and ', @run))
+		  or diag join("\n", map { "$_: $hashes{$_}{$t}" } @run);
+	}
+}
+
+done_testing();
