@@ -1561,8 +1561,12 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "55000") == 0 && step >= STEP_START)
 				do_halt_detail("retention_lost", src,
 							   "the source can no longer decode changes from the slot");
-			/* 15.19+: the plugin is not in output_plugin_libraries */
-			if (strcmp(src, "42501") == 0 && step == STEP_SLOT)
+			/*
+			 * 15.19+: the plugin is not in output_plugin_libraries, when the
+			 * slot is created or (taken out of the list since) when an
+			 * existing slot starts decoding
+			 */
+			if (strcmp(src, "42501") == 0 && (step == STEP_SLOT || step == STEP_START))
 				do_halt_detail("decoder_plugin_not_allowed", src,
 							   "the source refused the decoder's output plugin to this role");
 			if (strcmp(src, "42501") == 0 && step == STEP_SNAPSHOT)

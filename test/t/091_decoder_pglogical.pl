@@ -8,9 +8,14 @@
 # destination (an audit trigger counts every write); TRUNCATE, which
 # pglogical queues in pglogical.queue, applied per on_truncate (mirror,
 # ignored for an ignored table, halt), also as the first change of a
-# session; a set that does not replicate deletes is refused like a narrowed
-# publication; a source database without pglogical halts
-# decoder_extension_missing.
+# session; doctor passes every check of a healthy sink; pglogical_output
+# taken out of output_plugin_libraries fails doctor's check and halts the
+# running pipeline decoder_plugin_not_allowed; switching the decoder or the
+# sets of an existing checkpoint halts decoder_contract_incompatible; a set
+# that does not replicate deletes is refused like a narrowed publication; a
+# source database without pglogical halts decoder_extension_missing.  The
+# shared scenarios (types, TOAST, kill -9 ...) run under pglogical in
+# 090_decoders.pl too.
 use strict;
 use warnings;
 
@@ -158,6 +163,66 @@ AshTest::wait_status($dst, 'pgl', 'halted', 'source_truncate', src => $src);
 is($dst->safe_psql($DB, "SELECT count(*) FROM accounts WHERE k1 = 99"), '0',
 	'nothing of the halted transaction is applied');
 AshTest::stop_sink($dst, 'pgl');
+
+# doctor judges the sets as a publication: a healthy pglogical sink passes
+# every check
+$src->safe_psql($DB, q{
+SELECT pglogical.create_replication_set('side_set');
+SELECT pglogical.create_replication_set('side_set2');
+CREATE TABLE side (id int PRIMARY KEY, v text);
+SELECT pglogical.replication_set_add_table('side_set', 'side');
+SELECT pglogical.replication_set_add_table('side_set2', 'side');
+GRANT SELECT ON side TO mirror;
+CREATE PUBLICATION side_pub FOR TABLE side;
+GRANT pg_read_all_settings TO mirror;
+});
+$dst->safe_psql($DB, "CREATE TABLE side (id int PRIMARY KEY, v text)");
+AshTest::setup_pipeline($src, $dst,
+	sink => 'pgl_side', decoder => 'pglogical', replication_sets => ['side_set'],
+	connection => $conn, marker => 0, maps => [ ['side'] ]);
+AshTest::wait_status($dst, 'pgl_side', 'healthy', undef, src => $src);
+$src->safe_psql($DB, "INSERT INTO side VALUES (1, 'one')");
+AshTest::poll($dst, "SELECT count(*) FROM side", '1');
+is($dst->safe_psql($DB, "SELECT string_agg(check_name || ' ' || verdict, ', ' ORDER BY check_name)"
+	  . " FROM ash_replicant_doctor('pgl_side') WHERE verdict <> 'pass'"),
+	'', 'doctor: every check of a healthy pglogical sink passes');
+
+# output_plugin_libraries without pglogical_output (15.19+): doctor fails the
+# check, the running pipeline halts decoder_plugin_not_allowed when its slot
+# starts decoding again
+$src->safe_psql($DB, "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput'; SELECT pg_reload_conf()");
+AshTest::poll($src, "SELECT current_setting('output_plugin_libraries')", 'pgoutput');
+is($dst->safe_psql($DB, "SELECT verdict || ' ' || reason FROM ash_replicant_preflight('pgl_side')"
+	  . " WHERE check_name = 'output_plugin'"),
+	'fail decoder_plugin_not_allowed', 'preflight: pglogical_output not allowed');
+AshTest::poll($src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'pgl_side' AND active", '1');
+AshTest::terminate_walsender($src, 'pgl_side');
+AshTest::wait_status($dst, 'pgl_side', 'misconfigured', 'decoder_plugin_not_allowed', src => $src);
+$src->safe_psql($DB, "ALTER SYSTEM RESET output_plugin_libraries; SELECT pg_reload_conf()");
+AshTest::poll($src, "SELECT current_setting('output_plugin_libraries')", 'pgoutput, pglogical_output');
+AshTest::start_sink($dst, 'pgl_side');
+AshTest::wait_status($dst, 'pgl_side', 'healthy', undef, src => $src, name => 'pgl_side healthy again');
+
+# switching the decoder, or the replication sets, of an existing checkpoint
+# is a contract change
+AshTest::stop_sink($dst, 'pgl_side');
+AshTest::wait_status($dst, 'pgl_side', 'not_started', undef, src => $src, no_early_exit => 1);
+my ($sysid) = AshTest::source_identity($src);
+my $reconf = sub {
+	my ($table_set) = @_;
+	$dst->safe_psql($DB, "SELECT ash_replicant_configure_pipeline('pgl_side', connection => "
+		  . AshTest::lit($conn) . ", $table_set, source_system_identifier => " . AshTest::lit($sysid)
+		  . ", source_database => 'postgres')");
+	AshTest::start_sink($dst, 'pgl_side');
+};
+$reconf->("publication => 'side_pub'");
+AshTest::wait_status($dst, 'pgl_side', 'misconfigured', 'decoder_contract_incompatible', src => $src,
+	name => 'pglogical to pgoutput on an existing checkpoint: decoder_contract_incompatible');
+AshTest::stop_sink($dst, 'pgl_side');
+$reconf->("decoder => 'pglogical', replication_sets => ARRAY['side_set2']");
+AshTest::wait_status($dst, 'pgl_side', 'misconfigured', 'decoder_contract_incompatible', src => $src,
+	name => 'other replication sets on an existing checkpoint: decoder_contract_incompatible');
+AshTest::stop_sink($dst, 'pgl_side');
 
 # a set that does not replicate deletes is a narrowed contract
 $src->safe_psql($DB, q{
