@@ -30,7 +30,10 @@
  *	  table gone decoder_table_missing.  Under REPLICA IDENTITY FULL
  *	  pglogical marks no key column and sends the whole old row as 'K';
  *	  the completed relation marks every column, as pgoutput does, and the
- *	  old row is relabelled 'O'.
+ *	  old row is relabelled 'O'.  A relation no mapping names is passed on
+ *	  as the stream described it: apply ignores an ignored table's changes
+ *	  and halts source_table_unmapped on any other, as for pgoutput, and
+ *	  neither needs its types (nor a table dropped since to still exist).
  *
  *	  TRUNCATE.  pglogical does not decode TRUNCATE: a trigger queues it in
  *	  pglogical.queue, whose row reaches the stream, right after the
@@ -42,7 +45,9 @@
  *	  must still give that name (else the name was reused or the table
  *	  dropped since: decoder_table_missing); or, when the stream has not
  *	  described it, the catalog's, completed as above and handed to apply
- *	  as a Relation message first.  A transaction at or below the
+ *	  as a Relation message first.  A table no mapping names needs
+ *	  neither: apply is handed a Relation message of its name alone (no
+ *	  columns) and judges it as pgoutput's (ignored, or unmapped).  A transaction at or below the
  *	  watermark (delivered again, or skipped by recovery) is not resolved:
  *	  apply skips it whole.
  *
@@ -60,6 +65,7 @@
 #include "utils/snapmgr.h"
 
 #include "apply.h"
+#include "coverage.h"
 #include "decode_pglogical.h"
 #include "errors.h"
 #include "pipeline_pglogical.h"
@@ -86,6 +92,15 @@ static PglRel *pgl_rels;
 static int	pgl_nrels;
 static int	pgl_maxrels;
 
+/*
+ * Ids for relations known by name only (a queued TRUNCATE of a table no
+ * mapping names, not described this session), counted down from the top
+ * of the OID space, which a source relation does not reach in practice;
+ * should one ever collide, its Relation message replaces the name-only
+ * description (same names, or the table is judged by its new ones).
+ */
+static uint32 pgl_next_synthetic;
+
 void
 ash_pglogical_session_begin(AshPipelineConfig *cfg)
 {
@@ -107,6 +122,7 @@ ash_pglogical_session_begin(AshPipelineConfig *cfg)
 	pgl_cfg = cfg;
 	pgl_final_lsn = InvalidXLogRecPtr;
 	pgl_nrels = 0;
+	pgl_next_synthetic = PG_UINT32_MAX;
 	pgl_maxrels = 16;
 	pgl_rels = MemoryContextAlloc(pgl_cxt, sizeof(PglRel) * pgl_maxrels);
 
@@ -221,6 +237,13 @@ complete_relation(AshRelation *rel)
 	AshSourceRel *r = palloc0(sizeof(AshSourceRel));
 	const char *qname = quote_qualified_identifier(rel->nspname, rel->relname);
 
+	/* apply ignores it or halts source_table_unmapped: no types needed */
+	if (!ash_coverage_is_mapped(pgl_cfg->mappings, rel->nspname, rel->relname))
+	{
+		rel->replident = 'd';
+		remember(rel);
+		return;
+	}
 	r->name.nspname = rel->nspname;
 	r->name.relname = rel->relname;
 	ash_source_describe_tables(probe(), list_make1(r));
@@ -276,6 +299,28 @@ truncated_relid(const char *nspname, const char *relname)
 		if (strcmp(pgl_rels[i].nspname, nspname) == 0 &&
 			strcmp(pgl_rels[i].relname, relname) == 0)
 			known = pgl_rels[i].relid;
+
+	/* no mapping names it: apply judges the name alone (ignored, unmapped) */
+	if (!ash_coverage_is_mapped(pgl_cfg->mappings, nspname, relname))
+	{
+		if (known != 0)
+			return known;
+		/* an id no relation of this session has: the names stand for it */
+		oid = pgl_next_synthetic--;
+		memset(&c, 0, sizeof(c));
+		c.kind = ASH_CHANGE_RELATION;
+		c.xid = InvalidTransactionId;
+		rel = &c.u.relation;
+		rel->relid = oid;
+		rel->nspname = (char *) nspname;
+		rel->relname = (char *) relname;
+		rel->replident = 'd';
+		rel->natts = 0;
+		rel->cols = palloc0(sizeof(AshRelColumn));
+		remember(rel);
+		ash_apply_change(&c);
+		return oid;
+	}
 
 	res = ash_conn_exec_params(probe(),
 							   "SELECT c.oid::pg_catalog.int8 FROM pg_catalog.pg_class c"
