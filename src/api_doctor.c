@@ -66,6 +66,7 @@
 #include "ash_replicant.h"
 #include "checkpoint.h"
 #include "coverage.h"
+#include "decoder.h"
 #include "errors.h"
 #include "keyring.h"
 #include "libpq_conn.h"
@@ -97,6 +98,7 @@ typedef struct SinkFacts
 	char	   *publication;
 	char	   *replication_sets;	/* text[] literal or NULL */
 	List	   *tables;			/* wal2json: AshSourceName * */
+	bool		allow_keyless;	/* wal2json: allow_keyless_tables */
 	char	   *sysid;
 	char	   *database;
 	char	   *snapshot;
@@ -392,7 +394,8 @@ load_sink_facts(Doctor *d)
 		"  CASE WHEN p.halt_generation >= p.start_generation"
 		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_target' END,"
 		"  CASE WHEN p.halt_generation >= p.start_generation"
-		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_lsn' END"
+		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_lsn' END,"
+		"  coalesce(p.allow_keyless_tables, false)"
 		" FROM ash_replicant.sinks s"
 		" LEFT JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
 		" WHERE s.sink_name = $1",
@@ -431,6 +434,7 @@ load_sink_facts(Doctor *d)
 	f->halt_sqlstate = copy_text(tup, desc, 20);
 	f->halt_target = copy_text(tup, desc, 21);
 	f->halt_lsn = copy_text(tup, desc, 22);
+	f->allow_keyless = get_bool(tup, desc, 23);
 	if (f->decoder == NULL)
 		f->decoder = "pgoutput";
 	if (f->snapshot == NULL)
@@ -449,15 +453,13 @@ table_set_present(SinkFacts *f)
 	return !empty(f->publication);
 }
 
-/* The output plugin a decoder's slot uses. */
+/* The output plugin a decoder's slot uses (decoder.h). */
 static const char *
 decoder_plugin(const char *decoder)
 {
-	if (strcmp(decoder, "wal2json") == 0)
-		return "wal2json";
-	if (strcmp(decoder, "pglogical") == 0)
-		return "pglogical_output";
-	return "pgoutput";
+	const AshDecoderInfo *info = ash_decoder_info(decoder);
+
+	return info ? info->plugin : "pgoutput";
 }
 
 /* ---------------------------------------------------------------------
@@ -928,6 +930,7 @@ check_publication(Doctor *d)
 	d->tableset.publication = d->f.publication;
 	d->tableset.replication_sets = d->f.replication_sets;
 	d->tableset.tables = d->f.tables;
+	d->tableset.allow_keyless = d->f.allow_keyless;
 
 	e = guarded(d, read_table_set_fn, &absent);
 	if (e != NULL)
@@ -946,6 +949,15 @@ check_publication(Doctor *d)
 	if (missing != NULL)
 	{
 		emit_judged(d, "publication", V_FAIL, "decoder_table_missing", missing);
+		return;
+	}
+	/* wal2json drops the updates and deletes of a table without identity */
+	old = MemoryContextSwitchTo(d->cxt);
+	missing = ash_source_keyless_tables(&d->tableset, d->rels);
+	MemoryContextSwitchTo(old);
+	if (missing != NULL)
+	{
+		emit_judged(d, "publication", V_FAIL, "decoder_table_keyless", missing);
 		return;
 	}
 	/* what it publishes must let the mirror stay exact (coverage.h) */

@@ -410,6 +410,7 @@ describe_relations(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 			rel->cols[i].name = r->desc.cols[i].name;
 			rel->cols[i].type_oid = r->desc.cols[i].type_oid;
 			rel->cols[i].typmod = r->desc.cols[i].typmod;
+			rel->cols[i].toastable = r->desc.cols[i].toastable;
 			d->type_names[i] = r->desc.cols[i].type_name;
 		}
 		out = lappend(out, d);

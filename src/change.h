@@ -62,6 +62,8 @@ typedef struct AshRelColumn
 	char	   *name;
 	uint32		type_oid;		/* source type OID (source catalog!) */
 	int32		typmod;
+	bool		toastable;		/* wal2json: may be left out as unchanged
+								 * TOAST (described from the catalogs) */
 } AshRelColumn;
 
 typedef struct AshRelation

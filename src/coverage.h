@@ -88,6 +88,8 @@ typedef struct AshSourceColumn
 	int32		typmod;			/* the source column's (a domain's own when
 								 * the column has none); -1: unlimited */
 	char	   *type_display;	/* format_type at the source, or NULL */
+	bool		toastable;		/* its values may be stored out of line (a
+								 * change may leave them unsent) */
 } AshSourceColumn;
 
 /*

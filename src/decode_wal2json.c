@@ -26,7 +26,8 @@
  *	  placed by (schema, table) and column name into that description.  A
  *	  change that does not fit it -- a column the description lacks or has
  *	  with another type OID, an insert or full old row without one of its
- *	  columns, a key column missing from the identity of a keyed table --
+ *	  columns, an update without a column that cannot be stored out of
+ *	  line, a key column missing from the identity of a keyed table --
  *	  is drift: state->drift is set and the caller re-describes and tries
  *	  again (pipeline.c).  A table outside the set is malformed (add-tables
  *	  names exactly the set).
@@ -40,7 +41,9 @@
  *	  which cannot be told from NULL: such a null fails with
  *	  ash_wal2json_err_ambiguous (docs/reasons.md#decoder_value_ambiguous).
  *	  An unchanged TOAST value is left out of "columns": the column is
- *	  ASH_COL_UNCHANGED, as pgoutput's 'u'.
+ *	  ASH_COL_UNCHANGED, as pgoutput's 'u'; only a column the description
+ *	  marks toastable (varlena, storage not plain) may be left out so --
+ *	  any other missing from an update is drift (a dropped column).
  *
  *	  Old rows.  "identity" is the replica identity: the key columns (a
  *	  key tuple, 'K') or, under REPLICA IDENTITY FULL, the whole old row
@@ -1055,6 +1058,11 @@ decode_row(W2jMsg *m, AshWal2jsonState *state, const JNode *root, char action, A
 			if (!read_tuple(m, state, columns, rel, ASH_COL_UNCHANGED, false,
 							&out->u.update.newtup))
 				return false;
+			/* only an out-of-line value goes unsent; any other was dropped */
+			for (int i = 0; i < rel->natts; i++)
+				if (out->u.update.newtup.cols[i].status == ASH_COL_UNCHANGED &&
+					!rel->cols[i].toastable)
+					return drift(m, state);
 			if (identity == NULL)
 				return true;	/* a table without identity */
 			if (!read_identity(m, state, identity, rel, &out->u.update.oldkind,

@@ -865,7 +865,7 @@ same_relation(const AshRelation *a, const AshRelation *b)
 		return false;
 	for (int i = 0; i < a->natts; i++)
 		if (a->cols[i].is_key != b->cols[i].is_key || a->cols[i].type_oid != b->cols[i].type_oid ||
-			a->cols[i].typmod != b->cols[i].typmod ||
+			a->cols[i].typmod != b->cols[i].typmod || a->cols[i].toastable != b->cols[i].toastable ||
 			strcmp(a->cols[i].name, b->cols[i].name) != 0)
 			return false;
 	return true;
@@ -1562,9 +1562,9 @@ handle_error(ErrorData *edata, long backoff)
 				do_halt_detail("retention_lost", src,
 							   "the source can no longer decode changes from the slot");
 			/*
-			 * 15.19+: the plugin is not in output_plugin_libraries, when the
-			 * slot is created or (taken out of the list since) when an
-			 * existing slot starts decoding
+			 * 15.19+: the plugin is not in output_plugin_libraries; the
+			 * source checks it whenever it loads the plugin, at the slot's
+			 * creation and at every START_REPLICATION
 			 */
 			if (strcmp(src, "42501") == 0 && (step == STEP_SLOT || step == STEP_START))
 				do_halt_detail("decoder_plugin_not_allowed", src,

@@ -42,7 +42,8 @@ ASH_SQL_IN_REPLICA_IDENTITY "," \
 "  c.relkind," \
 "  CASE WHEN a.atttypmod <> -1 THEN a.atttypmod" \
 "   ELSE (SELECT t.typtypmod FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) END," \
-"  pg_catalog.format_type(a.atttypid, a.atttypmod)" \
+"  pg_catalog.format_type(a.atttypid, a.atttypmod)," \
+"  a.attlen = -1 AND a.attstorage <> 'p'" \
 " FROM pg_catalog.pg_class c" \
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" \
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0" \
@@ -61,7 +62,8 @@ static const char *describe_sql_pre12 =
 "  c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i"
 "     WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey) AND"
 "     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),"
-"  true, c.relkind, a.atttypmod, pg_catalog.format_type(a.atttypid, a.atttypmod)"
+"  true, c.relkind, a.atttypmod, pg_catalog.format_type(a.atttypid, a.atttypmod),"
+"  a.attlen = -1 AND a.attstorage <> 'p'"
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
@@ -340,6 +342,7 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 			c->in_identity = strcmp(PQgetvalue(res, i, 5), "t") == 0;
 			c->typmod = PQgetisnull(res, i, 8) ? -1 : (int32) strtol(PQgetvalue(res, i, 8), NULL, 10);
 			c->type_display = PQgetisnull(res, i, 9) ? NULL : pstrdup(PQgetvalue(res, i, 9));
+			c->toastable = strcmp(PQgetvalue(res, i, 10), "t") == 0;
 		}
 		PQclear(res);
 		if (withheld.len > 0)

@@ -87,14 +87,14 @@ touch(const AshChange *c)
 
 /* The tables of test/fixtures/wal2json/basic.sql, as census.c describes them. */
 static AshRelColumn t1_cols[] = {
-	{true, "id", 23, -1}, {false, "n", 1700, 655366}, {false, "f", 701, -1},
-	{false, "b", 16, -1}, {false, "by", 17, -1}, {false, "t", 25, -1},
-	{false, "j", 3802, -1}, {false, "ts", 1184, -1}, {false, "arr", 1007, -1},
-	{false, "big", 25, -1},
+	{true, "id", 23, -1, false}, {false, "n", 1700, 655366, true}, {false, "f", 701, -1, false},
+	{false, "b", 16, -1, false}, {false, "by", 17, -1, true}, {false, "t", 25, -1, true},
+	{false, "j", 3802, -1, true}, {false, "ts", 1184, -1, false}, {false, "arr", 1007, -1, true},
+	{false, "big", 25, -1, true},
 };
-static AshRelColumn full1_cols[] = {{true, "id", 23, -1}, {true, "v", 25, -1}};
-static AshRelColumn keyless_cols[] = {{false, "a", 23, -1}, {false, "b", 25, -1}};
-static AshRelColumn weird_cols[] = {{true, "id", 23, -1}, {false, "co\"l", 25, -1}};
+static AshRelColumn full1_cols[] = {{true, "id", 23, -1, false}, {true, "v", 25, -1, true}};
+static AshRelColumn keyless_cols[] = {{false, "a", 23, -1, false}, {false, "b", 25, -1, true}};
+static AshRelColumn weird_cols[] = {{true, "id", 23, -1, false}, {false, "co\"l", 25, -1, true}};
 static AshRelation w2j_tables[] = {
 	{1, "public", "t1", 'd', lengthof(t1_cols), t1_cols},
 	{2, "public", "full1", 'f', lengthof(full1_cols), full1_cols},

@@ -12,12 +12,13 @@
 #                 both ends (effect-once: per key as many writes as the
 #                 source made)
 #   attribute tenancy, encryption of a sensitive column, SCD2 history,
-#   an append log
+#   an append log (with logical messages where the decoder delivers them:
+#   not pglogical)
 # Each mirror must equal its source (content hash and row count), and the
 # state-mirror tables' hashes must be equal across decoders.  Then the
 # decoder-specific verdicts: preflight's output_plugin check, and what each
-# decoder does with a NULL float (pgoutput mirrors it; wal2json halts
-# decoder_value_ambiguous: it writes NaN as null too).
+# decoder does with a NULL float (pgoutput and pglogical mirror it;
+# wal2json halts decoder_value_ambiguous: it writes NaN as null too).
 #
 # A decoder is one entry of %decoders (its source settings, and the pipeline
 # settings naming its table set); ASH_DECODERS=pgoutput,wal2json,pglogical picks them.
@@ -25,6 +26,7 @@ use strict;
 use warnings;
 use lib 'test/t';
 use AshTest;
+use AshTenancy;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -197,8 +199,12 @@ for my $dec (@run)
 {
 	my $d = $decoders{$dec} or BAIL_OUT("unknown decoder $dec");
 	note "=== decoder $dec ===";
+	# a source time zone with a half-hour offset: commit times cross it
 	my ($src, $dst) = AshTest::start_pair(name_prefix => "${dec}_", log_statement => 'none',
-		src_conf => $d->{src_conf});
+		src_conf => $d->{src_conf} . "timezone = 'America/St_Johns'\ntrack_commit_timestamp = on\n",
+		dst_conf => "ash_replicant.keyring_file = 'keyring'\n");
+	AshTenancy::write_keyring($dst, 'keyring', 'message_digest 1 ' . AshTenancy::key_hex(9),
+		'column_encryption 1 ' . AshTenancy::key_hex(1));
 
 	# the pipeline's role: no superuser
 	$src->safe_psql('postgres', q{
@@ -217,7 +223,7 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mirror;
 	my $sink = "mir_$dec";
 	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
 		$d->{table_set}->($src, $sink, @mirror_tables),
-		source_role => 'mirror',
+		source_role => 'mirror', ignored_message_prefixes => ['evmsg'],
 		maps => [ [ 'types' ], [ 'toast' ], [ 'keys' ], [ 'fullid' ],
 			[ 'trunc', on_truncate => 'mirror' ], [ 'items' ] ]);
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: state mirror streams")
@@ -251,6 +257,10 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mirror;
 		$hashes{$dec}{$t} = AshTest::table_hash($dst, $t);
 	}
 
+	features($dec, $d, $src, $dst, $conn);
+	history($dec, $d, $src, $dst, $conn);
+	append_log($dec, $d, $src, $dst, $conn);
+
 	# ---------------------------------------------------------------
 	# what differs: a NULL float
 	# ---------------------------------------------------------------
@@ -278,14 +288,241 @@ INSERT INTO types (id, num, f4, f8) VALUES (10, 1, NULL, 1);
 	$dst->stop;
 }
 
-# the same source changes give the same mirror, whatever the decoder
+# ---------------------------------------------------------------------------
+# Attribute and context tenancy, an encrypted sensitive column.
+# ---------------------------------------------------------------------------
+sub features
+{
+	my ($dec, $d, $src, $dst, $conn) = @_;
+	my $sink = "feat_$dec";
+
+	$src->safe_psql('postgres', q{
+CREATE TABLE accounts (tenant text NOT NULL, id integer NOT NULL, name text,
+	balance numeric NOT NULL DEFAULT 0, PRIMARY KEY (tenant, id));
+ALTER TABLE accounts REPLICA IDENTITY FULL;
+CREATE TABLE vault (id integer PRIMARY KEY, tenant text NOT NULL, secret text, note text);
+ALTER TABLE vault REPLICA IDENTITY FULL;
+CREATE TABLE cards (id integer PRIMARY KEY, holder text, pan text);
+});
+	$dst->safe_psql('postgres', q{
+CREATE TABLE accounts (tenant text NOT NULL, id integer PRIMARY KEY, name text,
+	balance numeric NOT NULL DEFAULT 0);
+CREATE TABLE vault (id integer PRIMARY KEY, tenant text NOT NULL, secret text, note text);
+CREATE SCHEMA acme;
+CREATE SCHEMA globex;
+CREATE TABLE acme.vault (LIKE public.vault INCLUDING ALL);
+CREATE TABLE globex.vault (LIKE public.vault INCLUDING ALL);
+CREATE TABLE cards (id integer PRIMARY KEY, holder text, pan bytea);
+CREATE ROLE reader LOGIN;
+GRANT ash_replicant_decrypt TO reader;
+GRANT SELECT ON cards TO reader;
+});
+	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
+		$d->{table_set}->($src, $sink, qw(accounts vault cards)),
+		source_role => 'mirror', ignored_message_prefixes => ['evmsg'],
+		maps => [
+			[ 'accounts', tenant_column => 'tenant', tenant_strategy => 'attribute' ],
+			[ 'vault', tenant_column => 'tenant', tenant_strategy => 'context' ],
+			[ 'cards', sensitive => ['pan'], encrypted => ['pan'] ] ]);
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: tenancy and encryption pipeline streams")
+	  or return;
+
+	$src->safe_psql('postgres', q{
+INSERT INTO accounts SELECT (ARRAY['acme','globex'])[g % 2 + 1], g, 'acct ' || g, g * 10
+	FROM generate_series(1, 10) g;
+UPDATE accounts SET balance = balance + 1 WHERE id % 3 = 0;
+UPDATE accounts SET tenant = 'acme' WHERE id = 1;
+UPDATE accounts SET tenant = 'globex', id = 20 WHERE id = 2;
+DELETE FROM accounts WHERE id = 4;
+INSERT INTO vault SELECT g, (ARRAY['acme','globex'])[g % 2 + 1], 'secret ' || g, 'note ' || g
+	FROM generate_series(1, 6) g;
+UPDATE vault SET note = 'changed' WHERE id = 2;
+DELETE FROM vault WHERE id = 3;
+INSERT INTO cards SELECT g, 'holder ' || g, '4111 1111 1111 ' || lpad(g::text, 4, '0')
+	FROM generate_series(1, 5) g;
+UPDATE cards SET holder = 'renamed' WHERE id = 1;
+UPDATE cards SET pan = NULL WHERE id = 2;
+DELETE FROM cards WHERE id = 5;
+});
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: tenancy and encryption applied");
+	AshTest::assert_mirror_equal($src, $dst, ['accounts'], name => "$dec: attribute tenancy");
+	for my $t (qw(acme globex))
+	{
+		AshTenancy::assert_same($src, 'vault', "tenant = '$t'", $dst, "$t.vault",
+			"$dec: context tenancy: $t.vault");
+		$hashes{$dec}{"$t.vault"} = AshTest::table_hash($dst, "$t.vault", 'id');
+	}
+	$hashes{$dec}{accounts} = AshTest::table_hash($dst, 'accounts');
+	my $plain = $dst->safe_psql('postgres',
+		"SET ROLE reader; SELECT id, holder, ash_replicant_decrypt(pan, 'public.cards', 'pan') FROM cards ORDER BY id");
+	is($plain, $src->safe_psql('postgres', 'SELECT id, holder, pan FROM cards ORDER BY id'),
+		"$dec: the encrypted column decrypts to the source values");
+	is($dst->safe_psql('postgres',
+			"SELECT count(*) FROM cards WHERE position(convert_to('4111', 'UTF8') in pan) > 0"),
+		'0', "$dec: no plaintext in the encrypted column");
+	$hashes{$dec}{'cards (decrypted)'} = $plain;
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# SCD2 history: versions, TOAST left unchanged, a key change, commit times.
+# ---------------------------------------------------------------------------
+sub history
+{
+	my ($dec, $d, $src, $dst, $conn) = @_;
+	my $sink = "hist_$dec";
+
+	$src->safe_psql('postgres', q{
+CREATE TABLE acct (id integer PRIMARY KEY, grp integer, val text, big text);
+ALTER TABLE acct ALTER COLUMN big SET STORAGE EXTERNAL;
+});
+	$dst->safe_psql('postgres', q{
+CREATE TABLE acct_hist (
+	version_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	id integer NOT NULL, grp integer, val text, big text,
+	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint,
+	valid_from_ts timestamptz, valid_to_ts timestamptz, is_current boolean,
+	UNIQUE (id, valid_from_lsn));
+CREATE UNIQUE INDEX acct_hist_open ON acct_hist (id) WHERE valid_to_lsn IS NULL;
+});
+	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
+		$d->{table_set}->($src, $sink, 'acct'),
+		source_role => 'mirror', ignored_message_prefixes => ['evmsg'],
+		maps => [ [ 'acct_hist', source_table => 'acct', history_strategy => 'scd2',
+			history_business_key => ['id'], history_valid_from_ts_column => 'valid_from_ts',
+			history_valid_to_ts_column => 'valid_to_ts', history_current_column => 'is_current',
+			on_truncate => 'close' ] ]);
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: SCD2 pipeline streams") or return;
+
+	for my $stmt (
+		"INSERT INTO acct SELECT g, g, 'v' || g, repeat(md5(g::text), 300) FROM generate_series(1, 6) g",
+		"UPDATE acct SET grp = grp + 10 WHERE id <= 3",
+		"UPDATE acct SET big = 'small' WHERE id = 2",
+		"UPDATE acct SET id = 60 WHERE id = 6",
+		"DELETE FROM acct WHERE id = 5",
+		"INSERT INTO acct VALUES (5, 55, 're', 'again')",
+		"UPDATE acct SET val = val || '!' WHERE id IN (1, 5)")
+	{
+		$src->safe_psql('postgres', $stmt);
+	}
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: SCD2 workload applied");
+
+	# open versions: the source rows, valid from their row's commit time
+	is($dst->safe_psql('postgres', q{SET TimeZone = 'UTC';
+		SELECT string_agg(row(id, grp, val, md5(big), valid_from_ts, is_current)::text, E'\n' ORDER BY id)
+		FROM acct_hist WHERE valid_to_lsn IS NULL}),
+		$src->safe_psql('postgres', q{SET TimeZone = 'UTC';
+		SELECT string_agg(row(id, grp, val, md5(big), pg_xact_commit_timestamp(xmin), true)::text, E'\n' ORDER BY id)
+		FROM acct}),
+		"$dec: open versions equal the source rows, valid from their commit time");
+	# windows: contiguous where a key changed, never overlapping
+	is($dst->safe_psql('postgres', q{SELECT count(*) FROM acct_hist a JOIN acct_hist b
+		ON a.id = b.id AND b.valid_from_lsn = a.valid_to_lsn AND b.valid_from_ts = a.valid_to_ts
+		AND NOT a.is_current AND b.valid_from_ts > a.valid_from_ts}),
+		'6', "$dec: six updates close a version where the next begins (LSN and time)");
+	is($dst->safe_psql('postgres', q{SELECT count(*) FROM acct_hist a
+		WHERE (a.valid_to_lsn IS NULL) <> (a.valid_to_ts IS NULL) OR a.valid_to_lsn <= a.valid_from_lsn
+		OR EXISTS (SELECT 1 FROM acct_hist b WHERE b.id = a.id AND b.version_id <> a.version_id
+			AND b.valid_from_lsn >= a.valid_from_lsn
+			AND b.valid_from_lsn < coalesce(a.valid_to_lsn, 9223372036854775807))}),
+		'0', "$dec: no version window is open-ended wrongly or overlaps another");
+	$hashes{$dec}{acct_hist} = $dst->safe_psql('postgres', q{
+		SELECT string_agg(row(id, grp, val, md5(big), valid_to_lsn IS NULL, is_current)::text, E'\n'
+			ORDER BY id, valid_from_lsn)
+		FROM acct_hist});
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# An append log: every change and every logical message, in order.
+# ---------------------------------------------------------------------------
+sub append_log
+{
+	my ($dec, $d, $src, $dst, $conn) = @_;
+	my $sink = "log_$dec";
+	my $marker = AshTest::marker_table($sink);
+	my $structural = q{source_system_id text NOT NULL, source_database text NOT NULL,
+	slot_name text NOT NULL, commit_lsn bigint NOT NULL, ordinal integer NOT NULL,
+	operation text NOT NULL, origin text NOT NULL, snapshot_attempt bytea,
+	message_prefix text, message_content bytea};
+	my $axes = 'UNIQUE (source_system_id, source_database, slot_name, commit_lsn, ordinal)';
+
+	$src->safe_psql('postgres', qq{
+CREATE TABLE ev (id integer PRIMARY KEY, grp integer, val text, big text);
+ALTER TABLE ev ALTER COLUMN big SET STORAGE EXTERNAL;
+ALTER TABLE ev REPLICA IDENTITY FULL;
+CREATE TABLE $marker (id bigint PRIMARY KEY, note text);
+ALTER TABLE $marker REPLICA IDENTITY FULL;
+});
+	$dst->safe_psql('postgres', qq{
+CREATE TABLE ev_log ($structural, id integer, grp integer, val text, big text, $axes);
+CREATE TABLE $marker ($structural, id bigint, note text, $axes);
+});
+	my %ts = $d->{table_set}->($src, $sink, 'ev', $marker);
+	my ($sysid, $db) = AshTest::source_identity($src);
+	my $ts_sql = join('', map {
+		my $v = $ts{$_};
+		", $_ => " . (ref $v ? AshTest::text_array_literal(@$v) : AshTest::lit($v)) } sort keys %ts);
+	for my $stmt (
+		"SELECT ash_replicant_create_sink('$sink', sink_kind => 'append_log', initial_state => 'go_forward')",
+		"SELECT ash_replicant_map_table('$sink', 'ev_log'::regclass, source_table => 'ev', append_log => true, on_truncate => 'append')",
+		"SELECT ash_replicant_map_table('$sink', '$marker'::regclass, append_log => true)",
+		($d->{no_messages} ? () :
+			"SELECT ash_replicant_add_message_route('$sink', 'evmsg', 'ev_log'::regclass, '1 day'::interval)"),
+		"SELECT ash_replicant_configure_pipeline('$sink', " . AshTest::lit($conn) . "$ts_sql,"
+		  . " source_system_identifier => '$sysid', source_database => '$db', census => '{\"interval_ms\": 1000}')",
+		"SELECT ash_replicant_start('$sink')")
+	{
+		my ($rc, $out, $err) = $dst->psql('postgres', $stmt);
+		BAIL_OUT("$dec: append-log setup failed: " . substr($stmt, 0, 60) . ": $err") if $rc;
+	}
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: append-log pipeline streams") or return;
+
+	for my $stmt (
+		"INSERT INTO ev SELECT g, g, 'v' || g, repeat(md5(g::text), 300) FROM generate_series(1, 4) g",
+		"UPDATE ev SET val = 'u' || id WHERE id <= 2",
+		($d->{no_messages} ? "DELETE FROM ev WHERE id = 3" :
+			"BEGIN; SELECT pg_logical_emit_message(true, 'evmsg', 'in tx'); DELETE FROM ev WHERE id = 3; COMMIT"),
+		($d->{no_messages} ? () : "SELECT pg_logical_emit_message(false, 'evmsg', 'not in tx')"),
+		"TRUNCATE ev",
+		"INSERT INTO ev VALUES (9, 9, 'after', 'x')")
+	{
+		$src->safe_psql('postgres', $stmt);
+	}
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: append-log workload applied");
+	my $log = $dst->safe_psql('postgres', q{
+		SELECT string_agg(concat_ws('|', operation, ordinal, id, grp, val, md5(big), message_prefix,
+			convert_from(message_content, 'UTF8')), E'\n' ORDER BY commit_lsn, ordinal)
+		FROM ev_log});
+	my @events = split /\n/, $log;
+	# the row events alone, comparable with a decoder that delivers no messages
+	$hashes{$dec}{'ev_log rows'} = $dst->safe_psql('postgres', q{
+		SELECT string_agg(concat_ws('|', operation, id, grp, val, md5(big)), E'\n' ORDER BY commit_lsn, ordinal)
+		FROM ev_log WHERE message_prefix IS NULL});
+	if ($d->{no_messages})
+	{
+		is(scalar(@events), 9, "$dec: the append log holds every change (9 events)") or diag $log;
+		return;
+	}
+	is(scalar(@events), 11, "$dec: the append log holds every change and message (11 events)")
+	  or diag $log;
+	like($log, qr/\|evmsg\|in tx\n.*\|evmsg\|not in tx/s, "$dec: both logical messages logged in order");
+	$hashes{$dec}{ev_log} = $log;
+	return;
+}
+
+# the same source changes give the same mirror, whatever the decoder (the
+# append log with its logical messages among the decoders that deliver them)
 if (@run > 1)
 {
-	for my $t (@mirror_tables)
+	my %keys = map { %{ $hashes{$_} // {} } } @run;
+	for my $t (sort keys %keys)
 	{
-		my %seen = map { $hashes{$_}{$t} => 1 } @run;
-		is(scalar(keys %seen), 1, "$t: equal mirrors under " . join(' and ', @run))
-		  or diag join("\n", map { "$_: $hashes{$_}{$t}" } @run);
+		my @with = grep { exists $hashes{$_}{$t} } @run;
+		next if @with < 2;
+		my %seen = map { $hashes{$_}{$t} => 1 } @with;
+		is(scalar(keys %seen), 1, "$t: equal mirrors under " . join(' and ', @with))
+		  or diag join("\n", map { "$_: $hashes{$_}{$t}" } @with);
 	}
 }
 

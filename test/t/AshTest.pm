@@ -189,7 +189,8 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 #   connection        [conninfo($src)]
 #   source_system_identifier, source_database  [source_identity($src)]
 #   census            jsonb text [$ENV{ASH_TEST_CENSUS} or '{"interval_ms": 1000}']
-#   batch_max_transactions, ignored_sources (array ref), slot, owner (role name)
+#   batch_max_transactions, ignored_sources (array ref), slot, owner (role name),
+#   ignored_message_prefixes (array ref)
 #   marker            create/publish/map the marker table [1]
 #   start             call ash_replicant_start [1]
 #   pipeline_extra    extra "name => value" SQL for configure_pipeline
@@ -230,6 +231,8 @@ sub setup_pipeline
 	  if defined $o{batch_max_transactions};
 	push @sink_args, "ignored_sources => " . text_array_literal(@{ $o{ignored_sources} })
 	  if $o{ignored_sources};
+	push @sink_args, "ignored_message_prefixes => " . text_array_literal(@{ $o{ignored_message_prefixes} })
+	  if $o{ignored_message_prefixes};
 	push @sink_args, "owner => " . lit($o{owner}) . "::regrole" if $o{owner};
 
 	my @sql = ("SELECT ash_replicant_create_sink(" . join(', ', @sink_args) . ")");

@@ -109,28 +109,28 @@ note_error(const char *error)
  * ----------------------------------------------------------------
  */
 static AshRelColumn t1_cols[] = {
-	{true, "id", 23, -1},
-	{false, "n", 1700, 655366},
-	{false, "f", 701, -1},
-	{false, "b", 16, -1},
-	{false, "by", 17, -1},
-	{false, "t", 25, -1},
-	{false, "j", 3802, -1},
-	{false, "ts", 1184, -1},
-	{false, "arr", 1007, -1},
-	{false, "big", 25, -1},
+	{true, "id", 23, -1, false},
+	{false, "n", 1700, 655366, true},
+	{false, "f", 701, -1, false},
+	{false, "b", 16, -1, false},
+	{false, "by", 17, -1, true},
+	{false, "t", 25, -1, true},
+	{false, "j", 3802, -1, true},
+	{false, "ts", 1184, -1, false},
+	{false, "arr", 1007, -1, true},
+	{false, "big", 25, -1, true},
 };
 static AshRelColumn full1_cols[] = {
-	{true, "id", 23, -1},
-	{true, "v", 25, -1},
+	{true, "id", 23, -1, false},
+	{true, "v", 25, -1, true},
 };
 static AshRelColumn keyless_cols[] = {
-	{false, "a", 23, -1},
-	{false, "b", 25, -1},
+	{false, "a", 23, -1, false},
+	{false, "b", 25, -1, true},
 };
 static AshRelColumn weird_cols[] = {
-	{true, "id", 23, -1},
-	{false, "co\"l", 25, -1},
+	{true, "id", 23, -1, false},
+	{false, "co\"l", 25, -1, true},
 };
 
 static AshRelation tables[] = {
@@ -519,6 +519,11 @@ test_handmade(void)
 	drift = false;
 	ok(fails_with(true, T1(C_ID("1")), &drift) == ash_wal2json_err_drift && drift,
 	   "an insert without one of the columns is drift");
+	drift = false;
+	ok(fails_with(true, "{\"action\":\"U\"," HDR ",\"schema\":\"public\",\"table\":\"keyless\",\"columns\":[{\"name\":\"b\",\"typeoid\":25,\"value\":\"x\"}]}", &drift) == ash_wal2json_err_drift && drift,
+	   "an update without a column that cannot be out of line (dropped) is drift");
+	ok(fails_with(true, "{\"action\":\"U\"," HDR ",\"schema\":\"public\",\"table\":\"keyless\",\"columns\":[{\"name\":\"a\",\"typeoid\":23,\"value\":1}]}", NULL) == NULL,
+	   "an update without a toastable column: unchanged TOAST");
 	drift = true;
 	ok(fails_with(true, "{\"action\":\"I\"," HDR ",\"schema\":\"public\",\"table\":\"other\",\"columns\":[]}", &drift) != NULL && !drift,
 	   "a table outside the set is malformed, not drift");
