@@ -170,7 +170,8 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 		" p.source_system_identifier, p.source_database, p.streaming,"
 		" p.binary_transfer, p.failover, p.max_inflight_lag, p.max_command_retries,"
 		" p.census::text AS census, p.start_generation, p.snapshot,"
-		" p.tables, p.allow_keyless_tables, p.schema_check_interval_ms"
+		" p.tables, p.allow_keyless_tables, p.schema_check_interval_ms,"
+		" p.replication_sets::pg_catalog.text AS replication_sets"
 		" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
 		" WHERE s.sink_name = $1",
 		1, argtypes, values, NULL, true, 0);
@@ -205,6 +206,7 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 	cfg->max_command_retries = DatumGetInt32(get_datum(tup, desc, "max_command_retries", &isnull));
 	cfg->start_generation = DatumGetInt64(get_datum(tup, desc, "start_generation", &isnull));
 	cfg->snapshot = get_text(tup, desc, "snapshot");
+	cfg->replication_sets = get_text(tup, desc, "replication_sets");
 	*census_json = get_text(tup, desc, "census");
 	cfg->allow_keyless_tables = DatumGetBool(get_datum(tup, desc, "allow_keyless_tables", &isnull));
 	cfg->schema_check_interval_ms = DatumGetInt32(get_datum(tup, desc, "schema_check_interval_ms",

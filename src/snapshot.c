@@ -4,8 +4,10 @@
  *	  Snapshots of existing rows (snapshot => 'v1').
  *
  * NOTES
- *	  A snapshot copies every mapped table of the publication into the
- *	  mirror, then the stream applies what was committed after each copy.
+ *	  A snapshot copies every mapped table of the decoder's table set (the
+ *	  publication, wal2json's tables, pglogical's replication sets) into
+ *	  the mirror, then the stream applies what was committed after each
+ *	  copy.
  *
  *	  First start: the slot is created exporting a snapshot (pipeline.c),
  *	  its consistent point S is recorded as the attempt's snapshot_lsn and
@@ -296,8 +298,73 @@ mark_complete(XLogRecPtr start_lsn)
  */
 
 /*
- * The mapped tables of the publication, with the source's row estimate.
- * Tables the configuration ignores are not copied.
+ * The mapped tables of another decoder's table set (source_catalog.c):
+ * wal2json's configured tables, pglogical's replication sets.
+ */
+static List *
+decoder_tables(AshConn *conn)
+{
+	AshTableSetSpec spec = {0};
+	List	   *names = NIL;
+	List	   *rels = NIL;
+	List	   *tables = NIL;
+	const char *absent;
+	ListCell   *lc;
+
+	foreach(lc, snap_cfg->tables)
+	{
+		AshSourceName *n = palloc(sizeof(AshSourceName));
+
+		n->nspname = linitial((List *) lfirst(lc));
+		n->relname = lsecond((List *) lfirst(lc));
+		names = lappend(names, n);
+	}
+	spec.decoder = snap_cfg->decoder;
+	spec.publication = snap_cfg->publication;
+	spec.replication_sets = snap_cfg->replication_sets;
+	spec.tables = names;
+	absent = ash_source_fetch_table_set(conn, &spec, &rels, NULL);
+	if (absent != NULL)
+		ash_halt(absent, "the decoder's table set is not at the source");
+	foreach(lc, rels)
+	{
+		AshSourceRel *r = lfirst(lc);
+		const char *params[2] = {r->name.nspname, r->name.relname};
+		PGresult   *res;
+		SnapTable  *t;
+
+		if (ash_config_find_mapping(snap_cfg, r->name.nspname, r->name.relname) == NULL)
+			continue;
+		res = ash_conn_exec_params(conn,
+								   "SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
+								   "  FROM pg_catalog.pg_class c"
+								   "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+								   " WHERE n.nspname = $1 AND c.relname = $2",
+								   2, params, false);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			ash_conn_report_result(res, "snapshot table list");
+		if (PQntuples(res) != 1)
+		{
+			PQclear(res);
+			ash_halt("decoder_table_missing", "table %s is not at the source",
+					 quote_qualified_identifier(r->name.nspname, r->name.relname));
+		}
+		t = palloc0(sizeof(SnapTable));
+		t->nspname = pstrdup(r->name.nspname);
+		t->relname = pstrdup(r->name.relname);
+		t->has_estimate = !PQgetisnull(res, 0, 0);
+		if (t->has_estimate)
+			t->estimate = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		PQclear(res);
+		tables = lappend(tables, t);
+	}
+	return tables;
+}
+
+/*
+ * The mapped tables of the decoder's table set (the publication's, for
+ * pgoutput), with the source's row estimate.  Tables the configuration
+ * ignores are not copied.
  */
 static List *
 source_tables(AshConn *conn)
@@ -306,6 +373,8 @@ source_tables(AshConn *conn)
 	PGresult   *res;
 	List	   *tables = NIL;
 
+	if (snap_cfg->decoder != NULL && strcmp(snap_cfg->decoder, "pgoutput") != 0)
+		return decoder_tables(conn);
 	params[0] = snap_cfg->publication;
 	res = ash_conn_exec_params(conn,
 							   "SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"

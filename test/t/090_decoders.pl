@@ -13,7 +13,7 @@
 #                 source made)
 #   attribute tenancy, encryption of a sensitive column, SCD2 history,
 #   an append log (with logical messages where the decoder delivers them:
-#   not pglogical)
+#   not pglogical), a snapshot v1 of rows that existed before the slot
 # Each mirror must equal its source (content hash and row count), and the
 # state-mirror tables' hashes must be equal across decoders.  Then the
 # decoder-specific verdicts: preflight's output_plugin check, and what each
@@ -260,6 +260,7 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mirror;
 	features($dec, $d, $src, $dst, $conn);
 	history($dec, $d, $src, $dst, $conn);
 	append_log($dec, $d, $src, $dst, $conn);
+	snapshot_v1($dec, $d, $src, $dst, $conn);
 
 	# ---------------------------------------------------------------
 	# what differs: a NULL float
@@ -508,6 +509,37 @@ CREATE TABLE $marker ($structural, id bigint, note text, $axes);
 	  or diag $log;
 	like($log, qr/\|evmsg\|in tx\n.*\|evmsg\|not in tx/s, "$dec: both logical messages logged in order");
 	$hashes{$dec}{ev_log} = $log;
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# snapshot => 'v1': rows that exist before the slot, copied from the
+# decoder's table set, then the stream.
+# ---------------------------------------------------------------------------
+sub snapshot_v1
+{
+	my ($dec, $d, $src, $dst, $conn) = @_;
+	my $sink = "snap_$dec";
+
+	$src->safe_psql('postgres', q{
+CREATE TABLE snap (id integer PRIMARY KEY, v text, big text);
+INSERT INTO snap SELECT g, 'pre ' || g, CASE WHEN g % 100 = 0 THEN repeat(md5(g::text), 300) END
+	FROM generate_series(1, 3000) g;
+});
+	$dst->safe_psql('postgres', 'CREATE TABLE snap (id integer PRIMARY KEY, v text, big text)');
+	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
+		$d->{table_set}->($src, $sink, 'snap'),
+		source_role => 'mirror', maps => [ ['snap'] ],
+		pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: snapshot v1 pipeline streams") or return;
+	is($dst->safe_psql('postgres', "SELECT count(*) FROM snap WHERE v LIKE 'pre %'"), '3000',
+		"$dec: the snapshot copied the rows that existed before the slot");
+	$src->safe_psql('postgres',
+		"UPDATE snap SET v = 'streamed' WHERE id % 7 = 0; DELETE FROM snap WHERE id % 11 = 0;"
+		  . " INSERT INTO snap VALUES (5000, 'post', NULL)");
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: changes after the snapshot applied");
+	AshTest::assert_mirror_equal($src, $dst, ['snap'], name => "$dec: snapshot then stream");
+	$hashes{$dec}{snap} = AshTest::table_hash($dst, 'snap');
 	return;
 }
 

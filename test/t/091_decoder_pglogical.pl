@@ -13,7 +13,8 @@
 # running pipeline decoder_plugin_not_allowed; switching the decoder or the
 # sets of an existing checkpoint halts decoder_contract_incompatible; a set
 # that does not replicate deletes is refused like a narrowed publication; a
-# source database without pglogical halts decoder_extension_missing.  The
+# source database without pglogical halts decoder_extension_missing; a
+# snapshot v1 copies existing rows before the stream.  The
 # shared scenarios (types, TOAST, kill -9 ...) run under pglogical in
 # 090_decoders.pl too.
 use strict;
@@ -223,6 +224,30 @@ $reconf->("decoder => 'pglogical', replication_sets => ARRAY['side_set2']");
 AshTest::wait_status($dst, 'pgl_side', 'misconfigured', 'decoder_contract_incompatible', src => $src,
 	name => 'other replication sets on an existing checkpoint: decoder_contract_incompatible');
 AshTest::stop_sink($dst, 'pgl_side');
+
+# snapshot v1: rows that exist before the slot are copied, then streamed on
+# from the slot pglogical_output's creation exported
+$src->safe_psql($DB, q{
+SELECT pglogical.create_replication_set('snap_set');
+CREATE TABLE snap (id int PRIMARY KEY, v text, big text);
+SELECT pglogical.replication_set_add_table('snap_set', 'snap');
+GRANT SELECT ON snap TO mirror;
+INSERT INTO snap SELECT g, 'pre ' || g, CASE WHEN g % 100 = 0 THEN repeat(md5(g::text), 1000) END
+	FROM generate_series(1, 5000) g;
+});
+$dst->safe_psql($DB, "CREATE TABLE snap (id int PRIMARY KEY, v text, big text)");
+AshTest::setup_pipeline($src, $dst,
+	sink => 'pgl_snap', decoder => 'pglogical', replication_sets => ['snap_set'],
+	connection => $conn, marker => 0, maps => [ ['snap'] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+AshTest::wait_status($dst, 'pgl_snap', 'healthy', undef, src => $src);
+$src->safe_psql($DB, "UPDATE snap SET v = 'streamed' WHERE id % 7 = 0; DELETE FROM snap WHERE id % 11 = 0;"
+	  . " INSERT INTO snap VALUES (6000, 'post', NULL)");
+AshTest::poll($dst, "SELECT count(*) FROM snap WHERE id = 6000", '1');
+AshTest::assert_mirror_equal($src, $dst, ['snap'], name => 'snapshot v1 then stream under pglogical');
+is($dst->safe_psql($DB, "SELECT snapshot_phase FROM ash_replicant.checkpoints WHERE slot_name = 'pgl_snap'"),
+	'complete', 'the snapshot completed');
+AshTest::stop_sink($dst, 'pgl_snap');
 
 # a set that does not replicate deletes is a narrowed contract
 $src->safe_psql($DB, q{
