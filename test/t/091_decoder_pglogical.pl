@@ -247,6 +247,14 @@ AshTest::poll($dst, "SELECT count(*) FROM snap WHERE id = 6000", '1');
 AshTest::assert_mirror_equal($src, $dst, ['snap'], name => 'snapshot v1 then stream under pglogical');
 is($dst->safe_psql($DB, "SELECT snapshot_phase FROM ash_replicant.checkpoints WHERE slot_name = 'pgl_snap'"),
 	'complete', 'the snapshot completed');
+# completeness verified against the source, as for pgoutput
+is($dst->safe_psql($DB, "SELECT source_table || '=' || verdict || '/' || coalesce(reason, '-')"
+	  . " FROM ash_replicant_verify('pgl_snap')"),
+	'snap=match/-', 'ash_replicant_verify: the pglogical mirror matches its source');
+$dst->safe_psql($DB, "DELETE FROM snap WHERE id = 1");
+is($dst->safe_psql($DB, "SELECT verdict || '/' || coalesce(reason, '-')"
+	  . " FROM ash_replicant_verify('pgl_snap')"),
+	'mismatch/verify_rows_differ', 'ash_replicant_verify: a row missing from the mirror is found');
 AshTest::stop_sink($dst, 'pgl_snap');
 
 # a set that does not replicate deletes is a narrowed contract
