@@ -24,9 +24,8 @@
  *	  description coverage uses (source_catalog.c): every column's type and
  *	  typmod, and the table's replica identity.  What the catalog says must
  *	  agree with what the stream said, or the session halts: a column the
- *	  catalog does not describe (dropped since, or generated: pglogical
- *	  sends generated columns, the description leaves them out) halts
- *	  source_type_invalid, a key that differs source_replica_identity, a
+ *	  catalog does not describe (dropped since; generated columns, which
+ *	  pglogical sends, are described) halts source_type_invalid, a key that differs source_replica_identity, a
  *	  table gone decoder_table_missing.  Under REPLICA IDENTITY FULL
  *	  pglogical marks no key column and sends the whole old row as 'K';
  *	  the completed relation marks every column, as pgoutput does, and the
@@ -246,6 +245,7 @@ complete_relation(AshRelation *rel)
 	}
 	r->name.nspname = rel->nspname;
 	r->name.relname = rel->relname;
+	r->generated = true;		/* pglogical sends generated columns */
 	ash_source_describe_tables(probe(), list_make1(r));
 	if (!r->exists)
 		ash_halt("decoder_table_missing", "table %s is not in the source's catalog", qname);
@@ -343,6 +343,7 @@ truncated_relid(const char *nspname, const char *relname)
 	r = palloc0(sizeof(AshSourceRel));
 	r->name.nspname = (char *) nspname;
 	r->name.relname = (char *) relname;
+	r->generated = true;
 	ash_source_describe_tables(probe(), list_make1(r));
 	if (!r->exists)
 		ash_halt("decoder_table_missing", "table %s is not in the source's catalog", qname);

@@ -12,7 +12,9 @@
 # taken out of output_plugin_libraries fails doctor's check and halts the
 # running pipeline decoder_plugin_not_allowed; switching the decoder or the
 # sets of an existing checkpoint halts decoder_contract_incompatible; a set
-# that does not replicate deletes is refused like a narrowed publication; a
+# that does not replicate deletes, a column list or a row filter on a mapped
+# table is refused like a narrowed publication (a table also in a full set,
+# or a narrowed set of ignored tables only, is not); a
 # source database without pglogical halts decoder_extension_missing; a
 # snapshot v1 copies existing rows before the stream.  The
 # shared scenarios (types, TOAST, kill -9 ...) run under pglogical in
@@ -271,6 +273,56 @@ AshTest::setup_pipeline($src, $dst,
 AshTest::wait_status($dst, 'pgl_narrow', 'misconfigured', 'publication_contract_incompatible',
 	src => $src);
 AshTest::stop_sink($dst, 'pgl_narrow');
+
+# ... but pglogical ORs the sets that hold a table: the same table also in a
+# set that replicates deletes is covered; a narrowed set of ignored tables
+# only is no concern
+$src->safe_psql($DB, q{
+SELECT pglogical.create_replication_set('wide_set');
+SELECT pglogical.replication_set_add_table('wide_set', 'narrow');
+SELECT pglogical.create_replication_set('ign_set', replicate_update := false);
+CREATE TABLE ign (id int PRIMARY KEY);
+SELECT pglogical.replication_set_add_table('ign_set', 'ign');
+GRANT SELECT ON ign TO mirror;
+});
+$dst->safe_psql($DB, "CREATE TABLE narrow_or (id int PRIMARY KEY, v text)");
+AshTest::setup_pipeline($src, $dst,
+	sink => 'pgl_or', decoder => 'pglogical', replication_sets => [ 'narrow_set', 'wide_set', 'ign_set' ],
+	connection => $conn, marker => 0, ignored_sources => ['public.ign'],
+	maps => [ [ 'narrow_or', source_table => 'narrow' ] ]);
+AshTest::wait_status($dst, 'pgl_or', 'healthy', undef, src => $src,
+	name => 'a table in a narrowed and a full set, a narrowed set of ignored tables: healthy');
+$src->safe_psql($DB, "INSERT INTO narrow VALUES (1, 'a'), (2, 'b'); DELETE FROM narrow WHERE id = 1;"
+	  . " INSERT INTO ign VALUES (1); UPDATE ign SET id = 2");
+AshTest::poll($dst, "SELECT string_agg(id::text, ',') FROM narrow_or", '2');
+is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM narrow_or"),
+	$src->safe_psql($DB, "SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM narrow"),
+	'deletes arrive through the wider set');
+AshTest::stop_sink($dst, 'pgl_or');
+
+# a set's column list that leaves columns out, or its row filter, on a mapped
+# table: refused as a publication's
+$src->safe_psql($DB, q{
+CREATE TABLE colt (id int PRIMARY KEY, a text, b text);
+CREATE TABLE rowt (id int PRIMARY KEY, a text);
+GRANT SELECT ON colt, rowt TO mirror;
+SELECT pglogical.create_replication_set('cols_set');
+SELECT pglogical.replication_set_add_table('cols_set', 'colt', columns := ARRAY['id', 'a']);
+SELECT pglogical.create_replication_set('rowf_set');
+SELECT pglogical.replication_set_add_table('rowf_set', 'rowt', row_filter := 'id > 10');
+});
+$dst->safe_psql($DB, "CREATE TABLE colt (id int PRIMARY KEY, a text, b text);"
+	  . " CREATE TABLE rowt (id int PRIMARY KEY, a text)");
+for my $case ([ 'pgl_cols', 'cols_set', 'colt' ], [ 'pgl_rowf', 'rowf_set', 'rowt' ])
+{
+	my ($sink, $set, $table) = @$case;
+	AshTest::setup_pipeline($src, $dst,
+		sink => $sink, decoder => 'pglogical', replication_sets => [$set],
+		connection => $conn, marker => 0, maps => [ [$table] ]);
+	AshTest::wait_status($dst, $sink, 'misconfigured', 'publication_contract_incompatible',
+		src => $src, name => "$set: refused as a narrowed contract");
+	AshTest::stop_sink($dst, $sink);
+}
 
 # a source database without pglogical
 $src->safe_psql($DB, "CREATE DATABASE nopgl");
