@@ -574,6 +574,13 @@ parse_truncate_message(const AshColumnValue *v, char **nspname, char **relname)
 	return true;
 }
 
+static AshPglogicalResult
+queue_fail(PglReader *r)
+{
+	(void) fail(r, ERR_QUEUE);
+	return ASH_PGL_ERROR;
+}
+
 /* An insert into pglogical.queue: which kind of message it queues. */
 static AshPglogicalResult
 queue_insert(AshPglogicalState *state, PglReader *r, const AshTuple *tup)
@@ -581,10 +588,10 @@ queue_insert(AshPglogicalState *state, PglReader *r, const AshTuple *tup)
 	const AshColumnValue *c;
 
 	if (tup->natts != state->queue_natts)
-		return fail(r, ERR_QUEUE), ASH_PGL_ERROR;
+		return queue_fail(r);
 	c = &tup->cols[state->queue_type_col];
 	if (c->status != ASH_COL_TEXT || c->len != 1)
-		return fail(r, ERR_QUEUE), ASH_PGL_ERROR;
+		return queue_fail(r);
 	switch (c->data[0])
 	{
 		case 'T':
@@ -592,14 +599,14 @@ queue_insert(AshPglogicalState *state, PglReader *r, const AshTuple *tup)
 			if (c->status != ASH_COL_TEXT ||
 				!parse_truncate_message(c, &state->truncated_nspname,
 										&state->truncated_relname))
-				return fail(r, ERR_QUEUE), ASH_PGL_ERROR;
+				return queue_fail(r);
 			return ASH_PGL_QUEUED_TRUNCATE;
 		case 'Q':
 		case 'S':
 		case 'A':
 			return ASH_PGL_NONE;
 		default:
-			return fail(r, ERR_QUEUE), ASH_PGL_ERROR;
+			return queue_fail(r);
 	}
 }
 
@@ -708,12 +715,10 @@ ash_decode_pglogical(AshPglogicalState *state, const char *data, int len, AshCha
 			out->kind = ASH_CHANGE_INSERT;
 			ok = read_flags(&r) && read_relid(&r, &out->u.insert.relid) &&
 				read_marker(&r, 'N') && read_tuple(&r, &out->u.insert.newtup, true);
-			if (ok && out->u.insert.relid == state->queue_relid)
+			/* (trailing bytes fail below) */
+			if (ok && out->u.insert.relid == state->queue_relid && remaining(&r) == 0)
 			{
-				if (remaining(&r) > 0)
-					ok = fail(&r, ERR_TRAILING);
-				else
-					result = queue_insert(state, &r, &out->u.insert.newtup);
+				result = queue_insert(state, &r, &out->u.insert.newtup);
 				ok = result != ASH_PGL_ERROR;
 			}
 			break;

@@ -25,8 +25,11 @@
  *	  typmod, and the table's replica identity.  What the catalog says must
  *	  agree with what the stream said, or the session halts: a column the
  *	  catalog does not describe (dropped since; generated columns, which
- *	  pglogical sends, are described) halts source_type_invalid, a key that differs source_replica_identity, a
- *	  table gone decoder_table_missing.  Under REPLICA IDENTITY FULL
+ *	  pglogical sends, are described) halts source_type_invalid, a key that
+ *	  differs source_replica_identity, a table gone decoder_table_missing.
+ *	  The catalog is read as it is now, not as of the change: a type
+ *	  changed since is judged by coverage (the text is parsed with the
+ *	  target's input function either way).  Under REPLICA IDENTITY FULL
  *	  pglogical marks no key column and sends the whole old row as 'K';
  *	  the completed relation marks every column, as pgoutput does, and the
  *	  old row is relabelled 'O'.  A relation no mapping names is passed on
@@ -46,9 +49,9 @@
  *	  described it, the catalog's, completed as above and handed to apply
  *	  as a Relation message first.  A table no mapping names needs
  *	  neither: apply is handed a Relation message of its name alone (no
- *	  columns) and judges it as pgoutput's (ignored, or unmapped).  A transaction at or below the
- *	  watermark (delivered again, or skipped by recovery) is not resolved:
- *	  apply skips it whole.
+ *	  columns) and judges it as pgoutput's (ignored, or unmapped).  A
+ *	  transaction at or below the watermark (delivered again, or skipped by
+ *	  recovery) is not resolved: apply skips it whole.
  *
  *-------------------------------------------------------------------------
  */
