@@ -104,6 +104,20 @@ $src->safe_psql($DB, "INSERT INTO ash_marker_pgl VALUES (1, 'marker')");
 AshTest::poll($dst, "SELECT count(*) FROM ash_marker_pgl", '1');
 AshTest::assert_mirror_equal($src, $dst, [ 'items', 'accounts' ], name => 'pglogical mirror');
 
+# a transaction that reached the source through replication (it carries a
+# replication origin) is mirrored too: pglogical forwards it only because the
+# session asks for forward_origins 'all'
+$src->safe_psql($DB, q{
+SELECT pg_replication_origin_create('upstream');
+SELECT pg_replication_origin_session_setup('upstream');
+INSERT INTO accounts VALUES (77, 'origin', 'forwarded');
+SELECT pg_replication_origin_session_reset();
+INSERT INTO ash_marker_pgl VALUES (100, 'after the origin');
+});
+AshTest::poll($dst, "SELECT count(*) FROM ash_marker_pgl WHERE id = 100", '1');
+is($dst->safe_psql($DB, "SELECT v FROM accounts WHERE k1 = 77"), 'forwarded',
+	'a change with a replication origin is mirrored (forward_origins all)');
+
 # effect-once across a kill -9 of the destination mid-stream
 $src->safe_psql($DB, q{
 CREATE PROCEDURE burst() LANGUAGE plpgsql AS $$
