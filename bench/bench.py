@@ -202,10 +202,12 @@ log_line_prefix = '%m [%p] %b '
             conf += "wal_level = logical\nsynchronous_commit = off\n"
             if use_pgl:
                 conf += "shared_preload_libraries = 'pglogical'\n"
-                # PostgreSQL 15.19+ (security fix) only lets approved libraries be output plugins
-                with open(os.path.join(d, "postgresql.conf")) as f:
-                    if "output_plugin_libraries" in f.read():
-                        conf += "output_plugin_libraries = 'pgoutput, test_decoding, pglogical_output'\n"
+            # PostgreSQL 15.19+ (security fix) only lets approved libraries be output plugins
+            plugins = ["pgoutput", "test_decoding"] + (["pglogical_output"] if use_pgl else []) \
+                + (["wal2json"] if "ashw2j" in CONTENDERS else [])
+            with open(os.path.join(d, "postgresql.conf")) as f:
+                if len(plugins) > 2 and "output_plugin_libraries" in f.read():
+                    conf += "output_plugin_libraries = '%s'\n" % ", ".join(plugins)
         else:
             conf += "wal_level = logical\n"   # pglogical wants it on both; same for every contender
             conf += "shared_preload_libraries = '%s'\n" % ("ash_replicant,pglogical" if use_pgl else "ash_replicant")
@@ -528,8 +530,10 @@ class Contender:
     def label(self):
         return self.name + ("(%s)" % self.variant if self.variant else "")
 
+    plugin = "pgoutput"
+
     def prepare(self, src, dst):
-        q(src, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+        q(src, "SELECT pg_create_logical_replication_slot(%s, %s)", (self.slot, self.plugin))
 
     def cleanup(self, src, dst):
         drop_slot(src, self.slot)
@@ -627,10 +631,12 @@ class Floor(Reader):
 class Ash(Contender):
     name, short = "ash_replicant", "ash"
 
-    def __init__(self, w, rep, binary=False, streaming=False):
+    def __init__(self, w, rep, binary=False, streaming=False, decoder="pgoutput"):
         self.binary = binary
         self.streaming = streaming
-        self.variant = "+".join(v for v, on in (("stream", streaming), ("binary", binary)) if on) or None
+        self.decoder = self.plugin = decoder
+        self.variant = "+".join(v for v, on in (("stream", streaming), ("binary", binary),
+                                                ("wal2json", decoder == "wal2json")) if on) or None
         super().__init__(w, rep)
 
     def prepare(self, src, dst):
@@ -643,10 +649,15 @@ class Ash(Contender):
                          sensitive=["t"], encrypted=["t"])
         self.map_table(dst, w.ash_target, w.table.split(".")[0], w.table.split(".")[1], extra)
         self.map_table(dst, "bench.marker", "bench", "marker", {})
-        q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, publication => %s,"
-               " source_system_identifier => %s, source_database => 'postgres', binary_transfer => %s,"
-               " streaming => %s)",
-          (self.slot, SRC_DSN, w.pub, sysid, self.binary, self.streaming))
+        if self.decoder == "wal2json":
+            q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, decoder => 'wal2json',"
+                   " tables => %s, source_system_identifier => %s, source_database => 'postgres')",
+              (self.slot, SRC_DSN, [w.table, "bench.marker"], sysid))
+        else:
+            q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, publication => %s,"
+                   " source_system_identifier => %s, source_database => 'postgres', binary_transfer => %s,"
+                   " streaming => %s)",
+              (self.slot, SRC_DSN, w.pub, sysid, self.binary, self.streaming))
         super().prepare(src, dst)
 
     def map_table(self, dst, target, sschema, stable, extra):
@@ -865,6 +876,8 @@ def make_contenders(w, rep):
             out.append(Ash(w, rep))
         elif c == "ashbin":
             out.append(Ash(w, rep, binary=True))
+        elif c == "ashw2j":
+            out.append(Ash(w, rep, decoder="wal2json"))
         elif c == "ashstream":
             # streaming of in-progress transactions only changes W4
             if w.name == "W4":

@@ -792,7 +792,9 @@ check_identity(Doctor *d)
 static void
 check_release(Doctor *d)
 {
-	int			floor = strcmp(d->f.decoder, "pgoutput") == 0 ? 120000 : 90600;
+	/* the worker's floors (source_slot.c): wal2json's slot needs 10's syntax */
+	int			floor = strcmp(d->f.decoder, "pgoutput") == 0 ? 120000 :
+		strcmp(d->f.decoder, "wal2json") == 0 ? 100000 : 90600;
 
 	if (skip_source(d, "source_release"))
 		return;

@@ -370,7 +370,8 @@ ash_census_tables_with_rows(AshPipelineConfig *cfg)
 static void
 describe_relations(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 {
-	CoverageInputs in;
+	AshTableSetSpec spec;
+	List	   *names = NIL;
 	List	   *rels = NIL;
 	List	   *out = NIL;
 	const char *absent;
@@ -380,14 +381,32 @@ describe_relations(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 
 	if (!ash_source_identity_matches(conn, cfg->source_system_identifier, cfg->source_database))
 		ash_halt("source_identity_mismatch", "schema check probe: the source is not the configured system and database");
-	load_inputs(cfg, &in);
-	absent = ash_source_read_table_set(conn, &in.tableset, &rels, NULL);
+
+	/*
+	 * The table set as configured (the worker restarts on a change), read
+	 * without a destination transaction: this runs inside the apply's
+	 * when a change does not fit its description
+	 */
+	foreach(lc, cfg->tables)
+	{
+		AshSourceName *n = palloc(sizeof(AshSourceName));
+
+		n->nspname = linitial((List *) lfirst(lc));
+		n->relname = lsecond((List *) lfirst(lc));
+		names = lappend(names, n);
+	}
+	memset(&spec, 0, sizeof(spec));
+	spec.decoder = cfg->decoder;
+	spec.tables = names;
+	spec.allow_keyless = cfg->allow_keyless_tables;
+
+	absent = ash_source_read_table_set(conn, &spec, &rels, NULL);
 	if (absent != NULL)
 		ash_halt(absent, "schema check probe: the table set is absent");
-	missing = ash_source_missing_tables(&in.tableset, &rels);
+	missing = ash_source_missing_tables(&spec, &rels);
 	if (missing != NULL)
 		ash_halt("decoder_table_missing", "%s", missing);
-	missing = ash_source_keyless_tables(&in.tableset, rels);
+	missing = ash_source_keyless_tables(&spec, rels);
 	if (missing != NULL)
 		ash_halt("decoder_table_keyless", "%s", missing);
 

@@ -782,7 +782,10 @@ pgoutput_options(AshConn *conn)
 
 /*
  * wal2json 2.5, format version 2: what decode_wal2json.c reads, for the
- * configured tables only.  No streaming (wal2json has none).
+ * configured tables only.  No streaming (wal2json has none).  Not asked
+ * for: include-pk and include-not-null (the catalogs describe keys),
+ * include-unchanged-toast (2.5 refuses it), numeric-data-types-as-string
+ * (2.6 on; 2.5 refuses an unknown option, so NaN stays ambiguous).
  */
 static char *
 wal2json_options(AshConn *conn)
@@ -1051,10 +1054,7 @@ commit_batch(void)
 	return r;
 }
 
-/*
- * One DATA message: decoded into msg_cxt (the caller frees it), applied,
- * and the batch committed where it ends.
- */
+/* What the decoders keep across the messages of a session. */
 typedef struct DecoderState
 {
 	AshPgoutputState pgoutput;
@@ -1096,6 +1096,10 @@ decode_message(DecoderState *dstate, AshStreamMsg *msg, AshChange *change)
 	ash_halt("protocol_violation", "undecodable wal2json message: %s", derr);
 }
 
+/*
+ * One DATA message: decoded into msg_cxt (the caller frees it), applied,
+ * and the batch committed where it ends.
+ */
 static void
 apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 {
@@ -1569,6 +1573,10 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "42501") == 0 && (step == STEP_SLOT || step == STEP_START))
 				do_halt_detail("decoder_plugin_not_allowed", src,
 							   "the source refused the decoder's output plugin to this role");
+			/* the source cannot load the plugin's library (wal2json) */
+			if (strcmp(src, "58P01") == 0 && (step == STEP_SLOT || step == STEP_START))
+				do_halt_detail("decoder_extension_missing", src,
+							   "the source has no library of the decoder's output plugin");
 			if (strcmp(src, "42501") == 0 && step == STEP_SNAPSHOT)
 				do_halt_detail("privilege_select_missing", src,
 							   "the source refused the snapshot a read of a mapped table");

@@ -297,35 +297,38 @@ mark_complete(XLogRecPtr start_lsn)
  * ---------------------------------------------------------------------
  */
 
+/* One element of a text[] literal: quoted, backslash and quote escaped. */
+static void
+append_array_element(StringInfo buf, const char *s)
+{
+	appendStringInfoString(buf, buf->len > 1 ? ",\"" : "\"");
+	for (; *s; s++)
+	{
+		if (*s == '"' || *s == '\\')
+			appendStringInfoChar(buf, '\\');
+		appendStringInfoChar(buf, *s);
+	}
+	appendStringInfoChar(buf, '"');
+}
+
 /*
- * The mapped tables of another decoder's table set (source_catalog.c):
- * wal2json's configured tables, pglogical's replication sets.
+ * The mapped tables of pglogical's replication sets, as coverage reads
+ * them (source_catalog.c).
  */
 static List *
-decoder_tables(AshConn *conn)
+pglogical_tables(AshConn *conn)
 {
 	AshTableSetSpec spec = {0};
-	List	   *names = NIL;
 	List	   *rels = NIL;
 	List	   *tables = NIL;
 	const char *absent;
 	ListCell   *lc;
 
-	foreach(lc, snap_cfg->tables)
-	{
-		AshSourceName *n = palloc(sizeof(AshSourceName));
-
-		n->nspname = linitial((List *) lfirst(lc));
-		n->relname = lsecond((List *) lfirst(lc));
-		names = lappend(names, n);
-	}
 	spec.decoder = snap_cfg->decoder;
-	spec.publication = snap_cfg->publication;
 	spec.replication_sets = snap_cfg->replication_sets;
-	spec.tables = names;
 	absent = ash_source_fetch_table_set(conn, &spec, &rels, NULL);
 	if (absent != NULL)
-		ash_halt(absent, "the decoder's table set is not at the source");
+		ash_halt(absent, "the replication sets are not at the source");
 	foreach(lc, rels)
 	{
 		AshSourceRel *r = lfirst(lc);
@@ -362,28 +365,60 @@ decoder_tables(AshConn *conn)
 }
 
 /*
- * The mapped tables of the decoder's table set (the publication's, for
- * pgoutput), with the source's row estimate.  Tables the configuration
- * ignores are not copied.
+ * The mapped tables of the table set (the publication, wal2json's tables,
+ * pglogical's replication sets), with the source's row estimate.  Tables
+ * the configuration ignores are not copied.
  */
 static List *
 source_tables(AshConn *conn)
 {
-	const char *params[1];
+	const char *params[2];
 	PGresult   *res;
 	List	   *tables = NIL;
 
-	if (snap_cfg->decoder != NULL && strcmp(snap_cfg->decoder, "pgoutput") != 0)
-		return decoder_tables(conn);
-	params[0] = snap_cfg->publication;
-	res = ash_conn_exec_params(conn,
-							   "SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
-							   "  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
-							   "  FROM pg_catalog.pg_publication_tables pt"
-							   "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							   "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
-							   " WHERE pt.pubname = $1 ORDER BY 1, 2",
-							   1, params, false);
+	if (strcmp(snap_cfg->decoder, "pglogical") == 0)
+		return pglogical_tables(conn);
+	if (strcmp(snap_cfg->decoder, "wal2json") == 0)
+	{
+		StringInfoData nsps;
+		StringInfoData rels;
+		ListCell   *lc;
+
+		initStringInfo(&nsps);
+		initStringInfo(&rels);
+		appendStringInfoChar(&nsps, '{');
+		appendStringInfoChar(&rels, '{');
+		foreach(lc, snap_cfg->tables)
+		{
+			append_array_element(&nsps, linitial((List *) lfirst(lc)));
+			append_array_element(&rels, lsecond((List *) lfirst(lc)));
+		}
+		appendStringInfoChar(&nsps, '}');
+		appendStringInfoChar(&rels, '}');
+		params[0] = nsps.data;
+		params[1] = rels.data;
+		res = ash_conn_exec_params(conn,
+								   "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text,"
+								   "  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
+								   "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
+								   "   pg_catalog.unnest($2::pg_catalog.text[])) AS s(nsp, rel)"
+								   "  JOIN pg_catalog.pg_namespace n ON n.nspname = s.nsp"
+								   "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.rel"
+								   " ORDER BY 1, 2",
+								   2, params, false);
+	}
+	else
+	{
+		params[0] = snap_cfg->publication;
+		res = ash_conn_exec_params(conn,
+								   "SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
+								   "  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
+								   "  FROM pg_catalog.pg_publication_tables pt"
+								   "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
+								   "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+								   " WHERE pt.pubname = $1 ORDER BY 1, 2",
+								   1, params, false);
+	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		ash_conn_report_result(res, "snapshot table list");
 	for (int i = 0; i < PQntuples(res); i++)
@@ -474,7 +509,8 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
 
 	params[0] = t->nspname;
 	params[1] = t->relname;
-	res = ash_conn_exec_params(data,
+	/* as the decoder sends it: wal2json and pglogical send generated columns */
+	res = ash_conn_exec_params(data, psprintf(
 							   "SELECT c.oid::pg_catalog.int8, c.relreplident, a.attname::pg_catalog.text,"
 							   "  a.atttypid::pg_catalog.int8, a.atttypmod,"
 							   ASH_SQL_IN_REPLICA_IDENTITY ","
@@ -482,11 +518,14 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
 							   "  FROM pg_catalog.pg_class c"
 							   "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 							   "  JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
-							   "   AND NOT a.attisdropped AND a.attgenerated = ''"
+							   "   AND NOT a.attisdropped%s"
 							   ASH_SQL_BASE_TYPE_LATERAL
 							   "  LEFT JOIN pg_catalog.pg_namespace bn ON bn.oid = bt.typnamespace"
 							   " WHERE n.nspname = $1 AND c.relname = $2"
 							   " ORDER BY a.attnum",
+							   strcmp(snap_cfg->decoder, "wal2json") == 0 ||
+							   strcmp(snap_cfg->decoder, "pglogical") == 0 ? "" :
+							   " AND a.attgenerated = ''"),
 							   2, params, false);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		ash_conn_report_result(res, "snapshot table description");

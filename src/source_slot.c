@@ -53,8 +53,8 @@ ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg, uint32 *timelin
 	*xlogpos = ((uint64) hi << 32) | lo;
 	PQclear(res);
 
-	/* pgoutput's floor; wal2json 2.5 decodes what 9.6 and later write */
-	if (conn->server_version < (strcmp(cfg->decoder, "pgoutput") == 0 ? 120000 : 90600))
+	/* pgoutput's floor; wal2json's: the slot commands of 10 */
+	if (conn->server_version < (strcmp(cfg->decoder, "pgoutput") == 0 ? 120000 : 100000))
 		ash_halt("source_release_unsupported", "the decoder needs a newer source release");
 	if (cfg->failover && conn->server_version < 170000)
 		ash_halt("decoder_capability_unsupported",

@@ -11,9 +11,9 @@
 #                 a destination kill -9 mid-workload with a write audit on
 #                 both ends (effect-once: per key as many writes as the
 #                 source made)
-#   attribute tenancy, encryption of a sensitive column, SCD2 history,
-#   an append log (with logical messages where the decoder delivers them:
-#   not pglogical), a snapshot v1 of rows that existed before the slot
+#   a snapshot (v1) of rows that predate the slot, attribute and context
+#   tenancy, encryption of a sensitive column, SCD2 history, an append log
+#   with logical messages (where the decoder delivers them: not pglogical)
 # Each mirror must equal its source (content hash and row count), and the
 # state-mirror tables' hashes must be equal across decoders.  Then the
 # decoder-specific verdicts: preflight's output_plugin check, and what each
@@ -257,10 +257,10 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mirror;
 		$hashes{$dec}{$t} = AshTest::table_hash($dst, $t);
 	}
 
+	snapshot($dec, $d, $src, $dst, $conn);
 	features($dec, $d, $src, $dst, $conn);
 	history($dec, $d, $src, $dst, $conn);
 	append_log($dec, $d, $src, $dst, $conn);
-	snapshot_v1($dec, $d, $src, $dst, $conn);
 
 	# ---------------------------------------------------------------
 	# what differs: a NULL float
@@ -290,6 +290,36 @@ INSERT INTO types (id, num, f4, f8) VALUES (10, 1, NULL, 1);
 }
 
 # ---------------------------------------------------------------------------
+# A snapshot (v1) of rows that predate the slot, then the stream.
+# ---------------------------------------------------------------------------
+sub snapshot
+{
+	my ($dec, $d, $src, $dst, $conn) = @_;
+	my $sink = "snap_$dec";
+
+	AshTest::both($src, $dst, 'CREATE TABLE pre (id integer PRIMARY KEY, v text, big text)');
+	$src->safe_psql('postgres', q{
+ALTER TABLE pre ALTER COLUMN big SET STORAGE EXTERNAL;
+INSERT INTO pre SELECT g, 'v' || g, CASE WHEN g % 100 = 0 THEN repeat(md5(g::text), 200) END
+	FROM generate_series(1, 3000) g;
+});
+	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
+		$d->{table_set}->($src, $sink, 'pre'),
+		source_role => 'mirror', ignored_message_prefixes => ['evmsg'],
+		maps => [ ['pre'] ], pipeline_extra => "snapshot => 'v1'");
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: snapshot copied, stream follows") or return;
+	$src->safe_psql('postgres', q{
+UPDATE pre SET v = v || '+' WHERE id % 7 = 0;
+DELETE FROM pre WHERE id % 11 = 0;
+INSERT INTO pre VALUES (5000, 'new', NULL);
+});
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: changes after the snapshot applied");
+	AshTest::assert_mirror_equal($src, $dst, ['pre'], name => "$dec: snapshot and stream");
+	$hashes{$dec}{pre} = AshTest::table_hash($dst, 'pre');
+	return;
+}
+
+# ---------------------------------------------------------------------------
 # Attribute and context tenancy, an encrypted sensitive column.
 # ---------------------------------------------------------------------------
 sub features
@@ -304,8 +334,10 @@ ALTER TABLE accounts REPLICA IDENTITY FULL;
 CREATE TABLE vault (id integer PRIMARY KEY, tenant text NOT NULL, secret text, note text);
 ALTER TABLE vault REPLICA IDENTITY FULL;
 CREATE TABLE cards (id integer PRIMARY KEY, holder text, pan text);
+CREATE TABLE th (id integer PRIMARY KEY);
 });
 	$dst->safe_psql('postgres', q{
+CREATE TABLE th (id integer PRIMARY KEY);
 CREATE TABLE accounts (tenant text NOT NULL, id integer PRIMARY KEY, name text,
 	balance numeric NOT NULL DEFAULT 0);
 CREATE TABLE vault (id integer PRIMARY KEY, tenant text NOT NULL, secret text, note text);
@@ -319,12 +351,12 @@ GRANT ash_replicant_decrypt TO reader;
 GRANT SELECT ON cards TO reader;
 });
 	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
-		$d->{table_set}->($src, $sink, qw(accounts vault cards)),
+		$d->{table_set}->($src, $sink, qw(accounts vault cards th)),
 		source_role => 'mirror', ignored_message_prefixes => ['evmsg'],
 		maps => [
 			[ 'accounts', tenant_column => 'tenant', tenant_strategy => 'attribute' ],
 			[ 'vault', tenant_column => 'tenant', tenant_strategy => 'context' ],
-			[ 'cards', sensitive => ['pan'], encrypted => ['pan'] ] ]);
+			[ 'cards', sensitive => ['pan'], encrypted => ['pan'] ], [ 'th' ] ]);
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: tenancy and encryption pipeline streams")
 	  or return;
 
@@ -362,6 +394,15 @@ DELETE FROM cards WHERE id = 5;
 			"SELECT count(*) FROM cards WHERE position(convert_to('4111', 'UTF8') in pan) > 0"),
 		'0', "$dec: no plaintext in the encrypted column");
 	$hashes{$dec}{'cards (decrypted)'} = $plain;
+
+	# on_truncate 'halt' (the default): the TRUNCATE is not applied
+	$src->safe_psql('postgres', 'INSERT INTO th VALUES (1)');
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: caught up before the TRUNCATE");
+	$src->safe_psql('postgres', 'TRUNCATE th; INSERT INTO th VALUES (2)');
+	AshTest::wait_status($dst, $sink, 'halted', 'source_truncate',
+		name => "$dec: TRUNCATE of a table with on_truncate 'halt' halts source_truncate");
+	is($dst->safe_psql('postgres', 'SELECT string_agg(id::text, \',\') FROM th'), '1',
+		"$dec: the truncating transaction is not applied");
 	return;
 }
 
@@ -402,7 +443,9 @@ CREATE UNIQUE INDEX acct_hist_open ON acct_hist (id) WHERE valid_to_lsn IS NULL;
 		"UPDATE acct SET id = 60 WHERE id = 6",
 		"DELETE FROM acct WHERE id = 5",
 		"INSERT INTO acct VALUES (5, 55, 're', 'again')",
-		"UPDATE acct SET val = val || '!' WHERE id IN (1, 5)")
+		"UPDATE acct SET val = val || '!' WHERE id IN (1, 5)",
+		"TRUNCATE acct",
+		"INSERT INTO acct VALUES (7, 7, 'after truncate', 'x')")
 	{
 		$src->safe_psql('postgres', $stmt);
 	}
@@ -421,6 +464,8 @@ CREATE UNIQUE INDEX acct_hist_open ON acct_hist (id) WHERE valid_to_lsn IS NULL;
 		ON a.id = b.id AND b.valid_from_lsn = a.valid_to_lsn AND b.valid_from_ts = a.valid_to_ts
 		AND NOT a.is_current AND b.valid_from_ts > a.valid_from_ts}),
 		'6', "$dec: six updates close a version where the next begins (LSN and time)");
+	is($dst->safe_psql('postgres', q{SELECT count(*) FROM acct_hist WHERE valid_to_lsn IS NULL}), '1',
+		"$dec: on_truncate 'close' closed every version (one opened since)");
 	is($dst->safe_psql('postgres', q{SELECT count(*) FROM acct_hist a
 		WHERE (a.valid_to_lsn IS NULL) <> (a.valid_to_ts IS NULL) OR a.valid_to_lsn <= a.valid_from_lsn
 		OR EXISTS (SELECT 1 FROM acct_hist b WHERE b.id = a.id AND b.version_id <> a.version_id
@@ -509,37 +554,6 @@ CREATE TABLE $marker ($structural, id bigint, note text, $axes);
 	  or diag $log;
 	like($log, qr/\|evmsg\|in tx\n.*\|evmsg\|not in tx/s, "$dec: both logical messages logged in order");
 	$hashes{$dec}{ev_log} = $log;
-	return;
-}
-
-# ---------------------------------------------------------------------------
-# snapshot => 'v1': rows that exist before the slot, copied from the
-# decoder's table set, then the stream.
-# ---------------------------------------------------------------------------
-sub snapshot_v1
-{
-	my ($dec, $d, $src, $dst, $conn) = @_;
-	my $sink = "snap_$dec";
-
-	$src->safe_psql('postgres', q{
-CREATE TABLE snap (id integer PRIMARY KEY, v text, big text);
-INSERT INTO snap SELECT g, 'pre ' || g, CASE WHEN g % 100 = 0 THEN repeat(md5(g::text), 300) END
-	FROM generate_series(1, 3000) g;
-});
-	$dst->safe_psql('postgres', 'CREATE TABLE snap (id integer PRIMARY KEY, v text, big text)');
-	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
-		$d->{table_set}->($src, $sink, 'snap'),
-		source_role => 'mirror', maps => [ ['snap'] ],
-		pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
-	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: snapshot v1 pipeline streams") or return;
-	is($dst->safe_psql('postgres', "SELECT count(*) FROM snap WHERE v LIKE 'pre %'"), '3000',
-		"$dec: the snapshot copied the rows that existed before the slot");
-	$src->safe_psql('postgres',
-		"UPDATE snap SET v = 'streamed' WHERE id % 7 = 0; DELETE FROM snap WHERE id % 11 = 0;"
-		  . " INSERT INTO snap VALUES (5000, 'post', NULL)");
-	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: changes after the snapshot applied");
-	AshTest::assert_mirror_equal($src, $dst, ['snap'], name => "$dec: snapshot then stream");
-	$hashes{$dec}{snap} = AshTest::table_hash($dst, 'snap');
 	return;
 }
 
