@@ -106,4 +106,3 @@ test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h src/deco
 		$(UNIT_CPPFLAGS) -o $@ $(FUZZ_SRCS) $(UNIT_LDLIBS)
 
 EXTRA_CLEAN += test/fuzz/fuzz_decoder
-
