@@ -60,9 +60,16 @@ UNIT_LDLIBS = -L$(shell $(PG_CONFIG) --pkglibdir) -L$(shell $(PG_CONFIG) --libdi
 UNIT_SRCS = test/unit/decode_test.c test/common/palloc_arena.c src/decode_pgoutput.c src/change.c
 W2J_UNIT_SRCS = test/unit/decode_wal2json_test.c test/common/palloc_arena.c \
 	src/decode_wal2json.c src/change.c
+PGL_UNIT_SRCS = test/unit/decode_pglogical_test.c test/common/palloc_arena.c \
+	src/decode_pglogical.c src/change.c
 
 .PHONY: unit
-unit: test/unit/decode_test test/unit/copy_row_test test/unit/decode_wal2json_test
+unit: test/unit/decode_test test/unit/copy_row_test test/unit/decode_wal2json_test \
+	test/unit/decode_pglogical_test
+
+test/unit/decode_pglogical_test: $(PGL_UNIT_SRCS) src/change.h src/decode_pglogical.h \
+		test/common/palloc_arena.h
+	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(PGL_UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
 test/unit/decode_wal2json_test: $(W2J_UNIT_SRCS) src/change.h src/decode_wal2json.h \
 		test/common/palloc_arena.h
@@ -77,7 +84,8 @@ test/unit/copy_row_test: $(COPY_ROW_TEST_SRCS) src/change.h src/copy_row.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(COPY_ROW_TEST_SRCS) $(UNIT_SANITIZE) \
 		$(UNIT_LDLIBS)
 
-EXTRA_CLEAN += test/unit/decode_test test/unit/copy_row_test test/unit/decode_wal2json_test
+EXTRA_CLEAN += test/unit/decode_test test/unit/copy_row_test test/unit/decode_wal2json_test \
+	test/unit/decode_pglogical_test
 
 # ---------------------------------------------------------------------------
 # Decoder fuzzing: `make fuzz` builds test/fuzz/fuzz_decoder with libFuzzer,
@@ -86,13 +94,13 @@ EXTRA_CLEAN += test/unit/decode_test test/unit/copy_row_test test/unit/decode_wa
 # ---------------------------------------------------------------------------
 FUZZ_CC := $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
 FUZZ_SRCS = test/fuzz/fuzz_decoder.c test/common/palloc_arena.c src/decode_pgoutput.c \
-	src/decode_wal2json.c src/change.c
+	src/decode_wal2json.c src/decode_pglogical.c src/change.c
 
 .PHONY: fuzz
 fuzz: test/fuzz/fuzz_decoder
 
 test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h src/decode_wal2json.h \
-		test/common/palloc_arena.h
+		src/decode_pglogical.h test/common/palloc_arena.h
 	$(FUZZ_CC) -g -O1 -DFRONTEND -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		-Wall -Werror -Wno-unused-parameter -Wno-ignored-attributes \
 		$(UNIT_CPPFLAGS) -o $@ $(FUZZ_SRCS) $(UNIT_LDLIBS)

@@ -172,6 +172,7 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 		" p.census::text AS census, p.start_generation, p.snapshot,"
 		" p.chunk_rows, p.max_pending_chunks,"
 		" p.tables, p.allow_keyless_tables, p.schema_check_interval_ms,"
+		" p.replication_sets::pg_catalog.text AS replication_sets,"
 		/* through jsonb: catalogs older than 1.3.0 have no origin column */
 		" pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'origin' AS origin"
 		" FROM ash_replicant.sinks s JOIN ash_replicant.pipelines p USING (sink_name)"
@@ -215,6 +216,7 @@ read_pipeline(const char *sink_name, Oid *argtypes, Datum *values, MemoryContext
 
 		cfg->origin_none = origin != NULL && strcmp(origin, "none") == 0;
 	}
+	cfg->replication_sets = get_text(tup, desc, "replication_sets");
 	*census_json = get_text(tup, desc, "census");
 	cfg->allow_keyless_tables = DatumGetBool(get_datum(tup, desc, "allow_keyless_tables", &isnull));
 	cfg->schema_check_interval_ms = DatumGetInt32(get_datum(tup, desc, "schema_check_interval_ms",

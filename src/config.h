@@ -123,6 +123,9 @@ typedef struct AshPipelineConfig
 	bool		allow_keyless_tables;
 	int			schema_check_interval_ms;
 
+	/* pglogical */
+	char	   *replication_sets;	/* text[] literal, as configured */
+
 	List	   *mappings;		/* AshMapping * */
 	List	   *message_routes; /* AshMessageRoute *, by prefix */
 } AshPipelineConfig;

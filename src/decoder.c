@@ -16,7 +16,7 @@
 static const AshDecoderInfo decoders[] = {
 	{"pgoutput", "pgoutput", true},
 	{"wal2json", "wal2json", true},
-	{"pglogical", "pglogical_output", false},
+	{"pglogical", "pglogical_output", true},
 };
 
 const AshDecoderInfo *

@@ -79,6 +79,7 @@
 #include "messages.h"
 #include "origin.h"
 #include "pipeline.h"
+#include "pipeline_pglogical.h"
 #include "shmem.h"
 #include "snapshot.h"
 #include "source_slot.h"
@@ -901,10 +902,22 @@ wal2json_options(AshConn *conn)
 }
 
 static bool is_wal2json = false;	/* cfg->decoder, looked up once */
+static bool is_pglogical = false;
+
+/* pglogical_output (pipeline_pglogical.c): no streaming either. */
+static char *
+pglogical_options(AshConn *conn)
+{
+	session_streams = false;
+	streams_withheld = false;
+	return ash_pglogical_plugin_options(conn);
+}
 
 static char *
 plugin_options(AshConn *conn)
 {
+	if (is_pglogical)
+		return pglogical_options(conn);
 	return is_wal2json ? wal2json_options(conn) : pgoutput_options(conn);
 }
 
@@ -1145,26 +1158,32 @@ typedef struct DecoderState
 	AshWal2jsonState wal2json;
 } DecoderState;
 
-/* One message into change with the configured decoder; halts when it cannot. */
-static void
+/*
+ * One message into change with the configured decoder; halts when it cannot.
+ * Returns false when the message holds nothing to apply (pglogical's startup
+ * message and queue rows but a TRUNCATE).
+ */
+static bool
 decode_message(DecoderState *dstate, AshStreamMsg *msg, AshChange *change)
 {
 	const char *derr;
 
+	if (is_pglogical)
+		return ash_pglogical_decode(msg->data, msg->len, change);
 	if (!is_wal2json)
 	{
 		if (!ash_decode_pgoutput(&dstate->pgoutput, msg->data, msg->len, change, &derr))
 			ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
-		return;
+		return true;
 	}
 	if (ash_decode_wal2json(&dstate->wal2json, msg->data, msg->len, change, &derr))
-		return;
+		return true;
 	if (dstate->wal2json.drift)
 	{
 		/* the table changed since it was described: describe it again */
 		wal2json_describe(&dstate->wal2json);
 		if (ash_decode_wal2json(&dstate->wal2json, msg->data, msg->len, change, &derr))
-			return;
+			return true;
 		if (dstate->wal2json.drift)
 			ash_halt("decoder_schema_drift",
 					 "a wal2json change does not fit the columns its source table has now");
@@ -1184,7 +1203,8 @@ apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 	AshChange	change;
 	bool		nontx_message;
 
-	decode_message(dstate, msg, &change);
+	if (!decode_message(dstate, msg, &change))
+		return;
 
 	/*
 	 * A non-transactional message commits in a batch of its own; a streamed
@@ -1579,12 +1599,15 @@ run_session(void)
 			ash_halt("decoder_capability_unsupported", "decoder %s is not built into this version",
 					 cfg->decoder);
 		is_wal2json = strcmp(dec->name, "wal2json") == 0;
+		is_pglogical = strcmp(dec->name, "pglogical") == 0;
 		/* pgoutput's capabilities only (ash_replicant_start refuses them too) */
 		if (strcmp(dec->name, "pgoutput") != 0 &&
 			(cfg->streaming || cfg->failover || cfg->binary_transfer))
 			ash_halt("decoder_capability_unsupported",
 					 "streaming, failover and binary_transfer need decoder pgoutput");
 	}
+	if (is_pglogical)
+		ash_pglogical_session_begin(cfg);
 	check_snapshot_settings();
 
 	step = STEP_CONNECT;

@@ -4,8 +4,10 @@
  *	  Snapshots of existing rows (snapshot => 'v1' and 'incremental').
  *
  * NOTES
- *	  A snapshot copies every mapped table of the publication into the
- *	  mirror, then the stream applies what was committed after each copy.
+ *	  A snapshot copies every mapped table of the decoder's table set (the
+ *	  publication, wal2json's tables, pglogical's replication sets) into
+ *	  the mirror, then the stream applies what was committed after each
+ *	  copy.
  *
  *	  First start: the slot is created exporting a snapshot (pipeline.c),
  *	  its consistent point S is recorded as the attempt's snapshot_lsn and
@@ -331,9 +333,62 @@ append_array_element(StringInfo buf, const char *s)
 }
 
 /*
- * The mapped tables of the table set (the publication, wal2json's tables),
- * with the source's row estimate.  Tables the configuration ignores are
- * not copied.
+ * The mapped tables of pglogical's replication sets, as coverage reads
+ * them (source_catalog.c).
+ */
+static List *
+pglogical_tables(AshConn *conn)
+{
+	AshTableSetSpec spec = {0};
+	List	   *rels = NIL;
+	List	   *tables = NIL;
+	const char *absent;
+	ListCell   *lc;
+
+	spec.decoder = snap_cfg->decoder;
+	spec.replication_sets = snap_cfg->replication_sets;
+	absent = ash_source_fetch_table_set(conn, &spec, &rels, NULL);
+	if (absent != NULL)
+		ash_halt(absent, "the replication sets are not at the source");
+	foreach(lc, rels)
+	{
+		AshSourceRel *r = lfirst(lc);
+		const char *params[2] = {r->name.nspname, r->name.relname};
+		PGresult   *res;
+		SnapTable  *t;
+
+		if (ash_config_find_mapping(snap_cfg, r->name.nspname, r->name.relname) == NULL)
+			continue;
+		res = ash_conn_exec_params(conn,
+								   "SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
+								   "  FROM pg_catalog.pg_class c"
+								   "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+								   " WHERE n.nspname = $1 AND c.relname = $2",
+								   2, params, false);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			ash_conn_report_result(res, "snapshot table list");
+		if (PQntuples(res) != 1)
+		{
+			PQclear(res);
+			ash_halt("decoder_table_missing", "table %s is not at the source",
+					 quote_qualified_identifier(r->name.nspname, r->name.relname));
+		}
+		t = palloc0(sizeof(SnapTable));
+		t->nspname = pstrdup(r->name.nspname);
+		t->relname = pstrdup(r->name.relname);
+		t->has_estimate = !PQgetisnull(res, 0, 0);
+		if (t->has_estimate)
+			t->estimate = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		PQclear(res);
+		tables = lappend(tables, t);
+	}
+	return tables;
+}
+
+/*
+ * The mapped tables of the table set (the publication, wal2json's tables,
+ * pglogical's replication sets), with the source's row estimate.  Tables
+ * the configuration ignores are not copied.
  */
 static List *
 source_tables(AshConn *conn)
@@ -342,6 +397,8 @@ source_tables(AshConn *conn)
 	PGresult   *res;
 	List	   *tables = NIL;
 
+	if (strcmp(snap_cfg->decoder, "pglogical") == 0)
+		return pglogical_tables(conn);
 	if (strcmp(snap_cfg->decoder, "wal2json") == 0)
 	{
 		StringInfoData nsps;
@@ -473,7 +530,7 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
 
 	params[0] = t->nspname;
 	params[1] = t->relname;
-	/* as the decoder sends the table: wal2json sends generated columns too */
+	/* as the decoder sends it: wal2json and pglogical send generated columns */
 	res = ash_conn_exec_params(data, psprintf(
 							   "SELECT c.oid::pg_catalog.int8, c.relreplident, a.attname::pg_catalog.text,"
 							   "  a.atttypid::pg_catalog.int8, a.atttypmod,"
@@ -487,7 +544,8 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
 							   "  LEFT JOIN pg_catalog.pg_namespace bn ON bn.oid = bt.typnamespace"
 							   " WHERE n.nspname = $1 AND c.relname = $2"
 							   " ORDER BY a.attnum",
-							   strcmp(snap_cfg->decoder, "wal2json") == 0 ? "" :
+							   strcmp(snap_cfg->decoder, "wal2json") == 0 ||
+							   strcmp(snap_cfg->decoder, "pglogical") == 0 ? "" :
 							   " AND a.attgenerated = ''"),
 							   2, params, false);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)

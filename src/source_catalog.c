@@ -165,9 +165,39 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 						" FROM pglogical.replication_set WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])",
 						1, spec->replication_sets))
 			return "source_publication_missing";
-		res = probe(conn, "SELECT DISTINCT nspname::pg_catalog.text, relname::pg_catalog.text, NULL"
-					" FROM pglogical.tables WHERE set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
-					" ORDER BY 1, 2",
+
+		/*
+		 * Per table, as pglogical_output decides (pglogical_repset.c): a
+		 * change kind is sent when any named set holding the table
+		 * replicates it, and a TRUNCATE is queued for it through such a
+		 * set with replicate_truncate; the columns sent are the union of
+		 * those sets' column lists where any has one; rows pass only when
+		 * every set's row filter passes.  Judged as a publication's
+		 * actions, column list and row filter (ash_source_judge_coverage).
+		 */
+		if (pub != NULL)
+		{
+			pub->known = true;
+			pub->insert = pub->update = pub->delete = pub->truncate = true;
+		}
+		res = probe(conn, "SELECT t.nspname::pg_catalog.text, t.relname::pg_catalog.text,"
+					" (SELECT pg_catalog.array_agg(DISTINCT a ORDER BY a)"
+					"   FROM pglogical.replication_set_table st2"
+					"   JOIN pglogical.replication_set s2 ON s2.set_id = st2.set_id,"
+					"   pg_catalog.unnest(st2.set_att_list) a"
+					"  WHERE st2.set_reloid = t.relid"
+					"    AND s2.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[]))::pg_catalog.text,"
+					" pg_catalog.bool_or(st.set_row_filter IS NOT NULL),"
+					" pg_catalog.bool_or(s.replicate_insert), pg_catalog.bool_or(s.replicate_update),"
+					" pg_catalog.bool_or(s.replicate_delete), pg_catalog.bool_or(s.replicate_truncate)"
+					" FROM pglogical.tables t"
+					" JOIN pglogical.local_node n ON true"
+					" JOIN pglogical.replication_set s"
+					"   ON s.set_name = t.set_name AND s.set_nodeid = n.node_id"
+					" JOIN pglogical.replication_set_table st"
+					"   ON st.set_id = s.set_id AND st.set_reloid = t.relid"
+					" WHERE t.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
+					" GROUP BY t.relid, 1, 2 ORDER BY 1, 2",
 					1, spec->replication_sets, NULL, NULL);
 	}
 	else
@@ -215,6 +245,16 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 								  PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2));
 
 		r->row_filter = PQnfields(res) > 3 && strcmp(PQgetvalue(res, i, 3), "t") == 0;
+		if (PQnfields(res) > 7)
+		{
+			/* pglogical: sends generated columns too, skips dropped ones */
+			r->generated = true;
+			r->set_actions.known = true;
+			r->set_actions.insert = strcmp(PQgetvalue(res, i, 4), "t") == 0;
+			r->set_actions.update = strcmp(PQgetvalue(res, i, 5), "t") == 0;
+			r->set_actions.delete = strcmp(PQgetvalue(res, i, 6), "t") == 0;
+			r->set_actions.truncate = strcmp(PQgetvalue(res, i, 7), "t") == 0;
+		}
 		*rels = lappend(*rels, r);
 	}
 	PQclear(res);
@@ -431,6 +471,7 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 	ListCell   *lc;
 	ListCell   *sc;
 	StringInfoData narrow;
+	AshPublicationFacts sets;
 
 	memset(out, 0, sizeof(*out));
 	initStringInfo(&narrow);
@@ -446,7 +487,23 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 			tables = lappend(tables, &r->desc);
 	}
 	if (pub != NULL)
-		(void) ash_coverage_judge_publication(mappings, pub, tables, &out->publication);
+	{
+		/* pglogical: what the sets replicate of every mapped table */
+		sets = *pub;
+		foreach(lc, (List *) rels)
+		{
+			AshSourceRel *r = lfirst(lc);
+
+			if (!r->set_actions.known ||
+				!ash_coverage_is_mapped(mappings, r->name.nspname, r->name.relname))
+				continue;
+			sets.insert &= r->set_actions.insert;
+			sets.update &= r->set_actions.update;
+			sets.delete &= r->set_actions.delete;
+			sets.truncate &= r->set_actions.truncate;
+		}
+		(void) ash_coverage_judge_publication(mappings, &sets, tables, &out->publication);
+	}
 	list_free(tables);
 
 	forboth(lc, (List *) mappings, sc, (List *) specs)

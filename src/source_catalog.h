@@ -82,7 +82,10 @@ typedef struct AshSourceRel
 								 * NULL: every column */
 	bool		row_filter;		/* the publication filters its rows (15+) */
 	bool		generated;		/* the decoder sends generated columns
-								 * (wal2json) */
+								 * (wal2json, pglogical) */
+	AshPublicationFacts set_actions;	/* pglogical: what the named sets that
+										 * hold it replicate of it (known:
+										 * false for the other decoders) */
 	bool		exists;			/* set by ash_source_describe_tables */
 	bool		has_select;		/* the probe role may SELECT it */
 	AshSourceTable desc;		/* only when exists */
@@ -111,7 +114,11 @@ extern bool ash_source_identity_matches(AshConn *conn, const char *sysid,
 /*
  * Fetch the names of the decoder's table set into *rels (AshSourceRel *,
  * ordered by schema and name) and, for pgoutput, what the publication
- * promises into *pub (may be NULL; known = false for the other decoders).
+ * promises into *pub (may be NULL; known = false for wal2json).  For
+ * pglogical each rel's set_actions says what the named sets holding it
+ * replicate of it (pglogical ORs them), and *pub, known, promises every
+ * action: ash_source_judge_coverage narrows it to what the sets promise
+ * for the mapped tables.
  * Returns NULL, or the reason why the table set itself is absent:
  * source_publication_missing (a publication or replication set),
  * decoder_extension_missing (pglogical not installed).
@@ -170,7 +177,9 @@ extern void ash_source_load_mappings(const char *sink_name, List **specs, List *
 /*
  * Judge coverage (coverage.c) over described rels: the table set
  * (ash_coverage_judge_table_set), the publication contract
- * (ash_coverage_judge_publication over pub, when not NULL) and every mapped
+ * (ash_coverage_judge_publication over pub, when not NULL; for pglogical
+ * narrowed to what the sets replicate of every mapped table, the rels'
+ * set_actions) and every mapped
  * table of the set that exists (ash_coverage_judge_table, the first failure
  * wins).  specs:
  * AshMappingSpec * (mapping_validate.h) and mappings: their AshMapping *

@@ -6,7 +6,7 @@ set -euo pipefail
 # postgresql-15-wal2json: the wal2json decoder's tests (090, 091) run the real plugin
 pkgs=(postgresql-15 postgresql-server-dev-15 postgresql-15-wal2json libssl-dev libkrb5-dev
       libipc-run-perl clang-14 llvm-14 libclang-rt-14-dev make gcc perl rsync
-      iproute2)
+      iproute2 postgresql-15-pglogical)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

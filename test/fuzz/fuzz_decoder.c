@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * fuzz_decoder.c
- *	  libFuzzer target over the pure decoders (pgoutput, wal2json).
+ *	  libFuzzer target over the pure decoders (pgoutput, wal2json, pglogical).
  *
  * NOTES
  *	  The first input byte picks the decoder.  High bit clear: pgoutput;
@@ -10,7 +10,9 @@
  *	  wal2json; the rest is a run of messages separated by newlines (as
  *	  test/fixtures/wal2json/basic.jsonl holds them), decoded in order with
  *	  one state describing that fixture's tables, so that a mutated change
- *	  inside a transaction is reached.  The
+ *	  inside a transaction is reached.  0x40 set (high bit clear):
+ *	  pglogical_output; the low two bits pick the decoder state
+ *	  (fuzz_pglogical), the rest is one message.  The
  *	  decoder must return true or false, never crash, read out of bounds or
  *	  trip UBSan.  A successful decode is walked completely so a structure
  *	  pointing outside its allocations is caught too.  Allocation goes
@@ -24,6 +26,7 @@
 #include <stdint.h>
 
 #include "change.h"
+#include "decode_pglogical.h"
 #include "decode_pgoutput.h"
 #include "decode_wal2json.h"
 #include "palloc_arena.h"
@@ -130,6 +133,43 @@ fuzz_wal2json(const uint8_t *data, size_t size)
 	}
 }
 
+/*
+ * pglogical_output (selector 0x40): the low two bits say whether the
+ * startup message was seen and whether pglogical.queue is known (relation
+ * 16384 of 5 columns, message_type and message last, as pglogical 2.x
+ * defines it); the rest is one message, copied exactly.
+ */
+static void
+fuzz_pglogical(uint8_t selector, const uint8_t *data, size_t size)
+{
+	AshPglogicalState state;
+	AshChange	change;
+	const char *error = NULL;
+	char	   *copy = malloc(size + 1);
+	AshPglogicalResult r;
+
+	memset(&state, 0, sizeof(state));
+	state.expected_encoding = "UTF8";
+	state.startup_seen = (selector & 1) != 0;
+	if (selector & 2)
+	{
+		state.queue_relid = 16384;
+		state.queue_natts = 5;
+		state.queue_type_col = 3;
+		state.queue_message_col = 4;
+	}
+	memcpy(copy, data, size);
+	r = ash_decode_pglogical(&state, copy, (int) size, &change, &error);
+	if (r == ASH_PGL_CHANGE)
+		touch(&change);
+	else if (r == ASH_PGL_QUEUED_TRUNCATE)
+		sink += strlen(state.truncated_nspname) + strlen(state.truncated_relname);
+	else if (r == ASH_PGL_ERROR && error == NULL)
+		abort();				/* failures must say why */
+	free(copy);
+	arena_reset();
+}
+
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int
@@ -144,6 +184,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (data[0] & 0x80)
 	{
 		fuzz_wal2json(data + 1, size - 1);
+		return 0;
+	}
+	if (data[0] & 0x40)
+	{
+		fuzz_pglogical(data[0], data + 1, size - 1);
 		return 0;
 	}
 	state.proto_version = 1 + (data[0] & 3) % 3;

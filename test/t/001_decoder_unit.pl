@@ -19,5 +19,8 @@ AshUnit::run_tap('decode_test',
 # wal2json 2.5's captured output (test/fixtures/wal2json)
 AshUnit::run_tap('decode_wal2json_test',
 	File::Spec->catdir(AshUnit::root(), 'test', 'fixtures', 'wal2json'));
+# pglogical_output's captured native protocol (test/fixtures/pglogical)
+AshUnit::run_tap('decode_pglogical_test',
+	File::Spec->catdir(AshUnit::root(), 'test', 'fixtures', 'pglogical'));
 
 done_testing();

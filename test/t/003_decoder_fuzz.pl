@@ -57,8 +57,28 @@ my $w2j_seeds = 0;
 	}
 	close $fh;
 }
+# pglogical_output: every captured message, in each of the four decoder
+# states, selector 0x40 | state
+my $pgl_seeds = 0;
+{
+	open my $fh, '<', 'test/fixtures/pglogical/basic.hex' or die "basic.hex: $!";
+	while (my $line = <$fh>)
+	{
+		chomp $line;
+		next if $line eq '';
+		for my $state (0 .. 3)
+		{
+			open my $o, '>:raw', sprintf('%s/corpus/seed%05d', $out, $seeds++) or die $!;
+			print $o chr(0x40 | $state) . pack('H*', $line);
+			close $o;
+			$pgl_seeds++;
+		}
+	}
+	close $fh;
+}
 cmp_ok($seeds, '>', 100, "seed corpus from captured streams ($seeds inputs)");
 cmp_ok($w2j_seeds, '>=', 15, "wal2json seeds: every captured transaction ($w2j_seeds inputs)");
+cmp_ok($pgl_seeds, '>=', 100, "pglogical seeds: every captured message ($pgl_seeds inputs)");
 
 my $log = "$out/fuzz.log";
 my $rc = system("test/fuzz/fuzz_decoder -max_total_time=$secs -rss_limit_mb=2048 "

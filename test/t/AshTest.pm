@@ -195,6 +195,8 @@ sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 #   start             call ash_replicant_start [1]
 #   pipeline_extra    extra "name => value" SQL for configure_pipeline
 #   source_role       the role of connection: SELECT on the marker is granted to it
+#   replication_sets  with decoder 'pglogical': its sets (array ref); the marker
+#                     table joins the first
 sub setup_pipeline
 {
 	my ($src, $dst, %o) = @_;
@@ -202,6 +204,7 @@ sub setup_pipeline
 	my $slot = $o{slot} // $sink;
 	my $pub  = $o{publication};
 	my @tables = @{ $o{tables} // [] };
+	my $sets = $o{replication_sets};
 	croak 'publication or decoder required' unless defined $pub || $o{decoder};
 	my ($sysid, $db) = source_identity($src);
 	$sysid = $o{source_system_identifier} if exists $o{source_system_identifier};
@@ -216,6 +219,8 @@ sub setup_pipeline
 		my $mt = marker_table($sink);
 		both($src, $dst, "CREATE TABLE $mt (id bigint PRIMARY KEY, note text)");
 		$src->safe_psql($DB, "ALTER PUBLICATION $pub ADD TABLE $mt") if defined $pub;
+		$src->safe_psql($DB, "SELECT pglogical.replication_set_add_table(" . lit($sets->[0]) . ", '$mt')")
+		  if ($o{decoder} // '') eq 'pglogical';
 		push @tables, "public.$mt";
 		# a role the pipeline connects as must read it (source_role)
 		$src->safe_psql($DB, "GRANT SELECT ON $mt TO $o{source_role}") if $o{source_role};
@@ -250,6 +255,7 @@ sub setup_pipeline
 		(defined $pub ? ("publication => " . lit($pub)) : ()),
 		($o{decoder} ? ("decoder => " . lit($o{decoder})) : ()),
 		(($o{decoder} // '') eq 'wal2json' ? ("tables => " . text_array_literal(@tables)) : ()),
+		(($o{decoder} // '') eq 'pglogical' ? ("replication_sets => " . text_array_literal(@$sets)) : ()),
 		"source_system_identifier => " . lit($sysid),
 		"source_database => " . lit($db),
 		"census => " . lit($census) . "::jsonb");
