@@ -1,4 +1,4 @@
-# 091_decoder_pglogical.pl
+# 092_decoder_pglogical.pl
 #
 # Decoder pglogical against the real pglogical 2.x output plugin: a source
 # with pglogical preloaded, a node and a replication set, consumed by a
