@@ -197,16 +197,25 @@ sub count_in_log
 	return $n;
 }
 
-# wait until the worker of the sink streams again (holds its slot), or the
-# pipeline halted; returns 'streaming', 'halted:<state>/<reason>' or 'timeout'
+# the pid of the walsender streaming the slot ('' when inactive)
+sub slot_pid
+{
+	return q_src("SELECT coalesce(active_pid::text, '') FROM pg_replication_slots WHERE slot_name = '$sink'");
+}
+
+# wait until the worker of the sink streams again -- holds its slot through
+# a walsender other than $old_pid: every fault breaks the session it hit --
+# or the pipeline halted; returns 'streaming', 'halted:<state>/<reason>' or
+# 'timeout'
 sub wait_streaming
 {
-	my ($t) = @_;
+	my ($old_pid, $t) = @_;
 	my $r = poll_until(sub {
 		my $st = eval { AshTest::status_row($dst, $sink) } // {};
 		return "halted:$st->{state}/" . ($st->{reason} // '')
 		  if ($st->{state} // '') =~ /^(halted|misconfigured)$/;
-		return slot_holder() eq 'worker' ? 'streaming' : undef;
+		return undef unless slot_holder() eq 'worker';
+		return (!defined $old_pid || slot_pid() ne $old_pid) ? 'streaming' : undef;
 	}, $t // 120);
 	return $r // 'timeout';
 }
@@ -491,10 +500,11 @@ my (%injected, %ineffective, %halts, %unrecovered, %recovery_max, %recovery_sum)
 my ($rows_checked, $rounds) = (0, 0);
 my $last_kind;
 my $last_end = time;
+my $last_pid;
 
 sub settle
 {
-	my $r = wait_streaming();
+	my $r = wait_streaming($last_pid);
 	my $dt = time - $last_end;
 	if ($r eq 'streaming')
 	{
@@ -532,6 +542,7 @@ while (@queue)
 	{
 		settle();
 		usleep(int((0.2 + rand(0.8)) * 1_000_000));    # fault spacing, not synchronization
+		$last_pid = eval { slot_pid() };
 		my ($effective, $what) = $inject{$kind}->();
 		$last_end = time;
 		$last_kind = $kind;
@@ -541,6 +552,7 @@ while (@queue)
 		diag "  $kind did not take effect: $what" unless $effective;
 	}
 	settle();
+	$last_pid = $last_kind = undef;
 
 	my $ok = stop_runner($runner);
 	note "round $rounds: workload committed $ok chunks";
