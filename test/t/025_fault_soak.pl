@@ -578,6 +578,13 @@ is(scalar AshTest::grep_logs_for("event=pipeline.halt sink=$sink ", $dst), 0, 'n
 is(join(',', map { "$_=$halts{$_}" } sort keys %halts), '', 'no fault ended in a halt');
 is(join(',', map { "$_=$unrecovered{$_}" } sort keys %unrecovered), '', 'the pipeline streamed again after every fault');
 is(join(',', map { "$_=$ineffective{$_}" } sort keys %ineffective), '', 'every fault took effect');
+# the trigger's failures were retried as transient, never counted towards
+# max_command_retries (a counted one reads attempt=N/M)
+my $transient_re = "event=apply\\.error sink=$sink sqlstate=(?:40001|40P01|55P03) .*attempt=";
+is(scalar AshTest::log_lines_like($dst, qr/${transient_re}\d/), 0,
+	'no transient apply error was counted towards max_command_retries');
+cmp_ok(scalar AshTest::log_lines_like($dst, qr/${transient_re}transient\//), '>=', $injected{trigger_transient} // 1,
+	'the trigger failures were retried as transient');
 my $n = 0;
 for my $k (@kind_names)
 {
