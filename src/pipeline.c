@@ -33,7 +33,9 @@
  *	  - a source/transport fault: reconnect with capped exponential
  *		back-off and resume from the durable watermark;
  *	  - a destination apply error: roll back, retry from the watermark up to
- *		max_command_retries times, then halt apply_failed.
+ *		max_command_retries times, then halt apply_failed; an error of a
+ *		transient class (apply_error_transient) is retried with back-off
+ *		for as long as it lasts, as a source fault is.
  *	  The error text is never logged: it can carry row values (constraint
  *	  DETAIL, input syntax errors).  Only SQLSTATE, command, relation and
  *	  LSN are.
@@ -156,6 +158,7 @@ stream_retry_ms(void)
 }
 
 static int	apply_failures = 0;
+static int	transient_failures = 0;	/* in a row, since the last commit */
 static int	slot_busy_failures = 0;
 static int	census_faults = 0;
 static TimestampTz next_census = 0;
@@ -1147,6 +1150,7 @@ commit_batch(void)
 
 	record_flush_position(&r);
 	apply_failures = 0;
+	transient_failures = 0;
 	guard_applied();
 	return r;
 }
@@ -1719,6 +1723,33 @@ run_session(void)
 }
 
 /*
+ * A destination error that says "try again" rather than "this change is
+ * wrong": a serialization failure or deadlock with another session, a lock
+ * timeout, and, from what a target's trigger reaches (dblink, a foreign
+ * table), a server out of connections or shutting down.  Applying the same
+ * transaction again can succeed once the other party is gone, so these do
+ * not count towards max_command_retries: they are retried with the
+ * reconnect back-off while they last, like a source that is down.  Every
+ * other class still halts apply_failed after the retries
+ * (docs/reasons.md#apply_failed).
+ */
+static bool
+apply_error_transient(int sqlerrcode)
+{
+	switch (sqlerrcode)
+	{
+		case ERRCODE_T_R_SERIALIZATION_FAILURE:
+		case ERRCODE_T_R_DEADLOCK_DETECTED:
+		case ERRCODE_LOCK_NOT_AVAILABLE:
+		case ERRCODE_TOO_MANY_CONNECTIONS:
+		case ERRCODE_ADMIN_SHUTDOWN:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
  * Classify a caught error.  Returns the reconnect delay in ms; halts (and
  * exits) when the error is terminal.
  */
@@ -1824,6 +1855,27 @@ handle_error(ErrorData *edata, long backoff)
 	}
 
 	/* a destination error while applying: never print its text */
+	if (apply_error_transient(edata->sqlerrcode))
+	{
+		long		delay = ash_reconnect_min_ms;
+
+		/* back-off doubling per failure in a row, up to the reconnect cap */
+		for (int i = 0; i < transient_failures && delay < ash_reconnect_max_ms; i++)
+			delay *= 2;
+		delay = Min(delay, ash_reconnect_max_ms);
+		transient_failures++;
+		ereport(LOG,
+				(errmsg("ash_replicant event=apply.error sink=%s sqlstate=%s step=%s command=%s table=%s commit_lsn=%X/%X xid=%u attempt=transient/%d retry_in_ms=%ld",
+						cfg->sink_name, sqlstate, step_names[step],
+						ash_apply_errctx.command ? ash_apply_errctx.command : "none",
+						ash_apply_errctx.relation ? ash_apply_errctx.relation : "none",
+						LSN_FORMAT_ARGS(ash_apply_errctx.commit_lsn),
+						ash_apply_errctx.xid, transient_failures, delay)));
+		SpinLockAcquire(&MySlot->mutex);
+		MySlot->stats.reconnects++;
+		SpinLockRelease(&MySlot->mutex);
+		return delay;
+	}
 	apply_failures++;
 	ereport(LOG,
 			(errmsg("ash_replicant event=apply.error sink=%s sqlstate=%s step=%s command=%s table=%s commit_lsn=%X/%X xid=%u attempt=%d/%d",
