@@ -94,6 +94,9 @@ ash_replicant.reconnect_max_delay = '2s'
 ash_replicant.receive_timeout = '10s'
 max_worker_processes = 24
 max_connections = 60
+# every sink that has run holds a replication origin (replication state slot)
+# until it is dropped: room for the tests that create many sinks
+max_replication_slots = 32
 log_statement = '$log_statement'
 } . ($o{dst_conf} // ''));
 	$dst->start;
