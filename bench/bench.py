@@ -168,7 +168,7 @@ def setup_clusters():
     os.makedirs(BASE)
     os.chown(BASE, PG.pw_uid, PG.pw_gid)
 
-    want_pgl = "pglogical" in CONTENDERS
+    want_pgl = "pglogical" in CONTENDERS or "ashpgl" in CONTENDERS
     have_pgl = os.path.exists(os.path.join(PGBIN, "..", "lib", "pglogical.so"))
     if want_pgl and not have_pgl:
         PGLOGICAL_WHY = "postgresql-15-pglogical not installable"
@@ -649,9 +649,11 @@ class Ash(Contender):
     def __init__(self, w, rep, binary=False, streaming=False, decoder="pgoutput"):
         self.binary = binary
         self.streaming = streaming
-        self.decoder = self.plugin = decoder
+        self.decoder = decoder
+        self.plugin = "pglogical_output" if decoder == "pglogical" else decoder
         self.variant = "+".join(v for v, on in (("stream", streaming), ("binary", binary),
-                                                ("wal2json", decoder == "wal2json")) if on) or None
+                                                ("wal2json", decoder == "wal2json"),
+                                                ("pglogical", decoder == "pglogical")) if on) or None
         super().__init__(w, rep)
 
     def prepare(self, src, dst):
@@ -664,7 +666,18 @@ class Ash(Contender):
                          sensitive=["t"], encrypted=["t"])
         self.map_table(dst, w.ash_target, w.table.split(".")[0], w.table.split(".")[1], extra)
         self.map_table(dst, "bench.marker", "bench", "marker", {})
-        if self.decoder == "wal2json":
+        if self.decoder == "pglogical":
+            if not PGLOGICAL_OK:
+                raise NotAvailable(PGLOGICAL_WHY or "pglogical not set up")
+            rset = "set_" + self.slot
+            q(src, "SELECT pglogical.create_replication_set(%s)", (rset,))
+            for t in (w.table, "bench.marker"):
+                q(src, "SELECT pglogical.replication_set_add_table(%s, %s::regclass, synchronize_data := false)",
+                  (rset, t))
+            q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, decoder => 'pglogical',"
+                   " replication_sets => %s, source_system_identifier => %s, source_database => 'postgres')",
+              (self.slot, SRC_DSN, [rset], sysid))
+        elif self.decoder == "wal2json":
             q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, decoder => 'wal2json',"
                    " tables => %s, source_system_identifier => %s, source_database => 'postgres')",
               (self.slot, SRC_DSN, [w.table, "bench.marker"], sysid))
@@ -893,6 +906,8 @@ def make_contenders(w, rep):
             out.append(Ash(w, rep, binary=True))
         elif c == "ashw2j":
             out.append(Ash(w, rep, decoder="wal2json"))
+        elif c == "ashpgl":
+            out.append(Ash(w, rep, decoder="pglogical"))
         elif c == "ashstream":
             # streaming of in-progress transactions only changes W4
             if w.name == "W4":

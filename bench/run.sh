@@ -21,7 +21,8 @@
 #                      floor = bench/floor_reader: ash_replicant's paced reading
 #                      with no apply, the walsender's bound for such a reader;
 #                      also: ashbin, nativebin, floorbin (binary transfer), ashw2j
-#                      (ash_replicant with decoder => 'wal2json'), ashstream,
+#                      (ash_replicant with decoder => 'wal2json'), ashpgl
+#                      (decoder => 'pglogical'), ashstream,
 #                      ashstreambin (streaming => true; W4 only), recvlogical
 #                      (pg_recvlogical into /dev/null: the walsender's cost for
 #                      a reader that keeps its TCP window open; not a ceiling)
