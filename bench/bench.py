@@ -766,6 +766,11 @@ class Ash(Contender):
                 log("  ash_replicant worker of %s did not stop" % self.slot)
                 break
             time.sleep(0.2)
+        if self.decoder == "pglogical":
+            try:
+                q(src, "SELECT pglogical.drop_replication_set(%s)", ("set_" + self.slot,))
+            except psycopg2.Error as e:
+                log("  drop_replication_set: %s" % str(e).strip().splitlines()[0])
         super().cleanup(src, dst)
 
 
