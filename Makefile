@@ -68,14 +68,14 @@ unit: test/unit/decode_test test/unit/copy_row_test test/unit/decode_wal2json_te
 	test/unit/decode_pglogical_test
 
 test/unit/decode_pglogical_test: $(PGL_UNIT_SRCS) src/change.h src/decode_pglogical.h \
-		test/common/palloc_arena.h
+		test/common/palloc_arena.h test/common/unit_tap.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(PGL_UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
 test/unit/decode_wal2json_test: $(W2J_UNIT_SRCS) src/change.h src/decode_wal2json.h \
-		test/common/palloc_arena.h
+		test/common/palloc_arena.h test/common/unit_tap.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(W2J_UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
-test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h test/common/palloc_arena.h
+test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h test/common/palloc_arena.h test/common/unit_tap.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
 COPY_ROW_TEST_SRCS = test/unit/copy_row_test.c src/copy_row.c

@@ -27,28 +27,8 @@
 #include "change.h"
 #include "decode_pglogical.h"
 #include "palloc_arena.h"
+#include "unit_tap.h"
 
-static int	tap_count;
-static int	tap_failed;
-
-static bool ok(bool cond, const char *fmt,...) pg_attribute_printf(2, 3);
-
-static bool
-ok(bool cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	tap_count++;
-	if (!cond)
-		tap_failed++;
-	printf("%sok %d - ", cond ? "" : "not ", tap_count);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	return cond;
-}
 
 /* Every error is one of a few static strings: printable and value-free. */
 #define MAX_ERRORS 64

@@ -33,6 +33,7 @@
 #include "change.h"
 #include "decode_pgoutput.h"
 #include "palloc_arena.h"
+#include "unit_tap.h"
 
 /* ----------------------------------------------------------------
  * Allocation bound (the arena is test/common/palloc_arena.c).
@@ -43,46 +44,6 @@ static bool
 alloc_within_bound(int len)
 {
 	return arena_bytes <= (size_t) 32 * (size_t) len + 256;
-}
-
-/* ----------------------------------------------------------------
- * Minimal TAP.
- * ----------------------------------------------------------------
- */
-static int	tap_count;
-static int	tap_failed;
-
-static bool ok(bool cond, const char *fmt,...) pg_attribute_printf(2, 3);
-
-static bool
-ok(bool cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	tap_count++;
-	if (!cond)
-		tap_failed++;
-	printf("%sok %d - ", cond ? "" : "not ", tap_count);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	return cond;
-}
-
-static void diag(const char *fmt,...) pg_attribute_printf(1, 2);
-
-static void
-diag(const char *fmt,...)
-{
-	va_list		ap;
-
-	printf("# ");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
 }
 
 /* ----------------------------------------------------------------

@@ -30,46 +30,8 @@
 #include "change.h"
 #include "decode_wal2json.h"
 #include "palloc_arena.h"
+#include "unit_tap.h"
 
-/* ----------------------------------------------------------------
- * Minimal TAP.
- * ----------------------------------------------------------------
- */
-static int	tap_count;
-static int	tap_failed;
-
-static bool ok(bool cond, const char *fmt,...) pg_attribute_printf(2, 3);
-
-static bool
-ok(bool cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	tap_count++;
-	if (!cond)
-		tap_failed++;
-	printf("%sok %d - ", cond ? "" : "not ", tap_count);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	return cond;
-}
-
-static void diag(const char *fmt,...) pg_attribute_printf(1, 2);
-
-static void
-diag(const char *fmt,...)
-{
-	va_list		ap;
-
-	printf("# ");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
 
 /* ----------------------------------------------------------------
  * Errors seen: a small set of static strings without message bytes.
