@@ -389,6 +389,7 @@ enum
 static MemoryContext stats_cxt = NULL;
 static HTAB *table_stats = NULL;
 static SPIPlanPtr table_stats_plan = NULL;
+static SPIPlanPtr table_stats_one_plan = NULL;
 
 static uint32
 table_stat_hash(const void *key, Size keysize)
@@ -475,7 +476,43 @@ stats_array(Datum *elems, int n, Oid type, bool *nulls)
 											  typlen, typbyval, typalign));
 }
 
-/* In the batch's transaction, before the checkpoint: write the counts. */
+#define TABLE_STATS_UPSERT \
+	"INSERT INTO ash_replicant.table_stats AS t (sink_name, target, tenant," \
+	"  target_table, inserted, updated, deleted, truncated, last_commit_time," \
+	"  last_applied_at)"
+#define TABLE_STATS_ON_CONFLICT \
+	" ON CONFLICT (sink_name, target, tenant) DO UPDATE SET" \
+	"  target_table = coalesce(EXCLUDED.target_table, t.target_table)," \
+	"  inserted = t.inserted OPERATOR(pg_catalog.+) EXCLUDED.inserted," \
+	"  updated = t.updated OPERATOR(pg_catalog.+) EXCLUDED.updated," \
+	"  deleted = t.deleted OPERATOR(pg_catalog.+) EXCLUDED.deleted," \
+	"  truncated = t.truncated OPERATOR(pg_catalog.+) EXCLUDED.truncated," \
+	"  last_commit_time = EXCLUDED.last_commit_time," \
+	"  last_applied_at = EXCLUDED.last_applied_at"
+
+static SPIPlanPtr
+table_stats_prepare(const char *sql, const Oid *types)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, 9, (Oid *) types);
+
+	if (plan == NULL)
+		elog(ERROR, "ash_replicant: could not prepare the table statistics statement");
+	SPI_keepplan(plan);
+	return plan;
+}
+
+/* a streamed transaction's commit time is known at its end */
+static Datum
+table_stat_commit_time(TableStatEntry *e)
+{
+	return TimestampTzGetDatum(e->commit_time != 0 ? e->commit_time : batch_commit_time);
+}
+
+/*
+ * In the batch's transaction, before the checkpoint: write the counts.  A
+ * batch that touched one table (every batch of a trickle) binds scalars:
+ * the arrays' unnest plan costs a one-transaction batch more than its rows.
+ */
 static void
 table_stats_flush(void)
 {
@@ -483,15 +520,17 @@ table_stats_flush(void)
 	TableStatEntry *e;
 	long		n;
 	int			i = 0;
-	Datum	   *cols[9];
-	bool	   *tenant_nulls;
-	bool	   *relid_nulls;
 	Datum		values[9];
 	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	static const Oid one_types[9] = {
+		TEXTOID, TEXTOID, TEXTOID, OIDOID, INT8OID, INT8OID, INT8OID, INT8OID,
+		TIMESTAMPTZOID
+	};
 	static const Oid types[9] = {
 		TEXTOID, TEXTARRAYOID, TEXTARRAYOID, OIDARRAYOID, INT8ARRAYOID,
 		INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID
 	};
+	SPIPlanPtr	plan;
 	MemoryContext old;
 
 	if (table_stats == NULL || (n = hash_get_num_entries(table_stats)) == 0)
@@ -499,61 +538,65 @@ table_stats_flush(void)
 	ash_apply_errctx.command = "table_stats";
 	ash_apply_errctx.relation = NULL;
 	old = MemoryContextSwitchTo(stats_cxt);
-	for (int c = 1; c < 9; c++)
-		cols[c] = palloc(sizeof(Datum) * n);
-	tenant_nulls = palloc0(sizeof(bool) * n);
-	relid_nulls = palloc0(sizeof(bool) * n);
-	hash_seq_init(&seq, table_stats);
-	while ((e = hash_seq_search(&seq)) != NULL)
-	{
-		cols[1][i] = CStringGetTextDatum(e->key.target);
-		tenant_nulls[i] = e->key.tenant == NULL;
-		cols[2][i] = e->key.tenant ? CStringGetTextDatum(e->key.tenant) : (Datum) 0;
-		relid_nulls[i] = !OidIsValid(e->relid);
-		cols[3][i] = ObjectIdGetDatum(e->relid);
-		for (int k = 0; k < 4; k++)
-			cols[4 + k][i] = Int64GetDatum(e->counts[k]);
-		/* a streamed transaction's commit time is known at its end */
-		cols[8][i] = TimestampTzGetDatum(e->commit_time != 0 ? e->commit_time :
-										 batch_commit_time);
-		i++;
-	}
 	values[0] = CStringGetTextDatum(apply_cfg->sink_name);
-	values[1] = stats_array(cols[1], n, TEXTOID, NULL);
-	values[2] = stats_array(cols[2], n, TEXTOID, tenant_nulls);
-	values[3] = stats_array(cols[3], n, OIDOID, relid_nulls);
-	for (int c = 4; c < 9; c++)
-		values[c] = stats_array(cols[c], n, c == 8 ? TIMESTAMPTZOID : INT8OID, NULL);
-
-	if (table_stats_plan == NULL)
+	hash_seq_init(&seq, table_stats);
+	if (n == 1)
 	{
-		SPIPlanPtr	plan = SPI_prepare(
-			"INSERT INTO ash_replicant.table_stats AS t (sink_name, target, tenant,"
-			"  target_table, inserted, updated, deleted, truncated, last_commit_time,"
-			"  last_applied_at)"
-			" SELECT $1, u.target, u.tenant, u.relid, u.i, u.u, u.d, u.t, u.ct,"
-			"  pg_catalog.clock_timestamp()"
-			"  FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3),"
-			"    pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
-			"    pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9))"
-			"    AS u(target, tenant, relid, i, u, d, t, ct)"
-			" ON CONFLICT (sink_name, target, tenant) DO UPDATE SET"
-			"  target_table = coalesce(EXCLUDED.target_table, t.target_table),"
-			"  inserted = t.inserted OPERATOR(pg_catalog.+) EXCLUDED.inserted,"
-			"  updated = t.updated OPERATOR(pg_catalog.+) EXCLUDED.updated,"
-			"  deleted = t.deleted OPERATOR(pg_catalog.+) EXCLUDED.deleted,"
-			"  truncated = t.truncated OPERATOR(pg_catalog.+) EXCLUDED.truncated,"
-			"  last_commit_time = EXCLUDED.last_commit_time,"
-			"  last_applied_at = EXCLUDED.last_applied_at",
-			9, (Oid *) types);
+		e = hash_seq_search(&seq);
+		hash_seq_term(&seq);
+		values[1] = CStringGetTextDatum(e->key.target);
+		nulls[2] = e->key.tenant == NULL ? 'n' : ' ';
+		values[2] = e->key.tenant ? CStringGetTextDatum(e->key.tenant) : (Datum) 0;
+		nulls[3] = OidIsValid(e->relid) ? ' ' : 'n';
+		values[3] = ObjectIdGetDatum(e->relid);
+		for (int k = 0; k < 4; k++)
+			values[4 + k] = Int64GetDatum(e->counts[k]);
+		values[8] = table_stat_commit_time(e);
+		if (table_stats_one_plan == NULL)
+			table_stats_one_plan = table_stats_prepare(TABLE_STATS_UPSERT
+													   " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
+													   "  pg_catalog.clock_timestamp())"
+													   TABLE_STATS_ON_CONFLICT, one_types);
+		plan = table_stats_one_plan;
+	}
+	else
+	{
+		Datum	   *cols[9];
+		bool	   *tenant_nulls = palloc0(sizeof(bool) * n);
+		bool	   *relid_nulls = palloc0(sizeof(bool) * n);
 
-		if (plan == NULL)
-			elog(ERROR, "ash_replicant: could not prepare the table statistics statement");
-		SPI_keepplan(plan);
-		table_stats_plan = plan;
+		for (int c = 1; c < 9; c++)
+			cols[c] = palloc(sizeof(Datum) * n);
+		while ((e = hash_seq_search(&seq)) != NULL)
+		{
+			cols[1][i] = CStringGetTextDatum(e->key.target);
+			tenant_nulls[i] = e->key.tenant == NULL;
+			cols[2][i] = e->key.tenant ? CStringGetTextDatum(e->key.tenant) : (Datum) 0;
+			relid_nulls[i] = !OidIsValid(e->relid);
+			cols[3][i] = ObjectIdGetDatum(e->relid);
+			for (int k = 0; k < 4; k++)
+				cols[4 + k][i] = Int64GetDatum(e->counts[k]);
+			cols[8][i] = table_stat_commit_time(e);
+			i++;
+		}
+		values[1] = stats_array(cols[1], n, TEXTOID, NULL);
+		values[2] = stats_array(cols[2], n, TEXTOID, tenant_nulls);
+		values[3] = stats_array(cols[3], n, OIDOID, relid_nulls);
+		for (int c = 4; c < 9; c++)
+			values[c] = stats_array(cols[c], n, c == 8 ? TIMESTAMPTZOID : INT8OID, NULL);
+		if (table_stats_plan == NULL)
+			table_stats_plan = table_stats_prepare(TABLE_STATS_UPSERT
+												   " SELECT $1, u.target, u.tenant, u.relid, u.i, u.u, u.d, u.t, u.ct,"
+												   "  pg_catalog.clock_timestamp()"
+												   "  FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3),"
+												   "    pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+												   "    pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9))"
+												   "    AS u(target, tenant, relid, i, u, d, t, ct)"
+												   TABLE_STATS_ON_CONFLICT, types);
+		plan = table_stats_plan;
 	}
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_execute_plan(table_stats_plan, values, nulls, false, 0) != SPI_OK_INSERT)
+	if (SPI_execute_plan(plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "ash_replicant: table statistics were not written");
 	PopActiveSnapshot();
 	MemoryContextSwitchTo(old);

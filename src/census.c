@@ -65,6 +65,7 @@
 #include "libpq_conn.h"
 #include "qualname.h"
 #include "source_catalog.h"
+#include "syncrep.h"
 
 long
 ash_census_next_delay(AshPipelineConfig *cfg)
@@ -466,6 +467,7 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 		MemoryContextSwitchTo(run_cxt);
 		conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant census");
 		judge_source(cfg, conn, "census");
+		ash_syncrep_observe(conn);
 	}
 	PG_CATCH();
 	{

@@ -86,6 +86,7 @@
 #include "snapshot.h"
 #include "source_slot.h"
 #include "spi_util.h"
+#include "syncrep.h"
 #include "walproto.h"
 
 /* Where a session is, to classify source errors. */
@@ -1382,6 +1383,10 @@ incremental_work(void)
 	}
 }
 
+/* the quiet-moment flush when the source does not wait for us */
+#define ACK_FLUSH_INTERVAL_MS 20
+static TimestampTz last_ack_flush = 0;
+
 /* Until more arrives (or the next census): pace a backlog, or wait. */
 static void
 wait_for_stream(TimestampTz now)
@@ -1409,15 +1414,26 @@ wait_for_stream(TimestampTz now)
 		/*
 		 * The stream is quiet: acknowledge what is applied now rather than
 		 * when the WAL writer gets to our asynchronous commits and the next
-		 * wake-up reports them (up to a second later).  One flush per quiet
-		 * moment costs a backlog nothing (it pauses above instead) and lets
-		 * the source release WAL -- and a synchronous source's commits
-		 * return -- at once.
+		 * wake-up reports them (up to a second later).  A backlog pays
+		 * nothing for it (it pauses above instead).  A source that waits
+		 * for us (syncrep.c) gets every commit acknowledged at once; any
+		 * other gets a flush at most every ACK_FLUSH_INTERVAL_MS: on a
+		 * trickle of small transactions a flush per quiet moment is a
+		 * flush per transaction, which costs more than applying it and
+		 * holds up the next one that arrives meanwhile.
 		 */
 		if (!dlist_is_empty(&flush_positions))
 		{
-			XLogFlush(dlist_tail_element(FlushPosition, node, &flush_positions)->local_end);
-			send_feedback(false, false);
+			long		since = TimestampDifferenceMilliseconds(last_ack_flush, now);
+
+			if (ash_syncrep_source_waits() || since >= ACK_FLUSH_INTERVAL_MS)
+			{
+				XLogFlush(dlist_tail_element(FlushPosition, node, &flush_positions)->local_end);
+				send_feedback(false, false);
+				last_ack_flush = now;
+			}
+			else
+				wait_ms = Min(wait_ms, Max(ACK_FLUSH_INTERVAL_MS - since, 1));
 		}
 		(void) ash_stream_wait(&stream, wait_ms);
 	}
@@ -1699,6 +1715,8 @@ run_session(void)
 	while (!dlist_is_empty(&flush_positions))
 		pfree(dlist_container(FlushPosition, node, dlist_pop_head_node(&flush_positions)));
 
+	ash_syncrep_start(conn, cfg->sink_name);
+	last_ack_flush = 0;
 	step = STEP_START;
 	ash_stream_start(&stream, conn, cfg->slot_name, binding.end_lsn, plugin_options(conn));
 	slot_busy_failures = 0;

@@ -7,6 +7,10 @@
 #     rows are there the moment the commit returns, without waiting;
 #   - 50 sequential commits take well under the ~1 s each a late
 #     acknowledgement costs (bound generous: 0.4 s a commit on average).
+# The worker learns whether the source waits for it from
+# synchronous_standby_names (at session start, then at every census) and
+# logs its acknowledgement mode: per_commit when listed, else grouped (a
+# flush at most every 20 ms); the setting's syntax variants are checked.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -23,7 +27,33 @@ $src->safe_psql($DB, "CREATE PUBLICATION pub_ack FOR TABLE acks");
 AshTest::setup_pipeline($src, $dst, sink => 'ack', publication => 'pub_ack', maps => [ ['acks'] ]);
 ok(AshTest::wait_caught_up($src, $dst, 'ack'), 'streams');
 
-# the pipeline becomes the source's synchronous standby
+# Nobody waits for the worker: it groups its acknowledgement flushes.
+ok($dst->wait_for_log(qr/event=pipeline\.acknowledgement sink=ack mode=grouped/, 0),
+	'without synchronous_standby_names acknowledgements are grouped');
+
+# The mode follows synchronous_standby_names as the source's parser reads it
+# (names case-insensitive, quoted or not, in FIRST/ANY lists, "*"), picked up
+# by the next census.  No source commit happens meanwhile: a standby named
+# here but absent would hold it.
+my @modes = (
+	[ q{'"ash_replicant ack"'},                                     'per_commit' ],
+	[ q{'other_standby, "ash_replicant ackx"'},                     'grouped' ],
+	[ q{'ANY 1 (x, "ASH_Replicant ACK")'},                          'per_commit' ],
+	[ q{'FIRST 2 ("xash_replicant ack", "ash_replicant ack ")'},    'grouped' ],
+	[ q{'*'},                                                       'per_commit' ],
+	[ q{''},                                                        'grouped' ],
+	[ q{'2 (a, "ash_replicant ack")'},                              'per_commit' ]);
+for my $m (@modes)
+{
+	my ($setting, $mode) = @$m;
+	my $offset = -s $dst->logfile;
+	$src->safe_psql($DB, "ALTER SYSTEM SET synchronous_standby_names = $setting");
+	$src->safe_psql($DB, "SELECT pg_reload_conf()");
+	ok($dst->wait_for_log(qr/event=pipeline\.acknowledgement sink=ack mode=\Q$mode\E/, $offset),
+		"synchronous_standby_names = $setting: acknowledgements $mode");
+}
+
+# the pipeline is the source's synchronous standby
 $src->safe_psql($DB, q{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant ack"'});
 $src->safe_psql($DB, "SELECT pg_reload_conf()");
 ok(AshTest::poll($src,

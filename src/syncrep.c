@@ -1,0 +1,141 @@
+/*-------------------------------------------------------------------------
+ *
+ * syncrep.c
+ *	  Whether the source waits for this pipeline's acknowledgements.
+ *
+ *	  The pipeline acknowledges a durably applied commit at the next quiet
+ *	  moment of the stream.  Each acknowledgement costs a WAL flush here,
+ *	  so when nobody waits for it the worker flushes at most every
+ *	  ACK_FLUSH_INTERVAL_MS (pipeline.c) -- the source only learns a little
+ *	  later that it may release WAL.  A source whose
+ *	  synchronous_standby_names lists us holds every commit until we
+ *	  acknowledge it, so then each one is acknowledged at once.  The
+ *	  setting is read at every session's start on the replication
+ *	  connection and again at every census on its probe connection.
+ *
+ *	  Nothing read here is logged: the setting names other standbys.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "syncrep.h"
+
+static char source_appname[NAMEDATALEN];
+static char syncrep_sink[NAMEDATALEN];
+static bool source_waits = false;
+static bool known = false;
+
+/*
+ * One standby name of the setting, as the source's own parser reads it:
+ * a double-quoted name ("" for a quote) or a run of other characters.
+ * Keywords (ANY, FIRST) and numbers come out as names too: a false match
+ * only makes acknowledgements prompt.
+ */
+static const char *
+next_name(const char *p, char *buf, size_t bufsize, bool *found)
+{
+	size_t		n = 0;
+
+	*found = false;
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' ||
+		   *p == '\v' || *p == ',' || *p == '(' || *p == ')')
+		p++;
+	if (*p == '\0')
+		return p;
+	*found = true;
+	if (*p == '"')
+	{
+		p++;
+		for (; *p != '\0'; p++)
+		{
+			if (*p == '"')
+			{
+				if (p[1] != '"')
+				{
+					p++;
+					break;
+				}
+				p++;
+			}
+			if (n + 1 < bufsize)
+				buf[n] = *p;
+			n++;
+		}
+	}
+	else
+	{
+		for (; *p != '\0' && strchr(" \t\n\r\f\v,()\"", *p) == NULL; p++)
+		{
+			if (n + 1 < bufsize)
+				buf[n] = *p;
+			n++;
+		}
+	}
+	/* a name longer than the buffer cannot equal ours: no match */
+	if (n + 1 >= bufsize)
+		n = 0, buf[0] = '\1', buf[1] = '\0';
+	else
+		buf[n] = '\0';
+	return p;
+}
+
+bool
+ash_syncrep_lists(const char *setting, const char *appname)
+{
+	const char *p = setting;
+	char		name[NAMEDATALEN + 1];
+	bool		found;
+
+	if (setting == NULL)
+		return true;
+	for (;;)
+	{
+		p = next_name(p, name, sizeof(name), &found);
+		if (!found)
+			return false;
+		if (strcmp(name, "*") == 0 || pg_strcasecmp(name, appname) == 0)
+			return true;
+	}
+}
+
+static void
+judge(AshConn *conn)
+{
+	PGresult   *res = ash_conn_exec(conn, "SHOW synchronous_standby_names", true);
+	bool		waits = true;	/* unreadable: acknowledge promptly */
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		PQnfields(res) == 1 && !PQgetisnull(res, 0, 0))
+		waits = ash_syncrep_lists(PQgetvalue(res, 0, 0), source_appname);
+	PQclear(res);
+	if (!known || waits != source_waits)
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.acknowledgement sink=%s mode=%s",
+						syncrep_sink, waits ? "per_commit" : "grouped")));
+	known = true;
+	source_waits = waits;
+}
+
+void
+ash_syncrep_start(AshConn *repl, const char *sink_name)
+{
+	const char *appname = PQparameterStatus(repl->conn, "application_name");
+
+	strlcpy(syncrep_sink, sink_name, sizeof(syncrep_sink));
+	strlcpy(source_appname, appname ? appname : "", sizeof(source_appname));
+	judge(repl);
+}
+
+void
+ash_syncrep_observe(AshConn *conn)
+{
+	if (syncrep_sink[0] != '\0')
+		judge(conn);
+}
+
+bool
+ash_syncrep_source_waits(void)
+{
+	return !known || source_waits;
+}

@@ -1,0 +1,35 @@
+/*-------------------------------------------------------------------------
+ *
+ * syncrep.h
+ *	  Whether the source waits for this pipeline's acknowledgements: its
+ *	  synchronous_standby_names lists the replication connection's
+ *	  application_name (docs/operations.md, "Acknowledgement and
+ *	  synchronous standby").
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_SYNCREP_H
+#define ASH_SYNCREP_H
+
+#include "libpq_conn.h"
+
+/*
+ * True when setting (a synchronous_standby_names value) names appname or
+ * "*".  Pure; errs towards true on anything it cannot read.
+ */
+extern bool ash_syncrep_lists(const char *setting, const char *appname);
+
+/*
+ * At a session's start, on its replication connection (before
+ * START_REPLICATION): remember the application_name the source sees and
+ * read synchronous_standby_names.
+ */
+extern void ash_syncrep_start(AshConn *repl, const char *sink_name);
+
+/* Read synchronous_standby_names again on any source connection. */
+extern void ash_syncrep_observe(AshConn *conn);
+
+/* Whether the source may be waiting for our acknowledgements. */
+extern bool ash_syncrep_source_waits(void);
+
+#endif							/* ASH_SYNCREP_H */
