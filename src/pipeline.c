@@ -1098,6 +1098,21 @@ run_census_if_due(void)
 
 static bool sender_behind = false;
 
+/* the quiet-moment flush when the source does not wait for us */
+#define ACK_FLUSH_INTERVAL_MS 20
+static TimestampTz last_ack_flush = 0;
+
+/*
+ * A deferred acknowledgement and what followed it, as evidence that the
+ * source waits for us after all (syncrep.c): BEGINs received, those at
+ * the deferral, and when the deferred acknowledgement went out across a
+ * silent stream (0: none pending).
+ */
+static uint64 begins_received = 0;
+static bool ack_deferred = false;
+static uint64 ack_deferred_begins = 0;
+static TimestampTz reply_probe_at = 0;
+
 /*
  * Note how far behind its source's commits the walsender sent this one (at
  * BEGIN, which carries the commit time, too: a large transaction is paced
@@ -1230,7 +1245,17 @@ apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 	else if (change.kind == ASH_CHANGE_COMMIT)
 		note_commit_sent(msg->send_time, change.u.commit.commit_time);
 	else if (change.kind == ASH_CHANGE_BEGIN)
+	{
 		note_commit_sent(msg->send_time, change.u.begin.commit_time);
+		begins_received++;
+		if (reply_probe_at != 0)
+		{
+			ash_syncrep_note_reply(!TimestampDifferenceExceeds(reply_probe_at,
+															   GetCurrentTimestamp(),
+															   SYNCREP_REPLY_MS));
+			reply_probe_at = 0;
+		}
+	}
 	else if (change.kind == ASH_CHANGE_STREAM_START)
 		sender_behind = true;	/* a transaction too large to wait for its commit */
 	if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
@@ -1383,10 +1408,6 @@ incremental_work(void)
 	}
 }
 
-/* the quiet-moment flush when the source does not wait for us */
-#define ACK_FLUSH_INTERVAL_MS 20
-static TimestampTz last_ack_flush = 0;
-
 /* Until more arrives (or the next census): pace a backlog, or wait. */
 static void
 wait_for_stream(TimestampTz now)
@@ -1428,12 +1449,25 @@ wait_for_stream(TimestampTz now)
 
 			if (ash_syncrep_source_waits() || since >= ACK_FLUSH_INTERVAL_MS)
 			{
+				bool		silent = ack_deferred && begins_received == ack_deferred_begins;
+
 				XLogFlush(dlist_tail_element(FlushPosition, node, &flush_positions)->local_end);
 				send_feedback(false, false);
 				last_ack_flush = now;
+				if (ack_deferred && !silent)
+					ash_syncrep_note_reply(false);	/* nobody was held */
+				ack_deferred = false;
+				reply_probe_at = silent ? GetCurrentTimestamp() : 0;
 			}
 			else
+			{
+				if (!ack_deferred)
+				{
+					ack_deferred = true;
+					ack_deferred_begins = begins_received;
+				}
 				wait_ms = Min(wait_ms, Max(ACK_FLUSH_INTERVAL_MS - since, 1));
+			}
 		}
 		(void) ash_stream_wait(&stream, wait_ms);
 	}
@@ -1717,6 +1751,8 @@ run_session(void)
 
 	ash_syncrep_start(conn, cfg->sink_name);
 	last_ack_flush = 0;
+	ack_deferred = false;
+	reply_probe_at = 0;
 	step = STEP_START;
 	ash_stream_start(&stream, conn, cfg->slot_name, binding.end_lsn, plugin_options(conn));
 	slot_busy_failures = 0;

@@ -21,10 +21,24 @@
 
 #include "syncrep.h"
 
+/*
+ * Evidence that the source waits for us although its setting did not say
+ * so when last read (it was changed since, or names us in a way we do not
+ * read): SYNCREP_REPLIES deferred acknowledgements in a row, each after a
+ * stream silent for the whole deferral, each answered by a new
+ * transaction within SYNCREP_REPLY_MS -- the source's sessions were held
+ * until we acknowledged.  A source that does not wait for us answers so
+ * by chance only rarely (a trickle of 50 transactions per second: about
+ * 0.15 per acknowledgement, eight in a row once in months); a wrong guess
+ * costs a flush per commit until the next census reads the setting again.
+ */
+#define SYNCREP_REPLIES 8
+
 static char source_appname[NAMEDATALEN];
 static char syncrep_sink[NAMEDATALEN];
 static bool source_waits = false;
 static bool known = false;
+static int	replies_in_a_row = 0;
 
 /*
  * One standby name of the setting, as the source's own parser reads it:
@@ -100,6 +114,18 @@ ash_syncrep_lists(const char *setting, const char *appname)
 }
 
 static void
+set_mode(bool waits, const char *by)
+{
+	if (!known || waits != source_waits)
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.acknowledgement sink=%s mode=%s by=%s",
+						syncrep_sink, waits ? "per_commit" : "grouped", by)));
+	known = true;
+	source_waits = waits;
+	replies_in_a_row = 0;
+}
+
+static void
 judge(AshConn *conn)
 {
 	PGresult   *res = ash_conn_exec(conn, "SHOW synchronous_standby_names", true);
@@ -109,12 +135,7 @@ judge(AshConn *conn)
 		PQnfields(res) == 1 && !PQgetisnull(res, 0, 0))
 		waits = ash_syncrep_lists(PQgetvalue(res, 0, 0), source_appname);
 	PQclear(res);
-	if (!known || waits != source_waits)
-		ereport(LOG,
-				(errmsg("ash_replicant event=pipeline.acknowledgement sink=%s mode=%s",
-						syncrep_sink, waits ? "per_commit" : "grouped")));
-	known = true;
-	source_waits = waits;
+	set_mode(waits, "setting");
 }
 
 void
@@ -138,4 +159,14 @@ bool
 ash_syncrep_source_waits(void)
 {
 	return !known || source_waits;
+}
+
+void
+ash_syncrep_note_reply(bool prompt)
+{
+	if (source_waits)
+		return;
+	replies_in_a_row = prompt ? replies_in_a_row + 1 : 0;
+	if (replies_in_a_row >= SYNCREP_REPLIES)
+		set_mode(true, "replies");
 }

@@ -32,4 +32,11 @@ extern void ash_syncrep_observe(AshConn *conn);
 /* Whether the source may be waiting for our acknowledgements. */
 extern bool ash_syncrep_source_waits(void);
 
+/*
+ * After an acknowledgement deferred across a silent stream: whether a new
+ * transaction followed it within SYNCREP_REPLY_MS.
+ */
+#define SYNCREP_REPLY_MS 10
+extern void ash_syncrep_note_reply(bool prompt);
+
 #endif							/* ASH_SYNCREP_H */

@@ -11,6 +11,8 @@
 # synchronous_standby_names (at session start, then at every census) and
 # logs its acknowledgement mode: per_commit when listed, else grouped (a
 # flush at most every 20 ms); the setting's syntax variants are checked.
+# Without a census, a pipeline listed after its start switches on evidence:
+# its deferred acknowledgements keep being answered at once.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -74,6 +76,41 @@ ok($ok, "$n synchronous commits returned") or diag $err;
 is($dst->safe_psql($DB, "SELECT count(*) FROM acks"), $n, 'every acknowledged commit is already visible');
 diag sprintf("%d synchronous commits in %.2f s (%.1f ms each)", $n, $elapsed, 1000 * $elapsed / $n);
 cmp_ok($elapsed, '<', 0.4 * $n, 'acknowledged promptly (a late acknowledgement costs about a second each)');
+
+$src->safe_psql($DB, q{ALTER SYSTEM RESET synchronous_standby_names});
+$src->safe_psql($DB, "SELECT pg_reload_conf()");
+
+# Evidence instead of the setting: a pipeline without census reads the
+# setting only at its start.  Listed afterwards, its deferred
+# acknowledgements (across a silent stream) are answered by a new
+# transaction at once, again and again: it switches to per_commit.
+AshTest::both($src, $dst, "CREATE TABLE acks2 (id int PRIMARY KEY)");
+$src->safe_psql($DB, "CREATE PUBLICATION pub_ack2 FOR TABLE acks2");
+AshTest::setup_pipeline($src, $dst, sink => 'ack2', publication => 'pub_ack2',
+	maps => [ ['acks2'] ], census => '{"enabled": false}');
+ok(AshTest::wait_caught_up($src, $dst, 'ack2'), 'the second pipeline streams');
+ok($dst->wait_for_log(qr/event=pipeline\.acknowledgement sink=ack2 mode=grouped by=setting/, 0),
+	'not listed at its start: grouped');
+my $offset2 = -s $dst->logfile;
+$src->safe_psql($DB, q{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant ack2"'});
+$src->safe_psql($DB, "SELECT pg_reload_conf()");
+ok(AshTest::poll($src,
+		"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'ash_replicant ack2'"),
+	'the second pipeline is the synchronous standby');
+my $m = 300;
+$sql = join('', map { "INSERT INTO acks2 VALUES ($_);\n" } 1 .. $m);
+$t0 = time;
+$ok = eval {
+	IPC::Run::run([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', $src->host, '-p', $src->port, '-d', $DB ],
+		'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(180));
+};
+ok($ok, "$m synchronous commits returned") or diag $err;
+diag sprintf("%d synchronous commits in %.2f s", $m, time - $t0);
+is($dst->safe_psql($DB, "SELECT count(*) FROM acks2"), $m, 'every acknowledged commit is visible');
+ok($dst->log_contains(qr/event=pipeline\.acknowledgement sink=ack2 mode=per_commit by=replies/, $offset2),
+	'held commits answered at once: acknowledgements per commit');
+ok(!$dst->log_contains(qr/sink=ack mode=per_commit by=replies/, 0),
+	'the pipeline nobody waited for never guessed so');
 
 $src->safe_psql($DB, q{ALTER SYSTEM RESET synchronous_standby_names});
 $src->safe_psql($DB, "SELECT pg_reload_conf()");
