@@ -55,26 +55,39 @@ for my $m (@modes)
 		"synchronous_standby_names = $setting: acknowledgements $mode");
 }
 
-# the pipeline is the source's synchronous standby
-$src->safe_psql($DB, q{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant ack"'});
-$src->safe_psql($DB, "SELECT pg_reload_conf()");
-ok(AshTest::poll($src,
-		"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'ash_replicant ack'"),
-	'the worker is the synchronous standby');
+# $sink becomes the source's (only) synchronous standby
+sub list_as_synchronous
+{
+	my ($sink) = @_;
+	$src->safe_psql($DB, qq{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant $sink"'});
+	$src->safe_psql($DB, "SELECT pg_reload_conf()");
+	return AshTest::poll($src,
+		"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'ash_replicant $sink'");
+}
+
+# one psql session committing each statement of $sql in turn; seconds taken
+sub commit_one_by_one
+{
+	my ($sql, $what) = @_;
+	my ($out, $err) = ('', '');
+	my $t0 = time;
+	my $ok = eval {
+		IPC::Run::run([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', $src->host, '-p', $src->port, '-d', $DB ],
+			'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(180));
+	};
+	my $elapsed = time - $t0;
+	ok($ok, "$what returned") or diag $err;
+	diag sprintf("%s in %.2f s", $what, $elapsed);
+	return $elapsed;
+}
+
+ok(list_as_synchronous('ack'), 'the worker is the synchronous standby');
 
 my $n = 50;
-my $t0 = time;
-my $sql = join('', map { "INSERT INTO acks VALUES ($_, now());\n" } 1 .. $n);
-my ($out, $err) = ('', '');
-my $ok = eval {
-	IPC::Run::run([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', $src->host, '-p', $src->port, '-d', $DB ],
-		'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(180));
-};
-my $elapsed = time - $t0;
-ok($ok, "$n synchronous commits returned") or diag $err;
+my $elapsed = commit_one_by_one(join('', map { "INSERT INTO acks VALUES ($_, now());\n" } 1 .. $n),
+	"$n synchronous commits");
 # no poll: an acknowledged commit is applied and durable at the destination
 is($dst->safe_psql($DB, "SELECT count(*) FROM acks"), $n, 'every acknowledged commit is already visible');
-diag sprintf("%d synchronous commits in %.2f s (%.1f ms each)", $n, $elapsed, 1000 * $elapsed / $n);
 cmp_ok($elapsed, '<', 0.4 * $n, 'acknowledged promptly (a late acknowledgement costs about a second each)');
 
 $src->safe_psql($DB, q{ALTER SYSTEM RESET synchronous_standby_names});
@@ -92,20 +105,9 @@ ok(AshTest::wait_caught_up($src, $dst, 'ack2'), 'the second pipeline streams');
 ok($dst->wait_for_log(qr/event=pipeline\.acknowledgement sink=ack2 mode=grouped by=setting/, 0),
 	'not listed at its start: grouped');
 my $offset2 = -s $dst->logfile;
-$src->safe_psql($DB, q{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant ack2"'});
-$src->safe_psql($DB, "SELECT pg_reload_conf()");
-ok(AshTest::poll($src,
-		"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'ash_replicant ack2'"),
-	'the second pipeline is the synchronous standby');
+ok(list_as_synchronous('ack2'), 'the second pipeline is the synchronous standby');
 my $m = 300;
-$sql = join('', map { "INSERT INTO acks2 VALUES ($_);\n" } 1 .. $m);
-$t0 = time;
-$ok = eval {
-	IPC::Run::run([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', $src->host, '-p', $src->port, '-d', $DB ],
-		'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(180));
-};
-ok($ok, "$m synchronous commits returned") or diag $err;
-diag sprintf("%d synchronous commits in %.2f s", $m, time - $t0);
+commit_one_by_one(join('', map { "INSERT INTO acks2 VALUES ($_);\n" } 1 .. $m), "$m synchronous commits");
 is($dst->safe_psql($DB, "SELECT count(*) FROM acks2"), $m, 'every acknowledged commit is visible');
 ok($dst->log_contains(qr/event=pipeline\.acknowledgement sink=ack2 mode=per_commit by=replies/, $offset2),
 	'held commits answered at once: acknowledgements per commit');
