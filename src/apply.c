@@ -71,6 +71,7 @@
 #include "provenance.h"
 #include "shmem.h"
 #include "spi_util.h"
+#include "table_stats.h"
 
 AshApplyErrorContext ash_apply_errctx;
 
@@ -361,7 +362,8 @@ static void flush_deferred(void);
  * mapping, per tenant, and writes them to ash_replicant.table_stats in
  * the batch's own transaction, right before the checkpoint: the counters
  * move with the rows, exactly once, survive restarts and crashes, and a
- * rolled-back batch counts nothing.  One statement per batch.  The tenant
+ * rolled-back batch counts nothing.  Existing rows are updated in place
+ * (table_stats.c), new ones by one statement.  The tenant
  * value is stored in that default-deny catalog only; the view shows it to
  * roles that may read the tenant's rows (docs/operations.md).
  * ---------------------------------------------------------------------
@@ -510,16 +512,17 @@ table_stat_commit_time(TableStatEntry *e)
 
 /*
  * In the batch's transaction, before the checkpoint: write the counts.  A
- * batch that touched one table (every batch of a trickle) binds scalars:
- * the arrays' unnest plan costs a one-transaction batch more than its rows.
+ * table's row, once it exists, is updated in place (table_stats.c); the
+ * rows that do not exist yet are inserted by one statement, binding
+ * scalars when there is one (a batch that touched one table).
  */
 static void
 table_stats_flush(void)
 {
 	HASH_SEQ_STATUS seq;
 	TableStatEntry *e;
-	long		n;
-	int			i = 0;
+	TableStatEntry **missing;
+	long		n = 0;
 	Datum		values[9];
 	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	static const Oid one_types[9] = {
@@ -530,20 +533,31 @@ table_stats_flush(void)
 		TEXTOID, TEXTARRAYOID, TEXTARRAYOID, OIDARRAYOID, INT8ARRAYOID,
 		INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID
 	};
+	TimestampTz applied_at = GetCurrentTimestamp();
 	SPIPlanPtr	plan;
 	MemoryContext old;
 
-	if (table_stats == NULL || (n = hash_get_num_entries(table_stats)) == 0)
+	if (table_stats == NULL || hash_get_num_entries(table_stats) == 0)
 		return;
 	ash_apply_errctx.command = "table_stats";
 	ash_apply_errctx.relation = NULL;
 	old = MemoryContextSwitchTo(stats_cxt);
-	values[0] = CStringGetTextDatum(apply_cfg->sink_name);
+	missing = palloc(sizeof(TableStatEntry *) * hash_get_num_entries(table_stats));
 	hash_seq_init(&seq, table_stats);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		if (!ash_table_stats_add(apply_cfg->sink_name, e->key.target, e->key.tenant,
+								 e->relid, e->counts, table_stat_commit_time(e),
+								 applied_at))
+			missing[n++] = e;
+	}
+	if (n == 0)
+		goto done;
+
+	values[0] = CStringGetTextDatum(apply_cfg->sink_name);
 	if (n == 1)
 	{
-		e = hash_seq_search(&seq);
-		hash_seq_term(&seq);
+		e = missing[0];
 		values[1] = CStringGetTextDatum(e->key.target);
 		nulls[2] = e->key.tenant == NULL ? 'n' : ' ';
 		values[2] = e->key.tenant ? CStringGetTextDatum(e->key.tenant) : (Datum) 0;
@@ -567,8 +581,9 @@ table_stats_flush(void)
 
 		for (int c = 1; c < 9; c++)
 			cols[c] = palloc(sizeof(Datum) * n);
-		while ((e = hash_seq_search(&seq)) != NULL)
+		for (int i = 0; i < n; i++)
 		{
+			e = missing[i];
 			cols[1][i] = CStringGetTextDatum(e->key.target);
 			tenant_nulls[i] = e->key.tenant == NULL;
 			cols[2][i] = e->key.tenant ? CStringGetTextDatum(e->key.tenant) : (Datum) 0;
@@ -577,7 +592,6 @@ table_stats_flush(void)
 			for (int k = 0; k < 4; k++)
 				cols[4 + k][i] = Int64GetDatum(e->counts[k]);
 			cols[8][i] = table_stat_commit_time(e);
-			i++;
 		}
 		values[1] = stats_array(cols[1], n, TEXTOID, NULL);
 		values[2] = stats_array(cols[2], n, TEXTOID, tenant_nulls);
@@ -599,6 +613,7 @@ table_stats_flush(void)
 	if (SPI_execute_plan(plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "ash_replicant: table statistics were not written");
 	PopActiveSnapshot();
+done:
 	MemoryContextSwitchTo(old);
 	table_stats_discard();
 	ash_origin_set_progress(InvalidXLogRecPtr, 0);

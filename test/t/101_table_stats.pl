@@ -157,6 +157,26 @@ source_round(10001, 10020);
 AshTest::wait_caught_up($src, $dst, $sink);
 is(stat_of($dst, "target = 'public.items'", "inserted"), '20', 'counting starts again from zero');
 
+# Resets racing the worker's in-place updates of the rows (one-row source
+# transactions, each a batch): the worker waits for the reset or the reset
+# for it, never fails; once quiet, counting is exact again.
+my $racer = $src->background_psql($DB);
+$racer->query_safe("INSERT INTO items VALUES ($_, 'r')") for 20001 .. 20005;
+for my $r (1 .. 20)
+{
+	$racer->query_safe("INSERT INTO items VALUES (" . (20005 + $_ + 10 * ($r - 1)) . ", 'r')") for 1 .. 10;
+	$dst->safe_psql($DB, "SET ROLE adm; SELECT ash_replicant_reset_table_stats('$sink')");
+}
+$racer->quit;
+AshTest::wait_caught_up($src, $dst, $sink);
+is($dst->safe_psql($DB, "SELECT state FROM ash_replicant_status('$sink')"),
+	'healthy', 'resets racing the counts: the pipeline stays healthy');
+$dst->safe_psql($DB, "SET ROLE adm; SELECT ash_replicant_reset_table_stats('$sink')");
+source_round(30001, 30010);
+AshTest::wait_caught_up($src, $dst, $sink);
+is(stat_of($dst, "target = 'public.items'", "inserted || '/' || updated || '/' || deleted"),
+	'10/2/1', 'after the races and a quiet reset: exact');
+
 # no row value anywhere in the view: its columns are structure and counts
 is($dst->safe_psql($DB,
 		"SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute"
