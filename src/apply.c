@@ -62,6 +62,7 @@
 #include "apply.h"
 #include "apply_append.h"
 #include "apply_bulk.h"
+#include "catalog_row.h"
 #include "crypto.h"
 #include "keyring.h"
 #include "errors.h"
@@ -71,7 +72,6 @@
 #include "provenance.h"
 #include "shmem.h"
 #include "spi_util.h"
-#include "table_stats.h"
 
 AshApplyErrorContext ash_apply_errctx;
 
@@ -363,7 +363,7 @@ static void flush_deferred(void);
  * the batch's own transaction, right before the checkpoint: the counters
  * move with the rows, exactly once, survive restarts and crashes, and a
  * rolled-back batch counts nothing.  Existing rows are updated in place
- * (table_stats.c), new ones by one statement.  The tenant
+ * (catalog_row.c), new ones by one statement.  The tenant
  * value is stored in that default-deny catalog only; the view shows it to
  * roles that may read the tenant's rows (docs/operations.md).
  * ---------------------------------------------------------------------
@@ -510,9 +510,43 @@ table_stat_commit_time(TableStatEntry *e)
 	return TimestampTzGetDatum(e->commit_time != 0 ? e->commit_time : batch_commit_time);
 }
 
+/* ash_replicant.table_stats, for in-place updates (catalog_row.c) */
+static AshCatalogRowSpec stats_row = {
+	.table = "table_stats",
+	.nkeys = 3,
+	.keys = {"sink_name", "target", "tenant"},
+	.ncols = 7,
+	.cols = {"inserted", "updated", "deleted", "truncated", "target_table",
+	"last_commit_time", "last_applied_at"},
+};
+
+/* Add an entry's counts to its existing row; false when there is none. */
+static bool
+table_stats_add_in_place(TableStatEntry *e, TimestampTz applied_at)
+{
+	const char *keys[3] = {apply_cfg->sink_name, e->key.target, e->key.tenant};
+	AshCatalogRow row;
+
+	if (!ash_catalog_row_lock(&stats_row, keys, &row))
+		return false;
+	for (int k = 0; k < 4; k++)
+	{
+		bool		isnull;
+		int64		n = DatumGetInt64(ash_catalog_row_get(&row, k, &isnull));
+
+		ash_catalog_row_set(&row, k, Int64GetDatum((isnull ? 0 : n) + e->counts[k]), false);
+	}
+	if (OidIsValid(e->relid))
+		ash_catalog_row_set(&row, 4, ObjectIdGetDatum(e->relid), false);
+	ash_catalog_row_set(&row, 5, table_stat_commit_time(e), false);
+	ash_catalog_row_set(&row, 6, TimestampTzGetDatum(applied_at), false);
+	ash_catalog_row_update(&row);
+	return true;
+}
+
 /*
  * In the batch's transaction, before the checkpoint: write the counts.  A
- * table's row, once it exists, is updated in place (table_stats.c); the
+ * table's row, once it exists, is updated in place (catalog_row.c); the
  * rows that do not exist yet are inserted by one statement, binding
  * scalars when there is one (a batch that touched one table).
  */
@@ -546,9 +580,7 @@ table_stats_flush(void)
 	hash_seq_init(&seq, table_stats);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
-		if (!ash_table_stats_add(apply_cfg->sink_name, e->key.target, e->key.tenant,
-								 e->relid, e->counts, table_stat_commit_time(e),
-								 applied_at))
+		if (!table_stats_add_in_place(e, applied_at))
 			missing[n++] = e;
 	}
 	if (n == 0)

@@ -49,13 +49,24 @@
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
+#include "catalog_row.h"
 #include "checkpoint.h"
 #include "contract.h"
 #include "errors.h"
 #include "spi_util.h"
 
 static SPIPlanPtr advance_plan = NULL;
+
+/* the checkpoint row, for the batch's in-place advance (catalog_row.c) */
+static AshCatalogRowSpec checkpoint_row = {
+	.table = "checkpoints",
+	.nkeys = 3,
+	.keys = {"source_system_id", "source_database", "slot_name"},
+	.ncols = 3,
+	.cols = {"commit_lsn", "end_lsn", "updated_at"},
+};
 static SPIPlanPtr witness_plan = NULL;
 
 static void
@@ -354,6 +365,30 @@ ash_checkpoint_advance(const AshCheckpointKey *key, XLogRecPtr commit_lsn, XLogR
 {
 	Datum		values[5];
 	uint64		n;
+	const char *keys[3] = {key->system_id, key->database, key->slot_name};
+	AshCatalogRow row;
+
+	/*
+	 * In place when the row is there and behind (every batch but a
+	 * conflict); otherwise the statement below decides, as it always did.
+	 */
+	if (ash_catalog_row_lock(&checkpoint_row, keys, &row))
+	{
+		bool		isnull;
+		XLogRecPtr	at = DatumGetLSN(ash_catalog_row_get(&row, 0, &isnull));
+
+		if (!isnull && at < commit_lsn)
+		{
+			ash_catalog_row_set(&row, 0, LSNGetDatum(commit_lsn), false);
+			ash_catalog_row_set(&row, 1, LSNGetDatum(end_lsn), false);
+			ash_catalog_row_set(&row, 2,
+								TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
+								false);
+			ash_catalog_row_update(&row);
+			return;
+		}
+		ash_catalog_row_release(&row);
+	}
 
 	if (advance_plan == NULL)
 	{

@@ -21,7 +21,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)\.h"', re.M)
 # the same layer or a lower one, never up.
 LAYERS = [
     ("base", ["errors", "sqlstate_names", "ash_replicant", "shmem", "spi_util", "qualname",
-              "origin"]),
+              "origin", "catalog_row"]),
     ("transport", ["libpq_conn", "walproto"]),
     ("decoders", ["change", "decode_pgoutput", "decode_wal2json", "decode_pglogical", "decoder",
                   "copy_row"]),
@@ -29,8 +29,7 @@ LAYERS = [
     ("catalog", ["config", "mapping_validate", "coverage", "source_catalog", "source_slot",
                  "contract", "checkpoint", "syncrep", "census"]),
     ("apply", ["relmap", "apply_bulk", "apply_strategy", "apply", "apply_scd1",
-               "apply_scd2", "apply_append", "messages", "provenance", "incremental",
-               "table_stats"]),
+               "apply_scd2", "apply_append", "messages", "provenance", "incremental"]),
     ("supervision", ["snapshot", "pipeline", "pipeline_pglogical", "launcher"]),
     ("api", ["api_sink", "api_mapping", "api_crypto", "api_recovery",
              "api_status", "api_doctor", "api_verify"]),

@@ -1,0 +1,69 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog_row.h
+ *	  Updating one row of the extension's own catalogs in place, as
+ *	  PostgreSQL updates its system catalogs: for the writes every batch
+ *	  makes (checkpoint, per-table statistics).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_CATALOG_ROW_H
+#define ASH_CATALOG_ROW_H
+
+#include "access/htup.h"
+#include "utils/relcache.h"
+
+#define ASH_CATALOG_ROW_KEYS 3
+#define ASH_CATALOG_ROW_COLS 8
+
+/*
+ * A catalog of schema ash_replicant, a unique index on text key columns,
+ * and the columns a caller reads or writes, by name.  Static in the caller;
+ * catalog_row.c fills in where they are, once per session and again after
+ * a relcache invalidation of the table.
+ */
+typedef struct AshCatalogRowSpec
+{
+	const char *table;
+	int			nkeys;
+	const char *keys[ASH_CATALOG_ROW_KEYS];
+	int			ncols;
+	const char *cols[ASH_CATALOG_ROW_COLS];
+
+	/* catalog_row.c's */
+	bool		valid;
+	Oid			relid;
+	Oid			indexoid;		/* InvalidOid: no in-place update */
+	AttrNumber	keyatt[ASH_CATALOG_ROW_KEYS];
+	AttrNumber	colatt[ASH_CATALOG_ROW_COLS];
+} AshCatalogRowSpec;
+
+/* A row found and locked, deformed for reading and changing. */
+typedef struct AshCatalogRow
+{
+	AshCatalogRowSpec *spec;
+	Relation	rel;
+	HeapTuple	old;
+	Datum	   *values;
+	bool	   *nulls;
+	bool	   *repl;
+} AshCatalogRow;
+
+/*
+ * Find the row whose keys equal keys[] (NULL: IS NULL) under a fresh
+ * snapshot and lock it for update.  False, holding nothing, when there is
+ * no such row or it cannot be locked as read (deleted or updated
+ * concurrently): the caller writes through SQL instead.
+ */
+extern bool ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys,
+								 AshCatalogRow *row);
+
+/* Column i of spec->cols, as read (or as set). */
+extern Datum ash_catalog_row_get(AshCatalogRow *row, int col, bool *isnull);
+extern void ash_catalog_row_set(AshCatalogRow *row, int col, Datum value, bool isnull);
+
+/* Write the changed row (the next command sees it); or leave it as is. */
+extern void ash_catalog_row_update(AshCatalogRow *row);
+extern void ash_catalog_row_release(AshCatalogRow *row);
+
+#endif							/* ASH_CATALOG_ROW_H */
