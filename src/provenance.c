@@ -42,6 +42,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
@@ -68,6 +69,12 @@ typedef struct ProvTarget
 	int			nkeyparams;
 	SPIPlanPtr	probe;			/* the stored fingerprint of a key */
 	SPIPlanPtr	stamp;			/* fingerprint + attempt of a key */
+	SPIPlanPtr	stamp_many;		/* the same for arrays of keys; NULL when a
+								 * key type has no array type */
+	Oid		   *keytypes;		/* per key parameter */
+	int16	   *keylen;
+	bool	   *keybyval;
+	char	   *keyalign;
 	FmgrInfo   *send;			/* per column; fn_oid InvalidOid: output */
 } ProvTarget;
 
@@ -80,6 +87,8 @@ typedef struct Stamp
 	bool		streamed;		/* a streamed row: it may be gone by the flush */
 } Stamp;
 
+static void foreach_stamp_singly(List *group);
+static bool stamp_group(ProvTarget *pt, List *group, bool streamed);
 static void queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
 						bytea *fp, const bytea *attempt, bool streamed);
 
@@ -297,6 +306,51 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 					 ASH_PROVENANCE_SEEN_COLUMN, next + 1, where.data);
 	pt->stamp = ash_spi_prepare_kept(sql.data, pt->nkeyparams + 2, types);
 
+	/*
+	 * "UPDATE t AS t SET fp = u.f, seen = u.s FROM (SELECT unnest($1) AS
+	 * k1, ..., unnest($n + 1) AS f, unnest($n + 2) AS s) AS u WHERE t.key1
+	 * = u.k1 AND ...": a group of stamps in one statement.
+	 */
+	old = MemoryContextSwitchTo(prov_cxt);
+	pt->keytypes = palloc(sizeof(Oid) * Max(pt->nkeyparams, 1));
+	pt->keylen = palloc(sizeof(int16) * Max(pt->nkeyparams, 1));
+	pt->keybyval = palloc(sizeof(bool) * Max(pt->nkeyparams, 1));
+	pt->keyalign = palloc(sizeof(char) * Max(pt->nkeyparams, 1));
+	MemoryContextSwitchTo(old);
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "UPDATE %s AS t SET %s = u.f, %s = u.s FROM (SELECT ", tgt->name,
+					 ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_SEEN_COLUMN);
+	for (int i = 0; i < pt->nkeyparams; i++)
+	{
+		pt->keytypes[i] = types[i];
+		get_typlenbyvalalign(types[i], &pt->keylen[i], &pt->keybyval[i], &pt->keyalign[i]);
+		types[i] = get_array_type(types[i]);
+		appendStringInfo(&sql, "pg_catalog.unnest($%d) AS k%d, ", i + 1, i + 1);
+	}
+	appendStringInfo(&sql, "pg_catalog.unnest($%d) AS f, pg_catalog.unnest($%d) AS s) AS u WHERE ",
+					 next, next + 1);
+	for (int i = 0; i < pt->nkeyparams; i++)
+	{
+		int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+		appendStringInfo(&sql, "%st.%s OPERATOR(pg_catalog.=) u.k%d", i ? " AND " : "",
+						 quote_identifier(rel->cols[c].name), i + 1);
+	}
+	if (pt->scd2)
+		appendStringInfo(&sql, " AND t.%s IS NULL",
+						 quote_identifier(rel->map->history_valid_to_lsn_column));
+	types[next - 1] = BYTEAARRAYOID;
+	types[next] = BYTEAARRAYOID;
+	pt->stamp_many = NULL;
+	{
+		bool		arrays = true;
+
+		for (int i = 0; i < pt->nkeyparams; i++)
+			arrays &= OidIsValid(types[i]);
+		if (arrays)
+			pt->stamp_many = ash_spi_prepare_kept(sql.data, pt->nkeyparams + 2, types);
+	}
+
 	old = MemoryContextSwitchTo(prov_cxt);
 	targets = lappend(targets, pt);
 	MemoryContextSwitchTo(old);
@@ -351,7 +405,13 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 
 	n = ash_key_values(rel, row, values, nulls);
 	nulls[n] = '\0';
-	if (tgt->relid != unfingerprinted &&
+
+	/*
+	 * No probe where no row can match: a target that was empty when this
+	 * table's copy began in this transaction (its rows so far are this
+	 * copy's, each key once), or one the caller vouches for.
+	 */
+	if (tgt->relid != unfingerprinted && !ash_apply_fresh_target(tgt->relid) &&
 		ash_spi_execute(pt->probe, values, nulls, SPI_OK_SELECT) > 0)
 	{
 		bool		isnull;
@@ -366,6 +426,11 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 								 (const uint8 *) VARDATA(fp), ASH_PROVENANCE_BYTES);
 		}
 	}
+	/* a row written anyway carries its stamp: no second version */
+	if (!unchanged && strategy->insert_stamped != NULL &&
+		strategy->insert_stamped(rel, tgt, row, PointerGetDatum(fp),
+								 PointerGetDatum(meta->snapshot_attempt)))
+		return;
 	if (!unchanged)
 		strategy->insert(rel, tgt, row);
 
@@ -429,6 +494,77 @@ ash_provenance_set_unfingerprinted(Oid relid)
 	unfingerprinted = relid;
 }
 
+/* Each stamp of group by a statement of its own. */
+static void
+foreach_stamp_singly(List *group)
+{
+	ListCell   *lc;
+
+	foreach(lc, group)
+	{
+		Stamp	   *s = lfirst(lc);
+		uint64		n = ash_spi_execute(s->pt->stamp, s->values, s->nulls, SPI_OK_UPDATE);
+
+		/* a streamed row may have been deleted later in the batch */
+		if (n > 1 || (n == 0 && !s->streamed))
+			elog(ERROR, "ash_replicant: a snapshot row to stamp is not in its target");
+	}
+}
+
+/*
+ * The stamps of group (one target, one kind) by one UPDATE ... FROM
+ * arrays.  False when the row count does not prove each stamp met exactly
+ * its row (a snapshot row missing, or a key twice in the group): the
+ * caller stamps them singly, which raises where a stamp is wrong (the
+ * stamps are idempotent, so writing one twice changes nothing).
+ */
+static bool
+stamp_group(ProvTarget *pt, List *group, bool streamed)
+{
+	int			nrows = list_length(group);
+	int			nparams = pt->nkeyparams + 2;
+	Datum	   *params = palloc(sizeof(Datum) * nparams);
+	Datum	   *v = palloc(sizeof(Datum) * nrows);
+	bool	   *nl = palloc(sizeof(bool) * nrows);
+	int			lb = 1;
+	uint64		n;
+
+	for (int p = 0; p < nparams; p++)
+	{
+		int			i = 0;
+		ListCell   *lc;
+
+		foreach(lc, group)
+		{
+			Stamp	   *s = lfirst(lc);
+
+			v[i] = s->values[p];
+			nl[i] = s->nulls[p] == 'n';
+			i++;
+		}
+		if (p < pt->nkeyparams)
+			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb,
+														   pt->keytypes[p], pt->keylen[p],
+														   pt->keybyval[p], pt->keyalign[p]));
+		else
+			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb, BYTEAOID,
+														   -1, false, TYPALIGN_INT));
+	}
+	n = ash_spi_execute(pt->stamp_many, params, NULL, SPI_OK_UPDATE);
+
+	/*
+	 * Streamed rows may have been deleted later in the batch, or written
+	 * twice (one mark each time): fewer rows are fine, more are not.
+	 */
+	if (streamed)
+	{
+		if (n > (uint64) nrows)
+			elog(ERROR, "ash_replicant: a streamed row's seen-mark met more rows than it named");
+		return true;
+	}
+	return n == (uint64) nrows;
+}
+
 void
 ash_provenance_flush(void)
 {
@@ -443,15 +579,25 @@ ash_provenance_flush(void)
 	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	PushActiveSnapshot(GetTransactionSnapshot());
-	foreach(lc, queue)
+	lc = list_head(queue);
+	while (lc != NULL)
 	{
-		Stamp	   *s = lfirst(lc);
+		Stamp	   *first = lfirst(lc);
+		List	   *group = NIL;
 
-		uint64		n = ash_spi_execute(s->pt->stamp, s->values, s->nulls, SPI_OK_UPDATE);
+		/* consecutive stamps of one target and kind: one statement */
+		for (; lc != NULL; lc = lnext(queue, lc))
+		{
+			Stamp	   *s = lfirst(lc);
 
-		/* a streamed row may have been deleted later in the batch */
-		if (n > 1 || (n == 0 && !s->streamed))
-			elog(ERROR, "ash_replicant: a snapshot row to stamp is not in its target");
+			if (s->pt != first->pt || s->streamed != first->streamed)
+				break;
+			group = lappend(group, s);
+		}
+		if (list_length(group) > 1 && first->pt->stamp_many != NULL &&
+			stamp_group(first->pt, group, first->streamed))
+			continue;
+		foreach_stamp_singly(group);
 	}
 	PopActiveSnapshot();
 	AtEOXact_GUC(true, nestlevel);
