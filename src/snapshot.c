@@ -2099,6 +2099,7 @@ ash_snapshot_incremental_step(void)
 	ListCell   *lc;
 	AshRelation rel;
 	AshChange	change;
+	bool		binary = true;
 
 	if (incr_attempt == NULL)
 		return ASH_INCR_STEP_NONE;
@@ -2192,12 +2193,22 @@ ash_snapshot_incremental_step(void)
 		return ASH_INCR_STEP_WAIT_XIDS;
 	}
 
-	/* the chunk: the next chunk_rows rows in primary-key order */
+	/*
+	 * The chunk: the next chunk_rows rows in primary-key order.  In binary
+	 * when every type is built in, as v1 reads (its send format is known
+	 * here); then the key follows in its text form, the cursor's, as the
+	 * source's output function writes it.
+	 */
 	rel = incr_rel;
+	for (int i = 0; i < rel.natts; i++)
+		if (rel.cols[i].type_oid >= FirstGenbkiObjectId)
+			binary = false;
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "SELECT ");
 	for (int i = 0; i < rel.natts; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel.cols[i].name));
+	for (int i = 0; binary && i < k->nkeys; i++)
+		appendStringInfo(&sql, ", pg_catalog.format('%%s', %s)", quote_identifier(k->names[i]));
 	appendStringInfo(&sql, " FROM ONLY %s", quote_qualified_identifier(nspname, relname));
 	if (cursor != NULL)
 	{
@@ -2213,8 +2224,12 @@ ash_snapshot_incremental_step(void)
 	for (int i = 0; i < k->nkeys; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
 	appendStringInfo(&sql, " LIMIT %d", snap_cfg->chunk_rows);
-	res = ash_conn_exec_params(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
-							   (const char *const *) cursor, false);
+	if (binary)
+		res = ash_conn_exec_params_binary(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
+										  (const char *const *) cursor, false);
+	else
+		res = ash_conn_exec_params(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
+								   (const char *const *) cursor, false);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		ash_conn_report_result(res, "incremental snapshot chunk");
 	PQclear(ash_conn_exec(incr_conn, "COMMIT", false));
@@ -2230,11 +2245,14 @@ ash_snapshot_incremental_step(void)
 			keycol[i] = -1;
 			for (int c = 0; c < rel.natts; c++)
 				if (strcmp(rel.cols[c].name, k->names[i]) == 0)
-					keycol[i] = c;
-			if (keycol[i] < 0 || PQgetisnull(res, nrows - 1, keycol[i]))
+					keycol[i] = binary ? rel.natts + i : c;
+			if (keycol[i] < 0 || keycol[i] >= PQnfields(res) ||
+				PQgetisnull(res, nrows - 1, keycol[i]))
 				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
 						 quote_qualified_identifier(nspname, relname));
-			hi[i] = pstrdup(PQgetvalue(res, nrows - 1, keycol[i]));
+			/* a text value (in binary: its bytes), never a NUL inside */
+			hi[i] = pnstrdup(PQgetvalue(res, nrows - 1, keycol[i]),
+							 PQgetlength(res, nrows - 1, keycol[i]));
 		}
 	}
 	chunk_no = st->chunks + 1;
@@ -2276,7 +2294,7 @@ ash_snapshot_incremental_step(void)
 			}
 			else
 			{
-				v->status = ASH_COL_TEXT;
+				v->status = binary ? ASH_COL_BINARY : ASH_COL_TEXT;
 				v->data = PQgetvalue(res, r, c);
 				v->len = PQgetlength(res, r, c);
 			}
