@@ -59,6 +59,13 @@ extern void ash_provenance_mark_streamed(AshApplyRel *rel, AshApplyTarget *tgt,
  */
 extern void ash_provenance_set_unfingerprinted(Oid relid);
 
+/*
+ * Probe the rows ash_provenance_insert holds (one statement per group of
+ * a target) and hand them to the strategy: before apply's deferred writes
+ * are executed, as the owner.
+ */
+extern void ash_provenance_resolve(void);
+
 /* Write the queued stamps (after apply's deferred writes; as the owner). */
 extern void ash_provenance_flush(void);
 
