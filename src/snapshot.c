@@ -2284,9 +2284,14 @@ ash_snapshot_incremental_step(void)
 		return ASH_INCR_STEP_WAIT_XIDS;
 	}
 
-	/* where each key column is: its value, and in binary its text form */
+	/*
+	 * Where each key column is: its value (NULL only in the row of an empty
+	 * chunk), and its text form (in binary, format() after the values: an
+	 * empty string for NULL).
+	 */
 	{
 		int		   *keycol = palloc(sizeof(int) * k->nkeys);
+		int		   *keytext = palloc(sizeof(int) * k->nkeys);
 
 		for (int i = 0; i < k->nkeys; i++)
 		{
@@ -2298,7 +2303,8 @@ ash_snapshot_incremental_step(void)
 			if (c < 0)
 				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
 						 quote_qualified_identifier(nspname, relname));
-			keycol[i] = binary ? 3 + rel.natts + i : 3 + c;
+			keycol[i] = 3 + c;
+			keytext[i] = binary ? 3 + rel.natts + i : 3 + c;
 		}
 		nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
 		done = nrows < snap_cfg->chunk_rows;
@@ -2307,11 +2313,12 @@ ash_snapshot_incremental_step(void)
 			hi = palloc(sizeof(char *) * k->nkeys);
 			for (int i = 0; i < k->nkeys; i++)
 			{
-				if (PQgetisnull(res, nrows - 1, keycol[i]))
+				if (PQgetisnull(res, nrows - 1, keycol[i]) ||
+					PQgetisnull(res, nrows - 1, keytext[i]))
 					ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
 							 quote_qualified_identifier(nspname, relname));
-				hi[i] = pnstrdup(PQgetvalue(res, nrows - 1, keycol[i]),
-								 PQgetlength(res, nrows - 1, keycol[i]));
+				hi[i] = pnstrdup(PQgetvalue(res, nrows - 1, keytext[i]),
+								 PQgetlength(res, nrows - 1, keytext[i]));
 			}
 		}
 	}
