@@ -18,9 +18,14 @@
  *		SCD2) is not written: no host effect, no trigger; a new or
  *		different row is written by the mapping's strategy as any insert;
  *		either way the row is stamped with its fingerprint and the attempt
- *		(replica_seen_attempt) by an UPDATE run with
+ *		(replica_seen_attempt): with the write itself where the strategy
+ *		can (SCD1: the two columns are part of the insert or upsert, one
+ *		row version), else by an UPDATE run with
  *		session_replication_role = replica, so ordinary triggers do not
  *		fire for the stamp;
+ *	  - the stored fingerprints are probed, and the remaining stamps
+ *		written, one statement per group of rows of a target (arrays of
+ *		keys), not per row;
  *	  - in the transaction that copies a table, once its rows are written,
  *		the rows of its target whose seen-mark is not this attempt are
  *		retired: deleted under SCD1, closed under SCD2 -- rows the source
@@ -107,7 +112,7 @@ typedef struct Stamp
 	bool		streamed;		/* a streamed row: it may be gone by the flush */
 } Stamp;
 
-static void foreach_stamp_singly(List *group);
+static void stamp_singly(List *group);
 static bool stamp_group(ProvTarget *pt, List *group, bool streamed);
 static void queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
 						bytea *fp, const bytea *attempt, bool streamed);
@@ -721,7 +726,7 @@ ash_provenance_set_unfingerprinted(Oid relid)
 
 /* Each stamp of group by a statement of its own. */
 static void
-foreach_stamp_singly(List *group)
+stamp_singly(List *group)
 {
 	ListCell   *lc;
 
@@ -822,7 +827,7 @@ ash_provenance_flush(void)
 		if (list_length(group) > 1 && first->pt->stamp_many != NULL &&
 			stamp_group(first->pt, group, first->streamed))
 			continue;
-		foreach_stamp_singly(group);
+		stamp_singly(group);
 	}
 	PopActiveSnapshot();
 	AtEOXact_GUC(true, nestlevel);
