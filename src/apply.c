@@ -1677,6 +1677,7 @@ flush_deferred(void)
 	if (!batch_open || !ash_scd1_strategy.flush)
 		return;
 	as_owner_begin(&save_userid, &save_sec);
+	ash_provenance_resolve();	/* snapshot rows waiting for their probe */
 	ash_scd1_strategy.flush();
 	as_owner_end(save_userid, save_sec);
 }

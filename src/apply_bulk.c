@@ -42,6 +42,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "storage/proc.h"
 #include "utils/memutils.h"
@@ -51,8 +52,11 @@
 #include "apply_bulk.h"
 
 bool
-ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt)
+ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
+					   int nextra, const char *const *extra)
 {
+	int			nwritten = rel->ncols + nextra;
+
 	Relation	r;
 	TupleDesc	desc;
 	Oid			nsp;
@@ -83,21 +87,23 @@ ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt)
 	ok = r->rd_rel->relkind == RELKIND_RELATION && !r->rd_rel->relispartition &&
 		!(desc->constr && desc->constr->has_generated_stored);
 	if (bt->attnums == NULL)
-		bt->attnums = MemoryContextAllocZero(tgt->cxt, sizeof(AttrNumber) * Max(rel->ncols, 1));
+		bt->attnums = MemoryContextAllocZero(tgt->cxt, sizeof(AttrNumber) * Max(nwritten, 1));
 	written = palloc0(sizeof(bool) * Max(desc->natts, 1));
-	for (int c = 0; ok && c < rel->ncols; c++)
+	for (int c = 0; ok && c < nwritten; c++)
 	{
 		AttrNumber	found = InvalidAttrNumber;
+		const char *name = c < rel->ncols ? rel->cols[c].name : extra[c - rel->ncols];
+		Oid			typid = c < rel->ncols ? rel->cols[c].typid : BYTEAOID;
+		int32		typmod = c < rel->ncols ? rel->cols[c].typmod : -1;
 
 		for (int a = 0; a < desc->natts; a++)
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, a);
 
-			if (!att->attisdropped && strcmp(NameStr(att->attname), rel->cols[c].name) == 0)
+			if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
 			{
 				found = att->attnum;
-				ok = att->atttypid == rel->cols[c].typid &&
-					att->atttypmod == rel->cols[c].typmod && !written[a];
+				ok = att->atttypid == typid && att->atttypmod == typmod && !written[a];
 				written[a] = true;
 				break;
 			}

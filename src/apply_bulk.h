@@ -20,16 +20,18 @@ typedef struct AshBulkTarget
 } AshBulkTarget;
 
 /*
- * Can the gathered columns of rel be written to tgt this way?  Judged once
+ * Can the gathered columns of rel, then the nextra bytea columns named
+ * extra (snapshot provenance), be written to tgt this way?  Judged once
  * per destination transaction (takes the table's RowExclusiveLock).  The
  * caller has judged that rows of tgt cannot observe each other.
  */
 extern bool ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel,
-								   AshApplyTarget *tgt);
+								   AshApplyTarget *tgt, int nextra,
+								   const char *const *extra);
 
 /*
- * Insert nrows rows; values[c][i] / nulls[c][i] is mapped column c of row
- * i.  Raises what the INSERT would (privileges, constraints, unique
+ * Insert nrows rows; values[c][i] / nulls[c][i] is written column c of
+ * row i (the mapped columns, then the extra ones).  Raises what the INSERT would (privileges, constraints, unique
  * violations); the caller runs it in a subtransaction to catch the latter,
  * except into a fresh table.
  */

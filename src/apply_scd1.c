@@ -58,6 +58,7 @@
 #include "apply_bulk.h"
 #include "apply_strategy.h"
 #include "errors.h"
+#include "provenance.h"
 #include "spi_util.h"
 
 typedef struct UpdatePlan
@@ -83,7 +84,21 @@ typedef struct Scd1Plans
 	bool		commutes;
 	AshBulkTarget bulk;			/* gathered inserts without a statement */
 	List	   *updates;		/* UpdatePlan * */
+
+	/*
+	 * Snapshot provenance: the same inserts with the fingerprint and the
+	 * attempt as two more columns (NULL until a stamped run needs them).
+	 */
+	SPIPlanPtr	upsert_many_prov;
+	SPIPlanPtr	insert_many_prov;
+	bool		prov_checks_tenant;
+	AshBulkTarget bulk_prov;
 } Scd1Plans;
+
+/* The provenance columns, written after the mapped ones. */
+static const char *const prov_columns[2] = {
+	ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_SEEN_COLUMN
+};
 
 static Scd1Plans *
 plans_of(AshApplyTarget *tgt)
@@ -116,17 +131,23 @@ append_unnest_select(StringInfo sql, int n)
 		appendStringInfo(sql, "%spg_catalog.unnest($%d) AS c%d", i ? ", " : "", i + 1, i + 1);
 }
 
-/* "INSERT INTO t AS t (cols) <source>": the plain insert */
+/*
+ * "INSERT INTO t AS t (cols) <source>": the plain insert; prov (multi-row
+ * only) adds the two provenance columns after the mapped ones.
+ */
 static void
-build_insert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
+build_insert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many, bool prov)
 {
+	Assert(many || !prov);
 	appendStringInfo(sql, "INSERT INTO %s AS t (", tgt->name);
 	for (int c = 0; c < rel->ncols; c++)
 		appendStringInfo(sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
+	if (prov)
+		appendStringInfo(sql, ", %s, %s", prov_columns[0], prov_columns[1]);
 	appendStringInfoString(sql, ") ");
 	if (many)
 	{
-		append_unnest_select(sql, rel->ncols);
+		append_unnest_select(sql, rel->ncols + (prov ? 2 : 0));
 		return;
 	}
 	appendStringInfoString(sql, "VALUES (");
@@ -143,11 +164,11 @@ build_insert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
  * with another tenant).
  */
 static bool
-build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
+build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many, bool prov)
 {
 	bool		any_set = false;
 
-	build_insert(sql, rel, tgt, many);
+	build_insert(sql, rel, tgt, many, prov);
 	appendStringInfoString(sql, " ON CONFLICT (");
 	for (int k = 0; k < rel->nkeys; k++)
 		appendStringInfo(sql, "%s%s", k ? ", " : "",
@@ -161,6 +182,12 @@ build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many)
 			continue;
 		n = quote_identifier(rel->cols[c].name);
 		appendStringInfo(sql, "%s%s = EXCLUDED.%s", any_set ? ", " : " DO UPDATE SET ", n, n);
+		any_set = true;
+	}
+	for (int i = 0; prov && i < 2; i++)
+	{
+		appendStringInfo(sql, "%s%s = EXCLUDED.%s", any_set ? ", " : " DO UPDATE SET ",
+						 prov_columns[i], prov_columns[i]);
 		any_set = true;
 	}
 	if (!any_set)
@@ -191,7 +218,7 @@ upsert_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	for (int c = 0; c < rel->ncols; c++)
 		types[c] = rel->cols[c].typid;
 	initStringInfo(&sql);
-	st->upsert_checks_tenant = build_upsert(&sql, rel, tgt, false);
+	st->upsert_checks_tenant = build_upsert(&sql, rel, tgt, false, false);
 	st->upsert = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert;
 }
@@ -278,6 +305,8 @@ typedef struct Gathered
 	int			nupdates;		/* of them, updates (is_update[i]) */
 	bool	   *is_update;
 	GatherCol  *cols;
+	bool		stamped;		/* snapshot inserts with their provenance */
+	GatherCol  *prov;			/* stamped: fingerprint, attempt */
 	int			ndeletes;
 	GatherCol  *dkeys;			/* identity (+ tenant) values of deletes */
 	uint32	   *key_hashes;		/* open-addressing set of identity hashes */
@@ -451,15 +480,42 @@ upsert_many_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 		}
 	}
 	initStringInfo(&sql);
-	(void) build_upsert(&sql, rel, tgt, true);
+	(void) build_upsert(&sql, rel, tgt, true, false);
 	st->upsert_many = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	resetStringInfo(&sql);
-	build_insert(&sql, rel, tgt, true);
+	build_insert(&sql, rel, tgt, true, false);
 	st->insert_many = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	resetStringInfo(&sql);
 	if (build_update_many(&sql, rel, tgt))
 		st->update_many = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	return st->upsert_many;
+}
+
+/*
+ * The multi-row insert and upsert of a stamped run: the mapped columns,
+ * then the fingerprint and the attempt.  Prepared when a target first
+ * gets one (only provenance targets have the columns).
+ */
+static void
+prov_plans(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	Scd1Plans  *st = plans_of(tgt);
+	StringInfoData sql;
+	Oid		   *types;
+
+	if (st->upsert_many_prov)
+		return;
+	types = palloc(sizeof(Oid) * (rel->ncols + 2));
+	for (int c = 0; c < rel->ncols; c++)
+		types[c] = get_array_type(rel->cols[c].typid);
+	types[rel->ncols] = BYTEAARRAYOID;
+	types[rel->ncols + 1] = BYTEAARRAYOID;
+	initStringInfo(&sql);
+	build_insert(&sql, rel, tgt, true, true);
+	st->insert_many_prov = ash_spi_prepare_kept(sql.data, rel->ncols + 2, types);
+	resetStringInfo(&sql);
+	st->prov_checks_tenant = build_upsert(&sql, rel, tgt, true, true);
+	st->upsert_many_prov = ash_spi_prepare_kept(sql.data, rel->ncols + 2, types);
 }
 
 /*
@@ -512,14 +568,19 @@ scd1_discard(void)
 		MemoryContextReset(gbuf.cxt);
 }
 
-/* One array parameter per column of rows [off, off + n) of the run. */
+/*
+ * One array parameter per column of rows [off, off + n) of the run (and
+ * per provenance column of a stamped run).
+ */
 static Datum *
 column_arrays(AshApplyRel *rel, int off, int n)
 {
-	Datum	   *values = palloc(sizeof(Datum) * rel->ncols);
+	Datum	   *values = palloc(sizeof(Datum) * (rel->ncols + 2));
 
 	for (int c = 0; c < rel->ncols; c++)
 		values[c] = gcol_array(&gbuf.cols[c], off, n);
+	for (int i = 0; gbuf.stamped && i < 2; i++)
+		values[rel->ncols + i] = gcol_array(&gbuf.prov[i], off, n);
 	return values;
 }
 
@@ -563,16 +624,32 @@ static void
 bulk_insert(void *arg)
 {
 	int			off = *(int *) arg;
-	Datum	  **values = palloc(sizeof(Datum *) * gbuf.rel->ncols);
-	bool	  **nulls = palloc(sizeof(bool *) * gbuf.rel->ncols);
+	int			ncols = gbuf.rel->ncols;
+	int			nwritten = ncols + (gbuf.stamped ? 2 : 0);
+	Datum	  **values = palloc(sizeof(Datum *) * nwritten);
+	bool	  **nulls = palloc(sizeof(bool *) * nwritten);
+	Scd1Plans  *st = plans_of(gbuf.tgt);
 
-	for (int c = 0; c < gbuf.rel->ncols; c++)
+	for (int c = 0; c < nwritten; c++)
 	{
-		values[c] = gbuf.cols[c].values + off;
-		nulls[c] = gbuf.cols[c].nulls + off;
+		GatherCol  *g = c < ncols ? &gbuf.cols[c] : &gbuf.prov[c - ncols];
+
+		values[c] = g->values + off;
+		nulls[c] = g->nulls + off;
 	}
-	ash_bulk_insert(&plans_of(gbuf.tgt)->bulk, gbuf.tgt, gbuf.rel->ncols, gbuf.nrows - off,
-					values, nulls, ash_apply_fresh_target(gbuf.tgt->relid));
+	ash_bulk_insert(gbuf.stamped ? &st->bulk_prov : &st->bulk, gbuf.tgt, nwritten,
+					gbuf.nrows - off, values, nulls, ash_apply_fresh_target(gbuf.tgt->relid));
+}
+
+/* Can the run's rows go straight into its table (apply_bulk.c)? */
+static bool
+bulk_usable(Scd1Plans *st, AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	if (!target_commutes(tgt))
+		return false;
+	if (gbuf.stamped)
+		return ash_bulk_insert_usable(&st->bulk_prov, rel, tgt, 2, prov_columns);
+	return ash_bulk_insert_usable(&st->bulk, rel, tgt, 0, NULL);
 }
 
 /*
@@ -681,12 +758,21 @@ scd1_flush(void)
 			 * is needed (a host's own row would fail the copy, which then
 			 * starts again on a table no longer fresh).
 			 */
-			if (target_commutes(tgt) && ash_bulk_insert_usable(&st->bulk, rel, tgt))
+			if (bulk_usable(st, rel, tgt))
+			{
 				bulk_insert(&off);
+				n = nw;
+			}
 			else
-				(void) ash_spi_execute(st->insert_many, column_arrays(rel, off, nw), NULL,
-									   SPI_OK_INSERT);
-			n = nw;
+			{
+				uint64		k = ash_spi_execute(gbuf.stamped ? st->insert_many_prov :
+												st->insert_many,
+												column_arrays(rel, off, nw), NULL,
+												SPI_OK_INSERT);
+
+				/* a stamped run counts its rows (checked below) */
+				n = gbuf.stamped ? k : nw;
+			}
 			inserted = true;
 		}
 		else if (st->optimism_paused > 0)
@@ -696,7 +782,7 @@ scd1_flush(void)
 		else
 		{
 			/* no statement where it would only store the rows */
-			if (target_commutes(tgt) && ash_bulk_insert_usable(&st->bulk, rel, tgt))
+			if (bulk_usable(st, rel, tgt))
 			{
 				inserted = ash_run_catching(bulk_insert, &off, ERRCODE_UNIQUE_VIOLATION);
 				n = inserted ? nw : 0;	/* no trigger can skip a row here */
@@ -704,7 +790,8 @@ scd1_flush(void)
 			else
 			{
 				values = column_arrays(rel, off, nw);
-				inserted = ash_spi_execute_or_catch(st->insert_many, values, NULL,
+				inserted = ash_spi_execute_or_catch(gbuf.stamped ? st->insert_many_prov :
+													st->insert_many, values, NULL,
 													SPI_OK_INSERT, ERRCODE_UNIQUE_VIOLATION,
 													&n);
 			}
@@ -715,13 +802,22 @@ scd1_flush(void)
 		{
 			if (values == NULL)
 				values = column_arrays(rel, off, nw);
-			n = ash_spi_execute(st->upsert_many, values, NULL, SPI_OK_INSERT);
+			n = ash_spi_execute(gbuf.stamped ? st->upsert_many_prov : st->upsert_many, values,
+								NULL, SPI_OK_INSERT);
 		}
-		if (nw > 0 && n < nw && st->upsert_checks_tenant)
+		if (nw > 0 && n < nw &&
+			(gbuf.stamped ? st->prov_checks_tenant : st->upsert_checks_tenant))
 			ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s",
 					 tgt->log_name);
 		if (n > nw)
 			elog(ERROR, "ash_replicant: multi-row upsert affected more rows than it wrote");
+
+		/*
+		 * Every row of a stamped run carries its stamp: one a trigger kept
+		 * out would be a snapshot row neither written nor marked.
+		 */
+		if (gbuf.stamped && n < nw)
+			elog(ERROR, "ash_replicant: a snapshot row to stamp is not in its target");
 	}
 
 	PopActiveSnapshot();
@@ -736,7 +832,7 @@ scd1_flush(void)
  * type).
  */
 static bool
-gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h)
+gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h, bool stamped)
 {
 	MemoryContext old;
 
@@ -744,8 +840,11 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h)
 	(void) upsert_plan(rel, tgt);
 	if (upsert_many_plan(rel, tgt) == NULL)
 		return false;
+	if (stamped)
+		prov_plans(rel, tgt);
 
-	if (gbuf.rel != NULL && (gbuf.rel != rel || gbuf.tgt != tgt || hash_set_contains(h)))
+	if (gbuf.rel != NULL && (gbuf.rel != rel || gbuf.tgt != tgt || gbuf.stamped != stamped ||
+							 hash_set_contains(h)))
 		scd1_flush();
 	if (gbuf.rel != NULL)
 		return true;
@@ -759,6 +858,13 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h)
 	gbuf.cols = palloc(sizeof(GatherCol) * rel->ncols);
 	for (int c = 0; c < rel->ncols; c++)
 		gcol_init(&gbuf.cols[c], rel->cols[c].typid);
+	gbuf.stamped = stamped;
+	if (stamped)
+	{
+		gbuf.prov = palloc(sizeof(GatherCol) * 2);
+		gcol_init(&gbuf.prov[0], BYTEAOID);
+		gcol_init(&gbuf.prov[1], BYTEAOID);
+	}
 	gbuf.key_hashes = palloc0(sizeof(uint32) * KEY_SET_SIZE);
 	gbuf.is_update = palloc(sizeof(bool) * GATHER_MAX_ROWS);
 	gbuf.first_commit_lsn = ash_apply_errctx.commit_lsn;
@@ -775,13 +881,17 @@ gather_end(uint32 h)
 		scd1_flush();
 }
 
+/* stamp: the provenance columns of a stamped run's row, else NULL */
 static void
-gather_row(AshApplyRel *rel, AshRowImage *row, bool update, uint32 h)
+gather_row(AshApplyRel *rel, AshRowImage *row, bool update, uint32 h, const Datum *stamp)
 {
 	MemoryContext old = MemoryContextSwitchTo(gbuf.cxt);
 
+	Assert(gbuf.stamped == (stamp != NULL));
 	for (int c = 0; c < rel->ncols; c++)
 		gcol_put(&gbuf.cols[c], gbuf.nrows, row->values[c], row->nulls[c]);
+	for (int i = 0; stamp != NULL && i < 2; i++)
+		gcol_put(&gbuf.prov[i], gbuf.nrows, stamp[i], false);
 	gbuf.is_update[gbuf.nrows] = update;
 	gbuf.nupdates += update ? 1 : 0;
 	gbuf.nrows++;
@@ -801,9 +911,9 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 		ash_halt("unchanged_value_unavailable", "insert into %s lacks a column value",
 				 tgt->log_name);
 	h = identity_hash(rel, newrow);
-	if (gather_begin(rel, tgt, h))
+	if (gather_begin(rel, tgt, h, false))
 	{
-		gather_row(rel, newrow, false, h);
+		gather_row(rel, newrow, false, h, NULL);
 		return;
 	}
 	plan = upsert_plan(rel, tgt);
@@ -813,6 +923,31 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 				 tgt->log_name);
 	if (n > 1)
 		elog(ERROR, "ash_replicant: upsert affected more than one row");
+}
+
+/*
+ * A snapshot row with its provenance: gathered into a stamped run, written
+ * by the same multi-row insert or upsert with the two provenance columns.
+ * False when the target cannot gather (a column type without an array
+ * type): the caller inserts and stamps.
+ */
+static bool
+scd1_insert_stamped(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow,
+					Datum fingerprint, Datum attempt)
+{
+	Datum		stamp[2];
+	uint32		h;
+
+	if (!newrow->complete)
+		ash_halt("unchanged_value_unavailable", "insert into %s lacks a column value",
+				 tgt->log_name);
+	h = identity_hash(rel, newrow);
+	if (!gather_begin(rel, tgt, h, true))
+		return false;
+	stamp[0] = fingerprint;
+	stamp[1] = attempt;
+	gather_row(rel, newrow, false, h, stamp);
+	return true;
 }
 
 static SPIPlanPtr
@@ -873,9 +1008,9 @@ scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 	{
 		uint32		h = identity_hash(rel, newrow);
 
-		if (target_commutes(tgt) && gather_begin(rel, tgt, h))
+		if (target_commutes(tgt) && gather_begin(rel, tgt, h, false))
 		{
-			gather_row(rel, newrow, true, h);
+			gather_row(rel, newrow, true, h, NULL);
 			return;
 		}
 	}
@@ -925,7 +1060,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 
 	nparams = ash_key_values(rel, key, values, nulls);
 	if ((!ash_tenant_scoped(rel) || nulls[nparams - 1] == ' ') &&
-		target_commutes(tgt) && gather_begin(rel, tgt, h))
+		target_commutes(tgt) && gather_begin(rel, tgt, h, false))
 	{
 		MemoryContext old = MemoryContextSwitchTo(gbuf.cxt);
 
@@ -999,6 +1134,10 @@ scd1_release(AshApplyTarget *tgt)
 		SPI_freeplan(st->upsert_many);
 	if (st->insert_many)
 		SPI_freeplan(st->insert_many);
+	if (st->upsert_many_prov)
+		SPI_freeplan(st->upsert_many_prov);
+	if (st->insert_many_prov)
+		SPI_freeplan(st->insert_many_prov);
 	if (st->delete)
 		SPI_freeplan(st->delete);
 	if (st->delete_many)
@@ -1015,6 +1154,7 @@ const AshApplyStrategy ash_scd1_strategy = {
 	.delete = scd1_delete,
 	.truncate = scd1_truncate,
 	.release = scd1_release,
+	.insert_stamped = scd1_insert_stamped,
 	.flush = scd1_flush,
 	.discard = scd1_discard,
 };

@@ -53,6 +53,16 @@ typedef struct AshApplyStrategy
 	void		(*release) (AshApplyTarget *tgt);
 
 	/*
+	 * A snapshot row of a provenance mapping that must be written: written
+	 * as insert writes it, with the two provenance columns (fingerprint,
+	 * attempt: bytea) in the same row version, so no stamp follows it.
+	 * Returns false when it cannot (the caller inserts, then stamps).  May
+	 * be NULL.
+	 */
+	bool		(*insert_stamped) (AshApplyRel *rel, AshApplyTarget *tgt,
+								   AshRowImage *newrow, Datum fingerprint, Datum attempt);
+
+	/*
 	 * A tenant change within ONE destination table is an update for this
 	 * strategy (append log: one event per change), not delete + insert.
 	 */

@@ -29,7 +29,6 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include "lib/stringinfo.h"
@@ -383,22 +382,130 @@ ash_decrypt_column(const char *schema, const char *table, const char *column,
 	return plain;
 }
 
+/*
+ * HMAC-SHA-256 (RFC 2104) with the key's padded blocks absorbed once: the
+ * inner and outer SHA-256 states after K0 ^ ipad and K0 ^ opad, kept for
+ * the last key used.  Each MAC then copies them, where OpenSSL's one-shot
+ * HMAC() fetches the algorithm, builds and wipes a context and hashes the
+ * pads again -- a snapshot fingerprints every row it copies.
+ */
+#define HMAC_BLOCK	64
+
+static EVP_MD_CTX *hmac_inner = NULL;
+static EVP_MD_CTX *hmac_outer = NULL;
+static EVP_MD_CTX *hmac_work = NULL;
+static uint8 *hmac_key = NULL;	/* the key the states are of */
+static int	hmac_key_len = -1;
+
+static const EVP_MD *
+sha256_md(void)
+{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	static EVP_MD *md = NULL;
+
+	if (md == NULL)
+		md = EVP_MD_fetch(NULL, "SHA256", NULL);
+	if (md == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("ash_replicant: SHA-256 is not available from OpenSSL")));
+	return md;
+#else
+	return EVP_sha256();
+#endif
+}
+
+static void
+hmac_failed(void)
+{
+	/* the states may be half built: built again next time */
+	if (hmac_key != NULL)
+	{
+		explicit_bzero(hmac_key, hmac_key_len);
+		pfree(hmac_key);
+	}
+	hmac_key = NULL;
+	hmac_key_len = -1;
+	ereport(ERROR,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("ash_replicant: HMAC-SHA-256 failed in OpenSSL")));
+}
+
+/* The inner and outer states of key (when not those of the last key). */
+static void
+hmac_prepare(const AshKey *key)
+{
+	uint8		k0[HMAC_BLOCK];
+	uint8		pad[HMAC_BLOCK];
+	unsigned int n = 0;
+	bool		ok;
+
+	if (hmac_key != NULL && hmac_key_len == key->len &&
+		CRYPTO_memcmp(hmac_key, key->bytes, key->len) == 0)
+		return;
+	if (hmac_key != NULL)
+	{
+		explicit_bzero(hmac_key, hmac_key_len);
+		pfree(hmac_key);
+		hmac_key = NULL;
+		hmac_key_len = -1;
+	}
+	if (hmac_inner == NULL)
+	{
+		hmac_inner = EVP_MD_CTX_new();
+		hmac_outer = EVP_MD_CTX_new();
+		hmac_work = EVP_MD_CTX_new();
+		if (hmac_inner == NULL || hmac_outer == NULL || hmac_work == NULL)
+			hmac_failed();
+	}
+
+	/* K0: the key, or its digest when longer than a block; zero-padded */
+	memset(k0, 0, sizeof(k0));
+	if (key->len > HMAC_BLOCK)
+		ok = EVP_Digest(key->bytes, key->len, k0, &n, sha256_md(), NULL) == 1;
+	else
+	{
+		memcpy(k0, key->bytes, key->len);
+		ok = true;
+	}
+	for (int i = 0; i < HMAC_BLOCK; i++)
+		pad[i] = k0[i] ^ 0x36;
+	ok = ok && EVP_DigestInit_ex(hmac_inner, sha256_md(), NULL) == 1 &&
+		EVP_DigestUpdate(hmac_inner, pad, HMAC_BLOCK) == 1;
+	for (int i = 0; i < HMAC_BLOCK; i++)
+		pad[i] = k0[i] ^ 0x5c;
+	ok = ok && EVP_DigestInit_ex(hmac_outer, sha256_md(), NULL) == 1 &&
+		EVP_DigestUpdate(hmac_outer, pad, HMAC_BLOCK) == 1;
+	explicit_bzero(k0, sizeof(k0));
+	explicit_bzero(pad, sizeof(pad));
+	if (!ok)
+		hmac_failed();
+	hmac_key = MemoryContextAlloc(TopMemoryContext, Max(key->len, 1));
+	memcpy(hmac_key, key->bytes, key->len);
+	hmac_key_len = key->len;
+}
+
 void
 ash_hmac_sha256(const AshKey *key, const char *data, int len,
 				uint8 out[ASH_HMAC_SHA256_LEN])
 {
-	unsigned int outlen = 0;
-	static const unsigned char empty[1] = {0};
+	uint8		inner[ASH_HMAC_SHA256_LEN];
+	unsigned int n1 = 0;
+	unsigned int n2 = 0;
+	bool		ok;
 
 	if (key == NULL || key->bytes == NULL || key->len <= 0 || len < 0)
 		elog(ERROR, "ash_replicant: HMAC needs a key and data");
-	if (HMAC(EVP_sha256(), key->bytes, key->len,
-			 len > 0 ? (const unsigned char *) data : empty, (size_t) len,
-			 out, &outlen) == NULL ||
-		outlen != ASH_HMAC_SHA256_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("ash_replicant: HMAC-SHA-256 failed in OpenSSL")));
+	hmac_prepare(key);
+	ok = EVP_MD_CTX_copy_ex(hmac_work, hmac_inner) == 1 &&
+		(len == 0 || EVP_DigestUpdate(hmac_work, data, (size_t) len) == 1) &&
+		EVP_DigestFinal_ex(hmac_work, inner, &n1) == 1 &&
+		EVP_MD_CTX_copy_ex(hmac_work, hmac_outer) == 1 &&
+		EVP_DigestUpdate(hmac_work, inner, sizeof(inner)) == 1 &&
+		EVP_DigestFinal_ex(hmac_work, out, &n2) == 1;
+	explicit_bzero(inner, sizeof(inner));
+	if (!ok || n1 != ASH_HMAC_SHA256_LEN || n2 != ASH_HMAC_SHA256_LEN)
+		hmac_failed();
 }
 
 bool

@@ -362,17 +362,31 @@ ash_conn_exec_timeout(AshConn *c, const char *query, bool allow_error, int timeo
 	return finish_exec(c, collect_result(c, "command", timeout_ms), "command", allow_error);
 }
 
-PGresult *
-ash_conn_exec_params(AshConn *c, const char *query, int nparams,
-					 const char *const *values, bool allow_error)
+static PGresult *
+exec_params(AshConn *c, const char *query, int nparams, const char *const *values,
+			bool allow_error, int result_format)
 {
 	set_sqlstate(NULL);
-	if (!PQsendQueryParams(c->conn, query, nparams, NULL, values, NULL, NULL, 0))
+	if (!PQsendQueryParams(c->conn, query, nparams, NULL, values, NULL, NULL, result_format))
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: could not send a probe to the source")));
 	return finish_exec(c, collect_result(c, "probe", ash_connect_timeout_ms), "probe",
 					   allow_error);
+}
+
+PGresult *
+ash_conn_exec_params(AshConn *c, const char *query, int nparams,
+					 const char *const *values, bool allow_error)
+{
+	return exec_params(c, query, nparams, values, allow_error, 0);
+}
+
+PGresult *
+ash_conn_exec_params_binary(AshConn *c, const char *query, int nparams,
+							const char *const *values, bool allow_error)
+{
+	return exec_params(c, query, nparams, values, allow_error, 1);
 }
 
 char *

@@ -79,6 +79,10 @@ extern PGresult *ash_conn_exec_timeout(AshConn *c, const char *query, bool allow
 extern PGresult *ash_conn_exec_params(AshConn *c, const char *query, int nparams,
 									  const char *const *values, bool allow_error);
 
+/* Same, the result's values in binary (each type's send format). */
+extern PGresult *ash_conn_exec_params_binary(AshConn *c, const char *query, int nparams,
+											 const char *const *values, bool allow_error);
+
 /*
  * The next row of a COPY ... TO STDOUT that ash_conn_exec started: its
  * length, with *buf set (free it with PQfreemem); 0 once the data ended

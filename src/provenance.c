@@ -18,9 +18,14 @@
  *		SCD2) is not written: no host effect, no trigger; a new or
  *		different row is written by the mapping's strategy as any insert;
  *		either way the row is stamped with its fingerprint and the attempt
- *		(replica_seen_attempt) by an UPDATE run with
+ *		(replica_seen_attempt): with the write itself where the strategy
+ *		can (SCD1: the two columns are part of the insert or upsert, one
+ *		row version), else by an UPDATE run with
  *		session_replication_role = replica, so ordinary triggers do not
  *		fire for the stamp;
+ *	  - the stored fingerprints are probed, and the remaining stamps
+ *		written, one statement per group of rows of a target (arrays of
+ *		keys), not per row;
  *	  - in the transaction that copies a table, once its rows are written,
  *		the rows of its target whose seen-mark is not this attempt are
  *		retired: deleted under SCD1, closed under SCD2 -- rows the source
@@ -42,6 +47,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
@@ -57,6 +63,7 @@
 
 #define PROVENANCE_FORMAT	1
 #define STAMP_QUEUE_MAX		1000
+#define PROBE_BATCH_MAX		1000
 
 /* Plans and send functions of one target (rel's shape at first use). */
 typedef struct ProvTarget
@@ -67,9 +74,34 @@ typedef struct ProvTarget
 	bool		scd2;
 	int			nkeyparams;
 	SPIPlanPtr	probe;			/* the stored fingerprint of a key */
+	SPIPlanPtr	probe_many;		/* ordinal and fingerprint of arrays of keys;
+								 * NULL when a key type has no array type */
 	SPIPlanPtr	stamp;			/* fingerprint + attempt of a key */
+	SPIPlanPtr	stamp_many;		/* the same for arrays of keys; NULL when a
+								 * key type has no array type */
+	Oid		   *keytypes;		/* per key parameter */
+	int16	   *keylen;
+	bool	   *keybyval;
+	char	   *keyalign;
 	FmgrInfo   *send;			/* per column; fn_oid InvalidOid: output */
 } ProvTarget;
+
+/*
+ * A snapshot row waiting for its probe (a deep copy: the change's memory
+ * is reset after it).
+ */
+typedef struct Pending
+{
+	AshApplyRel *rel;
+	AshApplyTarget *tgt;
+	const AshApplyStrategy *strategy;
+	AshRowImage row;
+	bytea	   *fp;
+	bytea	   *attempt;
+	Datum	   *values;			/* key params */
+	char	   *nulls;
+	int			n;
+} Pending;
 
 /* A queued stamp. */
 typedef struct Stamp
@@ -80,6 +112,8 @@ typedef struct Stamp
 	bool		streamed;		/* a streamed row: it may be gone by the flush */
 } Stamp;
 
+static void stamp_singly(List *group);
+static bool stamp_group(ProvTarget *pt, List *group, bool streamed);
 static void queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
 						bytea *fp, const bytea *attempt, bool streamed);
 
@@ -87,8 +121,11 @@ static Oid	unfingerprinted = InvalidOid;	/* a target no probe can match */
 
 static MemoryContext prov_cxt = NULL;	/* plans, send functions */
 static MemoryContext queue_cxt = NULL;	/* stamps until flushed */
+static MemoryContext pending_cxt = NULL;	/* rows until probed */
 static List *targets = NIL;
 static List *queue = NIL;
+static List *pending = NIL;		/* Pending *, all of pending_pt */
+static ProvTarget *pending_pt = NULL;
 
 bool
 ash_provenance_in_use(AshPipelineConfig *cfg)
@@ -110,6 +147,8 @@ ensure_contexts(void)
 										 ALLOCSET_SMALL_SIZES);
 		queue_cxt = AllocSetContextCreate(prov_cxt, "ash_replicant provenance stamps",
 										  ALLOCSET_DEFAULT_SIZES);
+		pending_cxt = AllocSetContextCreate(prov_cxt, "ash_replicant provenance probes",
+											ALLOCSET_DEFAULT_SIZES);
 	}
 }
 
@@ -297,6 +336,80 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 					 ASH_PROVENANCE_SEEN_COLUMN, next + 1, where.data);
 	pt->stamp = ash_spi_prepare_kept(sql.data, pt->nkeyparams + 2, types);
 
+	/*
+	 * "UPDATE t AS t SET fp = u.f, seen = u.s FROM (SELECT unnest($1) AS
+	 * k1, ..., unnest($n + 1) AS f, unnest($n + 2) AS s) AS u WHERE t.key1
+	 * = u.k1 AND ...": a group of stamps in one statement.
+	 */
+	old = MemoryContextSwitchTo(prov_cxt);
+	pt->keytypes = palloc(sizeof(Oid) * Max(pt->nkeyparams, 1));
+	pt->keylen = palloc(sizeof(int16) * Max(pt->nkeyparams, 1));
+	pt->keybyval = palloc(sizeof(bool) * Max(pt->nkeyparams, 1));
+	pt->keyalign = palloc(sizeof(char) * Max(pt->nkeyparams, 1));
+	MemoryContextSwitchTo(old);
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "UPDATE %s AS t SET %s = u.f, %s = u.s FROM (SELECT ", tgt->name,
+					 ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_SEEN_COLUMN);
+	for (int i = 0; i < pt->nkeyparams; i++)
+	{
+		pt->keytypes[i] = types[i];
+		get_typlenbyvalalign(types[i], &pt->keylen[i], &pt->keybyval[i], &pt->keyalign[i]);
+		types[i] = get_array_type(types[i]);
+		appendStringInfo(&sql, "pg_catalog.unnest($%d) AS k%d, ", i + 1, i + 1);
+	}
+	appendStringInfo(&sql, "pg_catalog.unnest($%d) AS f, pg_catalog.unnest($%d) AS s) AS u WHERE ",
+					 next, next + 1);
+	for (int i = 0; i < pt->nkeyparams; i++)
+	{
+		int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+		appendStringInfo(&sql, "%st.%s OPERATOR(pg_catalog.=) u.k%d", i ? " AND " : "",
+						 quote_identifier(rel->cols[c].name), i + 1);
+	}
+	if (pt->scd2)
+		appendStringInfo(&sql, " AND t.%s IS NULL",
+						 quote_identifier(rel->map->history_valid_to_lsn_column));
+	types[next - 1] = BYTEAARRAYOID;
+	types[next] = BYTEAARRAYOID;
+	pt->stamp_many = NULL;
+	pt->probe_many = NULL;
+	{
+		bool		arrays = true;
+
+		for (int i = 0; i < pt->nkeyparams; i++)
+			arrays &= OidIsValid(types[i]);
+		if (arrays)
+		{
+			pt->stamp_many = ash_spi_prepare_kept(sql.data, pt->nkeyparams + 2, types);
+
+			/*
+			 * "SELECT u.o, t.fp FROM (SELECT unnest($1) AS k1, ...,
+			 * unnest($n + 1) AS o) AS u JOIN t ON t.key1 = u.k1 AND ...": the
+			 * stored fingerprints of a group of keys, by their ordinals.
+			 */
+			resetStringInfo(&sql);
+			appendStringInfoString(&sql, "SELECT u.o, t.");
+			appendStringInfoString(&sql, ASH_PROVENANCE_FINGERPRINT_COLUMN);
+			appendStringInfoString(&sql, " FROM (SELECT ");
+			for (int i = 0; i < pt->nkeyparams; i++)
+				appendStringInfo(&sql, "pg_catalog.unnest($%d) AS k%d, ", i + 1, i + 1);
+			appendStringInfo(&sql, "pg_catalog.unnest($%d) AS o) AS u JOIN %s AS t ON ", next,
+							 tgt->name);
+			for (int i = 0; i < pt->nkeyparams; i++)
+			{
+				int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+				appendStringInfo(&sql, "%st.%s OPERATOR(pg_catalog.=) u.k%d", i ? " AND " : "",
+								 quote_identifier(rel->cols[c].name), i + 1);
+			}
+			if (pt->scd2)
+				appendStringInfo(&sql, " AND t.%s IS NULL",
+								 quote_identifier(rel->map->history_valid_to_lsn_column));
+			types[next - 1] = INT4ARRAYOID;
+			pt->probe_many = ash_spi_prepare_kept(sql.data, pt->nkeyparams + 1, types);
+		}
+	}
+
 	old = MemoryContextSwitchTo(prov_cxt);
 	targets = lappend(targets, pt);
 	MemoryContextSwitchTo(old);
@@ -334,6 +447,53 @@ fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
 	return tagged_mac(active_key(), buf.data, buf.len);
 }
 
+/* Does the stored fingerprint (NULL: none) equal fp? */
+static bool
+same_fingerprint(bytea *stored, const bytea *fp)
+{
+	return stored != NULL && VARSIZE_ANY_EXHDR(stored) == ASH_PROVENANCE_BYTES &&
+		ash_digest_equal((const uint8 *) VARDATA_ANY(stored),
+						 (const uint8 *) VARDATA_ANY(fp), ASH_PROVENANCE_BYTES);
+}
+
+/*
+ * A snapshot row judged: written (with its stamp, or then stamped) unless
+ * unchanged, then only marked seen.
+ */
+static void
+write_judged(ProvTarget *pt, AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
+			 const AshApplyStrategy *strategy, bytea *fp, bytea *attempt,
+			 Datum *values, char *nulls, int n, bool unchanged)
+{
+	/* a row written anyway carries its stamp: no second version */
+	if (!unchanged && strategy->insert_stamped != NULL &&
+		strategy->insert_stamped(rel, tgt, row, PointerGetDatum(fp), PointerGetDatum(attempt)))
+		return;
+	if (!unchanged)
+		strategy->insert(rel, tgt, row);
+	queue_stamp(pt, rel, values, nulls, n, fp, attempt, false);
+}
+
+/* A deep copy of a row image, in the current memory context. */
+static void
+copy_image(AshApplyRel *rel, AshRowImage *from, AshRowImage *to)
+{
+	to->values = palloc(sizeof(Datum) * Max(rel->ncols, 1));
+	to->nulls = palloc(sizeof(bool) * Max(rel->ncols, 1));
+	to->present = palloc(sizeof(bool) * Max(rel->ncols, 1));
+	to->plain = from->plain == NULL ? NULL : palloc0(sizeof(char *) * Max(rel->ncols, 1));
+	to->complete = from->complete;
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		to->nulls[c] = from->nulls[c];
+		to->present[c] = from->present[c];
+		to->values[c] = !from->present[c] || from->nulls[c] ? (Datum) 0 :
+			datumCopy(from->values[c], rel->cols[c].typbyval, rel->cols[c].typlen);
+		if (from->plain != NULL && from->plain[c] != NULL)
+			to->plain[c] = pstrdup(from->plain[c]);
+	}
+}
+
 void
 ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 					  const AshApplyStrategy *strategy)
@@ -343,7 +503,6 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 	bytea	   *fp = fingerprint(pt, rel, row);
 	Datum	   *values = palloc(sizeof(Datum) * (pt->nkeyparams + 2));
 	char	   *nulls = palloc(pt->nkeyparams + 3);
-	bool		unchanged = false;
 	int			n;
 
 	if (meta->snapshot_attempt == NULL)
@@ -351,27 +510,163 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 
 	n = ash_key_values(rel, row, values, nulls);
 	nulls[n] = '\0';
-	if (tgt->relid != unfingerprinted &&
-		ash_spi_execute(pt->probe, values, nulls, SPI_OK_SELECT) > 0)
+
+	/* rows waiting for a probe of another target go first, in order */
+	if (pending != NIL && pending_pt != pt)
+		ash_provenance_resolve();
+
+	/*
+	 * No probe where no row can match: a target that was empty when this
+	 * table's copy began in this transaction (its rows so far are this
+	 * copy's, each key once), or one the caller vouches for.
+	 */
+	if (tgt->relid == unfingerprinted || ash_apply_fresh_target(tgt->relid))
 	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		if (!isnull)
-		{
-			bytea	   *stored = DatumGetByteaPP(d);
-
-			unchanged = VARSIZE_ANY_EXHDR(stored) == ASH_PROVENANCE_BYTES &&
-				ash_digest_equal((const uint8 *) VARDATA_ANY(stored),
-								 (const uint8 *) VARDATA(fp), ASH_PROVENANCE_BYTES);
-		}
+		if (pending != NIL)
+			ash_provenance_resolve();
+		write_judged(pt, rel, tgt, row, strategy, fp, meta->snapshot_attempt,
+					 values, nulls, n, false);
 	}
-	if (!unchanged)
-		strategy->insert(rel, tgt, row);
+	else
+	{
+		/* probed with the rows around it: one statement per group */
+		MemoryContext old = MemoryContextSwitchTo(pending_cxt);
+		Pending    *p = palloc(sizeof(Pending));
 
-	queue_stamp(pt, rel, values, nulls, n, fp, meta->snapshot_attempt, false);
+		p->rel = rel;
+		p->tgt = tgt;
+		p->strategy = strategy;
+		copy_image(rel, row, &p->row);
+		p->fp = (bytea *) DatumGetPointer(datumCopy(PointerGetDatum(fp), false, -1));
+		p->attempt = (bytea *) DatumGetPointer(datumCopy(PointerGetDatum(meta->snapshot_attempt),
+														 false, -1));
+		p->n = n;
+		p->values = palloc(sizeof(Datum) * (n + 2));
+		p->nulls = palloc(n + 3);
+		for (int i = 0; i < n; i++)
+		{
+			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+			p->values[i] = nulls[i] == 'n' ? (Datum) 0 :
+				datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
+			p->nulls[i] = nulls[i];
+		}
+		p->nulls[n] = '\0';
+		pending = lappend(pending, p);
+		pending_pt = pt;
+		MemoryContextSwitchTo(old);
+		if (list_length(pending) >= PROBE_BATCH_MAX)
+			ash_provenance_resolve();
+	}
 	if (list_length(queue) >= STAMP_QUEUE_MAX)
 		ash_apply_flush_deferred();		/* writes first, then their stamps */
+}
+
+/*
+ * The stored fingerprints of the pending rows' keys by one statement;
+ * false when the target's key types have no array types.
+ */
+static bool
+probe_group(ProvTarget *pt, List *rows, bool *unchanged)
+{
+	int			nrows = list_length(rows);
+	int			nparams = pt->nkeyparams + 1;
+	Datum	   *params;
+	Datum	   *v;
+	bool	   *nl;
+	int			lb = 1;
+	uint64		n;
+
+	if (pt->probe_many == NULL)
+		return false;
+	params = palloc(sizeof(Datum) * nparams);
+	v = palloc(sizeof(Datum) * nrows);
+	nl = palloc(sizeof(bool) * nrows);
+	for (int p = 0; p < nparams; p++)
+	{
+		int			i = 0;
+		ListCell   *lc;
+
+		foreach(lc, rows)
+		{
+			Pending    *r = lfirst(lc);
+
+			v[i] = p < pt->nkeyparams ? r->values[p] : Int32GetDatum(i + 1);
+			nl[i] = p < pt->nkeyparams && r->nulls[p] == 'n';
+			i++;
+		}
+		if (p < pt->nkeyparams)
+			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb,
+														   pt->keytypes[p], pt->keylen[p],
+														   pt->keybyval[p], pt->keyalign[p]));
+		else
+			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb, INT4OID,
+														   4, true, TYPALIGN_INT));
+	}
+	n = ash_spi_execute(pt->probe_many, params, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		int32		o = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+												   1, &isnull));
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+		Pending    *r;
+
+		if (o < 1 || o > nrows)
+			elog(ERROR, "ash_replicant: a provenance probe returned a row it was not asked for");
+		r = list_nth(rows, o - 1);
+		unchanged[o - 1] = !isnull && same_fingerprint(DatumGetByteaPP(d), r->fp);
+	}
+	return true;
+}
+
+void
+ash_provenance_resolve(void)
+{
+	List	   *rows = pending;
+	ProvTarget *pt = pending_pt;
+	bool	   *unchanged;
+	ListCell   *lc;
+	int			i = 0;
+
+	if (rows == NIL)
+		return;
+	/* taken first: writing them may flush, which calls here again */
+	pending = NIL;
+	pending_pt = NULL;
+	unchanged = palloc0(sizeof(bool) * list_length(rows));
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (list_length(rows) == 1 || !probe_group(pt, rows, unchanged))
+	{
+		foreach(lc, rows)
+		{
+			Pending    *r = lfirst(lc);
+
+			if (ash_spi_execute(pt->probe, r->values, r->nulls, SPI_OK_SELECT) > 0)
+			{
+				bool		isnull;
+				Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+											  &isnull);
+
+				unchanged[i] = !isnull && same_fingerprint(DatumGetByteaPP(d), r->fp);
+			}
+			i++;
+		}
+	}
+	i = 0;
+	foreach(lc, rows)
+	{
+		Pending    *r = lfirst(lc);
+
+		write_judged(pt, r->rel, r->tgt, &r->row, r->strategy, r->fp, r->attempt,
+					 r->values, r->nulls, r->n, unchanged[i++]);
+	}
+	PopActiveSnapshot();
+	/* the writes copied what they keep (gathered runs, stamps) */
+	list_free(rows);
+	if (pending == NIL)
+		MemoryContextReset(pending_cxt);
 }
 
 /*
@@ -429,6 +724,77 @@ ash_provenance_set_unfingerprinted(Oid relid)
 	unfingerprinted = relid;
 }
 
+/* Each stamp of group by a statement of its own. */
+static void
+stamp_singly(List *group)
+{
+	ListCell   *lc;
+
+	foreach(lc, group)
+	{
+		Stamp	   *s = lfirst(lc);
+		uint64		n = ash_spi_execute(s->pt->stamp, s->values, s->nulls, SPI_OK_UPDATE);
+
+		/* a streamed row may have been deleted later in the batch */
+		if (n > 1 || (n == 0 && !s->streamed))
+			elog(ERROR, "ash_replicant: a snapshot row to stamp is not in its target");
+	}
+}
+
+/*
+ * The stamps of group (one target, one kind) by one UPDATE ... FROM
+ * arrays.  False when the row count does not prove each stamp met exactly
+ * its row (a snapshot row missing, or a key twice in the group): the
+ * caller stamps them singly, which raises where a stamp is wrong (the
+ * stamps are idempotent, so writing one twice changes nothing).
+ */
+static bool
+stamp_group(ProvTarget *pt, List *group, bool streamed)
+{
+	int			nrows = list_length(group);
+	int			nparams = pt->nkeyparams + 2;
+	Datum	   *params = palloc(sizeof(Datum) * nparams);
+	Datum	   *v = palloc(sizeof(Datum) * nrows);
+	bool	   *nl = palloc(sizeof(bool) * nrows);
+	int			lb = 1;
+	uint64		n;
+
+	for (int p = 0; p < nparams; p++)
+	{
+		int			i = 0;
+		ListCell   *lc;
+
+		foreach(lc, group)
+		{
+			Stamp	   *s = lfirst(lc);
+
+			v[i] = s->values[p];
+			nl[i] = s->nulls[p] == 'n';
+			i++;
+		}
+		if (p < pt->nkeyparams)
+			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb,
+														   pt->keytypes[p], pt->keylen[p],
+														   pt->keybyval[p], pt->keyalign[p]));
+		else
+			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb, BYTEAOID,
+														   -1, false, TYPALIGN_INT));
+	}
+	n = ash_spi_execute(pt->stamp_many, params, NULL, SPI_OK_UPDATE);
+
+	/*
+	 * Streamed rows may have been deleted later in the batch, or written
+	 * twice (one mark each time): fewer rows are fine, more are not.
+	 */
+	if (streamed)
+	{
+		if (n > (uint64) nrows)
+			elog(ERROR, "ash_replicant: a streamed row's seen-mark met more rows than it named");
+		return true;
+	}
+	return n == (uint64) nrows;
+}
+
 void
 ash_provenance_flush(void)
 {
@@ -443,15 +809,25 @@ ash_provenance_flush(void)
 	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	PushActiveSnapshot(GetTransactionSnapshot());
-	foreach(lc, queue)
+	lc = list_head(queue);
+	while (lc != NULL)
 	{
-		Stamp	   *s = lfirst(lc);
+		Stamp	   *first = lfirst(lc);
+		List	   *group = NIL;
 
-		uint64		n = ash_spi_execute(s->pt->stamp, s->values, s->nulls, SPI_OK_UPDATE);
+		/* consecutive stamps of one target and kind: one statement */
+		for (; lc != NULL; lc = lnext(queue, lc))
+		{
+			Stamp	   *s = lfirst(lc);
 
-		/* a streamed row may have been deleted later in the batch */
-		if (n > 1 || (n == 0 && !s->streamed))
-			elog(ERROR, "ash_replicant: a snapshot row to stamp is not in its target");
+			if (s->pt != first->pt || s->streamed != first->streamed)
+				break;
+			group = lappend(group, s);
+		}
+		if (list_length(group) > 1 && first->pt->stamp_many != NULL &&
+			stamp_group(first->pt, group, first->streamed))
+			continue;
+		stamp_singly(group);
 	}
 	PopActiveSnapshot();
 	AtEOXact_GUC(true, nestlevel);
@@ -464,6 +840,10 @@ ash_provenance_discard(void)
 	queue = NIL;
 	if (queue_cxt != NULL)
 		MemoryContextReset(queue_cxt);
+	pending = NIL;
+	pending_pt = NULL;
+	if (pending_cxt != NULL)
+		MemoryContextReset(pending_cxt);
 }
 
 /* ---------------------------------------------------------------------

@@ -38,8 +38,10 @@ extern void ash_provenance_verify_state(const AshCheckpointKey *key, const bytea
  * A snapshot row of a provenance mapping (called by apply in place of the
  * strategy's insert, as the sink owner): written by the strategy unless the
  * target holds it with the same fingerprint; stamped (fingerprint and the
- * attempt) either way.  Stamps are queued and written with triggers
- * silenced, so an unchanged row is only marked seen.
+ * attempt) either way.  A row that needs a probe waits for the others of
+ * its target (ash_provenance_resolve).  A written row carries its stamp
+ * where the strategy can (insert_stamped); other stamps are queued and
+ * written with triggers silenced, so an unchanged row is only marked seen.
  */
 extern void ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 								  const AshApplyStrategy *strategy);
@@ -58,6 +60,13 @@ extern void ash_provenance_mark_streamed(AshApplyRel *rel, AshApplyTarget *tgt,
  * its rows are written without the probe.  The caller vouches for it.
  */
 extern void ash_provenance_set_unfingerprinted(Oid relid);
+
+/*
+ * Probe the rows ash_provenance_insert holds (one statement per group of
+ * a target) and hand them to the strategy: before apply's deferred writes
+ * are executed, as the owner.
+ */
+extern void ash_provenance_resolve(void);
 
 /* Write the queued stamps (after apply's deferred writes; as the owner). */
 extern void ash_provenance_flush(void);

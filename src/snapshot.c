@@ -148,6 +148,44 @@ catalog_end(void)
  * after it; returns SPI_processed.  The caller's memory context stays
  * current.
  */
+#define KEY_PLANS_MAX	32
+
+/* The catalog statements' plans, kept: an incremental copy runs them per chunk. */
+typedef struct KeyPlan
+{
+	char	   *sql;
+	int			nargs;
+	Oid			types[ASH_CHECKPOINT_MAX_PARAMS];
+	SPIPlanPtr	plan;
+} KeyPlan;
+
+static KeyPlan key_plans[KEY_PLANS_MAX];
+static int	nkey_plans = 0;
+
+/* The kept plan of sql with these parameter types (NULL: none left). */
+static SPIPlanPtr
+key_plan(const char *sql, int nargs, Oid *types)
+{
+	KeyPlan    *kp;
+
+	for (int i = 0; i < nkey_plans; i++)
+	{
+		kp = &key_plans[i];
+		if (kp->nargs == nargs && strcmp(kp->sql, sql) == 0 &&
+			memcmp(kp->types, types, sizeof(Oid) * nargs) == 0)
+			return kp->plan;
+	}
+	if (nkey_plans == KEY_PLANS_MAX || nargs > ASH_CHECKPOINT_MAX_PARAMS)
+		return NULL;
+	kp = &key_plans[nkey_plans];
+	kp->plan = ash_spi_prepare_kept(sql, nargs, types);
+	kp->sql = MemoryContextStrdup(TopMemoryContext, sql);
+	kp->nargs = nargs;
+	memcpy(kp->types, types, sizeof(Oid) * nargs);
+	nkey_plans++;
+	return kp->plan;
+}
+
 static uint64
 key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
 		 const char *extra_nulls, int expected)
@@ -157,9 +195,20 @@ key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
 	char		nulls[ASH_CHECKPOINT_MAX_PARAMS + 1];
 	int			n = ash_checkpoint_key_params(snap_key, nextra, extra_types, extra_values,
 											  extra_nulls, types, values, nulls);
+	SPIPlanPtr	plan = key_plan(sql, n, types);
+	MemoryContext cxt = CurrentMemoryContext;
+	int			ret;
 
-	return ash_spi_execute_args(sql, n, types, values, nulls, expected,
-								"snapshot catalog statement failed");
+	if (plan == NULL)
+		return ash_spi_execute_args(sql, n, types, values, nulls, expected,
+									"snapshot catalog statement failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ret = SPI_execute_plan(plan, values, nulls, false, 0);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(cxt);
+	if (ret != expected)
+		elog(ERROR, "ash_replicant: snapshot catalog statement failed");
+	return SPI_processed;
 }
 
 static Attempt *
@@ -2099,6 +2148,7 @@ ash_snapshot_incremental_step(void)
 	ListCell   *lc;
 	AshRelation rel;
 	AshChange	change;
+	bool		binary = true;
 
 	if (incr_attempt == NULL)
 		return ASH_INCR_STEP_NONE;
@@ -2157,45 +2207,29 @@ ash_snapshot_incremental_step(void)
 	}
 
 	/*
-	 * The snapshot, and the end of the source's WAL read after it: every
-	 * transaction the snapshot shows committed below that position.
+	 * One statement, so one snapshot and one round trip: the snapshot, the
+	 * end of the source's WAL read after it (every transaction the snapshot
+	 * shows committed below that position), then the chunk -- the next
+	 * chunk_rows rows in primary-key order.  In binary when every type is
+	 * built in, as v1 reads (its send format is known here); then the key
+	 * follows in its text form, the cursor's, as the source's output
+	 * function writes it.  An empty chunk is one row without a key.
 	 */
-	PQclear(ash_conn_exec(incr_conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false));
-	res = ash_conn_exec(incr_conn,
-						"SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text,"
-						"       pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text,"
-						"       pg_catalog.current_setting('wal_block_size')",
-						false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-		ash_conn_report_result(res, "incremental snapshot position");
-	parse_snapshot(PQgetvalue(res, 0, 0), &snap);
-	high_lsn = parse_lsn(PQgetvalue(res, 0, 1));
-	{
-		/*
-		 * At a page boundary the insert position points past the next
-		 * page's header, which no record reaches yet (and the walsender's
-		 * position never passes on a quiet source): every record inserted
-		 * ends at or before the boundary.
-		 */
-		uint64		blcksz = strtoull(PQgetvalue(res, 0, 2), NULL, 10);
-
-		if (blcksz > 0 && high_lsn % blcksz <= SizeOfXLogLongPHD)
-			high_lsn -= high_lsn % blcksz;
-	}
-	PQclear(res);
-	if (!ash_incr_snapshot_covers(&snap))
-	{
-		/* a transaction the stream delivered is not visible yet: later */
-		PQclear(ash_conn_exec(incr_conn, "ROLLBACK", false));
-		MemoryContextSwitchTo(cxt);
-		MemoryContextDelete(tcxt);
-		return ASH_INCR_STEP_WAIT_XIDS;
-	}
-
-	/* the chunk: the next chunk_rows rows in primary-key order */
 	rel = incr_rel;
+	for (int i = 0; i < rel.natts; i++)
+		if (rel.cols[i].type_oid >= FirstGenbkiObjectId)
+			binary = false;
 	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT ");
+	appendStringInfoString(&sql, "SELECT s.snap, s.lsn, s.blk");
+	for (int i = 0; i < rel.natts; i++)
+		appendStringInfo(&sql, ", c.%s", quote_identifier(rel.cols[i].name));
+	for (int i = 0; binary && i < k->nkeys; i++)
+		appendStringInfo(&sql, ", pg_catalog.format('%%s', c.%s)", quote_identifier(k->names[i]));
+	appendStringInfoString(&sql,
+						   " FROM (SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text AS snap,"
+						   " pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn,"
+						   " pg_catalog.current_setting('wal_block_size') AS blk) AS s"
+						   " LEFT JOIN (SELECT ");
 	for (int i = 0; i < rel.natts; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel.cols[i].name));
 	appendStringInfo(&sql, " FROM ONLY %s", quote_qualified_identifier(nspname, relname));
@@ -2212,29 +2246,80 @@ ash_snapshot_incremental_step(void)
 	appendStringInfoString(&sql, " ORDER BY ");
 	for (int i = 0; i < k->nkeys; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
-	appendStringInfo(&sql, " LIMIT %d", snap_cfg->chunk_rows);
-	res = ash_conn_exec_params(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
-							   (const char *const *) cursor, false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	appendStringInfo(&sql, " LIMIT %d) AS c ON true ORDER BY ", snap_cfg->chunk_rows);
+	for (int i = 0; i < k->nkeys; i++)
+		appendStringInfo(&sql, "%sc.%s", i ? ", " : "", quote_identifier(k->names[i]));
+	if (binary)
+		res = ash_conn_exec_params_binary(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
+										  (const char *const *) cursor, false);
+	else
+		res = ash_conn_exec_params(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
+								   (const char *const *) cursor, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
+		PQnfields(res) != 3 + rel.natts + (binary ? k->nkeys : 0))
 		ash_conn_report_result(res, "incremental snapshot chunk");
-	PQclear(ash_conn_exec(incr_conn, "COMMIT", false));
-	nrows = PQntuples(res);
-	done = nrows < snap_cfg->chunk_rows;
-	if (!done)
+
+	/* text values (in binary: their bytes), never a NUL inside */
+	parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &snap);
+	high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
+	{
+		/*
+		 * At a page boundary the insert position points past the next
+		 * page's header, which no record reaches yet (and the walsender's
+		 * position never passes on a quiet source): every record inserted
+		 * ends at or before the boundary.
+		 */
+		uint64		blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)),
+									  NULL, 10);
+
+		if (blcksz > 0 && high_lsn % blcksz <= SizeOfXLogLongPHD)
+			high_lsn -= high_lsn % blcksz;
+	}
+	if (!ash_incr_snapshot_covers(&snap))
+	{
+		/* a transaction the stream delivered is not visible yet: later */
+		PQclear(res);
+		MemoryContextSwitchTo(cxt);
+		MemoryContextDelete(tcxt);
+		return ASH_INCR_STEP_WAIT_XIDS;
+	}
+
+	/*
+	 * Where each key column is: its value (NULL only in the row of an empty
+	 * chunk), and its text form (in binary, format() after the values: an
+	 * empty string for NULL).
+	 */
 	{
 		int		   *keycol = palloc(sizeof(int) * k->nkeys);
+		int		   *keytext = palloc(sizeof(int) * k->nkeys);
 
-		hi = palloc(sizeof(char *) * k->nkeys);
 		for (int i = 0; i < k->nkeys; i++)
 		{
-			keycol[i] = -1;
-			for (int c = 0; c < rel.natts; c++)
-				if (strcmp(rel.cols[c].name, k->names[i]) == 0)
-					keycol[i] = c;
-			if (keycol[i] < 0 || PQgetisnull(res, nrows - 1, keycol[i]))
+			int			c = -1;
+
+			for (int j = 0; j < rel.natts; j++)
+				if (strcmp(rel.cols[j].name, k->names[i]) == 0)
+					c = j;
+			if (c < 0)
 				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
 						 quote_qualified_identifier(nspname, relname));
-			hi[i] = pstrdup(PQgetvalue(res, nrows - 1, keycol[i]));
+			keycol[i] = 3 + c;
+			keytext[i] = binary ? 3 + rel.natts + i : 3 + c;
+		}
+		nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
+		done = nrows < snap_cfg->chunk_rows;
+		if (!done)
+		{
+			hi = palloc(sizeof(char *) * k->nkeys);
+			for (int i = 0; i < k->nkeys; i++)
+			{
+				if (PQgetisnull(res, nrows - 1, keycol[i]) ||
+					PQgetisnull(res, nrows - 1, keytext[i]))
+					ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
+							 quote_qualified_identifier(nspname, relname));
+				hi[i] = pnstrdup(PQgetvalue(res, nrows - 1, keytext[i]),
+								 PQgetlength(res, nrows - 1, keytext[i]));
+			}
 		}
 	}
 	chunk_no = st->chunks + 1;
@@ -2268,7 +2353,7 @@ ash_snapshot_incremental_step(void)
 		{
 			AshColumnValue *v = &change.u.insert.newtup.cols[c];
 
-			if (PQgetisnull(res, r, c))
+			if (PQgetisnull(res, r, 3 + c))
 			{
 				v->status = ASH_COL_NULL;
 				v->len = 0;
@@ -2276,9 +2361,9 @@ ash_snapshot_incremental_step(void)
 			}
 			else
 			{
-				v->status = ASH_COL_TEXT;
-				v->data = PQgetvalue(res, r, c);
-				v->len = PQgetlength(res, r, c);
+				v->status = binary ? ASH_COL_BINARY : ASH_COL_TEXT;
+				v->data = PQgetvalue(res, r, 3 + c);
+				v->len = PQgetlength(res, r, 3 + c);
 			}
 		}
 		ash_apply_change(&change);

@@ -146,7 +146,10 @@ INSERT INTO stock SELECT g, 'item ' || g, g % 7,
 	CASE g WHEN 7 THEN '$sent[0]' WHEN 400 THEN '$sent[2]' ELSE 'n' || g END
   FROM generate_series(1, 3000) g;
 INSERT INTO ledger SELECT g, 'v' || g FROM generate_series(1, 50) g;
-CREATE PUBLICATION pub FOR TABLE stock, ledger;
+CREATE TABLE plain (id integer PRIMARY KEY, v text, d timestamptz);
+INSERT INTO plain SELECT g, 'p' || g, '2026-01-01'::timestamptz + g * interval '1 minute' FROM generate_series(1, 2500) g;
+CREATE VIEW plain_v AS SELECT id, v, d FROM plain;
+CREATE PUBLICATION pub FOR TABLE stock, ledger, plain;
 CREATE VIEW stock_v AS SELECT id, name, qty, note FROM stock;
 CREATE VIEW ledger_v AS SELECT id, v FROM ledger;
 CREATE TABLE aux (id integer PRIMARY KEY, v text);
@@ -165,6 +168,10 @@ CREATE UNIQUE INDEX ledger_hist_open ON ledger_hist (id) WHERE valid_to_lsn IS N
 CREATE VIEW stock_v AS SELECT id, name, qty, note FROM stock;
 CREATE VIEW ledger_v AS SELECT id, v FROM ledger_hist WHERE valid_to_lsn IS NULL;
 CREATE TABLE aux (id integer PRIMARY KEY, v text, replica_fingerprint bytea, replica_seen_attempt bytea);
+-- empty, no trigger: the copy writes its rows straight into it, stamped
+CREATE TABLE plain (id integer PRIMARY KEY, v text, d timestamptz,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE VIEW plain_v AS SELECT id, v, d FROM plain;
 
 -- rows the destination holds before the first snapshot
 --   1..20       stale values (the source has these ids)
@@ -231,7 +238,8 @@ AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub',
 	maps => [
 		[ 'stock', snapshot_provenance => 'true' ],
 		[ 'ledger_hist', source_table => 'ledger', history_strategy => 'scd2',
-		  history_business_key => ['id'], snapshot_provenance => 'true' ] ],
+		  history_business_key => ['id'], snapshot_provenance => 'true' ],
+		[ 'plain', snapshot_provenance => 'true' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'v1'", start => 0);
 my %before = (stock => thash('stock'), ledger_hist => thash('ledger_hist'));
 {
@@ -353,6 +361,13 @@ is(q_dst("SELECT count(*) FROM ledger_hist WHERE valid_to_lsn IS NULL AND id <= 
 is(q_dst("SELECT count(DISTINCT replica_fingerprint) = count(replica_fingerprint) FROM stock"), 't',
 	'fingerprints differ between rows');
 
+# plain: empty and trigger-less, so its rows went straight into the table
+# with their stamps (no stamp UPDATE afterwards)
+AshTest::assert_mirror_equal($src, $dst, ['plain_v'], order_by => 'id', name => 'first snapshot: plain');
+is(q_dst("SELECT count(*) FROM plain WHERE $fp_ok AND encode(replica_seen_attempt, 'hex') = '$att1'"), '2500',
+	'plain: every row carries a fingerprint of key version 3 and the attempt');
+is(q_dst("SELECT count(DISTINCT replica_fingerprint) FROM plain"), '2500', 'plain: fingerprints differ between rows');
+
 # the log
 is(retired_counts('stock'), '10', 'event=snapshot.retired for stock: rows=10');
 is(retired_counts('ledger'), '1', 'event=snapshot.retired for ledger_hist: rows=1');
@@ -442,6 +457,13 @@ AshTest::stop_settled($src, $dst, 'pt');
 AshTest::stop_settled($src, $dst, $sink);
 wait_no_worker();
 
+# the worker's statistics, sent as it exited: plain's rows were inserted
+# with their stamps, none updated afterwards
+ok(AshTest::poll($dst, "SELECT n_tup_ins >= 2500 FROM pg_stat_user_tables WHERE relid = 'plain'::regclass"),
+	'plain: the statistics count its inserted rows');
+is(q_dst("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relid = 'plain'::regclass"), '0',
+	'plain: no row was updated (each row written once, with its stamps)');
+
 # rows not touched since their copy
 my $unchanged = "SELECT g FROM generate_series(1, 3000) g WHERE g NOT BETWEEN 21 AND 40 AND g NOT BETWEEN 101 AND 150"
   . " AND g NOT BETWEEN 201 AND 220 AND g NOT BETWEEN 301 AND 310 AND g <> 500";
@@ -456,6 +478,7 @@ UPDATE stock SET note = '$sent[1]' WHERE id = 201;
 DELETE FROM stock WHERE id BETWEEN 301 AND 310;
 INSERT INTO stock SELECT g, 'new ' || g, 2, 'new' FROM generate_series(6001, 6005) g;
 DELETE FROM ledger WHERE id = 10;
+UPDATE plain SET v = v || ' v2' WHERE id BETWEEN 11 AND 15;
 });
 my $fp400 = q_dst("SELECT encode(replica_fingerprint, 'hex') FROM stock WHERE id = 400");
 like($fp400, qr/^0100000003[0-9a-f]{64}$/, 'row 400 has a fingerprint of key version 3');
@@ -463,6 +486,14 @@ q_dst(q{
 INSERT INTO stock (id, name, qty, note) VALUES (90100, 'dest only again', 0, NULL);
 UPDATE stock SET replica_fingerprint = '\x01000000ff'::bytea || sha256('x') WHERE id = 400;
 TRUNCATE stock_audit, ledger_audit;
+CREATE TABLE plain_audit (seq bigserial, id integer NOT NULL, op text NOT NULL);
+CREATE FUNCTION plain_audit_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+	INSERT INTO public.plain_audit (id, op) VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END, TG_OP);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER plain_audit AFTER INSERT OR UPDATE OR DELETE ON plain
+	FOR EACH ROW EXECUTE FUNCTION plain_audit_fn();
 });
 is(q_dst("SELECT length(replica_fingerprint) FROM stock WHERE id = 400"), '37', 'row 400 names key version 255');
 
@@ -525,6 +556,15 @@ retired_in(copied_xid('ledger'), "SELECT xid FROM ledger_audit", undef,
 is(q_dst("SELECT count(*) FROM ledger_hist WHERE valid_to_lsn IS NULL"
 		  . " AND (replica_seen_attempt IS NULL OR encode(replica_seen_attempt, 'hex') <> '$att2')"),
 	'0', 'SCD2: every open version is marked seen by the second attempt');
+
+# plain: the fingerprints its first copy wrote with the rows match the
+# second snapshot's, so only the rows changed at the source are written
+AshTest::assert_mirror_equal($src, $dst, ['plain_v'], order_by => 'id', name => 'second snapshot: plain');
+is(bad_ids('plain_audit', 'SELECT generate_series(1, 2500)',
+		"CASE WHEN g BETWEEN 11 AND 15 THEN n_all = 1 AND n_upd = 1 ELSE n_all = 0 END"), '',
+	'plain: unchanged rows not written (no trigger call), changed rows rewritten by exactly one update');
+is(q_dst("SELECT count(*) FROM plain WHERE encode(replica_seen_attempt, 'hex') = '$att2' AND $fp_ok"), '2500',
+	'plain: every row marked seen by the second attempt, with its fingerprint');
 
 is(retired_counts('stock'), '10,11', 'second event=snapshot.retired for stock: rows=11');
 is(retired_counts('ledger'), '1,1', 'second event=snapshot.retired for ledger_hist: rows=1');

@@ -196,8 +196,12 @@ INSERT INTO nop (id, v) VALUES (1, 'dest');
 	my $label = 'd running';
 	AshTest::setup_pipeline($src, $dst, sink => 'ok', publication => 'pub_ok', marker => 0,
 		maps => [ [ 'okt', snapshot_provenance => 'true' ] ],
-		pipeline_extra => "$INC, chunk_rows => 400");
+		pipeline_extra => "$INC, chunk_rows => 500");
 	ok(AshTest::poll($dst, AshTest::checkpoint_sql('ok', "c.snapshot_phase = 'complete'")), "$label: the copy completes");
+	# 3000 rows, chunks of 500: six full chunks, then an empty one ends the table
+	is(q_dst("SELECT rows_copied || '/' || chunks_copied FROM ash_replicant.snapshot_tables"
+			  . " WHERE slot_name = 'ok' AND source_table = 'okt'"), '3000/7',
+		"$label: every row copied, the table ended by an empty chunk");
 	my ($c) = AshTest::commit_tracked($src, "UPDATE okt SET v = 'w' WHERE id = 1");
 	ok(AshTest::wait_lsn($src, $dst, 'ok', $c), "$label: streaming");
 	is(AshTest::table_hash($dst, "(SELECT id, v FROM okt) ", 'id'), AshTest::table_hash($src, 'okt', 'id'),
