@@ -203,6 +203,8 @@ static uint8 enc_key[ASH_KEY_AES256_BYTES];
 static int32 enc_version;
 static bool enc_keyed = false;
 
+static void forget_hmac_states(void);
+
 static void
 forget_keys(void)
 {
@@ -211,6 +213,7 @@ forget_keys(void)
 	enc_ctx = NULL;
 	explicit_bzero(enc_key, sizeof(enc_key));
 	enc_keyed = false;
+	forget_hmac_states();
 }
 
 static EVP_CIPHER_CTX *
@@ -415,10 +418,13 @@ sha256_md(void)
 #endif
 }
 
+/*
+ * The key copy and the states derived from it, wiped with the keyring
+ * (forget_keys) and whenever they are rebuilt.
+ */
 static void
-hmac_failed(void)
+forget_hmac_states(void)
 {
-	/* the states may be half built: built again next time */
 	if (hmac_key != NULL)
 	{
 		explicit_bzero(hmac_key, hmac_key_len);
@@ -426,6 +432,20 @@ hmac_failed(void)
 	}
 	hmac_key = NULL;
 	hmac_key_len = -1;
+	/* EVP_MD_CTX_reset cleanses the digest state it held */
+	if (hmac_inner != NULL)
+	{
+		EVP_MD_CTX_reset(hmac_inner);
+		EVP_MD_CTX_reset(hmac_outer);
+		EVP_MD_CTX_reset(hmac_work);
+	}
+}
+
+static void
+hmac_failed(void)
+{
+	/* the states may be half built: built again next time */
+	forget_hmac_states();
 	ereport(ERROR,
 			(errcode(ERRCODE_INTERNAL_ERROR),
 			 errmsg("ash_replicant: HMAC-SHA-256 failed in OpenSSL")));
@@ -443,13 +463,8 @@ hmac_prepare(const AshKey *key)
 	if (hmac_key != NULL && hmac_key_len == key->len &&
 		CRYPTO_memcmp(hmac_key, key->bytes, key->len) == 0)
 		return;
-	if (hmac_key != NULL)
-	{
-		explicit_bzero(hmac_key, hmac_key_len);
-		pfree(hmac_key);
-		hmac_key = NULL;
-		hmac_key_len = -1;
-	}
+	forget_hmac_states();
+	ash_keyring_on_reset(forget_keys);
 	if (hmac_inner == NULL)
 	{
 		hmac_inner = EVP_MD_CTX_new();
