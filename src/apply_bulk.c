@@ -148,13 +148,33 @@ static int	kept_nslots = 0;
 static Oid	kept_relid = InvalidOid;
 static LocalTransactionId kept_lxid = InvalidLocalTransactionId;
 
+/* Do slots of descriptor a store the rows of b as they are? */
+static bool
+same_row_shape(TupleDesc a, TupleDesc b)
+{
+	if (a->natts != b->natts)
+		return false;
+	for (int i = 0; i < a->natts; i++)
+	{
+		Form_pg_attribute x = TupleDescAttr(a, i);
+		Form_pg_attribute y = TupleDescAttr(b, i);
+
+		if (x->atttypid != y->atttypid || x->atttypmod != y->atttypmod ||
+			x->attlen != y->attlen || x->attbyval != y->attbyval ||
+			x->attalign != y->attalign || x->attstorage != y->attstorage ||
+			x->attisdropped != y->attisdropped)
+			return false;
+	}
+	return true;
+}
+
 static TupleTableSlot **
 run_slots(Relation r, int nrows)
 {
 	MemoryContext o;
 
 	if (kept_lxid != MyProc->lxid || kept_relid != RelationGetRelid(r) ||
-		(kept_desc != NULL && !equalTupleDescs(kept_desc, RelationGetDescr(r))))
+		(kept_desc != NULL && !same_row_shape(kept_desc, RelationGetDescr(r))))
 	{
 		/*
 		 * Another table of this transaction: its slots go.  An older
