@@ -679,7 +679,7 @@ value_text(AshApplyRel *rel, int remote_idx, AshColumnValue *v)
  * INT_MAX, which IS_VALID_TIMESTAMP already excludes (MIN_TIMESTAMP is
  * Julian day 0, END_TIMESTAMP far below INT_MAX days): the range check
  * alone is the same test, without the calendar and time zone arithmetic
- * that made these two a third of the conversion cost.  A type modifier
+ * that made these two almost half of the conversion cost.  A type modifier
  * (rounding) is left to the function.
  *
  * textrecv validates the bytes in the server encoding when the client
