@@ -140,6 +140,83 @@ ash_bulk_release(void)
 	bulk_state = NULL;
 }
 
+/*
+ * The slots of the last table written in this transaction, kept from one
+ * run to the next (in TopTransactionContext, with their own copy of the
+ * descriptor): making and dropping a slot per row cost as much as the
+ * NOT NULL checks.  Only row values are stored in them (no buffer pin),
+ * each cleared before it is filled again; another table, descriptor or
+ * transaction makes its own.
+ */
+static TupleTableSlot **kept_slots = NULL;
+static TupleDesc kept_desc = NULL;
+static int	kept_nslots = 0;
+static Oid	kept_relid = InvalidOid;
+static LocalTransactionId kept_lxid = InvalidLocalTransactionId;
+
+/* Do slots of descriptor a store the rows of b as they are? */
+static bool
+same_row_shape(TupleDesc a, TupleDesc b)
+{
+	if (a->natts != b->natts)
+		return false;
+	for (int i = 0; i < a->natts; i++)
+	{
+		Form_pg_attribute x = TupleDescAttr(a, i);
+		Form_pg_attribute y = TupleDescAttr(b, i);
+
+		if (x->atttypid != y->atttypid || x->atttypmod != y->atttypmod ||
+			x->attlen != y->attlen || x->attbyval != y->attbyval ||
+			x->attalign != y->attalign || x->attstorage != y->attstorage ||
+			x->attisdropped != y->attisdropped)
+			return false;
+	}
+	return true;
+}
+
+static TupleTableSlot **
+run_slots(Relation r, int nrows)
+{
+	MemoryContext o;
+
+	if (kept_lxid != MyProc->lxid || kept_relid != RelationGetRelid(r) ||
+		(kept_desc != NULL && !same_row_shape(kept_desc, RelationGetDescr(r))))
+	{
+		/*
+		 * Another table of this transaction: its slots go.  An older
+		 * transaction's went with its memory.
+		 */
+		if (kept_lxid == MyProc->lxid && kept_slots != NULL)
+		{
+			for (int i = 0; i < kept_nslots; i++)
+				ExecDropSingleTupleTableSlot(kept_slots[i]);
+			pfree(kept_slots);
+			FreeTupleDesc(kept_desc);
+		}
+		kept_slots = NULL;
+		kept_desc = NULL;
+		kept_nslots = 0;
+		kept_relid = RelationGetRelid(r);
+		kept_lxid = MyProc->lxid;
+	}
+	if (kept_nslots >= nrows)
+		return kept_slots;
+	o = MemoryContextSwitchTo(TopTransactionContext);
+	if (kept_slots == NULL)
+	{
+		kept_slots = palloc(sizeof(TupleTableSlot *) * nrows);
+		/* an unpinned copy: a thousand slots would pin the relcache's one */
+		kept_desc = CreateTupleDescCopy(RelationGetDescr(r));
+	}
+	else
+		kept_slots = repalloc(kept_slots, sizeof(TupleTableSlot *) * nrows);
+	for (int i = kept_nslots; i < nrows; i++)
+		kept_slots[i] = MakeSingleTupleTableSlot(kept_desc, table_slot_callbacks(r));
+	kept_nslots = nrows;
+	MemoryContextSwitchTo(o);
+	return kept_slots;
+}
+
 void
 ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 				Datum *const *values, bool *const *nulls, bool fresh)
@@ -150,13 +227,10 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	Relation	r = table_open(tgt->relid, RowExclusiveLock);
 	TupleDesc	desc = RelationGetDescr(r);
-
-	/* an unpinned copy: a thousand slots would pin the relcache's one */
-	TupleDesc	slotdesc = CreateTupleDescCopy(desc);
 	EState	   *estate = CreateExecutorState();
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
-	TupleTableSlot **slots = palloc(sizeof(TupleTableSlot *) * nrows);
+	TupleTableSlot **slots = run_slots(r, nrows);
 	CommandId	cid;
 
 	Assert(bt->judged_lxid == MyProc->lxid && bt->usable);
@@ -180,9 +254,9 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 
 	for (int i = 0; i < nrows; i++)
 	{
-		TupleTableSlot *slot = MakeSingleTupleTableSlot(slotdesc,
-															   table_slot_callbacks(r));
+		TupleTableSlot *slot = slots[i];
 
+		ExecClearTuple(slot);
 		memset(slot->tts_isnull, true, sizeof(bool) * desc->natts);
 		for (int c = 0; c < ncols; c++)
 		{
@@ -195,7 +269,6 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 		if (desc->constr)
 			ExecConstraints(rri, slot, estate);
 		ResetPerTupleExprContext(estate);
-		slots[i] = slot;
 	}
 
 	/*
@@ -224,7 +297,7 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 				elog(ERROR, "ash_replicant: a bulk insert met a deferred unique check");
 		}
 		ResetPerTupleExprContext(estate);
-		ExecDropSingleTupleTableSlot(slots[i]);
+		ExecClearTuple(slots[i]);
 	}
 
 	ExecCloseIndices(rri);

@@ -836,6 +836,10 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h, bool stamped)
 {
 	MemoryContext old;
 
+	/* a run of this target has its plans: a release writes the run first */
+	if (gbuf.rel == rel && gbuf.tgt == tgt && !hash_set_contains(h))
+		return true;
+
 	/* the first statement of a target tells whether its types allow it */
 	(void) upsert_plan(rel, tgt);
 	if (upsert_many_plan(rel, tgt) == NULL)

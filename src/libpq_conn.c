@@ -422,6 +422,8 @@ ash_conn_quote_ident(AshConn *c, const char *s)
 int
 ash_conn_copy_row(AshConn *c, char **buf, long idle_ms)
 {
+	bool		read_first = true;
+
 	for (;;)
 	{
 		int			n = PQgetCopyData(c->conn, buf, 1);
@@ -430,8 +432,24 @@ ash_conn_copy_row(AshConn *c, char **buf, long idle_ms)
 			return n;
 		if (n == 0)
 		{
-			TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idle_ms);
+			TimestampTz deadline;
 
+			/*
+			 * What the socket already holds needs no wait: a copier slower
+			 * than its source finds data there nearly every time, and a
+			 * wait (a wait event set made and closed) would cost more than
+			 * the read.
+			 */
+			if (read_first)
+			{
+				read_first = false;
+				if (PQconsumeInput(c->conn) == 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_CONNECTION_FAILURE),
+							 errmsg("ash_replicant: source connection lost during a copy")));
+				continue;
+			}
+			deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idle_ms);
 			if (!wait_socket(c->conn, WL_SOCKET_READABLE, deadline))
 				ereport(ERROR,
 						(errcode(ERRCODE_CONNECTION_FAILURE),
