@@ -126,8 +126,26 @@ const char	ash_wal2json_err_ambiguous[] = "wal2json wrote null for a float or nu
 
 /* ----------------------------------------------------------------
  * A small JSON parser into a tree.
+ *
+ * One message is parsed with two kinds of allocation, not one per value:
+ * nodes come in blocks of W2J_NODE_BLOCK, and every string and number is
+ * copied (unescaped, NUL-terminated) into one arena of len + 1 bytes.
+ * The arena is large enough: a scalar token of n input bytes takes at
+ * most n + 1 arena bytes (a string's unescaped text is no longer than its
+ * escaped text, and its two quotes pay for a NUL and the two bytes kept
+ * in front of it, see below; a number takes its token and a NUL; true
+ * and false take "t" or "f" and a NUL), and each scalar token is preceded
+ * by its own '{', '[', ':' or ',' that pays for the one more.  The bound
+ * is checked all the same (arena_take), so a mistake in this argument
+ * fails the message instead of writing past the arena.
+ *
+ * Every string has two spare arena bytes in front of it: a bytea value
+ * arrives without its leading "\x" (see column_value), which is put back
+ * there rather than into a new copy.
  * ----------------------------------------------------------------
  */
+#define W2J_NODE_BLOCK	64
+
 typedef enum JKind
 {
 	J_NULL,
@@ -142,8 +160,10 @@ typedef enum JKind
 typedef struct JNode
 {
 	JKind		kind;
-	char	   *key;			/* member of an object: its key */
-	char	   *str;			/* string (unescaped) or number token, NUL-terminated */
+	int			klen;			/* member of an object: its key's length */
+	char	   *key;			/* member of an object: its key, NUL-terminated */
+	char	   *str;			/* string (unescaped), number token, or "t"/"f"
+								 * for true/false: NUL-terminated */
 	int			len;
 	int			count;			/* members or elements */
 	struct JNode *child;		/* first member or element */
@@ -155,6 +175,10 @@ typedef struct JParser
 	const unsigned char *cur;
 	const unsigned char *end;
 	const char *error;
+	char	   *arena;			/* next free byte of the arena */
+	char	   *arena_end;
+	JNode	   *nodes;			/* next free node of the current block */
+	int			nfree;			/* free nodes left in it */
 } JParser;
 
 static bool
@@ -163,6 +187,34 @@ jfail(JParser *p, const char *error)
 	if (p->error == NULL)
 		p->error = error;
 	return false;
+}
+
+/* n bytes of the arena, or NULL (see the bound above) */
+static char *
+arena_take(JParser *p, size_t n)
+{
+	char	   *s = p->arena;
+
+	if ((size_t) (p->arena_end - p->arena) < n)
+		return NULL;
+	p->arena += n;
+	return s;
+}
+
+static JNode *
+new_node(JParser *p)
+{
+	JNode	   *n;
+
+	if (p->nfree == 0)
+	{
+		p->nodes = palloc(sizeof(JNode) * W2J_NODE_BLOCK);
+		p->nfree = W2J_NODE_BLOCK;
+	}
+	n = p->nodes++;
+	p->nfree--;
+	memset(n, 0, sizeof(JNode));
+	return n;
 }
 
 static void
@@ -204,20 +256,26 @@ read_hex4(JParser *p, uint32 *v)
 }
 
 /*
- * A string at p->cur (the opening quote): unescaped into a NUL-terminated
- * palloc'd copy.  The copy is never longer than the escaped form.
+ * A string at p->cur (the opening quote): unescaped into the arena,
+ * NUL-terminated.  What wal2json writes mostly has no escape at all: that
+ * run is found in one scan and copied with memcpy.
  */
 static bool
 parse_string(JParser *p, char **out, int *outlen)
 {
 	const unsigned char *start;
+	const unsigned char *run_end;
 	char	   *buf;
-	int			n = 0;
+	int			n;
 
 	if (p->cur >= p->end || *p->cur != '"')
 		return jfail(p, ERR_SYNTAX);
 	p->cur++;
 	start = p->cur;
+	/* the plain run: no quote, no escape, no raw control character */
+	while (p->cur < p->end && *p->cur != '"' && *p->cur != '\\' && *p->cur >= 0x20)
+		p->cur++;
+	run_end = p->cur;
 	/* bound the copy by the escaped length first */
 	while (p->cur < p->end && *p->cur != '"')
 	{
@@ -231,8 +289,13 @@ parse_string(JParser *p, char **out, int *outlen)
 	}
 	if (p->cur >= p->end)
 		return jfail(p, ERR_SYNTAX);
-	buf = palloc(p->cur - start + 1);
-	p->cur = start;
+	buf = arena_take(p, (p->cur - start) + 3);
+	if (buf == NULL)
+		return jfail(p, ERR_SYNTAX);
+	buf += 2;					/* room for a bytea's "\x" */
+	n = (int) (run_end - start);
+	memcpy(buf, start, n);
+	p->cur = run_end;
 	while (*p->cur != '"')
 	{
 		unsigned char c = *p->cur++;
@@ -361,13 +424,16 @@ parse_number(JParser *p, JNode *node)
 	}
 	n = (int) (p->cur - start);
 	node->kind = J_NUMBER;
-	node->str = palloc(n + 1);
+	node->str = arena_take(p, n + 1);
+	if (node->str == NULL)
+		return jfail(p, ERR_SYNTAX);
 	memcpy(node->str, start, n);
 	node->str[n] = '\0';
 	node->len = n;
 	return true;
 }
 
+/* true, false (kept as "t", "f": bool's text form) or null */
 static bool
 parse_literal(JParser *p, const char *word, JKind kind, JNode *node)
 {
@@ -377,6 +443,15 @@ parse_literal(JParser *p, const char *word, JKind kind, JNode *node)
 		return jfail(p, ERR_SYNTAX);
 	p->cur += n;
 	node->kind = kind;
+	if (kind == J_TRUE || kind == J_FALSE)
+	{
+		node->str = arena_take(p, 2);
+		if (node->str == NULL)
+			return jfail(p, ERR_SYNTAX);
+		node->str[0] = kind == J_TRUE ? 't' : 'f';
+		node->str[1] = '\0';
+		node->len = 1;
+	}
 	return true;
 }
 
@@ -404,16 +479,14 @@ parse_container(JParser *p, JNode *node, int depth, bool object)
 
 		if (node->count >= (object ? W2J_MAX_MEMBERS : W2J_MAX_ELEMENTS))
 			return jfail(p, ERR_TOO_MANY);
-		item = palloc0(sizeof(JNode));
+		item = new_node(p);
 		skip_ws(p);
 		if (object)
 		{
-			int			klen;
-
-			if (!parse_string(p, &item->key, &klen))
+			if (!parse_string(p, &item->key, &item->klen))
 				return false;
 			for (JNode *o = node->child; o != NULL; o = o->next)
-				if (strcmp(o->key, item->key) == 0)
+				if (o->klen == item->klen && memcmp(o->key, item->key, item->klen) == 0)
 					return jfail(p, ERR_DUP_KEY);
 			skip_ws(p);
 			if (p->cur >= p->end || *p->cur != ':')
@@ -490,11 +563,27 @@ mfail(W2jMsg *m, const char *error)
 	return false;
 }
 
+/*
+ * Is n's key the NUL-terminated key?  Inline, as keys are short and most
+ * differ at their first byte (a key holds no NUL: the parser refuses
+ * \u0000, so key's NUL ends the loop at the latest).
+ */
+static inline bool
+key_is(const JNode *n, const char *key)
+{
+	int			i;
+
+	for (i = 0; i < n->klen; i++)
+		if (n->key[i] != key[i])
+			return false;
+	return key[i] == '\0';
+}
+
 static JNode *
 member(const JNode *obj, const char *key)
 {
 	for (JNode *n = obj->child; n != NULL; n = n->next)
-		if (strcmp(n->key, key) == 0)
+		if (key_is(n, key))
 			return n;
 	return NULL;
 }
@@ -508,7 +597,7 @@ keys_allowed(W2jMsg *m, const JNode *obj, const char *const *allowed)
 		bool		ok = false;
 
 		for (int i = 0; allowed[i] != NULL && !ok; i++)
-			ok = strcmp(n->key, allowed[i]) == 0;
+			ok = key_is(n, allowed[i]);
 		if (!ok)
 			return mfail(m, ERR_UNKNOWN_KEY);
 	}
@@ -738,16 +827,6 @@ is_number_type(uint32 typoid)
 		typoid == W2J_NUMERICOID;
 }
 
-static void
-set_text(AshColumnValue *v, const char *s, int len)
-{
-	v->status = ASH_COL_TEXT;
-	v->len = len;
-	v->data = palloc(len + 1);
-	memcpy(v->data, s, len);
-	v->data[len] = '\0';
-}
-
 /* A JSON value of a column of type typoid, as pgoutput's text form. */
 static bool
 column_value(W2jMsg *m, const JNode *v, uint32 typoid, AshColumnValue *out)
@@ -765,7 +844,10 @@ column_value(W2jMsg *m, const JNode *v, uint32 typoid, AshColumnValue *out)
 		case J_FALSE:
 			if (typoid != W2J_BOOLOID)
 				return mfail(m, ERR_VALUE);
-			set_text(out, v->kind == J_TRUE ? "t" : "f", 1);
+			/* the parser kept it as "t" or "f", bool's text form */
+			out->status = ASH_COL_TEXT;
+			out->len = v->len;
+			out->data = v->str;
 			return true;
 		case J_NUMBER:
 			if (!is_number_type(typoid))
@@ -780,12 +862,11 @@ column_value(W2jMsg *m, const JNode *v, uint32 typoid, AshColumnValue *out)
 				return mfail(m, ERR_VALUE);
 			if (typoid == W2J_BYTEAOID)
 			{
-				/* "\x" is cut off: put it back */
-				char	   *s = palloc(v->len + 3);
+				/* "\x" is cut off: put it back, in the parser's spare bytes */
+				char	   *s = v->str - 2;
 
 				s[0] = '\\';
 				s[1] = 'x';
-				memcpy(s + 2, v->str, v->len + 1);
 				out->status = ASH_COL_TEXT;
 				out->len = v->len + 2;
 				out->data = s;
@@ -846,13 +927,13 @@ read_tuple(W2jMsg *m, AshWal2jsonState *state, const JNode *arr, const AshRelati
 		/* one pass over the members (duplicates were refused by the parser) */
 		for (JNode *k = c->child; k != NULL; k = k->next)
 		{
-			if (strcmp(k->key, "name") == 0)
+			if (k->klen == 4 && memcmp(k->key, "name", 4) == 0)
 				name = k;
-			else if (strcmp(k->key, "value") == 0)
+			else if (k->klen == 5 && memcmp(k->key, "value", 5) == 0)
 				value = k;
-			else if (strcmp(k->key, "typeoid") == 0)
+			else if (k->klen == 7 && memcmp(k->key, "typeoid", 7) == 0)
 				typeoid = k;
-			else if (strcmp(k->key, "type") == 0)
+			else if (k->klen == 4 && memcmp(k->key, "type", 4) == 0)
 				type = k;
 			else
 				return mfail(m, ERR_UNKNOWN_KEY);
@@ -1202,7 +1283,11 @@ ash_decode_wal2json(AshWal2jsonState *state, const char *data, int len, AshChang
 	p.cur = (const unsigned char *) data;
 	p.end = p.cur + len;
 	p.error = NULL;
-	root = palloc0(sizeof(JNode));
+	p.arena = palloc(len + 1);
+	p.arena_end = p.arena + len + 1;
+	p.nodes = NULL;
+	p.nfree = 0;
+	root = new_node(&p);
 	skip_ws(&p);
 	if (p.cur >= p.end || *p.cur != '{')
 	{
