@@ -4,8 +4,9 @@
  *	  Pure decoder of wal2json's format version 2, as wal2json 2.5 writes
  *	  it with the options the pipeline asks for (pipeline.c):
  *	  format-version 2, include-transaction, include-xids, include-lsn,
- *	  include-timestamp, include-schemas, include-types, include-type-oids,
- *	  add-tables, every action, write-in-chunks off.
+ *	  include-timestamp, include-schemas, include-type-oids (not
+ *	  include-types: why in pipeline.c), add-tables, every action,
+ *	  write-in-chunks off.
  *
  * NOTES
  *	  Framing.  One XLogData payload is one JSON object (write-in-chunks
@@ -18,12 +19,19 @@
  *		T  {action, xid, timestamp, lsn, schema, table}	(one per table)
  *		M  {action, xid|null, timestamp|null, lsn, transactional, prefix,
  *			content}
- *	  A column is {name, type, typeoid, value}.  Any other key, a duplicate
+ *	  A column is {name, typeoid, value}; a "type" (include-types, not
+ *	  asked for) is accepted and ignored: the type is judged by its OID
+ *	  alone.  Any other key, a duplicate
  *	  key, a missing key or a value of the wrong JSON type is malformed.
  *
  *	  Relations.  wal2json sends none: the caller describes the table set
  *	  from the source's catalogs (AshWal2jsonState.tables) and a change is
- *	  placed by (schema, table) and column name into that description.  A
+ *	  placed by (schema, table) and column name into that description.
+ *	  wal2json writes a row's columns in attribute order, skipping dropped
+ *	  ones, as the description lists them: each column is first tried at
+ *	  the position after the previous one (one name comparison), and only
+ *	  a name that is not there is searched for (reordered input still
+ *	  decodes; the name, not the position, decides).  A
  *	  change that does not fit it -- a column the description lacks or has
  *	  with another type OID, an insert or full old row without one of its
  *	  columns, an update without a column that cannot be stored out of
