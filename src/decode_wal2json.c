@@ -226,11 +226,21 @@ new_node(JParser *p)
 }
 
 static void
+skip_ws_run(JParser *p)
+{
+	const unsigned char *c = p->cur;
+
+	while (c < p->end && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r'))
+		c++;
+	p->cur = c;
+}
+
+/* wal2json writes no whitespace: one comparison for the usual byte */
+static inline void
 skip_ws(JParser *p)
 {
-	while (p->cur < p->end &&
-		   (*p->cur == ' ' || *p->cur == '\t' || *p->cur == '\n' || *p->cur == '\r'))
-		p->cur++;
+	if (p->cur < p->end && *p->cur <= ' ')
+		skip_ws_run(p);
 }
 
 static int
@@ -263,6 +273,21 @@ read_hex4(JParser *p, uint32 *v)
 	return true;
 }
 
+/* A byte that stands for itself in a JSON string: not '"', '\\', < 0x20. */
+#define JP16(x) x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x
+static const bool json_plain[256] = {
+	JP16(false), JP16(false),	/* control characters */
+	true, true, false, true, true, true, true, true,	/* ' ' to '\'': not '"' */
+	true, true, true, true, true, true, true, true,
+	JP16(true), JP16(true),		/* '0' to '?', '@' to 'O' */
+	true, true, true, true, true, true, true, true,	/* 'P' to '_': not '\\' */
+	true, true, true, true, false, true, true, true,
+	JP16(true), JP16(true),		/* '`' to DEL */
+	JP16(true), JP16(true), JP16(true), JP16(true),	/* 0x80 to 0xFF */
+	JP16(true), JP16(true), JP16(true), JP16(true)
+};
+#undef JP16
+
 /*
  * A string at p->cur (the opening quote): unescaped into the arena,
  * NUL-terminated.  What wal2json writes mostly has no escape at all: that
@@ -273,29 +298,35 @@ parse_string(JParser *p, char **out, int *outlen)
 {
 	const unsigned char *start;
 	const unsigned char *run_end;
+	const unsigned char *c;
+	const unsigned char *end = p->end;
 	char	   *buf;
 	int			n;
 
-	if (p->cur >= p->end || *p->cur != '"')
+	if (p->cur >= end || *p->cur != '"')
 		return jfail(p, ERR_SYNTAX);
-	p->cur++;
-	start = p->cur;
+	/* scanned through a local: a byte read could alias p->cur itself */
+	c = start = p->cur + 1;
 	/* the plain run: no quote, no escape, no raw control character */
-	while (p->cur < p->end && *p->cur != '"' && *p->cur != '\\' && *p->cur >= 0x20)
-		p->cur++;
-	run_end = p->cur;
+	while (c < end && json_plain[*c])
+		c++;
+	run_end = c;
 	/* bound the copy by the escaped length first */
-	while (p->cur < p->end && *p->cur != '"')
+	while (c < end && *c != '"')
 	{
-		if (*p->cur == '\\')
+		if (*c == '\\')
 		{
-			if (p->end - p->cur < 2)
+			if (end - c < 2)
+			{
+				p->cur = c;
 				return jfail(p, ERR_SYNTAX);
-			p->cur++;
+			}
+			c++;
 		}
-		p->cur++;
+		c++;
 	}
-	if (p->cur >= p->end)
+	p->cur = c;
+	if (c >= end)
 		return jfail(p, ERR_SYNTAX);
 	buf = arena_take(p, (p->cur - start) + 3);
 	if (buf == NULL)
@@ -401,36 +432,41 @@ static bool
 parse_number(JParser *p, JNode *node)
 {
 	const unsigned char *start = p->cur;
+	const unsigned char *c = p->cur;
+	const unsigned char *end = p->end;
 	int			n;
 
-	if (p->cur < p->end && *p->cur == '-')
-		p->cur++;
-	if (p->cur >= p->end || *p->cur < '0' || *p->cur > '9')
+#define DIGIT_AT(c) ((c) < end && *(c) >= '0' && *(c) <= '9')
+	if (c < end && *c == '-')
+		c++;
+	if (!DIGIT_AT(c))
 		return jfail(p, ERR_SYNTAX);
-	if (*p->cur == '0')
-		p->cur++;
+	if (*c == '0')
+		c++;
 	else
-		while (p->cur < p->end && *p->cur >= '0' && *p->cur <= '9')
-			p->cur++;
-	if (p->cur < p->end && *p->cur == '.')
+		while (DIGIT_AT(c))
+			c++;
+	if (c < end && *c == '.')
 	{
-		p->cur++;
-		if (p->cur >= p->end || *p->cur < '0' || *p->cur > '9')
+		c++;
+		if (!DIGIT_AT(c))
 			return jfail(p, ERR_SYNTAX);
-		while (p->cur < p->end && *p->cur >= '0' && *p->cur <= '9')
-			p->cur++;
+		while (DIGIT_AT(c))
+			c++;
 	}
-	if (p->cur < p->end && (*p->cur == 'e' || *p->cur == 'E'))
+	if (c < end && (*c == 'e' || *c == 'E'))
 	{
-		p->cur++;
-		if (p->cur < p->end && (*p->cur == '+' || *p->cur == '-'))
-			p->cur++;
-		if (p->cur >= p->end || *p->cur < '0' || *p->cur > '9')
+		c++;
+		if (c < end && (*c == '+' || *c == '-'))
+			c++;
+		if (!DIGIT_AT(c))
 			return jfail(p, ERR_SYNTAX);
-		while (p->cur < p->end && *p->cur >= '0' && *p->cur <= '9')
-			p->cur++;
+		while (DIGIT_AT(c))
+			c++;
 	}
-	n = (int) (p->cur - start);
+#undef DIGIT_AT
+	p->cur = c;
+	n = (int) (c - start);
 	node->kind = J_NUMBER;
 	node->str = arena_take(p, n + 1);
 	if (node->str == NULL)
@@ -557,10 +593,42 @@ parse_value(JParser *p, JNode *node, int depth)
  * Reading the parsed message.
  * ----------------------------------------------------------------
  */
+/*
+ * The keys a message may have, found in one pass over its members
+ * (index_keys) and then looked up by index; each decode_* says which of
+ * them its action allows (a mask of KEY_ bits).
+ */
+typedef enum W2jKey
+{
+	K_ACTION,
+	K_XID,
+	K_TIMESTAMP,
+	K_LSN,
+	K_NEXTLSN,
+	K_SCHEMA,
+	K_TABLE,
+	K_COLUMNS,
+	K_IDENTITY,
+	K_TRANSACTIONAL,
+	K_PREFIX,
+	K_CONTENT,
+	W2J_NKEYS
+} W2jKey;
+
+static const char *const w2j_key_names[W2J_NKEYS] = {
+	"action", "xid", "timestamp", "lsn", "nextlsn", "schema", "table", "columns",
+	"identity", "transactional", "prefix", "content"
+};
+
+#define KEY_(k) (1U << (k))
+
 typedef struct W2jMsg
 {
 	JNode	   *root;
 	const char *error;
+	JNode	   *keys[W2J_NKEYS];	/* the member of each key, or NULL */
+	uint32		present;		/* KEY_ bits of keys[] set */
+	bool		unknown;		/* a member of no key above */
 } W2jMsg;
 
 static bool
@@ -587,35 +655,49 @@ key_is(const JNode *n, const char *key)
 	return key[i] == '\0';
 }
 
-static JNode *
-member(const JNode *obj, const char *key)
+/* The root's members by key (the parser refused duplicates). */
+static void
+index_keys(W2jMsg *m)
 {
-	for (JNode *n = obj->child; n != NULL; n = n->next)
-		if (key_is(n, key))
-			return n;
-	return NULL;
+	memset(m->keys, 0, sizeof(m->keys));
+	m->present = 0;
+	m->unknown = false;
+	for (JNode *n = m->root->child; n != NULL; n = n->next)
+	{
+		int			k;
+
+		for (k = 0; k < W2J_NKEYS; k++)
+			if (key_is(n, w2j_key_names[k]))
+				break;
+		if (k == W2J_NKEYS)
+			m->unknown = true;
+		else
+		{
+			m->keys[k] = n;
+			m->present |= KEY_(k);
+		}
+	}
 }
 
-/* Every key of obj is one of allowed (NULL-terminated). */
-static bool
-keys_allowed(W2jMsg *m, const JNode *obj, const char *const *allowed)
+static inline JNode *
+member(W2jMsg *m, W2jKey key)
 {
-	for (JNode *n = obj->child; n != NULL; n = n->next)
-	{
-		bool		ok = false;
+	return m->keys[key];
+}
 
-		for (int i = 0; allowed[i] != NULL && !ok; i++)
-			ok = key_is(n, allowed[i]);
-		if (!ok)
-			return mfail(m, ERR_UNKNOWN_KEY);
-	}
+/* Every key of the message is one of allowed (KEY_ bits). */
+static bool
+keys_allowed(W2jMsg *m, uint32 allowed)
+{
+	if (m->unknown || (m->present & ~allowed) != 0)
+		return mfail(m, ERR_UNKNOWN_KEY);
 	return true;
 }
 
 static JNode *
-require(W2jMsg *m, const JNode *obj, const char *key, JKind kind)
+require(W2jMsg *m, W2jKey key, JKind kind)
 {
-	JNode	   *n = member(obj, key);
+	JNode	   *n = member(m, key);
 
 	if (n == NULL)
 	{
@@ -651,9 +733,9 @@ token_uint(const JNode *n, uint64 max, uint64 *v)
 }
 
 static bool
-get_xid(W2jMsg *m, const JNode *obj, TransactionId *xid)
+get_xid(W2jMsg *m, TransactionId *xid)
 {
-	JNode	   *n = member(obj, "xid");
+	JNode	   *n = member(m, K_XID);
 	uint64		v;
 
 	if (n == NULL)
@@ -666,9 +748,9 @@ get_xid(W2jMsg *m, const JNode *obj, TransactionId *xid)
 
 /* "X/Y", each 1 to 8 hex digits, as pg_lsn_out writes it. */
 static bool
-get_lsn(W2jMsg *m, const JNode *obj, const char *key, XLogRecPtr *lsn)
+get_lsn(W2jMsg *m, W2jKey key, XLogRecPtr *lsn)
 {
-	JNode	   *n = require(m, obj, key, J_STRING);
+	JNode	   *n = require(m, key, J_STRING);
 	uint64		hi = 0;
 	uint64		lo = 0;
 	int			i = 0;
@@ -806,9 +888,9 @@ parse_timestamp(const char *s, int len, TimestampTz *out)
 }
 
 static bool
-get_timestamp(W2jMsg *m, const JNode *obj, TimestampTz *ts)
+get_timestamp(W2jMsg *m, TimestampTz *ts)
 {
-	JNode	   *n = require(m, obj, "timestamp", J_STRING);
+	JNode	   *n = require(m, K_TIMESTAMP, J_STRING);
 
 	if (n == NULL)
 		return false;
@@ -1048,15 +1130,16 @@ read_identity(W2jMsg *m, AshWal2jsonState *state, const JNode *arr, const AshRel
 static bool
 decode_xact(W2jMsg *m, AshWal2jsonState *state, const JNode *root, bool begin, AshChange *out)
 {
-	static const char *const keys[] = {"action", "xid", "timestamp", "lsn", "nextlsn", NULL};
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+		KEY_(K_NEXTLSN);
 	TransactionId xid;
 	TimestampTz ts;
 	XLogRecPtr	lsn;
 	XLogRecPtr	nextlsn;
 
-	if (!keys_allowed(m, root, keys) || !get_xid(m, root, &xid) ||
-		!get_timestamp(m, root, &ts) || !get_lsn(m, root, "lsn", &lsn) ||
-		!get_lsn(m, root, "nextlsn", &nextlsn))
+	if (!keys_allowed(m, keys) || !get_xid(m, &xid) ||
+		!get_timestamp(m, &ts) || !get_lsn(m, K_LSN, &lsn) ||
+		!get_lsn(m, K_NEXTLSN, &nextlsn))
 		return false;
 	if (nextlsn <= lsn)
 		return mfail(m, ERR_LSN);
@@ -1098,15 +1181,15 @@ change_head(W2jMsg *m, AshWal2jsonState *state, const JNode *root, const AshRela
 	JNode	   *schema;
 	JNode	   *table;
 
-	if (!get_xid(m, root, &xid) || !get_timestamp(m, root, &ts) ||
-		!get_lsn(m, root, "lsn", &lsn))
+	if (!get_xid(m, &xid) || !get_timestamp(m, &ts) ||
+		!get_lsn(m, K_LSN, &lsn))
 		return false;
 	if (!state->in_xact)
 		return mfail(m, ERR_NO_XACT);
 	if (xid != state->xid)
 		return mfail(m, ERR_XID_MISMATCH);
-	schema = require(m, root, "schema", J_STRING);
-	table = require(m, root, "table", J_STRING);
+	schema = require(m, K_SCHEMA, J_STRING);
+	table = require(m, K_TABLE, J_STRING);
 	if (schema == NULL || table == NULL)
 		return false;
 	if (!valid_name(schema) || !valid_name(table))
@@ -1120,16 +1203,16 @@ change_head(W2jMsg *m, AshWal2jsonState *state, const JNode *root, const AshRela
 static bool
 decode_row(W2jMsg *m, AshWal2jsonState *state, const JNode *root, char action, AshChange *out)
 {
-	static const char *const keys[] = {"action", "xid", "timestamp", "lsn", "schema", "table",
-	"columns", "identity", NULL};
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+		KEY_(K_SCHEMA) | KEY_(K_TABLE) | KEY_(K_COLUMNS) | KEY_(K_IDENTITY);
 	const AshRelation *rel;
 	JNode	   *columns;
 	JNode	   *identity;
 
-	if (!keys_allowed(m, root, keys) || !change_head(m, state, root, &rel))
+	if (!keys_allowed(m, keys) || !change_head(m, state, root, &rel))
 		return false;
-	columns = member(root, "columns");
-	identity = member(root, "identity");
+	columns = member(m, K_COLUMNS);
+	identity = member(m, K_IDENTITY);
 	if ((columns != NULL && columns->kind != J_ARRAY) ||
 		(identity != NULL && identity->kind != J_ARRAY))
 		return mfail(m, ERR_KEY_TYPE);
@@ -1192,11 +1275,11 @@ decode_row(W2jMsg *m, AshWal2jsonState *state, const JNode *root, char action, A
 static bool
 decode_truncate(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange *out)
 {
-	static const char *const keys[] = {"action", "xid", "timestamp", "lsn", "schema", "table",
-	NULL};
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+		KEY_(K_SCHEMA) | KEY_(K_TABLE);
 	const AshRelation *rel;
 
-	if (!keys_allowed(m, root, keys) || !change_head(m, state, root, &rel))
+	if (!keys_allowed(m, keys) || !change_head(m, state, root, &rel))
 		return false;
 	/* one message per table; wal2json says nothing of CASCADE or RESTART */
 	out->kind = ASH_CHANGE_TRUNCATE;
@@ -1211,8 +1294,8 @@ decode_truncate(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange
 static bool
 decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange *out)
 {
-	static const char *const keys[] = {"action", "xid", "timestamp", "lsn", "transactional",
-	"prefix", "content", NULL};
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+		KEY_(K_TRANSACTIONAL) | KEY_(K_PREFIX) | KEY_(K_CONTENT);
 	JNode	   *tx;
 	JNode	   *xidn;
 	JNode	   *tsn;
@@ -1221,16 +1304,16 @@ decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange 
 	XLogRecPtr	lsn;
 	bool		transactional;
 
-	if (!keys_allowed(m, root, keys) || !get_lsn(m, root, "lsn", &lsn))
+	if (!keys_allowed(m, keys) || !get_lsn(m, K_LSN, &lsn))
 		return false;
-	tx = member(root, "transactional");
+	tx = member(m, K_TRANSACTIONAL);
 	if (tx == NULL)
 		return mfail(m, ERR_MISSING_KEY);
 	if (tx->kind != J_TRUE && tx->kind != J_FALSE)
 		return mfail(m, ERR_KEY_TYPE);
 	transactional = tx->kind == J_TRUE;
-	xidn = member(root, "xid");
-	tsn = member(root, "timestamp");
+	xidn = member(m, K_XID);
+	tsn = member(m, K_TIMESTAMP);
 	if (xidn == NULL || tsn == NULL)
 		return mfail(m, ERR_MISSING_KEY);
 	if (transactional)
@@ -1238,7 +1321,7 @@ decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange 
 		TransactionId xid;
 		TimestampTz ts;
 
-		if (!get_xid(m, root, &xid) || !get_timestamp(m, root, &ts))
+		if (!get_xid(m, &xid) || !get_timestamp(m, &ts))
 			return false;
 		if (!state->in_xact)
 			return mfail(m, ERR_NO_XACT);
@@ -1247,8 +1330,8 @@ decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange 
 	}
 	else if (xidn->kind != J_NULL || tsn->kind != J_NULL)
 		return mfail(m, ERR_KEY_TYPE);
-	prefix = require(m, root, "prefix", J_STRING);
-	content = require(m, root, "content", J_STRING);
+	prefix = require(m, K_PREFIX, J_STRING);
+	content = require(m, K_CONTENT, J_STRING);
 	if (prefix == NULL || content == NULL)
 		return false;
 	out->kind = ASH_CHANGE_MESSAGE;
@@ -1316,7 +1399,8 @@ ash_decode_wal2json(AshWal2jsonState *state, const char *data, int len, AshChang
 
 	m.root = root;
 	m.error = NULL;
-	action = require(&m, root, "action", J_STRING);
+	index_keys(&m);
+	action = require(&m, K_ACTION, J_STRING);
 	if (action == NULL)
 	{
 		*error = m.error;
