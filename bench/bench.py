@@ -733,7 +733,7 @@ class Ash(Contender):
                     raise NotAvailable("not implemented: %s/%s" % (state, reason))
                 raise Failed("pipeline %s/%s" % (state, reason))
 
-        tag = "ash-%s" % w.name if PROFILE else None
+        tag = "%s-%s" % ("ash" + (self.decoder if self.decoder != "pgoutput" else ""), w.name) if PROFILE else None
         secs, pid, mem, anon, prof = timed_apply(w, dst, marker_id, start, pid_of, check, profile_tag=tag,
                                                  memdump_tag="ash-%s-%d" % (w.name, self.rep),
                                                  src=src, slot=self.slot)

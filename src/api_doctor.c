@@ -513,8 +513,9 @@ check_configuration(Doctor *d)
 		reason = "recovery_horizon_invalid";
 	else if (f->nroutes_below > 0)
 		reason = "retention_below_recovery_horizon";
-	else if (f->nroutes > 0 && strcmp(f->decoder, "pglogical") == 0)
-		reason = "decoder_capability_unsupported";
+	else if (f->nroutes > 0 &&
+			 (strcmp(f->decoder, "pglogical") == 0 || strcmp(f->decoder, "wal2json") == 0))
+		reason = "decoder_capability_unsupported";	/* as ash_replicant_start */
 
 	if (reason != NULL)
 		emit_judged(d, "configuration_complete", V_FAIL, reason, context);

@@ -1834,6 +1834,19 @@ start_check_routes(const char *sink_name, const AshSinkInfo *sink, const char *d
 				   "decoder_capability_unsupported",
 				   "decoder pglogical cannot deliver the logical messages that sink \"%s\" routes",
 				   sink_name);
+
+	/*
+	 * wal2json 2.5 writes a message's content up to its first zero byte and
+	 * no length, so "ab" and "ab\0cd" arrive alike; no route is safe (see
+	 * docs/sql-api-sinks.md#decoders): a bytea target would store the cut
+	 * content, a text one would store it where pgoutput halts (a zero byte
+	 * is not text), and the digest and function targets see the cut bytes.
+	 */
+	if (nroutes > 0 && strcmp(decoder, "wal2json") == 0)
+		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START,
+				   "decoder_capability_unsupported",
+				   "decoder wal2json cannot carry the whole content of the logical messages that sink \"%s\" routes",
+				   sink_name);
 }
 
 /*

@@ -4,8 +4,9 @@
  *	  Pure decoder of wal2json's format version 2, as wal2json 2.5 writes
  *	  it with the options the pipeline asks for (pipeline.c):
  *	  format-version 2, include-transaction, include-xids, include-lsn,
- *	  include-timestamp, include-schemas, include-types, include-type-oids,
- *	  add-tables, every action, write-in-chunks off.
+ *	  include-timestamp, include-schemas, include-type-oids (not
+ *	  include-types: why in pipeline.c), add-tables, every action,
+ *	  write-in-chunks off.
  *
  * NOTES
  *	  Framing.  One XLogData payload is one JSON object (write-in-chunks
@@ -18,12 +19,19 @@
  *		T  {action, xid, timestamp, lsn, schema, table}	(one per table)
  *		M  {action, xid|null, timestamp|null, lsn, transactional, prefix,
  *			content}
- *	  A column is {name, type, typeoid, value}.  Any other key, a duplicate
+ *	  A column is {name, typeoid, value}; a "type" (include-types, not
+ *	  asked for) is accepted and ignored: the type is judged by its OID
+ *	  alone.  Any other key, a duplicate
  *	  key, a missing key or a value of the wrong JSON type is malformed.
  *
  *	  Relations.  wal2json sends none: the caller describes the table set
  *	  from the source's catalogs (AshWal2jsonState.tables) and a change is
- *	  placed by (schema, table) and column name into that description.  A
+ *	  placed by (schema, table) and column name into that description.
+ *	  wal2json writes a row's columns in attribute order, skipping dropped
+ *	  ones, as the description lists them: each column is first tried at
+ *	  the position after the previous one (one name comparison), and only
+ *	  a name that is not there is searched for (reordered input still
+ *	  decodes; the name, not the position, decides).  A
  *	  change that does not fit it -- a column the description lacks or has
  *	  with another type OID, an insert or full old row without one of its
  *	  columns, an update without a column that cannot be stored out of
@@ -126,8 +134,26 @@ const char	ash_wal2json_err_ambiguous[] = "wal2json wrote null for a float or nu
 
 /* ----------------------------------------------------------------
  * A small JSON parser into a tree.
+ *
+ * One message is parsed with two kinds of allocation, not one per value:
+ * nodes come in blocks of W2J_NODE_BLOCK, and every string and number is
+ * copied (unescaped, NUL-terminated) into one arena of len + 1 bytes.
+ * The arena is large enough: a scalar token of n input bytes takes at
+ * most n + 1 arena bytes (a string's unescaped text is no longer than its
+ * escaped text, and its two quotes pay for a NUL and the two bytes kept
+ * in front of it, see below; a number takes its token and a NUL; true
+ * and false take "t" or "f" and a NUL), and each scalar token is preceded
+ * by its own '{', '[', ':' or ',' that pays for the one more.  The bound
+ * is checked all the same (arena_take), so a mistake in this argument
+ * fails the message instead of writing past the arena.
+ *
+ * Every string has two spare arena bytes in front of it: a bytea value
+ * arrives without its leading "\x" (see column_value), which is put back
+ * there rather than into a new copy.
  * ----------------------------------------------------------------
  */
+#define W2J_NODE_BLOCK	64
+
 typedef enum JKind
 {
 	J_NULL,
@@ -142,8 +168,10 @@ typedef enum JKind
 typedef struct JNode
 {
 	JKind		kind;
-	char	   *key;			/* member of an object: its key */
-	char	   *str;			/* string (unescaped) or number token, NUL-terminated */
+	int			klen;			/* member of an object: its key's length */
+	char	   *key;			/* member of an object: its key, NUL-terminated */
+	char	   *str;			/* string (unescaped), number token, or "t"/"f"
+								 * for true/false: NUL-terminated */
 	int			len;
 	int			count;			/* members or elements */
 	struct JNode *child;		/* first member or element */
@@ -155,6 +183,10 @@ typedef struct JParser
 	const unsigned char *cur;
 	const unsigned char *end;
 	const char *error;
+	char	   *arena;			/* next free byte of the arena */
+	char	   *arena_end;
+	JNode	   *nodes;			/* next free node of the current block */
+	int			nfree;			/* free nodes left in it */
 } JParser;
 
 static bool
@@ -165,12 +197,50 @@ jfail(JParser *p, const char *error)
 	return false;
 }
 
+/* n bytes of the arena, or NULL (see the bound above) */
+static char *
+arena_take(JParser *p, size_t n)
+{
+	char	   *s = p->arena;
+
+	if ((size_t) (p->arena_end - p->arena) < n)
+		return NULL;
+	p->arena += n;
+	return s;
+}
+
+static JNode *
+new_node(JParser *p)
+{
+	JNode	   *n;
+
+	if (p->nfree == 0)
+	{
+		p->nodes = palloc(sizeof(JNode) * W2J_NODE_BLOCK);
+		p->nfree = W2J_NODE_BLOCK;
+	}
+	n = p->nodes++;
+	p->nfree--;
+	memset(n, 0, sizeof(JNode));
+	return n;
+}
+
 static void
+skip_ws_run(JParser *p)
+{
+	const unsigned char *c = p->cur;
+
+	while (c < p->end && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r'))
+		c++;
+	p->cur = c;
+}
+
+/* wal2json writes no whitespace: one comparison for the usual byte */
+static inline void
 skip_ws(JParser *p)
 {
-	while (p->cur < p->end &&
-		   (*p->cur == ' ' || *p->cur == '\t' || *p->cur == '\n' || *p->cur == '\r'))
-		p->cur++;
+	if (p->cur < p->end && *p->cur <= ' ')
+		skip_ws_run(p);
 }
 
 static int
@@ -203,36 +273,68 @@ read_hex4(JParser *p, uint32 *v)
 	return true;
 }
 
+/* A byte that stands for itself in a JSON string: not '"', '\\', < 0x20. */
+#define JP16(x) x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x
+static const bool json_plain[256] = {
+	JP16(false), JP16(false),	/* control characters */
+	true, true, false, true, true, true, true, true,	/* ' ' to '\'': not '"' */
+	true, true, true, true, true, true, true, true,
+	JP16(true), JP16(true),		/* '0' to '?', '@' to 'O' */
+	true, true, true, true, true, true, true, true,	/* 'P' to '_': not '\\' */
+	true, true, true, true, false, true, true, true,
+	JP16(true), JP16(true),		/* '`' to DEL */
+	JP16(true), JP16(true), JP16(true), JP16(true),	/* 0x80 to 0xFF */
+	JP16(true), JP16(true), JP16(true), JP16(true)
+};
+#undef JP16
+
 /*
- * A string at p->cur (the opening quote): unescaped into a NUL-terminated
- * palloc'd copy.  The copy is never longer than the escaped form.
+ * A string at p->cur (the opening quote): unescaped into the arena,
+ * NUL-terminated.  What wal2json writes mostly has no escape at all: that
+ * run is found in one scan and copied with memcpy.
  */
 static bool
 parse_string(JParser *p, char **out, int *outlen)
 {
 	const unsigned char *start;
+	const unsigned char *run_end;
+	const unsigned char *c;
+	const unsigned char *end = p->end;
 	char	   *buf;
-	int			n = 0;
+	int			n;
 
-	if (p->cur >= p->end || *p->cur != '"')
+	if (p->cur >= end || *p->cur != '"')
 		return jfail(p, ERR_SYNTAX);
-	p->cur++;
-	start = p->cur;
+	/* scanned through a local: a byte read could alias p->cur itself */
+	c = start = p->cur + 1;
+	/* the plain run: no quote, no escape, no raw control character */
+	while (c < end && json_plain[*c])
+		c++;
+	run_end = c;
 	/* bound the copy by the escaped length first */
-	while (p->cur < p->end && *p->cur != '"')
+	while (c < end && *c != '"')
 	{
-		if (*p->cur == '\\')
+		if (*c == '\\')
 		{
-			if (p->end - p->cur < 2)
+			if (end - c < 2)
+			{
+				p->cur = c;
 				return jfail(p, ERR_SYNTAX);
-			p->cur++;
+			}
+			c++;
 		}
-		p->cur++;
+		c++;
 	}
-	if (p->cur >= p->end)
+	p->cur = c;
+	if (c >= end)
 		return jfail(p, ERR_SYNTAX);
-	buf = palloc(p->cur - start + 1);
-	p->cur = start;
+	buf = arena_take(p, (p->cur - start) + 3);
+	if (buf == NULL)
+		return jfail(p, ERR_SYNTAX);
+	buf += 2;					/* room for a bytea's "\x" */
+	n = (int) (run_end - start);
+	memcpy(buf, start, n);
+	p->cur = run_end;
 	while (*p->cur != '"')
 	{
 		unsigned char c = *p->cur++;
@@ -330,44 +432,52 @@ static bool
 parse_number(JParser *p, JNode *node)
 {
 	const unsigned char *start = p->cur;
+	const unsigned char *c = p->cur;
+	const unsigned char *end = p->end;
 	int			n;
 
-	if (p->cur < p->end && *p->cur == '-')
-		p->cur++;
-	if (p->cur >= p->end || *p->cur < '0' || *p->cur > '9')
+#define DIGIT_AT(c) ((c) < end && *(c) >= '0' && *(c) <= '9')
+	if (c < end && *c == '-')
+		c++;
+	if (!DIGIT_AT(c))
 		return jfail(p, ERR_SYNTAX);
-	if (*p->cur == '0')
-		p->cur++;
+	if (*c == '0')
+		c++;
 	else
-		while (p->cur < p->end && *p->cur >= '0' && *p->cur <= '9')
-			p->cur++;
-	if (p->cur < p->end && *p->cur == '.')
+		while (DIGIT_AT(c))
+			c++;
+	if (c < end && *c == '.')
 	{
-		p->cur++;
-		if (p->cur >= p->end || *p->cur < '0' || *p->cur > '9')
+		c++;
+		if (!DIGIT_AT(c))
 			return jfail(p, ERR_SYNTAX);
-		while (p->cur < p->end && *p->cur >= '0' && *p->cur <= '9')
-			p->cur++;
+		while (DIGIT_AT(c))
+			c++;
 	}
-	if (p->cur < p->end && (*p->cur == 'e' || *p->cur == 'E'))
+	if (c < end && (*c == 'e' || *c == 'E'))
 	{
-		p->cur++;
-		if (p->cur < p->end && (*p->cur == '+' || *p->cur == '-'))
-			p->cur++;
-		if (p->cur >= p->end || *p->cur < '0' || *p->cur > '9')
+		c++;
+		if (c < end && (*c == '+' || *c == '-'))
+			c++;
+		if (!DIGIT_AT(c))
 			return jfail(p, ERR_SYNTAX);
-		while (p->cur < p->end && *p->cur >= '0' && *p->cur <= '9')
-			p->cur++;
+		while (DIGIT_AT(c))
+			c++;
 	}
-	n = (int) (p->cur - start);
+#undef DIGIT_AT
+	p->cur = c;
+	n = (int) (c - start);
 	node->kind = J_NUMBER;
-	node->str = palloc(n + 1);
+	node->str = arena_take(p, n + 1);
+	if (node->str == NULL)
+		return jfail(p, ERR_SYNTAX);
 	memcpy(node->str, start, n);
 	node->str[n] = '\0';
 	node->len = n;
 	return true;
 }
 
+/* true, false (kept as "t", "f": bool's text form) or null */
 static bool
 parse_literal(JParser *p, const char *word, JKind kind, JNode *node)
 {
@@ -377,6 +487,15 @@ parse_literal(JParser *p, const char *word, JKind kind, JNode *node)
 		return jfail(p, ERR_SYNTAX);
 	p->cur += n;
 	node->kind = kind;
+	if (kind == J_TRUE || kind == J_FALSE)
+	{
+		node->str = arena_take(p, 2);
+		if (node->str == NULL)
+			return jfail(p, ERR_SYNTAX);
+		node->str[0] = kind == J_TRUE ? 't' : 'f';
+		node->str[1] = '\0';
+		node->len = 1;
+	}
 	return true;
 }
 
@@ -404,16 +523,14 @@ parse_container(JParser *p, JNode *node, int depth, bool object)
 
 		if (node->count >= (object ? W2J_MAX_MEMBERS : W2J_MAX_ELEMENTS))
 			return jfail(p, ERR_TOO_MANY);
-		item = palloc0(sizeof(JNode));
+		item = new_node(p);
 		skip_ws(p);
 		if (object)
 		{
-			int			klen;
-
-			if (!parse_string(p, &item->key, &klen))
+			if (!parse_string(p, &item->key, &item->klen))
 				return false;
 			for (JNode *o = node->child; o != NULL; o = o->next)
-				if (strcmp(o->key, item->key) == 0)
+				if (o->klen == item->klen && memcmp(o->key, item->key, item->klen) == 0)
 					return jfail(p, ERR_DUP_KEY);
 			skip_ws(p);
 			if (p->cur >= p->end || *p->cur != ':')
@@ -476,10 +593,42 @@ parse_value(JParser *p, JNode *node, int depth)
  * Reading the parsed message.
  * ----------------------------------------------------------------
  */
+/*
+ * The keys a message may have, found in one pass over its members
+ * (index_keys) and then looked up by index; each decode_* says which of
+ * them its action allows (a mask of KEY_ bits).
+ */
+typedef enum W2jKey
+{
+	K_ACTION,
+	K_XID,
+	K_TIMESTAMP,
+	K_LSN,
+	K_NEXTLSN,
+	K_SCHEMA,
+	K_TABLE,
+	K_COLUMNS,
+	K_IDENTITY,
+	K_TRANSACTIONAL,
+	K_PREFIX,
+	K_CONTENT,
+	W2J_NKEYS
+} W2jKey;
+
+static const char *const w2j_key_names[W2J_NKEYS] = {
+	"action", "xid", "timestamp", "lsn", "nextlsn", "schema", "table", "columns",
+	"identity", "transactional", "prefix", "content"
+};
+
+#define KEY_(k) (1U << (k))
+
 typedef struct W2jMsg
 {
 	JNode	   *root;
 	const char *error;
+	JNode	   *keys[W2J_NKEYS];	/* the member of each key, or NULL */
+	uint32		present;		/* KEY_ bits of keys[] set */
+	bool		unknown;		/* a member of no key above */
 } W2jMsg;
 
 static bool
@@ -490,35 +639,65 @@ mfail(W2jMsg *m, const char *error)
 	return false;
 }
 
-static JNode *
-member(const JNode *obj, const char *key)
+/*
+ * Is n's key the NUL-terminated key?  Inline, as keys are short and most
+ * differ at their first byte (a key holds no NUL: the parser refuses
+ * \u0000, so key's NUL ends the loop at the latest).
+ */
+static inline bool
+key_is(const JNode *n, const char *key)
 {
-	for (JNode *n = obj->child; n != NULL; n = n->next)
-		if (strcmp(n->key, key) == 0)
-			return n;
-	return NULL;
+	int			i;
+
+	for (i = 0; i < n->klen; i++)
+		if (n->key[i] != key[i])
+			return false;
+	return key[i] == '\0';
 }
 
-/* Every key of obj is one of allowed (NULL-terminated). */
-static bool
-keys_allowed(W2jMsg *m, const JNode *obj, const char *const *allowed)
+/* The root's members by key (the parser refused duplicates). */
+static void
+index_keys(W2jMsg *m)
 {
-	for (JNode *n = obj->child; n != NULL; n = n->next)
+	memset(m->keys, 0, sizeof(m->keys));
+	m->present = 0;
+	m->unknown = false;
+	for (JNode *n = m->root->child; n != NULL; n = n->next)
 	{
-		bool		ok = false;
+		int			k;
 
-		for (int i = 0; allowed[i] != NULL && !ok; i++)
-			ok = strcmp(n->key, allowed[i]) == 0;
-		if (!ok)
-			return mfail(m, ERR_UNKNOWN_KEY);
+		for (k = 0; k < W2J_NKEYS; k++)
+			if (key_is(n, w2j_key_names[k]))
+				break;
+		if (k == W2J_NKEYS)
+			m->unknown = true;
+		else
+		{
+			m->keys[k] = n;
+			m->present |= KEY_(k);
+		}
 	}
+}
+
+static inline JNode *
+member(W2jMsg *m, W2jKey key)
+{
+	return m->keys[key];
+}
+
+/* Every key of the message is one of allowed (KEY_ bits). */
+static bool
+keys_allowed(W2jMsg *m, uint32 allowed)
+{
+	if (m->unknown || (m->present & ~allowed) != 0)
+		return mfail(m, ERR_UNKNOWN_KEY);
 	return true;
 }
 
 static JNode *
-require(W2jMsg *m, const JNode *obj, const char *key, JKind kind)
+require(W2jMsg *m, W2jKey key, JKind kind)
 {
-	JNode	   *n = member(obj, key);
+	JNode	   *n = member(m, key);
 
 	if (n == NULL)
 	{
@@ -554,9 +733,9 @@ token_uint(const JNode *n, uint64 max, uint64 *v)
 }
 
 static bool
-get_xid(W2jMsg *m, const JNode *obj, TransactionId *xid)
+get_xid(W2jMsg *m, TransactionId *xid)
 {
-	JNode	   *n = member(obj, "xid");
+	JNode	   *n = member(m, K_XID);
 	uint64		v;
 
 	if (n == NULL)
@@ -569,9 +748,9 @@ get_xid(W2jMsg *m, const JNode *obj, TransactionId *xid)
 
 /* "X/Y", each 1 to 8 hex digits, as pg_lsn_out writes it. */
 static bool
-get_lsn(W2jMsg *m, const JNode *obj, const char *key, XLogRecPtr *lsn)
+get_lsn(W2jMsg *m, W2jKey key, XLogRecPtr *lsn)
 {
-	JNode	   *n = require(m, obj, key, J_STRING);
+	JNode	   *n = require(m, key, J_STRING);
 	uint64		hi = 0;
 	uint64		lo = 0;
 	int			i = 0;
@@ -709,9 +888,9 @@ parse_timestamp(const char *s, int len, TimestampTz *out)
 }
 
 static bool
-get_timestamp(W2jMsg *m, const JNode *obj, TimestampTz *ts)
+get_timestamp(W2jMsg *m, TimestampTz *ts)
 {
-	JNode	   *n = require(m, obj, "timestamp", J_STRING);
+	JNode	   *n = require(m, K_TIMESTAMP, J_STRING);
 
 	if (n == NULL)
 		return false;
@@ -738,16 +917,6 @@ is_number_type(uint32 typoid)
 		typoid == W2J_NUMERICOID;
 }
 
-static void
-set_text(AshColumnValue *v, const char *s, int len)
-{
-	v->status = ASH_COL_TEXT;
-	v->len = len;
-	v->data = palloc(len + 1);
-	memcpy(v->data, s, len);
-	v->data[len] = '\0';
-}
-
 /* A JSON value of a column of type typoid, as pgoutput's text form. */
 static bool
 column_value(W2jMsg *m, const JNode *v, uint32 typoid, AshColumnValue *out)
@@ -765,7 +934,10 @@ column_value(W2jMsg *m, const JNode *v, uint32 typoid, AshColumnValue *out)
 		case J_FALSE:
 			if (typoid != W2J_BOOLOID)
 				return mfail(m, ERR_VALUE);
-			set_text(out, v->kind == J_TRUE ? "t" : "f", 1);
+			/* the parser kept it as "t" or "f", bool's text form */
+			out->status = ASH_COL_TEXT;
+			out->len = v->len;
+			out->data = v->str;
 			return true;
 		case J_NUMBER:
 			if (!is_number_type(typoid))
@@ -780,12 +952,11 @@ column_value(W2jMsg *m, const JNode *v, uint32 typoid, AshColumnValue *out)
 				return mfail(m, ERR_VALUE);
 			if (typoid == W2J_BYTEAOID)
 			{
-				/* "\x" is cut off: put it back */
-				char	   *s = palloc(v->len + 3);
+				/* "\x" is cut off: put it back, in the parser's spare bytes */
+				char	   *s = v->str - 2;
 
 				s[0] = '\\';
 				s[1] = 'x';
-				memcpy(s + 2, v->str, v->len + 1);
 				out->status = ASH_COL_TEXT;
 				out->len = v->len + 2;
 				out->data = s;
@@ -846,13 +1017,13 @@ read_tuple(W2jMsg *m, AshWal2jsonState *state, const JNode *arr, const AshRelati
 		/* one pass over the members (duplicates were refused by the parser) */
 		for (JNode *k = c->child; k != NULL; k = k->next)
 		{
-			if (strcmp(k->key, "name") == 0)
+			if (k->klen == 4 && memcmp(k->key, "name", 4) == 0)
 				name = k;
-			else if (strcmp(k->key, "value") == 0)
+			else if (k->klen == 5 && memcmp(k->key, "value", 5) == 0)
 				value = k;
-			else if (strcmp(k->key, "typeoid") == 0)
+			else if (k->klen == 7 && memcmp(k->key, "typeoid", 7) == 0)
 				typeoid = k;
-			else if (strcmp(k->key, "type") == 0)
+			else if (k->klen == 4 && memcmp(k->key, "type", 4) == 0)
 				type = k;
 			else
 				return mfail(m, ERR_UNKNOWN_KEY);
@@ -959,15 +1130,16 @@ read_identity(W2jMsg *m, AshWal2jsonState *state, const JNode *arr, const AshRel
 static bool
 decode_xact(W2jMsg *m, AshWal2jsonState *state, const JNode *root, bool begin, AshChange *out)
 {
-	static const char *const keys[] = {"action", "xid", "timestamp", "lsn", "nextlsn", NULL};
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+		KEY_(K_NEXTLSN);
 	TransactionId xid;
 	TimestampTz ts;
 	XLogRecPtr	lsn;
 	XLogRecPtr	nextlsn;
 
-	if (!keys_allowed(m, root, keys) || !get_xid(m, root, &xid) ||
-		!get_timestamp(m, root, &ts) || !get_lsn(m, root, "lsn", &lsn) ||
-		!get_lsn(m, root, "nextlsn", &nextlsn))
+	if (!keys_allowed(m, keys) || !get_xid(m, &xid) ||
+		!get_timestamp(m, &ts) || !get_lsn(m, K_LSN, &lsn) ||
+		!get_lsn(m, K_NEXTLSN, &nextlsn))
 		return false;
 	if (nextlsn <= lsn)
 		return mfail(m, ERR_LSN);
@@ -1009,15 +1181,15 @@ change_head(W2jMsg *m, AshWal2jsonState *state, const JNode *root, const AshRela
 	JNode	   *schema;
 	JNode	   *table;
 
-	if (!get_xid(m, root, &xid) || !get_timestamp(m, root, &ts) ||
-		!get_lsn(m, root, "lsn", &lsn))
+	if (!get_xid(m, &xid) || !get_timestamp(m, &ts) ||
+		!get_lsn(m, K_LSN, &lsn))
 		return false;
 	if (!state->in_xact)
 		return mfail(m, ERR_NO_XACT);
 	if (xid != state->xid)
 		return mfail(m, ERR_XID_MISMATCH);
-	schema = require(m, root, "schema", J_STRING);
-	table = require(m, root, "table", J_STRING);
+	schema = require(m, K_SCHEMA, J_STRING);
+	table = require(m, K_TABLE, J_STRING);
 	if (schema == NULL || table == NULL)
 		return false;
 	if (!valid_name(schema) || !valid_name(table))
@@ -1031,16 +1203,16 @@ change_head(W2jMsg *m, AshWal2jsonState *state, const JNode *root, const AshRela
 static bool
 decode_row(W2jMsg *m, AshWal2jsonState *state, const JNode *root, char action, AshChange *out)
 {
-	static const char *const keys[] = {"action", "xid", "timestamp", "lsn", "schema", "table",
-	"columns", "identity", NULL};
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+		KEY_(K_SCHEMA) | KEY_(K_TABLE) | KEY_(K_COLUMNS) | KEY_(K_IDENTITY);
 	const AshRelation *rel;
 	JNode	   *columns;
 	JNode	   *identity;
 
-	if (!keys_allowed(m, root, keys) || !change_head(m, state, root, &rel))
+	if (!keys_allowed(m, keys) || !change_head(m, state, root, &rel))
 		return false;
-	columns = member(root, "columns");
-	identity = member(root, "identity");
+	columns = member(m, K_COLUMNS);
+	identity = member(m, K_IDENTITY);
 	if ((columns != NULL && columns->kind != J_ARRAY) ||
 		(identity != NULL && identity->kind != J_ARRAY))
 		return mfail(m, ERR_KEY_TYPE);
@@ -1103,11 +1275,11 @@ decode_row(W2jMsg *m, AshWal2jsonState *state, const JNode *root, char action, A
 static bool
 decode_truncate(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange *out)
 {
-	static const char *const keys[] = {"action", "xid", "timestamp", "lsn", "schema", "table",
-	NULL};
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+		KEY_(K_SCHEMA) | KEY_(K_TABLE);
 	const AshRelation *rel;
 
-	if (!keys_allowed(m, root, keys) || !change_head(m, state, root, &rel))
+	if (!keys_allowed(m, keys) || !change_head(m, state, root, &rel))
 		return false;
 	/* one message per table; wal2json says nothing of CASCADE or RESTART */
 	out->kind = ASH_CHANGE_TRUNCATE;
@@ -1122,8 +1294,8 @@ decode_truncate(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange
 static bool
 decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange *out)
 {
-	static const char *const keys[] = {"action", "xid", "timestamp", "lsn", "transactional",
-	"prefix", "content", NULL};
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+		KEY_(K_TRANSACTIONAL) | KEY_(K_PREFIX) | KEY_(K_CONTENT);
 	JNode	   *tx;
 	JNode	   *xidn;
 	JNode	   *tsn;
@@ -1132,16 +1304,16 @@ decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange 
 	XLogRecPtr	lsn;
 	bool		transactional;
 
-	if (!keys_allowed(m, root, keys) || !get_lsn(m, root, "lsn", &lsn))
+	if (!keys_allowed(m, keys) || !get_lsn(m, K_LSN, &lsn))
 		return false;
-	tx = member(root, "transactional");
+	tx = member(m, K_TRANSACTIONAL);
 	if (tx == NULL)
 		return mfail(m, ERR_MISSING_KEY);
 	if (tx->kind != J_TRUE && tx->kind != J_FALSE)
 		return mfail(m, ERR_KEY_TYPE);
 	transactional = tx->kind == J_TRUE;
-	xidn = member(root, "xid");
-	tsn = member(root, "timestamp");
+	xidn = member(m, K_XID);
+	tsn = member(m, K_TIMESTAMP);
 	if (xidn == NULL || tsn == NULL)
 		return mfail(m, ERR_MISSING_KEY);
 	if (transactional)
@@ -1149,7 +1321,7 @@ decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange 
 		TransactionId xid;
 		TimestampTz ts;
 
-		if (!get_xid(m, root, &xid) || !get_timestamp(m, root, &ts))
+		if (!get_xid(m, &xid) || !get_timestamp(m, &ts))
 			return false;
 		if (!state->in_xact)
 			return mfail(m, ERR_NO_XACT);
@@ -1158,8 +1330,8 @@ decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange 
 	}
 	else if (xidn->kind != J_NULL || tsn->kind != J_NULL)
 		return mfail(m, ERR_KEY_TYPE);
-	prefix = require(m, root, "prefix", J_STRING);
-	content = require(m, root, "content", J_STRING);
+	prefix = require(m, K_PREFIX, J_STRING);
+	content = require(m, K_CONTENT, J_STRING);
 	if (prefix == NULL || content == NULL)
 		return false;
 	out->kind = ASH_CHANGE_MESSAGE;
@@ -1202,7 +1374,11 @@ ash_decode_wal2json(AshWal2jsonState *state, const char *data, int len, AshChang
 	p.cur = (const unsigned char *) data;
 	p.end = p.cur + len;
 	p.error = NULL;
-	root = palloc0(sizeof(JNode));
+	p.arena = palloc(len + 1);
+	p.arena_end = p.arena + len + 1;
+	p.nodes = NULL;
+	p.nfree = 0;
+	root = new_node(&p);
 	skip_ws(&p);
 	if (p.cur >= p.end || *p.cur != '{')
 	{
@@ -1223,7 +1399,8 @@ ash_decode_wal2json(AshWal2jsonState *state, const char *data, int len, AshChang
 
 	m.root = root;
 	m.error = NULL;
-	action = require(&m, root, "action", J_STRING);
+	index_keys(&m);
+	action = require(&m, K_ACTION, J_STRING);
 	if (action == NULL)
 	{
 		*error = m.error;

@@ -2,7 +2,8 @@
 # docs/reasons.md), against wal2json 2.5 on a non-superuser replication
 # role's source:
 #  1. pgoutput-only capabilities (streaming, failover, binary_transfer) are
-#     refused at configuration: decoder_capability_unsupported;
+#     refused at configuration, message routes at start, by preflight and by
+#     the worker: decoder_capability_unsupported;
 #  2. a configured table the source does not have: preflight and the worker
 #     say decoder_table_missing;
 #  3. a table without replica identity: decoder_table_keyless, unless
@@ -18,7 +19,8 @@
 #     mirrored; one added at the source only halts source_column_unmapped
 #     as pgoutput's path does; a dropped column halts source_column_missing
 #     at the next change; the schema check (schema_check_interval_ms) sees
-#     a drop with no change at all; a change written before an ALTER and
+#     a drop with no change at all; a change written before an ALTER (a
+#     column added; a column's type changed, told by its type OID alone) and
 #     decoded after it halts decoder_schema_drift;
 #     a generated column (wal2json sends it) is skipped by the mapping, in
 #     the snapshot and in the stream;
@@ -74,6 +76,45 @@ for my $cap (qw(streaming failover binary_transfer))
 		  . " source_system_identifier => '$sysid', source_database => '$db')");
 	like($err, qr/decoder_capability_unsupported/, "$cap with wal2json: refused at configuration");
 }
+
+# ---------------------------------------------------------------------------
+# 1b. message routes: wal2json 2.5 writes a logical message's content up to
+#     its first zero byte, with no length, so no route can be told whole
+#     content from cut content: a route is refused at start, by preflight,
+#     and by the worker when one is added to a running pipeline
+# ---------------------------------------------------------------------------
+AshTest::both($src, $dst, 'CREATE TABLE t_msg (id integer PRIMARY KEY)');
+$dst->safe_psql('postgres',
+	'CREATE TABLE msg_out (content text, operation_key bytea, content_digest bytea)');
+w2j_sink('w_msg', ['t_msg'], maps => [ ['t_msg'] ], start => 0);
+$dst->safe_psql('postgres', qq{
+SELECT ash_replicant_alter_sink('w_msg', recovery_horizon => '1 hour');
+SELECT ash_replicant_add_message_route('w_msg', 'note', 'msg_out'::regclass, '1 hour'::interval);
+});
+{
+	my ($rc, $out, $err) = $dst->psql('postgres', "SELECT ash_replicant_start('w_msg')");
+	like($err, qr/decoder_capability_unsupported/,
+		'a message route (text target) under wal2json: refused at start');
+}
+is(preflight('w_msg', 'configuration_complete'), 'fail:decoder_capability_unsupported',
+	'preflight: a message route under wal2json is decoder_capability_unsupported');
+$dst->safe_psql('postgres', qq{
+SELECT ash_replicant_drop_message_route('w_msg', 'note');
+SELECT ash_replicant_alter_sink('w_msg', reset_recovery_horizon => true);
+});
+AshTest::start_sink($dst, 'w_msg');
+AshTest::wait_caught_up($src, $dst, 'w_msg', name => 'without the route, the wal2json sink streams');
+# a route added while it runs restarts the worker, which refuses it
+$dst->safe_psql('postgres', qq{
+SELECT ash_replicant_alter_sink('w_msg', recovery_horizon => '1 hour');
+SELECT ash_replicant_add_message_route('w_msg', 'note', 'msg_out'::regclass, '1 hour'::interval);
+});
+$src->safe_psql('postgres', "SELECT pg_logical_emit_message(false, 'note', '\\x61620063'::bytea)");
+AshTest::wait_status($dst, 'w_msg', 'misconfigured', 'decoder_capability_unsupported',
+	name => 'a route added to a running wal2json pipeline: the worker halts');
+is($dst->safe_psql('postgres', 'SELECT count(*) FROM msg_out'), '0',
+	'no message content was stored');
+AshTest::stop_sink($dst, 'w_msg');
 
 # ---------------------------------------------------------------------------
 # 2. a configured table the source does not have
@@ -257,6 +298,24 @@ AshTest::start_sink($dst, 'w_lag');
 AshTest::wait_status($dst, 'w_lag', 'halted', 'decoder_schema_drift',
 	name => 'a change older than the table\'s columns halts decoder_schema_drift');
 is($dst->safe_psql('postgres', 'SELECT count(*) FROM s_lag'), '1', 'nothing of it applied');
+
+# a change written before a type change, decoded after it: the type OID
+# alone tells the types apart (the worker asks for no type names), here
+# two types whose values are both JSON strings (the target is already of
+# the new type: a changed target would be a contract change)
+$src->safe_psql('postgres', 'CREATE TABLE s_type (id integer PRIMARY KEY, ts timestamp)');
+$dst->safe_psql('postgres', 'CREATE TABLE s_type (id integer PRIMARY KEY, ts timestamptz)');
+w2j_sink('w_type', ['s_type'], maps => [ ['s_type'] ]);
+AshTest::wait_caught_up($src, $dst, 'w_type', name => 'w_type streams');
+$src->safe_psql('postgres', "INSERT INTO s_type VALUES (1, '2026-01-01 00:00')");
+AshTest::wait_caught_up($src, $dst, 'w_type', name => 'w_type: first row applied');
+AshTest::stop_settled($src, $dst, 'w_type');
+$src->safe_psql('postgres', "INSERT INTO s_type VALUES (2, '2026-01-02 00:00')");
+$src->safe_psql('postgres', 'ALTER TABLE s_type ALTER COLUMN ts TYPE timestamptz');
+AshTest::start_sink($dst, 'w_type');
+AshTest::wait_status($dst, 'w_type', 'halted', 'decoder_schema_drift',
+	name => 'a change older than its column\'s type halts decoder_schema_drift');
+is($dst->safe_psql('postgres', 'SELECT count(*) FROM s_type'), '1', 'nothing of it applied');
 
 # generated columns: wal2json sends them (pgoutput does not), so the mapping
 # skips them; the snapshot describes the table the same way
