@@ -242,7 +242,11 @@ class AshIncrLoad(AshLoad):
         super().__init__(w, rep)
         self.variant = "incremental"
 
+    snapshot = "incremental"
+
     def prepare(self, src, dst):
+        """Every mapping keeps provenance: its two columns added to the fresh
+        destination table, snapshot_provenance on."""
         sysid = q1(src, "SELECT system_identifier::text FROM pg_control_system()")
         q(dst, "SELECT ash_replicant_create_sink(%s, slot_name => %s, initial_state => 'snapshot')",
           (self.slot, self.slot))
@@ -252,11 +256,11 @@ class AshIncrLoad(AshLoad):
             self.map_table(dst, t, schema, table, {"snapshot_provenance": True})
         q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, publication => %s,"
                " source_system_identifier => %s, source_database => 'postgres',"
-               " go_forward_only => false, snapshot => 'incremental')",
-          (self.slot, B.SRC_DSN, self.w.pub, sysid))
+               " go_forward_only => false, snapshot => %s)",
+          (self.slot, B.SRC_DSN, self.w.pub, sysid, self.snapshot))
 
 
-class AshProvLoad(AshLoad):
+class AshProvLoad(AshIncrLoad):
     """ash_replicant with snapshot => 'v1' and every mapping keeping provenance
     (contender ash_prov): v1's copy plus the fingerprint and seen-mark of each row,
     the cost snapshot_provenance adds to v1 (and the floor of ash_incr)."""
@@ -266,18 +270,7 @@ class AshProvLoad(AshLoad):
         super().__init__(w, rep)
         self.variant = "provenance"
 
-    def prepare(self, src, dst):
-        sysid = q1(src, "SELECT system_identifier::text FROM pg_control_system()")
-        q(dst, "SELECT ash_replicant_create_sink(%s, slot_name => %s, initial_state => 'snapshot')",
-          (self.slot, self.slot))
-        for t in self.w.tables:
-            schema, table = t.split(".")
-            q(dst, "ALTER TABLE %s ADD COLUMN replica_fingerprint bytea, ADD COLUMN replica_seen_attempt bytea" % t)
-            self.map_table(dst, t, schema, table, {"snapshot_provenance": True})
-        q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, publication => %s,"
-               " source_system_identifier => %s, source_database => 'postgres',"
-               " go_forward_only => false, snapshot => 'v1')",
-          (self.slot, B.SRC_DSN, self.w.pub, sysid))
+    snapshot = "v1"
 
 
 class NativeLoad(B.Native):

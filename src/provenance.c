@@ -271,6 +271,70 @@ is_scd2(AshMapping *m)
 	return m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0;
 }
 
+/*
+ * "t.key1 = u.k1 AND ..." over the key (and tenant) columns, and the open
+ * version only under SCD2: how the batched stamp and probe statements
+ * match their unnested keys.
+ */
+static void
+append_key_match(StringInfo sql, AshApplyRel *rel, ProvTarget *pt)
+{
+	for (int i = 0; i < pt->nkeyparams; i++)
+	{
+		int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+		appendStringInfo(sql, "%st.%s OPERATOR(pg_catalog.=) u.k%d", i ? " AND " : "",
+						 quote_identifier(rel->cols[c].name), i + 1);
+	}
+	if (pt->scd2)
+		appendStringInfo(sql, " AND t.%s IS NULL",
+						 quote_identifier(rel->map->history_valid_to_lsn_column));
+}
+
+/*
+ * Copies of a row's key (and tenant) parameters into the current memory
+ * context, with room after them for the fingerprint and the attempt.
+ */
+static void
+copy_key_params(AshApplyRel *rel, Datum *values, char *nulls, int n,
+				Datum **values_out, char **nulls_out)
+{
+	Datum	   *v = palloc(sizeof(Datum) * (n + 2));
+	char	   *nl = palloc(n + 3);
+
+	for (int i = 0; i < n; i++)
+	{
+		int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
+
+		v[i] = nulls[i] == 'n' ? (Datum) 0 :
+			datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
+		nl[i] = nulls[i];
+	}
+	*values_out = v;
+	*nulls_out = nl;
+}
+
+/*
+ * Parameter p of a batched statement as an array of nrows values: a key
+ * (or tenant) column's type, else other (the ordinals, or the fingerprints
+ * and attempts).
+ */
+static Datum
+param_array(ProvTarget *pt, int p, Datum *v, bool *nl, int nrows, Oid other)
+{
+	int			lb = 1;
+	int16		len;
+	bool		byval;
+	char		align;
+
+	if (p < pt->nkeyparams)
+		return PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb, pt->keytypes[p],
+												  pt->keylen[p], pt->keybyval[p],
+												  pt->keyalign[p]));
+	get_typlenbyvalalign(other, &len, &byval, &align);
+	return PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb, other, len, byval, align));
+}
+
 static ProvTarget *
 target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 {
@@ -359,16 +423,7 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 	}
 	appendStringInfo(&sql, "pg_catalog.unnest($%d) AS f, pg_catalog.unnest($%d) AS s) AS u WHERE ",
 					 next, next + 1);
-	for (int i = 0; i < pt->nkeyparams; i++)
-	{
-		int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
-
-		appendStringInfo(&sql, "%st.%s OPERATOR(pg_catalog.=) u.k%d", i ? " AND " : "",
-						 quote_identifier(rel->cols[c].name), i + 1);
-	}
-	if (pt->scd2)
-		appendStringInfo(&sql, " AND t.%s IS NULL",
-						 quote_identifier(rel->map->history_valid_to_lsn_column));
+	append_key_match(&sql, rel, pt);
 	types[next - 1] = BYTEAARRAYOID;
 	types[next] = BYTEAARRAYOID;
 	pt->stamp_many = NULL;
@@ -395,16 +450,7 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 				appendStringInfo(&sql, "pg_catalog.unnest($%d) AS k%d, ", i + 1, i + 1);
 			appendStringInfo(&sql, "pg_catalog.unnest($%d) AS o) AS u JOIN %s AS t ON ", next,
 							 tgt->name);
-			for (int i = 0; i < pt->nkeyparams; i++)
-			{
-				int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
-
-				appendStringInfo(&sql, "%st.%s OPERATOR(pg_catalog.=) u.k%d", i ? " AND " : "",
-								 quote_identifier(rel->cols[c].name), i + 1);
-			}
-			if (pt->scd2)
-				appendStringInfo(&sql, " AND t.%s IS NULL",
-								 quote_identifier(rel->map->history_valid_to_lsn_column));
+			append_key_match(&sql, rel, pt);
 			types[next - 1] = INT4ARRAYOID;
 			pt->probe_many = ash_spi_prepare_kept(sql.data, pt->nkeyparams + 1, types);
 		}
@@ -541,16 +587,7 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 		p->attempt = (bytea *) DatumGetPointer(datumCopy(PointerGetDatum(meta->snapshot_attempt),
 														 false, -1));
 		p->n = n;
-		p->values = palloc(sizeof(Datum) * (n + 2));
-		p->nulls = palloc(n + 3);
-		for (int i = 0; i < n; i++)
-		{
-			int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
-
-			p->values[i] = nulls[i] == 'n' ? (Datum) 0 :
-				datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
-			p->nulls[i] = nulls[i];
-		}
+		copy_key_params(rel, values, nulls, n, &p->values, &p->nulls);
 		p->nulls[n] = '\0';
 		pending = lappend(pending, p);
 		pending_pt = pt;
@@ -574,7 +611,6 @@ probe_group(ProvTarget *pt, List *rows, bool *unchanged)
 	Datum	   *params;
 	Datum	   *v;
 	bool	   *nl;
-	int			lb = 1;
 	uint64		n;
 
 	if (pt->probe_many == NULL)
@@ -595,13 +631,7 @@ probe_group(ProvTarget *pt, List *rows, bool *unchanged)
 			nl[i] = p < pt->nkeyparams && r->nulls[p] == 'n';
 			i++;
 		}
-		if (p < pt->nkeyparams)
-			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb,
-														   pt->keytypes[p], pt->keylen[p],
-														   pt->keybyval[p], pt->keyalign[p]));
-		else
-			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb, INT4OID,
-														   4, true, TYPALIGN_INT));
+		params[p] = param_array(pt, p, v, nl, nrows, INT4OID);
 	}
 	n = ash_spi_execute(pt->probe_many, params, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < n; i++)
@@ -682,16 +712,7 @@ queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
 
 	s->pt = pt;
 	s->streamed = streamed;
-	s->values = palloc(sizeof(Datum) * (n + 2));
-	s->nulls = palloc(n + 3);
-	for (int i = 0; i < n; i++)
-	{
-		int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
-
-		s->values[i] = nulls[i] == 'n' ? (Datum) 0 :
-			datumCopy(values[i], rel->cols[c].typbyval, rel->cols[c].typlen);
-		s->nulls[i] = nulls[i];
-	}
+	copy_key_params(rel, values, nulls, n, &s->values, &s->nulls);
 	s->values[n] = fp == NULL ? (Datum) 0 :
 		PointerGetDatum(datumCopy(PointerGetDatum(fp), false, -1));
 	s->values[n + 1] = PointerGetDatum(datumCopy(PointerGetDatum(attempt), false, -1));
@@ -756,7 +777,6 @@ stamp_group(ProvTarget *pt, List *group, bool streamed)
 	Datum	   *params = palloc(sizeof(Datum) * nparams);
 	Datum	   *v = palloc(sizeof(Datum) * nrows);
 	bool	   *nl = palloc(sizeof(bool) * nrows);
-	int			lb = 1;
 	uint64		n;
 
 	for (int p = 0; p < nparams; p++)
@@ -772,13 +792,7 @@ stamp_group(ProvTarget *pt, List *group, bool streamed)
 			nl[i] = s->nulls[p] == 'n';
 			i++;
 		}
-		if (p < pt->nkeyparams)
-			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb,
-														   pt->keytypes[p], pt->keylen[p],
-														   pt->keybyval[p], pt->keyalign[p]));
-		else
-			params[p] = PointerGetDatum(construct_md_array(v, nl, 1, &nrows, &lb, BYTEAOID,
-														   -1, false, TYPALIGN_INT));
+		params[p] = param_array(pt, p, v, nl, nrows, BYTEAOID);
 	}
 	n = ash_spi_execute(pt->stamp_many, params, NULL, SPI_OK_UPDATE);
 
