@@ -301,11 +301,7 @@ ash_checkpoint_record_halt(const char *sink_name, int64 generation, AshCheckpoin
 	{
 		ErrorData  *edata;
 
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		MemoryContextSwitchTo(cxt);
+		edata = ash_error_abort_transaction(cxt);
 		ereport(LOG,
 				(errmsg("ash_replicant event=status.tombstone_write_failed sink=%s reason=%s cause=%s sqlstate=%s",
 						sink_name, reason,

@@ -436,18 +436,6 @@ skip_ws(const char *p, const char *end)
 	return p;
 }
 
-static int
-hexdigit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /*
  * One JSON string at *pp into buf (at most PGL_MAX_NAME - 1 bytes, NUL
  * terminated); false when malformed, empty or too long.
@@ -501,7 +489,7 @@ json_name(const char **pp, const char *end, char *buf)
 							return false;
 						for (int i = 0; i < 4; i++)
 						{
-							int			h = hexdigit(p[i]);
+							int			h = ash_hex_digit(p[i]);
 
 							if (h < 0)
 								return false;

@@ -243,18 +243,6 @@ skip_ws(JParser *p)
 		skip_ws_run(p);
 }
 
-static int
-hexval(unsigned char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static bool
 read_hex4(JParser *p, uint32 *v)
 {
@@ -263,7 +251,7 @@ read_hex4(JParser *p, uint32 *v)
 		return jfail(p, ERR_SYNTAX);
 	for (int i = 0; i < 4; i++)
 	{
-		int			h = hexval(p->cur[i]);
+		int			h = ash_hex_digit(p->cur[i]);
 
 		if (h < 0)
 			return jfail(p, ERR_SYNTAX);
@@ -760,7 +748,7 @@ get_lsn(W2jMsg *m, W2jKey key, XLogRecPtr *lsn)
 		return false;
 	for (digits = 0; i < n->len && n->str[i] != '/'; i++, digits++)
 	{
-		int			h = hexval((unsigned char) n->str[i]);
+		int			h = ash_hex_digit(n->str[i]);
 
 		if (h < 0 || digits >= 8)
 			return mfail(m, ERR_LSN);
@@ -770,7 +758,7 @@ get_lsn(W2jMsg *m, W2jKey key, XLogRecPtr *lsn)
 		return mfail(m, ERR_LSN);
 	for (i++, digits = 0; i < n->len; i++, digits++)
 	{
-		int			h = hexval((unsigned char) n->str[i]);
+		int			h = ash_hex_digit(n->str[i]);
 
 		if (h < 0 || digits >= 8)
 			return mfail(m, ERR_LSN);

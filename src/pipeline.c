@@ -332,11 +332,7 @@ attach_origin(void)
 		{
 			ErrorData  *edata;
 
-			MemoryContextSwitchTo(cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			MemoryContextSwitchTo(cxt);
+			edata = ash_error_abort_transaction(cxt);
 			code = edata->sqlerrcode;
 			FreeErrorData(edata);
 		}

@@ -1528,11 +1528,7 @@ copier_drop_origin(const char *sink_name, int index)
 	{
 		ErrorData  *edata;
 
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		MemoryContextSwitchTo(cxt);
+		edata = ash_error_abort_transaction(cxt);
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.copier_origin_kept sink=%s copier=%d sqlstate=%s",
 						sink_name, index, unpack_sql_state(edata->sqlerrcode))));
@@ -1931,6 +1927,16 @@ key_array(char **key, int nkeys)
 	for (int i = 0; i < nkeys; i++)
 		elems[i] = CStringGetTextDatum(key[i]);
 	return PointerGetDatum(construct_array(elems, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* A key as a text[] statement parameter; a missing key (NULL) as SQL NULL. */
+static void
+key_param(char **key, int nkeys, Datum *value, char *null)
+{
+	if (key != NULL)
+		*value = key_array(key, nkeys);
+	else
+		*null = 'n';
 }
 
 static Datum
@@ -2387,14 +2393,8 @@ ash_snapshot_incremental_step(void)
 		values[0] = CStringGetTextDatum(nspname);
 		values[1] = CStringGetTextDatum(relname);
 		values[2] = Int64GetDatum(nrows);
-		if (hi != NULL)
-			values[3] = key_array(hi, k->nkeys);
-		else
-			nulls[3] = 'n';
-		if (cursor != NULL)
-			values[4] = key_array(cursor, k->nkeys);
-		else
-			nulls[4] = 'n';
+		key_param(hi, k->nkeys, &values[3], &nulls[3]);
+		key_param(cursor, k->nkeys, &values[4], &nulls[4]);
 		values[5] = LSNGetDatum(high_lsn);
 		if (key_exec("UPDATE ash_replicant.snapshot_tables"
 					 "   SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
@@ -2420,14 +2420,8 @@ ash_snapshot_incremental_step(void)
 		values[0] = CStringGetTextDatum(nspname);
 		values[1] = CStringGetTextDatum(relname);
 		values[2] = Int64GetDatum(chunk_no);
-		if (cursor != NULL)
-			values[3] = key_array(cursor, k->nkeys);
-		else
-			nulls[3] = 'n';
-		if (hi != NULL)
-			values[4] = key_array(hi, k->nkeys);
-		else
-			nulls[4] = 'n';
+		key_param(cursor, k->nkeys, &values[3], &nulls[3]);
+		key_param(hi, k->nkeys, &values[4], &nulls[4]);
 		values[5] = Int64GetDatum((int64) snap.xmin);
 		values[6] = Int64GetDatum((int64) snap.xmax);
 		values[7] = xip_array(&snap);

@@ -158,3 +158,16 @@ ash_worker_session_settings(void)
 	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 }
+
+ErrorData *
+ash_error_abort_transaction(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	AbortCurrentTransaction();
+	MemoryContextSwitchTo(cxt);
+	return edata;
+}

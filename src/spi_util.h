@@ -39,4 +39,12 @@ extern SPIPlanPtr ash_spi_prepare_kept(const char *sql, int nargs, Oid *types);
 /* The session settings every worker that writes mirrored rows runs under. */
 extern void ash_worker_session_settings(void);
 
+/*
+ * In a PG_CATCH of a worker's own transaction: copy the error into cxt,
+ * clear it, abort the transaction and return to cxt.  The caller decides
+ * what the error means (and frees it).
+ */
+struct ErrorData;
+extern struct ErrorData *ash_error_abort_transaction(MemoryContext cxt);
+
 #endif							/* ASH_SPI_UTIL_H */
