@@ -47,6 +47,7 @@
 #include "libpq/pqformat.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/proc.h"
 #include "utils/resowner.h"
 #include "utils/array.h"
@@ -534,6 +535,46 @@ static AshCatalogRowSpec stats_row = {
 	"last_commit_time", "last_applied_at"},
 };
 
+/*
+ * Where an untenanted table's row was last written, to find it there next
+ * time (catalog_row.c).  Bounded: a worker writes one row per mapped
+ * table; tenant rows, which may be many, are found through the index.
+ */
+typedef struct TableStatHint
+{
+	char	   *target;
+	ItemPointerData tid;
+} TableStatHint;
+
+#define TABLE_STAT_HINTS 256
+static List *table_stat_hints = NIL;
+
+static ItemPointer
+table_stat_hint(TableStatEntry *e)
+{
+	ListCell   *lc;
+	TableStatHint *h;
+	MemoryContext old;
+
+	if (e->key.tenant != NULL)
+		return NULL;
+	foreach(lc, table_stat_hints)
+	{
+		h = lfirst(lc);
+		if (strcmp(h->target, e->key.target) == 0)
+			return &h->tid;
+	}
+	if (list_length(table_stat_hints) >= TABLE_STAT_HINTS)
+		return NULL;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	h = palloc(sizeof(TableStatHint));
+	h->target = pstrdup(e->key.target);
+	ItemPointerSetInvalid(&h->tid);
+	table_stat_hints = lappend(table_stat_hints, h);
+	MemoryContextSwitchTo(old);
+	return &h->tid;
+}
+
 /* Add an entry's counts to its existing row; false when there is none. */
 static bool
 table_stats_add_in_place(TableStatEntry *e, TimestampTz applied_at)
@@ -541,7 +582,7 @@ table_stats_add_in_place(TableStatEntry *e, TimestampTz applied_at)
 	const char *keys[3] = {apply_cfg->sink_name, e->key.target, e->key.tenant};
 	AshCatalogRow row;
 
-	if (!ash_catalog_row_lock(&stats_row, keys, &row))
+	if (!ash_catalog_row_lock(&stats_row, keys, table_stat_hint(e), &row))
 		return false;
 	for (int k = 0; k < 4; k++)
 	{
@@ -1902,6 +1943,33 @@ advance_checkpoint(void)
 	ash_checkpoint_advance(apply_key, batch_commit_lsn, batch_end_lsn);
 }
 
+/*
+ * The committed writes, into PostgreSQL's cumulative statistics.  A client
+ * backend's main loop reports them; a background worker must, or
+ * autovacuum and autoanalyze never learn that a mirrored table changed
+ * (pg_stat_user_tables stays at zero until the worker exits).  PostgreSQL
+ * flushes at most once a second; what that holds back goes out with a later
+ * commit or, once the stream is quiet for a second, from the idle loop.
+ */
+static TimestampTz pgstat_held_since = 0;
+
+static void
+report_pgstat(bool idle)
+{
+	if (idle)
+	{
+		if (pgstat_held_since == 0 ||
+			!TimestampDifferenceExceeds(pgstat_held_since, GetCurrentTimestamp(), 1000))
+			return;
+		(void) pgstat_report_stat(true);
+		pgstat_held_since = 0;
+	}
+	else if (pgstat_report_stat(false) == 0)
+		pgstat_held_since = 0;
+	else if (pgstat_held_since == 0)
+		pgstat_held_since = GetCurrentTimestamp();
+}
+
 static void
 publish_stats(void)
 {
@@ -1924,7 +1992,7 @@ publish_stats(void)
 }
 
 AshBatchResult
-ash_apply_commit_batch(void)
+ash_apply_commit_batch(bool durable)
 {
 	AshBatchResult r = {0};
 	ListCell   *lc;
@@ -1948,9 +2016,18 @@ ash_apply_commit_batch(void)
 	SPI_finish();
 	/* the origin's progress: informational, the checkpoint row rules */
 	ash_origin_set_progress(batch_end_lsn, batch_commit_time);
+
+	/*
+	 * Flushed by the commit itself, as a synchronous commit is: an
+	 * asynchronous one would wake the WAL writer to write what a flush
+	 * right after it writes again.
+	 */
+	if (durable)
+		ForceSyncCommit();
 	CommitTransactionCommand();
 	ash_origin_set_progress(InvalidXLogRecPtr, 0);
 	MemoryContextSwitchTo(cxt);
+	report_pgstat(false);
 	batch_open = false;
 	missing_deletes = NIL;
 
@@ -2055,6 +2132,7 @@ ash_apply_snapshot_commit(void)
 	SPI_finish();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
+	report_pgstat(false);
 	batch_open = false;
 	in_remote_xact = false;
 	meta.origin = "stream";
@@ -2103,5 +2181,8 @@ void
 ash_apply_publish_idle(void)
 {
 	if (!batch_open)
+	{
 		publish_stats();
+		report_pgstat(true);
+	}
 }

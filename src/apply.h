@@ -57,8 +57,11 @@ extern const char *ash_apply_stream_fallback;
 /* Is a destination transaction open with complete source transactions? */
 extern bool ash_apply_batch_pending(void);
 
-/* Commit the open batch (checkpoint row included). */
-extern AshBatchResult ash_apply_commit_batch(void);
+/*
+ * Commit the open batch (checkpoint row included); durable: its commit
+ * record is flushed before this returns.
+ */
+extern AshBatchResult ash_apply_commit_batch(bool durable);
 
 /* Should the batch be committed now (size limit reached)? */
 extern bool ash_apply_batch_full(void);
@@ -112,7 +115,10 @@ typedef struct AshTableFloor
 
 extern void ash_apply_set_floors(List *floors);
 
-/* Publish counters of skipped work when no batch is open. */
+/*
+ * When no batch is open: publish counters of skipped work, and report the
+ * writes PostgreSQL's statistics still hold back.
+ */
 extern void ash_apply_publish_idle(void);
 
 #endif							/* ASH_APPLY_H */

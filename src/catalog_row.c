@@ -132,8 +132,55 @@ load(AshCatalogRowSpec *spec)
 	return OidIsValid(spec->indexoid);
 }
 
+/*
+ * The row version at the caller's hint, when it is visible to snap and has
+ * these keys -- then it is the row the unique index would find.  Each
+ * update leaves a new version, and the index leads to the oldest of a
+ * chain of them (HOT) until the page is pruned: for a row updated once
+ * per batch, walking that chain was most of finding it.
+ */
+static HeapTuple
+fetch_hinted(Relation rel, AshCatalogRowSpec *spec, const char *const *keys,
+			 ItemPointer hint, Snapshot snap)
+{
+	HeapTupleData tuple;
+	Buffer		buf;
+	HeapTuple	found = NULL;
+	TupleDesc	desc = RelationGetDescr(rel);
+	bool		match = true;
+
+	if (!ItemPointerIsValid(hint) ||
+		ItemPointerGetBlockNumber(hint) >= RelationGetNumberOfBlocks(rel))
+		return NULL;
+	tuple.t_self = *hint;
+	if (!heap_fetch(rel, snap, &tuple, &buf, false))
+		return NULL;
+	for (int k = 0; match && k < spec->nkeys; k++)
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(&tuple, spec->keyatt[k], desc, &isnull);
+
+		if (keys[k] == NULL || isnull)
+			match = keys[k] == NULL && isnull;
+		else
+		{
+			text	   *t = DatumGetTextPP(d);
+
+			match = VARSIZE_ANY_EXHDR(t) == strlen(keys[k]) &&
+				memcmp(VARDATA_ANY(t), keys[k], VARSIZE_ANY_EXHDR(t)) == 0;
+			if ((Pointer) t != DatumGetPointer(d))
+				pfree(t);
+		}
+	}
+	if (match)
+		found = heap_copytuple(&tuple);
+	ReleaseBuffer(buf);
+	return found;
+}
+
 bool
-ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys, AshCatalogRow *row)
+ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys, ItemPointer hint,
+					 AshCatalogRow *row)
 {
 	ScanKeyData skey[ASH_CATALOG_ROW_KEYS];
 	Relation	idx;
@@ -150,7 +197,13 @@ ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys, AshCatalo
 	if (!load(spec))
 		return false;
 	row->spec = spec;
+	row->hint = hint;
 	row->rel = table_open(spec->relid, RowExclusiveLock);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	if (hint != NULL)
+		row->old = fetch_hinted(row->rel, spec, keys, hint, snap);
+	if (row->old != NULL)
+		goto found;
 
 	/* the index orders by its columns' collations: compare under them */
 	idx = index_open(spec->indexoid, AccessShareLock);
@@ -167,12 +220,12 @@ ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys, AshCatalo
 	}
 	index_close(idx, AccessShareLock);
 
-	snap = RegisterSnapshot(GetLatestSnapshot());
 	scan = systable_beginscan(row->rel, spec->indexoid, true, snap, spec->nkeys, skey);
 	tup = systable_getnext(scan);
 	if (HeapTupleIsValid(tup))
 		row->old = heap_copytuple(tup);
 	systable_endscan(scan);
+found:
 	UnregisterSnapshot(snap);
 	if (row->old == NULL)
 	{
@@ -224,6 +277,8 @@ ash_catalog_row_update(AshCatalogRow *row)
 										   row->values, row->nulls, row->repl);
 
 	CatalogTupleUpdate(row->rel, &row->old->t_self, newtup);
+	if (row->hint != NULL)
+		*row->hint = newtup->t_self;
 	/* a later command of this transaction sees the new version */
 	CommandCounterIncrement();
 	heap_freetuple(newtup);

@@ -42,6 +42,7 @@ typedef struct AshCatalogRowSpec
 typedef struct AshCatalogRow
 {
 	AshCatalogRowSpec *spec;
+	ItemPointer hint;			/* the caller's, or NULL */
 	Relation	rel;
 	HeapTuple	old;
 	Datum	   *values;
@@ -54,9 +55,13 @@ typedef struct AshCatalogRow
  * snapshot and lock it for update.  False, holding nothing, when there is
  * no such row or it cannot be locked as read (deleted or updated
  * concurrently): the caller writes through SQL instead.
+ *
+ * hint (may be NULL): where the caller last wrote this row, kept by the
+ * caller across transactions and set by ash_catalog_row_update; tried
+ * before the index, and only taken for a visible row with these keys.
  */
 extern bool ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys,
-								 AshCatalogRow *row);
+								 ItemPointer hint, AshCatalogRow *row);
 
 /* Column i of spec->cols, as read (or as set). */
 extern Datum ash_catalog_row_get(AshCatalogRow *row, int col, bool *isnull);

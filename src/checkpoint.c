@@ -67,6 +67,7 @@ static AshCatalogRowSpec checkpoint_row = {
 	.ncols = 3,
 	.cols = {"commit_lsn", "end_lsn", "updated_at"},
 };
+static ItemPointerData checkpoint_hint;	/* where it was last written */
 static SPIPlanPtr witness_plan = NULL;
 
 static void
@@ -368,7 +369,7 @@ ash_checkpoint_advance(const AshCheckpointKey *key, XLogRecPtr commit_lsn, XLogR
 	 * In place when the row is there and behind (every batch but a
 	 * conflict); otherwise the statement below decides, as it always did.
 	 */
-	if (ash_catalog_row_lock(&checkpoint_row, keys, &row))
+	if (ash_catalog_row_lock(&checkpoint_row, keys, &checkpoint_hint, &row))
 	{
 		bool		isnull;
 		XLogRecPtr	at = DatumGetLSN(ash_catalog_row_get(&row, 0, &isnull));

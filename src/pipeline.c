@@ -1169,16 +1169,32 @@ more_coming(void)
 	return false;
 }
 
-/* Commit the open batch and account for it (flush position, guard). */
+/*
+ * Commit the open batch and account for it (flush position, guard).
+ *
+ * A source that waits for us (syncrep.c) holds the sessions that committed
+ * this batch until we acknowledge it: when no further transaction is here
+ * already, the commit is made durable as it happens and acknowledged at
+ * once, before anything else the loop does between messages.  With more
+ * received, the flush of a later batch covers this one (wait_for_stream).
+ * drained: the caller knows nothing more is received.
+ */
 static AshBatchResult
-commit_batch(void)
+commit_batch(bool drained)
 {
-	AshBatchResult r = ash_apply_commit_batch();
+	bool		durable = ash_syncrep_source_waits() &&
+		(drained || !ash_stream_more_buffered(&stream));
+	AshBatchResult r = ash_apply_commit_batch(durable);
 
 	record_flush_position(&r);
 	apply_failures = 0;
 	transient_failures = 0;
 	guard_applied();
+	if (durable)
+	{
+		send_feedback(false, false);
+		last_ack_flush = GetCurrentTimestamp();
+	}
 	return r;
 }
 
@@ -1244,7 +1260,7 @@ apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 	nontx_message = change.kind == ASH_CHANGE_MESSAGE && !change.u.message.transactional;
 	if ((nontx_message || change.kind == ASH_CHANGE_STREAM_START) &&
 		ash_apply_batch_pending())
-		(void) commit_batch();
+		(void) commit_batch(false);
 	guard_note_change(&change);
 	ash_apply_change(&change);
 
@@ -1272,7 +1288,7 @@ apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 	if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
 		 nontx_message) && ash_apply_batch_pending() &&
 		(ash_apply_batch_full() || nontx_message || !more_coming()))
-		(void) commit_batch();
+		(void) commit_batch(false);
 }
 
 /*
@@ -1515,7 +1531,7 @@ receive_loop(void)
 
 		/* a batch may still wait for a skipped tail's COMMIT; close it */
 		if (ash_apply_batch_pending())
-			(void) commit_batch();
+			(void) commit_batch(true);
 		else if (!ash_apply_in_remote_xact())
 			ash_apply_publish_idle();
 

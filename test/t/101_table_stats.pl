@@ -13,7 +13,9 @@
 #   - ash_replicant_reset_table_stats (admin only) starts them from zero;
 #   - ash_replicant_ctl status --tables prints them, tenants as the view
 #     shows them to the role that runs it;
-#   - dropping the sink drops its statistics.
+#   - dropping the sink drops its statistics;
+#   - PostgreSQL's own statistics see the worker's writes while it runs
+#     (pg_stat_user_tables), so autoanalyze runs on a mirrored table.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -87,6 +89,20 @@ is(stat_of($dst, "target = 'public.items'", "inserted || '/' || updated || '/' |
 is(stat_of($dst, "target = 'public.items'", "tenant IS NULL AND last_commit_time IS NOT NULL"
 	  . " AND last_applied_at >= last_commit_time AND lag_seconds >= 0"),
 	't', 'items: one row, with the last applied commit time and its apply lag');
+
+# PostgreSQL's own statistics: a background worker has no client loop that
+# reports its writes, so the worker does (else autovacuum and autoanalyze
+# never learn that a mirrored table changed)
+$dst->safe_psql($DB, 'ALTER SYSTEM SET autovacuum_naptime = 1');
+$dst->safe_psql($DB, 'SELECT pg_reload_conf()');
+$dst->safe_psql($DB,
+	'ALTER TABLE items SET (autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 50)');
+ok(AshTest::poll($dst, "SELECT n_tup_ins >= $want{ins} AND n_tup_upd >= $want{upd}"
+	  . " AND n_tup_del >= $want{del} FROM pg_stat_user_tables WHERE relid = 'items'::regclass"),
+	'the worker reports its writes to the cumulative statistics, while it runs');
+ok(AshTest::poll($dst, "SELECT last_autoanalyze IS NOT NULL FROM pg_stat_user_tables"
+	  . " WHERE relid = 'items'::regclass"),
+	'autoanalyze runs on the mirrored table');
 is(stat_of($dst, "target = 'public.accounts' AND tenant IS NULL", "inserted || '/' || updated || '/' || deleted"),
 	'13/2/1', 'accounts: all tenants together');
 is(stat_of($dst, "target = 'public.accounts' AND tenant IS NOT NULL",
