@@ -201,12 +201,6 @@ ash_apply_checkpoint_key(void)
 	return apply_key;
 }
 
-AshPipelineConfig *
-ash_apply_config(void)
-{
-	return apply_cfg;
-}
-
 XLogRecPtr
 ash_apply_watermark(void)
 {

@@ -112,9 +112,8 @@ typedef struct AshApplyErrorContext
 
 extern AshApplyErrorContext ash_apply_errctx;
 
-/* The checkpoint identity and configuration the driver applies under. */
+/* The checkpoint identity the driver applies under. */
 extern const AshCheckpointKey *ash_apply_checkpoint_key(void);
-extern AshPipelineConfig *ash_apply_config(void);
 
 /*
  * In the table's snapshot transaction: the target relid was empty when
