@@ -1153,6 +1153,13 @@ note_commit_sent(TimestampTz send_time, TimestampTz commit_time)
  */
 #define PACE_MIN_BYTES (64 * 1024)
 
+/*
+ * How long such a pause may last while the walsender has not filled the
+ * receive window yet (ash_stream_pause): the walsenders of many pipelines
+ * sharing the source's cores fill it slowly.
+ */
+#define PACE_MAX_MS 100
+
 static uint64 paced_from = 0;
 
 static bool
@@ -1162,7 +1169,7 @@ more_coming(void)
 		return true;
 	if (sender_behind)
 	{
-		ash_stream_pause(&stream, BATCH_LINGER_MS);
+		ash_stream_pause(&stream, BATCH_LINGER_MS, BATCH_LINGER_MS);
 		if (ash_stream_more_buffered(&stream))
 			return true;
 	}
@@ -1455,7 +1462,7 @@ wait_for_stream(TimestampTz now)
 	if (sender_behind && stream.received_bytes - paced_from >= PACE_MIN_BYTES)
 	{
 		/* a backlog is streaming: let the source's window close */
-		ash_stream_pause(&stream, BATCH_LINGER_MS);
+		ash_stream_pause(&stream, BATCH_LINGER_MS, PACE_MAX_MS);
 	}
 	else
 	{

@@ -68,8 +68,11 @@ extern void ash_stream_send_feedback(AshStream *s, XLogRecPtr write,
 /* Wait for socket data or latch or timeout (ms).  Services interrupts. */
 extern bool ash_stream_wait(AshStream *s, long timeout_ms);
 
-/* Sleep without reading, the window clamped, so the source's window may close. */
-extern void ash_stream_pause(AshStream *s, long timeout_ms);
+/*
+ * Sleep without reading, the window clamped, so the source's window may
+ * close: min_ms, then on up to max_ms while the source could still send.
+ */
+extern void ash_stream_pause(AshStream *s, long min_ms, long max_ms);
 
 /* End the stream politely (best effort) and close the connection. */
 extern void ash_stream_close(AshStream *s);
