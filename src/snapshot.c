@@ -1737,6 +1737,12 @@ static char **incr_ahead_cursor = NULL; /* the key it reads above */
 static int	incr_ahead_nkeys = 0;	/* ... of this many columns */
 static int64 incr_rereads = 0;	/* this table's chunks read again */
 
+/*
+ * Every window row kept in snapshot_windows has high_lsn at or above this
+ * (0: not known): a chunk deletes the closed rows only when one can be.
+ */
+static XLogRecPtr incr_kept_low = InvalidXLogRecPtr;
+
 static void drop_ahead(void);
 
 static IncrKeyDesc *
@@ -1849,6 +1855,7 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_described = NULL;
 	incr_fresh = false;
 	incr_ahead = false;			/* its connection is closed here */
+	incr_kept_low = InvalidXLogRecPtr;
 	incr_ahead_table = NULL;
 	incr_ahead_cursor = NULL;
 	incr_ahead_nkeys = 0;
@@ -2080,6 +2087,7 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 						"   AND high_lsn <= $4",
 						1, types, values, NULL, SPI_OK_DELETE);
+		incr_kept_low = binding->commit_lsn + 2;
 	}
 	load_windows();
 	catalog_end();
@@ -2543,11 +2551,25 @@ ash_snapshot_incremental_step(void)
 						"         $12)",
 						9, types, values, nulls, SPI_OK_INSERT);
 		lvalues[0] = LSNGetDatum(ash_apply_watermark() + 1);
-		/* the stream delivered every commit below the watermark: closed */
-		(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
-						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						"   AND high_lsn <= $4",
-						1, ltypes, lvalues, NULL, SPI_OK_DELETE);
+
+		/*
+		 * The stream delivered every commit below the watermark: closed.
+		 * Only when a kept row can be (the watermark stays where it is
+		 * while the source is quiet, and the rows of a long copy pile up
+		 * until it moves: a scan of them per chunk would grow with them).
+		 */
+		if (XLogRecPtrIsInvalid(incr_kept_low) ||
+			Min(incr_kept_low, high_lsn) <= DatumGetLSN(lvalues[0]))
+		{
+			(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
+							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							"   AND high_lsn <= $4",
+							1, ltypes, lvalues, NULL, SPI_OK_DELETE);
+			/* every row left is above the bound */
+			incr_kept_low = DatumGetLSN(lvalues[0]) + 1;
+		}
+		else
+			incr_kept_low = Min(incr_kept_low, high_lsn);
 	}
 	if (done && ash_incr_remaining() == 1)
 		incr_complete();	/* the attempt's last table */
