@@ -36,6 +36,7 @@
 #include "postgres.h"
 
 #include "access/heapam.h"
+#include "access/hio.h"
 #include "access/sysattr.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -127,17 +128,25 @@ ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
 	return ok;
 }
 
-/* The ring of a snapshot copy's transaction (TopTransactionContext). */
+/*
+ * The ring of a snapshot copy's writes, kept for the process (in
+ * TopMemoryContext).  An incremental copy commits a transaction per chunk:
+ * a ring made per transaction took other buffers each time, so over a
+ * large table shared buffers filled with its dirty pages, and the worker
+ * wrote them back itself, each after a WAL flush.  Kept, the same buffers
+ * are written back and reused, as by one COPY FROM.  The ring's pin on its
+ * current page is released before every commit; an abort releases it.
+ */
 static BulkInsertState bulk_state = NULL;
-static LocalTransactionId bulk_state_lxid = InvalidLocalTransactionId;
+static LocalTransactionId bulk_state_lxid = InvalidLocalTransactionId; /* pinned in */
 
 void
 ash_bulk_release(void)
 {
-	/* after an abort the ring's pin and memory went with the transaction */
+	/* after an abort the pin went with the transaction */
 	if (bulk_state != NULL && bulk_state_lxid == MyProc->lxid)
-		FreeBulkInsertState(bulk_state);
-	bulk_state = NULL;
+		ReleaseBulkInsertStatePin(bulk_state);
+	bulk_state_lxid = InvalidLocalTransactionId;
 }
 
 /*
@@ -277,11 +286,16 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 	 */
 	if (fresh && bulk_state == NULL)
 	{
-		MemoryContext o = MemoryContextSwitchTo(TopTransactionContext);
+		MemoryContext o = MemoryContextSwitchTo(TopMemoryContext);
 
 		bulk_state = GetBulkInsertState();
-		bulk_state_lxid = MyProc->lxid;
 		MemoryContextSwitchTo(o);
+	}
+	if (fresh && bulk_state_lxid != MyProc->lxid)
+	{
+		/* a page pinned by an earlier transaction was released with it */
+		bulk_state->current_buf = InvalidBuffer;
+		bulk_state_lxid = MyProc->lxid;
 	}
 	table_multi_insert(r, slots, nrows, cid, 0, fresh ? bulk_state : NULL);
 

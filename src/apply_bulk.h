@@ -40,8 +40,9 @@ extern void ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, i
 
 /*
  * fresh: a snapshot copy into a table that was empty when it began; the
- * rows go through a buffer ring kept for the transaction, which
- * ash_bulk_release frees before it commits (and forgets after an abort).
+ * rows go through a buffer ring kept for the process, whose pin on its
+ * current page ash_bulk_release drops before each commit (an abort drops
+ * it too).
  */
 extern void ash_bulk_release(void);
 

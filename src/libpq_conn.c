@@ -290,16 +290,13 @@ collect_result(AshConn *c, const char *what, int timeout_ms)
 	{
 		PGresult   *res;
 
+		/*
+		 * What the socket already holds needs no wait (a wait event set
+		 * made and closed per read of a large result): read first, wait
+		 * only when that was not enough.
+		 */
 		while (PQisBusy(c->conn))
 		{
-			if (!wait_socket(c->conn, WL_SOCKET_READABLE, deadline))
-			{
-				if (last)
-					PQclear(last);
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("ash_replicant: source command timed out: %s", what)));
-			}
 			if (PQconsumeInput(c->conn) == 0)
 			{
 				if (last)
@@ -307,6 +304,16 @@ collect_result(AshConn *c, const char *what, int timeout_ms)
 				ereport(ERROR,
 						(errcode(ERRCODE_CONNECTION_FAILURE),
 						 errmsg("ash_replicant: source connection lost during %s", what)));
+			}
+			if (!PQisBusy(c->conn))
+				break;
+			if (!wait_socket(c->conn, WL_SOCKET_READABLE, deadline))
+			{
+				if (last)
+					PQclear(last);
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ash_replicant: source command timed out: %s", what)));
 			}
 		}
 		res = PQgetResult(c->conn);
@@ -362,17 +369,30 @@ ash_conn_exec_timeout(AshConn *c, const char *query, bool allow_error, int timeo
 	return finish_exec(c, collect_result(c, "command", timeout_ms), "command", allow_error);
 }
 
+void
+ash_conn_send_params(AshConn *c, const char *query, int nparams, const char *const *values,
+					 bool binary)
+{
+	set_sqlstate(NULL);
+	if (!PQsendQueryParams(c->conn, query, nparams, NULL, values, NULL, NULL, binary ? 1 : 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: could not send a probe to the source")));
+}
+
+PGresult *
+ash_conn_get_result(AshConn *c, bool allow_error)
+{
+	return finish_exec(c, collect_result(c, "probe", ash_connect_timeout_ms), "probe",
+					   allow_error);
+}
+
 static PGresult *
 exec_params(AshConn *c, const char *query, int nparams, const char *const *values,
 			bool allow_error, int result_format)
 {
-	set_sqlstate(NULL);
-	if (!PQsendQueryParams(c->conn, query, nparams, NULL, values, NULL, NULL, result_format))
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("ash_replicant: could not send a probe to the source")));
-	return finish_exec(c, collect_result(c, "probe", ash_connect_timeout_ms), "probe",
-					   allow_error);
+	ash_conn_send_params(c, query, nparams, values, result_format == 1);
+	return ash_conn_get_result(c, allow_error);
 }
 
 PGresult *

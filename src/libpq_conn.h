@@ -84,6 +84,15 @@ extern PGresult *ash_conn_exec_params_binary(AshConn *c, const char *query, int 
 											 const char *const *values, bool allow_error);
 
 /*
+ * The same in two halves: send the command and return at once, then
+ * collect its result (raising as above).  Nothing else may be sent on the
+ * connection in between; the source runs the command meanwhile.
+ */
+extern void ash_conn_send_params(AshConn *c, const char *query, int nparams,
+								 const char *const *values, bool binary);
+extern PGresult *ash_conn_get_result(AshConn *c, bool allow_error);
+
+/*
  * The next row of a COPY ... TO STDOUT that ash_conn_exec started: its
  * length, with *buf set (free it with PQfreemem); 0 once the data ended
  * and the command completed.  Raises (value-free) when the command fails,

@@ -50,6 +50,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -462,6 +463,48 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 	return pt;
 }
 
+/*
+ * The bytes the send function of an integer-like built-in type writes for
+ * d (pq_sendint16/32/64: big-endian), put here without the StringInfo and
+ * bytea a send call makes per value; false for any other send function.
+ */
+static bool
+put_int_send(StringInfo buf, Oid sendfn, Datum d)
+{
+	uint64		v;
+	int			len;
+	char		b[8];
+
+	switch (sendfn)
+	{
+		case F_INT2SEND:
+			v = (uint16) DatumGetInt16(d);
+			len = 2;
+			break;
+		case F_INT4SEND:
+		case F_DATE_SEND:
+			v = (uint32) DatumGetInt32(d);
+			len = 4;
+			break;
+		case F_OIDSEND:
+			v = DatumGetObjectId(d);
+			len = 4;
+			break;
+		case F_INT8SEND:
+		case F_TIMESTAMP_SEND:
+		case F_TIMESTAMPTZ_SEND:
+			v = (uint64) DatumGetInt64(d);
+			len = 8;
+			break;
+		default:
+			return false;
+	}
+	for (int i = 0; i < len; i++)
+		b[i] = (char) (v >> (8 * (len - 1 - i)));
+	put_bytes(buf, b, len);
+	return true;
+}
+
 /* The values given to the write, by column name. */
 static bytea *
 fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
@@ -484,10 +527,13 @@ fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
 		}
 		else
 		{
-			bytea	   *b = SendFunctionCall(&pt->send[c], row->values[c]);
-
 			appendStringInfoChar(&buf, 'V');
-			put_bytes(&buf, VARDATA(b), VARSIZE(b) - VARHDRSZ);
+			if (!put_int_send(&buf, pt->send[c].fn_oid, row->values[c]))
+			{
+				bytea	   *b = SendFunctionCall(&pt->send[c], row->values[c]);
+
+				put_bytes(&buf, VARDATA(b), VARSIZE(b) - VARHDRSZ);
+			}
 		}
 	}
 	return tagged_mac(active_key(), buf.data, buf.len);

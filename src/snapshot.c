@@ -1724,6 +1724,27 @@ static char *incr_described = NULL; /* table whose Relation was applied */
 static AshRelation incr_rel;	/* ... and its description */
 static bool incr_fresh = false; /* its target was empty at its first chunk */
 
+/*
+ * The next chunk's read, sent ahead: once a chunk's rows are here, the
+ * read of the rows above them is sent before they are written, so the
+ * source runs it while the destination writes.  Its result is used only
+ * if, when its turn comes, its snapshot still shows every transaction the
+ * stream delivered meanwhile (else it is read again): see the step.
+ */
+static bool incr_ahead = false;
+static char *incr_ahead_table = NULL;	/* quoted name, in incr_session_cxt */
+static char **incr_ahead_cursor = NULL; /* the key it reads above */
+static int	incr_ahead_nkeys = 0;	/* ... of this many columns */
+static int64 incr_rereads = 0;	/* this table's chunks read again */
+
+/*
+ * Every window row kept in snapshot_windows has high_lsn at or above this
+ * (0: not known): a chunk deletes the closed rows only when one can be.
+ */
+static XLogRecPtr incr_kept_low = InvalidXLogRecPtr;
+
+static void drop_ahead(void);
+
 static IncrKeyDesc *
 incr_key_desc(const char *nspname, const char *relname)
 {
@@ -1833,6 +1854,11 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_attempt = NULL;
 	incr_described = NULL;
 	incr_fresh = false;
+	incr_ahead = false;			/* its connection is closed here */
+	incr_kept_low = InvalidXLogRecPtr;
+	incr_ahead_table = NULL;
+	incr_ahead_cursor = NULL;
+	incr_ahead_nkeys = 0;
 	ash_incr_reset(NULL);
 	ash_provenance_set_unfingerprinted(InvalidOid);
 
@@ -2018,6 +2044,7 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	snap_slot = find_slot();
 	my_copier = 0;
 
+	drop_ahead();				/* the connection is used below */
 	old = MemoryContextSwitchTo(incr_session_cxt);
 	a = arm(source_tables(incr_conn), start, binding);
 	MemoryContextSwitchTo(old);
@@ -2060,6 +2087,7 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 						"   AND high_lsn <= $4",
 						1, types, values, NULL, SPI_OK_DELETE);
+		incr_kept_low = binding->commit_lsn + 2;
 	}
 	load_windows();
 	catalog_end();
@@ -2114,6 +2142,88 @@ incr_probe_needed(AshMapping *m)
 		ash_provenance_set_unfingerprinted(m->target_relid);
 }
 
+/*
+ * The read of a chunk: one statement, so one snapshot and one round trip:
+ * the snapshot, the end of the source's WAL read after it (every
+ * transaction the snapshot shows committed below that position), then the
+ * chunk -- the next chunk_rows rows in primary-key order above the cursor
+ * ($1..$n; none for a table's first chunk).  In binary when every type is
+ * built in, as v1 reads (its send format is known here); then the key
+ * follows in its text form, the cursor's, as the source's output function
+ * writes it.  An empty chunk is one row without a key.
+ */
+static char *
+chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool binary)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "SELECT s.snap, s.lsn, s.blk");
+	for (int i = 0; i < rel->natts; i++)
+		appendStringInfo(&sql, ", c.%s", quote_identifier(rel->cols[i].name));
+	for (int i = 0; binary && i < k->nkeys; i++)
+		appendStringInfo(&sql, ", pg_catalog.format('%%s', c.%s)", quote_identifier(k->names[i]));
+	appendStringInfoString(&sql,
+						   " FROM (SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text AS snap,"
+						   " pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn,"
+						   " pg_catalog.current_setting('wal_block_size') AS blk) AS s"
+						   " LEFT JOIN (SELECT ");
+	for (int i = 0; i < rel->natts; i++)
+		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel->cols[i].name));
+	appendStringInfo(&sql, " FROM ONLY %s", quote_qualified_identifier(k->nspname, k->relname));
+	if (after_cursor)
+	{
+		appendStringInfoString(&sql, " WHERE (");
+		for (int i = 0; i < k->nkeys; i++)
+			appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
+		appendStringInfoString(&sql, ") > (");
+		for (int i = 0; i < k->nkeys; i++)
+			appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
+		appendStringInfoString(&sql, ")");
+	}
+	appendStringInfoString(&sql, " ORDER BY ");
+	for (int i = 0; i < k->nkeys; i++)
+		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
+	appendStringInfo(&sql, " LIMIT %d) AS c ON true ORDER BY ", snap_cfg->chunk_rows);
+	for (int i = 0; i < k->nkeys; i++)
+		appendStringInfo(&sql, "%sc.%s", i ? ", " : "", quote_identifier(k->names[i]));
+	return sql.data;
+}
+
+/* Send the read of the chunk above cursor (NULL: the table's first). */
+static void
+send_chunk(IncrKeyDesc *k, const AshRelation *rel, char **cursor, bool binary)
+{
+	ash_conn_send_params(incr_conn, chunk_query(k, rel, cursor != NULL, binary),
+						 cursor != NULL ? k->nkeys : 0, (const char *const *) cursor, binary);
+}
+
+/* Is the read sent ahead the one of this table's chunk above cursor? */
+static bool
+ahead_matches(IncrKeyDesc *k, char **cursor)
+{
+	const char *qname = quote_qualified_identifier(k->nspname, k->relname);
+
+	if (!incr_ahead || cursor == NULL || incr_ahead_cursor == NULL ||
+		incr_ahead_nkeys != k->nkeys || strcmp(incr_ahead_table, qname) != 0)
+		return false;
+	for (int i = 0; i < k->nkeys; i++)
+		if (cursor[i] == NULL || incr_ahead_cursor[i] == NULL ||
+			strcmp(cursor[i], incr_ahead_cursor[i]) != 0)
+			return false;
+	return true;
+}
+
+/* Forget the read sent ahead (its result read and thrown away). */
+static void
+drop_ahead(void)
+{
+	if (!incr_ahead)
+		return;
+	incr_ahead = false;
+	PQclear(ash_conn_get_result(incr_conn, true));
+}
+
 /* Mark the attempt complete (no watermark change: the stream owns it). */
 static void
 incr_complete(void)
@@ -2143,7 +2253,6 @@ ash_snapshot_incremental_step(void)
 	AshIncrSnapshot snap;
 	XLogRecPtr	high_lsn;
 	XLogRecPtr	lowest;
-	StringInfoData sql;
 	MemoryContext cxt = CurrentMemoryContext;
 	MemoryContext tcxt;
 	int			nrows;
@@ -2196,6 +2305,7 @@ ash_snapshot_incremental_step(void)
 	{
 		SnapTable  *dt;
 
+		drop_ahead();			/* of another table: the connection is used */
 		MemoryContextSwitchTo(incr_session_cxt);
 		dt = palloc0(sizeof(SnapTable));
 		dt->nspname = pstrdup(nspname);
@@ -2210,84 +2320,64 @@ ash_snapshot_incremental_step(void)
 		MemoryContextSwitchTo(tcxt);
 		incr_probe_needed(map);
 		incr_fresh = false;
+		incr_rereads = 0;
 	}
 
-	/*
-	 * One statement, so one snapshot and one round trip: the snapshot, the
-	 * end of the source's WAL read after it (every transaction the snapshot
-	 * shows committed below that position), then the chunk -- the next
-	 * chunk_rows rows in primary-key order.  In binary when every type is
-	 * built in, as v1 reads (its send format is known here); then the key
-	 * follows in its text form, the cursor's, as the source's output
-	 * function writes it.  An empty chunk is one row without a key.
-	 */
 	rel = incr_rel;
 	for (int i = 0; i < rel.natts; i++)
 		if (rel.cols[i].type_oid >= FirstGenbkiObjectId)
 			binary = false;
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT s.snap, s.lsn, s.blk");
-	for (int i = 0; i < rel.natts; i++)
-		appendStringInfo(&sql, ", c.%s", quote_identifier(rel.cols[i].name));
-	for (int i = 0; binary && i < k->nkeys; i++)
-		appendStringInfo(&sql, ", pg_catalog.format('%%s', c.%s)", quote_identifier(k->names[i]));
-	appendStringInfoString(&sql,
-						   " FROM (SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text AS snap,"
-						   " pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn,"
-						   " pg_catalog.current_setting('wal_block_size') AS blk) AS s"
-						   " LEFT JOIN (SELECT ");
-	for (int i = 0; i < rel.natts; i++)
-		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel.cols[i].name));
-	appendStringInfo(&sql, " FROM ONLY %s", quote_qualified_identifier(nspname, relname));
-	if (cursor != NULL)
-	{
-		appendStringInfoString(&sql, " WHERE (");
-		for (int i = 0; i < k->nkeys; i++)
-			appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
-		appendStringInfoString(&sql, ") > (");
-		for (int i = 0; i < k->nkeys; i++)
-			appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
-		appendStringInfoString(&sql, ")");
-	}
-	appendStringInfoString(&sql, " ORDER BY ");
-	for (int i = 0; i < k->nkeys; i++)
-		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
-	appendStringInfo(&sql, " LIMIT %d) AS c ON true ORDER BY ", snap_cfg->chunk_rows);
-	for (int i = 0; i < k->nkeys; i++)
-		appendStringInfo(&sql, "%sc.%s", i ? ", " : "", quote_identifier(k->names[i]));
-	if (binary)
-		res = ash_conn_exec_params_binary(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
-										  (const char *const *) cursor, false);
-	else
-		res = ash_conn_exec_params(incr_conn, sql.data, cursor != NULL ? k->nkeys : 0,
-								   (const char *const *) cursor, false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
-		PQnfields(res) != 3 + rel.natts + (binary ? k->nkeys : 0))
-		ash_conn_report_result(res, "incremental snapshot chunk");
 
-	/* text values (in binary: their bytes), never a NUL inside */
-	parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &snap);
-	high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
+	/*
+	 * The chunk's rows: read ahead while the previous chunk was written, or
+	 * read now.  A chunk read ahead may miss a transaction the stream
+	 * delivered since (it changed a key of this chunk, above the cursor:
+	 * the stream left it to the chunk and noted it); then it is read again,
+	 * at once.  Either way the check below is made now, with nothing
+	 * delivered between it and this chunk's commit.
+	 */
+	for (;;)
 	{
-		/*
-		 * At a page boundary the insert position points past the next
-		 * page's header, which no record reaches yet (and the walsender's
-		 * position never passes on a quiet source): every record inserted
-		 * ends at or before the boundary.
-		 */
-		uint64		blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)),
-									  NULL, 10);
+		bool		ahead = ahead_matches(k, cursor);
 
-		if (blcksz > 0 && high_lsn % blcksz <= SizeOfXLogLongPHD)
-			high_lsn -= high_lsn % blcksz;
-	}
-	if (!ash_incr_snapshot_covers(&snap))
-	{
-		/* a transaction the stream delivered is not visible yet: later */
+		if (!ahead)
+		{
+			drop_ahead();
+			send_chunk(k, &rel, cursor, binary);
+		}
+		incr_ahead = false;
+		res = ash_conn_get_result(incr_conn, false);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
+			PQnfields(res) != 3 + rel.natts + (binary ? k->nkeys : 0))
+			ash_conn_report_result(res, "incremental snapshot chunk");
+
+		/* text values (in binary: their bytes), never a NUL inside */
+		parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &snap);
+		high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
+		{
+			/*
+			 * At a page boundary the insert position points past the next
+			 * page's header, which no record reaches yet (and the
+			 * walsender's position never passes on a quiet source): every
+			 * record inserted ends at or before the boundary.
+			 */
+			uint64		blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)),
+										  NULL, 10);
+
+			if (blcksz > 0 && high_lsn % blcksz <= SizeOfXLogLongPHD)
+				high_lsn -= high_lsn % blcksz;
+		}
+		if (ash_incr_snapshot_covers(&snap))
+			break;
 		PQclear(res);
-		MemoryContextSwitchTo(cxt);
-		MemoryContextDelete(tcxt);
-		return ASH_INCR_STEP_WAIT_XIDS;
+		if (!ahead)
+		{
+			/* a transaction the stream delivered is not visible yet: later */
+			MemoryContextSwitchTo(cxt);
+			MemoryContextDelete(tcxt);
+			return ASH_INCR_STEP_WAIT_XIDS;
+		}
+		incr_rereads++;
 	}
 
 	/*
@@ -2329,6 +2419,34 @@ ash_snapshot_incremental_step(void)
 		}
 	}
 	chunk_no = st->chunks + 1;
+
+	/*
+	 * The next chunk's read, sent now: the source runs it while this one
+	 * is written.  If this chunk does not commit, the read is dropped
+	 * with the connection (an error ends the session) or by its key
+	 * (ahead_matches).
+	 */
+	if (!done)
+	{
+		MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
+
+		if (incr_ahead_table != NULL)
+			pfree(incr_ahead_table);
+		if (incr_ahead_cursor != NULL)
+		{
+			for (int i = 0; i < incr_ahead_nkeys; i++)
+				pfree(incr_ahead_cursor[i]);
+			pfree(incr_ahead_cursor);
+		}
+		incr_ahead_table = pstrdup(quote_qualified_identifier(nspname, relname));
+		incr_ahead_cursor = palloc(sizeof(char *) * k->nkeys);
+		incr_ahead_nkeys = k->nkeys;
+		for (int i = 0; i < k->nkeys; i++)
+			incr_ahead_cursor[i] = pstrdup(hi[i]);
+		MemoryContextSwitchTo(old);
+		send_chunk(k, &rel, hi, binary);
+		incr_ahead = true;
+	}
 
 	/* rows, progress, cursor and window: one destination transaction */
 	ash_apply_snapshot_begin(high_lsn, 0, incr_attempt->id);
@@ -2433,11 +2551,25 @@ ash_snapshot_incremental_step(void)
 						"         $12)",
 						9, types, values, nulls, SPI_OK_INSERT);
 		lvalues[0] = LSNGetDatum(ash_apply_watermark() + 1);
-		/* the stream delivered every commit below the watermark: closed */
-		(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
-						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						"   AND high_lsn <= $4",
-						1, ltypes, lvalues, NULL, SPI_OK_DELETE);
+
+		/*
+		 * The stream delivered every commit below the watermark: closed.
+		 * Only when a kept row can be (the watermark stays where it is
+		 * while the source is quiet, and the rows of a long copy pile up
+		 * until it moves: a scan of them per chunk would grow with them).
+		 */
+		if (XLogRecPtrIsInvalid(incr_kept_low) ||
+			Min(incr_kept_low, high_lsn) <= DatumGetLSN(lvalues[0]))
+		{
+			(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
+							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							"   AND high_lsn <= $4",
+							1, ltypes, lvalues, NULL, SPI_OK_DELETE);
+			/* every row left is above the bound */
+			incr_kept_low = DatumGetLSN(lvalues[0]) + 1;
+		}
+		else
+			incr_kept_low = Min(incr_kept_low, high_lsn);
 	}
 	if (done && ash_incr_remaining() == 1)
 		incr_complete();	/* the attempt's last table */
@@ -2454,9 +2586,9 @@ ash_snapshot_incremental_step(void)
 			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
 		publish_copied(st->rows);
 		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT " chunks=" INT64_FORMAT,
+				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT " chunks=" INT64_FORMAT " rereads=" INT64_FORMAT,
 						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
-						st->rows, chunk_no)));
+						st->rows, chunk_no, incr_rereads)));
 		publish_table(NULL, NULL, 0, 0);
 		if (!ash_incr_active())
 		{
