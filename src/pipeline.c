@@ -1293,9 +1293,13 @@ apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 	else if (change.kind == ASH_CHANGE_STREAM_START)
 		sender_behind = true;	/* a transaction too large to wait for its commit */
 	if ((change.kind == ASH_CHANGE_COMMIT || change.kind == ASH_CHANGE_STREAM_COMMIT ||
-		 nontx_message) && ash_apply_batch_pending() &&
-		(ash_apply_batch_full() || nontx_message || !more_coming()))
-		(void) commit_batch(false);
+		 nontx_message) && ash_apply_batch_pending())
+	{
+		if (ash_apply_batch_full() || nontx_message)
+			(void) commit_batch(false);
+		else if (!more_coming())
+			(void) commit_batch(true);
+	}
 }
 
 /*
