@@ -67,20 +67,20 @@ PGL_UNIT_SRCS = test/unit/decode_pglogical_test.c test/common/palloc_arena.c \
 unit: test/unit/decode_test test/unit/copy_row_test test/unit/decode_wal2json_test \
 	test/unit/decode_pglogical_test
 
-test/unit/decode_pglogical_test: $(PGL_UNIT_SRCS) src/change.h src/decode_pglogical.h \
+test/unit/decode_pglogical_test: $(PGL_UNIT_SRCS) src/change.h src/hex.h src/decode_pglogical.h \
 		test/common/palloc_arena.h test/common/unit_tap.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(PGL_UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
-test/unit/decode_wal2json_test: $(W2J_UNIT_SRCS) src/change.h src/decode_wal2json.h \
+test/unit/decode_wal2json_test: $(W2J_UNIT_SRCS) src/change.h src/hex.h src/decode_wal2json.h \
 		test/common/palloc_arena.h test/common/unit_tap.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(W2J_UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
-test/unit/decode_test: $(UNIT_SRCS) src/change.h src/decode_pgoutput.h test/common/palloc_arena.h test/common/unit_tap.h
+test/unit/decode_test: $(UNIT_SRCS) src/change.h src/hex.h src/decode_pgoutput.h test/common/palloc_arena.h test/common/unit_tap.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(UNIT_SRCS) $(UNIT_SANITIZE) $(UNIT_LDLIBS)
 
 COPY_ROW_TEST_SRCS = test/unit/copy_row_test.c src/copy_row.c
 
-test/unit/copy_row_test: $(COPY_ROW_TEST_SRCS) src/change.h src/copy_row.h
+test/unit/copy_row_test: $(COPY_ROW_TEST_SRCS) src/change.h src/hex.h src/copy_row.h
 	$(UNIT_CC) $(UNIT_CFLAGS) $(UNIT_CPPFLAGS) -o $@ $(COPY_ROW_TEST_SRCS) $(UNIT_SANITIZE) \
 		$(UNIT_LDLIBS)
 
@@ -99,7 +99,7 @@ FUZZ_SRCS = test/fuzz/fuzz_decoder.c test/common/palloc_arena.c src/decode_pgout
 .PHONY: fuzz
 fuzz: test/fuzz/fuzz_decoder
 
-test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/decode_pgoutput.h src/decode_wal2json.h \
+test/fuzz/fuzz_decoder: $(FUZZ_SRCS) src/change.h src/hex.h src/decode_pgoutput.h src/decode_wal2json.h \
 		src/decode_pglogical.h test/common/palloc_arena.h
 	$(FUZZ_CC) -g -O1 -DFRONTEND -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		-Wall -Werror -Wno-unused-parameter -Wno-ignored-attributes \

@@ -182,17 +182,4 @@ typedef struct AshChange
 
 extern const char *ash_change_kind_name(AshChangeKind kind);
 
-/* A hexadecimal digit's value, or -1 (the text decoders' escapes). */
-static inline int
-ash_hex_digit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 #endif							/* ASH_CHANGE_H */

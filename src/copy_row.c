@@ -16,6 +16,7 @@
 #include "postgres.h"
 
 #include "copy_row.h"
+#include "hex.h"
 
 static inline int
 octal_value(char c)
@@ -23,15 +24,6 @@ octal_value(char c)
 	return c - '0';
 }
 
-static inline int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return c - 'A' + 10;
-}
 
 bool
 ash_copy_text_split(char *line, int len, int ncols, AshColumnValue *cols, const char **err)
@@ -127,10 +119,10 @@ ash_copy_text_split(char *line, int len, int ncols, AshColumnValue *cols, const 
 				case 'x':
 					if (p < end && isxdigit((unsigned char) *p))
 					{
-						int			v = hex_value(*p++);
+						int			v = ash_hex_digit(*p++);
 
 						if (p < end && isxdigit((unsigned char) *p))
-							v = (v << 4) + hex_value(*p++);
+							v = (v << 4) + ash_hex_digit(*p++);
 						*out++ = (char) (v & 0xff);
 					}
 					else

@@ -76,6 +76,7 @@
 #endif
 
 #include "change.h"
+#include "hex.h"
 #include "decode_pglogical.h"
 
 #define PGL_MAX_ATTS		1664	/* MaxTupleAttributeNumber */

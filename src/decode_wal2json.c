@@ -84,6 +84,7 @@
 #include "access/transam.h"
 
 #include "change.h"
+#include "hex.h"
 #include "decode_wal2json.h"
 
 /* Type OIDs (pg_type_d.h values, stable across releases) */

@@ -64,6 +64,7 @@
 
 #include "ash_replicant.h"
 #include "errors.h"
+#include "hex.h"
 #include "keyring.h"
 
 #define ASH_KEYRING_MAX_BYTES	(1024 * 1024)
@@ -197,18 +198,6 @@ key_version_cmp(const void *a, const void *b)
  * ---------------------------------------------------------------------
  */
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Decode hex into dst (len/2 bytes); false on odd length or a non-digit. */
 static bool
 decode_hex(const char *src, int len, uint8 *dst)
@@ -217,8 +206,8 @@ decode_hex(const char *src, int len, uint8 *dst)
 		return false;
 	for (int i = 0; i < len; i += 2)
 	{
-		int			hi = hex_value(src[i]);
-		int			lo = hex_value(src[i + 1]);
+		int			hi = ash_hex_digit(src[i]);
+		int			lo = ash_hex_digit(src[i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return false;

@@ -32,6 +32,7 @@
 
 #include "change.h"
 #include "decode_pgoutput.h"
+#include "hex.h"
 #include "palloc_arena.h"
 #include "unit_tap.h"
 
@@ -105,17 +106,6 @@ typedef struct Fixture
 	AshPgoutputState *before;	/* state before each message */
 } Fixture;
 
-static int
-hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 static bool
 load_fixture(const char *dir, const char *name, int proto, Fixture *fx)
@@ -159,8 +149,8 @@ load_fixture(const char *dir, const char *name, int proto, Fixture *fx)
 		m->data = malloc(m->len);
 		for (i = 0; i < m->len; i++)
 		{
-			int			hi = hexval(line[2 * i]);
-			int			lo = hexval(line[2 * i + 1]);
+			int			hi = ash_hex_digit(line[2 * i]);
+			int			lo = ash_hex_digit(line[2 * i + 1]);
 
 			if (hi < 0 || lo < 0)
 			{
