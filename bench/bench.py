@@ -160,6 +160,22 @@ PGLOGICAL_OK = False
 PGLOGICAL_WHY = None
 
 
+def fill_wal_pool(conn):
+    """Give a new cluster the pool of WAL segments a running server keeps (min_wal_size).
+
+    A fresh cluster has one segment and creates (and zero-fills) each next one as WAL
+    reaches it; a checkpoint then recycles them for later use.  Without this, the first
+    contender of a run pays for creating the segments (LWLock WALWrite and IO
+    WALInitWrite waits while a copy writes 1-2 GB) and every later one reuses them.
+    One non-transactional logical message per megabyte, then a checkpoint."""
+    mb = int(q1(conn, "SELECT pg_size_bytes(current_setting('min_wal_size')) / 1048576"))
+    t0 = time.monotonic()
+    q(conn, "SELECT count(pg_logical_emit_message(false, 'bench', repeat('x', 1048576)))"
+            " FROM generate_series(1, %s)", (mb,))
+    q(conn, "CHECKPOINT")
+    log("WAL segment pool of %d MB filled on port %s in %.1fs" % (mb, conn.info.port, time.monotonic() - t0))
+
+
 def setup_clusters():
     global PGLOGICAL_OK, PGLOGICAL_WHY
     for n in ("source", "dest"):
@@ -221,6 +237,8 @@ log_line_prefix = '%m [%p] %b '
               stdout=subprocess.DEVNULL)
 
     src, dst = connect(SRC_PORT), connect(DST_PORT)
+    for conn in (src, dst):
+        fill_wal_pool(conn)
     q(src, "CREATE SCHEMA bench")
     q(src, "CREATE TABLE bench.marker (id int PRIMARY KEY, note text)")
     q(dst, "CREATE SCHEMA bench")

@@ -50,6 +50,9 @@ HASH = "ROW(id, account, qty, ref, status, note, amount, created_at, updated_at)
 
 # ash_replicant seconds against native's: what the figures are read against (printed, not asserted)
 TARGETS = {"L1": 1.0, "L8": 1.3}
+# tables copied at once by each contender (both at their default, 2, when unset):
+# ash_replicant.snapshot_workers and max_sync_workers_per_subscription
+COPIERS = int(os.environ["COPIERS"]) if os.environ.get("COPIERS") else None
 
 
 class LoadWorkload(B.Workload):
@@ -378,10 +381,18 @@ def run_load(wn, rep):
     log("  source filled in %.1fs: %.0f MB heap (%.0f bytes/row), %.0f MB with the keys"
         % (time.monotonic() - t0, size[0] / 1e6, size[0] / w.rows, size[1] / 1e6))
     results = []
+    if COPIERS is not None:
+        q(dst, "ALTER SYSTEM SET ash_replicant.snapshot_workers = %d" % COPIERS)
+        q(dst, "ALTER SYSTEM SET max_sync_workers_per_subscription = %d" % COPIERS)
+        q(dst, "SELECT pg_reload_conf()")
+        time.sleep(1)   # the reload reaches the backends asynchronously
+    copiers = [q1(dst, "SELECT current_setting(%s)", (g,))
+               for g in ("ash_replicant.snapshot_workers", "max_sync_workers_per_subscription")]
     for c in make_load_contenders(w, rep):
         r = {"type": "result", "workload": wn, "contender": c.name, "variant": c.variant, "rep": rep,
              "loadavg_1m": os.getloadavg()[0], "scale": B.SCALE, "rows": w.rows, "tables": len(w.tables),
-             "heap_bytes": size[0], "total_bytes": size[1]}
+             "heap_bytes": size[0], "total_bytes": size[1],
+             "copiers": int(copiers[1] if isinstance(c, NativeLoad) else copiers[0])}
 
         def body():
             w.fresh_dest(dst)   # before prepare: ash_replicant maps the tables by their oid
@@ -409,7 +420,7 @@ def run_load(wn, rep):
         B.guarded(r, "%s-%s-%s" % (wn, c.short, rep), body)
         src, dst = B.cleanup_contender(c, src, dst)
         results.append(r)
-        log("  %-18s %s" % (c.label(), ("%.2fs  %.0f rows/s  cpu s: host %s source %s dest %s  VmHWM kB: worker %s"
+        log("  %-18s %s" % (c.label() + (" x%d" % r["copiers"] if len(w.tables) > 1 else ""), ("%.2fs  %.0f rows/s  cpu s: host %s source %s dest %s  VmHWM kB: worker %s"
                                          " sync %s  %s"
                                          % (r["seconds"], r["rows_per_s"], r.get("host_cpu_s"), r.get("source_cpu_s"),
                                             r.get("dest_cpu_s"), r.get("peak_rss_kb"), r.get("sync_peak_rss_kb"),
