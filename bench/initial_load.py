@@ -51,8 +51,11 @@ HASH = "ROW(id, account, qty, ref, status, note, amount, created_at, updated_at)
 # ash_replicant seconds against native's: what the figures are read against (printed, not asserted)
 TARGETS = {"L1": 1.0, "L8": 1.3}
 # tables copied at once by each contender (both at their default, 2, when unset):
-# ash_replicant.snapshot_workers and max_sync_workers_per_subscription
-COPIERS = int(os.environ["COPIERS"]) if os.environ.get("COPIERS") else None
+# ash_replicant.snapshot_workers (ASH_COPIERS) and max_sync_workers_per_subscription
+# (NATIVE_COPIERS); COPIERS sets both
+COPIER_GUCS = {g: os.environ.get(e) or os.environ.get("COPIERS")
+               for g, e in (("ash_replicant.snapshot_workers", "ASH_COPIERS"),
+                            ("max_sync_workers_per_subscription", "NATIVE_COPIERS"))}
 
 
 class LoadWorkload(B.Workload):
@@ -381,9 +384,10 @@ def run_load(wn, rep):
     log("  source filled in %.1fs: %.0f MB heap (%.0f bytes/row), %.0f MB with the keys"
         % (time.monotonic() - t0, size[0] / 1e6, size[0] / w.rows, size[1] / 1e6))
     results = []
-    if COPIERS is not None:
-        q(dst, "ALTER SYSTEM SET ash_replicant.snapshot_workers = %d" % COPIERS)
-        q(dst, "ALTER SYSTEM SET max_sync_workers_per_subscription = %d" % COPIERS)
+    if any(COPIER_GUCS.values()):
+        for g, n in COPIER_GUCS.items():
+            if n:
+                q(dst, "ALTER SYSTEM SET %s = %d" % (g, int(n)))
         q(dst, "SELECT pg_reload_conf()")
         time.sleep(1)   # the reload reaches the backends asynchronously
     copiers = [q1(dst, "SELECT current_setting(%s)", (g,))
