@@ -1862,7 +1862,14 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	ash_incr_reset(NULL);
 	ash_provenance_set_unfingerprinted(InvalidOid);
 
+	/*
+	 * In the session context of this module, which outlives the pipeline's
+	 * session (reset when the next one starts, after an error too): the
+	 * next session closes the connection before it opens its own.
+	 */
+	old = MemoryContextSwitchTo(incr_session_cxt);
 	incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+	MemoryContextSwitchTo(old);
 	if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
 									 cfg->source_database))
 		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
