@@ -861,9 +861,15 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h, bool stamped)
 	if (gbuf.rel != NULL)
 		return true;
 
+	/*
+	 * A run's arrays (GATHER_MAX_ROWS rows a column, the key set) take
+	 * ~10 kB a column: a first block that holds those of a table of a dozen
+	 * columns is kept by every reset, where blocks grown from 8 kB were
+	 * malloc'ed and freed again for every run -- for every one-row batch.
+	 */
 	if (gbuf.cxt == NULL)
 		gbuf.cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant gathered writes",
-										 ALLOCSET_DEFAULT_SIZES);
+										 0, 128 * 1024, ALLOCSET_DEFAULT_MAXSIZE);
 	old = MemoryContextSwitchTo(gbuf.cxt);
 	gbuf.rel = rel;
 	gbuf.tgt = tgt;
