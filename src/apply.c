@@ -386,6 +386,7 @@ enum
 };
 
 static MemoryContext stats_cxt = NULL;
+static MemoryContext stats_flush_cxt = NULL;	/* what one flush allocates */
 static HTAB *table_stats = NULL;
 static TableStatEntry *last_stat = NULL;	/* of the last untenanted count */
 static SPIPlanPtr table_stats_plan = NULL;
@@ -422,6 +423,44 @@ table_stats_discard(void)
 	last_stat = NULL;
 	if (stats_cxt != NULL)
 		MemoryContextReset(stats_cxt);
+}
+
+/*
+ * After a flush that only updated rows in place: keep the table and its
+ * entries, counts zeroed, for the next batch -- making and dropping the
+ * table (a memory context of its own) cost a one-row batch about as much
+ * as counting its row.  Only a few entries are kept: tenant keys may be
+ * many.  An entry counted nothing in this batch when its counts are zero.
+ */
+#define TABLE_STATS_KEPT 16
+
+static void
+table_stats_clear(void)
+{
+	HASH_SEQ_STATUS seq;
+	TableStatEntry *e;
+
+	if (hash_get_num_entries(table_stats) > TABLE_STATS_KEPT)
+	{
+		table_stats_discard();
+		return;
+	}
+	hash_seq_init(&seq, table_stats);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		memset(e->counts, 0, sizeof(e->counts));
+		e->relid = InvalidOid;
+		e->commit_time = 0;
+	}
+}
+
+static bool
+table_stat_counted(TableStatEntry *e)
+{
+	for (int k = 0; k < 4; k++)
+		if (e->counts[k] != 0)
+			return true;
+	return false;
 }
 
 static void
@@ -624,12 +663,16 @@ table_stats_flush(void)
 		return;
 	ash_apply_errctx.command = "table_stats";
 	ash_apply_errctx.relation = NULL;
-	old = MemoryContextSwitchTo(stats_cxt);
+	if (stats_flush_cxt == NULL)
+		stats_flush_cxt = AllocSetContextCreate(TopMemoryContext,
+												"ash_replicant table stats flush",
+												ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(stats_flush_cxt);
 	missing = palloc(sizeof(TableStatEntry *) * hash_get_num_entries(table_stats));
 	hash_seq_init(&seq, table_stats);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
-		if (!table_stats_add_in_place(e, applied_at))
+		if (table_stat_counted(e) && !table_stats_add_in_place(e, applied_at))
 			missing[n++] = e;
 	}
 	if (n == 0)
@@ -696,7 +739,11 @@ table_stats_flush(void)
 	PopActiveSnapshot();
 done:
 	MemoryContextSwitchTo(old);
-	table_stats_discard();
+	MemoryContextReset(stats_flush_cxt);
+	if (n == 0)
+		table_stats_clear();
+	else
+		table_stats_discard();
 	ash_origin_set_progress(InvalidXLogRecPtr, 0);
 }
 

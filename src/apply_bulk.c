@@ -45,12 +45,52 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "apply_bulk.h"
+
+/*
+ * What a judgment depends on changes only with an invalidation: the
+ * table's triggers, rules, row security, indexes, columns, name and
+ * kind with one of its relcache entry; the name of its schema with a
+ * pg_namespace one.  Any of them moves the epoch (judging again costs a
+ * few catalog-cache lookups; judging every batch cost a one-row batch
+ * about as much as its row's index insertion).
+ */
+static uint64 judge_epoch = 1;
+static bool judge_callbacks = false;
+
+static void
+judge_relcache_changed(Datum arg, Oid relid)
+{
+	judge_epoch++;
+}
+
+static void
+judge_syscache_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	judge_epoch++;
+}
+
+uint64
+ash_bulk_judge_epoch(Oid relid)
+{
+	if (!judge_callbacks)
+	{
+		CacheRegisterRelcacheCallback(judge_relcache_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, judge_syscache_changed, (Datum) 0);
+		judge_callbacks = true;
+	}
+	/* a lock not yet held in this transaction processes the invalidations */
+	LockRelationOid(relid, RowExclusiveLock);
+	return judge_epoch;
+}
 
 bool
 ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
@@ -63,8 +103,13 @@ ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
 	Oid			nsp;
 	bool		ok;
 	bool	   *written;
+	uint64		epoch;
 
 	if (bt->judged_lxid == MyProc->lxid)
+		return bt->usable;
+	epoch = ash_bulk_judge_epoch(tgt->relid);
+	bt->judged_lxid = MyProc->lxid;
+	if (bt->judged_epoch == epoch)
 		return bt->usable;
 
 	/*
@@ -73,7 +118,7 @@ ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
 	 * cached is the statement's error to raise).  Looked up under the lock,
 	 * which keeps the name on it until the transaction ends.
 	 */
-	bt->judged_lxid = MyProc->lxid;
+	bt->judged_epoch = 0;
 	bt->usable = false;
 	r = try_table_open(tgt->relid, RowExclusiveLock);
 	if (r == NULL)
@@ -82,6 +127,7 @@ ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
 	if (!OidIsValid(nsp) || get_relname_relid(tgt->relname, nsp) != tgt->relid)
 	{
 		table_close(r, NoLock);
+		bt->judged_epoch = epoch;
 		return false;
 	}
 	desc = RelationGetDescr(r);
@@ -125,6 +171,7 @@ ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
 	table_close(r, NoLock);
 
 	bt->usable = ok;
+	bt->judged_epoch = epoch;
 	return ok;
 }
 

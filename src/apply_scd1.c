@@ -81,6 +81,7 @@ typedef struct Scd1Plans
 	SPIPlanPtr	delete;
 	SPIPlanPtr	delete_many;	/* gathered deletes */
 	LocalTransactionId commutes_lxid;	/* transaction "commutes" was judged in */
+	uint64		commutes_epoch; /* ash_bulk_judge_epoch it holds for */
 	bool		commutes;
 	AshBulkTarget bulk;			/* gathered inserts without a statement */
 	List	   *updates;		/* UpdatePlan * */
@@ -382,7 +383,8 @@ same_identity(AshApplyRel *rel, AshRowImage *a, AshRowImage *b)
  * Can rows of this target observe each other's writes?  Only triggers,
  * rules, row security and further unique or exclusion indexes let them.
  * Judged when a run starts, under the lock the writes take anyway, so no
- * trigger or index can appear before the run is written.
+ * trigger or index can appear before the run is written; and again only
+ * after an invalidation that may have changed them (apply_bulk.h).
  */
 static bool
 target_commutes(AshApplyTarget *tgt)
@@ -390,10 +392,16 @@ target_commutes(AshApplyTarget *tgt)
 	Scd1Plans  *st = plans_of(tgt);
 	Relation	r;
 	bool		ok;
+	uint64		epoch;
 
 	/* the lock below is held to the end of the transaction: judge once */
 	if (st->commutes_lxid == MyProc->lxid)
 		return st->commutes;
+	epoch = ash_bulk_judge_epoch(tgt->relid);
+	st->commutes_lxid = MyProc->lxid;
+	if (st->commutes_epoch == epoch)
+		return st->commutes;
+	st->commutes_epoch = 0;
 	r = table_open(tgt->relid, RowExclusiveLock);
 
 	ok = !r->rd_rel->relhastriggers && !r->rd_rel->relhasrules &&
@@ -420,8 +428,8 @@ target_commutes(AshApplyTarget *tgt)
 		ok = unique == 1;		/* the identity alone */
 	}
 	table_close(r, NoLock);
-	st->commutes_lxid = MyProc->lxid;
 	st->commutes = ok;
+	st->commutes_epoch = epoch;
 	return ok;
 }
 
@@ -853,9 +861,15 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h, bool stamped)
 	if (gbuf.rel != NULL)
 		return true;
 
+	/*
+	 * A run's arrays (GATHER_MAX_ROWS rows a column, the key set) take
+	 * ~10 kB a column: a first block that holds those of a table of a dozen
+	 * columns is kept by every reset, where blocks grown from 8 kB were
+	 * malloc'ed and freed again for every run -- for every one-row batch.
+	 */
 	if (gbuf.cxt == NULL)
 		gbuf.cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant gathered writes",
-										 ALLOCSET_DEFAULT_SIZES);
+										 0, 128 * 1024, ALLOCSET_DEFAULT_MAXSIZE);
 	old = MemoryContextSwitchTo(gbuf.cxt);
 	gbuf.rel = rel;
 	gbuf.tgt = tgt;

@@ -133,6 +133,76 @@ load(AshCatalogRowSpec *spec)
 }
 
 /*
+ * Pin block blk of rel when it exists.  A block in shared buffers exists:
+ * a truncation drops a relation's buffers before it shortens the file, and
+ * the lock the caller holds keeps a truncation (VACUUM's takes an
+ * exclusive lock) out until the transaction ends.  That spares asking the
+ * kernel for the file's length (an lseek) twice a batch.  Below the first
+ * segment's end the lookup cannot fail (the first segment exists as long
+ * as the relation does); elsewhere, or when the block is not buffered, the
+ * length decides.
+ */
+static bool
+pin_hinted_block(Relation rel, BlockNumber blk, Buffer *buf)
+{
+	if (blk < RELSEG_SIZE)
+	{
+		PrefetchBufferResult pr = PrefetchBuffer(rel, MAIN_FORKNUM, blk);
+
+		if (BufferIsValid(pr.recent_buffer) &&
+			ReadRecentBuffer(rel->rd_node, MAIN_FORKNUM, blk, pr.recent_buffer))
+		{
+			*buf = pr.recent_buffer;
+			return true;
+		}
+	}
+	if (blk >= RelationGetNumberOfBlocks(rel))
+		return false;
+	*buf = ReadBuffer(rel, blk);
+	return true;
+}
+
+/*
+ * Make room on the hinted page for the version the caller is about to
+ * write.  Each update leaves a dead version behind; heap_fetch prunes
+ * nothing, and PostgreSQL's opportunistic pruning (which an index scan
+ * reaching the page would do) waits until less than a tenth of the page
+ * is free -- less than one checkpoint row, which carries the contract.
+ * Either way the next update left the page: no HOT, index entries, and
+ * the table grew by a page every few batches.  So when the row's next
+ * version would not fit, the page is marked full, as heap_update marks a
+ * page it had to leave, and the pruning reclaims the dead versions that
+ * no snapshot can see any more.  Read unlocked as heap_page_prune_opt
+ * reads: the caller's pin keeps the line pointer where it is (moving it
+ * takes a cleanup lock).
+ */
+static void
+prune_for_update(Relation rel, Buffer buf, OffsetNumber off)
+{
+	Page		p = BufferGetPage(buf);
+	ItemId		lp;
+	Size		need;
+
+	if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(p))
+		return;
+	lp = PageGetItemId(p, off);
+	if (!ItemIdIsNormal(lp))
+		return;
+	need = MAXALIGN(ItemIdGetLength(lp));
+	if (!PageIsFull(p) && PageGetHeapFreeSpace(p) < need)
+	{
+		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+		if (PageGetHeapFreeSpace(p) < need)
+		{
+			PageSetFull(p);
+			MarkBufferDirtyHint(buf, true);
+		}
+		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+	}
+	heap_page_prune_opt(rel, buf);
+}
+
+/*
  * The row version at the caller's hint, when it is visible to snap and has
  * these keys -- then it is the row the unique index would find.  Each
  * update leaves a new version, and the index leads to the oldest of a
@@ -148,12 +218,18 @@ fetch_hinted(Relation rel, AshCatalogRowSpec *spec, const char *const *keys,
 	HeapTuple	found = NULL;
 	TupleDesc	desc = RelationGetDescr(rel);
 	bool		match = true;
+	Buffer		page;
+	bool		fetched;
 
 	if (!ItemPointerIsValid(hint) ||
-		ItemPointerGetBlockNumber(hint) >= RelationGetNumberOfBlocks(rel))
+		!pin_hinted_block(rel, ItemPointerGetBlockNumber(hint), &page))
 		return NULL;
+
+	prune_for_update(rel, page, ItemPointerGetOffsetNumber(hint));
 	tuple.t_self = *hint;
-	if (!heap_fetch(rel, snap, &tuple, &buf, false))
+	fetched = heap_fetch(rel, snap, &tuple, &buf, false);
+	ReleaseBuffer(page);
+	if (!fetched)
 		return NULL;
 	for (int k = 0; match && k < spec->nkeys; k++)
 	{

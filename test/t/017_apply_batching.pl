@@ -40,7 +40,9 @@
 #         generated column it is not sent keeps the statement (WAL: INSERT)
 #         and gets all three computed.  An owner left with INSERT on the
 #         written columns only (column privileges) is enough, as for the
-#         statement.
+#         statement.  A trigger created while the pipeline runs is seen by
+#         the next run (the judgment is kept across batches only until an
+#         invalidation): it fires for every later row.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -391,5 +393,24 @@ AshTest::wait_caught_up($src, $dst, 'bulkcol');
 AshTest::assert_mirror_equal($src, $dst, ['(SELECT id, v FROM bulkcol)'], order_by => 'id',
 	name => 'bulk: INSERT on the written columns is privilege enough');
 like($heap_records->('bulkcol', $lsn0), qr/^MULTI_INSERT=\d+$/, 'bulk: ... and the rows went by multi-insert');
+
+# the judgment that a target qualifies is kept across batches until an
+# invalidation: a trigger created while the pipeline runs must be seen by
+# the next run (a judgment kept past it would multi-insert, firing nothing)
+$dst->safe_psql('postgres', q{
+CREATE TABLE bulkcol_audit (id integer);
+GRANT INSERT ON bulkcol_audit TO priv_owner;
+CREATE FUNCTION bulkcol_audit() RETURNS trigger LANGUAGE plpgsql
+	AS $$BEGIN INSERT INTO public.bulkcol_audit VALUES (NEW.id); RETURN NULL; END$$;
+CREATE TRIGGER bulkcol_audit AFTER INSERT ON bulkcol FOR EACH ROW EXECUTE FUNCTION bulkcol_audit();
+});
+$lsn0 = $dst->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
+$src->safe_psql('postgres', q{INSERT INTO bulkcol SELECT g, 'k' || g FROM generate_series(501, 600) g});
+AshTest::wait_caught_up($src, $dst, 'bulkcol');
+is($dst->safe_psql('postgres', q{SELECT count(*) || '/' || min(id) || '/' || max(id) FROM bulkcol_audit}),
+	'100/501/600', 'bulk: a trigger created while the pipeline runs fires for every later row');
+is($heap_records->('bulkcol', $lsn0), 'INSERT=100', 'bulk: ... those rows went by a statement, not multi-insert');
+AshTest::assert_mirror_equal($src, $dst, ['(SELECT id, v FROM bulkcol)'], order_by => 'id',
+	name => 'bulk: mirror equals source after the trigger');
 
 done_testing();
