@@ -2154,20 +2154,6 @@ incr_probe_needed(AshMapping *m)
 }
 
 /*
- * The read of a chunk: one statement, so one snapshot and one round trip:
- * the snapshot, the end of the source's WAL read after it (every
- * transaction the snapshot shows committed below that position), then the
- * chunk -- the next chunk_rows rows in primary-key order above the cursor
- * ($1..$n; none for a table's first chunk).  In binary when every type is
- * built in, as v1 reads (its send format is known here); then the key
- * follows in its text form, the cursor's, as the source's output function
- * writes it -- except for an integer key (integer_key), whose text the
- * worker writes, and whose rows need no order: the inner ORDER BY ... LIMIT
- * picks the chunk, its largest key is the cursor.  Otherwise the rows come
- * in key order, the last one's key the cursor.  An empty chunk is one row
- * without a key.
- */
-/*
  * Is every column of k's key an integer (int2, int4, int8)?  Read in
  * binary, such a key's text form is its decimal digits whatever the
  * settings of either server, so the worker writes the cursor itself and
@@ -2208,6 +2194,20 @@ integer_key_value(PGresult *res, int row, int col, Oid type, int64 *v)
 	return true;
 }
 
+/*
+ * The read of a chunk: one statement, so one snapshot and one round trip:
+ * the snapshot, the end of the source's WAL read after it (every
+ * transaction the snapshot shows committed below that position), then the
+ * chunk -- the next chunk_rows rows in primary-key order above the cursor
+ * ($1..$n; none for a table's first chunk).  In binary when every type is
+ * built in, as v1 reads (its send format is known here); then the key
+ * follows in its text form, the cursor's, as the source's output function
+ * writes it -- except for an integer key (integer_key), whose text the
+ * worker writes, and whose rows need no order: the inner ORDER BY ... LIMIT
+ * picks the chunk, its largest key is the cursor.  Otherwise the rows come
+ * in key order, the last one's key the cursor.  An empty chunk is one row
+ * without a key.
+ */
 static char *
 chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool binary)
 {
