@@ -380,6 +380,33 @@ ash_conn_send_params(AshConn *c, const char *query, int nparams, const char *con
 				 errmsg("ash_replicant: could not send a probe to the source")));
 }
 
+/*
+ * Prepare query as the named statement name (its $n parameters in text,
+ * their types inferred by the source), waiting for the source's answer.
+ */
+void
+ash_conn_prepare(AshConn *c, const char *name, const char *query, int nparams)
+{
+	set_sqlstate(NULL);
+	if (!PQsendPrepare(c->conn, name, query, nparams, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: could not send a probe to the source")));
+	PQclear(ash_conn_get_result(c, false));
+}
+
+/* Send the execution of a prepared statement, as ash_conn_send_params. */
+void
+ash_conn_send_prepared(AshConn *c, const char *name, int nparams, const char *const *values,
+					   bool binary)
+{
+	set_sqlstate(NULL);
+	if (!PQsendQueryPrepared(c->conn, name, nparams, values, NULL, NULL, binary ? 1 : 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: could not send a probe to the source")));
+}
+
 PGresult *
 ash_conn_get_result(AshConn *c, bool allow_error)
 {

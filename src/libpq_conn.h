@@ -93,6 +93,15 @@ extern void ash_conn_send_params(AshConn *c, const char *query, int nparams,
 extern PGresult *ash_conn_get_result(AshConn *c, bool allow_error);
 
 /*
+ * A statement prepared once and executed many times (probe connections
+ * only): prepare waits for the source's answer; send_prepared is sent like
+ * ash_conn_send_params, its result collected by ash_conn_get_result.
+ */
+extern void ash_conn_prepare(AshConn *c, const char *name, const char *query, int nparams);
+extern void ash_conn_send_prepared(AshConn *c, const char *name, int nparams,
+								   const char *const *values, bool binary);
+
+/*
  * The next row of a COPY ... TO STDOUT that ash_conn_exec started: its
  * length, with *buf set (free it with PQfreemem); 0 once the data ended
  * and the command completed.  Raises (value-free) when the command fails,

@@ -1380,10 +1380,11 @@ check_silent_source(TimestampTz now)
 /*
  * Incremental snapshot: copy chunks while the stream has nothing waiting
  * (for at most INCR_SLICE_MS at a time, so the stream's latency stays
- * bounded).  A chunk waits while max_pending_chunks windows are open --
- * the source is then asked for a keepalive (again after INCR_PING_MS
- * without one), whose position closes them when the source is quiet -- or
- * while the source does not show a transaction the stream delivered.
+ * bounded).  Each chunk committed asks the source for a keepalive (one at
+ * a time), whose position closes the windows when the source is quiet.  A
+ * chunk waits while max_pending_chunks windows are open -- the source is
+ * asked again after INCR_PING_MS without an answer -- or while the source
+ * does not show a transaction the stream delivered.
  */
 #define INCR_SLICE_MS	200
 #define INCR_PING_MS	100
@@ -1428,6 +1429,18 @@ incremental_work(void)
 				incremental_ping();
 				return;
 			case ASH_INCR_STEP_CHUNK:
+
+				/*
+				 * Ask for the position now rather than once the windows
+				 * are full: the answer, there before the next chunk is
+				 * written, closes this one's window (one ping at a time).
+				 */
+				if (!incr_ping_sent)
+				{
+					send_feedback(true, true);
+					incr_last_ping = GetCurrentTimestamp();
+					incr_ping_sent = true;
+				}
 				if (ash_stream_more_buffered(&stream) ||
 					GetCurrentTimestamp() >= until)
 				{

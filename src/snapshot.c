@@ -1738,6 +1738,15 @@ static int	incr_ahead_nkeys = 0;	/* ... of this many columns */
 static int64 incr_rereads = 0;	/* this table's chunks read again */
 
 /*
+ * The read of a chunk above a cursor is prepared on the chunk connection
+ * once per table (it was planned at every chunk): the statement's name,
+ * and the table it reads (quoted, in incr_session_cxt; NULL: none).
+ */
+#define INCR_CHUNK_STATEMENT "ash_replicant_chunk"
+static char *incr_prepared_for = NULL;
+static bool incr_prepared = false;	/* the statement exists on incr_conn */
+
+/*
  * Every window row kept in snapshot_windows has high_lsn at or above this
  * (0: not known): a chunk deletes the closed rows only when one can be.
  */
@@ -1859,6 +1868,8 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_ahead_table = NULL;
 	incr_ahead_cursor = NULL;
 	incr_ahead_nkeys = 0;
+	incr_prepared_for = NULL;	/* with the connection */
+	incr_prepared = false;
 	ash_incr_reset(NULL);
 	ash_provenance_set_unfingerprinted(InvalidOid);
 
@@ -2150,6 +2161,47 @@ incr_probe_needed(AshMapping *m)
 }
 
 /*
+ * Is every column of k's key an integer (int2, int4, int8)?  Read in
+ * binary, such a key's text form is its decimal digits whatever the
+ * settings of either server, so the worker writes the cursor itself and
+ * finds it as the largest key of the chunk, in any order of its rows: the
+ * chunk's statement needs neither format() per row nor a second sort.
+ */
+static bool
+integer_key(IncrKeyDesc *k)
+{
+	for (int i = 0; i < k->nkeys; i++)
+		if (k->types[i] != INT2OID && k->types[i] != INT4OID && k->types[i] != INT8OID)
+			return false;
+	return true;
+}
+
+/*
+ * The value of an integer key column in binary (its send format: 2, 4 or
+ * 8 bytes, big-endian); false when the bytes are not of that type.
+ */
+static bool
+integer_key_value(PGresult *res, int row, int col, Oid type, int64 *v)
+{
+	const unsigned char *p = (const unsigned char *) PQgetvalue(res, row, col);
+	int			len = PQgetlength(res, row, col);
+	uint64		u = 0;
+
+	if (PQgetisnull(res, row, col) ||
+		len != (type == INT2OID ? 2 : type == INT4OID ? 4 : 8))
+		return false;
+	for (int i = 0; i < len; i++)
+		u = (u << 8) | p[i];
+	if (type == INT2OID)
+		*v = (int16) (uint16) u;
+	else if (type == INT4OID)
+		*v = (int32) (uint32) u;
+	else
+		*v = (int64) u;
+	return true;
+}
+
+/*
  * The read of a chunk: one statement, so one snapshot and one round trip:
  * the snapshot, the end of the source's WAL read after it (every
  * transaction the snapshot shows committed below that position), then the
@@ -2157,18 +2209,23 @@ incr_probe_needed(AshMapping *m)
  * ($1..$n; none for a table's first chunk).  In binary when every type is
  * built in, as v1 reads (its send format is known here); then the key
  * follows in its text form, the cursor's, as the source's output function
- * writes it.  An empty chunk is one row without a key.
+ * writes it -- except for an integer key (integer_key), whose text the
+ * worker writes, and whose rows need no order: the inner ORDER BY ... LIMIT
+ * picks the chunk, its largest key is the cursor.  Otherwise the rows come
+ * in key order, the last one's key the cursor.  An empty chunk is one row
+ * without a key.
  */
 static char *
 chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool binary)
 {
 	StringInfoData sql;
+	bool		intkey = binary && integer_key(k);
 
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "SELECT s.snap, s.lsn, s.blk");
 	for (int i = 0; i < rel->natts; i++)
 		appendStringInfo(&sql, ", c.%s", quote_identifier(rel->cols[i].name));
-	for (int i = 0; binary && i < k->nkeys; i++)
+	for (int i = 0; binary && !intkey && i < k->nkeys; i++)
 		appendStringInfo(&sql, ", pg_catalog.format('%%s', c.%s)", quote_identifier(k->names[i]));
 	appendStringInfoString(&sql,
 						   " FROM (SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text AS snap,"
@@ -2191,18 +2248,46 @@ chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool bina
 	appendStringInfoString(&sql, " ORDER BY ");
 	for (int i = 0; i < k->nkeys; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
-	appendStringInfo(&sql, " LIMIT %d) AS c ON true ORDER BY ", snap_cfg->chunk_rows);
+	appendStringInfo(&sql, " LIMIT %d) AS c ON true", snap_cfg->chunk_rows);
+	if (intkey)
+		return sql.data;
+	appendStringInfoString(&sql, " ORDER BY ");
 	for (int i = 0; i < k->nkeys; i++)
 		appendStringInfo(&sql, "%sc.%s", i ? ", " : "", quote_identifier(k->names[i]));
 	return sql.data;
 }
 
-/* Send the read of the chunk above cursor (NULL: the table's first). */
+/*
+ * Send the read of the chunk above cursor (NULL: the table's first, read
+ * once).  The read above a cursor is prepared at the table's first such
+ * read, the previous table's statement deallocated (nothing is pending on
+ * the connection when a read is sent).
+ */
 static void
 send_chunk(IncrKeyDesc *k, const AshRelation *rel, char **cursor, bool binary)
 {
-	ash_conn_send_params(incr_conn, chunk_query(k, rel, cursor != NULL, binary),
-						 cursor != NULL ? k->nkeys : 0, (const char *const *) cursor, binary);
+	char	   *qname;
+
+	if (cursor == NULL)
+	{
+		ash_conn_send_params(incr_conn, chunk_query(k, rel, false, binary),
+							 0, NULL, binary);
+		return;
+	}
+	qname = quote_qualified_identifier(k->nspname, k->relname);
+	if (incr_prepared_for == NULL || strcmp(incr_prepared_for, qname) != 0)
+	{
+		if (incr_prepared)
+			PQclear(ash_conn_exec(incr_conn, "DEALLOCATE " INCR_CHUNK_STATEMENT, false));
+		incr_prepared = false;
+		incr_prepared_for = NULL;
+		ash_conn_prepare(incr_conn, INCR_CHUNK_STATEMENT, chunk_query(k, rel, true, binary),
+						 k->nkeys);
+		incr_prepared = true;
+		incr_prepared_for = MemoryContextStrdup(incr_session_cxt, qname);
+	}
+	ash_conn_send_prepared(incr_conn, INCR_CHUNK_STATEMENT, k->nkeys,
+						   (const char *const *) cursor, binary);
 }
 
 /* Is the read sent ahead the one of this table's chunk above cursor? */
@@ -2271,6 +2356,7 @@ ash_snapshot_incremental_step(void)
 	AshRelation rel;
 	AshChange	change;
 	bool		binary = true;
+	bool		intkey;
 
 	if (incr_attempt == NULL)
 		return ASH_INCR_STEP_NONE;
@@ -2324,6 +2410,7 @@ ash_snapshot_incremental_step(void)
 		change.u.relation = incr_rel;
 		ash_apply_change(&change);
 		incr_described = pstrdup(quote_qualified_identifier(nspname, relname));
+		incr_prepared_for = NULL;	/* the statement reads the columns just described */
 		MemoryContextSwitchTo(tcxt);
 		incr_probe_needed(map);
 		incr_fresh = false;
@@ -2334,6 +2421,7 @@ ash_snapshot_incremental_step(void)
 	for (int i = 0; i < rel.natts; i++)
 		if (rel.cols[i].type_oid >= FirstGenbkiObjectId)
 			binary = false;
+	intkey = binary && integer_key(k);
 
 	/*
 	 * The chunk's rows: read ahead while the previous chunk was written, or
@@ -2355,7 +2443,7 @@ ash_snapshot_incremental_step(void)
 		incr_ahead = false;
 		res = ash_conn_get_result(incr_conn, false);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
-			PQnfields(res) != 3 + rel.natts + (binary ? k->nkeys : 0))
+			PQnfields(res) != 3 + rel.natts + (binary && !intkey ? k->nkeys : 0))
 			ash_conn_report_result(res, "incremental snapshot chunk");
 
 		/* text values (in binary: their bytes), never a NUL inside */
@@ -2407,11 +2495,34 @@ ash_snapshot_incremental_step(void)
 				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
 						 quote_qualified_identifier(nspname, relname));
 			keycol[i] = 3 + c;
-			keytext[i] = binary ? 3 + rel.natts + i : 3 + c;
+			keytext[i] = binary && !intkey ? 3 + rel.natts + i : 3 + c;
 		}
 		nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
 		done = nrows < snap_cfg->chunk_rows;
-		if (!done)
+		if (!done && intkey)
+		{
+			/* the largest key of the chunk, its rows in no particular order */
+			int64	   *best = palloc(sizeof(int64) * k->nkeys);
+			int64	   *cur = palloc(sizeof(int64) * k->nkeys);
+
+			for (int r = 0; r < nrows; r++)
+			{
+				int			cmp = 0;
+
+				for (int i = 0; i < k->nkeys; i++)
+					if (!integer_key_value(res, r, keycol[i], k->types[i], &cur[i]))
+						ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
+								 quote_qualified_identifier(nspname, relname));
+				for (int i = 0; r > 0 && cmp == 0 && i < k->nkeys; i++)
+					cmp = cur[i] > best[i] ? 1 : cur[i] < best[i] ? -1 : 0;
+				if (r == 0 || cmp > 0)
+					memcpy(best, cur, sizeof(int64) * k->nkeys);
+			}
+			hi = palloc(sizeof(char *) * k->nkeys);
+			for (int i = 0; i < k->nkeys; i++)
+				hi[i] = psprintf(INT64_FORMAT, best[i]);
+		}
+		else if (!done)
 		{
 			hi = palloc(sizeof(char *) * k->nkeys);
 			for (int i = 0; i < k->nkeys; i++)
