@@ -43,27 +43,15 @@ q_dst(q{
 CREATE TABLE t (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0,
 	replica_fingerprint bytea, replica_seen_attempt bytea);
 CREATE VIEW t_v AS SELECT id, val, n FROM t;
--- a gate the test can close to hold chunk 1 (key 5) before its commit
-CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	IF NEW.id = 5 THEN
-		PERFORM pg_advisory_xact_lock_shared(4242);
-	END IF;
-	RETURN NEW;
-END $$;
-CREATE TRIGGER gate BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION gate();
 });
-
-my $gate = $dst->background_psql($DB, on_error_stop => 1);
-$gate->query_safe('SELECT pg_advisory_lock(4242)');
+# a gate the test closes to hold chunk 1 (key 5) before its commit
+my $gate = AshTest::close_gate($dst, 't', 5, 4242);
 
 AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_ra', marker => 0,
 	maps => [ [ 't', snapshot_provenance => 'true' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 10, max_pending_chunks => 4");
 
-ok(AshTest::poll($dst,
-	"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted"),
-	'chunk 1 waits at the gate, uncommitted');
+ok(AshTest::gate_waiting($dst, 4242), 'chunk 1 waits at the gate, uncommitted');
 is(q_dst("SELECT count(*) FROM t"), '0', 'nothing of chunk 1 is visible yet');
 # the read of chunk 2 went out before chunk 1 was written: the snapshot
 # connection has run it and is idle
@@ -76,8 +64,7 @@ my (undef, $end) = AshTest::commit_tracked($src,
 	"UPDATE t SET val = 'after the read-ahead', n = n + 1 WHERE id = 15; DELETE FROM t WHERE id = 17");
 ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$end'"),
 	'the walsender has sent the update and the delete');
-$gate->query_safe('SELECT pg_advisory_unlock(4242)');
-$gate->quit;
+AshTest::open_gate($gate, 4242);
 
 ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints"),
 	'the incremental attempt completes');

@@ -34,34 +34,21 @@ q_dst(q{
 CREATE TABLE t (id bigint PRIMARY KEY, val text NOT NULL,
 	replica_fingerprint bytea, replica_seen_attempt bytea);
 CREATE VIEW t_v AS SELECT id, val FROM t;
--- a gate the test can close to hold the copy (key 50) before its commit
-CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	IF NEW.id = 50 THEN
-		PERFORM pg_advisory_xact_lock_shared(4343);
-	END IF;
-	RETURN NEW;
-END $$;
-CREATE TRIGGER gate BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION gate();
 });
-
-my $gate = $dst->background_psql($DB, on_error_stop => 1);
-$gate->query_safe('SELECT pg_advisory_lock(4343)');
+# a gate the test closes to hold the copy (key 50) before its commit
+my $gate = AshTest::close_gate($dst, 't', 50, 4343);
 
 AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_increc', marker => 0,
 	maps => [ [ 't', snapshot_provenance => 'true' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 20");
-ok(AshTest::poll($dst,
-	"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4343 AND NOT granted"),
-	'the copy waits at the gate, a chunk uncommitted');
+ok(AshTest::gate_waiting($dst, 4343), 'the copy waits at the gate, a chunk uncommitted');
 my $pid = q_dst("SELECT worker_pid FROM ash_replicant_status('$sink')");
 ok($pid =~ /^\d+$/, 'the worker runs');
 
 # The source ends the session while the copy runs; the chunk at the gate
 # commits, then the worker finds its stream gone and starts a new session.
 is(AshTest::terminate_walsender($src, $sink), '1', 'the walsender is terminated during the copy');
-$gate->query_safe('SELECT pg_advisory_unlock(4343)');
-$gate->quit;
+AshTest::open_gate($gate, 4343);
 ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = '$sink'"),
 	'the copy completes');
 my ($c1) = AshTest::commit_tracked($src, "UPDATE t SET val = val || '!' WHERE id = 7");

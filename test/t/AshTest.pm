@@ -773,6 +773,44 @@ sub terminate_walsender
 		  . lit($slot) . " AND active_pid IS NOT NULL");
 }
 
+# A gate on the destination: close_gate($dst, $table, $id, $lock) makes a
+# BEFORE INSERT trigger on $table wait, for the row with id $id, for advisory
+# lock $lock, which a background session takes and holds now; the writing
+# transaction stays open, uncommitted, until open_gate($gate, $lock).
+# gate_waiting($dst, $lock): a writer waits at it.
+sub close_gate
+{
+	my ($dst, $table, $id, $lock) = @_;
+	$dst->safe_psql($DB, qq{
+CREATE FUNCTION gate_$lock() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS \$\$
+BEGIN
+	IF NEW.id = $id THEN
+		PERFORM pg_advisory_xact_lock_shared($lock);
+	END IF;
+	RETURN NEW;
+END \$\$;
+CREATE TRIGGER gate_$lock BEFORE INSERT ON $table FOR EACH ROW EXECUTE FUNCTION gate_$lock();
+});
+	my $gate = $dst->background_psql($DB, on_error_stop => 1);
+	$gate->query_safe("SELECT pg_advisory_lock($lock)");
+	return $gate;
+}
+
+sub gate_waiting
+{
+	my ($dst, $lock) = @_;
+	return poll($dst,
+		"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = $lock AND NOT granted");
+}
+
+sub open_gate
+{
+	my ($gate, $lock) = @_;
+	$gate->query_safe("SELECT pg_advisory_unlock($lock)");
+	$gate->quit;
+	return;
+}
+
 # start_workload($node, $sql_text, %o): run a SQL script in a background psql
 # (ON_ERROR_STOP) with a bounded duration; returns a handle for
 # finish_workload().
