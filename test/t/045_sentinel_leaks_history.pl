@@ -89,11 +89,8 @@ ALTER TABLE ash_marker_alog REPLICA IDENTITY FULL;
 CREATE PUBLICATION pub_alog FOR TABLE asrc, ash_marker_alog;
 });
 
-my $structural = q{source_system_id text NOT NULL, source_database text NOT NULL,
-	slot_name text NOT NULL, commit_lsn bigint NOT NULL, ordinal integer NOT NULL,
-	operation text NOT NULL, origin text NOT NULL, snapshot_attempt bytea,
-	message_prefix text, message_content bytea};
-my $axes = 'UNIQUE (source_system_id, source_database, slot_name, commit_lsn, ordinal)';
+my $structural = AshTest::append_log_columns();
+my $axes = 'UNIQUE (' . AshTest::append_log_axes() . ')';
 
 # the templates, and acme's tables as an ordinary tenant beside the sentinels
 $dst->safe_psql('postgres', qq{

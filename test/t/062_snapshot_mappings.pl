@@ -542,11 +542,8 @@ sub append_case
 	my ($sink, $t, $n) = @o{qw(sink table rows)};
 	stamp($sink);
 	my $lg = "${t}_log";
-	my $structural = q{source_system_id text NOT NULL, source_database text NOT NULL,
-	slot_name text NOT NULL, commit_lsn bigint NOT NULL, ordinal integer NOT NULL,
-	operation text NOT NULL, origin text NOT NULL, snapshot_attempt bytea,
-	message_prefix text, message_content bytea};
-	my $axes = 'UNIQUE (source_system_id, source_database, slot_name, commit_lsn, ordinal)';
+	my $structural = AshTest::append_log_columns();
+	my $axes = 'UNIQUE (' . AshTest::append_log_axes() . ')';
 	my $mk = AshTest::marker_table($sink);
 	$src->safe_psql($DB, qq{
 CREATE TABLE $t (id integer PRIMARY KEY, grp integer, val text, big text);

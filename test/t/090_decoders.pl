@@ -496,11 +496,8 @@ sub append_log
 	my ($dec, $d, $src, $dst, $conn) = @_;
 	my $sink = "log_$dec";
 	my $marker = AshTest::marker_table($sink);
-	my $structural = q{source_system_id text NOT NULL, source_database text NOT NULL,
-	slot_name text NOT NULL, commit_lsn bigint NOT NULL, ordinal integer NOT NULL,
-	operation text NOT NULL, origin text NOT NULL, snapshot_attempt bytea,
-	message_prefix text, message_content bytea};
-	my $axes = 'UNIQUE (source_system_id, source_database, slot_name, commit_lsn, ordinal)';
+	my $structural = AshTest::append_log_columns();
+	my $axes = 'UNIQUE (' . AshTest::append_log_axes() . ')';
 
 	$src->safe_psql('postgres', qq{
 CREATE TABLE ev (id integer PRIMARY KEY, grp integer, val text, big text);

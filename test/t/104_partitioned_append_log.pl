@@ -28,11 +28,8 @@ my $sink = 'plog';
 my $marker = AshTest::marker_table($sink);
 my $sentinel = 'PLOG_SENTINEL_7c1e0f';
 
-my $structural = q{source_system_id text NOT NULL, source_database text NOT NULL,
-	slot_name text NOT NULL, commit_lsn bigint NOT NULL, ordinal integer NOT NULL,
-	operation text NOT NULL, origin text NOT NULL, snapshot_attempt bytea,
-	message_prefix text, message_content bytea};
-my $axes = 'source_system_id, source_database, slot_name, commit_lsn, ordinal';
+my $structural = AshTest::append_log_columns();
+my $axes = AshTest::append_log_axes();
 
 $src->safe_psql('postgres', qq{
 CREATE TABLE ev (id integer PRIMARY KEY, val text);

@@ -181,6 +181,19 @@ CREATE TRIGGER ${table}_audit AFTER INSERT OR UPDATE ON $table
 
 sub marker_table { my ($sink) = @_; return "ash_marker_$sink"; }
 
+# The structural columns of an append-log target (docs/history-and-events.md),
+# to put before its payload columns, and its five identity axes as a column
+# list (the unique index over them is what makes re-delivery append nothing).
+sub append_log_columns
+{
+	return q{source_system_id text NOT NULL, source_database text NOT NULL,
+	slot_name text NOT NULL, commit_lsn bigint NOT NULL, ordinal integer NOT NULL,
+	operation text NOT NULL, origin text NOT NULL, snapshot_attempt bytea,
+	message_prefix text, message_content bytea};
+}
+
+sub append_log_axes { return 'source_system_id, source_database, slot_name, commit_lsn, ordinal'; }
+
 # setup_pipeline($src, $dst, %o)
 #   sink              sink name (also the slot name unless slot => ...)
 #   publication       publication name (must exist on the source); or
