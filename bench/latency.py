@@ -49,8 +49,9 @@ Knobs: PARTS=rates,sync  LAT_LOADS=1000x1,1000x10,10000x1,10000x10 (rows
 per second x rows per transaction, /async: the load commits with synchronous_commit =
 off)  LAT_SECONDS=60  LAT_CLIENTS (load sessions; default: one per 500 transactions
 per second, at most 8)  LAT_POLL_MS=1  CONTENDERS=ash,native (also: pair --
-ash_replicant and native at once --, nativesync, and the diagnostic ash variants
-ashbatch1 -- batch_max_transactions = 1 -- and ashnocensus)
+ash_replicant and native at once; PAIR_ASH names the ash variant, default ash --,
+nativesync, and the diagnostic ash variants ashbatch1 -- batch_max_transactions =
+1 -- and ashnocensus)
 SYNC_CONTENDERS=none,ash,native,nativesync  SYNC_CLIENTS=1,8  SYNC_SECONDS=30
 REPEAT=1, and bench.py's BENCH_DIR, BENCH_SRC_PORT, BENCH_DST_PORT, KEEP.
 Results: bench/results/<date>-latency.{jsonl,txt}.
@@ -87,6 +88,7 @@ CLIENTS = int(os.environ["LAT_CLIENTS"]) if os.environ.get("LAT_CLIENTS") else N
 if not os.environ.get("CONTENDERS"):
     B.CONTENDERS = ["ash", "native"]
 POLL_MS = float(os.environ.get("LAT_POLL_MS", "1"))
+PAIR_ASH = os.environ.get("PAIR_ASH", "ash")   # the ash_replicant variant "pair" runs beside native
 SYNC_CONTENDERS = [c.strip() for c in os.environ.get("SYNC_CONTENDERS", "none,ash,native,nativesync").split(",")
                    if c.strip()]
 SYNC_CLIENTS = [int(c) for c in os.environ.get("SYNC_CLIENTS", "1,8").split(",") if c.strip()]
@@ -364,7 +366,7 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
     name = "%dx%d%s" % (rate, per, "/async" if asynchronous else "")
     w = Load(name.replace("/", "_"), "bench.lat", "pub_lat")
     paired = kind == "pair"
-    cs = [make(k, w, rep) for k in (("ash", "native") if paired else (kind,))]
+    cs = [make(k, w, rep) for k in ((PAIR_ASH, "native") if paired else (kind,))]
     for c in cs:
         c.target = "ashlat.lat" if paired and c.kind == "ash" else "bench.lat"
     rs = []
@@ -395,7 +397,9 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
         q(dst, "TRUNCATE bench.marker")
         q(src, "CHECKPOINT")
         q(dst, "CHECKPOINT")
-        warm = round(warm_up(cs, src, dst), 2)
+        # paired: which contender starts first (its walsender and worker are created
+        # first) alternates with `order`, as the sequential runs alternate who goes first
+        warm = round(warm_up(cs[::-1] if paired and order == 2 else cs, src, dst), 2)
         time.sleep(2)   # let the start-up work (census, first replies) pass
         pids = [c.pid(dst) for c in cs]
         senders = [q1(src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (c.slot,))
@@ -790,7 +794,8 @@ def main():
                     # alternate who goes first, so a drift of the machine's load hits both
                     order = kinds if (i + rep) % 2 == 1 else kinds[::-1]
                     for n, kind in enumerate(order):
-                        run_rate(rate, per, asynchronous, kind, rep, n + 1)
+                        run_rate(rate, per, asynchronous, kind, rep,
+                                 1 + (i + rep) % 2 if kind == "pair" else n + 1)
             if "sync" in PARTS:
                 for kind in (SYNC_CONTENDERS if rep % 2 == 1 else SYNC_CONTENDERS[::-1]):
                     run_sync(kind, rep)
