@@ -615,7 +615,7 @@ table_stats_add_in_place(TableStatEntry *e, TimestampTz applied_at)
 	const char *keys[3] = {apply_cfg->sink_name, e->key.target, e->key.tenant};
 	AshCatalogRow row;
 
-	if (!ash_catalog_row_lock(&stats_row, keys, table_stat_hint(e), &row))
+	if (!ash_catalog_row_find(&stats_row, keys, table_stat_hint(e), &row))
 		return false;
 	for (int k = 0; k < 4; k++)
 	{
@@ -628,8 +628,8 @@ table_stats_add_in_place(TableStatEntry *e, TimestampTz applied_at)
 		ash_catalog_row_set(&row, 4, ObjectIdGetDatum(e->relid), false);
 	ash_catalog_row_set(&row, 5, table_stat_commit_time(e), false);
 	ash_catalog_row_set(&row, 6, TimestampTzGetDatum(applied_at), false);
-	ash_catalog_row_update(&row);
-	return true;
+	/* changed meanwhile (a reset): nothing written, the statement adds */
+	return ash_catalog_row_update(&row);
 }
 
 /*
