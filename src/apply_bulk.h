@@ -44,10 +44,16 @@ extern bool ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel,
  * Insert nrows rows; values[c][i] / nulls[c][i] is written column c of
  * row i (the mapped columns, then the extra ones).  Raises what the INSERT would (privileges, constraints, unique
  * violations); the caller runs it in a subtransaction to catch the latter,
- * except into a fresh table.
+ * except into a fresh table.  Returns true.
+ *
+ * speculative (one row, not fresh): a taken identity is not raised but
+ * reported (false), with nothing of the row left, as INSERT ... ON
+ * CONFLICT's speculative insertion leaves nothing; no subtransaction is
+ * needed.
  */
-extern void ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
-							Datum *const *values, bool *const *nulls, bool fresh);
+extern bool ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
+							Datum *const *values, bool *const *nulls, bool fresh,
+							bool speculative);
 
 /*
  * fresh: a snapshot copy into a table that was empty when it began; the

@@ -627,11 +627,14 @@ updates_first(AshApplyRel *rel)
 		gbuf.is_update[i] = i < gbuf.nupdates;
 }
 
-/* Rows [off, nrows) of the run straight into its table (see apply_bulk.c). */
-static void
-bulk_insert(void *arg)
+/*
+ * Rows [off, nrows) of the run straight into its table (see apply_bulk.c).
+ * speculative: one row, false when its identity is taken (nothing of it
+ * stays).
+ */
+static bool
+bulk_write(int off, bool speculative)
 {
-	int			off = *(int *) arg;
 	int			ncols = gbuf.rel->ncols;
 	int			nwritten = ncols + (gbuf.stamped ? 2 : 0);
 	Datum	  **values = palloc(sizeof(Datum *) * nwritten);
@@ -645,8 +648,16 @@ bulk_insert(void *arg)
 		values[c] = g->values + off;
 		nulls[c] = g->nulls + off;
 	}
-	ash_bulk_insert(gbuf.stamped ? &st->bulk_prov : &st->bulk, gbuf.tgt, nwritten,
-					gbuf.nrows - off, values, nulls, ash_apply_fresh_target(gbuf.tgt->relid));
+	return ash_bulk_insert(gbuf.stamped ? &st->bulk_prov : &st->bulk, gbuf.tgt, nwritten,
+						   gbuf.nrows - off, values, nulls,
+						   ash_apply_fresh_target(gbuf.tgt->relid), speculative);
+}
+
+/* bulk_write of rows [*arg, nrows), for ash_run_catching */
+static void
+bulk_insert(void *arg)
+{
+	(void) bulk_write(*(int *) arg, false);
 }
 
 /* Can the run's rows go straight into its table (apply_bulk.c)? */
@@ -668,6 +679,12 @@ bulk_usable(Scd1Plans *st, AshApplyRel *rel, AshApplyTarget *tgt)
  * effects) and the rows go again as the upsert.  After a conflict the
  * target skips the attempt for a while: a mirror being refilled would
  * conflict every time.
+ *
+ * A run of one row written straight into its table (a trickle of one-row
+ * transactions, a synchronous standby's every commit) is inserted
+ * speculatively instead (apply_bulk.c): a taken identity leaves nothing
+ * behind, so the subtransaction, its second transaction id and its
+ * commit are not needed; the row then goes as the upsert as well.
  */
 #define OPTIMISM_PAUSE_FLUSHES 64
 
@@ -768,7 +785,7 @@ scd1_flush(void)
 			 */
 			if (bulk_usable(st, rel, tgt))
 			{
-				bulk_insert(&off);
+				(void) bulk_write(off, false);
 				n = nw;
 			}
 			else
@@ -792,7 +809,10 @@ scd1_flush(void)
 			/* no statement where it would only store the rows */
 			if (bulk_usable(st, rel, tgt))
 			{
-				inserted = ash_run_catching(bulk_insert, &off, ERRCODE_UNIQUE_VIOLATION);
+				if (nw == 1)
+					inserted = bulk_write(off, true);
+				else
+					inserted = ash_run_catching(bulk_insert, &off, ERRCODE_UNIQUE_VIOLATION);
 				n = inserted ? nw : 0;	/* no trigger can skip a row here */
 			}
 			else
