@@ -436,23 +436,11 @@ table_stats_discard(void)
 #define TABLE_STATS_KEPT 16
 
 static void
-table_stats_clear(void)
+table_stat_zero(TableStatEntry *e)
 {
-	HASH_SEQ_STATUS seq;
-	TableStatEntry *e;
-
-	if (hash_get_num_entries(table_stats) > TABLE_STATS_KEPT)
-	{
-		table_stats_discard();
-		return;
-	}
-	hash_seq_init(&seq, table_stats);
-	while ((e = hash_seq_search(&seq)) != NULL)
-	{
-		memset(e->counts, 0, sizeof(e->counts));
-		e->relid = InvalidOid;
-		e->commit_time = 0;
-	}
+	memset(e->counts, 0, sizeof(e->counts));
+	e->relid = InvalidOid;
+	e->commit_time = 0;
 }
 
 static bool
@@ -673,7 +661,12 @@ table_stats_flush(void)
 	hash_seq_init(&seq, table_stats);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
-		if (table_stat_counted(e) && !table_stats_add_in_place(e, applied_at))
+		if (!table_stat_counted(e))
+			continue;
+		/* kept for the next batch, counts zeroed (below) */
+		if (table_stats_add_in_place(e, applied_at))
+			table_stat_zero(e);
+		else
 			missing[n++] = e;
 	}
 	if (n == 0)
@@ -741,9 +734,7 @@ table_stats_flush(void)
 done:
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(stats_flush_cxt);
-	if (n == 0)
-		table_stats_clear();
-	else
+	if (n > 0 || hash_get_num_entries(table_stats) > TABLE_STATS_KEPT)
 		table_stats_discard();
 	ash_origin_set_progress(InvalidXLogRecPtr, 0);
 }

@@ -278,6 +278,18 @@ gcol_init(GatherCol *g, Oid typid)
 	g->nulls = palloc(sizeof(bool) * GATHER_MAX_ROWS);
 }
 
+/* gcol_init for a mapped column: its type's properties are known (relmap.c) */
+static void
+gcol_init_col(GatherCol *g, AshTargetCol *col)
+{
+	g->typid = col->typid;
+	g->typlen = col->typlen;
+	g->typbyval = col->typbyval;
+	g->typalign = col->typalign;
+	g->values = palloc(sizeof(Datum) * GATHER_MAX_ROWS);
+	g->nulls = palloc(sizeof(bool) * GATHER_MAX_ROWS);
+}
+
 /* in the run's memory context */
 static void
 gcol_put(GatherCol *g, int i, Datum value, bool isnull)
@@ -895,7 +907,7 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h, bool stamped)
 	gbuf.tgt = tgt;
 	gbuf.cols = palloc(sizeof(GatherCol) * rel->ncols);
 	for (int c = 0; c < rel->ncols; c++)
-		gcol_init(&gbuf.cols[c], rel->cols[c].typid);
+		gcol_init_col(&gbuf.cols[c], &rel->cols[c]);
 	gbuf.stamped = stamped;
 	if (stamped)
 	{
@@ -1109,7 +1121,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 			{
 				int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
 
-				gcol_init(&gbuf.dkeys[i], rel->cols[c].typid);
+				gcol_init_col(&gbuf.dkeys[i], &rel->cols[c]);
 			}
 		}
 		for (int i = 0; i < nparams; i++)
