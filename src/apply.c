@@ -52,6 +52,7 @@
 #include "utils/resowner.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/json.h"
@@ -436,23 +437,11 @@ table_stats_discard(void)
 #define TABLE_STATS_KEPT 16
 
 static void
-table_stats_clear(void)
+table_stat_zero(TableStatEntry *e)
 {
-	HASH_SEQ_STATUS seq;
-	TableStatEntry *e;
-
-	if (hash_get_num_entries(table_stats) > TABLE_STATS_KEPT)
-	{
-		table_stats_discard();
-		return;
-	}
-	hash_seq_init(&seq, table_stats);
-	while ((e = hash_seq_search(&seq)) != NULL)
-	{
-		memset(e->counts, 0, sizeof(e->counts));
-		e->relid = InvalidOid;
-		e->commit_time = 0;
-	}
+	memset(e->counts, 0, sizeof(e->counts));
+	e->relid = InvalidOid;
+	e->commit_time = 0;
 }
 
 static bool
@@ -616,7 +605,7 @@ table_stats_add_in_place(TableStatEntry *e, TimestampTz applied_at)
 	const char *keys[3] = {apply_cfg->sink_name, e->key.target, e->key.tenant};
 	AshCatalogRow row;
 
-	if (!ash_catalog_row_lock(&stats_row, keys, table_stat_hint(e), &row))
+	if (!ash_catalog_row_find(&stats_row, keys, table_stat_hint(e), &row))
 		return false;
 	for (int k = 0; k < 4; k++)
 	{
@@ -629,8 +618,8 @@ table_stats_add_in_place(TableStatEntry *e, TimestampTz applied_at)
 		ash_catalog_row_set(&row, 4, ObjectIdGetDatum(e->relid), false);
 	ash_catalog_row_set(&row, 5, table_stat_commit_time(e), false);
 	ash_catalog_row_set(&row, 6, TimestampTzGetDatum(applied_at), false);
-	ash_catalog_row_update(&row);
-	return true;
+	/* changed meanwhile (a reset): nothing written, the statement adds */
+	return ash_catalog_row_update(&row);
 }
 
 /*
@@ -673,7 +662,12 @@ table_stats_flush(void)
 	hash_seq_init(&seq, table_stats);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
-		if (table_stat_counted(e) && !table_stats_add_in_place(e, applied_at))
+		if (!table_stat_counted(e))
+			continue;
+		/* kept for the next batch, counts zeroed (below) */
+		if (table_stats_add_in_place(e, applied_at))
+			table_stat_zero(e);
+		else
 			missing[n++] = e;
 	}
 	if (n == 0)
@@ -741,9 +735,7 @@ table_stats_flush(void)
 done:
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(stats_flush_cxt);
-	if (n == 0)
-		table_stats_clear();
-	else
+	if (n > 0 || hash_get_num_entries(table_stats) > TABLE_STATS_KEPT)
 		table_stats_discard();
 	ash_origin_set_progress(InvalidXLogRecPtr, 0);
 }
@@ -752,9 +744,120 @@ done:
  * Row images.
  * ---------------------------------------------------------------------
  */
+/* n decimal digits at s into *v */
+static inline bool
+fixed_digits(const char *s, int n, int *v)
+{
+	*v = 0;
+	for (int i = 0; i < n; i++)
+	{
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		*v = *v * 10 + (s[i] - '0');
+	}
+	return true;
+}
+
+/*
+ * What timestamptz_in (with_tz) and timestamp_in compute for the text their
+ * output functions write under DateStyle ISO -- "YYYY-MM-DD HH:MM:SS", up
+ * to six fraction digits, and for timestamptz the offset as +HH, +HH:MM or
+ * +HH:MM:SS -- without the general date parser, which took most of a
+ * one-row transaction's conversion.  The arithmetic is tm2timestamp's with
+ * the offset given (the destination's TimeZone plays no part, as it plays
+ * none in timestamptz_in when the text has an offset); the checks are
+ * those of ValidateDate, DecodeTime and DecodeTimezone for these fields,
+ * and IS_VALID_TIMESTAMP.  Anything else -- another DateStyle, a year
+ * beyond four digits or BC, infinity, a leap second, 24:00:00, seven or
+ * more fraction digits, a type modifier (rounding) -- returns false and
+ * goes to the input function itself, which raises its own error for a bad
+ * value.
+ */
+static bool
+fast_timestamp_in(const char *s, bool with_tz, Datum *result)
+{
+	int			year,
+				mon,
+				mday,
+				hour,
+				min,
+				sec;
+	int64		fsec = 0;
+	int			tz = 0;			/* seconds west of UTC, as DecodeTimezone */
+	const char *p;
+	int			date;
+	Timestamp	ts;
+
+	if (!fixed_digits(s, 4, &year) || s[4] != '-' || !fixed_digits(s + 5, 2, &mon) ||
+		s[7] != '-' || !fixed_digits(s + 8, 2, &mday) || s[10] != ' ' ||
+		!fixed_digits(s + 11, 2, &hour) || s[13] != ':' || !fixed_digits(s + 14, 2, &min) ||
+		s[16] != ':' || !fixed_digits(s + 17, 2, &sec))
+		return false;
+	p = s + 19;
+	if (*p == '.')
+	{
+		int			n = 0;
+
+		for (p++; n < 6 && *p >= '0' && *p <= '9'; p++, n++)
+			fsec = fsec * 10 + (*p - '0');
+		if (n == 0 || (*p >= '0' && *p <= '9'))
+			return false;
+		for (; n < 6; n++)
+			fsec *= 10;
+	}
+	if (with_tz)
+	{
+		int			sign = *p == '+' ? 1 : *p == '-' ? -1 : 0;
+		int			th,
+					tm = 0,
+					tsec = 0;
+
+		if (sign == 0 || !fixed_digits(p + 1, 2, &th))
+			return false;
+		p += 3;
+		if (*p == ':')
+		{
+			if (!fixed_digits(p + 1, 2, &tm))
+				return false;
+			p += 3;
+			if (*p == ':')
+			{
+				if (!fixed_digits(p + 1, 2, &tsec))
+					return false;
+				p += 3;
+			}
+		}
+		if (th > MAX_TZDISP_HOUR || tm >= MINS_PER_HOUR || tsec >= SECS_PER_MINUTE)
+			return false;
+		tz = -sign * ((th * MINS_PER_HOUR + tm) * SECS_PER_MINUTE + tsec);
+	}
+	if (*p != '\0')
+		return false;
+	if (year < 1 || mon < 1 || mon > MONTHS_PER_YEAR || mday < 1 ||
+		mday > day_tab[isleap(year)][mon - 1] ||
+		hour >= HOURS_PER_DAY || min >= MINS_PER_HOUR || sec >= SECS_PER_MINUTE)
+		return false;
+
+	date = date2j(year, mon, mday) - POSTGRES_EPOCH_JDATE;
+	ts = (int64) date * USECS_PER_DAY +
+		(((int64) hour * MINS_PER_HOUR + min) * SECS_PER_MINUTE + sec) * USECS_PER_SEC + fsec;
+	/* dt2local(ts, -tz) */
+	ts += (int64) tz * USECS_PER_SEC;
+	if (!IS_VALID_TIMESTAMP(ts))
+		return false;
+	*result = TimestampGetDatum(ts);
+	return true;
+}
+
 static Datum
 convert_value(AshTargetCol *col, AshColumnValue *v)
 {
+	Datum		d;
+
+	if ((col->infunc.fn_oid == F_TIMESTAMPTZ_IN || col->infunc.fn_oid == F_TIMESTAMP_IN) &&
+		col->typmod == -1 &&
+		fast_timestamp_in(v->data, col->infunc.fn_oid == F_TIMESTAMPTZ_IN, &d))
+		return d;
 	return InputFunctionCall(&col->infunc, v->data, col->ioparam, col->typmod);
 }
 

@@ -22,7 +22,9 @@
  *	  the written columns, as the current user: the pipeline owner), NOT
  *	  NULL and CHECK constraints by the executor's own ExecConstraints, and
  *	  unique indexes by index insertion, which raises the same unique
- *	  violation the caller catches to fall back to the upsert.
+ *	  violation the caller catches to fall back to the upsert -- or, for a
+ *	  run of one row, reports it from a speculative insertion, as INSERT
+ *	  ... ON CONFLICT does, with nothing of the row left to roll back.
  *
  *	  The statement names its table, so the table written here must still be
  *	  the one its schema-qualified name resolves to.
@@ -358,9 +360,86 @@ run_slots(Relation r, int nrows)
 	return kept_slots;
 }
 
-void
+/* The rows of slots in one multi-insert, then their index entries. */
+static void
+insert_multi(Relation r, ResultRelInfo *rri, TupleTableSlot **slots, int nrows,
+			 EState *estate, CommandId cid, bool fresh)
+{
+	/*
+	 * A snapshot's copy into a fresh table writes through a ring of buffers,
+	 * as COPY FROM does: a large table does not flood shared buffers.
+	 */
+	if (fresh && bulk_state == NULL)
+	{
+		MemoryContext o = MemoryContextSwitchTo(TopMemoryContext);
+
+		bulk_state = GetBulkInsertState();
+		MemoryContextSwitchTo(o);
+	}
+	if (fresh && bulk_state_lxid != MyProc->lxid)
+	{
+		/* a page pinned by an earlier transaction was released with it */
+		bulk_state->current_buf = InvalidBuffer;
+		bulk_state_lxid = MyProc->lxid;
+	}
+	table_multi_insert(r, slots, nrows, cid, 0, fresh ? bulk_state : NULL);
+
+	for (int i = 0; i < nrows; i++)
+	{
+		if (rri->ri_NumIndices > 0)
+		{
+			List	   *recheck = ExecInsertIndexTuples(rri, slots[i], estate, false, false,
+														NULL, NIL);
+
+			/* deferred uniqueness needs a trigger, which the judge refuses */
+			if (recheck != NIL)
+				elog(ERROR, "ash_replicant: a bulk insert met a deferred unique check");
+		}
+		ResetPerTupleExprContext(estate);
+		ExecClearTuple(slots[i]);
+	}
+}
+
+/*
+ * One row, inserted as INSERT ... ON CONFLICT inserts (nodeModifyTable.c's
+ * ExecInsert): the heap tuple carries a speculative token, and its index
+ * entries are made reporting a conflicting identity instead of raising it.
+ * Then the tuple is confirmed, or, on a conflict, killed in place (a
+ * super-deletion: no transaction ever sees it, logical decoding drops it,
+ * and a session waiting on the token goes on as if it never existed).  So
+ * a conflict needs no subtransaction to take the row back: the caller
+ * upserts it.  A conflict with a row being written by a transaction still
+ * running is reported without waiting; the upsert then waits for it, as
+ * the plain insert would have.  The judge admits only tables whose one
+ * unique index is the identity, so every conflict is on the identity.
+ */
+static bool
+insert_speculatively(Relation r, ResultRelInfo *rri, TupleTableSlot *slot, EState *estate,
+					 CommandId cid)
+{
+	TransactionId xid = GetCurrentTransactionId();
+	uint32		token = SpeculativeInsertionLockAcquire(xid);
+	bool		conflict = false;
+	List	   *recheck = NIL;
+
+	table_tuple_insert_speculative(r, slot, cid, 0, NULL, token);
+	if (rri->ri_NumIndices > 0)
+		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true, &conflict, NIL);
+	table_tuple_complete_speculative(r, slot, token, !conflict);
+	/* wakes anyone waiting for the decision */
+	SpeculativeInsertionLockRelease(xid);
+	/* deferred uniqueness needs a trigger, which the judge refuses */
+	if (recheck != NIL && !conflict)
+		elog(ERROR, "ash_replicant: a bulk insert met a deferred unique check");
+	ResetPerTupleExprContext(estate);
+	ExecClearTuple(slot);
+	return !conflict;
+}
+
+bool
 ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
-				Datum *const *values, bool *const *nulls, bool fresh, bool indexes_after)
+				Datum *const *values, bool *const *nulls, bool fresh, bool indexes_after,
+				bool speculative)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "ash_replicant bulk insert",
@@ -374,8 +453,10 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 	TupleTableSlot **slots = run_slots(r, nrows);
 	CommandId	cid;
 	bool		index_rows;
+	bool		inserted = true;
 
 	Assert(bt->judged_lxid == MyProc->lxid && bt->usable);
+	Assert(!speculative || (nrows == 1 && !fresh));
 
 	/* the INSERT's privilege check: table, or else every written column */
 	rte->rtekind = RTE_RELATION;
@@ -415,39 +496,10 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 		ResetPerTupleExprContext(estate);
 	}
 
-	/*
-	 * A snapshot's copy into a fresh table writes through a ring of buffers,
-	 * as COPY FROM does: a large table does not flood shared buffers.
-	 */
-	if (fresh && bulk_state == NULL)
-	{
-		MemoryContext o = MemoryContextSwitchTo(TopMemoryContext);
-
-		bulk_state = GetBulkInsertState();
-		MemoryContextSwitchTo(o);
-	}
-	if (fresh && bulk_state_lxid != MyProc->lxid)
-	{
-		/* a page pinned by an earlier transaction was released with it */
-		bulk_state->current_buf = InvalidBuffer;
-		bulk_state_lxid = MyProc->lxid;
-	}
-	table_multi_insert(r, slots, nrows, cid, 0, fresh ? bulk_state : NULL);
-
-	for (int i = 0; i < nrows; i++)
-	{
-		if (rri->ri_NumIndices > 0)
-		{
-			List	   *recheck = ExecInsertIndexTuples(rri, slots[i], estate, false, false,
-														NULL, NIL);
-
-			/* deferred uniqueness needs a trigger, which the judge refuses */
-			if (recheck != NIL)
-				elog(ERROR, "ash_replicant: a bulk insert met a deferred unique check");
-		}
-		ResetPerTupleExprContext(estate);
-		ExecClearTuple(slots[i]);
-	}
+	if (speculative)
+		inserted = insert_speculatively(r, rri, slots[0], estate, cid);
+	else
+		insert_multi(r, rri, slots, nrows, estate, cid, fresh);
 
 	ExecCloseIndices(rri);
 	FreeExecutorState(estate);
@@ -457,4 +509,5 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 	CommandCounterIncrement();
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
+	return inserted;
 }

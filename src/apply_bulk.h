@@ -44,15 +44,22 @@ extern bool ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel,
  * Insert nrows rows; values[c][i] / nulls[c][i] is written column c of
  * row i (the mapped columns, then the extra ones).  Raises what the INSERT
  * would (privileges, constraints, unique violations); the caller runs it in
- * a subtransaction to catch the latter, except into a fresh table.
+ * a subtransaction to catch the latter, except into a fresh table.  Returns
+ * true.
+ *
  * indexes_after (with fresh): the table's index entries may be left to
  * ash_bulk_build_indexes, which must then run before anything reads the
  * table (the commit refuses otherwise); where they are, the table is held
  * in SHARE mode until the transaction ends.
+ *
+ * speculative (one row, not fresh): a taken identity is not raised but
+ * reported (false), with nothing of the row left, as INSERT ... ON
+ * CONFLICT's speculative insertion leaves nothing; no subtransaction is
+ * needed.
  */
-extern void ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
+extern bool ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 							Datum *const *values, bool *const *nulls, bool fresh,
-							bool indexes_after);
+							bool indexes_after, bool speculative);
 
 /*
  * Build every index of the table whose rows this transaction wrote without

@@ -278,6 +278,18 @@ gcol_init(GatherCol *g, Oid typid)
 	g->nulls = palloc(sizeof(bool) * GATHER_MAX_ROWS);
 }
 
+/* gcol_init for a mapped column: its type's properties are known (relmap.c) */
+static void
+gcol_init_col(GatherCol *g, AshTargetCol *col)
+{
+	g->typid = col->typid;
+	g->typlen = col->typlen;
+	g->typbyval = col->typbyval;
+	g->typalign = col->typalign;
+	g->values = palloc(sizeof(Datum) * GATHER_MAX_ROWS);
+	g->nulls = palloc(sizeof(bool) * GATHER_MAX_ROWS);
+}
+
 /* in the run's memory context */
 static void
 gcol_put(GatherCol *g, int i, Datum value, bool isnull)
@@ -627,11 +639,14 @@ updates_first(AshApplyRel *rel)
 		gbuf.is_update[i] = i < gbuf.nupdates;
 }
 
-/* Rows [off, nrows) of the run straight into its table (see apply_bulk.c). */
-static void
-bulk_insert(void *arg)
+/*
+ * Rows [off, nrows) of the run straight into its table (see apply_bulk.c).
+ * speculative: one row, false when its identity is taken (nothing of it
+ * stays).
+ */
+static bool
+bulk_write(int off, bool speculative)
 {
-	int			off = *(int *) arg;
 	int			ncols = gbuf.rel->ncols;
 	int			nwritten = ncols + (gbuf.stamped ? 2 : 0);
 	Datum	  **values = palloc(sizeof(Datum *) * nwritten);
@@ -645,9 +660,17 @@ bulk_insert(void *arg)
 		values[c] = g->values + off;
 		nulls[c] = g->nulls + off;
 	}
-	ash_bulk_insert(gbuf.stamped ? &st->bulk_prov : &st->bulk, gbuf.tgt, nwritten,
-					gbuf.nrows - off, values, nulls, ash_apply_fresh_target(gbuf.tgt->relid),
-					ash_apply_indexes_after(gbuf.tgt->relid));
+	return ash_bulk_insert(gbuf.stamped ? &st->bulk_prov : &st->bulk, gbuf.tgt, nwritten,
+						   gbuf.nrows - off, values, nulls,
+						   ash_apply_fresh_target(gbuf.tgt->relid),
+						   ash_apply_indexes_after(gbuf.tgt->relid), speculative);
+}
+
+/* bulk_write of rows [*arg, nrows), for ash_run_catching */
+static void
+bulk_insert(void *arg)
+{
+	(void) bulk_write(*(int *) arg, false);
 }
 
 /* Can the run's rows go straight into its table (apply_bulk.c)? */
@@ -669,6 +692,12 @@ bulk_usable(Scd1Plans *st, AshApplyRel *rel, AshApplyTarget *tgt)
  * effects) and the rows go again as the upsert.  After a conflict the
  * target skips the attempt for a while: a mirror being refilled would
  * conflict every time.
+ *
+ * A run of one row written straight into its table (a trickle of one-row
+ * transactions, a synchronous standby's every commit) is inserted
+ * speculatively instead (apply_bulk.c): a taken identity leaves nothing
+ * behind, so the subtransaction, its second transaction id and its
+ * commit are not needed; the row then goes as the upsert as well.
  */
 #define OPTIMISM_PAUSE_FLUSHES 64
 
@@ -769,7 +798,7 @@ scd1_flush(void)
 			 */
 			if (bulk_usable(st, rel, tgt))
 			{
-				bulk_insert(&off);
+				(void) bulk_write(off, false);
 				n = nw;
 			}
 			else
@@ -793,7 +822,10 @@ scd1_flush(void)
 			/* no statement where it would only store the rows */
 			if (bulk_usable(st, rel, tgt))
 			{
-				inserted = ash_run_catching(bulk_insert, &off, ERRCODE_UNIQUE_VIOLATION);
+				if (nw == 1)
+					inserted = bulk_write(off, true);
+				else
+					inserted = ash_run_catching(bulk_insert, &off, ERRCODE_UNIQUE_VIOLATION);
 				n = inserted ? nw : 0;	/* no trigger can skip a row here */
 			}
 			else
@@ -876,7 +908,7 @@ gather_begin(AshApplyRel *rel, AshApplyTarget *tgt, uint32 h, bool stamped)
 	gbuf.tgt = tgt;
 	gbuf.cols = palloc(sizeof(GatherCol) * rel->ncols);
 	for (int c = 0; c < rel->ncols; c++)
-		gcol_init(&gbuf.cols[c], rel->cols[c].typid);
+		gcol_init_col(&gbuf.cols[c], &rel->cols[c]);
 	gbuf.stamped = stamped;
 	if (stamped)
 	{
@@ -1090,7 +1122,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 			{
 				int			c = i < rel->nkeys ? rel->keys[i] : rel->tenant_col;
 
-				gcol_init(&gbuf.dkeys[i], rel->cols[c].typid);
+				gcol_init_col(&gbuf.dkeys[i], &rel->cols[c]);
 			}
 		}
 		for (int i = 0; i < nparams; i++)

@@ -7,16 +7,28 @@
  *	  transaction.  On a trickle of one-transaction batches the two SQL
  *	  statements doing it cost about as much as applying the rows (planning
  *	  checks, executor start, the upsert's speculative insertion).  A row
- *	  that exists is found here through its unique index, locked, and
- *	  updated the way PostgreSQL updates its own catalog rows
- *	  (CatalogTupleUpdate: a HOT update when the page has room, index
- *	  entries otherwise).  The callers change no key column, and these
- *	  catalogs have no triggers, no foreign key a changed column takes part
- *	  in, and row-level security that does not apply to the worker, so
- *	  nothing else is owed.  Anything unusual -- no such row, a row deleted
- *	  or updated concurrently, a layout without the expected unique index --
- *	  makes the caller fall back to its SQL statement, which handles it as
- *	  before.
+ *	  that exists is found here at the caller's hint or through its unique
+ *	  index and updated with heap_update, as PostgreSQL updates its own
+ *	  catalog rows: a HOT update when the page has room, index entries
+ *	  otherwise.  The callers change no key column, and these catalogs have
+ *	  no triggers, no foreign key a changed column takes part in, and
+ *	  row-level security that does not apply to the worker, so nothing else
+ *	  is owed.  Anything unusual -- no such row, a row deleted or updated
+ *	  concurrently, a layout without the expected unique index -- makes the
+ *	  caller fall back to its SQL statement, which handles it as before.
+ *
+ * NOTES
+ *	  No row lock is taken before the update: heap_update itself waits for
+ *	  a concurrent writer of the version read and reports it when that
+ *	  writer committed (TM_Updated, TM_Deleted), before it writes anything;
+ *	  the caller then goes to its statement.  A version that heap_update
+ *	  accepts is the one read -- a row version's content never changes --
+ *	  so values computed from it (the counters) are exact.  The version is
+ *	  kept pinned from the read to the update: pruning needs the only pin
+ *	  on its page, so its line pointer cannot be reused for another row in
+ *	  between.  A row lock first (heap_lock_tuple) would add a WAL record
+ *	  and dirty the page, twice a batch, for nothing heap_update does not
+ *	  do itself.
  *
  *-------------------------------------------------------------------------
  */
@@ -32,6 +44,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "storage/bufmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -137,14 +150,22 @@ load(AshCatalogRowSpec *spec)
  * a truncation drops a relation's buffers before it shortens the file, and
  * the lock the caller holds keeps a truncation (VACUUM's takes an
  * exclusive lock) out until the transaction ends.  That spares asking the
- * kernel for the file's length (an lseek) twice a batch.  Below the first
+ * kernel for the file's length (an lseek) twice a batch.  The buffer that
+ * held the block last time is tried first (ReadRecentBuffer checks that it
+ * still does), which spares the buffer table's lookup.  Below the first
  * segment's end the lookup cannot fail (the first segment exists as long
  * as the relation does); elsewhere, or when the block is not buffered, the
  * length decides.
  */
 static bool
-pin_hinted_block(Relation rel, BlockNumber blk, Buffer *buf)
+pin_hinted_block(Relation rel, AshCatalogRowSpec *spec, BlockNumber blk, Buffer *buf)
 {
+	if (BufferIsValid(spec->recent_buffer) &&
+		ReadRecentBuffer(rel->rd_node, MAIN_FORKNUM, blk, spec->recent_buffer))
+	{
+		*buf = spec->recent_buffer;
+		return true;
+	}
 	if (blk < RELSEG_SIZE)
 	{
 		PrefetchBufferResult pr = PrefetchBuffer(rel, MAIN_FORKNUM, blk);
@@ -152,13 +173,13 @@ pin_hinted_block(Relation rel, BlockNumber blk, Buffer *buf)
 		if (BufferIsValid(pr.recent_buffer) &&
 			ReadRecentBuffer(rel->rd_node, MAIN_FORKNUM, blk, pr.recent_buffer))
 		{
-			*buf = pr.recent_buffer;
+			*buf = spec->recent_buffer = pr.recent_buffer;
 			return true;
 		}
 	}
 	if (blk >= RelationGetNumberOfBlocks(rel))
 		return false;
-	*buf = ReadBuffer(rel, blk);
+	*buf = spec->recent_buffer = ReadBuffer(rel, blk);
 	return true;
 }
 
@@ -202,39 +223,16 @@ prune_for_update(Relation rel, Buffer buf, OffsetNumber off)
 	heap_page_prune_opt(rel, buf);
 }
 
-/*
- * The row version at the caller's hint, when it is visible to snap and has
- * these keys -- then it is the row the unique index would find.  Each
- * update leaves a new version, and the index leads to the oldest of a
- * chain of them (HOT) until the page is pruned: for a row updated once
- * per batch, walking that chain was most of finding it.
- */
-static HeapTuple
-fetch_hinted(Relation rel, AshCatalogRowSpec *spec, const char *const *keys,
-			 ItemPointer hint, Snapshot snap)
+/* Do tuple's key columns hold keys[] (NULL: IS NULL)? */
+static bool
+keys_match(HeapTuple tuple, TupleDesc desc, AshCatalogRowSpec *spec, const char *const *keys)
 {
-	HeapTupleData tuple;
-	Buffer		buf;
-	HeapTuple	found = NULL;
-	TupleDesc	desc = RelationGetDescr(rel);
 	bool		match = true;
-	Buffer		page;
-	bool		fetched;
 
-	if (!ItemPointerIsValid(hint) ||
-		!pin_hinted_block(rel, ItemPointerGetBlockNumber(hint), &page))
-		return NULL;
-
-	prune_for_update(rel, page, ItemPointerGetOffsetNumber(hint));
-	tuple.t_self = *hint;
-	fetched = heap_fetch(rel, snap, &tuple, &buf, false);
-	ReleaseBuffer(page);
-	if (!fetched)
-		return NULL;
 	for (int k = 0; match && k < spec->nkeys; k++)
 	{
 		bool		isnull;
-		Datum		d = heap_getattr(&tuple, spec->keyatt[k], desc, &isnull);
+		Datum		d = heap_getattr(tuple, spec->keyatt[k], desc, &isnull);
 
 		if (keys[k] == NULL || isnull)
 			match = keys[k] == NULL && isnull;
@@ -248,14 +246,66 @@ fetch_hinted(Relation rel, AshCatalogRowSpec *spec, const char *const *keys,
 				pfree(t);
 		}
 	}
-	if (match)
-		found = heap_copytuple(&tuple);
-	ReleaseBuffer(buf);
+	return match;
+}
+
+/*
+ * The row version at the caller's hint, when it is visible to snap and has
+ * these keys -- then it is the row the unique index would find -- with its
+ * page left pinned in *pin.  Each update leaves a new version, and the
+ * index leads to the oldest of a chain of them (HOT) until the page is
+ * pruned: for a row updated once per batch, walking that chain was most of
+ * finding it.  Read under the page's share lock as heap_fetch reads, on
+ * the pin already taken (heap_fetch would look the page up again).
+ */
+static HeapTuple
+fetch_hinted(Relation rel, AshCatalogRowSpec *spec, const char *const *keys,
+			 ItemPointer hint, Snapshot snap, Buffer *pin)
+{
+	HeapTupleData tuple;
+	HeapTuple	found = NULL;
+	Buffer		buf;
+	Page		page;
+	OffsetNumber off = ItemPointerGetOffsetNumberNoCheck(hint);
+
+	if (!ItemPointerIsValid(hint) ||
+		!pin_hinted_block(rel, spec, ItemPointerGetBlockNumber(hint), &buf))
+		return NULL;
+
+	prune_for_update(rel, buf, off);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	if (off >= FirstOffsetNumber && off <= PageGetMaxOffsetNumber(page))
+	{
+		ItemId		lp = PageGetItemId(page, off);
+
+		if (ItemIdIsNormal(lp))
+		{
+			tuple.t_data = (HeapTupleHeader) PageGetItem(page, lp);
+			tuple.t_len = ItemIdGetLength(lp);
+			tuple.t_tableOid = RelationGetRelid(rel);
+			tuple.t_self = *hint;
+			if (HeapTupleSatisfiesVisibility(&tuple, snap, buf))
+				found = heap_copytuple(&tuple);
+		}
+	}
+	LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+
+	/* compared on the copy: a key may need detoasting */
+	if (found != NULL && !keys_match(found, RelationGetDescr(rel), spec, keys))
+	{
+		heap_freetuple(found);
+		found = NULL;
+	}
+	if (found != NULL)
+		*pin = buf;
+	else
+		ReleaseBuffer(buf);
 	return found;
 }
 
 bool
-ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys, ItemPointer hint,
+ash_catalog_row_find(AshCatalogRowSpec *spec, const char *const *keys, ItemPointer hint,
 					 AshCatalogRow *row)
 {
 	ScanKeyData skey[ASH_CATALOG_ROW_KEYS];
@@ -263,21 +313,23 @@ ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys, ItemPoint
 	Snapshot	snap;
 	SysScanDesc scan;
 	HeapTuple	tup;
-	HeapTupleData locked;
-	Buffer		buf;
-	TM_FailureData tmfd;
-	TM_Result	res;
 	TupleDesc	desc;
 
 	memset(row, 0, sizeof(*row));
+	row->pin = InvalidBuffer;
 	if (!load(spec))
 		return false;
 	row->spec = spec;
 	row->hint = hint;
 	row->rel = table_open(spec->relid, RowExclusiveLock);
 	snap = RegisterSnapshot(GetLatestSnapshot());
-	if (hint != NULL)
-		row->old = fetch_hinted(row->rel, spec, keys, hint, snap);
+
+	/*
+	 * A serializable transaction's reads take predicate locks, which the
+	 * index scan takes and the read at the hint would not.
+	 */
+	if (hint != NULL && !IsolationIsSerializable())
+		row->old = fetch_hinted(row->rel, spec, keys, hint, snap, &row->pin);
 	if (row->old != NULL)
 		goto found;
 
@@ -299,7 +351,11 @@ ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys, ItemPoint
 	scan = systable_beginscan(row->rel, spec->indexoid, true, snap, spec->nkeys, skey);
 	tup = systable_getnext(scan);
 	if (HeapTupleIsValid(tup))
+	{
 		row->old = heap_copytuple(tup);
+		/* pinned while the scan still pins it: it cannot be pruned between */
+		row->pin = ReadBuffer(row->rel, ItemPointerGetBlockNumber(&tup->t_self));
+	}
 	systable_endscan(scan);
 found:
 	UnregisterSnapshot(snap);
@@ -308,21 +364,9 @@ found:
 		ash_catalog_row_release(row);
 		return false;
 	}
-
-	/* a concurrent writer waits for us, or we for it */
-	locked.t_self = row->old->t_self;
-	res = heap_lock_tuple(row->rel, &locked, GetCurrentCommandId(true),
-						  LockTupleNoKeyExclusive, LockWaitBlock, false, &buf, &tmfd);
-	ReleaseBuffer(buf);
-	if (res != TM_Ok)
-	{
-		ash_catalog_row_release(row);
-		return false;
-	}
 	desc = RelationGetDescr(row->rel);
 	row->values = palloc(sizeof(Datum) * desc->natts);
 	row->nulls = palloc(sizeof(bool) * desc->natts);
-	row->repl = palloc0(sizeof(bool) * desc->natts);
 	heap_deform_tuple(row->old, desc, row->values, row->nulls);
 	return true;
 }
@@ -343,28 +387,70 @@ ash_catalog_row_set(AshCatalogRow *row, int col, Datum value, bool isnull)
 
 	row->values[i] = value;
 	row->nulls[i] = isnull;
-	row->repl[i] = true;
 }
 
-void
+/*
+ * The index entries of a version that left its page (no HOT update), as
+ * CatalogTupleUpdate makes them.  Rare: the page is pruned before it fills
+ * (prune_for_update).
+ */
+static void
+insert_index_entries(Relation rel, HeapTuple tup)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	TupleTableSlot *slot;
+
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, false);
+	slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
+	ExecStoreHeapTuple(tup, slot, false);
+	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL);
+	ExecDropSingleTupleTableSlot(slot);
+	ExecCloseIndices(rri);
+	FreeExecutorState(estate);
+}
+
+bool
 ash_catalog_row_update(AshCatalogRow *row)
 {
-	HeapTuple	newtup = heap_modify_tuple(row->old, RelationGetDescr(row->rel),
-										   row->values, row->nulls, row->repl);
+	HeapTuple	newtup;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	TM_Result	res;
 
-	CatalogTupleUpdate(row->rel, &row->old->t_self, newtup);
-	if (row->hint != NULL)
-		*row->hint = newtup->t_self;
-	/* a later command of this transaction sees the new version */
-	CommandCounterIncrement();
+	/*
+	 * The version read, deformed once, with the columns set: what
+	 * heap_modify_tuple would build, without deforming it again.
+	 */
+	newtup = heap_form_tuple(RelationGetDescr(row->rel), row->values, row->nulls);
+	newtup->t_data->t_ctid = row->old->t_data->t_ctid;
+	newtup->t_self = row->old->t_self;
+	newtup->t_tableOid = row->old->t_tableOid;
+
+	/* waits for a concurrent writer; writes nothing unless TM_Ok */
+	res = heap_update(row->rel, &row->old->t_self, newtup, GetCurrentCommandId(true),
+					  InvalidSnapshot, true, &tmfd, &lockmode);
+	if (res == TM_Ok)
+	{
+		if (!HeapTupleIsHeapOnly(newtup))
+			insert_index_entries(row->rel, newtup);
+		if (row->hint != NULL)
+			*row->hint = newtup->t_self;
+		/* a later command of this transaction sees the new version */
+		CommandCounterIncrement();
+	}
 	heap_freetuple(newtup);
 	ash_catalog_row_release(row);
+	return res == TM_Ok;
 }
 
 void
 ash_catalog_row_release(AshCatalogRow *row)
 {
-	/* the row lock, if taken, lasts until the transaction ends */
+	if (BufferIsValid(row->pin))
+		ReleaseBuffer(row->pin);
+	row->pin = InvalidBuffer;
 	if (row->rel != NULL)
 		table_close(row->rel, RowExclusiveLock);
 	row->rel = NULL;

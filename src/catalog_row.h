@@ -11,6 +11,7 @@
 #define ASH_CATALOG_ROW_H
 
 #include "access/htup.h"
+#include "storage/buf.h"
 #include "utils/relcache.h"
 
 #define ASH_CATALOG_ROW_KEYS 3
@@ -36,39 +37,44 @@ typedef struct AshCatalogRowSpec
 	Oid			indexoid;		/* InvalidOid: no in-place update */
 	AttrNumber	keyatt[ASH_CATALOG_ROW_KEYS];
 	AttrNumber	colatt[ASH_CATALOG_ROW_COLS];
+	Buffer		recent_buffer;	/* held a hinted block last time: a guess */
 } AshCatalogRowSpec;
 
-/* A row found and locked, deformed for reading and changing. */
+/* A row found, deformed for reading and changing. */
 typedef struct AshCatalogRow
 {
 	AshCatalogRowSpec *spec;
 	ItemPointer hint;			/* the caller's, or NULL */
 	Relation	rel;
 	HeapTuple	old;
+	Buffer		pin;			/* old's page, pinned until the update */
 	Datum	   *values;
 	bool	   *nulls;
-	bool	   *repl;
 } AshCatalogRow;
 
 /*
  * Find the row whose keys equal keys[] (NULL: IS NULL) under a fresh
- * snapshot and lock it for update.  False, holding nothing, when there is
- * no such row or it cannot be locked as read (deleted or updated
- * concurrently): the caller writes through SQL instead.
+ * snapshot.  False, holding nothing, when there is no such row: the caller
+ * writes through SQL instead.
  *
  * hint (may be NULL): where the caller last wrote this row, kept by the
  * caller across transactions and set by ash_catalog_row_update; tried
  * before the index, and only taken for a visible row with these keys.
  */
-extern bool ash_catalog_row_lock(AshCatalogRowSpec *spec, const char *const *keys,
+extern bool ash_catalog_row_find(AshCatalogRowSpec *spec, const char *const *keys,
 								 ItemPointer hint, AshCatalogRow *row);
 
 /* Column i of spec->cols, as read (or as set). */
 extern Datum ash_catalog_row_get(AshCatalogRow *row, int col, bool *isnull);
 extern void ash_catalog_row_set(AshCatalogRow *row, int col, Datum value, bool isnull);
 
-/* Write the changed row (the next command sees it); or leave it as is. */
-extern void ash_catalog_row_update(AshCatalogRow *row);
+/*
+ * Write the changed row (the next command sees it) and release it.  False,
+ * with nothing written, when the version read was updated or deleted
+ * concurrently (waited for, then committed): the caller writes through SQL
+ * instead.  Or leave the row as is with ash_catalog_row_release.
+ */
+extern bool ash_catalog_row_update(AshCatalogRow *row);
 extern void ash_catalog_row_release(AshCatalogRow *row);
 
 #endif							/* ASH_CATALOG_ROW_H */

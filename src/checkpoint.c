@@ -366,10 +366,11 @@ ash_checkpoint_advance(const AshCheckpointKey *key, XLogRecPtr commit_lsn, XLogR
 	AshCatalogRow row;
 
 	/*
-	 * In place when the row is there and behind (every batch but a
-	 * conflict); otherwise the statement below decides, as it always did.
+	 * In place when the row is there and behind and nobody changed it
+	 * meanwhile (every batch but a conflict); otherwise the statement below
+	 * decides, as it always did.
 	 */
-	if (ash_catalog_row_lock(&checkpoint_row, keys, &checkpoint_hint, &row))
+	if (ash_catalog_row_find(&checkpoint_row, keys, &checkpoint_hint, &row))
 	{
 		bool		isnull;
 		XLogRecPtr	at = DatumGetLSN(ash_catalog_row_get(&row, 0, &isnull));
@@ -381,10 +382,11 @@ ash_checkpoint_advance(const AshCheckpointKey *key, XLogRecPtr commit_lsn, XLogR
 			ash_catalog_row_set(&row, 2,
 								TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
 								false);
-			ash_catalog_row_update(&row);
-			return;
+			if (ash_catalog_row_update(&row))
+				return;
 		}
-		ash_catalog_row_release(&row);
+		else
+			ash_catalog_row_release(&row);
 	}
 
 	if (advance_plan == NULL)

@@ -1529,8 +1529,15 @@ static void
 receive_loop(void)
 {
 	MemoryContext loop_cxt = CurrentMemoryContext;
+	/*
+	 * A first block (kept by every reset) that holds what a message and the
+	 * batch commit it may close allocate -- the checkpoint row alone is
+	 * over a kB, three copies of it are made -- where blocks grown past
+	 * 8 kB were malloc'ed and freed again for every message, and the pages
+	 * of each faulted in anew.
+	 */
 	MemoryContext msg_cxt = AllocSetContextCreate(loop_cxt, "ash_replicant message",
-												  ALLOCSET_DEFAULT_SIZES);
+												  0, 64 * 1024, ALLOCSET_DEFAULT_MAXSIZE);
 	DecoderState dstate;
 
 	memset(&dstate, 0, sizeof(dstate));

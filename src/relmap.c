@@ -664,7 +664,7 @@ resolve_column_io(AshApplyRel *rel, AshTargetCol *tc, Form_pg_attribute att)
 	tc->typid = att->atttypid;
 	tc->typmod = att->atttypmod;
 	getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
-	get_typlenbyval(att->atttypid, &tc->typlen, &tc->typbyval);
+	get_typlenbyvalalign(att->atttypid, &tc->typlen, &tc->typbyval, &tc->typalign);
 	tc->recvfunc.fn_oid = InvalidOid;
 	typtup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(att->atttypid));
 	if (HeapTupleIsValid(typtup))

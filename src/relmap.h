@@ -27,6 +27,7 @@ typedef struct AshTargetCol
 	Oid			recv_ioparam;
 	int16		typlen;			/* for hashing and copying values */
 	bool		typbyval;
+	char		typalign;		/* for arrays of them */
 	bool		is_identity;
 	bool		encrypt;		/* sealed with column encryption (bytea) */
 } AshTargetCol;

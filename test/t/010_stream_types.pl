@@ -3,7 +3,8 @@
 #
 # A source table with integer, numeric (NaN, ±Infinity, huge precision), float,
 # text (unicode, quotes, backslashes, newlines, empty), varchar(n), bytea, bool,
-# date, timestamp(tz), interval, uuid, jsonb, int[]/text[] (NULL elements,
+# date, timestamp(tz) (ISO text in every form, in a source TimeZone whose
+# offsets had minutes and seconds), interval, uuid, jsonb, int[]/text[] (NULL elements,
 # multi-dimensional, empty), a domain over int with a CHECK and an enum —
 # identical at the destination — gets inserts, updates (to and from NULL) and
 # deletes; the mirror's content hash equals the source's, the status reaches
@@ -50,6 +51,11 @@ CREATE TABLE alltypes (
 };
 AshTest::both($src, $dst, $ddl);
 $src->safe_psql('postgres', 'CREATE PUBLICATION pub_types FOR TABLE alltypes');
+# the walsender writes timestamptz in the source's TimeZone: one whose
+# offsets had minutes and seconds (+00:19:32 before 1937, +00:20 to 1940),
+# so the text the destination reads has every offset form
+$src->safe_psql('postgres', q{ALTER SYSTEM SET TimeZone = 'Europe/Amsterdam'});
+$src->reload;
 
 AshTest::setup_pipeline($src, $dst,
 	sink        => $sink,
@@ -134,11 +140,41 @@ FROM generate_series(100, 299) g;
 });
 $changes += 200; $xacts++;
 
+# 4b. timestamps in the forms the destination reads without the general
+# date parser (ISO text: fractions of 0-6 digits, offsets +HH, +HH:MM,
+# +HH:MM:SS, a leap day, years of fewer digits) and in those it leaves to
+# the input function (BC, five-digit years, infinity); and 500 random ones
+# of years 1 to 9999 (every offset the zone had)
+$src->safe_psql('postgres', q{
+INSERT INTO alltypes (id, c_ts, c_tstz, c_text) VALUES
+ (400, '2024-02-29 12:00:00', '2024-02-29 12:00:00+00', 'leap day, summer offset'),
+ (401, '1900-06-30 23:59:59.5', '1900-06-30 23:59:59.5+00', 'offset with seconds'),
+ (402, '1938-01-01 00:00:00.000001', '1938-01-01 00:00:00.000001+00', 'offset with minutes'),
+ (403, '0099-12-31 00:00:00.123456', '0099-12-31 00:00:00.123456+00', 'two-digit year'),
+ (404, '0001-01-01 00:00:00', '0001-01-01 00:00:00+00', 'first year AD'),
+ (405, '9999-12-31 23:59:59.999999', '9999-12-31 23:59:59.999999+00', 'last four-digit year'),
+ (406, '10000-01-01 00:00:00', '10000-01-01 00:00:00+00', 'five-digit year'),
+ (407, '0044-03-15 12:00:00 BC', '0044-03-15 12:00:00+00 BC', 'BC'),
+ (408, 'infinity', '-infinity', 'infinity'),
+ (409, '2021-03-28 01:59:59.99', '2021-03-28 00:59:59.99+00', 'before the spring change'),
+ (410, '2021-10-31 02:30:00.1', '2021-10-31 00:30:00.1+00', 'autumn change');
+SELECT setseed(0.25);
+INSERT INTO alltypes (id, c_ts, c_tstz, c_text)
+SELECT g, t, t, 'random' FROM (
+	SELECT g, '0001-01-01'::timestamp + (random() * 315500000000)::bigint * interval '1 second'
+	       + (random() * 1000000)::integer * interval '1 microsecond' AS t
+	FROM generate_series(500, 999) g) r;
+});
+$changes += 511; $xacts += 2;
+is($src->safe_psql('postgres', q{SELECT string_agg(c_tstz::text, ' | ' ORDER BY id) FROM alltypes WHERE id IN (401, 402, 403)}),
+	'1900-07-01 00:19:31.5+00:19:32 | 1938-01-01 00:20:00.000001+00:20 | 0099-12-31 00:19:32.123456+00:19:32',
+	'the source writes offsets with minutes and seconds (the forms the destination reads)');
+
 AshTest::wait_caught_up($src, $dst, $sink);
 AshTest::assert_mirror_equal($src, $dst, ['alltypes']);
 
 # Type-level spot checks (a hash alone would not say which type went wrong).
-for my $c (qw(c_num c_float8 c_text c_bytea c_tstz c_jsonb c_ints c_texts c_dom c_enum))
+for my $c (qw(c_num c_float8 c_text c_bytea c_ts c_tstz c_jsonb c_ints c_texts c_dom c_enum))
 {
 	my $sql = "SET extra_float_digits = 3; SET TimeZone = 'UTC'; SELECT md5(string_agg(coalesce(${c}::text, '<NULL>'), '|' ORDER BY id)) FROM alltypes";
 	is($dst->safe_psql('postgres', $sql), $src->safe_psql('postgres', $sql), "column $c equal");

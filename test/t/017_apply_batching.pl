@@ -43,6 +43,14 @@
 #         statement.  A trigger created while the pipeline runs is seen by
 #         the next run (the judgment is kept across batches only until an
 #         invalidation): it fires for every later row.
+#  spec   a run of one row into a qualifying target (one-row source
+#         transactions, each its own batch) is inserted speculatively, with
+#         no subtransaction: its WAL is an INSERT, no MULTI_INSERT, and no
+#         commit record of the destination carries a subtransaction.  One
+#         whose identity the mirror holds already is killed in place (one
+#         heap DELETE record, the super-deletion; the rolled-back
+#         subtransaction wrote none) and goes as the upsert: mirror equals
+#         source, the mirror's row carries the source's value, healthy.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -412,5 +420,45 @@ is($dst->safe_psql('postgres', q{SELECT count(*) || '/' || min(id) || '/' || max
 is($heap_records->('bulkcol', $lsn0), 'INSERT=100', 'bulk: ... those rows went by a statement, not multi-insert');
 AshTest::assert_mirror_equal($src, $dst, ['(SELECT id, v FROM bulkcol)'], order_by => 'id',
 	name => 'bulk: mirror equals source after the trigger');
+
+# --- spec -------------------------------------------------------------------
+AshTest::both($src, $dst, q{CREATE TABLE spec (id integer PRIMARY KEY, v text)});
+$src->safe_psql('postgres', q{CREATE PUBLICATION pub_spec FOR TABLE spec});
+AshTest::setup_pipeline($src, $dst, sink => 'spec', publication => 'pub_spec', maps => [ ['spec'] ]);
+AshTest::wait_slot_consistent($src, $dst, 'spec');
+# commit records of the destination since an LSN that name subtransactions
+my $subxact_commits = sub {
+	my ($since) = @_;
+	$dst->safe_psql('postgres', 'CHECKPOINT');
+	return $dst->safe_psql('postgres', qq{
+		SELECT count(*) FROM pg_get_wal_records_info('$since', pg_current_wal_flush_lsn())
+		WHERE resource_manager = 'Transaction' AND description LIKE '%subxacts%'});
+};
+$lsn0 = $dst->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
+# each waited for: a batch, and a run, of one row each
+for my $i (1 .. 4)
+{
+	$src->safe_psql('postgres', "INSERT INTO spec VALUES ($i, 'v$i')");
+	AshTest::wait_caught_up($src, $dst, 'spec');
+}
+AshTest::assert_mirror_equal($src, $dst, ['spec'], name => 'spec: one-row runs: mirror equals source');
+is($heap_records->('spec', $lsn0), 'INSERT=4', 'spec: each one-row run went by one INSERT, no multi-insert');
+is($subxact_commits->($lsn0), '0', 'spec: ... and no commit carried a subtransaction');
+
+$dst->safe_psql('postgres', q{INSERT INTO spec VALUES (5, 'stale')});
+my $lsn1 = $dst->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
+$src->safe_psql('postgres', q{INSERT INTO spec VALUES (5, 'v5')});
+AshTest::wait_caught_up($src, $dst, 'spec');
+AshTest::assert_mirror_equal($src, $dst, ['spec'], name => 'spec: a one-row run meeting a go-forward row: mirror equals source');
+is($dst->safe_psql('postgres', q{SELECT v FROM spec WHERE id = 5}), 'v5',
+	'spec: ... the go-forward row carries the source value (the upsert)');
+$dst->safe_psql('postgres', 'CHECKPOINT');
+is($dst->safe_psql('postgres', qq{
+	SELECT count(*) FROM pg_get_wal_records_info('$lsn1', pg_current_wal_flush_lsn())
+	WHERE resource_manager = 'Heap' AND split_part(record_type, '+', 1) = 'DELETE'
+	  AND block_ref ~ (' rel [0-9]+/[0-9]+/' || pg_relation_filenode('spec') || ' ')}),
+	'1', 'spec: ... the speculative row was killed in place (one super-deletion)');
+is($subxact_commits->($lsn1), '0', 'spec: ... without a subtransaction');
+is(AshTest::status_row($dst, 'spec')->{state}, 'healthy', 'spec: healthy');
 
 done_testing();
