@@ -395,6 +395,15 @@ shows(const AshIncrSnapshot *snap, TransactionId xid)
 }
 
 bool
+ash_incr_snapshot_shows_noted(const AshIncrSnapshot *snap)
+{
+	for (int i = 0; i < nnoted; i++)
+		if (!shows(snap, noted[i]))
+			return false;
+	return true;
+}
+
+bool
 ash_incr_snapshot_covers(const AshIncrSnapshot *snap)
 {
 	int			kept = 0;
@@ -604,13 +613,19 @@ ash_incr_check_truncate(AshApplyRel *rel, TransactionId xid)
 bool
 ash_incr_next_table(char **nspname, char **relname, char ***cursor)
 {
+	return ash_incr_pending_table(0, nspname, relname, cursor);
+}
+
+bool
+ash_incr_pending_table(int skip, char **nspname, char **relname, char ***cursor)
+{
 	ListCell   *lc;
 
 	foreach(lc, tables)
 	{
 		IncrTable  *t = lfirst(lc);
 
-		if (t->done)
+		if (t->done || skip-- > 0)
 			continue;
 		*nspname = t->nspname;
 		*relname = t->relname;

@@ -644,6 +644,7 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
  * ---------------------------------------------------------------------
  */
 static AshPipelineSlot *snap_slot = NULL;
+static void incr_helper_stop(bool wait);
 static int	my_copier = 0;		/* index in snap_slot->copiers */
 
 static AshPipelineSlot *
@@ -694,19 +695,35 @@ publish_attempt(Attempt *a, bool in_flight)
 	SpinLockRelease(&snap_slot->mutex);
 }
 
-/* This copier's table in flight (NULL: none) and its rows so far. */
+/*
+ * A copier's table in flight (NULL: none) and its rows so far.  The
+ * pipeline worker also publishes for the incremental helper (copier 1);
+ * a table the worker takes over from it leaves the helper's entry.
+ */
 static void
-publish_table(const char *nspname, const char *relname, int64 rows, int64 estimate)
+publish_table_at(int copier, const char *nspname, const char *relname, int64 rows,
+				 int64 estimate)
 {
 	AshCopier  *me;
 
 	if (snap_slot == NULL)
 		return;
-	me = &snap_slot->copiers[my_copier];
+	me = &snap_slot->copiers[copier];
 	SpinLockAcquire(&snap_slot->mutex);
 	strlcpy(me->schema, nspname ? nspname : "", NAMEDATALEN);
 	strlcpy(me->table, relname ? relname : "", NAMEDATALEN);
 	me->rows = rows;
+	for (int i = 0; copier == 0 && relname != NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+	{
+		AshCopier  *other = &snap_slot->copiers[i];
+
+		if (i != copier && strcmp(other->schema, me->schema) == 0 &&
+			strcmp(other->table, me->table) == 0)
+		{
+			other->schema[0] = other->table[0] = '\0';
+			other->rows = 0;
+		}
+	}
 	SpinLockRelease(&snap_slot->mutex);
 
 	if (relname != NULL &&
@@ -728,19 +745,31 @@ publish_table(const char *nspname, const char *relname, int64 rows, int64 estima
 	}
 }
 
-/* A table committed: into the totals, out of this copier's slot. */
 static void
-publish_copied(int64 rows)
+publish_table(const char *nspname, const char *relname, int64 rows, int64 estimate)
+{
+	publish_table_at(my_copier, nspname, relname, rows, estimate);
+}
+
+/* A table committed: into the totals, out of its copier's slot. */
+static void
+publish_copied_at(int copier, int64 rows)
 {
 	if (snap_slot == NULL)
 		return;
 	SpinLockAcquire(&snap_slot->mutex);
 	snap_slot->stats.snapshot_tables_copied++;
 	snap_slot->stats.snapshot_rows_committed += rows;
-	snap_slot->copiers[my_copier].schema[0] = '\0';
-	snap_slot->copiers[my_copier].table[0] = '\0';
-	snap_slot->copiers[my_copier].rows = 0;
+	snap_slot->copiers[copier].schema[0] = '\0';
+	snap_slot->copiers[copier].table[0] = '\0';
+	snap_slot->copiers[copier].rows = 0;
 	SpinLockRelease(&snap_slot->mutex);
+}
+
+static void
+publish_copied(int64 rows)
+{
+	publish_copied_at(my_copier, rows);
 }
 
 /* ---------------------------------------------------------------------
@@ -761,8 +790,12 @@ check_coordinator(void)
 		return;
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
 	alive = snap_slot->in_use && snap_slot->generation == helper_generation &&
-		snap_slot->pid == helper_coordinator && !snap_slot->stop_requested;
+		snap_slot->pid == helper_coordinator && !snap_slot->stop_requested &&
+		snap_slot->state == ASH_SLOT_RUNNING;
 	LWLockRelease(AshShmem->lock);
+	/* a worker that exited before the launcher noticed */
+	if (alive && kill(helper_coordinator, 0) != 0 && errno == ESRCH)
+		alive = false;
 	if (!alive)
 		ereport(ERROR,
 				(errcode(ERRCODE_ADMIN_SHUTDOWN),
@@ -1418,6 +1451,7 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	snap_key = key;
 	snap_slot = find_slot();
 	my_copier = 0;
+	incr_helper_stop(true);		/* of an incremental session before */
 	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (row_buf != NULL)
 	{
@@ -1537,6 +1571,54 @@ copier_drop_origin(const char *sink_name, int index)
 	PG_END_TRY();
 }
 
+/*
+ * A helper copier failed: in its slot, how (never the error's text: it
+ * can carry values), its connections closed and its origin dropped.
+ */
+static void
+copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
+{
+	ErrorData  *edata;
+	AshCopier  *me = &slot->copiers[index];
+
+	HOLD_INTERRUPTS();
+	MemoryContextSwitchTo(TopMemoryContext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	ash_apply_abort();
+	close_connections();
+	RESUME_INTERRUPTS();
+	copier_drop_origin(sink_name, index);
+
+	/* never the error's text: it can carry values */
+	SpinLockAcquire(&slot->mutex);
+	me->sqlerrcode = edata->sqlerrcode;
+	if (ash_pending_halt != NULL)
+	{
+		me->end = ASH_COPIER_HALT;
+		strlcpy(me->reason, ash_pending_halt, sizeof(me->reason));
+		strlcpy(me->context, edata->message ? edata->message : "", sizeof(me->context));
+	}
+	else if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
+			 edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
+	{
+		me->end = ASH_COPIER_SOURCE_FAULT;
+		strlcpy(me->source_sqlstate, ash_conn_last_sqlstate, sizeof(me->source_sqlstate));
+	}
+	else
+	{
+		me->end = ASH_COPIER_APPLY_ERROR;
+		strlcpy(me->context, me->table[0] ? quote_qualified_identifier(me->schema, me->table) : "none",
+				sizeof(me->context));
+	}
+	me->schema[0] = me->table[0] = '\0';
+	me->rows = 0;
+	SpinLockRelease(&slot->mutex);
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.copier_failed sink=%s copier=%d sqlstate=%s",
+					sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+}
+
 void
 ash_snapshot_copier_main(Datum main_arg)
 {
@@ -1643,45 +1725,7 @@ ash_snapshot_copier_main(Datum main_arg)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-		AshCopier  *me = &slot->copiers[index];
-
-		HOLD_INTERRUPTS();
-		MemoryContextSwitchTo(TopMemoryContext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		ash_apply_abort();
-		close_connections();
-		RESUME_INTERRUPTS();
-		copier_drop_origin(sink_name, index);
-
-		/* never the error's text: it can carry values */
-		SpinLockAcquire(&slot->mutex);
-		me->sqlerrcode = edata->sqlerrcode;
-		if (ash_pending_halt != NULL)
-		{
-			me->end = ASH_COPIER_HALT;
-			strlcpy(me->reason, ash_pending_halt, sizeof(me->reason));
-			strlcpy(me->context, edata->message ? edata->message : "", sizeof(me->context));
-		}
-		else if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
-				 edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
-		{
-			me->end = ASH_COPIER_SOURCE_FAULT;
-			strlcpy(me->source_sqlstate, ash_conn_last_sqlstate, sizeof(me->source_sqlstate));
-		}
-		else
-		{
-			me->end = ASH_COPIER_APPLY_ERROR;
-			strlcpy(me->context, me->table[0] ? quote_qualified_identifier(me->schema, me->table) : "none",
-					sizeof(me->context));
-		}
-		me->schema[0] = me->table[0] = '\0';
-		me->rows = 0;
-		SpinLockRelease(&slot->mutex);
-		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.copier_failed sink=%s copier=%d sqlstate=%s",
-						sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+		copier_failed(slot, index, sink_name);
 	}
 	PG_END_TRY();
 	proc_exit(0);
@@ -1751,6 +1795,12 @@ static bool incr_prepared = false;	/* the statement exists on incr_conn */
  * (0: not known): a chunk deletes the closed rows only when one can be.
  */
 static XLogRecPtr incr_kept_low = InvalidXLogRecPtr;
+
+/* The incremental helper (tables in parallel, below). */
+static BackgroundWorkerHandle *incr_helper = NULL;	/* started this session */
+static bool incr_helper_refused = false;	/* no worker slot: alone */
+static bool incr_helper_ahead_ok = false;	/* its read-ahead may be used */
+static int64 incr_helper_drops = 0; /* its chunks read and dropped */
 
 static void drop_ahead(void);
 
@@ -1851,6 +1901,14 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	MemoryContext old;
 
 	snap_cfg = cfg;
+
+	/*
+	 * The helper of the last session gone first: its chunk, committed or
+	 * not, is then final when the attempt is read.
+	 */
+	incr_helper_stop(true);
+	incr_helper_refused = false;
+	incr_helper_drops = 0;
 	if (incr_conn != NULL)
 		ash_conn_close(incr_conn);
 	incr_conn = NULL;
@@ -2330,65 +2388,45 @@ incr_complete(void)
 }
 
 /*
- * Copy the next chunk, when the configuration allows one now.  Runs
- * between two source transactions of the stream (no batch open).
+ * One chunk of a table: its read, what it holds, and where it ends.  The
+ * pipeline worker and the helper (below) fill it the same way, each on
+ * its own source connection.
  */
-AshIncrStep
-ash_snapshot_incremental_step(void)
+typedef struct IncrChunk
 {
 	char	   *nspname;
 	char	   *relname;
-	char	  **cursor;
+	char	  **cursor;			/* the key it reads above (NULL: the first) */
 	IncrKeyDesc *k;
 	AshMapping *map;
+	SnapTable  *st;
+	AshRelation rel;
+	bool		binary;
+	bool		intkey;
+	bool		ahead;			/* its read had been sent ahead */
 	PGresult   *res;
 	AshIncrSnapshot snap;
 	XLogRecPtr	high_lsn;
-	XLogRecPtr	lowest;
-	MemoryContext cxt = CurrentMemoryContext;
-	MemoryContext tcxt;
 	int			nrows;
-	bool		done;
-	char	  **hi = NULL;
+	bool		done;			/* the table's last chunk */
+	char	  **hi;				/* its largest key (NULL with done) */
 	int64		chunk_no;
-	SnapTable  *st = NULL;
-	ListCell   *lc;
-	AshRelation rel;
-	AshChange	change;
-	bool		binary = true;
-	bool		intkey;
+} IncrChunk;
 
-	if (incr_attempt == NULL)
-		return ASH_INCR_STEP_NONE;
-	if (!ash_incr_next_table(&nspname, &relname, &cursor))
-	{
-		if (incr_attempt->phase != ASH_SNAPSHOT_COMPLETE)
-		{
-			/* a session ended between the last chunk and completion */
-			catalog_begin();
-			(void) read_attempt();
-			incr_complete();
-			catalog_end();
-			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
-			publish_attempt(incr_attempt, false);
-		}
-		return ASH_INCR_STEP_NONE;
-	}
-	if (ash_incr_open_windows(&lowest) >= snap_cfg->max_pending_chunks)
-		return ASH_INCR_STEP_WAIT_WINDOWS;
+/* The table of a chunk: checked, and described once a session and table. */
+static void
+chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable *st)
+{
+	MemoryContext cxt = CurrentMemoryContext;
 
-	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(tcxt);
-	k = incr_key_desc(nspname, relname);
-	map = ash_config_find_mapping(snap_cfg, nspname, relname);
-	foreach(lc, incr_attempt->tables)
-	{
-		SnapTable  *t = lfirst(lc);
-
-		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
-			st = t;
-	}
-	if (k == NULL || map == NULL || st == NULL)
+	memset(c, 0, sizeof(IncrChunk));
+	c->nspname = nspname;
+	c->relname = relname;
+	c->cursor = cursor;
+	c->st = st;
+	c->k = incr_key_desc(nspname, relname);
+	c->map = ash_config_find_mapping(snap_cfg, nspname, relname);
+	if (c->k == NULL || c->map == NULL || st == NULL)
 		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
 				 quote_qualified_identifier(nspname, relname));
 
@@ -2397,6 +2435,7 @@ ash_snapshot_incremental_step(void)
 		strcmp(incr_described, quote_qualified_identifier(nspname, relname)) != 0)
 	{
 		SnapTable  *dt;
+		AshChange	change;
 
 		drop_ahead();			/* of another table: the connection is used */
 		MemoryContextSwitchTo(incr_session_cxt);
@@ -2411,140 +2450,141 @@ ash_snapshot_incremental_step(void)
 		ash_apply_change(&change);
 		incr_described = pstrdup(quote_qualified_identifier(nspname, relname));
 		incr_prepared_for = NULL;	/* the statement reads the columns just described */
-		MemoryContextSwitchTo(tcxt);
-		incr_probe_needed(map);
+		MemoryContextSwitchTo(cxt);
+		incr_probe_needed(c->map);
 		incr_fresh = false;
 		incr_rereads = 0;
 	}
 
-	rel = incr_rel;
-	for (int i = 0; i < rel.natts; i++)
-		if (rel.cols[i].type_oid >= FirstGenbkiObjectId)
-			binary = false;
-	intkey = binary && integer_key(k);
+	c->rel = incr_rel;
+	c->binary = true;
+	for (int i = 0; i < c->rel.natts; i++)
+		if (c->rel.cols[i].type_oid >= FirstGenbkiObjectId)
+			c->binary = false;
+	c->intkey = c->binary && integer_key(c->k);
+}
+
+/*
+ * The chunk's rows and snapshot: the read sent ahead when it is this
+ * chunk's and may_ahead, else read now.
+ */
+static void
+chunk_read(IncrChunk *c, bool may_ahead)
+{
+	PGresult   *res;
+	uint64		blcksz;
+
+	c->ahead = may_ahead && ahead_matches(c->k, c->cursor);
+	if (!c->ahead)
+	{
+		drop_ahead();
+		send_chunk(c->k, &c->rel, c->cursor, c->binary);
+	}
+	incr_ahead = false;
+	res = ash_conn_get_result(incr_conn, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
+		PQnfields(res) != 3 + c->rel.natts + (c->binary && !c->intkey ? c->k->nkeys : 0))
+		ash_conn_report_result(res, "incremental snapshot chunk");
+	c->res = res;
+
+	/* text values (in binary: their bytes), never a NUL inside */
+	parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &c->snap);
+	c->high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
 
 	/*
-	 * The chunk's rows: read ahead while the previous chunk was written, or
-	 * read now.  A chunk read ahead may miss a transaction the stream
-	 * delivered since (it changed a key of this chunk, above the cursor:
-	 * the stream left it to the chunk and noted it); then it is read again,
-	 * at once.  Either way the check below is made now, with nothing
-	 * delivered between it and this chunk's commit.
+	 * At a page boundary the insert position points past the next page's
+	 * header, which no record reaches yet (and the walsender's position
+	 * never passes on a quiet source): every record inserted ends at or
+	 * before the boundary.
 	 */
-	for (;;)
-	{
-		bool		ahead = ahead_matches(k, cursor);
+	blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)), NULL, 10);
+	if (blcksz > 0 && c->high_lsn % blcksz <= SizeOfXLogLongPHD)
+		c->high_lsn -= c->high_lsn % blcksz;
+}
 
-		if (!ahead)
-		{
-			drop_ahead();
-			send_chunk(k, &rel, cursor, binary);
-		}
-		incr_ahead = false;
-		res = ash_conn_get_result(incr_conn, false);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
-			PQnfields(res) != 3 + rel.natts + (binary && !intkey ? k->nkeys : 0))
-			ash_conn_report_result(res, "incremental snapshot chunk");
+/* Forget a chunk read but not written. */
+static void
+chunk_forget(IncrChunk *c)
+{
+	if (c->res != NULL)
+		PQclear(c->res);
+	c->res = NULL;
+}
 
-		/* text values (in binary: their bytes), never a NUL inside */
-		parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &snap);
-		high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
-		{
-			/*
-			 * At a page boundary the insert position points past the next
-			 * page's header, which no record reaches yet (and the
-			 * walsender's position never passes on a quiet source): every
-			 * record inserted ends at or before the boundary.
-			 */
-			uint64		blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)),
-										  NULL, 10);
-
-			if (blcksz > 0 && high_lsn % blcksz <= SizeOfXLogLongPHD)
-				high_lsn -= high_lsn % blcksz;
-		}
-		if (ash_incr_snapshot_covers(&snap))
-			break;
-		PQclear(res);
-		if (!ahead)
-		{
-			/* a transaction the stream delivered is not visible yet: later */
-			MemoryContextSwitchTo(cxt);
-			MemoryContextDelete(tcxt);
-			return ASH_INCR_STEP_WAIT_XIDS;
-		}
-		incr_rereads++;
-	}
+/*
+ * How many rows the chunk holds and its largest key (the next cursor);
+ * then the next chunk's read is sent, so that the source runs it while
+ * this one is written.  If this chunk does not commit, that read is
+ * dropped with the connection (an error ends the session) or by its key
+ * (ahead_matches).
+ */
+static void
+chunk_bounds(IncrChunk *c)
+{
+	PGresult   *res = c->res;
+	IncrKeyDesc *k = c->k;
+	int		   *keycol = palloc(sizeof(int) * k->nkeys);
+	int		   *keytext = palloc(sizeof(int) * k->nkeys);
 
 	/*
 	 * Where each key column is: its value (NULL only in the row of an empty
 	 * chunk), and its text form (in binary, format() after the values: an
 	 * empty string for NULL).
 	 */
+	for (int i = 0; i < k->nkeys; i++)
 	{
-		int		   *keycol = palloc(sizeof(int) * k->nkeys);
-		int		   *keytext = palloc(sizeof(int) * k->nkeys);
+		int			col = -1;
 
+		for (int j = 0; j < c->rel.natts; j++)
+			if (strcmp(c->rel.cols[j].name, k->names[i]) == 0)
+				col = j;
+		if (col < 0)
+			ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
+					 quote_qualified_identifier(c->nspname, c->relname));
+		keycol[i] = 3 + col;
+		keytext[i] = c->binary && !c->intkey ? 3 + c->rel.natts + i : 3 + col;
+	}
+	c->nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
+	c->done = c->nrows < snap_cfg->chunk_rows;
+	if (!c->done && c->intkey)
+	{
+		/* the largest key of the chunk, its rows in no particular order */
+		int64	   *best = palloc(sizeof(int64) * k->nkeys);
+		int64	   *cur = palloc(sizeof(int64) * k->nkeys);
+
+		for (int r = 0; r < c->nrows; r++)
+		{
+			int			cmp = 0;
+
+			for (int i = 0; i < k->nkeys; i++)
+				if (!integer_key_value(res, r, keycol[i], k->types[i], &cur[i]))
+					ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
+							 quote_qualified_identifier(c->nspname, c->relname));
+			for (int i = 0; r > 0 && cmp == 0 && i < k->nkeys; i++)
+				cmp = cur[i] > best[i] ? 1 : cur[i] < best[i] ? -1 : 0;
+			if (r == 0 || cmp > 0)
+				memcpy(best, cur, sizeof(int64) * k->nkeys);
+		}
+		c->hi = palloc(sizeof(char *) * k->nkeys);
+		for (int i = 0; i < k->nkeys; i++)
+			c->hi[i] = psprintf(INT64_FORMAT, best[i]);
+	}
+	else if (!c->done)
+	{
+		c->hi = palloc(sizeof(char *) * k->nkeys);
 		for (int i = 0; i < k->nkeys; i++)
 		{
-			int			c = -1;
-
-			for (int j = 0; j < rel.natts; j++)
-				if (strcmp(rel.cols[j].name, k->names[i]) == 0)
-					c = j;
-			if (c < 0)
+			if (PQgetisnull(res, c->nrows - 1, keycol[i]) ||
+				PQgetisnull(res, c->nrows - 1, keytext[i]))
 				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-						 quote_qualified_identifier(nspname, relname));
-			keycol[i] = 3 + c;
-			keytext[i] = binary && !intkey ? 3 + rel.natts + i : 3 + c;
-		}
-		nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
-		done = nrows < snap_cfg->chunk_rows;
-		if (!done && intkey)
-		{
-			/* the largest key of the chunk, its rows in no particular order */
-			int64	   *best = palloc(sizeof(int64) * k->nkeys);
-			int64	   *cur = palloc(sizeof(int64) * k->nkeys);
-
-			for (int r = 0; r < nrows; r++)
-			{
-				int			cmp = 0;
-
-				for (int i = 0; i < k->nkeys; i++)
-					if (!integer_key_value(res, r, keycol[i], k->types[i], &cur[i]))
-						ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-								 quote_qualified_identifier(nspname, relname));
-				for (int i = 0; r > 0 && cmp == 0 && i < k->nkeys; i++)
-					cmp = cur[i] > best[i] ? 1 : cur[i] < best[i] ? -1 : 0;
-				if (r == 0 || cmp > 0)
-					memcpy(best, cur, sizeof(int64) * k->nkeys);
-			}
-			hi = palloc(sizeof(char *) * k->nkeys);
-			for (int i = 0; i < k->nkeys; i++)
-				hi[i] = psprintf(INT64_FORMAT, best[i]);
-		}
-		else if (!done)
-		{
-			hi = palloc(sizeof(char *) * k->nkeys);
-			for (int i = 0; i < k->nkeys; i++)
-			{
-				if (PQgetisnull(res, nrows - 1, keycol[i]) ||
-					PQgetisnull(res, nrows - 1, keytext[i]))
-					ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-							 quote_qualified_identifier(nspname, relname));
-				hi[i] = pnstrdup(PQgetvalue(res, nrows - 1, keytext[i]),
-								 PQgetlength(res, nrows - 1, keytext[i]));
-			}
+						 quote_qualified_identifier(c->nspname, c->relname));
+			c->hi[i] = pnstrdup(PQgetvalue(res, c->nrows - 1, keytext[i]),
+								PQgetlength(res, c->nrows - 1, keytext[i]));
 		}
 	}
-	chunk_no = st->chunks + 1;
+	c->chunk_no = c->st->chunks + 1;
 
-	/*
-	 * The next chunk's read, sent now: the source runs it while this one
-	 * is written.  If this chunk does not commit, the read is dropped
-	 * with the connection (an error ends the session) or by its key
-	 * (ahead_matches).
-	 */
-	if (!done)
+	if (!c->done)
 	{
 		MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
 
@@ -2556,46 +2596,64 @@ ash_snapshot_incremental_step(void)
 				pfree(incr_ahead_cursor[i]);
 			pfree(incr_ahead_cursor);
 		}
-		incr_ahead_table = pstrdup(quote_qualified_identifier(nspname, relname));
+		incr_ahead_table = pstrdup(quote_qualified_identifier(c->nspname, c->relname));
 		incr_ahead_cursor = palloc(sizeof(char *) * k->nkeys);
 		incr_ahead_nkeys = k->nkeys;
 		for (int i = 0; i < k->nkeys; i++)
-			incr_ahead_cursor[i] = pstrdup(hi[i]);
+			incr_ahead_cursor[i] = pstrdup(c->hi[i]);
 		MemoryContextSwitchTo(old);
-		send_chunk(k, &rel, hi, binary);
+		send_chunk(k, &c->rel, c->hi, c->binary);
 		incr_ahead = true;
 	}
+}
 
-	/* rows, progress, cursor and window: one destination transaction */
-	ash_apply_snapshot_begin(high_lsn, 0, incr_attempt->id);
+/*
+ * Rows, progress, cursor and window: one destination transaction.  It
+ * holds the checkpoint row FOR SHARE (the attempt cannot change under it;
+ * the helper's chunk transaction holds it too, at the same time).  The
+ * pipeline worker (worker) also deletes the windows the stream closed and,
+ * at the attempt's last table, completes it; a helper checks, under that
+ * lock, that the pipeline worker that asked for the chunk is still the
+ * pipeline's (a later one reads the attempt FOR UPDATE, after this
+ * transaction).
+ */
+static void
+chunk_write(IncrChunk *c, bool worker)
+{
+	AshChange	change;
+	IncrKeyDesc *k = c->k;
+
+	ash_apply_snapshot_begin(c->high_lsn, 0, incr_attempt->id);
 	if (key_exec("SELECT 1 FROM ash_replicant.checkpoints"
 				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND snapshot_phase = 'copying' FOR UPDATE",
+				 "   AND snapshot_phase = 'copying' FOR SHARE",
 				 0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
+	if (!worker)
+		check_coordinator();
 
 	/*
 	 * A target empty when its first chunk is copied stays empty above the
 	 * cursor (the stream writes only keys at or below it): every row of
 	 * this session's chunks is new, written without the upsert's fallback.
 	 */
-	if (cursor == NULL)
-		incr_fresh = target_is_empty(map);
+	if (c->cursor == NULL)
+		incr_fresh = target_is_empty(c->map);
 	if (incr_fresh)
-		ash_apply_snapshot_fresh(map->target_relid);
+		ash_apply_snapshot_fresh(c->map->target_relid);
 	memset(&change, 0, sizeof(change));
 	change.kind = ASH_CHANGE_INSERT;
 	change.xid = InvalidTransactionId;
-	change.u.insert.relid = rel.relid;
-	change.u.insert.newtup.natts = rel.natts;
-	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(rel.natts, 1));
-	for (int r = 0; r < nrows; r++)
+	change.u.insert.relid = c->rel.relid;
+	change.u.insert.newtup.natts = c->rel.natts;
+	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(c->rel.natts, 1));
+	for (int r = 0; r < c->nrows; r++)
 	{
-		for (int c = 0; c < rel.natts; c++)
+		for (int col = 0; col < c->rel.natts; col++)
 		{
-			AshColumnValue *v = &change.u.insert.newtup.cols[c];
+			AshColumnValue *v = &change.u.insert.newtup.cols[col];
 
-			if (PQgetisnull(res, r, 3 + c))
+			if (PQgetisnull(c->res, r, 3 + col))
 			{
 				v->status = ASH_COL_NULL;
 				v->len = 0;
@@ -2603,22 +2661,22 @@ ash_snapshot_incremental_step(void)
 			}
 			else
 			{
-				v->status = binary ? ASH_COL_BINARY : ASH_COL_TEXT;
-				v->data = PQgetvalue(res, r, 3 + c);
-				v->len = PQgetlength(res, r, 3 + c);
+				v->status = c->binary ? ASH_COL_BINARY : ASH_COL_TEXT;
+				v->data = PQgetvalue(c->res, r, 3 + col);
+				v->len = PQgetlength(c->res, r, 3 + col);
 			}
 		}
 		ash_apply_change(&change);
 	}
-	PQclear(res);
+	chunk_forget(c);
 	(void) ash_apply_snapshot_flush();
-	if (done)
+	if (c->done)
 	{
-		int64		retired = ash_apply_snapshot_retire(map, high_lsn - 1);
+		int64		retired = ash_apply_snapshot_retire(c->map, c->high_lsn - 1);
 
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
+						snap_cfg->sink_name, quote_qualified_identifier(c->nspname, c->relname),
 						retired)));
 	}
 	{
@@ -2626,12 +2684,12 @@ ash_snapshot_incremental_step(void)
 		Datum		values[6];
 		char		nulls[7] = "      ";
 
-		values[0] = CStringGetTextDatum(nspname);
-		values[1] = CStringGetTextDatum(relname);
-		values[2] = Int64GetDatum(nrows);
-		key_param(hi, k->nkeys, &values[3], &nulls[3]);
-		key_param(cursor, k->nkeys, &values[4], &nulls[4]);
-		values[5] = LSNGetDatum(high_lsn);
+		values[0] = CStringGetTextDatum(c->nspname);
+		values[1] = CStringGetTextDatum(c->relname);
+		values[2] = Int64GetDatum(c->nrows);
+		key_param(c->hi, k->nkeys, &values[3], &nulls[3]);
+		key_param(c->cursor, k->nkeys, &values[4], &nulls[4]);
+		values[5] = LSNGetDatum(c->high_lsn);
 		if (key_exec("UPDATE ash_replicant.snapshot_tables"
 					 "   SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
 					 "       chunk_cursor = $7,"
@@ -2643,31 +2701,35 @@ ash_snapshot_incremental_step(void)
 					 "   AND chunk_cursor IS NOT DISTINCT FROM $8",
 					 6, types, values, nulls, SPI_OK_UPDATE) != 1)
 			ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
-					 quote_qualified_identifier(nspname, relname));
+					 quote_qualified_identifier(c->nspname, c->relname));
 	}
 	{
 		Oid			types[9] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID,
 		INT8OID, INT8OID, INT8ARRAYOID, LSNOID};
 		Datum		values[9];
 		char		nulls[10] = "         ";
-		Oid			ltypes[1] = {LSNOID};
-		Datum		lvalues[1];
 
-		values[0] = CStringGetTextDatum(nspname);
-		values[1] = CStringGetTextDatum(relname);
-		values[2] = Int64GetDatum(chunk_no);
-		key_param(cursor, k->nkeys, &values[3], &nulls[3]);
-		key_param(hi, k->nkeys, &values[4], &nulls[4]);
-		values[5] = Int64GetDatum((int64) snap.xmin);
-		values[6] = Int64GetDatum((int64) snap.xmax);
-		values[7] = xip_array(&snap);
-		values[8] = LSNGetDatum(high_lsn);
+		values[0] = CStringGetTextDatum(c->nspname);
+		values[1] = CStringGetTextDatum(c->relname);
+		values[2] = Int64GetDatum(c->chunk_no);
+		key_param(c->cursor, k->nkeys, &values[3], &nulls[3]);
+		key_param(c->hi, k->nkeys, &values[4], &nulls[4]);
+		values[5] = Int64GetDatum((int64) c->snap.xmin);
+		values[6] = Int64GetDatum((int64) c->snap.xmax);
+		values[7] = xip_array(&c->snap);
+		values[8] = LSNGetDatum(c->high_lsn);
 		(void) key_exec("INSERT INTO ash_replicant.snapshot_windows"
 						" (source_system_id, source_database, slot_name, source_schema, source_table,"
 						"  chunk, lo, hi, snap_xmin, snap_xmax, snap_xip, high_lsn)"
 						" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
 						"         $12)",
 						9, types, values, nulls, SPI_OK_INSERT);
+	}
+	if (worker)
+	{
+		Oid			ltypes[1] = {LSNOID};
+		Datum		lvalues[1];
+
 		lvalues[0] = LSNGetDatum(ash_apply_watermark() + 1);
 
 		/*
@@ -2675,9 +2737,10 @@ ash_snapshot_incremental_step(void)
 		 * Only when a kept row can be (the watermark stays where it is
 		 * while the source is quiet, and the rows of a long copy pile up
 		 * until it moves: a scan of them per chunk would grow with them).
+		 * A helper's rows are above the watermark when they commit.
 		 */
 		if (XLogRecPtrIsInvalid(incr_kept_low) ||
-			Min(incr_kept_low, high_lsn) <= DatumGetLSN(lvalues[0]))
+			Min(incr_kept_low, c->high_lsn) <= DatumGetLSN(lvalues[0]))
 		{
 			(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
 							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
@@ -2687,27 +2750,30 @@ ash_snapshot_incremental_step(void)
 			incr_kept_low = DatumGetLSN(lvalues[0]) + 1;
 		}
 		else
-			incr_kept_low = Min(incr_kept_low, high_lsn);
+			incr_kept_low = Min(incr_kept_low, c->high_lsn);
+		if (c->done && ash_incr_remaining() == 1)
+			incr_complete();	/* the attempt's last table */
 	}
-	if (done && ash_incr_remaining() == 1)
-		incr_complete();	/* the attempt's last table */
 	(void) ash_apply_snapshot_commit();
+}
 
-	/* committed: now the stream judges by it */
-	ash_incr_chunk_committed(nspname, relname, hi, done, chunk_no, cursor, hi, &snap, high_lsn);
+/* A table's chunk committed (by the worker or the helper): into the totals. */
+static void
+table_progress(SnapTable *st, int copier, int64 chunk_no, int64 rows, bool done,
+			   int64 rereads)
+{
 	st->chunks = chunk_no;
-	st->rows += nrows;
+	st->rows = rows;
 	if (done)
 	{
 		st->copied = true;
 		if (!ash_incr_active())
 			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
-		publish_copied(st->rows);
+		publish_copied_at(copier, st->rows);
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT " chunks=" INT64_FORMAT " rereads=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
-						st->rows, chunk_no, incr_rereads)));
-		publish_table(NULL, NULL, 0, 0);
+						snap_cfg->sink_name, quote_qualified_identifier(st->nspname, st->relname),
+						st->rows, chunk_no, rereads)));
 		if (!ash_incr_active())
 		{
 			publish_attempt(incr_attempt, false);
@@ -2717,8 +2783,718 @@ ash_snapshot_incremental_step(void)
 		}
 	}
 	else
-		publish_table(nspname, relname, st->rows, st->has_estimate ? st->estimate : -1);
+		publish_table_at(copier, st->nspname, st->relname, st->rows,
+						 st->has_estimate ? st->estimate : -1);
+}
+
+/* The worker's own chunk committed: now the stream judges by it. */
+static void
+chunk_committed(IncrChunk *c)
+{
+	ash_incr_chunk_committed(c->nspname, c->relname, c->hi, c->done, c->chunk_no, c->cursor,
+							 c->hi, &c->snap, c->high_lsn);
+	table_progress(c->st, 0, c->chunk_no, c->st->rows + c->nrows, c->done, incr_rereads);
+}
+
+/* ---------------------------------------------------------------------
+ * Tables in parallel: the incremental helper.
+ *
+ * With ash_replicant.snapshot_workers of 2 or more and two tables left to
+ * copy, the pipeline worker starts one helper (a background worker with
+ * a source connection and a replication origin of its own, as a v1
+ * helper copier) and copies by fork-join: it asks the helper for the next
+ * chunk of the second table left, reads the next chunk of the first, and
+ * once the helper read its chunk it judges both snapshots (fact 2 of
+ * docs/snapshots.md) against what the stream delivered; when both pass,
+ * the helper writes and commits its chunk while the worker writes and
+ * commits its own, and the worker waits for the helper's commit before it
+ * applies anything more from the stream.  The stream thus delivers
+ * nothing between either chunk's check and its commit, and the worker's
+ * judgment of the stream (cursors, windows) takes the helper's chunk
+ * from the catalog row the helper committed.  When a snapshot does not
+ * pass, the helper's chunk is dropped and the worker goes on alone.
+ *
+ * A helper that fails (or vanishes) fails the worker's session; the next
+ * session waits until the helper is gone before it reads where each table
+ * stands, so no chunk is half-known: each table resumes from its committed
+ * cursor.
+ * ---------------------------------------------------------------------
+ */
+#define INCR_HELPER_INDEX 1
+#define INCR_HELPER_WAIT_MS 100
+
+
+/* The helper's shared state (the slot's mutex held by the caller). */
+#define HELPER() (&snap_slot->incr_helper)
+
+static AshIncrHelperState
+helper_state(void)
+{
+	AshIncrHelperState s;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	s = HELPER()->state;
+	SpinLockRelease(&snap_slot->mutex);
+	return s;
+}
+
+/* Move the helper's state and wake the other side. */
+static void
+helper_set_state(AshIncrHelperState s, bool to_helper)
+{
+	Latch	   *latch;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	HELPER()->state = s;
+	latch = to_helper ? HELPER()->helper_latch : HELPER()->worker_latch;
+	SpinLockRelease(&snap_slot->mutex);
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/*
+ * Stop the helper (a session ends, or fewer than two tables are left; it
+ * is not started again this session).  wait: until it is gone, so that
+ * its chunk, committed or not, is final; otherwise the next session
+ * waits.
+ */
+static void
+incr_helper_stop(bool wait)
+{
+	incr_helper_refused = true;
+	if (incr_helper != NULL)
+	{
+		pid_t		pid;
+
+		TerminateBackgroundWorker(incr_helper);
+		if (!wait)
+			return;
+		if (GetBackgroundWorkerPid(incr_helper, &pid) != BGWH_POSTMASTER_DIED)
+			(void) WaitForBackgroundWorkerShutdown(incr_helper);
+		pfree(incr_helper);
+		incr_helper = NULL;
+	}
+	if (snap_slot != NULL)
+	{
+		SpinLockAcquire(&snap_slot->mutex);
+		memset(&snap_slot->incr_helper, 0, sizeof(AshIncrHelper));
+		memset(&snap_slot->copiers[INCR_HELPER_INDEX], 0, sizeof(AshCopier));
+		SpinLockRelease(&snap_slot->mutex);
+	}
+	incr_helper_ahead_ok = false;
+}
+
+/* Start the helper, once a session, when two tables are left to copy. */
+static void
+incr_helper_start(void)
+{
+	BackgroundWorker w;
+	int			slotno;
+	int64		generation;
+	int32		index = INCR_HELPER_INDEX;
+	pid_t		coordinator = MyProcPid;
+
+	if (incr_helper != NULL || incr_helper_refused || snap_slot == NULL ||
+		ash_snapshot_workers < 2)
+		return;
+	slotno = snap_slot - AshShmem->slots;
+	SpinLockAcquire(&snap_slot->mutex);
+	memset(&snap_slot->copiers[INCR_HELPER_INDEX], 0, sizeof(AshCopier));
+	memset(HELPER(), 0, sizeof(AshIncrHelper));
+	HELPER()->state = ASH_INCR_HELPER_OFF;
+	HELPER()->worker_latch = MyLatch;
+	SpinLockRelease(&snap_slot->mutex);
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	generation = snap_slot->generation;
+	LWLockRelease(AshShmem->lock);
+
+	ash_worker_prepare(&w, "ash_snapshot_incr_helper_main", "ash_replicant snapshot",
+					   snap_cfg->sink_name, slotno, generation);
+	memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
+	memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		/* no worker slot free: the worker copies alone */
+		if (!RegisterDynamicBackgroundWorker(&w, &incr_helper))
+		{
+			incr_helper = NULL;
+			incr_helper_refused = true;
+		}
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/*
+ * How the helper ended, raised as the worker's own error: never a hang,
+ * never a chunk the worker is unsure of.  An ended helper without a
+ * failure (no replication origin free for it) leaves the copy to the
+ * worker.
+ */
+static void
+incr_helper_ended(void)
+{
+	AshCopier	c;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	memcpy(&c, &snap_slot->copiers[INCR_HELPER_INDEX], sizeof(AshCopier));
+	SpinLockRelease(&snap_slot->mutex);
+	incr_helper_stop(true);
+	if (c.end == ASH_COPIER_DONE)
+		return;
+	raise_helper_end(&c);
+}
+
+/* Is the helper there and waiting for a chunk? */
+static bool
+incr_helper_idle(void)
+{
+	pid_t		pid;
+	AshIncrHelperState s;
+
+	if (incr_helper == NULL || incr_helper_refused)
+		return false;
+	s = helper_state();
+	if (s == ASH_INCR_HELPER_IDLE)
+		return true;
+	if (s == ASH_INCR_HELPER_ENDED ||
+		(s == ASH_INCR_HELPER_OFF &&
+		 GetBackgroundWorkerPid(incr_helper, &pid) == BGWH_STOPPED))
+		incr_helper_ended();
+	return false;
+}
+
+/* Wait until the helper's state is want; an ended helper raises. */
+static void
+incr_helper_wait(AshIncrHelperState want)
+{
+	for (;;)
+	{
+		AshIncrHelperState s = helper_state();
+		pid_t		pid;
+
+		if (s == want)
+			return;
+		if (s == ASH_INCR_HELPER_ENDED ||
+			GetBackgroundWorkerPid(incr_helper, &pid) == BGWH_STOPPED)
+		{
+			if (helper_state() == want)
+				return;
+			incr_helper_ended();
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("ash_replicant: the incremental snapshot helper ended in a chunk")));
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Ask the helper for the next chunk of st. */
+static void
+incr_helper_request(SnapTable *st)
+{
+	SpinLockAcquire(&snap_slot->mutex);
+	strlcpy(HELPER()->schema, st->nspname, NAMEDATALEN);
+	strlcpy(HELPER()->table, st->relname, NAMEDATALEN);
+	HELPER()->chunks = st->chunks;
+	HELPER()->ahead_ok = incr_helper_ahead_ok;
+	SpinLockRelease(&snap_slot->mutex);
+	helper_set_state(ASH_INCR_HELPER_READ, true);
+}
+
+/* The snapshot of the helper's chunk (false: it holds too many xids). */
+static bool
+incr_helper_snapshot(AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
+{
+	bool		ok;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	ok = !HELPER()->overflow;
+	snap->xmin = HELPER()->xmin;
+	snap->xmax = HELPER()->xmax;
+	snap->nxip = ok ? HELPER()->nxip : 0;
+	snap->xip = palloc(sizeof(TransactionId) * Max(snap->nxip, 1));
+	for (int i = 0; i < snap->nxip; i++)
+		snap->xip[i] = HELPER()->xip[i];
+	*high_lsn = HELPER()->high_lsn;
+	SpinLockRelease(&snap_slot->mutex);
+	return ok;
+}
+
+/*
+ * The helper committed its chunk of st (the next after the worker's
+ * count): where the table stands now, from its catalog row, and the
+ * chunk's window, for the stream's judgment.
+ */
+static void
+incr_helper_committed(SnapTable *st, char **lo, const AshIncrSnapshot *snap,
+					  XLogRecPtr high_lsn)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	bool		isnull;
+	bool		done;
+	int64		chunks;
+	int64		rows;
+	char	  **hi = NULL;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	Datum		d;
+
+	values[0] = CStringGetTextDatum(st->nspname);
+	values[1] = CStringGetTextDatum(st->relname);
+	catalog_begin();
+	if (key_exec("SELECT state, rows_copied, chunks_copied, chunk_cursor"
+				 "  FROM ash_replicant.snapshot_tables"
+				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				 "   AND source_schema = $4 AND source_table = $5",
+				 2, types, values, NULL, SPI_OK_SELECT) != 1)
+		ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
+				 quote_qualified_identifier(st->nspname, st->relname));
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	done = strcmp(SPI_getvalue(tup, desc, 1), "copied") == 0;
+	rows = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	chunks = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+	d = SPI_getbinval(tup, desc, 4, &isnull);
+	if (!isnull)
+	{
+		List	   *l = ash_text_array_to_list(d, false);
+		ListCell   *kc;
+		int			i = 0;
+
+		hi = palloc0(sizeof(char *) * Max(list_length(l), 1));
+		foreach(kc, l)
+			hi[i++] = lfirst(kc);
+	}
+	catalog_end();
+	if (chunks != st->chunks + 1 || done != (hi == NULL))
+		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
+				 quote_qualified_identifier(st->nspname, st->relname));
+	ash_incr_chunk_committed(st->nspname, st->relname, hi, done, chunks, lo, hi, snap,
+							 high_lsn);
+	table_progress(st, INCR_HELPER_INDEX, chunks, rows, done, incr_helper_drops);
+	if (done)
+		incr_helper_drops = 0;
+}
+
+static SnapTable *
+attempt_table(const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, incr_attempt->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
+			return t;
+	}
+	return NULL;
+}
+
+/*
+ * Copy the next chunk, when the configuration allows one now (with the
+ * helper: the next chunks of two tables).  Runs between two source
+ * transactions of the stream (no batch open).
+ */
+AshIncrStep
+ash_snapshot_incremental_step(void)
+{
+	char	   *nspname;
+	char	   *relname;
+	char	  **cursor;
+	char	   *nsp2;
+	char	   *rel2;
+	char	  **cursor2;
+	XLogRecPtr	lowest;
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext tcxt;
+	int			open;
+	SnapTable  *volatile st;
+	SnapTable  *volatile st2 = NULL;
+	IncrChunk	c;
+	volatile AshIncrStep result = ASH_INCR_STEP_CHUNK;
+
+	if (incr_attempt == NULL)
+		return ASH_INCR_STEP_NONE;
+	if (!ash_incr_next_table(&nspname, &relname, &cursor))
+	{
+		if (incr_helper != NULL && !incr_helper_refused)
+			incr_helper_stop(false);
+		if (incr_attempt->phase != ASH_SNAPSHOT_COMPLETE)
+		{
+			/* a session ended between the last chunk and completion */
+			catalog_begin();
+			(void) read_attempt();
+			incr_complete();
+			catalog_end();
+			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
+			publish_attempt(incr_attempt, false);
+			ereport(LOG,
+					(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
+							snap_cfg->sink_name, list_length(incr_attempt->tables))));
+		}
+		return ASH_INCR_STEP_NONE;
+	}
+	open = ash_incr_open_windows(&lowest);
+	if (open >= snap_cfg->max_pending_chunks)
+		return ASH_INCR_STEP_WAIT_WINDOWS;
+
+	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(tcxt);
+	st = attempt_table(nspname, relname);
+
+	/* a second table, and room for two more windows: the helper's share */
+	if (ash_incr_pending_table(1, &nsp2, &rel2, &cursor2))
+	{
+		AshMapping *m1 = ash_config_find_mapping(snap_cfg, nspname, relname);
+		AshMapping *m2 = ash_config_find_mapping(snap_cfg, nsp2, rel2);
+
+		incr_helper_start();
+		st2 = attempt_table(nsp2, rel2);
+		if (open + 2 > snap_cfg->max_pending_chunks || st2 == NULL || m1 == NULL ||
+			m2 == NULL || m1->target_relid == m2->target_relid || !incr_helper_idle())
+			st2 = NULL;
+	}
+	else if (incr_helper != NULL && !incr_helper_refused)
+		incr_helper_stop(false);
+
+	PG_TRY();
+	{
+		if (st2 != NULL)
+			incr_helper_request(st2);
+		chunk_setup(&c, nspname, relname, cursor, st);
+		chunk_read(&c, true);
+		if (st2 != NULL)
+		{
+			AshIncrSnapshot snap2;
+			XLogRecPtr	high_lsn2;
+
+			incr_helper_wait(ASH_INCR_HELPER_READY);
+
+			/*
+			 * Both chunks pass fact 2 now, and nothing is delivered before
+			 * both committed.  The helper's is checked without forgetting
+			 * (what the worker's snapshot shows is forgotten after: the
+			 * helper's read-ahead was sent after its chunk arrived, so
+			 * its snapshot shows what the helper's chunk shows).
+			 */
+			if (incr_helper_snapshot(&snap2, &high_lsn2) &&
+				ash_incr_snapshot_shows_noted(&snap2) &&
+				ash_incr_snapshot_covers(&c.snap))
+			{
+				helper_set_state(ASH_INCR_HELPER_WRITE, true);
+				chunk_bounds(&c);
+				chunk_write(&c, true);
+				incr_helper_wait(ASH_INCR_HELPER_COMMITTED);
+				helper_set_state(ASH_INCR_HELPER_IDLE, false);
+				chunk_committed(&c);
+				incr_helper_committed(st2, cursor2, &snap2, high_lsn2);
+				incr_helper_ahead_ok = true;
+				st = NULL;		/* written */
+			}
+			else
+			{
+				/* the worker goes on alone; the helper reads afresh */
+				helper_set_state(ASH_INCR_HELPER_DROP, true);
+				incr_helper_ahead_ok = false;
+				incr_helper_drops++;
+			}
+		}
+
+		/*
+		 * Alone: the chunk read ahead may miss a transaction the stream
+		 * delivered since (it changed a key of this chunk, above the
+		 * cursor: the stream left it to the chunk and noted it); then it
+		 * is read again, at once.  Either way the check is made now, with
+		 * nothing delivered between it and this chunk's commit.  What it
+		 * forgets the helper's read-ahead may not show.
+		 */
+		while (st != NULL)
+		{
+			incr_helper_ahead_ok = false;
+			if (ash_incr_snapshot_covers(&c.snap))
+			{
+				chunk_bounds(&c);
+				chunk_write(&c, true);
+				chunk_committed(&c);
+				break;
+			}
+			chunk_forget(&c);
+			if (!c.ahead)
+			{
+				/* a transaction the stream delivered is not visible yet: later */
+				result = ASH_INCR_STEP_WAIT_XIDS;
+				break;
+			}
+			incr_rereads++;
+			chunk_read(&c, false);
+		}
+	}
+	PG_CATCH();
+	{
+		/* its chunk, committed or not, is read by the next session */
+		incr_helper_stop(false);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
 	MemoryContextDelete(tcxt);
-	return ASH_INCR_STEP_CHUNK;
+	return result;
+}
+
+/*
+ * The incremental helper (a background worker the pipeline worker
+ * started): read and write the chunks the worker asks for, one at a
+ * time, until it is stopped.
+ */
+static void
+incr_helper_serve(void)
+{
+	for (;;)
+	{
+		AshIncrHelperState s;
+		char		nspname[NAMEDATALEN];
+		char		relname[NAMEDATALEN];
+		int64		chunks;
+		bool		ahead_ok;
+		SnapTable  *st;
+		IncrChunk	c;
+		MemoryContext cxt = CurrentMemoryContext;
+		MemoryContext tcxt;
+
+		SpinLockAcquire(&snap_slot->mutex);
+		s = HELPER()->state;
+		strlcpy(nspname, HELPER()->schema, NAMEDATALEN);
+		strlcpy(relname, HELPER()->table, NAMEDATALEN);
+		chunks = HELPER()->chunks;
+		ahead_ok = HELPER()->ahead_ok;
+		SpinLockRelease(&snap_slot->mutex);
+		if (s != ASH_INCR_HELPER_READ)
+		{
+			if (s == ASH_INCR_HELPER_DROP)
+				helper_set_state(ASH_INCR_HELPER_IDLE, false);
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			check_coordinator();
+			continue;
+		}
+
+		tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
+		MemoryContextSwitchTo(tcxt);
+
+		/* where the table stands: its committed catalog row */
+		{
+			Oid			types[2] = {TEXTOID, TEXTOID};
+			Datum		values[2];
+			bool		isnull;
+			Datum		d;
+			HeapTuple	tup;
+			TupleDesc	desc;
+
+			values[0] = CStringGetTextDatum(nspname);
+			values[1] = CStringGetTextDatum(relname);
+			st = palloc0(sizeof(SnapTable));
+			st->nspname = pstrdup(nspname);
+			st->relname = pstrdup(relname);
+			catalog_begin();
+			if (key_exec("SELECT state, chunks_copied, chunk_cursor"
+						 "  FROM ash_replicant.snapshot_tables"
+						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						 "   AND source_schema = $4 AND source_table = $5",
+						 2, types, values, NULL, SPI_OK_SELECT) != 1)
+				ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
+						 quote_qualified_identifier(nspname, relname));
+			tup = SPI_tuptable->vals[0];
+			desc = SPI_tuptable->tupdesc;
+			st->chunks = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+			d = SPI_getbinval(tup, desc, 3, &isnull);
+			if (!isnull)
+			{
+				List	   *l = ash_text_array_to_list(d, false);
+				ListCell   *kc;
+				int			i = 0;
+
+				st->cursor = palloc0(sizeof(char *) * Max(list_length(l), 1));
+				foreach(kc, l)
+					st->cursor[i++] = lfirst(kc);
+			}
+			if (strcmp(SPI_getvalue(tup, desc, 1), "pending") != 0 || st->chunks != chunks)
+				ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
+						 quote_qualified_identifier(nspname, relname));
+			catalog_end();
+		}
+		if (incr_key_desc(nspname, relname) == NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
+
+			incr_keys = lappend(incr_keys, describe_key(incr_conn, nspname, relname));
+			MemoryContextSwitchTo(old);
+		}
+
+		chunk_setup(&c, st->nspname, st->relname, st->cursor, st);
+		chunk_read(&c, ahead_ok);
+		chunk_bounds(&c);
+		SpinLockAcquire(&snap_slot->mutex);
+		HELPER()->xmin = c.snap.xmin;
+		HELPER()->xmax = c.snap.xmax;
+		HELPER()->overflow = c.snap.nxip > ASH_INCR_HELPER_XIP_MAX;
+		HELPER()->nxip = HELPER()->overflow ? 0 : c.snap.nxip;
+		for (int i = 0; i < HELPER()->nxip; i++)
+			HELPER()->xip[i] = c.snap.xip[i];
+		HELPER()->high_lsn = c.high_lsn;
+		snap_slot->copiers[INCR_HELPER_INDEX].rows = 0;
+		SpinLockRelease(&snap_slot->mutex);
+		helper_set_state(ASH_INCR_HELPER_READY, false);
+
+		for (;;)
+		{
+			s = helper_state();
+			if (s == ASH_INCR_HELPER_WRITE || s == ASH_INCR_HELPER_DROP)
+				break;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			check_coordinator();
+		}
+		if (s == ASH_INCR_HELPER_WRITE)
+		{
+			chunk_write(&c, false);
+			helper_set_state(ASH_INCR_HELPER_COMMITTED, false);
+		}
+		else
+		{
+			chunk_forget(&c);
+			helper_set_state(ASH_INCR_HELPER_IDLE, false);
+		}
+		MemoryContextSwitchTo(cxt);
+		MemoryContextDelete(tcxt);
+	}
+}
+
+void
+ash_snapshot_incr_helper_main(Datum main_arg)
+{
+	int			slotno = DatumGetInt32(main_arg);
+	int64		generation;
+	int32		index;
+	pid_t		coordinator;
+	AshPipelineSlot *slot;
+	Oid			dboid = InvalidOid;
+	char		sink_name[ASH_NAME_LEN];
+	bool		ok = false;
+
+	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
+	memcpy(&index, MyBgworkerEntry->bgw_extra + sizeof(int64), sizeof(int32));
+	memcpy(&coordinator, MyBgworkerEntry->bgw_extra + sizeof(int64) + sizeof(int32), sizeof(pid_t));
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots ||
+		index != INCR_HELPER_INDEX)
+		proc_exit(0);
+	slot = &AshShmem->slots[slotno];
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	if (slot->in_use && slot->generation == generation && slot->pid == coordinator)
+	{
+		ok = true;
+		dboid = slot->dboid;
+		strlcpy(sink_name, slot->sink_name, sizeof(sink_name));
+	}
+	LWLockRelease(AshShmem->lock);
+	if (!ok)
+		proc_exit(0);			/* the pipeline worker is gone */
+
+	SpinLockAcquire(&slot->mutex);
+	slot->copiers[index].pid = MyProcPid;
+	slot->incr_helper.helper_latch = MyLatch;
+	SpinLockRelease(&slot->mutex);
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	ash_worker_session_settings();
+	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
+
+	PG_TRY();
+	{
+		AshPipelineConfig *cfg;
+		AshCheckpointKey *key;
+		MemoryContext old;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		cfg = ash_config_load(sink_name);
+		MemoryContextSwitchTo(old);
+		CommitTransactionCommand();
+		key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
+		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
+		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
+		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
+		snap_cfg = cfg;
+		snap_key = key;
+		snap_slot = slot;
+		my_copier = index;
+		helper_generation = generation;
+		helper_coordinator = coordinator;
+
+		/* its chunks are mirrored writes too: tagged with an origin of its own */
+		if (!copier_attach_origin(sink_name, index))
+		{
+			SpinLockAcquire(&slot->mutex);
+			slot->copiers[index].end = ASH_COPIER_DONE;
+			SpinLockRelease(&slot->mutex);
+			helper_set_state(ASH_INCR_HELPER_ENDED, false);
+			proc_exit(0);
+		}
+		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
+
+		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
+												 "ash_replicant incremental session",
+												 ALLOCSET_DEFAULT_SIZES);
+		old = MemoryContextSwitchTo(incr_session_cxt);
+		incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+		MemoryContextSwitchTo(old);
+		if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
+										 cfg->source_database))
+			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
+		PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
+		catalog_begin();
+		old = MemoryContextSwitchTo(incr_session_cxt);
+		incr_attempt = palloc0(sizeof(Attempt));
+		{
+			Oid			types[1] = {TEXTOID};
+			Datum		values[1];
+			bool		isnull;
+
+			/* the attempt's id, without locking the checkpoint row */
+			values[0] = CStringGetTextDatum("copying");
+			if (key_exec("SELECT snapshot_attempt FROM ash_replicant.checkpoints"
+						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						 "   AND snapshot_phase = $4 AND snapshot_attempt IS NOT NULL",
+						 1, types, values, NULL, SPI_OK_SELECT) != 1)
+				ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
+			incr_attempt->id = DatumGetByteaPCopy(SPI_getbinval(SPI_tuptable->vals[0],
+																SPI_tuptable->tupdesc, 1,
+																&isnull));
+		}
+		MemoryContextSwitchTo(old);
+		catalog_end();
+
+		helper_set_state(ASH_INCR_HELPER_IDLE, false);
+		incr_helper_serve();
+	}
+	PG_CATCH();
+	{
+		copier_failed(slot, index, sink_name);
+		helper_set_state(ASH_INCR_HELPER_ENDED, false);
+	}
+	PG_END_TRY();
+	proc_exit(0);
 }

@@ -1,9 +1,13 @@
 # snapshot => 'incremental' under faults (docs/snapshots.md#incremental):
 # two tables with existing rows (TOASTed values among them) are copied chunk
-# by chunk while the pipeline streams and a workload of inserts, updates,
-# deletes, primary-key changes and TOAST rewrites runs on the source; at
-# seeded random points of the copy the destination is killed with SIGKILL
-# (postmaster and stragglers).  The destination starts with stale rows and
+# by chunk, at the same time (the pipeline worker writes big1's chunks, its
+# helper big2's: "Tables in parallel"), while the pipeline streams and a
+# workload of inserts, updates, deletes, primary-key changes and TOAST
+# rewrites runs on the source on both tables; at seeded random points of the
+# copy a process of the destination is killed: the postmaster and its
+# stragglers, the helper or the pipeline worker with SIGKILL (the postmaster
+# restarts every process), the helper with SIGTERM (it fails alone: the
+# worker restarts its session).  The destination starts with stale rows and
 # rows the source lacks.  Afterwards:
 #   - the watermark reaches the last source commit and the mirror's content
 #     hash equals the source's for both tables (provenance columns aside);
@@ -12,8 +16,11 @@
 #     versions written (insert, update) at the destination strictly increase
 #     -- a chunk row written over a newer streamed one, or a change applied
 #     twice, would repeat or lower one; rows the source lacks are deleted once;
-#   - while it ran: status catching_up, stat_snapshot_tables per-table rows
-#     and state, event=snapshot.progress at most every 10 s per copier;
+#   - while it ran (big2's second chunk held at a destination gate in the
+#     helper's transaction): both tables copying with their rows in
+#     stat_snapshot_tables, status catching_up, phase copying, and nothing
+#     streamed meanwhile; event=snapshot.progress at most every 10 s per
+#     copier;
 #   - the attempt is complete, every table copied, no window left open.
 #
 # Seed: ASH_SEED (default: time), printed.  ASH_LONG=1: 1,000,000 rows in the
@@ -35,7 +42,7 @@ diag "065_snapshot_incremental seed $seed";
 my $long   = $ENV{ASH_LONG} ? 1 : 0;
 my $rows1  = $long ? 1_000_000 : 60_000;
 my $rows2  = $long ? 200_000 : 20_000;
-my $kills  = $long ? 5 : 2;
+my $kills  = $long ? 8 : 4;
 my $sink   = 'incr';
 my $DB     = $AshTest::DB;
 
@@ -59,6 +66,8 @@ INSERT INTO big1 SELECT g, g % 97, md5(g::text), 0, CASE WHEN g % 2000 = 0 THEN 
   FROM generate_series(1, $rows1) g;
 INSERT INTO big2 SELECT g % 100, g / 100, md5((-g)::text), 0, CASE WHEN g % 3000 = 0 THEN repeat(md5(g::text), 150) END
   FROM generate_series(1, $rows2) g;
+-- a key no statement of the workload touches: the gate below holds it
+INSERT INTO big2 VALUES (3, 500000, 'gate', 0, NULL);
 ANALYZE big1; ANALYZE big2;
 CREATE PUBLICATION pub_incr FOR TABLE big1, big2;
 });
@@ -147,6 +156,10 @@ for my $x (1 .. $xacts)
 	$script .= "SELECT pg_sleep(0.05);\n" if $x % 3 == 0;
 }
 
+# big2's key (3, 500000) follows 800 rows: in its second chunk, which the
+# helper writes (the pipeline worker writes big1's until big1 is copied)
+my $gate = AshTest::close_gate($dst, 'big2', undef, 6565, where => 'NEW.a = 3 AND NEW.b = 500000');
+
 AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_incr', marker => 0,
 	maps => [ [ 'big1', snapshot_provenance => 'true' ], [ 'big2', snapshot_provenance => 'true' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500, max_pending_chunks => 4");
@@ -154,31 +167,71 @@ $dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$sink', '2 min')");
 
 my $w = AshTest::start_workload($src, $script, timeout => 900);
 
-# while the copy runs (one moment where all three hold): a table copying
-# with its rows in stat_snapshot_tables, status catching_up, phase copying
+# while the copy runs: the helper's chunk of big2 waits at the gate, the
+# worker waits for it (fork-join): both tables copying with their rows,
+# status catching_up, phase copying, and the stream applies nothing
+ok(AshTest::gate_waiting($dst, 6565), "big2's second chunk waits at the gate");
+is(q_dst("SELECT string_agg(backend_type, ',') FROM pg_stat_activity"
+	  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"),
+	'ash_replicant snapshot', 'the writer held at the gate is the helper');
 ok(AshTest::poll($dst,
-	"SELECT (SELECT count(*) FROM ash_replicant.stat_snapshot_tables WHERE sink_name = '$sink'"
-	  . "   AND state = 'copying' AND rows_copied > 0) = 1"
+	"SELECT (SELECT string_agg(source_table, ',' ORDER BY source_table) FROM ash_replicant.stat_snapshot_tables"
+	  . "   WHERE sink_name = '$sink' AND state = 'copying' AND rows_copied > 0) = 'big1,big2'"
 	  . " AND (SELECT state FROM ash_replicant_status('$sink')) = 'catching_up'"
 	  . " AND (SELECT snapshot_phase FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink') = 'copying'"),
-	'while the copy runs: a table copying with its rows, status catching_up, phase copying');
-
-# faults at seeded progress points, in increasing order (spread over the copy)
-my $faults = 0;
-my @points = sort { $a <=> $b } map { int(rand(($rows1 + $rows2) * 0.8)) } 1 .. $kills;
-for my $i (1 .. $kills)
+	'while the copy runs: both tables copying with their rows, status catching_up, phase copying');
 {
-	my $at = $points[ $i - 1 ];
+	my $wm = AshTest::checkpoint_lsn($dst, $sink);
+	my (undef, $end) = AshTest::commit_tracked($src, "UPDATE big1 SET n = n + 1 WHERE id = 1");
+	AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$end'");
+	is(AshTest::checkpoint_lsn($dst, $sink), $wm, 'nothing streamed is applied while the chunks are in flight');
+}
+AshTest::open_gate($gate, 6565);
+
+# faults at seeded progress points, in increasing order: the helper's while
+# big2 is being copied (at most a third of it, both tables advance a chunk
+# at a time), the others spread over the copy
+sub process_pid
+{
+	my ($type) = @_;
+	return q_dst("SELECT coalesce(min(pid), 0) FROM pg_stat_activity WHERE backend_type = '$type'");
+}
+my @kinds = map { (qw(helper_kill worker_kill helper_term postmaster))[ $_ % 4 ] } 0 .. $kills - 1;
+my @faults_at = sort { $a->[0] <=> $b->[0] }
+  map { [ $_ =~ /^helper/ ? 1000 + int(rand($rows2 * 0.6)) : int(rand(($rows1 + $rows2) * 0.8)), $_ ] } @kinds;
+my ($faults, $helper_faults) = (0, 0);
+for my $f (@faults_at)
+{
+	my ($at, $kind) = @$f;
 	AshTest::poll($dst,
 		"SELECT coalesce(sum(rows_copied), 0) > $at OR bool_and(state = 'copied') FROM ash_replicant.snapshot_tables",
 		't');
 	my $phase = q_dst("SELECT coalesce(snapshot_phase, '') FROM ash_replicant.checkpoints");
-	note "fault $i at >$at rows (phase $phase): destination kill -9";
 	last if $phase eq 'complete';
-	AshTest::crash_restart($dst);
+	if ($kind eq 'postmaster')
+	{
+		note "fault at >$at rows: destination kill -9";
+		AshTest::crash_restart($dst);
+		$faults++;
+		next;
+	}
+	my $type = $kind eq 'worker_kill' ? 'ash_replicant pipeline' : 'ash_replicant snapshot';
+	# the helper of this session (started again after each fault)
+	AshTest::poll($dst, "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = '$type'"
+		  . " OR (SELECT state FROM ash_replicant.snapshot_tables WHERE source_table = 'big2') = 'copied'");
+	my $pid = process_pid($type);
+	note "fault at >$at rows: $kind of pid $pid";
+	next unless $pid;
+	usleep(int(rand(200_000)));	# anywhere in a round
+	kill($kind eq 'helper_term' ? 'TERM' : 'KILL', $pid);
 	$faults++;
+	$helper_faults++ if $kind =~ /^helper/;
+	# back up (after a SIGKILL the postmaster restarts every process)
+	AshTest::poll($dst, "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ash_replicant pipeline'"
+		  . " AND pid <> $pid");
 }
-diag "ash-proof: faults_injected=$faults seed=$seed";
+diag "ash-proof: faults_injected=$faults helper_faults=$helper_faults seed=$seed";
+ok($helper_faults >= 2, "the helper was killed in the middle of its copy ($helper_faults times)");
 
 ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints", 't',
 	timeout => $long ? 1800 : 300), 'the incremental attempt completes');
