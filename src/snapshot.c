@@ -2942,6 +2942,15 @@ incr_helper_ended(void)
 	incr_helper_stop(true);
 	if (c.end == ASH_COPIER_DONE)
 		return;
+	if (c.end == ASH_COPIER_RUNNING)
+	{
+		/* terminated (SIGTERM): retried as a shutdown, not an apply error */
+		ash_apply_errctx.command = "snapshot";
+		ash_apply_errctx.relation = NULL;
+		ereport(ERROR,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("ash_replicant: the incremental snapshot helper was terminated")));
+	}
 	raise_helper_end(&c);
 }
 
@@ -3349,7 +3358,6 @@ incr_helper_serve(void)
 		for (int i = 0; i < HELPER()->nxip; i++)
 			HELPER()->xip[i] = c.snap.xip[i];
 		HELPER()->high_lsn = c.high_lsn;
-		snap_slot->copiers[INCR_HELPER_INDEX].rows = 0;
 		SpinLockRelease(&snap_slot->mutex);
 		helper_set_state(ASH_INCR_HELPER_READY, false);
 

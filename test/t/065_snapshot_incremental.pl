@@ -47,7 +47,7 @@ my $sink   = 'incr';
 my $DB     = $AshTest::DB;
 
 my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
-	dst_conf => "ash_replicant.keyring_file = 'keyring'\n");
+	dst_conf => "ash_replicant.keyring_file = 'keyring'\nrestart_after_crash = on\n");
 AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(21));
 
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
@@ -179,11 +179,13 @@ ok(AshTest::poll($dst,
 	  . "   WHERE sink_name = '$sink' AND state = 'copying' AND rows_copied > 0) = 'big1,big2'"
 	  . " AND (SELECT state FROM ash_replicant_status('$sink')) = 'catching_up'"
 	  . " AND (SELECT snapshot_phase FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink') = 'copying'"),
-	'while the copy runs: both tables copying with their rows, status catching_up, phase copying');
+	'while the copy runs: both tables copying with their rows, status catching_up, phase copying')
+  or diag q_dst("SELECT * FROM ash_replicant.stat_snapshot_tables");
 {
+	# the workload commits meanwhile; the worker waits for the helper's commit
 	my $wm = AshTest::checkpoint_lsn($dst, $sink);
-	my (undef, $end) = AshTest::commit_tracked($src, "UPDATE big1 SET n = n + 1 WHERE id = 1");
-	AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$end'");
+	AshTest::poll($src, "SELECT pg_current_wal_lsn() > '$wm'::pg_lsn + 100000");
+	usleep(500_000);
 	is(AshTest::checkpoint_lsn($dst, $sink), $wm, 'nothing streamed is applied while the chunks are in flight');
 }
 AshTest::open_gate($gate, 6565);
@@ -217,7 +219,7 @@ for my $f (@faults_at)
 	}
 	my $type = $kind eq 'worker_kill' ? 'ash_replicant pipeline' : 'ash_replicant snapshot';
 	# the helper of this session (started again after each fault)
-	AshTest::poll($dst, "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = '$type'"
+	AshTest::poll($dst, "SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = '$type') = 1"
 		  . " OR (SELECT state FROM ash_replicant.snapshot_tables WHERE source_table = 'big2') = 'copied'");
 	my $pid = process_pid($type);
 	note "fault at >$at rows: $kind of pid $pid";
