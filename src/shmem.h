@@ -108,6 +108,7 @@ typedef enum AshIncrHelperState
 	ASH_INCR_HELPER_WRITE,		/* worker: write and commit it */
 	ASH_INCR_HELPER_DROP,		/* worker: throw it away */
 	ASH_INCR_HELPER_COMMITTED,	/* helper: committed */
+	ASH_INCR_HELPER_STOP,		/* worker: no chunk left for it, exit */
 	ASH_INCR_HELPER_ENDED		/* helper: gone (copiers[1].end says how) */
 } AshIncrHelperState;
 

@@ -2866,6 +2866,12 @@ incr_helper_stop(bool wait)
 	{
 		pid_t		pid;
 
+		if (!wait && snap_slot != NULL && helper_state() == ASH_INCR_HELPER_IDLE)
+		{
+			/* between chunks: it exits by itself, its origin dropped */
+			helper_set_state(ASH_INCR_HELPER_STOP, true);
+			return;
+		}
 		TerminateBackgroundWorker(incr_helper);
 		if (!wait)
 			return;
@@ -2966,10 +2972,11 @@ incr_helper_idle(void)
 	s = helper_state();
 	if (s == ASH_INCR_HELPER_IDLE)
 		return true;
-	if (s == ASH_INCR_HELPER_ENDED ||
-		(s == ASH_INCR_HELPER_OFF &&
-		 GetBackgroundWorkerPid(incr_helper, &pid) == BGWH_STOPPED))
+	if (s == ASH_INCR_HELPER_ENDED)
 		incr_helper_ended();
+	else if (s == ASH_INCR_HELPER_OFF &&
+			 GetBackgroundWorkerPid(incr_helper, &pid) == BGWH_STOPPED)
+		incr_helper_stop(true); /* gone before it served: the worker goes alone */
 	return false;
 }
 
@@ -3085,6 +3092,9 @@ incr_helper_committed(SnapTable *st, char **lo, const AshIncrSnapshot *snap,
 				 quote_qualified_identifier(st->nspname, st->relname));
 	ash_incr_chunk_committed(st->nspname, st->relname, hi, done, chunks, lo, hi, snap,
 							 high_lsn);
+	/* its window row, kept in snapshot_windows too */
+	if (!XLogRecPtrIsInvalid(incr_kept_low))
+		incr_kept_low = Min(incr_kept_low, high_lsn);
 	table_progress(st, INCR_HELPER_INDEX, chunks, rows, done, incr_helper_drops);
 	if (done)
 		incr_helper_drops = 0;
@@ -3283,6 +3293,8 @@ incr_helper_serve(void)
 		chunks = HELPER()->chunks;
 		ahead_ok = HELPER()->ahead_ok;
 		SpinLockRelease(&snap_slot->mutex);
+		if (s == ASH_INCR_HELPER_STOP)
+			return;
 		if (s != ASH_INCR_HELPER_READ)
 		{
 			if (s == ASH_INCR_HELPER_DROP)
@@ -3497,6 +3509,12 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 
 		helper_set_state(ASH_INCR_HELPER_IDLE, false);
 		incr_helper_serve();
+		ash_conn_close(incr_conn);
+		incr_conn = NULL;
+		copier_drop_origin(sink_name, index);
+		SpinLockAcquire(&slot->mutex);
+		slot->copiers[index].end = ASH_COPIER_DONE;
+		SpinLockRelease(&slot->mutex);
 	}
 	PG_CATCH();
 	{
