@@ -172,7 +172,7 @@ typedef struct AshPipelineSlot
 	char		snapshot_name[64];
 	XLogRecPtr	snapshot_lsn;
 	AshCopier	copiers[ASH_SNAPSHOT_COPIERS_MAX];
-	AshIncrHelper incr_helper;
+	AshIncrHelper incr_helpers[ASH_SNAPSHOT_COPIERS_MAX];	/* [copier] */
 
 	/*
 	 * Crash-loop guard (pipeline.c): what the worker is applying.  Written

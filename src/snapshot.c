@@ -1797,10 +1797,11 @@ static bool incr_prepared = false;	/* the statement exists on incr_conn */
 static XLogRecPtr incr_kept_low = InvalidXLogRecPtr;
 
 /* The incremental helper (tables in parallel, below). */
-static BackgroundWorkerHandle *incr_helper = NULL;	/* started this session */
-static bool incr_helper_refused = false;	/* no worker slot: alone */
-static bool incr_helper_ahead_ok = false;	/* its read-ahead may be used */
-static int64 incr_helper_drops = 0; /* its chunks read and dropped */
+static BackgroundWorkerHandle *incr_helpers[ASH_SNAPSHOT_COPIERS_MAX];	/* [1..]: started */
+static bool incr_helper_gone[ASH_SNAPSHOT_COPIERS_MAX]; /* stopped this session */
+static bool incr_helpers_refused = false;	/* no more helpers this session */
+static bool incr_helper_ahead_ok[ASH_SNAPSHOT_COPIERS_MAX];	/* read-ahead usable */
+static int64 incr_helper_drops[ASH_SNAPSHOT_COPIERS_MAX];	/* chunks read, dropped */
 
 static void drop_ahead(void);
 
@@ -1907,8 +1908,9 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	 * not, is then final when the attempt is read.
 	 */
 	incr_helper_stop(true);
-	incr_helper_refused = false;
-	incr_helper_drops = 0;
+	incr_helpers_refused = false;
+	memset(incr_helper_gone, 0, sizeof(incr_helper_gone));
+	memset(incr_helper_drops, 0, sizeof(incr_helper_drops));
 	if (incr_conn != NULL)
 		ash_conn_close(incr_conn);
 	incr_conn = NULL;
@@ -2757,7 +2759,7 @@ chunk_write(IncrChunk *c, bool worker)
 	(void) ash_apply_snapshot_commit();
 }
 
-/* A table's chunk committed (by the worker or the helper): into the totals. */
+/* A table's chunk committed (by the worker or a helper): into the totals. */
 static void
 table_progress(SnapTable *st, int copier, int64 chunk_no, int64 rows, bool done,
 			   int64 rereads)
@@ -2767,24 +2769,40 @@ table_progress(SnapTable *st, int copier, int64 chunk_no, int64 rows, bool done,
 	if (done)
 	{
 		st->copied = true;
-		if (!ash_incr_active())
-			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
 		publish_copied_at(copier, st->rows);
 		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT " chunks=" INT64_FORMAT " rereads=" INT64_FORMAT,
+				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s copier=%d rows=" INT64_FORMAT " chunks=" INT64_FORMAT " rereads=" INT64_FORMAT,
 						snap_cfg->sink_name, quote_qualified_identifier(st->nspname, st->relname),
-						st->rows, chunk_no, rereads)));
-		if (!ash_incr_active())
-		{
-			publish_attempt(incr_attempt, false);
-			ereport(LOG,
-					(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
-							snap_cfg->sink_name, list_length(incr_attempt->tables))));
-		}
+						copier, st->rows, chunk_no, rereads)));
 	}
 	else
 		publish_table_at(copier, st->nspname, st->relname, st->rows,
 						 st->has_estimate ? st->estimate : -1);
+}
+
+/*
+ * Every table copied: the attempt is complete (recorded: by the last
+ * table's chunk transaction; otherwise here, in its own transaction -- the
+ * last tables' chunks were committed in one round, or a session ended
+ * between the last chunk and completion).
+ */
+static void
+incr_attempt_completed(bool recorded)
+{
+	if (incr_attempt->phase == ASH_SNAPSHOT_COMPLETE)
+		return;
+	if (!recorded)
+	{
+		catalog_begin();
+		(void) read_attempt();
+		incr_complete();
+		catalog_end();
+	}
+	incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
+	publish_attempt(incr_attempt, false);
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
+					snap_cfg->sink_name, list_length(incr_attempt->tables))));
 }
 
 /* The worker's own chunk committed: now the stream judges by it. */
@@ -2797,118 +2815,131 @@ chunk_committed(IncrChunk *c)
 }
 
 /* ---------------------------------------------------------------------
- * Tables in parallel: the incremental helper.
+ * Tables in parallel: the incremental helpers.
  *
- * With ash_replicant.snapshot_workers of 2 or more and two tables left to
- * copy, the pipeline worker starts one helper (a background worker with
- * a source connection and a replication origin of its own, as a v1
- * helper copier) and copies by fork-join: it asks the helper for the next
- * chunk of the second table left, reads the next chunk of the first, and
- * once the helper read its chunk it judges both snapshots (fact 2 of
- * docs/snapshots.md) against what the stream delivered; when both pass,
- * the helper writes and commits its chunk while the worker writes and
- * commits its own, and the worker waits for the helper's commit before it
- * applies anything more from the stream.  The stream thus delivers
- * nothing between either chunk's check and its commit, and the worker's
- * judgment of the stream (cursors, windows) takes the helper's chunk
- * from the catalog row the helper committed.  When a snapshot does not
- * pass, the helper's chunk is dropped and the worker goes on alone.
+ * With ash_replicant.snapshot_workers of N >= 2 and two tables or more left
+ * to copy, the pipeline worker starts up to N - 1 helpers (background
+ * workers with a source connection and a replication origin of their own,
+ * as v1's helper copiers) and copies by fork-join: it asks helper i for the
+ * next chunk of the table after i others left, reads the next chunk of the
+ * first, and once the helpers read theirs it judges every snapshot (fact 2
+ * of docs/snapshots.md) against what the stream delivered: the helpers'
+ * first, without forgetting anything, then its own.  A helper whose chunk
+ * passes writes and commits it while the worker writes and commits its
+ * own; one whose chunk does not pass drops it.  The worker waits for every
+ * helper's commit before it applies anything more from the stream: the
+ * stream delivers nothing between any chunk's check and its commit, and
+ * the worker's judgment of the stream (cursors, windows) takes each
+ * helper's chunk from the catalog row the helper committed.
+ *
+ * A noted transaction is forgotten only by the worker's own check; a
+ * helper's read-ahead (sent after its chunk arrived) is used only when its
+ * chunk was written in the last round that checked anything: that chunk's
+ * snapshot showed every transaction noted then, so its read-ahead does.
  *
  * A helper that fails (or vanishes) fails the worker's session; the next
- * session waits until the helper is gone before it reads where each table
- * stands, so no chunk is half-known: each table resumes from its committed
- * cursor.
+ * session waits until the helpers are gone before it reads where each
+ * table stands, so no chunk is half-known: each table resumes from its
+ * committed cursor.
  * ---------------------------------------------------------------------
  */
-#define INCR_HELPER_INDEX 1
 #define INCR_HELPER_WAIT_MS 100
 
-
-/* The helper's shared state (the slot's mutex held by the caller). */
-#define HELPER() (&snap_slot->incr_helper)
+/* Helper i's shared state (the slot's mutex held by the caller). */
+#define HELPER(i) (&snap_slot->incr_helpers[(i)])
 
 static AshIncrHelperState
-helper_state(void)
+helper_state(int i)
 {
 	AshIncrHelperState s;
 
 	SpinLockAcquire(&snap_slot->mutex);
-	s = HELPER()->state;
+	s = HELPER(i)->state;
 	SpinLockRelease(&snap_slot->mutex);
 	return s;
 }
 
-/* Move the helper's state and wake the other side. */
+/* Move helper i's state and wake the other side. */
 static void
-helper_set_state(AshIncrHelperState s, bool to_helper)
+helper_set_state(int i, AshIncrHelperState s, bool to_helper)
 {
 	Latch	   *latch;
 
 	SpinLockAcquire(&snap_slot->mutex);
-	HELPER()->state = s;
-	latch = to_helper ? HELPER()->helper_latch : HELPER()->worker_latch;
+	HELPER(i)->state = s;
+	latch = to_helper ? HELPER(i)->helper_latch : HELPER(i)->worker_latch;
 	SpinLockRelease(&snap_slot->mutex);
 	if (latch != NULL)
 		SetLatch(latch);
 }
 
 /*
- * Stop the helper (a session ends, or fewer than two tables are left; it
- * is not started again this session).  wait: until it is gone, so that
- * its chunk, committed or not, is final; otherwise the next session
- * waits.
+ * Stop helper i (its table is no longer among those it would copy; it is
+ * not started again this session).  Between chunks it exits by itself,
+ * dropping its origin; otherwise it is terminated.  wait: until it is
+ * gone, so that its chunk, committed or not, is final.
  */
 static void
-incr_helper_stop(bool wait)
+incr_helper_stop_one(int i, bool wait)
 {
-	incr_helper_refused = true;
-	if (incr_helper != NULL)
+	incr_helper_gone[i] = true;
+	if (incr_helpers[i] != NULL)
 	{
 		pid_t		pid;
 
-		if (!wait && snap_slot != NULL && helper_state() == ASH_INCR_HELPER_IDLE)
-		{
-			/* between chunks: it exits by itself, its origin dropped */
-			helper_set_state(ASH_INCR_HELPER_STOP, true);
-			return;
-		}
-		TerminateBackgroundWorker(incr_helper);
+		if (!wait && snap_slot != NULL && helper_state(i) == ASH_INCR_HELPER_IDLE)
+			helper_set_state(i, ASH_INCR_HELPER_STOP, true);
+		else
+			TerminateBackgroundWorker(incr_helpers[i]);
 		if (!wait)
 			return;
-		if (GetBackgroundWorkerPid(incr_helper, &pid) != BGWH_POSTMASTER_DIED)
-			(void) WaitForBackgroundWorkerShutdown(incr_helper);
-		pfree(incr_helper);
-		incr_helper = NULL;
+		if (GetBackgroundWorkerPid(incr_helpers[i], &pid) != BGWH_POSTMASTER_DIED)
+			(void) WaitForBackgroundWorkerShutdown(incr_helpers[i]);
+		pfree(incr_helpers[i]);
+		incr_helpers[i] = NULL;
 	}
 	if (snap_slot != NULL)
 	{
 		SpinLockAcquire(&snap_slot->mutex);
-		memset(&snap_slot->incr_helper, 0, sizeof(AshIncrHelper));
-		memset(&snap_slot->copiers[INCR_HELPER_INDEX], 0, sizeof(AshCopier));
+		memset(HELPER(i), 0, sizeof(AshIncrHelper));
+		memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
 		SpinLockRelease(&snap_slot->mutex);
 	}
-	incr_helper_ahead_ok = false;
+	incr_helper_ahead_ok[i] = false;
 }
 
-/* Start the helper, once a session, when two tables are left to copy. */
+/*
+ * Stop every helper (a session ends or fails); none is started again this
+ * session.  wait: until they are gone (the next session waits otherwise).
+ */
 static void
-incr_helper_start(void)
+incr_helper_stop(bool wait)
+{
+	incr_helpers_refused = true;
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (wait || (incr_helpers[i] != NULL && !incr_helper_gone[i]))
+			incr_helper_stop_one(i, wait);
+}
+
+/* Start helper i, once a session. */
+static void
+incr_helper_start(int i)
 {
 	BackgroundWorker w;
 	int			slotno;
 	int64		generation;
-	int32		index = INCR_HELPER_INDEX;
+	int32		index = i;
 	pid_t		coordinator = MyProcPid;
 
-	if (incr_helper != NULL || incr_helper_refused || snap_slot == NULL ||
-		ash_snapshot_workers < 2)
+	if (incr_helpers[i] != NULL || incr_helper_gone[i] || incr_helpers_refused ||
+		snap_slot == NULL)
 		return;
 	slotno = snap_slot - AshShmem->slots;
 	SpinLockAcquire(&snap_slot->mutex);
-	memset(&snap_slot->copiers[INCR_HELPER_INDEX], 0, sizeof(AshCopier));
-	memset(HELPER(), 0, sizeof(AshIncrHelper));
-	HELPER()->state = ASH_INCR_HELPER_OFF;
-	HELPER()->worker_latch = MyLatch;
+	memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
+	memset(HELPER(i), 0, sizeof(AshIncrHelper));
+	HELPER(i)->state = ASH_INCR_HELPER_OFF;
+	HELPER(i)->worker_latch = MyLatch;
 	SpinLockRelease(&snap_slot->mutex);
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
 	generation = snap_slot->generation;
@@ -2921,31 +2952,31 @@ incr_helper_start(void)
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
-		/* no worker slot free: the worker copies alone */
-		if (!RegisterDynamicBackgroundWorker(&w, &incr_helper))
+		/* no worker slot free: the tables are copied by fewer */
+		if (!RegisterDynamicBackgroundWorker(&w, &incr_helpers[i]))
 		{
-			incr_helper = NULL;
-			incr_helper_refused = true;
+			incr_helpers[i] = NULL;
+			incr_helpers_refused = true;
 		}
 		MemoryContextSwitchTo(old);
 	}
 }
 
 /*
- * How the helper ended, raised as the worker's own error: never a hang,
- * never a chunk the worker is unsure of.  An ended helper without a
- * failure (no replication origin free for it) leaves the copy to the
- * worker.
+ * How helper i ended, raised as the worker's own error: never a hang,
+ * never a chunk the worker is unsure of.  A helper that ended without a
+ * failure (no replication origin free for it) leaves its share to the
+ * others.
  */
 static void
-incr_helper_ended(void)
+incr_helper_ended(int i)
 {
 	AshCopier	c;
 
 	SpinLockAcquire(&snap_slot->mutex);
-	memcpy(&c, &snap_slot->copiers[INCR_HELPER_INDEX], sizeof(AshCopier));
+	memcpy(&c, &snap_slot->copiers[i], sizeof(AshCopier));
 	SpinLockRelease(&snap_slot->mutex);
-	incr_helper_stop(true);
+	incr_helper_stop_one(i, true);
 	if (c.end == ASH_COPIER_DONE)
 		return;
 	if (c.end == ASH_COPIER_RUNNING)
@@ -2955,51 +2986,51 @@ incr_helper_ended(void)
 		ash_apply_errctx.relation = NULL;
 		ereport(ERROR,
 				(errcode(ERRCODE_ADMIN_SHUTDOWN),
-				 errmsg("ash_replicant: the incremental snapshot helper was terminated")));
+				 errmsg("ash_replicant: an incremental snapshot helper was terminated")));
 	}
 	raise_helper_end(&c);
 }
 
-/* Is the helper there and waiting for a chunk? */
+/* Is helper i there and waiting for a chunk? */
 static bool
-incr_helper_idle(void)
+incr_helper_idle(int i)
 {
 	pid_t		pid;
 	AshIncrHelperState s;
 
-	if (incr_helper == NULL || incr_helper_refused)
+	if (incr_helpers[i] == NULL || incr_helper_gone[i] || incr_helpers_refused)
 		return false;
-	s = helper_state();
+	s = helper_state(i);
 	if (s == ASH_INCR_HELPER_IDLE)
 		return true;
 	if (s == ASH_INCR_HELPER_ENDED)
-		incr_helper_ended();
+		incr_helper_ended(i);
 	else if (s == ASH_INCR_HELPER_OFF &&
-			 GetBackgroundWorkerPid(incr_helper, &pid) == BGWH_STOPPED)
-		incr_helper_stop(true); /* gone before it served: the worker goes alone */
+			 GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED)
+		incr_helper_stop_one(i, true);	/* gone before it served */
 	return false;
 }
 
-/* Wait until the helper's state is want; an ended helper raises. */
+/* Wait until helper i's state is want; an ended helper raises. */
 static void
-incr_helper_wait(AshIncrHelperState want)
+incr_helper_wait(int i, AshIncrHelperState want)
 {
 	for (;;)
 	{
-		AshIncrHelperState s = helper_state();
+		AshIncrHelperState s = helper_state(i);
 		pid_t		pid;
 
 		if (s == want)
 			return;
 		if (s == ASH_INCR_HELPER_ENDED ||
-			GetBackgroundWorkerPid(incr_helper, &pid) == BGWH_STOPPED)
+			GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED)
 		{
-			if (helper_state() == want)
+			if (helper_state(i) == want)
 				return;
-			incr_helper_ended();
+			incr_helper_ended(i);
 			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("ash_replicant: the incremental snapshot helper ended in a chunk")));
+					(errcode(ERRCODE_ADMIN_SHUTDOWN),
+					 errmsg("ash_replicant: an incremental snapshot helper ended in a chunk")));
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
@@ -3008,45 +3039,45 @@ incr_helper_wait(AshIncrHelperState want)
 	}
 }
 
-/* Ask the helper for the next chunk of st. */
+/* Ask helper i for the next chunk of st. */
 static void
-incr_helper_request(SnapTable *st)
+incr_helper_request(int i, SnapTable *st)
 {
 	SpinLockAcquire(&snap_slot->mutex);
-	strlcpy(HELPER()->schema, st->nspname, NAMEDATALEN);
-	strlcpy(HELPER()->table, st->relname, NAMEDATALEN);
-	HELPER()->chunks = st->chunks;
-	HELPER()->ahead_ok = incr_helper_ahead_ok;
+	strlcpy(HELPER(i)->schema, st->nspname, NAMEDATALEN);
+	strlcpy(HELPER(i)->table, st->relname, NAMEDATALEN);
+	HELPER(i)->chunks = st->chunks;
+	HELPER(i)->ahead_ok = incr_helper_ahead_ok[i];
 	SpinLockRelease(&snap_slot->mutex);
-	helper_set_state(ASH_INCR_HELPER_READ, true);
+	helper_set_state(i, ASH_INCR_HELPER_READ, true);
 }
 
-/* The snapshot of the helper's chunk (false: it holds too many xids). */
+/* The snapshot of helper i's chunk (false: it holds too many xids). */
 static bool
-incr_helper_snapshot(AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
+incr_helper_snapshot(int i, AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
 {
 	bool		ok;
 
 	SpinLockAcquire(&snap_slot->mutex);
-	ok = !HELPER()->overflow;
-	snap->xmin = HELPER()->xmin;
-	snap->xmax = HELPER()->xmax;
-	snap->nxip = ok ? HELPER()->nxip : 0;
+	ok = !HELPER(i)->overflow;
+	snap->xmin = HELPER(i)->xmin;
+	snap->xmax = HELPER(i)->xmax;
+	snap->nxip = ok ? HELPER(i)->nxip : 0;
 	snap->xip = palloc(sizeof(TransactionId) * Max(snap->nxip, 1));
-	for (int i = 0; i < snap->nxip; i++)
-		snap->xip[i] = HELPER()->xip[i];
-	*high_lsn = HELPER()->high_lsn;
+	for (int j = 0; j < snap->nxip; j++)
+		snap->xip[j] = HELPER(i)->xip[j];
+	*high_lsn = HELPER(i)->high_lsn;
 	SpinLockRelease(&snap_slot->mutex);
 	return ok;
 }
 
 /*
- * The helper committed its chunk of st (the next after the worker's
- * count): where the table stands now, from its catalog row, and the
- * chunk's window, for the stream's judgment.
+ * Helper i committed its chunk of st (the next after the worker's count):
+ * where the table stands now, from its catalog row, and the chunk's
+ * window, for the stream's judgment.
  */
 static void
-incr_helper_committed(SnapTable *st, char **lo, const AshIncrSnapshot *snap,
+incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *snap,
 					  XLogRecPtr high_lsn)
 {
 	Oid			types[2] = {TEXTOID, TEXTOID};
@@ -3080,11 +3111,11 @@ incr_helper_committed(SnapTable *st, char **lo, const AshIncrSnapshot *snap,
 	{
 		List	   *l = ash_text_array_to_list(d, false);
 		ListCell   *kc;
-		int			i = 0;
+		int			k = 0;
 
 		hi = palloc0(sizeof(char *) * Max(list_length(l), 1));
 		foreach(kc, l)
-			hi[i++] = lfirst(kc);
+			hi[k++] = lfirst(kc);
 	}
 	catalog_end();
 	if (chunks != st->chunks + 1 || done != (hi == NULL))
@@ -3095,9 +3126,9 @@ incr_helper_committed(SnapTable *st, char **lo, const AshIncrSnapshot *snap,
 	/* its window row, kept in snapshot_windows too */
 	if (!XLogRecPtrIsInvalid(incr_kept_low))
 		incr_kept_low = Min(incr_kept_low, high_lsn);
-	table_progress(st, INCR_HELPER_INDEX, chunks, rows, done, incr_helper_drops);
+	table_progress(st, i, chunks, rows, done, incr_helper_drops[i]);
 	if (done)
-		incr_helper_drops = 0;
+		incr_helper_drops[i] = 0;
 }
 
 static SnapTable *
@@ -3116,8 +3147,8 @@ attempt_table(const char *nspname, const char *relname)
 }
 
 /*
- * Copy the next chunk, when the configuration allows one now (with the
- * helper: the next chunks of two tables).  Runs between two source
+ * Copy the next chunk, when the configuration allows one now (with
+ * helpers: the next chunks of several tables).  Runs between two source
  * transactions of the stream (no batch open).
  */
 AshIncrStep
@@ -3126,37 +3157,31 @@ ash_snapshot_incremental_step(void)
 	char	   *nspname;
 	char	   *relname;
 	char	  **cursor;
-	char	   *nsp2;
-	char	   *rel2;
-	char	  **cursor2;
 	XLogRecPtr	lowest;
 	MemoryContext cxt = CurrentMemoryContext;
 	MemoryContext tcxt;
 	int			open;
-	SnapTable  *volatile st;
-	SnapTable  *volatile st2 = NULL;
+	int			nhelpers;
+	int			nasked = 0;
+	SnapTable  *st;
+	SnapTable  *hst[ASH_SNAPSHOT_COPIERS_MAX];
+	char	  **hcursor[ASH_SNAPSHOT_COPIERS_MAX];
+	Oid			htarget[ASH_SNAPSHOT_COPIERS_MAX];
+	AshIncrSnapshot hsnap[ASH_SNAPSHOT_COPIERS_MAX];
+	XLogRecPtr	hlsn[ASH_SNAPSHOT_COPIERS_MAX];
+	bool		hwrite[ASH_SNAPSHOT_COPIERS_MAX];
+	AshMapping *m1;
 	IncrChunk	c;
 	volatile AshIncrStep result = ASH_INCR_STEP_CHUNK;
+	volatile bool written = false;
+	volatile bool recorded = false;
 
 	if (incr_attempt == NULL)
 		return ASH_INCR_STEP_NONE;
 	if (!ash_incr_next_table(&nspname, &relname, &cursor))
 	{
-		if (incr_helper != NULL && !incr_helper_refused)
-			incr_helper_stop(false);
-		if (incr_attempt->phase != ASH_SNAPSHOT_COMPLETE)
-		{
-			/* a session ended between the last chunk and completion */
-			catalog_begin();
-			(void) read_attempt();
-			incr_complete();
-			catalog_end();
-			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
-			publish_attempt(incr_attempt, false);
-			ereport(LOG,
-					(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
-							snap_cfg->sink_name, list_length(incr_attempt->tables))));
-		}
+		incr_helper_stop(false);
+		incr_attempt_completed(false);
 		return ASH_INCR_STEP_NONE;
 	}
 	open = ash_incr_open_windows(&lowest);
@@ -3166,81 +3191,84 @@ ash_snapshot_incremental_step(void)
 	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(tcxt);
 	st = attempt_table(nspname, relname);
+	m1 = ash_config_find_mapping(snap_cfg, nspname, relname);
 
-	/* a second table, and room for two more windows: the helper's share */
-	if (ash_incr_pending_table(1, &nsp2, &rel2, &cursor2))
+	/*
+	 * Helper i copies the table after i others left, when there is room for
+	 * one more window and its target is not another chunk's.
+	 */
+	nhelpers = Min(ash_snapshot_workers, ASH_SNAPSHOT_COPIERS_MAX) - 1;
+	memset(hst, 0, sizeof(hst));
+	memset(hwrite, 0, sizeof(hwrite));
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 	{
-		AshMapping *m1 = ash_config_find_mapping(snap_cfg, nspname, relname);
-		AshMapping *m2 = ash_config_find_mapping(snap_cfg, nsp2, rel2);
+		char	   *n2;
+		char	   *r2;
+		AshMapping *m2;
 
-		incr_helper_start();
-		st2 = attempt_table(nsp2, rel2);
-		if (open + 2 > snap_cfg->max_pending_chunks || st2 == NULL || m1 == NULL ||
-			m2 == NULL || m1->target_relid == m2->target_relid || !incr_helper_idle())
-			st2 = NULL;
+		if (i > nhelpers || !ash_incr_pending_table(i, &n2, &r2, &hcursor[i]))
+		{
+			if (incr_helpers[i] != NULL && !incr_helper_gone[i])
+				incr_helper_stop_one(i, false);
+			continue;
+		}
+		incr_helper_start(i);
+		hst[i] = attempt_table(n2, r2);
+		m2 = ash_config_find_mapping(snap_cfg, n2, r2);
+		htarget[i] = m2 != NULL ? m2->target_relid : InvalidOid;
+		if (open + nasked + 2 > snap_cfg->max_pending_chunks || hst[i] == NULL ||
+			m1 == NULL || m2 == NULL || m1->target_relid == m2->target_relid)
+			hst[i] = NULL;
+		for (int j = 1; j < i && hst[i] != NULL; j++)
+			if (hst[j] != NULL && htarget[j] == htarget[i])
+				hst[i] = NULL;
+		if (hst[i] != NULL && !incr_helper_idle(i))
+			hst[i] = NULL;
+		if (hst[i] != NULL)
+			nasked++;
 	}
-	else if (incr_helper != NULL && !incr_helper_refused)
-		incr_helper_stop(false);
 
 	PG_TRY();
 	{
-		if (st2 != NULL)
-			incr_helper_request(st2);
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+			if (hst[i] != NULL)
+				incr_helper_request(i, hst[i]);
 		chunk_setup(&c, nspname, relname, cursor, st);
 		chunk_read(&c, true);
-		if (st2 != NULL)
+
+		/*
+		 * The helpers' chunks are checked first, without forgetting: a
+		 * chunk that passes is written (the stream delivers nothing before
+		 * its commit), one that does not is dropped and read afresh next
+		 * time.
+		 */
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 		{
-			AshIncrSnapshot snap2;
-			XLogRecPtr	high_lsn2;
-
-			incr_helper_wait(ASH_INCR_HELPER_READY);
-
-			/*
-			 * Both chunks pass fact 2 now, and nothing is delivered before
-			 * both committed.  The helper's is checked without forgetting
-			 * (what the worker's snapshot shows is forgotten after: the
-			 * helper's read-ahead was sent after its chunk arrived, so
-			 * its snapshot shows what the helper's chunk shows).
-			 */
-			if (incr_helper_snapshot(&snap2, &high_lsn2) &&
-				ash_incr_snapshot_shows_noted(&snap2) &&
-				ash_incr_snapshot_covers(&c.snap))
-			{
-				helper_set_state(ASH_INCR_HELPER_WRITE, true);
-				chunk_bounds(&c);
-				chunk_write(&c, true);
-				incr_helper_wait(ASH_INCR_HELPER_COMMITTED);
-				helper_set_state(ASH_INCR_HELPER_IDLE, false);
-				chunk_committed(&c);
-				incr_helper_committed(st2, cursor2, &snap2, high_lsn2);
-				incr_helper_ahead_ok = true;
-				st = NULL;		/* written */
-			}
-			else
-			{
-				/* the worker goes on alone; the helper reads afresh */
-				helper_set_state(ASH_INCR_HELPER_DROP, true);
-				incr_helper_ahead_ok = false;
-				incr_helper_drops++;
-			}
+			if (hst[i] == NULL)
+				continue;
+			incr_helper_wait(i, ASH_INCR_HELPER_READY);
+			hwrite[i] = incr_helper_snapshot(i, &hsnap[i], &hlsn[i]) &&
+				ash_incr_snapshot_shows_noted(&hsnap[i]);
+			if (!hwrite[i])
+				incr_helper_drops[i]++;
+			helper_set_state(i, hwrite[i] ? ASH_INCR_HELPER_WRITE : ASH_INCR_HELPER_DROP, true);
 		}
 
 		/*
-		 * Alone: the chunk read ahead may miss a transaction the stream
-		 * delivered since (it changed a key of this chunk, above the
-		 * cursor: the stream left it to the chunk and noted it); then it
-		 * is read again, at once.  Either way the check is made now, with
-		 * nothing delivered between it and this chunk's commit.  What it
-		 * forgets the helper's read-ahead may not show.
+		 * The worker's own chunk: one read ahead may miss a transaction the
+		 * stream delivered since (it changed a key of this chunk, above the
+		 * cursor: the stream left it to the chunk and noted it); then it is
+		 * read again, at once.  Either way the check is made now, with
+		 * nothing delivered between it and this chunk's commit.
 		 */
-		while (st != NULL)
+		for (;;)
 		{
-			incr_helper_ahead_ok = false;
 			if (ash_incr_snapshot_covers(&c.snap))
 			{
 				chunk_bounds(&c);
+				recorded = c.done && ash_incr_remaining() == 1;
 				chunk_write(&c, true);
-				chunk_committed(&c);
+				written = true;
 				break;
 			}
 			chunk_forget(&c);
@@ -3253,10 +3281,36 @@ ash_snapshot_incremental_step(void)
 			incr_rereads++;
 			chunk_read(&c, false);
 		}
+
+		/* what the worker forgot, a helper's read-ahead may not show */
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+			incr_helper_ahead_ok[i] = hwrite[i];
+
+		/* the helpers' commits, before anything more from the stream */
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		{
+			if (!hwrite[i])
+				continue;
+			incr_helper_wait(i, ASH_INCR_HELPER_COMMITTED);
+			helper_set_state(i, ASH_INCR_HELPER_IDLE, false);
+		}
+
+		/* committed: now the stream judges by them */
+		if (written)
+			chunk_committed(&c);
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		{
+			if (!hwrite[i])
+				continue;
+			incr_helper_committed(i, hst[i], hcursor[i], &hsnap[i], hlsn[i]);
+			result = ASH_INCR_STEP_CHUNK;
+		}
+		if (!ash_incr_active())
+			incr_attempt_completed(recorded);
 	}
 	PG_CATCH();
 	{
-		/* its chunk, committed or not, is read by the next session */
+		/* their chunks, committed or not, are read by the next session */
 		incr_helper_stop(false);
 		PG_RE_THROW();
 	}
@@ -3287,18 +3341,18 @@ incr_helper_serve(void)
 		MemoryContext tcxt;
 
 		SpinLockAcquire(&snap_slot->mutex);
-		s = HELPER()->state;
-		strlcpy(nspname, HELPER()->schema, NAMEDATALEN);
-		strlcpy(relname, HELPER()->table, NAMEDATALEN);
-		chunks = HELPER()->chunks;
-		ahead_ok = HELPER()->ahead_ok;
+		s = HELPER(my_copier)->state;
+		strlcpy(nspname, HELPER(my_copier)->schema, NAMEDATALEN);
+		strlcpy(relname, HELPER(my_copier)->table, NAMEDATALEN);
+		chunks = HELPER(my_copier)->chunks;
+		ahead_ok = HELPER(my_copier)->ahead_ok;
 		SpinLockRelease(&snap_slot->mutex);
 		if (s == ASH_INCR_HELPER_STOP)
 			return;
 		if (s != ASH_INCR_HELPER_READ)
 		{
 			if (s == ASH_INCR_HELPER_DROP)
-				helper_set_state(ASH_INCR_HELPER_IDLE, false);
+				helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
@@ -3363,19 +3417,19 @@ incr_helper_serve(void)
 		chunk_read(&c, ahead_ok);
 		chunk_bounds(&c);
 		SpinLockAcquire(&snap_slot->mutex);
-		HELPER()->xmin = c.snap.xmin;
-		HELPER()->xmax = c.snap.xmax;
-		HELPER()->overflow = c.snap.nxip > ASH_INCR_HELPER_XIP_MAX;
-		HELPER()->nxip = HELPER()->overflow ? 0 : c.snap.nxip;
-		for (int i = 0; i < HELPER()->nxip; i++)
-			HELPER()->xip[i] = c.snap.xip[i];
-		HELPER()->high_lsn = c.high_lsn;
+		HELPER(my_copier)->xmin = c.snap.xmin;
+		HELPER(my_copier)->xmax = c.snap.xmax;
+		HELPER(my_copier)->overflow = c.snap.nxip > ASH_INCR_HELPER_XIP_MAX;
+		HELPER(my_copier)->nxip = HELPER(my_copier)->overflow ? 0 : c.snap.nxip;
+		for (int i = 0; i < HELPER(my_copier)->nxip; i++)
+			HELPER(my_copier)->xip[i] = c.snap.xip[i];
+		HELPER(my_copier)->high_lsn = c.high_lsn;
 		SpinLockRelease(&snap_slot->mutex);
-		helper_set_state(ASH_INCR_HELPER_READY, false);
+		helper_set_state(my_copier, ASH_INCR_HELPER_READY, false);
 
 		for (;;)
 		{
-			s = helper_state();
+			s = helper_state(my_copier);
 			if (s == ASH_INCR_HELPER_WRITE || s == ASH_INCR_HELPER_DROP)
 				break;
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -3387,12 +3441,12 @@ incr_helper_serve(void)
 		if (s == ASH_INCR_HELPER_WRITE)
 		{
 			chunk_write(&c, false);
-			helper_set_state(ASH_INCR_HELPER_COMMITTED, false);
+			helper_set_state(my_copier, ASH_INCR_HELPER_COMMITTED, false);
 		}
 		else
 		{
 			chunk_forget(&c);
-			helper_set_state(ASH_INCR_HELPER_IDLE, false);
+			helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
 		}
 		MemoryContextSwitchTo(cxt);
 		MemoryContextDelete(tcxt);
@@ -3418,7 +3472,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots ||
-		index != INCR_HELPER_INDEX)
+		index < 1 || index >= ASH_SNAPSHOT_COPIERS_MAX)
 		proc_exit(0);
 	slot = &AshShmem->slots[slotno];
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
@@ -3434,8 +3488,10 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 
 	SpinLockAcquire(&slot->mutex);
 	slot->copiers[index].pid = MyProcPid;
-	slot->incr_helper.helper_latch = MyLatch;
+	slot->incr_helpers[index].helper_latch = MyLatch;
 	SpinLockRelease(&slot->mutex);
+	snap_slot = slot;			/* its state, also after a failure */
+	my_copier = index;
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	ash_worker_session_settings();
@@ -3470,7 +3526,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 			SpinLockAcquire(&slot->mutex);
 			slot->copiers[index].end = ASH_COPIER_DONE;
 			SpinLockRelease(&slot->mutex);
-			helper_set_state(ASH_INCR_HELPER_ENDED, false);
+			helper_set_state(my_copier, ASH_INCR_HELPER_ENDED, false);
 			proc_exit(0);
 		}
 		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
@@ -3507,7 +3563,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 		MemoryContextSwitchTo(old);
 		catalog_end();
 
-		helper_set_state(ASH_INCR_HELPER_IDLE, false);
+		helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
 		incr_helper_serve();
 		ash_conn_close(incr_conn);
 		incr_conn = NULL;
@@ -3519,7 +3575,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 	PG_CATCH();
 	{
 		copier_failed(slot, index, sink_name);
-		helper_set_state(ASH_INCR_HELPER_ENDED, false);
+		helper_set_state(my_copier, ASH_INCR_HELPER_ENDED, false);
 	}
 	PG_END_TRY();
 	proc_exit(0);
