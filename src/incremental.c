@@ -635,6 +635,17 @@ ash_incr_pending_table(int skip, char **nspname, char **relname, char ***cursor)
 	return false;
 }
 
+bool
+ash_incr_table_cursor(const char *nspname, const char *relname, char ***cursor)
+{
+	IncrTable  *t = find_table(nspname, relname);
+
+	if (t == NULL || t->done)
+		return false;
+	*cursor = t->started ? t->cursor_text : NULL;
+	return true;
+}
+
 int
 ash_incr_remaining(void)
 {

@@ -122,7 +122,10 @@ extern int	ash_incr_remaining(void);
 /* The next table to copy (NULL: none); its cursor (NULL: from the start). */
 extern bool ash_incr_next_table(char **nspname, char **relname, char ***cursor);
 
-/* The same, for the table after skip tables not yet copied. */
+/* Where a table not yet copied stands (false: copied, or not in the attempt). */
+extern bool ash_incr_table_cursor(const char *nspname, const char *relname, char ***cursor);
+
+/* The same as ash_incr_next_table, for the table after skip tables not yet copied. */
 extern bool ash_incr_pending_table(int skip, char **nspname, char **relname,
 								   char ***cursor);
 

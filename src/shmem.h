@@ -98,6 +98,7 @@ typedef struct AshCopier
  * after it moves the state.  Protected by the slot's mutex.
  */
 #define ASH_INCR_HELPER_XIP_MAX 1024
+#define ASH_INCR_HELPER_KEY_MAX 512
 
 typedef enum AshIncrHelperState
 {
@@ -129,6 +130,11 @@ typedef struct AshIncrHelper
 	bool		overflow;
 	uint32		xip[ASH_INCR_HELPER_XIP_MAX];
 	XLogRecPtr	high_lsn;
+	/* the chunk committed: its rows, the table's last, its largest key */
+	int64		nrows;
+	bool		done;
+	int			nkeys;			/* 0: the key did not fit, read the catalog */
+	char		hi[ASH_INCR_HELPER_KEY_MAX];	/* the key's texts, each NUL-ended */
 } AshIncrHelper;
 
 typedef enum AshSlotState

@@ -1803,6 +1803,15 @@ static bool incr_helpers_refused = false;	/* no more helpers this session */
 static bool incr_helper_ahead_ok[ASH_SNAPSHOT_COPIERS_MAX];	/* read-ahead usable */
 static int64 incr_helper_drops[ASH_SNAPSHOT_COPIERS_MAX];	/* chunks read, dropped */
 
+/*
+ * The table each copier copies (the worker's, helper i's): a copier keeps
+ * its table until it is copied (a target found empty at a table's first
+ * chunk is written without the upsert's fallback by the copier that found
+ * it), then takes the first table nobody copies.
+ */
+static SnapTable *incr_own_table = NULL;
+static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
+
 static void drop_ahead(void);
 
 static IncrKeyDesc *
@@ -1911,6 +1920,8 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_helpers_refused = false;
 	memset(incr_helper_gone, 0, sizeof(incr_helper_gone));
 	memset(incr_helper_drops, 0, sizeof(incr_helper_drops));
+	incr_own_table = NULL;
+	memset(incr_helper_table, 0, sizeof(incr_helper_table));
 	if (incr_conn != NULL)
 		ash_conn_close(incr_conn);
 	incr_conn = NULL;
@@ -3091,6 +3102,29 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 	TupleDesc	desc;
 	Datum		d;
 
+	/* as the helper said it (its key fitted in shared memory) */
+	SpinLockAcquire(&snap_slot->mutex);
+	if (HELPER(i)->nkeys > 0 || HELPER(i)->done)
+	{
+		const char *p = HELPER(i)->hi;
+
+		done = HELPER(i)->done;
+		rows = st->rows + HELPER(i)->nrows;
+		chunks = st->chunks + 1;
+		if (!done)
+		{
+			hi = palloc(sizeof(char *) * HELPER(i)->nkeys);
+			for (int k = 0; k < HELPER(i)->nkeys; k++)
+			{
+				hi[k] = pstrdup(p);
+				p += strlen(p) + 1;
+			}
+		}
+		SpinLockRelease(&snap_slot->mutex);
+		goto judged;
+	}
+	SpinLockRelease(&snap_slot->mutex);
+
 	values[0] = CStringGetTextDatum(st->nspname);
 	values[1] = CStringGetTextDatum(st->relname);
 	catalog_begin();
@@ -3121,6 +3155,7 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 	if (chunks != st->chunks + 1 || done != (hi == NULL))
 		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 				 quote_qualified_identifier(st->nspname, st->relname));
+judged:
 	ash_incr_chunk_committed(st->nspname, st->relname, hi, done, chunks, lo, hi, snap,
 							 high_lsn);
 	/* its window row, kept in snapshot_windows too */
@@ -3141,6 +3176,36 @@ attempt_table(const char *nspname, const char *relname)
 		SnapTable  *t = lfirst(lc);
 
 		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
+			return t;
+	}
+	return NULL;
+}
+
+/* Is t copied by a copier already? */
+static bool
+table_assigned(SnapTable *t)
+{
+	if (t == incr_own_table)
+		return true;
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (incr_helper_table[i] == t)
+			return true;
+	return false;
+}
+
+/* The first table not yet copied that no copier copies (NULL: none). */
+static SnapTable *
+unassigned_table(void)
+{
+	char	   *nspname;
+	char	   *relname;
+	char	  **cursor;
+
+	for (int k = 0; ash_incr_pending_table(k, &nspname, &relname, &cursor); k++)
+	{
+		SnapTable  *t = attempt_table(nspname, relname);
+
+		if (t != NULL && !table_assigned(t))
 			return t;
 	}
 	return NULL;
@@ -3190,33 +3255,67 @@ ash_snapshot_incremental_step(void)
 
 	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(tcxt);
-	st = attempt_table(nspname, relname);
+
+	/*
+	 * Each copier keeps its table until it is copied.  A helper that cannot
+	 * copy (not started, stopped, refused) keeps none; the worker takes a
+	 * helper's table when none is left for it.
+	 */
+	nhelpers = Min(ash_snapshot_workers, ASH_SNAPSHOT_COPIERS_MAX) - 1;
+	if (incr_own_table != NULL && incr_own_table->copied)
+		incr_own_table = NULL;
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (incr_helper_table[i] != NULL &&
+			(incr_helper_table[i]->copied || i > nhelpers || incr_helper_gone[i] ||
+			 incr_helpers_refused))
+			incr_helper_table[i] = NULL;
+	if (incr_own_table == NULL)
+		incr_own_table = unassigned_table();
+	for (int i = 1; incr_own_table == NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+	{
+		incr_own_table = incr_helper_table[i];
+		incr_helper_table[i] = NULL;
+	}
+	st = incr_own_table;
+	if (st == NULL || !ash_incr_table_cursor(st->nspname, st->relname, &cursor))
+		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
+				 quote_qualified_identifier(nspname, relname));
+	nspname = st->nspname;
+	relname = st->relname;
 	m1 = ash_config_find_mapping(snap_cfg, nspname, relname);
 
 	/*
-	 * Helper i copies the table after i others left, when there is room for
-	 * one more window and its target is not another chunk's.
+	 * Helper i copies its table in this round when there is room for one
+	 * more window and its target is not another chunk's.
 	 */
-	nhelpers = Min(ash_snapshot_workers, ASH_SNAPSHOT_COPIERS_MAX) - 1;
 	memset(hst, 0, sizeof(hst));
 	memset(hwrite, 0, sizeof(hwrite));
 	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 	{
-		char	   *n2;
-		char	   *r2;
 		AshMapping *m2;
 
-		if (i > nhelpers || !ash_incr_pending_table(i, &n2, &r2, &hcursor[i]))
+		if (i <= nhelpers && !incr_helper_gone[i] && !incr_helpers_refused &&
+			incr_helper_table[i] == NULL)
+			incr_helper_table[i] = unassigned_table();
+		if (incr_helper_table[i] == NULL)
 		{
 			if (incr_helpers[i] != NULL && !incr_helper_gone[i])
 				incr_helper_stop_one(i, false);
 			continue;
 		}
 		incr_helper_start(i);
-		hst[i] = attempt_table(n2, r2);
-		m2 = ash_config_find_mapping(snap_cfg, n2, r2);
+		if (incr_helpers_refused)
+		{
+			incr_helper_table[i] = NULL;
+			continue;
+		}
+		hst[i] = incr_helper_table[i];
+		if (!ash_incr_table_cursor(hst[i]->nspname, hst[i]->relname, &hcursor[i]))
+			ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
+					 quote_qualified_identifier(hst[i]->nspname, hst[i]->relname));
+		m2 = ash_config_find_mapping(snap_cfg, hst[i]->nspname, hst[i]->relname);
 		htarget[i] = m2 != NULL ? m2->target_relid : InvalidOid;
-		if (open + nasked + 2 > snap_cfg->max_pending_chunks || hst[i] == NULL ||
+		if (open + nasked + 2 > snap_cfg->max_pending_chunks ||
 			m1 == NULL || m2 == NULL || m1->target_relid == m2->target_relid)
 			hst[i] = NULL;
 		for (int j = 1; j < i && hst[i] != NULL; j++)
@@ -3320,6 +3419,10 @@ ash_snapshot_incremental_step(void)
 	return result;
 }
 
+/* A helper's last chunk committed: its table and where it ended. */
+static SnapTable *helper_last_table = NULL;
+static MemoryContext helper_last_cxt = NULL;
+
 /*
  * The incremental helper (a background worker the pipeline worker
  * started): read and write the chunks the worker asks for, one at a
@@ -3364,7 +3467,15 @@ incr_helper_serve(void)
 		tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
 		MemoryContextSwitchTo(tcxt);
 
-		/* where the table stands: its committed catalog row */
+		/*
+		 * Where the table stands: after its own chunk of this table, as it
+		 * committed it; otherwise from the table's committed catalog row.
+		 */
+		if (helper_last_table != NULL && strcmp(helper_last_table->nspname, nspname) == 0 &&
+			strcmp(helper_last_table->relname, relname) == 0 &&
+			helper_last_table->chunks == chunks)
+			st = helper_last_table;
+		else
 		{
 			Oid			types[2] = {TEXTOID, TEXTOID};
 			Datum		values[2];
@@ -3407,8 +3518,10 @@ incr_helper_serve(void)
 		}
 		if (incr_key_desc(nspname, relname) == NULL)
 		{
-			MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
+			MemoryContext old;
 
+			drop_ahead();		/* of another table: the connection is used */
+			old = MemoryContextSwitchTo(incr_session_cxt);
 			incr_keys = lappend(incr_keys, describe_key(incr_conn, nspname, relname));
 			MemoryContextSwitchTo(old);
 		}
@@ -3440,8 +3553,53 @@ incr_helper_serve(void)
 		}
 		if (s == ASH_INCR_HELPER_WRITE)
 		{
+			int			len = 0;
+
 			chunk_write(&c, false);
+			for (int k = 0; !c.done && k < c.k->nkeys; k++)
+				len += strlen(c.hi[k]) + 1;
+			SpinLockAcquire(&snap_slot->mutex);
+			HELPER(my_copier)->nrows = c.nrows;
+			HELPER(my_copier)->done = c.done;
+			HELPER(my_copier)->nkeys = 0;
+			if (!c.done && len <= ASH_INCR_HELPER_KEY_MAX)
+			{
+				char	   *p = HELPER(my_copier)->hi;
+
+				for (int k = 0; k < c.k->nkeys; k++)
+				{
+					strcpy(p, c.hi[k]);
+					p += strlen(c.hi[k]) + 1;
+				}
+				HELPER(my_copier)->nkeys = c.k->nkeys;
+			}
+			SpinLockRelease(&snap_slot->mutex);
 			helper_set_state(my_copier, ASH_INCR_HELPER_COMMITTED, false);
+
+			/*
+			 * The next chunk of this table starts where this one ended (in
+			 * a context of its own: the chunk's names may be the last one's).
+			 */
+			{
+				MemoryContext lcxt = AllocSetContextCreate(incr_session_cxt,
+														   "ash_replicant helper position",
+														   ALLOCSET_SMALL_SIZES);
+				SnapTable  *last = MemoryContextAllocZero(lcxt, sizeof(SnapTable));
+
+				last->nspname = MemoryContextStrdup(lcxt, c.nspname);
+				last->relname = MemoryContextStrdup(lcxt, c.relname);
+				last->chunks = c.done ? -1 : c.chunk_no;
+				if (!c.done)
+				{
+					last->cursor = MemoryContextAlloc(lcxt, sizeof(char *) * c.k->nkeys);
+					for (int k = 0; k < c.k->nkeys; k++)
+						last->cursor[k] = MemoryContextStrdup(lcxt, c.hi[k]);
+				}
+				if (helper_last_cxt != NULL)
+					MemoryContextDelete(helper_last_cxt);
+				helper_last_cxt = lcxt;
+				helper_last_table = last;
+			}
 		}
 		else
 		{
