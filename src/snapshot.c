@@ -2831,9 +2831,10 @@ chunk_committed(IncrChunk *c)
  * With ash_replicant.snapshot_workers of N >= 2 and two tables or more left
  * to copy, the pipeline worker starts up to N - 1 helpers (background
  * workers with a source connection and a replication origin of their own,
- * as v1's helper copiers) and copies by fork-join: it asks helper i for the
- * next chunk of the table after i others left, reads the next chunk of the
- * first, and once the helpers read theirs it judges every snapshot (fact 2
+ * as v1's helper copiers); each copier keeps a table until it is copied.
+ * It copies by fork-join: it asks each helper for the next chunk of its
+ * table, reads the next chunk of its own, and once the helpers read theirs
+ * it judges every snapshot (fact 2
  * of docs/snapshots.md) against what the stream delivered: the helpers'
  * first, without forgetting anything, then its own.  A helper whose chunk
  * passes writes and commits it while the worker writes and commits its

@@ -304,8 +304,8 @@ is(q_dst("SELECT count(*) FROM big3 WHERE id = 90000001"), '0', 'big3: the row t
 is(q_dst("SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_table) FROM ash_replicant.snapshot_tables"),
 	'big1:copied,big2:copied,big3:copied', 'every table of the attempt copied');
 # the last chunk of each table: big3 (the smallest) by helper 2, big2 by
-# helper 1, big1 by the worker (each helper copies the table after as many
-# others left as its number)
+# helper 1, big1 by the worker (each copier keeps its table, in copy order,
+# until it is copied)
 for my $tc ([ 'big1', 0 ], [ 'big2', 1 ], [ 'big3', 2 ])
 {
 	my @l = AshTest::log_lines_like($dst, qr/event=snapshot\.table_copied sink=\Q$sink\E table=public\.$tc->[0] /);
