@@ -314,6 +314,8 @@ for my $tc ([ 'big1', 0 ], [ 'big2', 1 ], [ 'big3', 2 ])
 ok(q_dst("SELECT bool_and(chunks_copied > 1 AND chunk_cursor IS NULL) FROM ash_replicant.snapshot_tables") eq 't',
 	'each table copied in chunks, its cursor cleared');
 is(q_dst("SELECT snapshot_phase FROM ash_replicant.checkpoints"), 'complete', 'attempt complete');
+ok(AshTest::poll($dst, "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'ash_replicant snapshot'"),
+	'no helper is left once every table is copied');
 
 # progress lines: at most one per 10 s
 my @prog = AshTest::log_lines_like($dst, qr/event=snapshot\.progress sink=\Q$sink\E /);
