@@ -1735,8 +1735,9 @@ ash_snapshot_copier_main(Datum main_arg)
  * Incremental snapshots (snapshot => 'incremental').
  *
  * The pipeline worker streams from the slot's position at once and, between
- * two source transactions of the stream, copies the tables one at a time in
- * primary-key order, chunk_rows rows per chunk.  A chunk is read on a second
+ * two source transactions of the stream, copies the tables in primary-key
+ * order, chunk_rows rows per chunk (up to snapshot_workers tables at once,
+ * with helpers: "Tables in parallel" below).  A chunk is read on a second
  * connection under a REPEATABLE READ snapshot (nothing is written on the
  * source) and committed at once in one destination transaction that holds
  * the checkpoint row locked: its rows (through apply, as snapshot rows of
