@@ -29,7 +29,11 @@ row, the time from its source commit to its visibility on the destination.
     write/flush/replay lag on the source.
 Contenders one after the other for each load (the order alternates between loads),
 each with a fresh table on both sides, started and warmed up (a first row visible)
-before the load starts.
+before the load starts; or, contender "pair", ash_replicant and native at the same
+time on the same load (two slots on one publication, each its own target table, one
+poller statement asking both tables, which one first alternating between polls):
+both see the same commits on the same machine at the same moment, which a busy
+machine's drift between two runs cannot bias.
 
 Part "sync": the source's commit latency with the contender as its synchronous
 standby (synchronous_standby_names naming the replication connection's
@@ -44,9 +48,10 @@ subscription serving synchronous replication.
 Knobs: PARTS=rates,sync  LAT_LOADS=1000x1,1000x10,10000x1,10000x10 (rows
 per second x rows per transaction, /async: the load commits with synchronous_commit =
 off)  LAT_SECONDS=60  LAT_CLIENTS (load sessions; default: one per 500 transactions
-per second, at most 8)  LAT_POLL_MS=1  CONTENDERS=ash,native (also: nativesync,
-and the diagnostic ash variants ashbatch1 -- batch_max_transactions = 1 -- and
-ashnocensus)
+per second, at most 8)  LAT_POLL_MS=1  CONTENDERS=ash,native (also: pair --
+ash_replicant and native at once; PAIR_ASH names the ash variant, default ash --,
+nativesync, and the diagnostic ash variants ashbatch1 -- batch_max_transactions =
+1 -- and ashnocensus)
 SYNC_CONTENDERS=none,ash,native,nativesync  SYNC_CLIENTS=1,8  SYNC_SECONDS=30
 REPEAT=1, and bench.py's BENCH_DIR, BENCH_SRC_PORT, BENCH_DST_PORT, KEEP.
 Results: bench/results/<date>-latency.{jsonl,txt}.
@@ -83,6 +88,7 @@ CLIENTS = int(os.environ["LAT_CLIENTS"]) if os.environ.get("LAT_CLIENTS") else N
 if not os.environ.get("CONTENDERS"):
     B.CONTENDERS = ["ash", "native"]
 POLL_MS = float(os.environ.get("LAT_POLL_MS", "1"))
+PAIR_ASH = os.environ.get("PAIR_ASH", "ash")   # the ash_replicant variant "pair" runs beside native
 SYNC_CONTENDERS = [c.strip() for c in os.environ.get("SYNC_CONTENDERS", "none,ash,native,nativesync").split(",")
                    if c.strip()]
 SYNC_CLIENTS = [int(c) for c in os.environ.get("SYNC_CLIENTS", "1,8").split(",") if c.strip()]
@@ -150,7 +156,7 @@ class LatAsh(B.Ash):
         sysid = q1(src, "SELECT system_identifier::text FROM pg_control_system()")
         q(dst, "SELECT ash_replicant_create_sink(%%s, slot_name => %%s%s)"
           % (", batch_max_transactions => 1" if self.batch1 else ""), (self.slot, self.slot))
-        self.map_table(dst, self.w.table, "bench", self.w.table.split(".")[1], {})
+        self.map_table(dst, getattr(self, "target", self.w.table), "bench", self.w.table.split(".")[1], {})
         self.map_table(dst, "bench.marker", "bench", "marker", {})
         q(dst, "SELECT ash_replicant_configure_pipeline(%%s, connection => %%s, publication => %%s,"
                " source_system_identifier => %%s, source_database => 'postgres'%s)"
@@ -330,20 +336,51 @@ BEGIN
 END $p$""" % GEN
 
 
+def warm_up(cs, src, dst):
+    """Start the contenders cs and wait until a row inserted after the start is visible
+    in every one's target: they stream.  Returns the seconds that took."""
+    for c in cs:
+        c.prepare(src, dst)
+    t0 = time.monotonic()
+    for c in cs:
+        c.start(src, dst)
+    # the warm-up row has id 0; the load's ids start at 1
+    q(src, "INSERT INTO bench.lat SELECT %s FROM generate_series(0, 0) g"
+      % GEN.replace("nextval('bench.lat_seq')", "0"))
+    for c in cs:
+        while not q1(dst, "SELECT count(*) FROM %s" % c.target):
+            c.check(dst)
+            if time.monotonic() - t0 > 120:
+                raise B.Failed("no row visible 120 s after the start")
+            time.sleep(0.05)
+    return time.monotonic() - t0
+
+
 def run_rate(rate, per, asynchronous, kind, rep, order):
+    """One load against one contender, or (kind "pair") against ash_replicant and native
+    at once: two slots on the same publication, each contender's own target table, one
+    poller asking both tables in one statement (which one first alternates), so both
+    see the same source commits under the same conditions of the machine."""
     txn_rate = rate / per
     nclients = CLIENTS or min(8, max(1, int(math.ceil(txn_rate / 500.0))))
     name = "%dx%d%s" % (rate, per, "/async" if asynchronous else "")
     w = Load(name.replace("/", "_"), "bench.lat", "pub_lat")
-    r = {"type": "result", "part": "rates", "load": name, "rows_per_s": rate, "rows_per_txn": per,
-         "source_synchronous_commit": "off" if asynchronous else "on",
-         "contender": None, "rep": rep, "order": order, "seconds": SECONDS, "clients": nclients,
-         "poll_ms": POLL_MS, "uptime_before": uptime(), "loadavg_before": os.getloadavg()}
+    paired = kind == "pair"
+    cs = [make(k, w, rep) for k in ((PAIR_ASH, "native") if paired else (kind,))]
+    for c in cs:
+        c.target = "ashlat.lat" if paired and c.kind == "ash" else "bench.lat"
+    rs = []
+    for c in cs:
+        rs.append({"type": "result", "part": "rates", "load": name, "rows_per_s": rate, "rows_per_txn": per,
+                   "source_synchronous_commit": "off" if asynchronous else "on",
+                   "contender": c.name + ("(%s)" % c.variant if c.variant else ""), "paired": paired,
+                   "rep": rep, "order": order, "seconds": SECONDS, "clients": nclients,
+                   "poll_ms": POLL_MS, "uptime_before": uptime(), "loadavg_before": os.getloadavg()})
+    r0 = rs[0]
     src, dst = B.connect(B.SRC_PORT), B.connect(B.DST_PORT)
-    c = make(kind, w, rep)
-    r["contender"] = c.name + ("(%s)" % c.variant if c.variant else "")
     log("%s rep %d: %d rows/s in %d-row transactions (synchronous_commit %s) for %.0f s, %s, %d load session(s)"
-        % (name, rep, rate, per, r["source_synchronous_commit"], SECONDS, r["contender"], nclients))
+        % (name, rep, rate, per, r0["source_synchronous_commit"], SECONDS,
+           " and ".join(r["contender"] for r in rs) + (", paired" if paired else ""), nclients))
 
     def body():
         q(src, "DROP PUBLICATION IF EXISTS pub_lat")
@@ -353,24 +390,28 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
         q(src, "CREATE TABLE bench.lat (%s)" % COLS)
         q(src, LOAD_PROC)
         q(src, "CREATE PUBLICATION pub_lat FOR TABLE bench.lat, bench.marker")
-        q(dst, "DROP TABLE IF EXISTS bench.lat")
-        q(dst, "CREATE TABLE bench.lat (%s)" % COLS)
+        q(dst, "CREATE SCHEMA IF NOT EXISTS ashlat")
+        for c in cs:
+            q(dst, "DROP TABLE IF EXISTS %s" % c.target)
+            q(dst, "CREATE TABLE %s (%s)" % (c.target, COLS))
         q(dst, "TRUNCATE bench.marker")
         q(src, "CHECKPOINT")
         q(dst, "CHECKPOINT")
-        # the warm-up row has id 0; the load's ids start at 1
-        r["warmup_s"] = round(start_and_warm(c, src, dst, "bench.lat", "INSERT INTO bench.lat SELECT %s FROM"
-                                             " generate_series(0, 0) g" % GEN.replace("nextval('bench.lat_seq')", "0")), 2)
+        # paired: which contender starts first (its walsender and worker are created
+        # first) alternates with `order`, as the sequential runs alternate who goes first
+        warm = round(warm_up(cs[::-1] if paired and order == 2 else cs, src, dst), 2)
         time.sleep(2)   # let the start-up work (census, first replies) pass
-        pid = c.pid(dst)
-        sender = q1(src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (c.slot,))
-        cpu0 = (proc_cpu(pid), proc_cpu(sender))
-        ctr0 = c.counters(dst)
+        pids = [c.pid(dst) for c in cs]
+        senders = [q1(src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (c.slot,))
+                   for c in cs]
+        cpu0 = [(proc_cpu(p), proc_cpu(s)) for p, s in zip(pids, senders)]
+        ctr0 = [c.counters(dst) for c in cs]
         busy0 = host_busy()
         lsn0 = q1(src, "SELECT pg_current_wal_lsn()")
-        sampler = Sampler(c)
-        sampler.start()
-        stoppers.append(sampler.stop)
+        samplers = [Sampler(c) for c in cs]
+        for sm in samplers:
+            sm.start()
+            stoppers.append(sm.stop)
 
         errors = []
 
@@ -378,7 +419,7 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
             conn = None
             try:
                 conn = B.connect(B.SRC_PORT)
-                q(conn, "SET synchronous_commit = %s" % r["source_synchronous_commit"])
+                q(conn, "SET synchronous_commit = %s" % r0["source_synchronous_commit"])
                 q(conn, "CALL bench.lat_load(%s, %s, %s)", (txn_rate / nclients, per, SECONDS))
             except Exception as e:  # noqa
                 errors.append(str(e).strip().splitlines()[0])
@@ -393,9 +434,12 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
 
         # the poller: rows not seen yet, each with its age by the destination's clock.  Ids
         # come from one sequence: all ids <= low are seen; above it, `above` holds the seen ones
-        # (several load sessions commit slightly out of id order)
-        lat, polls, per_sec = [], [], {}
-        low, above = 0, set()
+        # (several load sessions commit slightly out of id order).  Paired: one statement asks
+        # both targets, the first of them alternating from poll to poll.
+        k = len(cs)
+        lat, per_sec = [[] for _ in cs], [{} for _ in cs]
+        low, above = [0] * k, [set() for _ in cs]
+        polls = []
         pc = B.connect(B.DST_PORT)
         cur = pc.cursor()
         poll_pid = q1(pc, "SELECT pg_backend_pid()")
@@ -404,20 +448,25 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
         expected = None
         deadline = None
         next_check = last + 0.5
+        npoll = 0
+        parts = ["SELECT %d, id, extract(epoch FROM clock_timestamp() - src_ts)::float8 * 1000,"
+                 " extract(epoch FROM src_ts)::float8 FROM %s WHERE id > %%s" % (j, c.target)
+                 for j, c in enumerate(cs)]
         while True:
-            cur.execute("SELECT id, extract(epoch FROM clock_timestamp() - src_ts)::float8 * 1000,"
-                        " extract(epoch FROM src_ts)::float8 FROM bench.lat WHERE id > %s", (low,))
-            for i, ms, ts in cur.fetchall():
-                if i not in above:
-                    above.add(i)
-                    lat.append(ms)
-                    sec = int(ts)
-                    n_max = per_sec.setdefault(sec, [0, 0.0])
+            order_now = list(range(k)) if npoll % 2 == 0 else list(range(k))[::-1]
+            npoll += 1
+            cur.execute(" UNION ALL ".join(parts[j] for j in order_now), [low[j] for j in order_now])
+            for j, i, ms, ts in cur.fetchall():
+                if i not in above[j]:
+                    above[j].add(i)
+                    lat[j].append(ms)
+                    n_max = per_sec[j].setdefault(int(ts), [0, 0.0])
                     n_max[0] += 1
                     n_max[1] = max(n_max[1], ms)
-            while low + 1 in above:
-                low += 1
-                above.discard(low)
+            for j in range(k):
+                while low[j] + 1 in above[j]:
+                    low[j] += 1
+                    above[j].discard(low[j])
             now = time.monotonic()
             polls.append(now - last)
             last = now
@@ -425,74 +474,86 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
                 t_end = now
                 expected = q1(src, "SELECT count(*) FROM bench.lat WHERE id > 0")
                 deadline = now + 120
-            if expected is not None and len(lat) >= expected:
+            if expected is not None and all(len(x) >= expected for x in lat):
                 break
             if deadline and now > deadline:
-                raise B.Failed("%d of %d rows visible 120 s after the load ended" % (len(lat), expected))
+                raise B.Failed("%s of %d rows visible 120 s after the load ended"
+                               % ("/".join(str(len(x)) for x in lat), expected))
             if now >= next_check:
-                c.check(dst)
+                for c in cs:
+                    c.check(dst)
                 next_check = now + 0.5
             time.sleep(POLL_MS / 1000.0)
         caught_up_after = time.monotonic() - t_end
         pcpu1, dcpu1 = proc_cpu(poll_pid), sum(os.times()[:2])
         pc.close()
-        sampler.stop.set()
-        sampler.join(5)
+        for sm in samplers:
+            sm.stop.set()
+            sm.join(5)
         busy1 = host_busy()
         if errors:
             raise B.Failed("load: " + errors[0])
-        ctr1 = c.counters(dst)
-        cpu1 = (proc_cpu(pid), proc_cpu(sender))
         wal = q1(src, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)::bigint", (lsn0,))
         # the load as it ran: rows per second over its whole seconds (first and last partial out)
         persec = [n for (n,) in q(src, "SELECT count(*) FROM bench.lat WHERE id > 0 GROUP BY"
                                        " date_trunc('second', src_ts) ORDER BY date_trunc('second', src_ts)")][1:-1]
         span = q1(src, "SELECT extract(epoch FROM max(src_ts) - min(src_ts))::float8 FROM bench.lat WHERE id > 0")
-        r.update({"rows": expected, "load_wall_s": round(t_end - t_load, 2),
-                  "achieved_rows_per_s": round(expected / span, 1) if span else None,
-                  "rows_per_s_each_second": {"min": min(persec), "max": max(persec)} if persec else None,
-                  "wal_bytes": wal, "latency_ms": dist(lat), "poll_interval_ms": dist([p * 1000 for p in polls]),
-                  # share of the rows by latency, ms: where the distribution's weight is
-                  "latency_share": {"<%s" % b: round(sum(1 for x in lat if x < b) / len(lat), 4)
-                                    for b in (2, 5, 10, 20, 30, 50, 100, 1000)} if lat else None,
-                  "caught_up_after_load_s": round(caught_up_after, 2), "lag": sampler.summary(),
-                  # by second of the source's clock: [epoch second, rows, max latency ms]; and when
-                  # ash_replicant's census runs ended (the worker applies nothing while one runs)
-                  "per_second": [[k, v[0], round(v[1], 1)] for k, v in sorted(per_sec.items())],
-                  "census_at": [round(x, 3) for x in sampler.census],
-                  "lag_sampler_error": sampler.error,
-                  "apply_cpu_s": round(cpu1[0] - cpu0[0], 2) if None not in (cpu0[0], cpu1[0]) else None,
-                  "sender_cpu_s": round(cpu1[1] - cpu0[1], 2) if None not in (cpu0[1], cpu1[1]) else None,
-                  "host_busy_cpu_pct": round(100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), 1),
-                  # what the measuring costs: the poller's backend, and this driver (poller and sampler)
-                  "poller_backend_cpu_s": round(pcpu1 - pcpu0, 2) if None not in (pcpu0, pcpu1) else None,
-                  "driver_cpu_s": round(dcpu1 - dcpu0, 2)})
-        if ctr0 and ctr1:
-            d = {k: ctr1[k] - ctr0[k] for k in ctr1}
-            r["ash_counters"] = d
-            if d.get("batches"):
-                r["txns_per_batch"] = round(d["applied_transactions"] / d["batches"], 2)
         hsql = ("SELECT count(*)::text || '/' || coalesce(sum(hashtext(ROW(id, a, b, t, n, ts, f, src_ts)::text)"
-                "::bigint), 0)::text FROM bench.lat")
-        hs, hd = q1(src, hsql), q1(dst, hsql)
-        r["status"] = "ok" if hs == hd else "hash_mismatch"
+                "::bigint), 0)::text FROM %s")
+        hs = q1(src, hsql % "bench.lat")
+        for j, (c, r, sm) in enumerate(zip(cs, rs, samplers)):
+            cpu1 = (proc_cpu(pids[j]), proc_cpu(senders[j]))
+            ctr1 = c.counters(dst)
+            r.update({"warmup_s": warm, "rows": expected, "load_wall_s": round(t_end - t_load, 2),
+                      "achieved_rows_per_s": round(expected / span, 1) if span else None,
+                      "rows_per_s_each_second": {"min": min(persec), "max": max(persec)} if persec else None,
+                      "wal_bytes": wal, "latency_ms": dist(lat[j]),
+                      "poll_interval_ms": dist([p * 1000 for p in polls]),
+                      # share of the rows by latency, ms: where the distribution's weight is
+                      "latency_share": {"<%s" % b: round(sum(1 for x in lat[j] if x < b) / len(lat[j]), 4)
+                                        for b in (2, 5, 10, 20, 30, 50, 100, 1000)} if lat[j] else None,
+                      "caught_up_after_load_s": round(caught_up_after, 2), "lag": sm.summary(),
+                      # by second of the source's clock: [epoch second, rows, max latency ms]; and when
+                      # ash_replicant's census runs ended (the worker applies nothing while one runs)
+                      "per_second": [[s, v[0], round(v[1], 1)] for s, v in sorted(per_sec[j].items())],
+                      "census_at": [round(x, 3) for x in sm.census],
+                      "lag_sampler_error": sm.error,
+                      "apply_cpu_s": round(cpu1[0] - cpu0[j][0], 2) if None not in (cpu0[j][0], cpu1[0]) else None,
+                      "sender_cpu_s": round(cpu1[1] - cpu0[j][1], 2) if None not in (cpu0[j][1], cpu1[1]) else None,
+                      "host_busy_cpu_pct": round(100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), 1),
+                      # what the measuring costs: the poller's backend (both contenders' when
+                      # paired), and this driver (poller and samplers)
+                      "poller_backend_cpu_s": round(pcpu1 - pcpu0, 2) if None not in (pcpu0, pcpu1) else None,
+                      "driver_cpu_s": round(dcpu1 - dcpu0, 2)})
+            if ctr0[j] and ctr1:
+                d = {x: ctr1[x] - ctr0[j][x] for x in ctr1}
+                r["ash_counters"] = d
+                if d.get("batches"):
+                    r["txns_per_batch"] = round(d["applied_transactions"] / d["batches"], 2)
+            r["status"] = "ok" if hs == q1(dst, hsql % c.target) else "hash_mismatch"
 
     stoppers = []
-    B.guarded(r, "%s-%s-%d" % (name, c.short, rep), body)
+    B.guarded(r0, "%s-%s-%d" % (name, "pair" if paired else cs[0].short, rep), body)
+    for r in rs[1:]:
+        if r0.get("status") not in (None, "ok", "hash_mismatch"):
+            r.update(status=r0["status"], note=r0.get("note"))
     for s in stoppers:
         s.set()
-    src, dst = B.cleanup_contender(c, src, dst)
-    r["uptime_after"] = uptime()
-    r["loadavg_after"] = os.getloadavg()
-    B.emit(r)
-    B.ALL.append(r)
-    if r["status"] == "ok":
-        L = r["latency_ms"]
-        log("  %-30s latency ms p50 %.1f p99 %.1f max %.1f; %.0f rows/s; poll p50 %.2f ms; load %s"
-            % (r["contender"], L["p50"], L["p99"], L["max"], r["achieved_rows_per_s"] or 0,
-               r["poll_interval_ms"]["p50"], " ".join("%.2f" % x for x in r["loadavg_after"])))
-    else:
-        log("  %s: %s: %s" % (r["contender"], r["status"], r.get("note")))
+    for c in cs:
+        src, dst = B.cleanup_contender(c, src, dst)
+    for r in rs:
+        r["uptime_after"] = uptime()
+        r["loadavg_after"] = os.getloadavg()
+        B.emit(r)
+        B.ALL.append(r)
+        if r["status"] == "ok":
+            L = r["latency_ms"]
+            log("  %-30s latency ms p50 %.1f p99 %.1f max %.1f; %.0f rows/s; poll p50 %.2f ms; load %s"
+                % (r["contender"] + (" (paired)" if paired else ""), L["p50"], L["p99"], L["max"],
+                   r["achieved_rows_per_s"] or 0, r["poll_interval_ms"]["p50"],
+                   " ".join("%.2f" % x for x in r["loadavg_after"])))
+        else:
+            log("  %s: %s: %s" % (r["contender"], r["status"], r.get("note")))
     src.close()
     dst.close()
 
@@ -664,7 +725,7 @@ def fmt_rates(rows):
     for r in rows:
         L = r.get("latency_ms") or {}
         nat = [x for x in rows if x["load"] == r["load"] and x["rep"] == r["rep"] and x["contender"] == "native"
-               and x["status"] == "ok"]
+               and x["status"] == "ok" and x.get("paired") == r.get("paired")]
         vs50 = vs99 = "-"
         if nat and L and r["contender"] != "native":
             vs50 = "%.2f" % (L["p50"] / nat[0]["latency_ms"]["p50"])
@@ -672,7 +733,7 @@ def fmt_rates(rows):
         lag = r.get("lag") or {}
         ab, asec, sb = lag.get("ash_lag_bytes"), lag.get("ash_lag_seconds"), lag.get("slot_unconfirmed_bytes")
         P = r.get("poll_interval_ms") or {}
-        lines.append([r["load"], r["contender"], str(r["rep"]), f(r.get("achieved_rows_per_s"), "%.0f"),
+        lines.append([r["load"], r["contender"] + (" (paired)" if r.get("paired") else ""), str(r["rep"]), f(r.get("achieved_rows_per_s"), "%.0f"),
                       f(L.get("p50"), "%.1f"), f(L.get("p90"), "%.1f"), f(L.get("p99"), "%.1f"), f(L.get("max"), "%.1f"),
                       vs50, vs99, "%s/%s" % (f(P.get("p50"), "%.2f"), f(P.get("p99"), "%.2f")),
                       "%s/%s/%s" % (f(ab and ab["p50"], "%.0f"), f(ab and ab["p99"], "%.0f"), f(ab and ab["max"], "%.0f"))
@@ -727,12 +788,14 @@ def main():
     try:
         for rep in range(1, B.REPEAT + 1):
             if "rates" in PARTS:
-                kinds = [k for k in B.CONTENDERS if k in ("ash", "ashbatch1", "ashnocensus", "native", "nativesync")]
+                kinds = [k for k in B.CONTENDERS if k in ("ash", "ashbatch1", "ashnocensus", "native", "nativesync",
+                                                          "pair")]
                 for i, (rate, per, asynchronous) in enumerate(LOADS):
                     # alternate who goes first, so a drift of the machine's load hits both
                     order = kinds if (i + rep) % 2 == 1 else kinds[::-1]
                     for n, kind in enumerate(order):
-                        run_rate(rate, per, asynchronous, kind, rep, n + 1)
+                        run_rate(rate, per, asynchronous, kind, rep,
+                                 1 + (i + rep) % 2 if kind == "pair" else n + 1)
             if "sync" in PARTS:
                 for kind in (SYNC_CONTENDERS if rep % 2 == 1 else SYNC_CONTENDERS[::-1]):
                     run_sync(kind, rep)

@@ -126,6 +126,7 @@ static MemoryContext change_cxt = NULL;
  */
 static Oid	fresh_relid = InvalidOid;
 static LocalTransactionId fresh_lxid = InvalidLocalTransactionId;
+static bool fresh_indexes_after = false;	/* its indexes built after its rows */
 static AshChangeMeta meta;
 
 /* counters published at batch end */
@@ -2127,21 +2128,29 @@ ash_apply_snapshot_flush(void)
 	Assert(batch_open && in_remote_xact);
 	ash_apply_flush_deferred();
 	ash_bulk_release();
+	ash_bulk_build_indexes();
 	return meta.ordinal;
 }
 
 void
-ash_apply_snapshot_fresh(Oid relid)
+ash_apply_snapshot_fresh(Oid relid, bool indexes_after)
 {
 	Assert(batch_open && meta.snapshot_attempt != NULL);
 	fresh_relid = relid;
 	fresh_lxid = MyProc->lxid;
+	fresh_indexes_after = indexes_after;
 }
 
 bool
 ash_apply_fresh_target(Oid relid)
 {
 	return OidIsValid(relid) && relid == fresh_relid && fresh_lxid == MyProc->lxid;
+}
+
+bool
+ash_apply_indexes_after(Oid relid)
+{
+	return fresh_indexes_after && ash_apply_fresh_target(relid);
 }
 
 /* Retire what the snapshot of m did not see, as the sink owner. */

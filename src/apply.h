@@ -94,8 +94,13 @@ extern int32 ash_apply_snapshot_flush(void);
  */
 extern int64 ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn);
 
-/* The target relid of the table's snapshot transaction was empty. */
-extern void ash_apply_snapshot_fresh(Oid relid);
+/*
+ * The target relid of the table's snapshot transaction was empty.
+ * indexes_after: the transaction copies the whole table, so its indexes may
+ * be built once its rows are in (apply_bulk.c; ash_apply_snapshot_flush
+ * builds them).
+ */
+extern void ash_apply_snapshot_fresh(Oid relid, bool indexes_after);
 
 extern XLogRecPtr ash_apply_snapshot_commit(void);
 

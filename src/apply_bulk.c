@@ -31,6 +31,17 @@
  *	  RowExclusiveLock the writes take anyway: no rename, trigger, index,
  *	  default or column change can happen before that transaction ends.
  *
+ *	  A snapshot's copy of a whole table into a table that was empty when
+ *	  it began may leave the index entries out and build every index of
+ *	  the table once its rows are in, as a restore does (sorting the keys
+ *	  costs a fraction of inserting them one by one into a growing tree).
+ *	  Only where the pipeline owner owns the table (the build is what its
+ *	  owner's REINDEX does); the table is held in SHARE mode from the first
+ *	  such write to the transaction's end, so no other session writes it
+ *	  meanwhile and the indexes are never read incomplete: nothing of the
+ *	  copy's transaction reads the table before the build, and a commit
+ *	  with indexes still owed is refused.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -41,12 +52,15 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/lsyscache.h"
@@ -197,6 +211,77 @@ ash_bulk_release(void)
 }
 
 /*
+ * The table whose rows this transaction wrote without their index entries
+ * (at most one: a snapshot copies a table per transaction).
+ */
+static Oid	owed_relid = InvalidOid;
+static LocalTransactionId owed_lxid = InvalidLocalTransactionId;
+static bool owed_callback = false;
+
+static bool
+indexes_owed(void)
+{
+	return OidIsValid(owed_relid) && owed_lxid == MyProc->lxid;
+}
+
+/* Never a commit with a table's index entries missing. */
+static void
+owed_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_PRE_COMMIT && indexes_owed())
+		elog(ERROR, "ash_replicant: a table's indexes were not built before its commit");
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT)
+		owed_relid = InvalidOid;
+}
+
+/* May the rows of r leave their index entries to ash_bulk_build_indexes? */
+static bool
+may_build_indexes_after(Relation r)
+{
+	if (indexes_owed())
+		return owed_relid == RelationGetRelid(r);
+	if (OidIsValid(owed_relid) && owed_lxid != MyProc->lxid)
+		owed_relid = InvalidOid;	/* a transaction gone without its callback */
+	if (!r->rd_rel->relhasindex || r->rd_rel->relowner != GetUserId())
+		return false;
+	if (!owed_callback)
+	{
+		RegisterXactCallback(owed_xact_callback, NULL);
+		owed_callback = true;
+	}
+	/* held to the transaction's end: nobody else writes the table meanwhile */
+	LockRelationOid(RelationGetRelid(r), ShareLock);
+	owed_relid = RelationGetRelid(r);
+	owed_lxid = MyProc->lxid;
+	return true;
+}
+
+void
+ash_bulk_build_indexes(void)
+{
+	ReindexParams params = {0};
+	int			nest;
+	Oid			relid;
+
+	if (!indexes_owed())
+		return;
+	relid = owed_relid;
+	owed_relid = InvalidOid;
+
+	/*
+	 * One process per build, as for the per-row insertion it replaces: a
+	 * parallel build would take background worker slots the launcher may
+	 * need for pipelines and snapshot copiers.
+	 */
+	nest = NewGUCNestLevel();
+	(void) set_config_option("max_parallel_maintenance_workers", "0", PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) reindex_relation(relid, REINDEX_REL_CHECK_CONSTRAINTS, &params);
+	AtEOXact_GUC(true, nest);
+	CommandCounterIncrement();
+}
+
+/*
  * The slots of the last table written in this transaction, kept from one
  * run to the next (in TopTransactionContext, with their own copy of the
  * descriptor): making and dropping a slot per row cost as much as the
@@ -275,7 +360,7 @@ run_slots(Relation r, int nrows)
 
 void
 ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
-				Datum *const *values, bool *const *nulls, bool fresh)
+				Datum *const *values, bool *const *nulls, bool fresh, bool indexes_after)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "ash_replicant bulk insert",
@@ -288,6 +373,7 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	TupleTableSlot **slots = run_slots(r, nrows);
 	CommandId	cid;
+	bool		index_rows;
 
 	Assert(bt->judged_lxid == MyProc->lxid && bt->usable);
 
@@ -304,7 +390,9 @@ ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
 	(void) ExecCheckRTPerms(estate->es_range_table, true);
 
 	InitResultRelInfo(rri, r, 1, NULL, 0);
-	ExecOpenIndices(rri, false);
+	index_rows = !(fresh && indexes_after && may_build_indexes_after(r));
+	if (index_rows)
+		ExecOpenIndices(rri, false);
 	cid = GetCurrentCommandId(true);
 	estate->es_output_cid = cid;
 

@@ -42,12 +42,23 @@ extern bool ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel,
 
 /*
  * Insert nrows rows; values[c][i] / nulls[c][i] is written column c of
- * row i (the mapped columns, then the extra ones).  Raises what the INSERT would (privileges, constraints, unique
- * violations); the caller runs it in a subtransaction to catch the latter,
- * except into a fresh table.
+ * row i (the mapped columns, then the extra ones).  Raises what the INSERT
+ * would (privileges, constraints, unique violations); the caller runs it in
+ * a subtransaction to catch the latter, except into a fresh table.
+ * indexes_after (with fresh): the table's index entries may be left to
+ * ash_bulk_build_indexes, which must then run before anything reads the
+ * table (the commit refuses otherwise); where they are, the table is held
+ * in SHARE mode until the transaction ends.
  */
 extern void ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, int nrows,
-							Datum *const *values, bool *const *nulls, bool fresh);
+							Datum *const *values, bool *const *nulls, bool fresh,
+							bool indexes_after);
+
+/*
+ * Build every index of the table whose rows this transaction wrote without
+ * their index entries, if any (a unique violation raises as REINDEX's).
+ */
+extern void ash_bulk_build_indexes(void);
 
 /*
  * fresh: a snapshot copy into a table that was empty when it began; the

@@ -646,7 +646,8 @@ bulk_insert(void *arg)
 		nulls[c] = g->nulls + off;
 	}
 	ash_bulk_insert(gbuf.stamped ? &st->bulk_prov : &st->bulk, gbuf.tgt, nwritten,
-					gbuf.nrows - off, values, nulls, ash_apply_fresh_target(gbuf.tgt->relid));
+					gbuf.nrows - off, values, nulls, ash_apply_fresh_target(gbuf.tgt->relid),
+					ash_apply_indexes_after(gbuf.tgt->relid));
 }
 
 /* Can the run's rows go straight into its table (apply_bulk.c)? */

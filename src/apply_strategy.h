@@ -122,6 +122,9 @@ extern const AshCheckpointKey *ash_apply_checkpoint_key(void);
  */
 extern bool ash_apply_fresh_target(Oid relid);
 
+/* ... and its indexes may be built after its rows (apply_bulk.c). */
+extern bool ash_apply_indexes_after(Oid relid);
+
 /* Execute deferred writes (and their provenance stamps) now. */
 extern void ash_apply_flush_deferred(void);
 

@@ -914,7 +914,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 
 	map = ash_config_find_mapping(snap_cfg, t.nspname, t.relname);
 	if (map != NULL && target_is_empty(map))
-		ash_apply_snapshot_fresh(map->target_relid);
+		ash_apply_snapshot_fresh(map->target_relid, true);
 
 	memset(&rel, 0, sizeof(rel));
 	describe_table(data, &t, &rel);
@@ -2654,7 +2654,7 @@ chunk_write(IncrChunk *c, bool worker)
 	if (c->cursor == NULL)
 		incr_fresh = target_is_empty(c->map);
 	if (incr_fresh)
-		ash_apply_snapshot_fresh(c->map->target_relid);
+		ash_apply_snapshot_fresh(c->map->target_relid, false);	/* stream reads between chunks */
 	memset(&change, 0, sizeof(change));
 	change.kind = ASH_CHANGE_INSERT;
 	change.xid = InvalidTransactionId;
