@@ -2843,7 +2843,8 @@ chunk_committed(IncrChunk *c)
  * helper's commit before it applies anything more from the stream: the
  * stream delivers nothing between any chunk's check and its commit, and
  * the worker's judgment of the stream (cursors, windows) takes each
- * helper's chunk from the catalog row the helper committed.
+ * helper's chunk as the helper committed it (its cursor in shared memory,
+ * or from its catalog row when the key is too long for that).
  *
  * A noted transaction is forgotten only by the worker's own check; a
  * helper's read-ahead (sent after its chunk arrived) is used only when its
