@@ -31,6 +31,7 @@
 #   PROFILE=0          1: perf record the apply worker of ash and native during W1
 #   PROFILE_SENDER=0   1 (with PROFILE=1): perf record the source walsender instead
 #   BENCH_DIR=/tmp/ash_bench   BENCH_SRC_PORT=57001   BENCH_DST_PORT=57002
+#   MIN_WAL_SIZE=2GB   each cluster's WAL segment pool, filled before measuring
 #   KEEP=0             1: leave the clusters running at the end
 #
 #   BENCH_INST=/tmp/ash_bench_inst  private PostgreSQL + extension install used by the clusters

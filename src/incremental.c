@@ -5,7 +5,9 @@
  *	  the tables are copied chunk by chunk (docs/snapshots.md).
  *
  * NOTES
- *	  Tables are copied one at a time, in primary-key order, in chunks.
+ *	  Each table is copied in primary-key order, in chunks (several tables
+ *	  at once with helpers, whose chunks the pipeline worker checks and
+ *	  waits for: snapshot.c, "Tables in parallel").
  *	  A chunk is read on a second source connection under a REPEATABLE READ
  *	  snapshot S and committed at once (rows, cursor and its window, one
  *	  destination transaction), between two source transactions of the
@@ -395,6 +397,15 @@ shows(const AshIncrSnapshot *snap, TransactionId xid)
 }
 
 bool
+ash_incr_snapshot_shows_noted(const AshIncrSnapshot *snap)
+{
+	for (int i = 0; i < nnoted; i++)
+		if (!shows(snap, noted[i]))
+			return false;
+	return true;
+}
+
+bool
 ash_incr_snapshot_covers(const AshIncrSnapshot *snap)
 {
 	int			kept = 0;
@@ -604,13 +615,19 @@ ash_incr_check_truncate(AshApplyRel *rel, TransactionId xid)
 bool
 ash_incr_next_table(char **nspname, char **relname, char ***cursor)
 {
+	return ash_incr_pending_table(0, nspname, relname, cursor);
+}
+
+bool
+ash_incr_pending_table(int skip, char **nspname, char **relname, char ***cursor)
+{
 	ListCell   *lc;
 
 	foreach(lc, tables)
 	{
 		IncrTable  *t = lfirst(lc);
 
-		if (t->done)
+		if (t->done || skip-- > 0)
 			continue;
 		*nspname = t->nspname;
 		*relname = t->relname;
@@ -618,6 +635,17 @@ ash_incr_next_table(char **nspname, char **relname, char ***cursor)
 		return true;
 	}
 	return false;
+}
+
+bool
+ash_incr_table_cursor(const char *nspname, const char *relname, char ***cursor)
+{
+	IncrTable  *t = find_table(nspname, relname);
+
+	if (t == NULL || t->done)
+		return false;
+	*cursor = t->started ? t->cursor_text : NULL;
+	return true;
 }
 
 int

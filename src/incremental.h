@@ -109,10 +109,24 @@ extern bool ash_incr_marks_seen(AshApplyRel *rel);
  */
 extern void ash_incr_check_truncate(AshApplyRel *rel, TransactionId xid);
 
+/*
+ * Does snap show every transaction noted?  Nothing is forgotten: the
+ * pipeline worker checks the helper's chunk with it before its own
+ * (docs/snapshots.md, "Tables in parallel").
+ */
+extern bool ash_incr_snapshot_shows_noted(const AshIncrSnapshot *snap);
+
 /* Tables of the attempt not yet copied. */
 extern int	ash_incr_remaining(void);
 
 /* The next table to copy (NULL: none); its cursor (NULL: from the start). */
 extern bool ash_incr_next_table(char **nspname, char **relname, char ***cursor);
+
+/* Where a table not yet copied stands (false: copied, or not in the attempt). */
+extern bool ash_incr_table_cursor(const char *nspname, const char *relname, char ***cursor);
+
+/* The same as ash_incr_next_table, for the table after skip tables not yet copied. */
+extern bool ash_incr_pending_table(int skip, char **nspname, char **relname,
+								   char ***cursor);
 
 #endif							/* ASH_INCREMENTAL_H */

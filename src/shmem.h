@@ -86,6 +86,57 @@ typedef struct AshCopier
 	char		context[128];	/* structural (table names) only */
 } AshCopier;
 
+/*
+ * The helper of an incremental snapshot (snapshot.c): a background worker
+ * that writes the chunks of a second table while the pipeline worker
+ * writes those of the first (fork-join: the pipeline worker applies
+ * nothing from the stream until both chunks committed).  The pipeline
+ * worker asks for a chunk (READ), the helper reads it and puts its
+ * snapshot here (READY), the pipeline worker judges that snapshot against
+ * what the stream delivered and says WRITE or DROP, the helper commits and
+ * says COMMITTED (or IDLE after a drop).  Each side sets the other's latch
+ * after it moves the state.  Protected by the slot's mutex.
+ */
+#define ASH_INCR_HELPER_XIP_MAX 1024
+#define ASH_INCR_HELPER_KEY_MAX 512
+
+typedef enum AshIncrHelperState
+{
+	ASH_INCR_HELPER_OFF = 0,	/* no helper, or it is starting */
+	ASH_INCR_HELPER_IDLE,		/* ready for a chunk */
+	ASH_INCR_HELPER_READ,		/* worker: read the next chunk of the table */
+	ASH_INCR_HELPER_READY,		/* helper: read, its snapshot below */
+	ASH_INCR_HELPER_WRITE,		/* worker: write and commit it */
+	ASH_INCR_HELPER_DROP,		/* worker: throw it away */
+	ASH_INCR_HELPER_COMMITTED,	/* helper: committed */
+	ASH_INCR_HELPER_STOP,		/* worker: no chunk left for it, exit */
+	ASH_INCR_HELPER_ENDED		/* helper: gone (copiers[1].end says how) */
+} AshIncrHelperState;
+
+typedef struct AshIncrHelper
+{
+	AshIncrHelperState state;
+	Latch	   *worker_latch;
+	Latch	   *helper_latch;
+	/* the request: the table, its chunks committed before, read-ahead ok */
+	char		schema[NAMEDATALEN];
+	char		table[NAMEDATALEN];
+	int64		chunks;
+	bool		ahead_ok;
+	/* the chunk read: its snapshot (overflow: too many xids to show here) */
+	uint32		xmin;
+	uint32		xmax;
+	int			nxip;
+	bool		overflow;
+	uint32		xip[ASH_INCR_HELPER_XIP_MAX];
+	XLogRecPtr	high_lsn;
+	/* the chunk committed: its rows, the table's last, its largest key */
+	int64		nrows;
+	bool		done;
+	int			nkeys;			/* 0: the key did not fit, read the catalog */
+	char		hi[ASH_INCR_HELPER_KEY_MAX];	/* the key's texts, each NUL-ended */
+} AshIncrHelper;
+
 typedef enum AshSlotState
 {
 	ASH_SLOT_FREE = 0,
@@ -127,6 +178,7 @@ typedef struct AshPipelineSlot
 	char		snapshot_name[64];
 	XLogRecPtr	snapshot_lsn;
 	AshCopier	copiers[ASH_SNAPSHOT_COPIERS_MAX];
+	AshIncrHelper incr_helpers[ASH_SNAPSHOT_COPIERS_MAX];	/* [copier] */
 
 	/*
 	 * Crash-loop guard (pipeline.c): what the worker is applying.  Written

@@ -644,6 +644,7 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
  * ---------------------------------------------------------------------
  */
 static AshPipelineSlot *snap_slot = NULL;
+static void incr_helper_stop(bool wait);
 static int	my_copier = 0;		/* index in snap_slot->copiers */
 
 static AshPipelineSlot *
@@ -694,19 +695,35 @@ publish_attempt(Attempt *a, bool in_flight)
 	SpinLockRelease(&snap_slot->mutex);
 }
 
-/* This copier's table in flight (NULL: none) and its rows so far. */
+/*
+ * A copier's table in flight (NULL: none) and its rows so far.  The
+ * pipeline worker also publishes for the incremental helper (copier 1);
+ * a table the worker takes over from it leaves the helper's entry.
+ */
 static void
-publish_table(const char *nspname, const char *relname, int64 rows, int64 estimate)
+publish_table_at(int copier, const char *nspname, const char *relname, int64 rows,
+				 int64 estimate)
 {
 	AshCopier  *me;
 
 	if (snap_slot == NULL)
 		return;
-	me = &snap_slot->copiers[my_copier];
+	me = &snap_slot->copiers[copier];
 	SpinLockAcquire(&snap_slot->mutex);
 	strlcpy(me->schema, nspname ? nspname : "", NAMEDATALEN);
 	strlcpy(me->table, relname ? relname : "", NAMEDATALEN);
 	me->rows = rows;
+	for (int i = 0; copier == 0 && relname != NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+	{
+		AshCopier  *other = &snap_slot->copiers[i];
+
+		if (i != copier && strcmp(other->schema, me->schema) == 0 &&
+			strcmp(other->table, me->table) == 0)
+		{
+			other->schema[0] = other->table[0] = '\0';
+			other->rows = 0;
+		}
+	}
 	SpinLockRelease(&snap_slot->mutex);
 
 	if (relname != NULL &&
@@ -728,19 +745,31 @@ publish_table(const char *nspname, const char *relname, int64 rows, int64 estima
 	}
 }
 
-/* A table committed: into the totals, out of this copier's slot. */
 static void
-publish_copied(int64 rows)
+publish_table(const char *nspname, const char *relname, int64 rows, int64 estimate)
+{
+	publish_table_at(my_copier, nspname, relname, rows, estimate);
+}
+
+/* A table committed: into the totals, out of its copier's slot. */
+static void
+publish_copied_at(int copier, int64 rows)
 {
 	if (snap_slot == NULL)
 		return;
 	SpinLockAcquire(&snap_slot->mutex);
 	snap_slot->stats.snapshot_tables_copied++;
 	snap_slot->stats.snapshot_rows_committed += rows;
-	snap_slot->copiers[my_copier].schema[0] = '\0';
-	snap_slot->copiers[my_copier].table[0] = '\0';
-	snap_slot->copiers[my_copier].rows = 0;
+	snap_slot->copiers[copier].schema[0] = '\0';
+	snap_slot->copiers[copier].table[0] = '\0';
+	snap_slot->copiers[copier].rows = 0;
 	SpinLockRelease(&snap_slot->mutex);
+}
+
+static void
+publish_copied(int64 rows)
+{
+	publish_copied_at(my_copier, rows);
 }
 
 /* ---------------------------------------------------------------------
@@ -761,8 +790,12 @@ check_coordinator(void)
 		return;
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
 	alive = snap_slot->in_use && snap_slot->generation == helper_generation &&
-		snap_slot->pid == helper_coordinator && !snap_slot->stop_requested;
+		snap_slot->pid == helper_coordinator && !snap_slot->stop_requested &&
+		snap_slot->state == ASH_SLOT_RUNNING;
 	LWLockRelease(AshShmem->lock);
+	/* a worker that exited before the launcher noticed */
+	if (alive && kill(helper_coordinator, 0) != 0 && errno == ESRCH)
+		alive = false;
 	if (!alive)
 		ereport(ERROR,
 				(errcode(ERRCODE_ADMIN_SHUTDOWN),
@@ -1418,6 +1451,7 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	snap_key = key;
 	snap_slot = find_slot();
 	my_copier = 0;
+	incr_helper_stop(true);		/* of an incremental session before */
 	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (row_buf != NULL)
 	{
@@ -1537,6 +1571,54 @@ copier_drop_origin(const char *sink_name, int index)
 	PG_END_TRY();
 }
 
+/*
+ * A helper copier failed: in its slot, how (never the error's text: it
+ * can carry values), its connections closed and its origin dropped.
+ */
+static void
+copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
+{
+	ErrorData  *edata;
+	AshCopier  *me = &slot->copiers[index];
+
+	HOLD_INTERRUPTS();
+	MemoryContextSwitchTo(TopMemoryContext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	ash_apply_abort();
+	close_connections();
+	RESUME_INTERRUPTS();
+	copier_drop_origin(sink_name, index);
+
+	/* never the error's text: it can carry values */
+	SpinLockAcquire(&slot->mutex);
+	me->sqlerrcode = edata->sqlerrcode;
+	if (ash_pending_halt != NULL)
+	{
+		me->end = ASH_COPIER_HALT;
+		strlcpy(me->reason, ash_pending_halt, sizeof(me->reason));
+		strlcpy(me->context, edata->message ? edata->message : "", sizeof(me->context));
+	}
+	else if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
+			 edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
+	{
+		me->end = ASH_COPIER_SOURCE_FAULT;
+		strlcpy(me->source_sqlstate, ash_conn_last_sqlstate, sizeof(me->source_sqlstate));
+	}
+	else
+	{
+		me->end = ASH_COPIER_APPLY_ERROR;
+		strlcpy(me->context, me->table[0] ? quote_qualified_identifier(me->schema, me->table) : "none",
+				sizeof(me->context));
+	}
+	me->schema[0] = me->table[0] = '\0';
+	me->rows = 0;
+	SpinLockRelease(&slot->mutex);
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.copier_failed sink=%s copier=%d sqlstate=%s",
+					sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+}
+
 void
 ash_snapshot_copier_main(Datum main_arg)
 {
@@ -1643,45 +1725,7 @@ ash_snapshot_copier_main(Datum main_arg)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-		AshCopier  *me = &slot->copiers[index];
-
-		HOLD_INTERRUPTS();
-		MemoryContextSwitchTo(TopMemoryContext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		ash_apply_abort();
-		close_connections();
-		RESUME_INTERRUPTS();
-		copier_drop_origin(sink_name, index);
-
-		/* never the error's text: it can carry values */
-		SpinLockAcquire(&slot->mutex);
-		me->sqlerrcode = edata->sqlerrcode;
-		if (ash_pending_halt != NULL)
-		{
-			me->end = ASH_COPIER_HALT;
-			strlcpy(me->reason, ash_pending_halt, sizeof(me->reason));
-			strlcpy(me->context, edata->message ? edata->message : "", sizeof(me->context));
-		}
-		else if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
-				 edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
-		{
-			me->end = ASH_COPIER_SOURCE_FAULT;
-			strlcpy(me->source_sqlstate, ash_conn_last_sqlstate, sizeof(me->source_sqlstate));
-		}
-		else
-		{
-			me->end = ASH_COPIER_APPLY_ERROR;
-			strlcpy(me->context, me->table[0] ? quote_qualified_identifier(me->schema, me->table) : "none",
-					sizeof(me->context));
-		}
-		me->schema[0] = me->table[0] = '\0';
-		me->rows = 0;
-		SpinLockRelease(&slot->mutex);
-		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.copier_failed sink=%s copier=%d sqlstate=%s",
-						sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+		copier_failed(slot, index, sink_name);
 	}
 	PG_END_TRY();
 	proc_exit(0);
@@ -1691,8 +1735,9 @@ ash_snapshot_copier_main(Datum main_arg)
  * Incremental snapshots (snapshot => 'incremental').
  *
  * The pipeline worker streams from the slot's position at once and, between
- * two source transactions of the stream, copies the tables one at a time in
- * primary-key order, chunk_rows rows per chunk.  A chunk is read on a second
+ * two source transactions of the stream, copies the tables in primary-key
+ * order, chunk_rows rows per chunk (up to snapshot_workers tables at once,
+ * with helpers: "Tables in parallel" below).  A chunk is read on a second
  * connection under a REPEATABLE READ snapshot (nothing is written on the
  * source) and committed at once in one destination transaction that holds
  * the checkpoint row locked: its rows (through apply, as snapshot rows of
@@ -1751,6 +1796,22 @@ static bool incr_prepared = false;	/* the statement exists on incr_conn */
  * (0: not known): a chunk deletes the closed rows only when one can be.
  */
 static XLogRecPtr incr_kept_low = InvalidXLogRecPtr;
+
+/* The incremental helper (tables in parallel, below). */
+static BackgroundWorkerHandle *incr_helpers[ASH_SNAPSHOT_COPIERS_MAX];	/* [1..]: started */
+static bool incr_helper_gone[ASH_SNAPSHOT_COPIERS_MAX]; /* stopped this session */
+static bool incr_helpers_refused = false;	/* no more helpers this session */
+static bool incr_helper_ahead_ok[ASH_SNAPSHOT_COPIERS_MAX];	/* read-ahead usable */
+static int64 incr_helper_drops[ASH_SNAPSHOT_COPIERS_MAX];	/* chunks read, dropped */
+
+/*
+ * The table each copier copies (the worker's, helper i's): a copier keeps
+ * its table until it is copied (a target found empty at a table's first
+ * chunk is written without the upsert's fallback by the copier that found
+ * it), then takes the first table nobody copies.
+ */
+static SnapTable *incr_own_table = NULL;
+static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
 
 static void drop_ahead(void);
 
@@ -1851,6 +1912,17 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	MemoryContext old;
 
 	snap_cfg = cfg;
+
+	/*
+	 * The helper of the last session gone first: its chunk, committed or
+	 * not, is then final when the attempt is read.
+	 */
+	incr_helper_stop(true);
+	incr_helpers_refused = false;
+	memset(incr_helper_gone, 0, sizeof(incr_helper_gone));
+	memset(incr_helper_drops, 0, sizeof(incr_helper_drops));
+	incr_own_table = NULL;
+	memset(incr_helper_table, 0, sizeof(incr_helper_table));
 	if (incr_conn != NULL)
 		ash_conn_close(incr_conn);
 	incr_conn = NULL;
@@ -2330,65 +2402,45 @@ incr_complete(void)
 }
 
 /*
- * Copy the next chunk, when the configuration allows one now.  Runs
- * between two source transactions of the stream (no batch open).
+ * One chunk of a table: its read, what it holds, and where it ends.  The
+ * pipeline worker and the helper (below) fill it the same way, each on
+ * its own source connection.
  */
-AshIncrStep
-ash_snapshot_incremental_step(void)
+typedef struct IncrChunk
 {
 	char	   *nspname;
 	char	   *relname;
-	char	  **cursor;
+	char	  **cursor;			/* the key it reads above (NULL: the first) */
 	IncrKeyDesc *k;
 	AshMapping *map;
+	SnapTable  *st;
+	AshRelation rel;
+	bool		binary;
+	bool		intkey;
+	bool		ahead;			/* its read had been sent ahead */
 	PGresult   *res;
 	AshIncrSnapshot snap;
 	XLogRecPtr	high_lsn;
-	XLogRecPtr	lowest;
-	MemoryContext cxt = CurrentMemoryContext;
-	MemoryContext tcxt;
 	int			nrows;
-	bool		done;
-	char	  **hi = NULL;
+	bool		done;			/* the table's last chunk */
+	char	  **hi;				/* its largest key (NULL with done) */
 	int64		chunk_no;
-	SnapTable  *st = NULL;
-	ListCell   *lc;
-	AshRelation rel;
-	AshChange	change;
-	bool		binary = true;
-	bool		intkey;
+} IncrChunk;
 
-	if (incr_attempt == NULL)
-		return ASH_INCR_STEP_NONE;
-	if (!ash_incr_next_table(&nspname, &relname, &cursor))
-	{
-		if (incr_attempt->phase != ASH_SNAPSHOT_COMPLETE)
-		{
-			/* a session ended between the last chunk and completion */
-			catalog_begin();
-			(void) read_attempt();
-			incr_complete();
-			catalog_end();
-			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
-			publish_attempt(incr_attempt, false);
-		}
-		return ASH_INCR_STEP_NONE;
-	}
-	if (ash_incr_open_windows(&lowest) >= snap_cfg->max_pending_chunks)
-		return ASH_INCR_STEP_WAIT_WINDOWS;
+/* The table of a chunk: checked, and described once a session and table. */
+static void
+chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable *st)
+{
+	MemoryContext cxt = CurrentMemoryContext;
 
-	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(tcxt);
-	k = incr_key_desc(nspname, relname);
-	map = ash_config_find_mapping(snap_cfg, nspname, relname);
-	foreach(lc, incr_attempt->tables)
-	{
-		SnapTable  *t = lfirst(lc);
-
-		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
-			st = t;
-	}
-	if (k == NULL || map == NULL || st == NULL)
+	memset(c, 0, sizeof(IncrChunk));
+	c->nspname = nspname;
+	c->relname = relname;
+	c->cursor = cursor;
+	c->st = st;
+	c->k = incr_key_desc(nspname, relname);
+	c->map = ash_config_find_mapping(snap_cfg, nspname, relname);
+	if (c->k == NULL || c->map == NULL || st == NULL)
 		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
 				 quote_qualified_identifier(nspname, relname));
 
@@ -2397,6 +2449,7 @@ ash_snapshot_incremental_step(void)
 		strcmp(incr_described, quote_qualified_identifier(nspname, relname)) != 0)
 	{
 		SnapTable  *dt;
+		AshChange	change;
 
 		drop_ahead();			/* of another table: the connection is used */
 		MemoryContextSwitchTo(incr_session_cxt);
@@ -2411,140 +2464,141 @@ ash_snapshot_incremental_step(void)
 		ash_apply_change(&change);
 		incr_described = pstrdup(quote_qualified_identifier(nspname, relname));
 		incr_prepared_for = NULL;	/* the statement reads the columns just described */
-		MemoryContextSwitchTo(tcxt);
-		incr_probe_needed(map);
+		MemoryContextSwitchTo(cxt);
+		incr_probe_needed(c->map);
 		incr_fresh = false;
 		incr_rereads = 0;
 	}
 
-	rel = incr_rel;
-	for (int i = 0; i < rel.natts; i++)
-		if (rel.cols[i].type_oid >= FirstGenbkiObjectId)
-			binary = false;
-	intkey = binary && integer_key(k);
+	c->rel = incr_rel;
+	c->binary = true;
+	for (int i = 0; i < c->rel.natts; i++)
+		if (c->rel.cols[i].type_oid >= FirstGenbkiObjectId)
+			c->binary = false;
+	c->intkey = c->binary && integer_key(c->k);
+}
+
+/*
+ * The chunk's rows and snapshot: the read sent ahead when it is this
+ * chunk's and may_ahead, else read now.
+ */
+static void
+chunk_read(IncrChunk *c, bool may_ahead)
+{
+	PGresult   *res;
+	uint64		blcksz;
+
+	c->ahead = may_ahead && ahead_matches(c->k, c->cursor);
+	if (!c->ahead)
+	{
+		drop_ahead();
+		send_chunk(c->k, &c->rel, c->cursor, c->binary);
+	}
+	incr_ahead = false;
+	res = ash_conn_get_result(incr_conn, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
+		PQnfields(res) != 3 + c->rel.natts + (c->binary && !c->intkey ? c->k->nkeys : 0))
+		ash_conn_report_result(res, "incremental snapshot chunk");
+	c->res = res;
+
+	/* text values (in binary: their bytes), never a NUL inside */
+	parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &c->snap);
+	c->high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
 
 	/*
-	 * The chunk's rows: read ahead while the previous chunk was written, or
-	 * read now.  A chunk read ahead may miss a transaction the stream
-	 * delivered since (it changed a key of this chunk, above the cursor:
-	 * the stream left it to the chunk and noted it); then it is read again,
-	 * at once.  Either way the check below is made now, with nothing
-	 * delivered between it and this chunk's commit.
+	 * At a page boundary the insert position points past the next page's
+	 * header, which no record reaches yet (and the walsender's position
+	 * never passes on a quiet source): every record inserted ends at or
+	 * before the boundary.
 	 */
-	for (;;)
-	{
-		bool		ahead = ahead_matches(k, cursor);
+	blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)), NULL, 10);
+	if (blcksz > 0 && c->high_lsn % blcksz <= SizeOfXLogLongPHD)
+		c->high_lsn -= c->high_lsn % blcksz;
+}
 
-		if (!ahead)
-		{
-			drop_ahead();
-			send_chunk(k, &rel, cursor, binary);
-		}
-		incr_ahead = false;
-		res = ash_conn_get_result(incr_conn, false);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
-			PQnfields(res) != 3 + rel.natts + (binary && !intkey ? k->nkeys : 0))
-			ash_conn_report_result(res, "incremental snapshot chunk");
+/* Forget a chunk read but not written. */
+static void
+chunk_forget(IncrChunk *c)
+{
+	if (c->res != NULL)
+		PQclear(c->res);
+	c->res = NULL;
+}
 
-		/* text values (in binary: their bytes), never a NUL inside */
-		parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &snap);
-		high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
-		{
-			/*
-			 * At a page boundary the insert position points past the next
-			 * page's header, which no record reaches yet (and the
-			 * walsender's position never passes on a quiet source): every
-			 * record inserted ends at or before the boundary.
-			 */
-			uint64		blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)),
-										  NULL, 10);
-
-			if (blcksz > 0 && high_lsn % blcksz <= SizeOfXLogLongPHD)
-				high_lsn -= high_lsn % blcksz;
-		}
-		if (ash_incr_snapshot_covers(&snap))
-			break;
-		PQclear(res);
-		if (!ahead)
-		{
-			/* a transaction the stream delivered is not visible yet: later */
-			MemoryContextSwitchTo(cxt);
-			MemoryContextDelete(tcxt);
-			return ASH_INCR_STEP_WAIT_XIDS;
-		}
-		incr_rereads++;
-	}
+/*
+ * How many rows the chunk holds and its largest key (the next cursor);
+ * then the next chunk's read is sent, so that the source runs it while
+ * this one is written.  If this chunk does not commit, that read is
+ * dropped with the connection (an error ends the session) or by its key
+ * (ahead_matches).
+ */
+static void
+chunk_bounds(IncrChunk *c)
+{
+	PGresult   *res = c->res;
+	IncrKeyDesc *k = c->k;
+	int		   *keycol = palloc(sizeof(int) * k->nkeys);
+	int		   *keytext = palloc(sizeof(int) * k->nkeys);
 
 	/*
 	 * Where each key column is: its value (NULL only in the row of an empty
 	 * chunk), and its text form (in binary, format() after the values: an
 	 * empty string for NULL).
 	 */
+	for (int i = 0; i < k->nkeys; i++)
 	{
-		int		   *keycol = palloc(sizeof(int) * k->nkeys);
-		int		   *keytext = palloc(sizeof(int) * k->nkeys);
+		int			col = -1;
 
+		for (int j = 0; j < c->rel.natts; j++)
+			if (strcmp(c->rel.cols[j].name, k->names[i]) == 0)
+				col = j;
+		if (col < 0)
+			ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
+					 quote_qualified_identifier(c->nspname, c->relname));
+		keycol[i] = 3 + col;
+		keytext[i] = c->binary && !c->intkey ? 3 + c->rel.natts + i : 3 + col;
+	}
+	c->nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
+	c->done = c->nrows < snap_cfg->chunk_rows;
+	if (!c->done && c->intkey)
+	{
+		/* the largest key of the chunk, its rows in no particular order */
+		int64	   *best = palloc(sizeof(int64) * k->nkeys);
+		int64	   *cur = palloc(sizeof(int64) * k->nkeys);
+
+		for (int r = 0; r < c->nrows; r++)
+		{
+			int			cmp = 0;
+
+			for (int i = 0; i < k->nkeys; i++)
+				if (!integer_key_value(res, r, keycol[i], k->types[i], &cur[i]))
+					ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
+							 quote_qualified_identifier(c->nspname, c->relname));
+			for (int i = 0; r > 0 && cmp == 0 && i < k->nkeys; i++)
+				cmp = cur[i] > best[i] ? 1 : cur[i] < best[i] ? -1 : 0;
+			if (r == 0 || cmp > 0)
+				memcpy(best, cur, sizeof(int64) * k->nkeys);
+		}
+		c->hi = palloc(sizeof(char *) * k->nkeys);
+		for (int i = 0; i < k->nkeys; i++)
+			c->hi[i] = psprintf(INT64_FORMAT, best[i]);
+	}
+	else if (!c->done)
+	{
+		c->hi = palloc(sizeof(char *) * k->nkeys);
 		for (int i = 0; i < k->nkeys; i++)
 		{
-			int			c = -1;
-
-			for (int j = 0; j < rel.natts; j++)
-				if (strcmp(rel.cols[j].name, k->names[i]) == 0)
-					c = j;
-			if (c < 0)
+			if (PQgetisnull(res, c->nrows - 1, keycol[i]) ||
+				PQgetisnull(res, c->nrows - 1, keytext[i]))
 				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-						 quote_qualified_identifier(nspname, relname));
-			keycol[i] = 3 + c;
-			keytext[i] = binary && !intkey ? 3 + rel.natts + i : 3 + c;
-		}
-		nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
-		done = nrows < snap_cfg->chunk_rows;
-		if (!done && intkey)
-		{
-			/* the largest key of the chunk, its rows in no particular order */
-			int64	   *best = palloc(sizeof(int64) * k->nkeys);
-			int64	   *cur = palloc(sizeof(int64) * k->nkeys);
-
-			for (int r = 0; r < nrows; r++)
-			{
-				int			cmp = 0;
-
-				for (int i = 0; i < k->nkeys; i++)
-					if (!integer_key_value(res, r, keycol[i], k->types[i], &cur[i]))
-						ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-								 quote_qualified_identifier(nspname, relname));
-				for (int i = 0; r > 0 && cmp == 0 && i < k->nkeys; i++)
-					cmp = cur[i] > best[i] ? 1 : cur[i] < best[i] ? -1 : 0;
-				if (r == 0 || cmp > 0)
-					memcpy(best, cur, sizeof(int64) * k->nkeys);
-			}
-			hi = palloc(sizeof(char *) * k->nkeys);
-			for (int i = 0; i < k->nkeys; i++)
-				hi[i] = psprintf(INT64_FORMAT, best[i]);
-		}
-		else if (!done)
-		{
-			hi = palloc(sizeof(char *) * k->nkeys);
-			for (int i = 0; i < k->nkeys; i++)
-			{
-				if (PQgetisnull(res, nrows - 1, keycol[i]) ||
-					PQgetisnull(res, nrows - 1, keytext[i]))
-					ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-							 quote_qualified_identifier(nspname, relname));
-				hi[i] = pnstrdup(PQgetvalue(res, nrows - 1, keytext[i]),
-								 PQgetlength(res, nrows - 1, keytext[i]));
-			}
+						 quote_qualified_identifier(c->nspname, c->relname));
+			c->hi[i] = pnstrdup(PQgetvalue(res, c->nrows - 1, keytext[i]),
+								PQgetlength(res, c->nrows - 1, keytext[i]));
 		}
 	}
-	chunk_no = st->chunks + 1;
+	c->chunk_no = c->st->chunks + 1;
 
-	/*
-	 * The next chunk's read, sent now: the source runs it while this one
-	 * is written.  If this chunk does not commit, the read is dropped
-	 * with the connection (an error ends the session) or by its key
-	 * (ahead_matches).
-	 */
-	if (!done)
+	if (!c->done)
 	{
 		MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
 
@@ -2556,46 +2610,64 @@ ash_snapshot_incremental_step(void)
 				pfree(incr_ahead_cursor[i]);
 			pfree(incr_ahead_cursor);
 		}
-		incr_ahead_table = pstrdup(quote_qualified_identifier(nspname, relname));
+		incr_ahead_table = pstrdup(quote_qualified_identifier(c->nspname, c->relname));
 		incr_ahead_cursor = palloc(sizeof(char *) * k->nkeys);
 		incr_ahead_nkeys = k->nkeys;
 		for (int i = 0; i < k->nkeys; i++)
-			incr_ahead_cursor[i] = pstrdup(hi[i]);
+			incr_ahead_cursor[i] = pstrdup(c->hi[i]);
 		MemoryContextSwitchTo(old);
-		send_chunk(k, &rel, hi, binary);
+		send_chunk(k, &c->rel, c->hi, c->binary);
 		incr_ahead = true;
 	}
+}
 
-	/* rows, progress, cursor and window: one destination transaction */
-	ash_apply_snapshot_begin(high_lsn, 0, incr_attempt->id);
+/*
+ * Rows, progress, cursor and window: one destination transaction.  It
+ * holds the checkpoint row FOR SHARE (the attempt cannot change under it;
+ * the helper's chunk transaction holds it too, at the same time).  The
+ * pipeline worker (worker) also deletes the windows the stream closed and,
+ * at the attempt's last table, completes it; a helper checks, under that
+ * lock, that the pipeline worker that asked for the chunk is still the
+ * pipeline's (a later one reads the attempt FOR UPDATE, after this
+ * transaction).
+ */
+static void
+chunk_write(IncrChunk *c, bool worker)
+{
+	AshChange	change;
+	IncrKeyDesc *k = c->k;
+
+	ash_apply_snapshot_begin(c->high_lsn, 0, incr_attempt->id);
 	if (key_exec("SELECT 1 FROM ash_replicant.checkpoints"
 				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND snapshot_phase = 'copying' FOR UPDATE",
+				 "   AND snapshot_phase = 'copying' FOR SHARE",
 				 0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
+	if (!worker)
+		check_coordinator();
 
 	/*
 	 * A target empty when its first chunk is copied stays empty above the
 	 * cursor (the stream writes only keys at or below it): every row of
 	 * this session's chunks is new, written without the upsert's fallback.
 	 */
-	if (cursor == NULL)
-		incr_fresh = target_is_empty(map);
+	if (c->cursor == NULL)
+		incr_fresh = target_is_empty(c->map);
 	if (incr_fresh)
-		ash_apply_snapshot_fresh(map->target_relid, false);	/* stream reads between chunks */
+		ash_apply_snapshot_fresh(c->map->target_relid, false);	/* stream reads between chunks */
 	memset(&change, 0, sizeof(change));
 	change.kind = ASH_CHANGE_INSERT;
 	change.xid = InvalidTransactionId;
-	change.u.insert.relid = rel.relid;
-	change.u.insert.newtup.natts = rel.natts;
-	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(rel.natts, 1));
-	for (int r = 0; r < nrows; r++)
+	change.u.insert.relid = c->rel.relid;
+	change.u.insert.newtup.natts = c->rel.natts;
+	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(c->rel.natts, 1));
+	for (int r = 0; r < c->nrows; r++)
 	{
-		for (int c = 0; c < rel.natts; c++)
+		for (int col = 0; col < c->rel.natts; col++)
 		{
-			AshColumnValue *v = &change.u.insert.newtup.cols[c];
+			AshColumnValue *v = &change.u.insert.newtup.cols[col];
 
-			if (PQgetisnull(res, r, 3 + c))
+			if (PQgetisnull(c->res, r, 3 + col))
 			{
 				v->status = ASH_COL_NULL;
 				v->len = 0;
@@ -2603,22 +2675,22 @@ ash_snapshot_incremental_step(void)
 			}
 			else
 			{
-				v->status = binary ? ASH_COL_BINARY : ASH_COL_TEXT;
-				v->data = PQgetvalue(res, r, 3 + c);
-				v->len = PQgetlength(res, r, 3 + c);
+				v->status = c->binary ? ASH_COL_BINARY : ASH_COL_TEXT;
+				v->data = PQgetvalue(c->res, r, 3 + col);
+				v->len = PQgetlength(c->res, r, 3 + col);
 			}
 		}
 		ash_apply_change(&change);
 	}
-	PQclear(res);
+	chunk_forget(c);
 	(void) ash_apply_snapshot_flush();
-	if (done)
+	if (c->done)
 	{
-		int64		retired = ash_apply_snapshot_retire(map, high_lsn - 1);
+		int64		retired = ash_apply_snapshot_retire(c->map, c->high_lsn - 1);
 
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
+						snap_cfg->sink_name, quote_qualified_identifier(c->nspname, c->relname),
 						retired)));
 	}
 	{
@@ -2626,12 +2698,12 @@ ash_snapshot_incremental_step(void)
 		Datum		values[6];
 		char		nulls[7] = "      ";
 
-		values[0] = CStringGetTextDatum(nspname);
-		values[1] = CStringGetTextDatum(relname);
-		values[2] = Int64GetDatum(nrows);
-		key_param(hi, k->nkeys, &values[3], &nulls[3]);
-		key_param(cursor, k->nkeys, &values[4], &nulls[4]);
-		values[5] = LSNGetDatum(high_lsn);
+		values[0] = CStringGetTextDatum(c->nspname);
+		values[1] = CStringGetTextDatum(c->relname);
+		values[2] = Int64GetDatum(c->nrows);
+		key_param(c->hi, k->nkeys, &values[3], &nulls[3]);
+		key_param(c->cursor, k->nkeys, &values[4], &nulls[4]);
+		values[5] = LSNGetDatum(c->high_lsn);
 		if (key_exec("UPDATE ash_replicant.snapshot_tables"
 					 "   SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
 					 "       chunk_cursor = $7,"
@@ -2643,31 +2715,35 @@ ash_snapshot_incremental_step(void)
 					 "   AND chunk_cursor IS NOT DISTINCT FROM $8",
 					 6, types, values, nulls, SPI_OK_UPDATE) != 1)
 			ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
-					 quote_qualified_identifier(nspname, relname));
+					 quote_qualified_identifier(c->nspname, c->relname));
 	}
 	{
 		Oid			types[9] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID,
 		INT8OID, INT8OID, INT8ARRAYOID, LSNOID};
 		Datum		values[9];
 		char		nulls[10] = "         ";
-		Oid			ltypes[1] = {LSNOID};
-		Datum		lvalues[1];
 
-		values[0] = CStringGetTextDatum(nspname);
-		values[1] = CStringGetTextDatum(relname);
-		values[2] = Int64GetDatum(chunk_no);
-		key_param(cursor, k->nkeys, &values[3], &nulls[3]);
-		key_param(hi, k->nkeys, &values[4], &nulls[4]);
-		values[5] = Int64GetDatum((int64) snap.xmin);
-		values[6] = Int64GetDatum((int64) snap.xmax);
-		values[7] = xip_array(&snap);
-		values[8] = LSNGetDatum(high_lsn);
+		values[0] = CStringGetTextDatum(c->nspname);
+		values[1] = CStringGetTextDatum(c->relname);
+		values[2] = Int64GetDatum(c->chunk_no);
+		key_param(c->cursor, k->nkeys, &values[3], &nulls[3]);
+		key_param(c->hi, k->nkeys, &values[4], &nulls[4]);
+		values[5] = Int64GetDatum((int64) c->snap.xmin);
+		values[6] = Int64GetDatum((int64) c->snap.xmax);
+		values[7] = xip_array(&c->snap);
+		values[8] = LSNGetDatum(c->high_lsn);
 		(void) key_exec("INSERT INTO ash_replicant.snapshot_windows"
 						" (source_system_id, source_database, slot_name, source_schema, source_table,"
 						"  chunk, lo, hi, snap_xmin, snap_xmax, snap_xip, high_lsn)"
 						" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
 						"         $12)",
 						9, types, values, nulls, SPI_OK_INSERT);
+	}
+	if (worker)
+	{
+		Oid			ltypes[1] = {LSNOID};
+		Datum		lvalues[1];
+
 		lvalues[0] = LSNGetDatum(ash_apply_watermark() + 1);
 
 		/*
@@ -2675,9 +2751,10 @@ ash_snapshot_incremental_step(void)
 		 * Only when a kept row can be (the watermark stays where it is
 		 * while the source is quiet, and the rows of a long copy pile up
 		 * until it moves: a scan of them per chunk would grow with them).
+		 * A helper's rows are above the watermark when they commit.
 		 */
 		if (XLogRecPtrIsInvalid(incr_kept_low) ||
-			Min(incr_kept_low, high_lsn) <= DatumGetLSN(lvalues[0]))
+			Min(incr_kept_low, c->high_lsn) <= DatumGetLSN(lvalues[0]))
 		{
 			(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
 							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
@@ -2687,38 +2764,980 @@ ash_snapshot_incremental_step(void)
 			incr_kept_low = DatumGetLSN(lvalues[0]) + 1;
 		}
 		else
-			incr_kept_low = Min(incr_kept_low, high_lsn);
+			incr_kept_low = Min(incr_kept_low, c->high_lsn);
+		if (c->done && ash_incr_remaining() == 1)
+			incr_complete();	/* the attempt's last table */
 	}
-	if (done && ash_incr_remaining() == 1)
-		incr_complete();	/* the attempt's last table */
 	(void) ash_apply_snapshot_commit();
+}
 
-	/* committed: now the stream judges by it */
-	ash_incr_chunk_committed(nspname, relname, hi, done, chunk_no, cursor, hi, &snap, high_lsn);
+/* A table's chunk committed (by the worker or a helper): into the totals. */
+static void
+table_progress(SnapTable *st, int copier, int64 chunk_no, int64 rows, bool done,
+			   int64 rereads)
+{
 	st->chunks = chunk_no;
-	st->rows += nrows;
+	st->rows = rows;
 	if (done)
 	{
 		st->copied = true;
-		if (!ash_incr_active())
-			incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
-		publish_copied(st->rows);
+		publish_copied_at(copier, st->rows);
 		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT " chunks=" INT64_FORMAT " rereads=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
-						st->rows, chunk_no, incr_rereads)));
-		publish_table(NULL, NULL, 0, 0);
-		if (!ash_incr_active())
-		{
-			publish_attempt(incr_attempt, false);
-			ereport(LOG,
-					(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
-							snap_cfg->sink_name, list_length(incr_attempt->tables))));
-		}
+				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s copier=%d rows=" INT64_FORMAT " chunks=" INT64_FORMAT " rereads=" INT64_FORMAT,
+						snap_cfg->sink_name, quote_qualified_identifier(st->nspname, st->relname),
+						copier, st->rows, chunk_no, rereads)));
 	}
 	else
-		publish_table(nspname, relname, st->rows, st->has_estimate ? st->estimate : -1);
+		publish_table_at(copier, st->nspname, st->relname, st->rows,
+						 st->has_estimate ? st->estimate : -1);
+}
+
+/*
+ * Every table copied: the attempt is complete (recorded: by the last
+ * table's chunk transaction; otherwise here, in its own transaction -- the
+ * last tables' chunks were committed in one round, or a session ended
+ * between the last chunk and completion).
+ */
+static void
+incr_attempt_completed(bool recorded)
+{
+	if (incr_attempt->phase == ASH_SNAPSHOT_COMPLETE)
+		return;
+	if (!recorded)
+	{
+		catalog_begin();
+		(void) read_attempt();
+		incr_complete();
+		catalog_end();
+	}
+	incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
+	publish_attempt(incr_attempt, false);
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
+					snap_cfg->sink_name, list_length(incr_attempt->tables))));
+}
+
+/* The worker's own chunk committed: now the stream judges by it. */
+static void
+chunk_committed(IncrChunk *c)
+{
+	ash_incr_chunk_committed(c->nspname, c->relname, c->hi, c->done, c->chunk_no, c->cursor,
+							 c->hi, &c->snap, c->high_lsn);
+	table_progress(c->st, 0, c->chunk_no, c->st->rows + c->nrows, c->done, incr_rereads);
+}
+
+/* ---------------------------------------------------------------------
+ * Tables in parallel: the incremental helpers.
+ *
+ * With ash_replicant.snapshot_workers of N >= 2 and two tables or more left
+ * to copy, the pipeline worker starts up to N - 1 helpers (background
+ * workers with a source connection and a replication origin of their own,
+ * as v1's helper copiers); each copier keeps a table until it is copied.
+ * It copies by fork-join: it asks each helper for the next chunk of its
+ * table, reads the next chunk of its own, and once the helpers read theirs
+ * it judges every snapshot (fact 2
+ * of docs/snapshots.md) against what the stream delivered: the helpers'
+ * first, without forgetting anything, then its own.  A helper whose chunk
+ * passes writes and commits it while the worker writes and commits its
+ * own; one whose chunk does not pass drops it.  The worker waits for every
+ * helper's commit before it applies anything more from the stream: the
+ * stream delivers nothing between any chunk's check and its commit, and
+ * the worker's judgment of the stream (cursors, windows) takes each
+ * helper's chunk as the helper committed it (its cursor in shared memory,
+ * or from its catalog row when the key is too long for that).
+ *
+ * A noted transaction is forgotten only by the worker's own check; a
+ * helper's read-ahead (sent after its chunk arrived) is used only when its
+ * chunk was written in the last round that checked anything: that chunk's
+ * snapshot showed every transaction noted then, so its read-ahead does.
+ *
+ * A helper that fails (or vanishes) fails the worker's session; the next
+ * session waits until the helpers are gone before it reads where each
+ * table stands, so no chunk is half-known: each table resumes from its
+ * committed cursor.
+ * ---------------------------------------------------------------------
+ */
+#define INCR_HELPER_WAIT_MS 100
+
+/* Helper i's shared state (the slot's mutex held by the caller). */
+#define HELPER(i) (&snap_slot->incr_helpers[(i)])
+
+static AshIncrHelperState
+helper_state(int i)
+{
+	AshIncrHelperState s;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	s = HELPER(i)->state;
+	SpinLockRelease(&snap_slot->mutex);
+	return s;
+}
+
+/* Move helper i's state and wake the other side. */
+static void
+helper_set_state(int i, AshIncrHelperState s, bool to_helper)
+{
+	Latch	   *latch;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	HELPER(i)->state = s;
+	latch = to_helper ? HELPER(i)->helper_latch : HELPER(i)->worker_latch;
+	SpinLockRelease(&snap_slot->mutex);
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/*
+ * Stop helper i (its table is no longer among those it would copy; it is
+ * not started again this session).  Between chunks it exits by itself,
+ * dropping its origin; otherwise it is terminated.  wait: until it is
+ * gone, so that its chunk, committed or not, is final.
+ */
+static void
+incr_helper_stop_one(int i, bool wait)
+{
+	incr_helper_gone[i] = true;
+	if (incr_helpers[i] != NULL)
+	{
+		pid_t		pid;
+
+		if (!wait && snap_slot != NULL && helper_state(i) == ASH_INCR_HELPER_IDLE)
+			helper_set_state(i, ASH_INCR_HELPER_STOP, true);
+		else
+			TerminateBackgroundWorker(incr_helpers[i]);
+		if (!wait)
+			return;
+		if (GetBackgroundWorkerPid(incr_helpers[i], &pid) != BGWH_POSTMASTER_DIED)
+			(void) WaitForBackgroundWorkerShutdown(incr_helpers[i]);
+		pfree(incr_helpers[i]);
+		incr_helpers[i] = NULL;
+	}
+	if (snap_slot != NULL)
+	{
+		SpinLockAcquire(&snap_slot->mutex);
+		memset(HELPER(i), 0, sizeof(AshIncrHelper));
+		memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
+		SpinLockRelease(&snap_slot->mutex);
+	}
+	incr_helper_ahead_ok[i] = false;
+}
+
+/*
+ * Stop every helper (a session ends or fails); none is started again this
+ * session.  wait: until they are gone (the next session waits otherwise).
+ */
+static void
+incr_helper_stop(bool wait)
+{
+	incr_helpers_refused = true;
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (wait || (incr_helpers[i] != NULL && !incr_helper_gone[i]))
+			incr_helper_stop_one(i, wait);
+}
+
+/* Start helper i, once a session. */
+static void
+incr_helper_start(int i)
+{
+	BackgroundWorker w;
+	int			slotno;
+	int64		generation;
+	int32		index = i;
+	pid_t		coordinator = MyProcPid;
+
+	if (incr_helpers[i] != NULL || incr_helper_gone[i] || incr_helpers_refused ||
+		snap_slot == NULL)
+		return;
+	slotno = snap_slot - AshShmem->slots;
+	SpinLockAcquire(&snap_slot->mutex);
+	memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
+	memset(HELPER(i), 0, sizeof(AshIncrHelper));
+	HELPER(i)->state = ASH_INCR_HELPER_OFF;
+	HELPER(i)->worker_latch = MyLatch;
+	SpinLockRelease(&snap_slot->mutex);
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	generation = snap_slot->generation;
+	LWLockRelease(AshShmem->lock);
+
+	ash_worker_prepare(&w, "ash_snapshot_incr_helper_main", "ash_replicant snapshot",
+					   snap_cfg->sink_name, slotno, generation);
+	memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
+	memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		/* no worker slot free: the tables are copied by fewer */
+		if (!RegisterDynamicBackgroundWorker(&w, &incr_helpers[i]))
+		{
+			incr_helpers[i] = NULL;
+			incr_helpers_refused = true;
+		}
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/*
+ * How helper i ended, raised as the worker's own error: never a hang,
+ * never a chunk the worker is unsure of.  A helper that ended without a
+ * failure (no replication origin free for it) leaves its share to the
+ * others.
+ */
+static void
+incr_helper_ended(int i)
+{
+	AshCopier	c;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	memcpy(&c, &snap_slot->copiers[i], sizeof(AshCopier));
+	SpinLockRelease(&snap_slot->mutex);
+	incr_helper_stop_one(i, true);
+	if (c.end == ASH_COPIER_DONE)
+		return;
+	if (c.end == ASH_COPIER_RUNNING)
+	{
+		/* terminated (SIGTERM): retried as a shutdown, not an apply error */
+		ash_apply_errctx.command = "snapshot";
+		ash_apply_errctx.relation = NULL;
+		ereport(ERROR,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("ash_replicant: an incremental snapshot helper was terminated")));
+	}
+	raise_helper_end(&c);
+}
+
+/* Is helper i there and waiting for a chunk? */
+static bool
+incr_helper_idle(int i)
+{
+	pid_t		pid;
+	AshIncrHelperState s;
+
+	if (incr_helpers[i] == NULL || incr_helper_gone[i] || incr_helpers_refused)
+		return false;
+	s = helper_state(i);
+	if (s == ASH_INCR_HELPER_IDLE)
+		return true;
+	if (s == ASH_INCR_HELPER_ENDED)
+		incr_helper_ended(i);
+	else if (s == ASH_INCR_HELPER_OFF &&
+			 GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED)
+		incr_helper_stop_one(i, true);	/* gone before it served */
+	return false;
+}
+
+/* Wait until helper i's state is want; an ended helper raises. */
+static void
+incr_helper_wait(int i, AshIncrHelperState want)
+{
+	for (;;)
+	{
+		AshIncrHelperState s = helper_state(i);
+		pid_t		pid;
+
+		if (s == want)
+			return;
+		if (s == ASH_INCR_HELPER_ENDED ||
+			GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED)
+		{
+			if (helper_state(i) == want)
+				return;
+			incr_helper_ended(i);
+			ereport(ERROR,
+					(errcode(ERRCODE_ADMIN_SHUTDOWN),
+					 errmsg("ash_replicant: an incremental snapshot helper ended in a chunk")));
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Ask helper i for the next chunk of st. */
+static void
+incr_helper_request(int i, SnapTable *st)
+{
+	SpinLockAcquire(&snap_slot->mutex);
+	strlcpy(HELPER(i)->schema, st->nspname, NAMEDATALEN);
+	strlcpy(HELPER(i)->table, st->relname, NAMEDATALEN);
+	HELPER(i)->chunks = st->chunks;
+	HELPER(i)->ahead_ok = incr_helper_ahead_ok[i];
+	SpinLockRelease(&snap_slot->mutex);
+	helper_set_state(i, ASH_INCR_HELPER_READ, true);
+}
+
+/* The snapshot of helper i's chunk (false: it holds too many xids). */
+static bool
+incr_helper_snapshot(int i, AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
+{
+	bool		ok;
+
+	SpinLockAcquire(&snap_slot->mutex);
+	ok = !HELPER(i)->overflow;
+	snap->xmin = HELPER(i)->xmin;
+	snap->xmax = HELPER(i)->xmax;
+	snap->nxip = ok ? HELPER(i)->nxip : 0;
+	snap->xip = palloc(sizeof(TransactionId) * Max(snap->nxip, 1));
+	for (int j = 0; j < snap->nxip; j++)
+		snap->xip[j] = HELPER(i)->xip[j];
+	*high_lsn = HELPER(i)->high_lsn;
+	SpinLockRelease(&snap_slot->mutex);
+	return ok;
+}
+
+/*
+ * Helper i committed its chunk of st (the next after the worker's count):
+ * where the table stands now, from its catalog row, and the chunk's
+ * window, for the stream's judgment.
+ */
+static void
+incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *snap,
+					  XLogRecPtr high_lsn)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	bool		isnull;
+	bool		done;
+	int64		chunks;
+	int64		rows;
+	char	  **hi = NULL;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	Datum		d;
+
+	/* as the helper said it (its key fitted in shared memory) */
+	SpinLockAcquire(&snap_slot->mutex);
+	if (HELPER(i)->nkeys > 0 || HELPER(i)->done)
+	{
+		const char *p = HELPER(i)->hi;
+
+		done = HELPER(i)->done;
+		rows = st->rows + HELPER(i)->nrows;
+		chunks = st->chunks + 1;
+		if (!done)
+		{
+			hi = palloc(sizeof(char *) * HELPER(i)->nkeys);
+			for (int k = 0; k < HELPER(i)->nkeys; k++)
+			{
+				hi[k] = pstrdup(p);
+				p += strlen(p) + 1;
+			}
+		}
+		SpinLockRelease(&snap_slot->mutex);
+		goto judged;
+	}
+	SpinLockRelease(&snap_slot->mutex);
+
+	values[0] = CStringGetTextDatum(st->nspname);
+	values[1] = CStringGetTextDatum(st->relname);
+	catalog_begin();
+	if (key_exec("SELECT state, rows_copied, chunks_copied, chunk_cursor"
+				 "  FROM ash_replicant.snapshot_tables"
+				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				 "   AND source_schema = $4 AND source_table = $5",
+				 2, types, values, NULL, SPI_OK_SELECT) != 1)
+		ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
+				 quote_qualified_identifier(st->nspname, st->relname));
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	done = strcmp(SPI_getvalue(tup, desc, 1), "copied") == 0;
+	rows = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	chunks = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+	d = SPI_getbinval(tup, desc, 4, &isnull);
+	if (!isnull)
+	{
+		List	   *l = ash_text_array_to_list(d, false);
+		ListCell   *kc;
+		int			k = 0;
+
+		hi = palloc0(sizeof(char *) * Max(list_length(l), 1));
+		foreach(kc, l)
+			hi[k++] = lfirst(kc);
+	}
+	catalog_end();
+	if (chunks != st->chunks + 1 || done != (hi == NULL))
+		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
+				 quote_qualified_identifier(st->nspname, st->relname));
+judged:
+	ash_incr_chunk_committed(st->nspname, st->relname, hi, done, chunks, lo, hi, snap,
+							 high_lsn);
+	/* its window row, kept in snapshot_windows too */
+	if (!XLogRecPtrIsInvalid(incr_kept_low))
+		incr_kept_low = Min(incr_kept_low, high_lsn);
+	table_progress(st, i, chunks, rows, done, incr_helper_drops[i]);
+	if (done)
+		incr_helper_drops[i] = 0;
+}
+
+static SnapTable *
+attempt_table(const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, incr_attempt->tables)
+	{
+		SnapTable  *t = lfirst(lc);
+
+		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
+			return t;
+	}
+	return NULL;
+}
+
+/* Is t copied by a copier already? */
+static bool
+table_assigned(SnapTable *t)
+{
+	if (t == incr_own_table)
+		return true;
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (incr_helper_table[i] == t)
+			return true;
+	return false;
+}
+
+/* The first table not yet copied that no copier copies (NULL: none). */
+static SnapTable *
+unassigned_table(void)
+{
+	char	   *nspname;
+	char	   *relname;
+	char	  **cursor;
+
+	for (int k = 0; ash_incr_pending_table(k, &nspname, &relname, &cursor); k++)
+	{
+		SnapTable  *t = attempt_table(nspname, relname);
+
+		if (t != NULL && !table_assigned(t))
+			return t;
+	}
+	return NULL;
+}
+
+/*
+ * Copy the next chunk, when the configuration allows one now (with
+ * helpers: the next chunks of several tables).  Runs between two source
+ * transactions of the stream (no batch open).
+ */
+AshIncrStep
+ash_snapshot_incremental_step(void)
+{
+	char	   *nspname;
+	char	   *relname;
+	char	  **cursor;
+	XLogRecPtr	lowest;
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext tcxt;
+	int			open;
+	int			nhelpers;
+	int			nasked = 0;
+	SnapTable  *st;
+	SnapTable  *hst[ASH_SNAPSHOT_COPIERS_MAX];
+	char	  **hcursor[ASH_SNAPSHOT_COPIERS_MAX];
+	Oid			htarget[ASH_SNAPSHOT_COPIERS_MAX];
+	AshIncrSnapshot hsnap[ASH_SNAPSHOT_COPIERS_MAX];
+	XLogRecPtr	hlsn[ASH_SNAPSHOT_COPIERS_MAX];
+	bool		hwrite[ASH_SNAPSHOT_COPIERS_MAX];
+	AshMapping *m1;
+	IncrChunk	c;
+	volatile AshIncrStep result = ASH_INCR_STEP_CHUNK;
+	volatile bool written = false;
+	volatile bool recorded = false;
+
+	if (incr_attempt == NULL)
+		return ASH_INCR_STEP_NONE;
+	if (!ash_incr_next_table(&nspname, &relname, &cursor))
+	{
+		incr_helper_stop(false);
+		incr_attempt_completed(false);
+		return ASH_INCR_STEP_NONE;
+	}
+	open = ash_incr_open_windows(&lowest);
+	if (open >= snap_cfg->max_pending_chunks)
+		return ASH_INCR_STEP_WAIT_WINDOWS;
+
+	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(tcxt);
+
+	/*
+	 * Each copier keeps its table until it is copied.  A helper that cannot
+	 * copy (not started, stopped, refused) keeps none; the worker takes a
+	 * helper's table when none is left for it.
+	 */
+	nhelpers = Min(ash_snapshot_workers, ASH_SNAPSHOT_COPIERS_MAX) - 1;
+	if (incr_own_table != NULL && incr_own_table->copied)
+		incr_own_table = NULL;
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (incr_helper_table[i] != NULL &&
+			(incr_helper_table[i]->copied || i > nhelpers || incr_helper_gone[i] ||
+			 incr_helpers_refused))
+			incr_helper_table[i] = NULL;
+	if (incr_own_table == NULL)
+		incr_own_table = unassigned_table();
+	for (int i = 1; incr_own_table == NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+	{
+		incr_own_table = incr_helper_table[i];
+		incr_helper_table[i] = NULL;
+	}
+	st = incr_own_table;
+	if (st == NULL || !ash_incr_table_cursor(st->nspname, st->relname, &cursor))
+		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
+				 quote_qualified_identifier(nspname, relname));
+	nspname = st->nspname;
+	relname = st->relname;
+	m1 = ash_config_find_mapping(snap_cfg, nspname, relname);
+
+	/*
+	 * Helper i copies its table in this round when there is room for one
+	 * more window and its target is not another chunk's.
+	 */
+	memset(hst, 0, sizeof(hst));
+	memset(hwrite, 0, sizeof(hwrite));
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+	{
+		AshMapping *m2;
+
+		if (i <= nhelpers && !incr_helper_gone[i] && !incr_helpers_refused &&
+			incr_helper_table[i] == NULL)
+			incr_helper_table[i] = unassigned_table();
+		if (incr_helper_table[i] == NULL)
+		{
+			if (incr_helpers[i] != NULL && !incr_helper_gone[i])
+				incr_helper_stop_one(i, false);
+			continue;
+		}
+		incr_helper_start(i);
+		if (incr_helpers_refused)
+		{
+			incr_helper_table[i] = NULL;
+			continue;
+		}
+		hst[i] = incr_helper_table[i];
+		if (!ash_incr_table_cursor(hst[i]->nspname, hst[i]->relname, &hcursor[i]))
+			ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
+					 quote_qualified_identifier(hst[i]->nspname, hst[i]->relname));
+		m2 = ash_config_find_mapping(snap_cfg, hst[i]->nspname, hst[i]->relname);
+		htarget[i] = m2 != NULL ? m2->target_relid : InvalidOid;
+		if (open + nasked + 2 > snap_cfg->max_pending_chunks ||
+			m1 == NULL || m2 == NULL || m1->target_relid == m2->target_relid)
+			hst[i] = NULL;
+		for (int j = 1; j < i && hst[i] != NULL; j++)
+			if (hst[j] != NULL && htarget[j] == htarget[i])
+				hst[i] = NULL;
+		if (hst[i] != NULL && !incr_helper_idle(i))
+			hst[i] = NULL;
+		if (hst[i] != NULL)
+			nasked++;
+	}
+
+	PG_TRY();
+	{
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+			if (hst[i] != NULL)
+				incr_helper_request(i, hst[i]);
+		chunk_setup(&c, nspname, relname, cursor, st);
+		chunk_read(&c, true);
+
+		/*
+		 * The helpers' chunks are checked first, without forgetting: a
+		 * chunk that passes is written (the stream delivers nothing before
+		 * its commit), one that does not is dropped and read afresh next
+		 * time.
+		 */
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		{
+			if (hst[i] == NULL)
+				continue;
+			incr_helper_wait(i, ASH_INCR_HELPER_READY);
+			hwrite[i] = incr_helper_snapshot(i, &hsnap[i], &hlsn[i]) &&
+				ash_incr_snapshot_shows_noted(&hsnap[i]);
+			if (!hwrite[i])
+				incr_helper_drops[i]++;
+			helper_set_state(i, hwrite[i] ? ASH_INCR_HELPER_WRITE : ASH_INCR_HELPER_DROP, true);
+		}
+
+		/*
+		 * The worker's own chunk: one read ahead may miss a transaction the
+		 * stream delivered since (it changed a key of this chunk, above the
+		 * cursor: the stream left it to the chunk and noted it); then it is
+		 * read again, at once.  Either way the check is made now, with
+		 * nothing delivered between it and this chunk's commit.
+		 */
+		for (;;)
+		{
+			if (ash_incr_snapshot_covers(&c.snap))
+			{
+				chunk_bounds(&c);
+				recorded = c.done && ash_incr_remaining() == 1;
+				chunk_write(&c, true);
+				written = true;
+				break;
+			}
+			chunk_forget(&c);
+			if (!c.ahead)
+			{
+				/* a transaction the stream delivered is not visible yet: later */
+				result = ASH_INCR_STEP_WAIT_XIDS;
+				break;
+			}
+			incr_rereads++;
+			chunk_read(&c, false);
+		}
+
+		/* what the worker forgot, a helper's read-ahead may not show */
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+			incr_helper_ahead_ok[i] = hwrite[i];
+
+		/* the helpers' commits, before anything more from the stream */
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		{
+			if (!hwrite[i])
+				continue;
+			incr_helper_wait(i, ASH_INCR_HELPER_COMMITTED);
+			helper_set_state(i, ASH_INCR_HELPER_IDLE, false);
+		}
+
+		/* committed: now the stream judges by them */
+		if (written)
+			chunk_committed(&c);
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		{
+			if (!hwrite[i])
+				continue;
+			incr_helper_committed(i, hst[i], hcursor[i], &hsnap[i], hlsn[i]);
+			result = ASH_INCR_STEP_CHUNK;
+		}
+		if (!ash_incr_active())
+			incr_attempt_completed(recorded);
+	}
+	PG_CATCH();
+	{
+		/* their chunks, committed or not, are read by the next session */
+		incr_helper_stop(false);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
 	MemoryContextDelete(tcxt);
-	return ASH_INCR_STEP_CHUNK;
+	return result;
+}
+
+/* A helper's last chunk committed: its table and where it ended. */
+static SnapTable *helper_last_table = NULL;
+static MemoryContext helper_last_cxt = NULL;
+
+/*
+ * The incremental helper (a background worker the pipeline worker
+ * started): read and write the chunks the worker asks for, one at a
+ * time, until it is stopped.
+ */
+static void
+incr_helper_serve(void)
+{
+	for (;;)
+	{
+		AshIncrHelperState s;
+		char		nspname[NAMEDATALEN];
+		char		relname[NAMEDATALEN];
+		int64		chunks;
+		bool		ahead_ok;
+		SnapTable  *st;
+		IncrChunk	c;
+		MemoryContext cxt = CurrentMemoryContext;
+		MemoryContext tcxt;
+
+		SpinLockAcquire(&snap_slot->mutex);
+		s = HELPER(my_copier)->state;
+		strlcpy(nspname, HELPER(my_copier)->schema, NAMEDATALEN);
+		strlcpy(relname, HELPER(my_copier)->table, NAMEDATALEN);
+		chunks = HELPER(my_copier)->chunks;
+		ahead_ok = HELPER(my_copier)->ahead_ok;
+		SpinLockRelease(&snap_slot->mutex);
+		if (s == ASH_INCR_HELPER_STOP)
+			return;
+		if (s != ASH_INCR_HELPER_READ)
+		{
+			if (s == ASH_INCR_HELPER_DROP)
+				helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			check_coordinator();
+			continue;
+		}
+
+		tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
+		MemoryContextSwitchTo(tcxt);
+
+		/*
+		 * Where the table stands: after its own chunk of this table, as it
+		 * committed it; otherwise from the table's committed catalog row.
+		 */
+		if (helper_last_table != NULL && strcmp(helper_last_table->nspname, nspname) == 0 &&
+			strcmp(helper_last_table->relname, relname) == 0 &&
+			helper_last_table->chunks == chunks)
+			st = helper_last_table;
+		else
+		{
+			Oid			types[2] = {TEXTOID, TEXTOID};
+			Datum		values[2];
+			bool		isnull;
+			Datum		d;
+			HeapTuple	tup;
+			TupleDesc	desc;
+
+			values[0] = CStringGetTextDatum(nspname);
+			values[1] = CStringGetTextDatum(relname);
+			st = palloc0(sizeof(SnapTable));
+			st->nspname = pstrdup(nspname);
+			st->relname = pstrdup(relname);
+			catalog_begin();
+			if (key_exec("SELECT state, chunks_copied, chunk_cursor"
+						 "  FROM ash_replicant.snapshot_tables"
+						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						 "   AND source_schema = $4 AND source_table = $5",
+						 2, types, values, NULL, SPI_OK_SELECT) != 1)
+				ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
+						 quote_qualified_identifier(nspname, relname));
+			tup = SPI_tuptable->vals[0];
+			desc = SPI_tuptable->tupdesc;
+			st->chunks = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+			d = SPI_getbinval(tup, desc, 3, &isnull);
+			if (!isnull)
+			{
+				List	   *l = ash_text_array_to_list(d, false);
+				ListCell   *kc;
+				int			i = 0;
+
+				st->cursor = palloc0(sizeof(char *) * Max(list_length(l), 1));
+				foreach(kc, l)
+					st->cursor[i++] = lfirst(kc);
+			}
+			if (strcmp(SPI_getvalue(tup, desc, 1), "pending") != 0 || st->chunks != chunks)
+				ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
+						 quote_qualified_identifier(nspname, relname));
+			catalog_end();
+		}
+		if (incr_key_desc(nspname, relname) == NULL)
+		{
+			MemoryContext old;
+
+			drop_ahead();		/* of another table: the connection is used */
+			old = MemoryContextSwitchTo(incr_session_cxt);
+			incr_keys = lappend(incr_keys, describe_key(incr_conn, nspname, relname));
+			MemoryContextSwitchTo(old);
+		}
+
+		chunk_setup(&c, st->nspname, st->relname, st->cursor, st);
+		chunk_read(&c, ahead_ok);
+		chunk_bounds(&c);
+		SpinLockAcquire(&snap_slot->mutex);
+		HELPER(my_copier)->xmin = c.snap.xmin;
+		HELPER(my_copier)->xmax = c.snap.xmax;
+		HELPER(my_copier)->overflow = c.snap.nxip > ASH_INCR_HELPER_XIP_MAX;
+		HELPER(my_copier)->nxip = HELPER(my_copier)->overflow ? 0 : c.snap.nxip;
+		for (int i = 0; i < HELPER(my_copier)->nxip; i++)
+			HELPER(my_copier)->xip[i] = c.snap.xip[i];
+		HELPER(my_copier)->high_lsn = c.high_lsn;
+		SpinLockRelease(&snap_slot->mutex);
+		helper_set_state(my_copier, ASH_INCR_HELPER_READY, false);
+
+		for (;;)
+		{
+			s = helper_state(my_copier);
+			if (s == ASH_INCR_HELPER_WRITE || s == ASH_INCR_HELPER_DROP)
+				break;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			check_coordinator();
+		}
+		if (s == ASH_INCR_HELPER_WRITE)
+		{
+			int			len = 0;
+
+			chunk_write(&c, false);
+			for (int k = 0; !c.done && k < c.k->nkeys; k++)
+				len += strlen(c.hi[k]) + 1;
+			SpinLockAcquire(&snap_slot->mutex);
+			HELPER(my_copier)->nrows = c.nrows;
+			HELPER(my_copier)->done = c.done;
+			HELPER(my_copier)->nkeys = 0;
+			if (!c.done && len <= ASH_INCR_HELPER_KEY_MAX)
+			{
+				char	   *p = HELPER(my_copier)->hi;
+
+				for (int k = 0; k < c.k->nkeys; k++)
+				{
+					strcpy(p, c.hi[k]);
+					p += strlen(c.hi[k]) + 1;
+				}
+				HELPER(my_copier)->nkeys = c.k->nkeys;
+			}
+			SpinLockRelease(&snap_slot->mutex);
+			helper_set_state(my_copier, ASH_INCR_HELPER_COMMITTED, false);
+
+			/*
+			 * The next chunk of this table starts where this one ended (in
+			 * a context of its own: the chunk's names may be the last one's).
+			 */
+			{
+				MemoryContext lcxt = AllocSetContextCreate(incr_session_cxt,
+														   "ash_replicant helper position",
+														   ALLOCSET_SMALL_SIZES);
+				SnapTable  *last = MemoryContextAllocZero(lcxt, sizeof(SnapTable));
+
+				last->nspname = MemoryContextStrdup(lcxt, c.nspname);
+				last->relname = MemoryContextStrdup(lcxt, c.relname);
+				last->chunks = c.done ? -1 : c.chunk_no;
+				if (!c.done)
+				{
+					last->cursor = MemoryContextAlloc(lcxt, sizeof(char *) * c.k->nkeys);
+					for (int k = 0; k < c.k->nkeys; k++)
+						last->cursor[k] = MemoryContextStrdup(lcxt, c.hi[k]);
+				}
+				if (helper_last_cxt != NULL)
+					MemoryContextDelete(helper_last_cxt);
+				helper_last_cxt = lcxt;
+				helper_last_table = last;
+			}
+		}
+		else
+		{
+			chunk_forget(&c);
+			helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
+		}
+		MemoryContextSwitchTo(cxt);
+		MemoryContextDelete(tcxt);
+	}
+}
+
+void
+ash_snapshot_incr_helper_main(Datum main_arg)
+{
+	int			slotno = DatumGetInt32(main_arg);
+	int64		generation;
+	int32		index;
+	pid_t		coordinator;
+	AshPipelineSlot *slot;
+	Oid			dboid = InvalidOid;
+	char		sink_name[ASH_NAME_LEN];
+	bool		ok = false;
+
+	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
+	memcpy(&index, MyBgworkerEntry->bgw_extra + sizeof(int64), sizeof(int32));
+	memcpy(&coordinator, MyBgworkerEntry->bgw_extra + sizeof(int64) + sizeof(int32), sizeof(pid_t));
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots ||
+		index < 1 || index >= ASH_SNAPSHOT_COPIERS_MAX)
+		proc_exit(0);
+	slot = &AshShmem->slots[slotno];
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	if (slot->in_use && slot->generation == generation && slot->pid == coordinator)
+	{
+		ok = true;
+		dboid = slot->dboid;
+		strlcpy(sink_name, slot->sink_name, sizeof(sink_name));
+	}
+	LWLockRelease(AshShmem->lock);
+	if (!ok)
+		proc_exit(0);			/* the pipeline worker is gone */
+
+	SpinLockAcquire(&slot->mutex);
+	slot->copiers[index].pid = MyProcPid;
+	slot->incr_helpers[index].helper_latch = MyLatch;
+	SpinLockRelease(&slot->mutex);
+	snap_slot = slot;			/* its state, also after a failure */
+	my_copier = index;
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	ash_worker_session_settings();
+	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
+
+	PG_TRY();
+	{
+		AshPipelineConfig *cfg;
+		AshCheckpointKey *key;
+		MemoryContext old;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		cfg = ash_config_load(sink_name);
+		MemoryContextSwitchTo(old);
+		CommitTransactionCommand();
+		key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
+		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
+		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
+		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
+		snap_cfg = cfg;
+		snap_key = key;
+		snap_slot = slot;
+		my_copier = index;
+		helper_generation = generation;
+		helper_coordinator = coordinator;
+
+		/* its chunks are mirrored writes too: tagged with an origin of its own */
+		if (!copier_attach_origin(sink_name, index))
+		{
+			SpinLockAcquire(&slot->mutex);
+			slot->copiers[index].end = ASH_COPIER_DONE;
+			SpinLockRelease(&slot->mutex);
+			helper_set_state(my_copier, ASH_INCR_HELPER_ENDED, false);
+			proc_exit(0);
+		}
+		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
+
+		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
+												 "ash_replicant incremental session",
+												 ALLOCSET_DEFAULT_SIZES);
+		old = MemoryContextSwitchTo(incr_session_cxt);
+		incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+		MemoryContextSwitchTo(old);
+		if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
+										 cfg->source_database))
+			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
+		PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
+		catalog_begin();
+		old = MemoryContextSwitchTo(incr_session_cxt);
+		incr_attempt = palloc0(sizeof(Attempt));
+		{
+			Oid			types[1] = {TEXTOID};
+			Datum		values[1];
+			bool		isnull;
+
+			/* the attempt's id, without locking the checkpoint row */
+			values[0] = CStringGetTextDatum("copying");
+			if (key_exec("SELECT snapshot_attempt FROM ash_replicant.checkpoints"
+						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						 "   AND snapshot_phase = $4 AND snapshot_attempt IS NOT NULL",
+						 1, types, values, NULL, SPI_OK_SELECT) != 1)
+				ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
+			incr_attempt->id = DatumGetByteaPCopy(SPI_getbinval(SPI_tuptable->vals[0],
+																SPI_tuptable->tupdesc, 1,
+																&isnull));
+		}
+		MemoryContextSwitchTo(old);
+		catalog_end();
+
+		helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
+		incr_helper_serve();
+		ash_conn_close(incr_conn);
+		incr_conn = NULL;
+		copier_drop_origin(sink_name, index);
+		SpinLockAcquire(&slot->mutex);
+		slot->copiers[index].end = ASH_COPIER_DONE;
+		SpinLockRelease(&slot->mutex);
+	}
+	PG_CATCH();
+	{
+		copier_failed(slot, index, sink_name);
+		helper_set_state(my_copier, ASH_INCR_HELPER_ENDED, false);
+	}
+	PG_END_TRY();
+	proc_exit(0);
 }

@@ -790,14 +790,16 @@ sub terminate_walsender
 # BEFORE INSERT trigger on $table wait, for the row with id $id, for advisory
 # lock $lock, which a background session takes and holds now; the writing
 # transaction stays open, uncommitted, until open_gate($gate, $lock).
+# where => 'NEW.a = 1 AND NEW.b = 2' picks the row otherwise (keys not named id).
 # gate_waiting($dst, $lock): a writer waits at it.
 sub close_gate
 {
-	my ($dst, $table, $id, $lock) = @_;
+	my ($dst, $table, $id, $lock, %o) = @_;
+	my $where = $o{where} // "NEW.id = $id";
 	$dst->safe_psql($DB, qq{
 CREATE FUNCTION gate_$lock() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS \$\$
 BEGIN
-	IF NEW.id = $id THEN
+	IF $where THEN
 		PERFORM pg_advisory_xact_lock_shared($lock);
 	END IF;
 	RETURN NEW;
