@@ -96,14 +96,14 @@ INSERT INTO big2 (a, b, val, n) VALUES (7, 9999999, 'dest only', -1), (1, 0, 'st
 -- audit: every host effect, in order
 CREATE TABLE audit (seq bigserial, tab text NOT NULL, k text NOT NULL, op text NOT NULL, n bigint);
 });
-# triggers need the columns of their own table: one function per table
+# a trigger function reads its table's key columns: one for the id-keyed tables, one for big2
 q_dst(q{
-CREATE FUNCTION audit1_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+CREATE FUNCTION audit_id_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 BEGIN
 	IF TG_OP = 'DELETE' THEN
-		INSERT INTO public.audit (tab, k, op, n) VALUES ('big1', OLD.id::text, TG_OP, OLD.n);
+		INSERT INTO public.audit (tab, k, op, n) VALUES (TG_TABLE_NAME, OLD.id::text, TG_OP, OLD.n);
 	ELSE
-		INSERT INTO public.audit (tab, k, op, n) VALUES ('big1', NEW.id::text, TG_OP, NEW.n);
+		INSERT INTO public.audit (tab, k, op, n) VALUES (TG_TABLE_NAME, NEW.id::text, TG_OP, NEW.n);
 	END IF;
 	RETURN NULL;
 END $$;
@@ -116,17 +116,8 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END $$;
-CREATE FUNCTION audit3_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	IF TG_OP = 'DELETE' THEN
-		INSERT INTO public.audit (tab, k, op, n) VALUES ('big3', OLD.id::text, TG_OP, OLD.n);
-	ELSE
-		INSERT INTO public.audit (tab, k, op, n) VALUES ('big3', NEW.id::text, TG_OP, NEW.n);
-	END IF;
-	RETURN NULL;
-END $$;
-CREATE TRIGGER audit1 AFTER INSERT OR UPDATE OR DELETE ON big1 FOR EACH ROW EXECUTE FUNCTION audit1_fn();
-CREATE TRIGGER audit3 AFTER INSERT OR UPDATE OR DELETE ON big3 FOR EACH ROW EXECUTE FUNCTION audit3_fn();
+CREATE TRIGGER audit1 AFTER INSERT OR UPDATE OR DELETE ON big1 FOR EACH ROW EXECUTE FUNCTION audit_id_fn();
+CREATE TRIGGER audit3 AFTER INSERT OR UPDATE OR DELETE ON big3 FOR EACH ROW EXECUTE FUNCTION audit_id_fn();
 CREATE TRIGGER audit2 AFTER INSERT OR UPDATE OR DELETE ON big2 FOR EACH ROW EXECUTE FUNCTION audit2_fn();
 });
 
