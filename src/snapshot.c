@@ -74,38 +74,15 @@
 #include "shmem.h"
 #include "origin.h"
 #include "snapshot.h"
+#include "snapshot_int.h"
 #include "source_catalog.h"
 #include "spi_util.h"
-
-/* One table of the attempt. */
-typedef struct SnapTable
-{
-	char	   *nspname;
-	char	   *relname;
-	bool		has_estimate;
-	int64		estimate;
-	bool		copied;
-	int64		rows;
-	XLogRecPtr	lsn;			/* copied: its snapshot's position */
-	int64		chunks;			/* incremental: chunks committed */
-	char	  **cursor;			/* incremental: key of the last row copied */
-} SnapTable;
-
-/* The attempt as recorded on the checkpoint. */
-typedef struct Attempt
-{
-	AshSnapshotPhase phase;
-	XLogRecPtr	start_lsn;		/* where the stream resumes */
-	bytea	   *id;
-	bytea	   *state;			/* snapshot_state: authenticated (provenance) */
-	List	   *tables;			/* SnapTable *, by schema and name */
-} Attempt;
 
 #define PROGRESS_LOG_MS 10000
 #define PROGRESS_ROWS	1024
 
-static AshPipelineConfig *snap_cfg;
-static const AshCheckpointKey *snap_key;
+AshPipelineConfig *ash_snap_cfg;
+const AshCheckpointKey *ash_snap_key;
 static TimestampTz last_progress_log = 0;
 static char *row_buf = NULL;	/* libpq's row in flight, freed after an error */
 
@@ -119,8 +96,8 @@ ash_snapshot_configured(AshPipelineConfig *cfg)
  * Catalog access.
  * ---------------------------------------------------------------------
  */
-static void
-catalog_begin(void)
+void
+ash_snap_catalog_begin(void)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
@@ -132,8 +109,8 @@ catalog_begin(void)
 	MemoryContextSwitchTo(cxt);
 }
 
-static void
-catalog_end(void)
+void
+ash_snap_catalog_end(void)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
@@ -186,14 +163,14 @@ key_plan(const char *sql, int nargs, Oid *types)
 	return kp->plan;
 }
 
-static uint64
-key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
-		 const char *extra_nulls, int expected)
+uint64
+ash_snap_key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
+				  const char *extra_nulls, int expected)
 {
 	Oid			types[ASH_CHECKPOINT_MAX_PARAMS];
 	Datum		values[ASH_CHECKPOINT_MAX_PARAMS];
 	char		nulls[ASH_CHECKPOINT_MAX_PARAMS + 1];
-	int			n = ash_checkpoint_key_params(snap_key, nextra, extra_types, extra_values,
+	int			n = ash_checkpoint_key_params(ash_snap_key, nextra, extra_types, extra_values,
 											  extra_nulls, types, values, nulls);
 	SPIPlanPtr	plan = key_plan(sql, n, types);
 	MemoryContext cxt = CurrentMemoryContext;
@@ -211,18 +188,18 @@ key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
 	return SPI_processed;
 }
 
-static Attempt *
-read_attempt(void)
+Attempt *
+ash_snap_read_attempt(void)
 {
 	Attempt    *a = palloc0(sizeof(Attempt));
 	bool		isnull;
 	uint64		n;
 
-	n = key_exec("SELECT snapshot_phase, snapshot_lsn, snapshot_attempt, snapshot_state"
-				 "  FROM ash_replicant.checkpoints"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   FOR UPDATE",
-				 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	n = ash_snap_key_exec("SELECT snapshot_phase, snapshot_lsn, snapshot_attempt, snapshot_state"
+						  "  FROM ash_replicant.checkpoints"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   FOR UPDATE",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT);
 	if (n != 1)
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 	{
@@ -243,12 +220,12 @@ read_attempt(void)
 			ash_halt("snapshot_state_invalid", "the snapshot attempt lacks its position or id");
 	}
 
-	n = key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn,"
-				 "       chunks_copied, chunk_cursor"
-				 "  FROM ash_replicant.snapshot_tables"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 " ORDER BY source_schema, source_table",
-				 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	n = ash_snap_key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn,"
+						  "       chunks_copied, chunk_cursor"
+						  "  FROM ash_replicant.snapshot_tables"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  " ORDER BY source_schema, source_table",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -290,10 +267,10 @@ ash_snapshot_phase(const AshCheckpointKey *key)
 {
 	AshSnapshotPhase phase;
 
-	snap_key = key;
-	catalog_begin();
-	phase = read_attempt()->phase;
-	catalog_end();
+	ash_snap_key = key;
+	ash_snap_catalog_begin();
+	phase = ash_snap_read_attempt()->phase;
+	ash_snap_catalog_end();
 	return phase;
 }
 
@@ -304,16 +281,16 @@ ash_snapshot_frontier(const AshCheckpointKey *key)
 	bool		isnull;
 	Datum		d;
 
-	snap_key = key;
-	catalog_begin();
-	(void) key_exec("SELECT max(snapshot_lsn) FROM ash_replicant.snapshot_tables"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					"   AND state = 'copied'",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	ash_snap_key = key;
+	ash_snap_catalog_begin();
+	(void) ash_snap_key_exec("SELECT max(snapshot_lsn) FROM ash_replicant.snapshot_tables"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							 "   AND state = 'copied'",
+							 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (!isnull)
 		frontier = DatumGetLSN(d) - 1;
-	catalog_end();
+	ash_snap_catalog_end();
 	return frontier;
 }
 
@@ -344,11 +321,11 @@ insert_pending(SnapTable *t)
 	values[2] = Int64GetDatum(t->estimate);
 	if (!t->has_estimate)
 		nulls[2] = 'n';
-	(void) key_exec("INSERT INTO ash_replicant.snapshot_tables"
-					" (source_system_id, source_database, slot_name, source_schema, source_table,"
-					"  state, rows_estimate)"
-					" VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
-					3, types, values, nulls, SPI_OK_INSERT);
+	(void) ash_snap_key_exec("INSERT INTO ash_replicant.snapshot_tables"
+							 " (source_system_id, source_database, slot_name, source_schema, source_table,"
+							 "  state, rows_estimate)"
+							 " VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
+							 3, types, values, nulls, SPI_OK_INSERT);
 }
 
 /*
@@ -358,7 +335,7 @@ insert_pending(SnapTable *t)
 static void
 mark_complete(XLogRecPtr start_lsn)
 {
-	if (!ash_checkpoint_snapshot_complete(snap_key, start_lsn))
+	if (!ash_checkpoint_snapshot_complete(ash_snap_key, start_lsn))
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
 }
 
@@ -394,8 +371,8 @@ pglogical_tables(AshConn *conn)
 	const char *absent;
 	ListCell   *lc;
 
-	spec.decoder = snap_cfg->decoder;
-	spec.replication_sets = snap_cfg->replication_sets;
+	spec.decoder = ash_snap_cfg->decoder;
+	spec.replication_sets = ash_snap_cfg->replication_sets;
 	absent = ash_source_fetch_table_set(conn, &spec, &rels, NULL);
 	if (absent != NULL)
 		ash_halt(absent, "the replication sets are not at the source");
@@ -406,7 +383,7 @@ pglogical_tables(AshConn *conn)
 		PGresult   *res;
 		SnapTable  *t;
 
-		if (ash_config_find_mapping(snap_cfg, r->name.nspname, r->name.relname) == NULL)
+		if (ash_config_find_mapping(ash_snap_cfg, r->name.nspname, r->name.relname) == NULL)
 			continue;
 		res = ash_conn_exec_params(conn,
 								   "SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
@@ -439,16 +416,16 @@ pglogical_tables(AshConn *conn)
  * pglogical's replication sets), with the source's row estimate.  Tables
  * the configuration ignores are not copied.
  */
-static List *
-source_tables(AshConn *conn)
+List *
+ash_snap_source_tables(AshConn *conn)
 {
 	const char *params[2];
 	PGresult   *res;
 	List	   *tables = NIL;
 
-	if (strcmp(snap_cfg->decoder, "pglogical") == 0)
+	if (strcmp(ash_snap_cfg->decoder, "pglogical") == 0)
 		return pglogical_tables(conn);
-	if (strcmp(snap_cfg->decoder, "wal2json") == 0)
+	if (strcmp(ash_snap_cfg->decoder, "wal2json") == 0)
 	{
 		StringInfoData nsps;
 		StringInfoData rels;
@@ -458,7 +435,7 @@ source_tables(AshConn *conn)
 		initStringInfo(&rels);
 		appendStringInfoChar(&nsps, '{');
 		appendStringInfoChar(&rels, '{');
-		foreach(lc, snap_cfg->tables)
+		foreach(lc, ash_snap_cfg->tables)
 		{
 			append_array_element(&nsps, linitial((List *) lfirst(lc)));
 			append_array_element(&rels, lsecond((List *) lfirst(lc)));
@@ -479,7 +456,7 @@ source_tables(AshConn *conn)
 	}
 	else
 	{
-		params[0] = snap_cfg->publication;
+		params[0] = ash_snap_cfg->publication;
 		res = ash_conn_exec_params(conn,
 								   "SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
 								   "  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
@@ -495,7 +472,7 @@ source_tables(AshConn *conn)
 	{
 		SnapTable  *t;
 
-		if (ash_config_find_mapping(snap_cfg, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)) == NULL)
+		if (ash_config_find_mapping(ash_snap_cfg, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)) == NULL)
 			continue;
 		t = palloc0(sizeof(SnapTable));
 		t->nspname = pstrdup(PQgetvalue(res, i, 0));
@@ -509,8 +486,8 @@ source_tables(AshConn *conn)
 	return tables;
 }
 
-static XLogRecPtr
-parse_lsn(const char *s)
+XLogRecPtr
+ash_snap_parse_lsn(const char *s)
 {
 	uint32		hi,
 				lo;
@@ -534,9 +511,9 @@ temporary_snapshot(AshConn **repl, XLogRecPtr *lsn)
 	char	   *cmd;
 	char	   *snapshot;
 
-	c = ash_conn_open(snap_cfg->connection, ASH_CONN_REPLICATION, "ash_replicant snapshot");
+	c = ash_conn_open(ash_snap_cfg->connection, ASH_CONN_REPLICATION, "ash_replicant snapshot");
 	*repl = c;
-	snprintf(name, sizeof(name), "%.40s_snap_%d", snap_cfg->slot_name, MyProcPid);
+	snprintf(name, sizeof(name), "%.40s_snap_%d", ash_snap_cfg->slot_name, MyProcPid);
 	cmd = psprintf("CREATE_REPLICATION_SLOT %s TEMPORARY LOGICAL pgoutput %s",
 				   ash_conn_quote_ident(c, name),
 				   c->server_version >= 150000 ? "(SNAPSHOT 'export')" : "EXPORT_SNAPSHOT");
@@ -544,15 +521,15 @@ temporary_snapshot(AshConn **repl, XLogRecPtr *lsn)
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < 3 ||
 		PQgetisnull(res, 0, 2))
 		ash_conn_report_result(res, "CREATE_REPLICATION_SLOT TEMPORARY");
-	*lsn = parse_lsn(PQgetvalue(res, 0, 1));
+	*lsn = ash_snap_parse_lsn(PQgetvalue(res, 0, 1));
 	snapshot = pstrdup(PQgetvalue(res, 0, 2));
 	PQclear(res);
 	return snapshot;
 }
 
 /* Start the data connection's transaction under the snapshot. */
-static void
-import_snapshot(AshConn *data, const char *snapshot)
+void
+ash_snap_import_snapshot(AshConn *data, const char *snapshot)
 {
 	PGresult   *res;
 
@@ -571,8 +548,8 @@ import_snapshot(AshConn *data, const char *snapshot)
 }
 
 /* The table as pgoutput would describe it (Type messages first). */
-static void
-describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
+void
+ash_snap_describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
 {
 	const char *params[2];
 	PGresult   *res;
@@ -593,8 +570,8 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
 							   "  LEFT JOIN pg_catalog.pg_namespace bn ON bn.oid = bt.typnamespace"
 							   " WHERE n.nspname = $1 AND c.relname = $2"
 							   " ORDER BY a.attnum",
-							   strcmp(snap_cfg->decoder, "wal2json") == 0 ||
-							   strcmp(snap_cfg->decoder, "pglogical") == 0 ? "" :
+							   strcmp(ash_snap_cfg->decoder, "wal2json") == 0 ||
+							   strcmp(ash_snap_cfg->decoder, "pglogical") == 0 ? "" :
 							   " AND a.attgenerated = ''"),
 							   2, params, false);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
@@ -643,33 +620,32 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
  * Progress.
  * ---------------------------------------------------------------------
  */
-static AshPipelineSlot *snap_slot = NULL;
-static void incr_helper_stop(bool wait);
-static int	my_copier = 0;		/* index in snap_slot->copiers */
+AshPipelineSlot *ash_snap_slot = NULL;
+int			ash_snap_my_copier = 0;	/* index in ash_snap_slot->copiers */
 
-static AshPipelineSlot *
-find_slot(void)
+AshPipelineSlot *
+ash_snap_find_slot(void)
 {
 	AshPipelineSlot *slot;
 
 	if (AshShmem == NULL)
 		return NULL;
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	slot = ash_slot_find(MyDatabaseId, snap_cfg->sink_name);
+	slot = ash_slot_find(MyDatabaseId, ash_snap_cfg->sink_name);
 	LWLockRelease(AshShmem->lock);
 	return slot;
 }
 
 /* The attempt's totals, before copying (or after it, in_flight false). */
-static void
-publish_attempt(Attempt *a, bool in_flight)
+void
+ash_snap_publish_attempt(Attempt *a, bool in_flight)
 {
 	int			ncopied = 0;
 	uint64		rows = 0;
 	uint64		estimate = 0;
 	ListCell   *lc;
 
-	if (snap_slot == NULL)
+	if (ash_snap_slot == NULL)
 		return;
 	foreach(lc, a->tables)
 	{
@@ -684,15 +660,15 @@ publish_attempt(Attempt *a, bool in_flight)
 		else
 			estimate += t->has_estimate ? t->estimate : 0;
 	}
-	SpinLockAcquire(&snap_slot->mutex);
-	snap_slot->stats.snapshot_in_flight = in_flight;
-	strlcpy(snap_slot->stats.snapshot_phase, in_flight ? "copying" : "complete",
-			sizeof(snap_slot->stats.snapshot_phase));
-	snap_slot->stats.snapshot_tables_total = list_length(a->tables);
-	snap_slot->stats.snapshot_tables_copied = ncopied;
-	snap_slot->stats.snapshot_rows_committed = rows;
-	snap_slot->stats.snapshot_rows_estimate = estimate;
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	ash_snap_slot->stats.snapshot_in_flight = in_flight;
+	strlcpy(ash_snap_slot->stats.snapshot_phase, in_flight ? "copying" : "complete",
+			sizeof(ash_snap_slot->stats.snapshot_phase));
+	ash_snap_slot->stats.snapshot_tables_total = list_length(a->tables);
+	ash_snap_slot->stats.snapshot_tables_copied = ncopied;
+	ash_snap_slot->stats.snapshot_rows_committed = rows;
+	ash_snap_slot->stats.snapshot_rows_estimate = estimate;
+	SpinLockRelease(&ash_snap_slot->mutex);
 }
 
 /*
@@ -700,22 +676,22 @@ publish_attempt(Attempt *a, bool in_flight)
  * pipeline worker also publishes for the incremental helper (copier 1);
  * a table the worker takes over from it leaves the helper's entry.
  */
-static void
-publish_table_at(int copier, const char *nspname, const char *relname, int64 rows,
-				 int64 estimate)
+void
+ash_snap_publish_table_at(int copier, const char *nspname, const char *relname, int64 rows,
+						  int64 estimate)
 {
 	AshCopier  *me;
 
-	if (snap_slot == NULL)
+	if (ash_snap_slot == NULL)
 		return;
-	me = &snap_slot->copiers[copier];
-	SpinLockAcquire(&snap_slot->mutex);
+	me = &ash_snap_slot->copiers[copier];
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	strlcpy(me->schema, nspname ? nspname : "", NAMEDATALEN);
 	strlcpy(me->table, relname ? relname : "", NAMEDATALEN);
 	me->rows = rows;
 	for (int i = 0; copier == 0 && relname != NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 	{
-		AshCopier  *other = &snap_slot->copiers[i];
+		AshCopier  *other = &ash_snap_slot->copiers[i];
 
 		if (i != copier && strcmp(other->schema, me->schema) == 0 &&
 			strcmp(other->table, me->table) == 0)
@@ -724,7 +700,7 @@ publish_table_at(int copier, const char *nspname, const char *relname, int64 row
 			other->rows = 0;
 		}
 	}
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 
 	if (relname != NULL &&
 		TimestampDifferenceExceeds(last_progress_log, GetCurrentTimestamp(), PROGRESS_LOG_MS))
@@ -732,15 +708,15 @@ publish_table_at(int copier, const char *nspname, const char *relname, int64 row
 		int			ncopied;
 		int			ntotal;
 
-		SpinLockAcquire(&snap_slot->mutex);
-		ncopied = snap_slot->stats.snapshot_tables_copied;
-		ntotal = snap_slot->stats.snapshot_tables_total;
-		SpinLockRelease(&snap_slot->mutex);
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		ncopied = ash_snap_slot->stats.snapshot_tables_copied;
+		ntotal = ash_snap_slot->stats.snapshot_tables_total;
+		SpinLockRelease(&ash_snap_slot->mutex);
 		last_progress_log = GetCurrentTimestamp();
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.progress sink=%s table=%s rows=" INT64_FORMAT
 						" estimate=" INT64_FORMAT " tables_copied=%d/%d",
-						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
+						ash_snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
 						rows, estimate, ncopied, ntotal)));
 	}
 }
@@ -748,28 +724,28 @@ publish_table_at(int copier, const char *nspname, const char *relname, int64 row
 static void
 publish_table(const char *nspname, const char *relname, int64 rows, int64 estimate)
 {
-	publish_table_at(my_copier, nspname, relname, rows, estimate);
+	ash_snap_publish_table_at(ash_snap_my_copier, nspname, relname, rows, estimate);
 }
 
 /* A table committed: into the totals, out of its copier's slot. */
-static void
-publish_copied_at(int copier, int64 rows)
+void
+ash_snap_publish_copied_at(int copier, int64 rows)
 {
-	if (snap_slot == NULL)
+	if (ash_snap_slot == NULL)
 		return;
-	SpinLockAcquire(&snap_slot->mutex);
-	snap_slot->stats.snapshot_tables_copied++;
-	snap_slot->stats.snapshot_rows_committed += rows;
-	snap_slot->copiers[copier].schema[0] = '\0';
-	snap_slot->copiers[copier].table[0] = '\0';
-	snap_slot->copiers[copier].rows = 0;
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	ash_snap_slot->stats.snapshot_tables_copied++;
+	ash_snap_slot->stats.snapshot_rows_committed += rows;
+	ash_snap_slot->copiers[copier].schema[0] = '\0';
+	ash_snap_slot->copiers[copier].table[0] = '\0';
+	ash_snap_slot->copiers[copier].rows = 0;
+	SpinLockRelease(&ash_snap_slot->mutex);
 }
 
 static void
 publish_copied(int64 rows)
 {
-	publish_copied_at(my_copier, rows);
+	ash_snap_publish_copied_at(ash_snap_my_copier, rows);
 }
 
 /* ---------------------------------------------------------------------
@@ -778,23 +754,23 @@ publish_copied(int64 rows)
  */
 
 /* A helper copier: the pipeline worker it serves, to stop with it. */
-static int64 helper_generation = 0;
-static pid_t helper_coordinator = 0;
+int64		ash_snap_helper_generation = 0;
+pid_t		ash_snap_helper_coordinator = 0;
 
-static void
-check_coordinator(void)
+void
+ash_snap_check_coordinator(void)
 {
 	bool		alive;
 
-	if (my_copier == 0 || snap_slot == NULL)
+	if (ash_snap_my_copier == 0 || ash_snap_slot == NULL)
 		return;
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	alive = snap_slot->in_use && snap_slot->generation == helper_generation &&
-		snap_slot->pid == helper_coordinator && !snap_slot->stop_requested &&
-		snap_slot->state == ASH_SLOT_RUNNING;
+	alive = ash_snap_slot->in_use && ash_snap_slot->generation == ash_snap_helper_generation &&
+		ash_snap_slot->pid == ash_snap_helper_coordinator && !ash_snap_slot->stop_requested &&
+		ash_snap_slot->state == ASH_SLOT_RUNNING;
 	LWLockRelease(AshShmem->lock);
 	/* a worker that exited before the launcher noticed */
-	if (alive && kill(helper_coordinator, 0) != 0 && errno == ESRCH)
+	if (alive && kill(ash_snap_helper_coordinator, 0) != 0 && errno == ESRCH)
 		alive = false;
 	if (!alive)
 		ereport(ERROR,
@@ -815,14 +791,14 @@ ordinal_base(XLogRecPtr lsn)
 	int64		base;
 
 	values[0] = LSNGetDatum(lsn);
-	catalog_begin();
-	(void) key_exec("SELECT coalesce(pg_catalog.sum(rows_copied), 0)::int8"
-					"  FROM ash_replicant.snapshot_tables"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					"   AND state = 'copied' AND snapshot_lsn = $4",
-					1, types, values, NULL, SPI_OK_SELECT);
+	ash_snap_catalog_begin();
+	(void) ash_snap_key_exec("SELECT coalesce(pg_catalog.sum(rows_copied), 0)::int8"
+							 "  FROM ash_replicant.snapshot_tables"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							 "   AND state = 'copied' AND snapshot_lsn = $4",
+							 1, types, values, NULL, SPI_OK_SELECT);
 	base = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	catalog_end();
+	ash_snap_catalog_end();
 	if (base > PG_INT32_MAX)
 		ash_halt("snapshot_state_invalid", "more rows at one snapshot position than ordinals can number");
 	return (int32) base;
@@ -833,8 +809,8 @@ ordinal_base(XLogRecPtr lsn)
  * (apply writes them without an upsert's fallback).  Not under context
  * tenancy, whose rows go to other tables.
  */
-static bool
-target_is_empty(AshMapping *m)
+bool
+ash_snap_target_is_empty(AshMapping *m)
 {
 	char	   *nsp;
 	char	   *rel;
@@ -860,8 +836,8 @@ target_is_empty(AshMapping *m)
  * holds the table's catalog row locked (other copiers skip it), writes its
  * rows and marks it copied.  Returns false when no table is left to claim.
  */
-static bool
-copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
+bool
+ash_snap_copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	MemoryContext tcxt;
@@ -874,7 +850,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	int			len;
 	int32		base = 0;
 	int32		last_ordinal;
-	bool		append_log = ash_config_is_append_log(snap_cfg);
+	bool		append_log = ash_config_is_append_log(ash_snap_cfg);
 	bool		binary = true;
 	int			binary_state = 0;
 	AshMapping *map;
@@ -888,13 +864,13 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 
 	/* the largest table first: copiers finish closer together */
 	memset(&t, 0, sizeof(t));
-	if (key_exec("SELECT source_schema, source_table, rows_estimate"
-				 "  FROM ash_replicant.snapshot_tables"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND state = 'pending'"
-				 " ORDER BY coalesce(rows_estimate, 0) DESC, source_schema, source_table"
-				 "   FOR UPDATE SKIP LOCKED LIMIT 1",
-				 0, NULL, NULL, NULL, SPI_OK_SELECT) == 0)
+	if (ash_snap_key_exec("SELECT source_schema, source_table, rows_estimate"
+						  "  FROM ash_replicant.snapshot_tables"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   AND state = 'pending'"
+						  " ORDER BY coalesce(rows_estimate, 0) DESC, source_schema, source_table"
+						  "   FOR UPDATE SKIP LOCKED LIMIT 1",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT) == 0)
 	{
 		(void) ash_apply_snapshot_commit();
 		MemoryContextSwitchTo(cxt);
@@ -912,12 +888,12 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		t.estimate = isnull ? -1 : DatumGetInt64(d);
 	}
 
-	map = ash_config_find_mapping(snap_cfg, t.nspname, t.relname);
-	if (map != NULL && target_is_empty(map))
+	map = ash_config_find_mapping(ash_snap_cfg, t.nspname, t.relname);
+	if (map != NULL && ash_snap_target_is_empty(map))
 		ash_apply_snapshot_fresh(map->target_relid, true);
 
 	memset(&rel, 0, sizeof(rel));
-	describe_table(data, &t, &rel);
+	ash_snap_describe_table(data, &t, &rel);
 	memset(&change, 0, sizeof(change));
 	change.kind = ASH_CHANGE_RELATION;
 	change.u.relation = rel;
@@ -973,7 +949,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		if (++rows % PROGRESS_ROWS == 0)
 		{
 			CHECK_FOR_INTERRUPTS();
-			check_coordinator();
+			ash_snap_check_coordinator();
 			publish_table(t.nspname, t.relname, rows, t.estimate);
 		}
 	}
@@ -988,7 +964,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname),
+						ash_snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname),
 						retired)));
 	}
 	{
@@ -999,12 +975,12 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		values[1] = CStringGetTextDatum(t.relname);
 		values[2] = Int64GetDatum(rows);
 		values[3] = LSNGetDatum(lsn);
-		if (key_exec("UPDATE ash_replicant.snapshot_tables"
-					 "   SET state = 'copied', rows_copied = $6, snapshot_lsn = $7,"
-					 "       copied_at = pg_catalog.clock_timestamp()"
-					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					 "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'",
-					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
+		if (ash_snap_key_exec("UPDATE ash_replicant.snapshot_tables"
+							  "   SET state = 'copied', rows_copied = $6, snapshot_lsn = $7,"
+							  "       copied_at = pg_catalog.clock_timestamp()"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							  "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'",
+							  4, types, values, NULL, SPI_OK_UPDATE) != 1)
 			ash_halt("snapshot_state_invalid", "table %s is no longer pending in the attempt",
 					 quote_qualified_identifier(t.nspname, t.relname));
 	}
@@ -1012,7 +988,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	publish_copied(rows);
 	ereport(LOG,
 			(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT,
-					snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname), rows)));
+					ash_snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname), rows)));
 	MemoryContextSwitchTo(cxt);
 	MemoryContextDelete(tcxt);
 	return true;
@@ -1027,15 +1003,15 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
  * Arm a new attempt or extend the recorded one with tables mapped since;
  * returns it with every table (one transaction).
  */
-static Attempt *
-arm(List *source, const AshSlotStart *start, const AshBinding *binding)
+Attempt *
+ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 {
 	Attempt    *a;
 	ListCell   *lc;
 	int			added = 0;
 
-	catalog_begin();
-	a = read_attempt();
+	ash_snap_catalog_begin();
+	a = ash_snap_read_attempt();
 	if (a->phase == ASH_SNAPSHOT_NONE)
 	{
 		bytea	   *id = palloc(VARHDRSZ + 32);
@@ -1054,10 +1030,10 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		if (!pg_strong_random(VARDATA(id), 32))
 			elog(ERROR, "ash_replicant: could not generate a snapshot attempt id");
 		a->id = id;
-		(void) key_exec("DELETE FROM ash_replicant.snapshot_tables"
-						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-						0, NULL, NULL, NULL, SPI_OK_DELETE);
-		if (!ash_checkpoint_snapshot_arm(snap_key, a->start_lsn, id))
+		(void) ash_snap_key_exec("DELETE FROM ash_replicant.snapshot_tables"
+								 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+								 0, NULL, NULL, NULL, SPI_OK_DELETE);
+		if (!ash_checkpoint_snapshot_arm(ash_snap_key, a->start_lsn, id))
 			ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 		a->phase = ASH_SNAPSHOT_COPYING;
 		a->state = NULL;
@@ -1065,14 +1041,14 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	}
 
 	/* provenance: the attempt is authenticated, a tampered one never retires */
-	if (ash_provenance_in_use(snap_cfg))
+	if (ash_provenance_in_use(ash_snap_cfg))
 	{
 		if (a->state != NULL)
-			ash_provenance_verify_state(snap_key, a->id, a->start_lsn, a->state);
+			ash_provenance_verify_state(ash_snap_key, a->id, a->start_lsn, a->state);
 		else
 		{
-			a->state = ash_provenance_sign_state(snap_key, a->id, a->start_lsn);
-			ash_checkpoint_set_snapshot_state(snap_key, a->state);
+			a->state = ash_provenance_sign_state(ash_snap_key, a->id, a->start_lsn);
+			ash_checkpoint_set_snapshot_state(ash_snap_key, a->state);
 		}
 	}
 
@@ -1091,7 +1067,7 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	if (added > 0 && a->phase == ASH_SNAPSHOT_COMPLETE)
 	{
 		/* tables mapped after the snapshot: copy them too, with floors */
-		ash_checkpoint_snapshot_reopen(snap_key);
+		ash_checkpoint_snapshot_reopen(ash_snap_key);
 		a->phase = ASH_SNAPSHOT_COPYING;
 	}
 	if (a->phase == ASH_SNAPSHOT_COPYING && list_length(a->tables) == 0)
@@ -1103,14 +1079,14 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	if (added > 0 || a->phase != ASH_SNAPSHOT_COMPLETE)
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.armed sink=%s tables=%d new_tables=%d",
-						snap_cfg->sink_name, list_length(a->tables), added)));
-	catalog_end();
+						ash_snap_cfg->sink_name, list_length(a->tables), added)));
+	ash_snap_catalog_end();
 	return a;
 }
 
 /* Tables whose copy is newer than where the stream resumes. */
-static void
-install_floors(Attempt *a, XLogRecPtr watermark)
+void
+ash_snap_install_floors(Attempt *a, XLogRecPtr watermark)
 {
 	List	   *floors = NIL;
 	ListCell   *lc;
@@ -1132,22 +1108,22 @@ install_floors(Attempt *a, XLogRecPtr watermark)
 	ash_apply_set_floors(floors);
 }
 
-static void
-read_watermark(AshBinding *binding)
+void
+ash_snap_read_watermark(AshBinding *binding)
 {
 	bool		isnull;
 
-	catalog_begin();
-	(void) key_exec("SELECT commit_lsn, end_lsn FROM ash_replicant.checkpoints"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	ash_snap_catalog_begin();
+	(void) ash_snap_key_exec("SELECT commit_lsn, end_lsn FROM ash_replicant.checkpoints"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+							 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	if (SPI_processed != 1)
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 	binding->commit_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0],
 													SPI_tuptable->tupdesc, 1, &isnull));
 	binding->end_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0],
 												 SPI_tuptable->tupdesc, 2, &isnull));
-	catalog_end();
+	ash_snap_catalog_end();
 }
 
 /* ---------------------------------------------------------------------
@@ -1168,18 +1144,18 @@ read_watermark(AshBinding *binding)
  */
 
 /* Connections of the attempt in progress: closed after an error too. */
-static AshConn *data_conn = NULL;
+AshConn    *ash_snap_data_conn = NULL;
 static AshConn *temp_repl = NULL;
 
-static void
-close_connections(void)
+void
+ash_snap_close_connections(void)
 {
 	if (temp_repl != NULL)
 		ash_conn_close(temp_repl);
 	temp_repl = NULL;
-	if (data_conn != NULL)
-		ash_conn_close(data_conn);
-	data_conn = NULL;
+	if (ash_snap_data_conn != NULL)
+		ash_conn_close(ash_snap_data_conn);
+	ash_snap_data_conn = NULL;
 }
 
 static BackgroundWorkerHandle *helpers[ASH_SNAPSHOT_COPIERS_MAX];
@@ -1188,16 +1164,16 @@ static int	nhelpers = 0;
 static void
 start_helpers(int n)
 {
-	int			slotno = snap_slot - AshShmem->slots;
+	int			slotno = ash_snap_slot - AshShmem->slots;
 	int64		generation;
 	pid_t		coordinator = MyProcPid;
 
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	for (int i = 0; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
-	SpinLockRelease(&snap_slot->mutex);
+		memset(&ash_snap_slot->copiers[i], 0, sizeof(AshCopier));
+	SpinLockRelease(&ash_snap_slot->mutex);
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	generation = snap_slot->generation;
+	generation = ash_snap_slot->generation;
 	LWLockRelease(AshShmem->lock);
 
 	nhelpers = 0;
@@ -1207,7 +1183,7 @@ start_helpers(int n)
 		int32		index = i;
 
 		ash_worker_prepare(&w, "ash_snapshot_copier_main", "ash_replicant snapshot",
-						   snap_cfg->sink_name, slotno, generation);
+						   ash_snap_cfg->sink_name, slotno, generation);
 		memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
 		memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
 		/* no worker slot free: copy with fewer copiers */
@@ -1226,8 +1202,8 @@ stop_helpers(void)
 }
 
 /* How a helper ended, raised as the pipeline worker's own error. */
-static void
-raise_helper_end(AshCopier *c)
+void
+ash_snap_raise_helper_end(AshCopier *c)
 {
 	switch (c->end)
 	{
@@ -1263,18 +1239,18 @@ failed_helper(AshCopier *copy)
 {
 	bool		failed = false;
 
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	for (int i = 1; i <= nhelpers; i++)
 	{
-		if (snap_slot->copiers[i].end != ASH_COPIER_RUNNING &&
-			snap_slot->copiers[i].end != ASH_COPIER_DONE)
+		if (ash_snap_slot->copiers[i].end != ASH_COPIER_RUNNING &&
+			ash_snap_slot->copiers[i].end != ASH_COPIER_DONE)
 		{
-			memcpy(copy, &snap_slot->copiers[i], sizeof(AshCopier));
+			memcpy(copy, &ash_snap_slot->copiers[i], sizeof(AshCopier));
 			failed = true;
 			break;
 		}
 	}
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 	return failed ? copy : NULL;
 }
 
@@ -1292,13 +1268,13 @@ wait_helpers(void)
 	}
 	for (int i = 1; i <= nhelpers; i++)
 	{
-		SpinLockAcquire(&snap_slot->mutex);
-		memcpy(&c, &snap_slot->copiers[i], sizeof(AshCopier));
-		SpinLockRelease(&snap_slot->mutex);
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		memcpy(&c, &ash_snap_slot->copiers[i], sizeof(AshCopier));
+		SpinLockRelease(&ash_snap_slot->mutex);
 		if (c.end != ASH_COPIER_DONE)
 		{
 			nhelpers = 0;
-			raise_helper_end(&c);
+			ash_snap_raise_helper_end(&c);
 		}
 	}
 	nhelpers = 0;
@@ -1311,11 +1287,11 @@ complete_attempt(Attempt *a)
 	bool		isnull;
 	int64		remaining;
 
-	catalog_begin();
-	(void) key_exec("SELECT pg_catalog.count(*) FROM ash_replicant.snapshot_tables"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					"   AND state = 'pending'",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	ash_snap_catalog_begin();
+	(void) ash_snap_key_exec("SELECT pg_catalog.count(*) FROM ash_replicant.snapshot_tables"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							 "   AND state = 'pending'",
+							 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	remaining = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (remaining > 0)
 		ereport(ERROR,
@@ -1323,13 +1299,13 @@ complete_attempt(Attempt *a)
 				 errmsg("ash_replicant: %d snapshot tables are still being copied by an earlier session",
 						(int) remaining)));
 	mark_complete(a->start_lsn);
-	catalog_end();
+	ash_snap_catalog_end();
 	a->phase = ASH_SNAPSHOT_COMPLETE;
 }
 
 /* The provenance targets of the pending tables: every key version known. */
-static void
-check_provenance_versions(Attempt *a)
+void
+ash_snap_check_provenance_versions(Attempt *a)
 {
 	ListCell   *lc;
 	bool		begun = false;
@@ -1337,17 +1313,17 @@ check_provenance_versions(Attempt *a)
 	foreach(lc, a->tables)
 	{
 		SnapTable  *t = lfirst(lc);
-		AshMapping *m = ash_config_find_mapping(snap_cfg, t->nspname, t->relname);
+		AshMapping *m = ash_config_find_mapping(ash_snap_cfg, t->nspname, t->relname);
 
 		if (t->copied || m == NULL || !m->snapshot_provenance)
 			continue;
 		if (!begun)
-			catalog_begin();
+			ash_snap_catalog_begin();
 		begun = true;
 		ash_provenance_check_versions(m);
 	}
 	if (begun)
-		catalog_end();
+		ash_snap_catalog_end();
 }
 
 static Attempt *
@@ -1359,12 +1335,12 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 	XLogRecPtr	snapshot_lsn;
 	int			npending = 0;
 
-	data_conn = ash_conn_open(snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
-	if (!ash_source_identity_matches(data_conn, snap_cfg->source_system_identifier,
-									 snap_cfg->source_database))
+	ash_snap_data_conn = ash_conn_open(ash_snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+	if (!ash_source_identity_matches(ash_snap_data_conn, ash_snap_cfg->source_system_identifier,
+									 ash_snap_cfg->source_database))
 		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
 
-	a = arm(source_tables(data_conn), start, binding);
+	a = ash_snap_arm(ash_snap_source_tables(ash_snap_data_conn), start, binding);
 	foreach(lc, a->tables)
 	{
 		SnapTable  *t = lfirst(lc);
@@ -1375,7 +1351,7 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 		if (!t->copied)
 			npending++;
 	}
-	publish_attempt(a, a->phase != ASH_SNAPSHOT_COMPLETE);
+	ash_snap_publish_attempt(a, a->phase != ASH_SNAPSHOT_COMPLETE);
 
 	if (npending > 0)
 	{
@@ -1386,7 +1362,7 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 		 * A fingerprint of a key version the keyring lacks fails closed
 		 * before any table is copied, so nothing of the attempt moves.
 		 */
-		check_provenance_versions(a);
+		ash_snap_check_provenance_versions(a);
 
 		/* the slot's own snapshot only when the attempt starts with it */
 		if (start->exported != NULL && a->start_lsn == start->exported_lsn)
@@ -1396,29 +1372,29 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 		}
 		else
 			snapshot = temporary_snapshot(&temp_repl, &snapshot_lsn);
-		import_snapshot(data_conn, snapshot);
+		ash_snap_import_snapshot(ash_snap_data_conn, snapshot);
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d pending=%d",
-						snap_cfg->sink_name, list_length(a->tables), npending)));
+						ash_snap_cfg->sink_name, list_length(a->tables), npending)));
 
 		/* helpers import the same snapshot: the exporter stays idle until they end */
-		if (snap_slot != NULL)
+		if (ash_snap_slot != NULL)
 		{
-			SpinLockAcquire(&snap_slot->mutex);
-			strlcpy(snap_slot->snapshot_name, snapshot, sizeof(snap_slot->snapshot_name));
-			snap_slot->snapshot_lsn = snapshot_lsn;
-			rows_before = snap_slot->stats.snapshot_rows_committed;
-			SpinLockRelease(&snap_slot->mutex);
-			if (!ash_config_is_append_log(snap_cfg))
+			SpinLockAcquire(&ash_snap_slot->mutex);
+			strlcpy(ash_snap_slot->snapshot_name, snapshot, sizeof(ash_snap_slot->snapshot_name));
+			ash_snap_slot->snapshot_lsn = snapshot_lsn;
+			rows_before = ash_snap_slot->stats.snapshot_rows_committed;
+			SpinLockRelease(&ash_snap_slot->mutex);
+			if (!ash_config_is_append_log(ash_snap_cfg))
 				start_helpers(Min(ash_snapshot_workers, npending) - 1);
 		}
 		else
 			rows_before = 0;
 
 		while (!(nhelpers > 0 && failed_helper(&failed)) &&
-			   copy_next(data_conn, snapshot_lsn, a->id))
+			   ash_snap_copy_next(ash_snap_data_conn, snapshot_lsn, a->id))
 			;
-		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
+		PQclear(ash_conn_exec(ash_snap_data_conn, "COMMIT", false));
 		wait_helpers();
 		if (temp_repl != NULL)
 		{
@@ -1426,15 +1402,15 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 			temp_repl = NULL;
 		}
 		complete_attempt(a);
-		if (snap_slot != NULL)
+		if (ash_snap_slot != NULL)
 		{
-			SpinLockAcquire(&snap_slot->mutex);
-			rows_before = snap_slot->stats.snapshot_rows_committed - rows_before;
-			SpinLockRelease(&snap_slot->mutex);
+			SpinLockAcquire(&ash_snap_slot->mutex);
+			rows_before = ash_snap_slot->stats.snapshot_rows_committed - rows_before;
+			SpinLockRelease(&ash_snap_slot->mutex);
 		}
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d rows=" INT64_FORMAT,
-						snap_cfg->sink_name, list_length(a->tables), rows_before)));
+						ash_snap_cfg->sink_name, list_length(a->tables), rows_before)));
 	}
 	else if (a->phase != ASH_SNAPSHOT_COMPLETE)
 		complete_attempt(a);	/* the last table committed, the session ended */
@@ -1447,18 +1423,18 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 {
 	Attempt    *a;
 
-	snap_cfg = cfg;
-	snap_key = key;
-	snap_slot = find_slot();
-	my_copier = 0;
-	incr_helper_stop(true);		/* of an incremental session before */
+	ash_snap_cfg = cfg;
+	ash_snap_key = key;
+	ash_snap_slot = ash_snap_find_slot();
+	ash_snap_my_copier = 0;
+	ash_snap_incr_helper_stop(true);		/* of an incremental session before */
 	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (row_buf != NULL)
 	{
 		PQfreemem(row_buf);
 		row_buf = NULL;
 	}
-	close_connections();
+	ash_snap_close_connections();
 
 	if (!ash_snapshot_configured(cfg))
 	{
@@ -1467,13 +1443,13 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 		 * one cannot simply stream (its tables would miss or repeat
 		 * changes); a complete one still needs its floors.
 		 */
-		catalog_begin();
-		a = read_attempt();
-		catalog_end();
+		ash_snap_catalog_begin();
+		a = ash_snap_read_attempt();
+		ash_snap_catalog_end();
 		if (a->phase == ASH_SNAPSHOT_COPYING)
 			ash_halt("snapshot_state_invalid",
 					 "a snapshot attempt is in progress under this checkpoint: configure snapshot v1 to finish it, or reset the checkpoint");
-		install_floors(a, binding->commit_lsn);
+		ash_snap_install_floors(a, binding->commit_lsn);
 		return;
 	}
 
@@ -1484,20 +1460,20 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	PG_CATCH();
 	{
 		stop_helpers();
-		close_connections();
+		ash_snap_close_connections();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	close_connections();
+	ash_snap_close_connections();
 
-	read_watermark(binding);
+	ash_snap_read_watermark(binding);
 	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
 	/* the tables as committed (helpers copied some): floors and totals */
-	catalog_begin();
-	a = read_attempt();
-	catalog_end();
-	install_floors(a, binding->commit_lsn);
-	publish_attempt(a, false);
+	ash_snap_catalog_begin();
+	a = ash_snap_read_attempt();
+	ash_snap_catalog_end();
+	ash_snap_install_floors(a, binding->commit_lsn);
+	ash_snap_publish_attempt(a, false);
 }
 
 /*
@@ -1510,8 +1486,8 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
  * replication state slot of the destination is taken; any other failure
  * raises.
  */
-static bool
-copier_attach_origin(const char *sink_name, int index)
+bool
+ash_snap_copier_attach_origin(const char *sink_name, int index)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool ok = true;
@@ -1549,8 +1525,8 @@ copier_attach_origin(const char *sink_name, int index)
  * drop its origin.  Best effort: one left behind is reused by the next
  * copier of that index and dropped with the sink.
  */
-static void
-copier_drop_origin(const char *sink_name, int index)
+void
+ash_snap_copier_drop_origin(const char *sink_name, int index)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
@@ -1575,8 +1551,8 @@ copier_drop_origin(const char *sink_name, int index)
  * A helper copier failed: in its slot, how (never the error's text: it
  * can carry values), its connections closed and its origin dropped.
  */
-static void
-copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
+void
+ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
 {
 	ErrorData  *edata;
 	AshCopier  *me = &slot->copiers[index];
@@ -1586,9 +1562,9 @@ copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
 	edata = CopyErrorData();
 	FlushErrorState();
 	ash_apply_abort();
-	close_connections();
+	ash_snap_close_connections();
 	RESUME_INTERRUPTS();
-	copier_drop_origin(sink_name, index);
+	ash_snap_copier_drop_origin(sink_name, index);
 
 	/* never the error's text: it can carry values */
 	SpinLockAcquire(&slot->mutex);
@@ -1615,7 +1591,7 @@ copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
 	me->rows = 0;
 	SpinLockRelease(&slot->mutex);
 	ereport(LOG,
-			(errmsg("ash_replicant event=snapshot.copier_failed sink=%s copier=%d sqlstate=%s",
+			(errmsg("ash_replicant event=snapshot.ash_snap_copier_failed sink=%s copier=%d sqlstate=%s",
 					sink_name, index, unpack_sql_state(edata->sqlerrcode))));
 }
 
@@ -1683,12 +1659,12 @@ ash_snapshot_copier_main(Datum main_arg)
 		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
 		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
 		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
-		snap_cfg = cfg;
-		snap_key = key;
-		snap_slot = slot;
-		my_copier = index;
-		helper_generation = generation;
-		helper_coordinator = coordinator;
+		ash_snap_cfg = cfg;
+		ash_snap_key = key;
+		ash_snap_slot = slot;
+		ash_snap_my_copier = index;
+		ash_snap_helper_generation = generation;
+		ash_snap_helper_coordinator = coordinator;
 		Assert(!ash_config_is_append_log(cfg));
 
 		/*
@@ -1696,7 +1672,7 @@ ash_snapshot_copier_main(Datum main_arg)
 		 * own.  Without a free replication state slot it does not help: the
 		 * other copiers (the pipeline worker at least) copy its share.
 		 */
-		if (!copier_attach_origin(sink_name, index))
+		if (!ash_snap_copier_attach_origin(sink_name, index))
 		{
 			SpinLockAcquire(&slot->mutex);
 			slot->copiers[index].end = ASH_COPIER_DONE;
@@ -1704,28 +1680,28 @@ ash_snapshot_copier_main(Datum main_arg)
 			proc_exit(0);
 		}
 		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
-		data_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
-		if (!ash_source_identity_matches(data_conn, cfg->source_system_identifier,
+		ash_snap_data_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+		if (!ash_source_identity_matches(ash_snap_data_conn, cfg->source_system_identifier,
 										 cfg->source_database))
 			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
-		import_snapshot(data_conn, snapshot);
-		catalog_begin();
-		attempt = read_attempt()->id;
-		catalog_end();
+		ash_snap_import_snapshot(ash_snap_data_conn, snapshot);
+		ash_snap_catalog_begin();
+		attempt = ash_snap_read_attempt()->id;
+		ash_snap_catalog_end();
 
 		do
-			check_coordinator();
-		while (copy_next(data_conn, snapshot_lsn, attempt));
-		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
-		close_connections();
-		copier_drop_origin(sink_name, index);
+			ash_snap_check_coordinator();
+		while (ash_snap_copy_next(ash_snap_data_conn, snapshot_lsn, attempt));
+		PQclear(ash_conn_exec(ash_snap_data_conn, "COMMIT", false));
+		ash_snap_close_connections();
+		ash_snap_copier_drop_origin(sink_name, index);
 		SpinLockAcquire(&slot->mutex);
 		slot->copiers[index].end = ASH_COPIER_DONE;
 		SpinLockRelease(&slot->mutex);
 	}
 	PG_CATCH();
 	{
-		copier_failed(slot, index, sink_name);
+		ash_snap_copier_failed(slot, index, sink_name);
 	}
 	PG_END_TRY();
 	proc_exit(0);
@@ -1911,13 +1887,13 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	ListCell   *lc;
 	MemoryContext old;
 
-	snap_cfg = cfg;
+	ash_snap_cfg = cfg;
 
 	/*
 	 * The helper of the last session gone first: its chunk, committed or
 	 * not, is then final when the attempt is read.
 	 */
-	incr_helper_stop(true);
+	ash_snap_incr_helper_stop(true);
 	incr_helpers_refused = false;
 	memset(incr_helper_gone, 0, sizeof(incr_helper_gone));
 	memset(incr_helper_drops, 0, sizeof(incr_helper_drops));
@@ -1959,7 +1935,7 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
 
 	old = MemoryContextSwitchTo(incr_session_cxt);
-	tables = source_tables(incr_conn);
+	tables = ash_snap_source_tables(incr_conn);
 	foreach(lc, tables)
 	{
 		SnapTable  *t = lfirst(lc);
@@ -2070,12 +2046,12 @@ xip_array(const AshIncrSnapshot *snap)
 static void
 load_windows(void)
 {
-	(void) key_exec("SELECT source_schema, source_table, chunk, lo, hi, snap_xmin, snap_xmax,"
-					"       snap_xip, high_lsn"
-					"  FROM ash_replicant.snapshot_windows"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					" ORDER BY source_schema, source_table, chunk",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	(void) ash_snap_key_exec("SELECT source_schema, source_table, chunk, lo, hi, snap_xmin, snap_xmax,"
+							 "       snap_xip, high_lsn"
+							 "  FROM ash_replicant.snapshot_windows"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							 " ORDER BY source_schema, source_table, chunk",
+							 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[r];
@@ -2129,17 +2105,17 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	ListCell   *lc;
 	MemoryContext old;
 
-	snap_cfg = cfg;
-	snap_key = key;
-	snap_slot = find_slot();
-	my_copier = 0;
+	ash_snap_cfg = cfg;
+	ash_snap_key = key;
+	ash_snap_slot = ash_snap_find_slot();
+	ash_snap_my_copier = 0;
 
 	drop_ahead();				/* the connection is used below */
 	old = MemoryContextSwitchTo(incr_session_cxt);
-	a = arm(source_tables(incr_conn), start, binding);
+	a = ash_snap_arm(ash_snap_source_tables(incr_conn), start, binding);
 	MemoryContextSwitchTo(old);
 	incr_attempt = a;
-	check_provenance_versions(a);
+	ash_snap_check_provenance_versions(a);
 
 	/*
 	 * Every table of the attempt, copied or not, and the windows still
@@ -2149,7 +2125,7 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	ash_incr_reset(a->phase == ASH_SNAPSHOT_COMPLETE ? NULL : a->id);
 	if (a->phase != ASH_SNAPSHOT_COMPLETE)
 		note_running_xids();
-	catalog_begin();			/* type lookups: in a transaction */
+	ash_snap_catalog_begin();			/* type lookups: in a transaction */
 	foreach(lc, a->tables)
 	{
 		SnapTable  *t = lfirst(lc);
@@ -2173,24 +2149,24 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 
 		/* the stream delivered every commit up to the watermark: closed */
 		values[0] = LSNGetDatum(binding->commit_lsn + 1);
-		(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
-						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						"   AND high_lsn <= $4",
-						1, types, values, NULL, SPI_OK_DELETE);
+		(void) ash_snap_key_exec("DELETE FROM ash_replicant.snapshot_windows"
+								 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+								 "   AND high_lsn <= $4",
+								 1, types, values, NULL, SPI_OK_DELETE);
 		incr_kept_low = binding->commit_lsn + 2;
 	}
 	load_windows();
-	catalog_end();
+	ash_snap_catalog_end();
 
-	read_watermark(binding);
+	ash_snap_read_watermark(binding);
 	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
-	install_floors(a, binding->commit_lsn);
+	ash_snap_install_floors(a, binding->commit_lsn);
 	(void) ash_incr_close_windows(binding->commit_lsn + 1);
-	publish_attempt(a, ash_incr_active());
+	ash_snap_publish_attempt(a, ash_incr_active());
 	if (ash_incr_active())
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d mode=incremental",
-						snap_cfg->sink_name, list_length(a->tables))));
+						ash_snap_cfg->sink_name, list_length(a->tables))));
 }
 
 /*
@@ -2212,7 +2188,7 @@ incr_probe_needed(AshMapping *m)
 	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0)
 		return;
-	catalog_begin();
+	ash_snap_catalog_begin();
 	nsp = get_namespace_name(get_rel_namespace(m->target_relid));
 	rel = get_rel_name(m->target_relid);
 	if (nsp != NULL && rel != NULL)
@@ -2227,7 +2203,7 @@ incr_probe_needed(AshMapping *m)
 								 "incremental snapshot fingerprint check") == 0)
 			none = true;
 	}
-	catalog_end();
+	ash_snap_catalog_end();
 	if (none)
 		ash_provenance_set_unfingerprinted(m->target_relid);
 }
@@ -2320,7 +2296,7 @@ chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool bina
 	appendStringInfoString(&sql, " ORDER BY ");
 	for (int i = 0; i < k->nkeys; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
-	appendStringInfo(&sql, " LIMIT %d) AS c ON true", snap_cfg->chunk_rows);
+	appendStringInfo(&sql, " LIMIT %d) AS c ON true", ash_snap_cfg->chunk_rows);
 	if (intkey)
 		return sql.data;
 	appendStringInfoString(&sql, " ORDER BY ");
@@ -2392,12 +2368,12 @@ drop_ahead(void)
 static void
 incr_complete(void)
 {
-	if (key_exec("UPDATE ash_replicant.checkpoints"
-				 "   SET snapshot_phase = 'complete', go_forward_uncopied = NULL,"
-				 "       updated_at = pg_catalog.now()"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND snapshot_phase = 'copying'",
-				 0, NULL, NULL, NULL, SPI_OK_UPDATE) != 1)
+	if (ash_snap_key_exec("UPDATE ash_replicant.checkpoints"
+						  "   SET snapshot_phase = 'complete', go_forward_uncopied = NULL,"
+						  "       updated_at = pg_catalog.now()"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   AND snapshot_phase = 'copying'",
+						  0, NULL, NULL, NULL, SPI_OK_UPDATE) != 1)
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
 }
 
@@ -2439,7 +2415,7 @@ chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable
 	c->cursor = cursor;
 	c->st = st;
 	c->k = incr_key_desc(nspname, relname);
-	c->map = ash_config_find_mapping(snap_cfg, nspname, relname);
+	c->map = ash_config_find_mapping(ash_snap_cfg, nspname, relname);
 	if (c->k == NULL || c->map == NULL || st == NULL)
 		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
 				 quote_qualified_identifier(nspname, relname));
@@ -2457,7 +2433,7 @@ chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable
 		dt->nspname = pstrdup(nspname);
 		dt->relname = pstrdup(relname);
 		memset(&incr_rel, 0, sizeof(incr_rel));
-		describe_table(incr_conn, dt, &incr_rel);
+		ash_snap_describe_table(incr_conn, dt, &incr_rel);
 		memset(&change, 0, sizeof(change));
 		change.kind = ASH_CHANGE_RELATION;
 		change.u.relation = incr_rel;
@@ -2503,7 +2479,7 @@ chunk_read(IncrChunk *c, bool may_ahead)
 
 	/* text values (in binary: their bytes), never a NUL inside */
 	parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &c->snap);
-	c->high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
+	c->high_lsn = ash_snap_parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
 
 	/*
 	 * At a page boundary the insert position points past the next page's
@@ -2559,7 +2535,7 @@ chunk_bounds(IncrChunk *c)
 		keytext[i] = c->binary && !c->intkey ? 3 + c->rel.natts + i : 3 + col;
 	}
 	c->nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
-	c->done = c->nrows < snap_cfg->chunk_rows;
+	c->done = c->nrows < ash_snap_cfg->chunk_rows;
 	if (!c->done && c->intkey)
 	{
 		/* the largest key of the chunk, its rows in no particular order */
@@ -2638,13 +2614,13 @@ chunk_write(IncrChunk *c, bool worker)
 	IncrKeyDesc *k = c->k;
 
 	ash_apply_snapshot_begin(c->high_lsn, 0, incr_attempt->id);
-	if (key_exec("SELECT 1 FROM ash_replicant.checkpoints"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND snapshot_phase = 'copying' FOR SHARE",
-				 0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
+	if (ash_snap_key_exec("SELECT 1 FROM ash_replicant.checkpoints"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   AND snapshot_phase = 'copying' FOR SHARE",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
 	if (!worker)
-		check_coordinator();
+		ash_snap_check_coordinator();
 
 	/*
 	 * A target empty when its first chunk is copied stays empty above the
@@ -2652,7 +2628,7 @@ chunk_write(IncrChunk *c, bool worker)
 	 * this session's chunks is new, written without the upsert's fallback.
 	 */
 	if (c->cursor == NULL)
-		incr_fresh = target_is_empty(c->map);
+		incr_fresh = ash_snap_target_is_empty(c->map);
 	if (incr_fresh)
 		ash_apply_snapshot_fresh(c->map->target_relid, false);	/* stream reads between chunks */
 	memset(&change, 0, sizeof(change));
@@ -2690,7 +2666,7 @@ chunk_write(IncrChunk *c, bool worker)
 
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(c->nspname, c->relname),
+						ash_snap_cfg->sink_name, quote_qualified_identifier(c->nspname, c->relname),
 						retired)));
 	}
 	{
@@ -2704,16 +2680,16 @@ chunk_write(IncrChunk *c, bool worker)
 		key_param(c->hi, k->nkeys, &values[3], &nulls[3]);
 		key_param(c->cursor, k->nkeys, &values[4], &nulls[4]);
 		values[5] = LSNGetDatum(c->high_lsn);
-		if (key_exec("UPDATE ash_replicant.snapshot_tables"
-					 "   SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
-					 "       chunk_cursor = $7,"
-					 "       state = CASE WHEN $7 IS NULL THEN 'copied' ELSE state END,"
-					 "       snapshot_lsn = CASE WHEN $7 IS NULL THEN $9 END,"
-					 "       copied_at = CASE WHEN $7 IS NULL THEN pg_catalog.clock_timestamp() END"
-					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					 "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'"
-					 "   AND chunk_cursor IS NOT DISTINCT FROM $8",
-					 6, types, values, nulls, SPI_OK_UPDATE) != 1)
+		if (ash_snap_key_exec("UPDATE ash_replicant.snapshot_tables"
+							  "   SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
+							  "       chunk_cursor = $7,"
+							  "       state = CASE WHEN $7 IS NULL THEN 'copied' ELSE state END,"
+							  "       snapshot_lsn = CASE WHEN $7 IS NULL THEN $9 END,"
+							  "       copied_at = CASE WHEN $7 IS NULL THEN pg_catalog.clock_timestamp() END"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							  "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'"
+							  "   AND chunk_cursor IS NOT DISTINCT FROM $8",
+							  6, types, values, nulls, SPI_OK_UPDATE) != 1)
 			ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 					 quote_qualified_identifier(c->nspname, c->relname));
 	}
@@ -2732,12 +2708,12 @@ chunk_write(IncrChunk *c, bool worker)
 		values[6] = Int64GetDatum((int64) c->snap.xmax);
 		values[7] = xip_array(&c->snap);
 		values[8] = LSNGetDatum(c->high_lsn);
-		(void) key_exec("INSERT INTO ash_replicant.snapshot_windows"
-						" (source_system_id, source_database, slot_name, source_schema, source_table,"
-						"  chunk, lo, hi, snap_xmin, snap_xmax, snap_xip, high_lsn)"
-						" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
-						"         $12)",
-						9, types, values, nulls, SPI_OK_INSERT);
+		(void) ash_snap_key_exec("INSERT INTO ash_replicant.snapshot_windows"
+								 " (source_system_id, source_database, slot_name, source_schema, source_table,"
+								 "  chunk, lo, hi, snap_xmin, snap_xmax, snap_xip, high_lsn)"
+								 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
+								 "         $12)",
+								 9, types, values, nulls, SPI_OK_INSERT);
 	}
 	if (worker)
 	{
@@ -2756,10 +2732,10 @@ chunk_write(IncrChunk *c, bool worker)
 		if (XLogRecPtrIsInvalid(incr_kept_low) ||
 			Min(incr_kept_low, c->high_lsn) <= DatumGetLSN(lvalues[0]))
 		{
-			(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
-							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-							"   AND high_lsn <= $4",
-							1, ltypes, lvalues, NULL, SPI_OK_DELETE);
+			(void) ash_snap_key_exec("DELETE FROM ash_replicant.snapshot_windows"
+									 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+									 "   AND high_lsn <= $4",
+									 1, ltypes, lvalues, NULL, SPI_OK_DELETE);
 			/* every row left is above the bound */
 			incr_kept_low = DatumGetLSN(lvalues[0]) + 1;
 		}
@@ -2781,15 +2757,15 @@ table_progress(SnapTable *st, int copier, int64 chunk_no, int64 rows, bool done,
 	if (done)
 	{
 		st->copied = true;
-		publish_copied_at(copier, st->rows);
+		ash_snap_publish_copied_at(copier, st->rows);
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s copier=%d rows=" INT64_FORMAT " chunks=" INT64_FORMAT " rereads=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(st->nspname, st->relname),
+						ash_snap_cfg->sink_name, quote_qualified_identifier(st->nspname, st->relname),
 						copier, st->rows, chunk_no, rereads)));
 	}
 	else
-		publish_table_at(copier, st->nspname, st->relname, st->rows,
-						 st->has_estimate ? st->estimate : -1);
+		ash_snap_publish_table_at(copier, st->nspname, st->relname, st->rows,
+								  st->has_estimate ? st->estimate : -1);
 }
 
 /*
@@ -2805,16 +2781,16 @@ incr_attempt_completed(bool recorded)
 		return;
 	if (!recorded)
 	{
-		catalog_begin();
-		(void) read_attempt();
+		ash_snap_catalog_begin();
+		(void) ash_snap_read_attempt();
 		incr_complete();
-		catalog_end();
+		ash_snap_catalog_end();
 	}
 	incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
-	publish_attempt(incr_attempt, false);
+	ash_snap_publish_attempt(incr_attempt, false);
 	ereport(LOG,
 			(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
-					snap_cfg->sink_name, list_length(incr_attempt->tables))));
+					ash_snap_cfg->sink_name, list_length(incr_attempt->tables))));
 }
 
 /* The worker's own chunk committed: now the stream judges by it. */
@@ -2860,16 +2836,16 @@ chunk_committed(IncrChunk *c)
 #define INCR_HELPER_WAIT_MS 100
 
 /* Helper i's shared state (the slot's mutex held by the caller). */
-#define HELPER(i) (&snap_slot->incr_helpers[(i)])
+#define HELPER(i) (&ash_snap_slot->incr_helpers[(i)])
 
 static AshIncrHelperState
 helper_state(int i)
 {
 	AshIncrHelperState s;
 
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	s = HELPER(i)->state;
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 	return s;
 }
 
@@ -2879,10 +2855,10 @@ helper_set_state(int i, AshIncrHelperState s, bool to_helper)
 {
 	Latch	   *latch;
 
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	HELPER(i)->state = s;
 	latch = to_helper ? HELPER(i)->helper_latch : HELPER(i)->worker_latch;
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 	if (latch != NULL)
 		SetLatch(latch);
 }
@@ -2901,7 +2877,7 @@ incr_helper_stop_one(int i, bool wait)
 	{
 		pid_t		pid;
 
-		if (!wait && snap_slot != NULL && helper_state(i) == ASH_INCR_HELPER_IDLE)
+		if (!wait && ash_snap_slot != NULL && helper_state(i) == ASH_INCR_HELPER_IDLE)
 			helper_set_state(i, ASH_INCR_HELPER_STOP, true);
 		else
 			TerminateBackgroundWorker(incr_helpers[i]);
@@ -2912,12 +2888,12 @@ incr_helper_stop_one(int i, bool wait)
 		pfree(incr_helpers[i]);
 		incr_helpers[i] = NULL;
 	}
-	if (snap_slot != NULL)
+	if (ash_snap_slot != NULL)
 	{
-		SpinLockAcquire(&snap_slot->mutex);
+		SpinLockAcquire(&ash_snap_slot->mutex);
 		memset(HELPER(i), 0, sizeof(AshIncrHelper));
-		memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
-		SpinLockRelease(&snap_slot->mutex);
+		memset(&ash_snap_slot->copiers[i], 0, sizeof(AshCopier));
+		SpinLockRelease(&ash_snap_slot->mutex);
 	}
 	incr_helper_ahead_ok[i] = false;
 }
@@ -2926,8 +2902,8 @@ incr_helper_stop_one(int i, bool wait)
  * Stop every helper (a session ends or fails); none is started again this
  * session.  wait: until they are gone (the next session waits otherwise).
  */
-static void
-incr_helper_stop(bool wait)
+void
+ash_snap_incr_helper_stop(bool wait)
 {
 	incr_helpers_refused = true;
 	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
@@ -2946,21 +2922,21 @@ incr_helper_start(int i)
 	pid_t		coordinator = MyProcPid;
 
 	if (incr_helpers[i] != NULL || incr_helper_gone[i] || incr_helpers_refused ||
-		snap_slot == NULL)
+		ash_snap_slot == NULL)
 		return;
-	slotno = snap_slot - AshShmem->slots;
-	SpinLockAcquire(&snap_slot->mutex);
-	memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
+	slotno = ash_snap_slot - AshShmem->slots;
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	memset(&ash_snap_slot->copiers[i], 0, sizeof(AshCopier));
 	memset(HELPER(i), 0, sizeof(AshIncrHelper));
 	HELPER(i)->state = ASH_INCR_HELPER_OFF;
 	HELPER(i)->worker_latch = MyLatch;
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	generation = snap_slot->generation;
+	generation = ash_snap_slot->generation;
 	LWLockRelease(AshShmem->lock);
 
 	ash_worker_prepare(&w, "ash_snapshot_incr_helper_main", "ash_replicant snapshot",
-					   snap_cfg->sink_name, slotno, generation);
+					   ash_snap_cfg->sink_name, slotno, generation);
 	memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
 	memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
 	{
@@ -2987,9 +2963,9 @@ incr_helper_ended(int i)
 {
 	AshCopier	c;
 
-	SpinLockAcquire(&snap_slot->mutex);
-	memcpy(&c, &snap_slot->copiers[i], sizeof(AshCopier));
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	memcpy(&c, &ash_snap_slot->copiers[i], sizeof(AshCopier));
+	SpinLockRelease(&ash_snap_slot->mutex);
 	incr_helper_stop_one(i, true);
 	if (c.end == ASH_COPIER_DONE)
 		return;
@@ -3002,7 +2978,7 @@ incr_helper_ended(int i)
 				(errcode(ERRCODE_ADMIN_SHUTDOWN),
 				 errmsg("ash_replicant: an incremental snapshot helper was terminated")));
 	}
-	raise_helper_end(&c);
+	ash_snap_raise_helper_end(&c);
 }
 
 /* Is helper i there and waiting for a chunk? */
@@ -3057,12 +3033,12 @@ incr_helper_wait(int i, AshIncrHelperState want)
 static void
 incr_helper_request(int i, SnapTable *st)
 {
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	strlcpy(HELPER(i)->schema, st->nspname, NAMEDATALEN);
 	strlcpy(HELPER(i)->table, st->relname, NAMEDATALEN);
 	HELPER(i)->chunks = st->chunks;
 	HELPER(i)->ahead_ok = incr_helper_ahead_ok[i];
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 	helper_set_state(i, ASH_INCR_HELPER_READ, true);
 }
 
@@ -3072,7 +3048,7 @@ incr_helper_snapshot(int i, AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
 {
 	bool		ok;
 
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	ok = !HELPER(i)->overflow;
 	snap->xmin = HELPER(i)->xmin;
 	snap->xmax = HELPER(i)->xmax;
@@ -3081,7 +3057,7 @@ incr_helper_snapshot(int i, AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
 	for (int j = 0; j < snap->nxip; j++)
 		snap->xip[j] = HELPER(i)->xip[j];
 	*high_lsn = HELPER(i)->high_lsn;
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 	return ok;
 }
 
@@ -3106,7 +3082,7 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 	Datum		d;
 
 	/* as the helper said it (its key fitted in shared memory) */
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	if (HELPER(i)->nkeys > 0 || HELPER(i)->done)
 	{
 		const char *p = HELPER(i)->hi;
@@ -3123,19 +3099,19 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 				p += strlen(p) + 1;
 			}
 		}
-		SpinLockRelease(&snap_slot->mutex);
+		SpinLockRelease(&ash_snap_slot->mutex);
 		goto judged;
 	}
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 
 	values[0] = CStringGetTextDatum(st->nspname);
 	values[1] = CStringGetTextDatum(st->relname);
-	catalog_begin();
-	if (key_exec("SELECT state, rows_copied, chunks_copied, chunk_cursor"
-				 "  FROM ash_replicant.snapshot_tables"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND source_schema = $4 AND source_table = $5",
-				 2, types, values, NULL, SPI_OK_SELECT) != 1)
+	ash_snap_catalog_begin();
+	if (ash_snap_key_exec("SELECT state, rows_copied, chunks_copied, chunk_cursor"
+						  "  FROM ash_replicant.snapshot_tables"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   AND source_schema = $4 AND source_table = $5",
+						  2, types, values, NULL, SPI_OK_SELECT) != 1)
 		ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
 				 quote_qualified_identifier(st->nspname, st->relname));
 	tup = SPI_tuptable->vals[0];
@@ -3154,7 +3130,7 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 		foreach(kc, l)
 			hi[k++] = lfirst(kc);
 	}
-	catalog_end();
+	ash_snap_catalog_end();
 	if (chunks != st->chunks + 1 || done != (hi == NULL))
 		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 				 quote_qualified_identifier(st->nspname, st->relname));
@@ -3248,12 +3224,12 @@ ash_snapshot_incremental_step(void)
 		return ASH_INCR_STEP_NONE;
 	if (!ash_incr_next_table(&nspname, &relname, &cursor))
 	{
-		incr_helper_stop(false);
+		ash_snap_incr_helper_stop(false);
 		incr_attempt_completed(false);
 		return ASH_INCR_STEP_NONE;
 	}
 	open = ash_incr_open_windows(&lowest);
-	if (open >= snap_cfg->max_pending_chunks)
+	if (open >= ash_snap_cfg->max_pending_chunks)
 		return ASH_INCR_STEP_WAIT_WINDOWS;
 
 	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
@@ -3285,7 +3261,7 @@ ash_snapshot_incremental_step(void)
 				 quote_qualified_identifier(nspname, relname));
 	nspname = st->nspname;
 	relname = st->relname;
-	m1 = ash_config_find_mapping(snap_cfg, nspname, relname);
+	m1 = ash_config_find_mapping(ash_snap_cfg, nspname, relname);
 
 	/*
 	 * Helper i copies its table in this round when there is room for one
@@ -3316,9 +3292,9 @@ ash_snapshot_incremental_step(void)
 		if (!ash_incr_table_cursor(hst[i]->nspname, hst[i]->relname, &hcursor[i]))
 			ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
 					 quote_qualified_identifier(hst[i]->nspname, hst[i]->relname));
-		m2 = ash_config_find_mapping(snap_cfg, hst[i]->nspname, hst[i]->relname);
+		m2 = ash_config_find_mapping(ash_snap_cfg, hst[i]->nspname, hst[i]->relname);
 		htarget[i] = m2 != NULL ? m2->target_relid : InvalidOid;
-		if (open + nasked + 2 > snap_cfg->max_pending_chunks ||
+		if (open + nasked + 2 > ash_snap_cfg->max_pending_chunks ||
 			m1 == NULL || m2 == NULL || m1->target_relid == m2->target_relid)
 			hst[i] = NULL;
 		for (int j = 1; j < i && hst[i] != NULL; j++)
@@ -3413,7 +3389,7 @@ ash_snapshot_incremental_step(void)
 	PG_CATCH();
 	{
 		/* their chunks, committed or not, are read by the next session */
-		incr_helper_stop(false);
+		ash_snap_incr_helper_stop(false);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -3446,24 +3422,24 @@ incr_helper_serve(void)
 		MemoryContext cxt = CurrentMemoryContext;
 		MemoryContext tcxt;
 
-		SpinLockAcquire(&snap_slot->mutex);
-		s = HELPER(my_copier)->state;
-		strlcpy(nspname, HELPER(my_copier)->schema, NAMEDATALEN);
-		strlcpy(relname, HELPER(my_copier)->table, NAMEDATALEN);
-		chunks = HELPER(my_copier)->chunks;
-		ahead_ok = HELPER(my_copier)->ahead_ok;
-		SpinLockRelease(&snap_slot->mutex);
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		s = HELPER(ash_snap_my_copier)->state;
+		strlcpy(nspname, HELPER(ash_snap_my_copier)->schema, NAMEDATALEN);
+		strlcpy(relname, HELPER(ash_snap_my_copier)->table, NAMEDATALEN);
+		chunks = HELPER(ash_snap_my_copier)->chunks;
+		ahead_ok = HELPER(ash_snap_my_copier)->ahead_ok;
+		SpinLockRelease(&ash_snap_slot->mutex);
 		if (s == ASH_INCR_HELPER_STOP)
 			return;
 		if (s != ASH_INCR_HELPER_READ)
 		{
 			if (s == ASH_INCR_HELPER_DROP)
-				helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
+				helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_IDLE, false);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
-			check_coordinator();
+			ash_snap_check_coordinator();
 			continue;
 		}
 
@@ -3492,12 +3468,12 @@ incr_helper_serve(void)
 			st = palloc0(sizeof(SnapTable));
 			st->nspname = pstrdup(nspname);
 			st->relname = pstrdup(relname);
-			catalog_begin();
-			if (key_exec("SELECT state, chunks_copied, chunk_cursor"
-						 "  FROM ash_replicant.snapshot_tables"
-						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						 "   AND source_schema = $4 AND source_table = $5",
-						 2, types, values, NULL, SPI_OK_SELECT) != 1)
+			ash_snap_catalog_begin();
+			if (ash_snap_key_exec("SELECT state, chunks_copied, chunk_cursor"
+								  "  FROM ash_replicant.snapshot_tables"
+								  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+								  "   AND source_schema = $4 AND source_table = $5",
+								  2, types, values, NULL, SPI_OK_SELECT) != 1)
 				ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
 						 quote_qualified_identifier(nspname, relname));
 			tup = SPI_tuptable->vals[0];
@@ -3517,7 +3493,7 @@ incr_helper_serve(void)
 			if (strcmp(SPI_getvalue(tup, desc, 1), "pending") != 0 || st->chunks != chunks)
 				ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 						 quote_qualified_identifier(nspname, relname));
-			catalog_end();
+			ash_snap_catalog_end();
 		}
 		if (incr_key_desc(nspname, relname) == NULL)
 		{
@@ -3532,27 +3508,27 @@ incr_helper_serve(void)
 		chunk_setup(&c, st->nspname, st->relname, st->cursor, st);
 		chunk_read(&c, ahead_ok);
 		chunk_bounds(&c);
-		SpinLockAcquire(&snap_slot->mutex);
-		HELPER(my_copier)->xmin = c.snap.xmin;
-		HELPER(my_copier)->xmax = c.snap.xmax;
-		HELPER(my_copier)->overflow = c.snap.nxip > ASH_INCR_HELPER_XIP_MAX;
-		HELPER(my_copier)->nxip = HELPER(my_copier)->overflow ? 0 : c.snap.nxip;
-		for (int i = 0; i < HELPER(my_copier)->nxip; i++)
-			HELPER(my_copier)->xip[i] = c.snap.xip[i];
-		HELPER(my_copier)->high_lsn = c.high_lsn;
-		SpinLockRelease(&snap_slot->mutex);
-		helper_set_state(my_copier, ASH_INCR_HELPER_READY, false);
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		HELPER(ash_snap_my_copier)->xmin = c.snap.xmin;
+		HELPER(ash_snap_my_copier)->xmax = c.snap.xmax;
+		HELPER(ash_snap_my_copier)->overflow = c.snap.nxip > ASH_INCR_HELPER_XIP_MAX;
+		HELPER(ash_snap_my_copier)->nxip = HELPER(ash_snap_my_copier)->overflow ? 0 : c.snap.nxip;
+		for (int i = 0; i < HELPER(ash_snap_my_copier)->nxip; i++)
+			HELPER(ash_snap_my_copier)->xip[i] = c.snap.xip[i];
+		HELPER(ash_snap_my_copier)->high_lsn = c.high_lsn;
+		SpinLockRelease(&ash_snap_slot->mutex);
+		helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_READY, false);
 
 		for (;;)
 		{
-			s = helper_state(my_copier);
+			s = helper_state(ash_snap_my_copier);
 			if (s == ASH_INCR_HELPER_WRITE || s == ASH_INCR_HELPER_DROP)
 				break;
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
-			check_coordinator();
+			ash_snap_check_coordinator();
 		}
 		if (s == ASH_INCR_HELPER_WRITE)
 		{
@@ -3561,23 +3537,23 @@ incr_helper_serve(void)
 			chunk_write(&c, false);
 			for (int k = 0; !c.done && k < c.k->nkeys; k++)
 				len += strlen(c.hi[k]) + 1;
-			SpinLockAcquire(&snap_slot->mutex);
-			HELPER(my_copier)->nrows = c.nrows;
-			HELPER(my_copier)->done = c.done;
-			HELPER(my_copier)->nkeys = 0;
+			SpinLockAcquire(&ash_snap_slot->mutex);
+			HELPER(ash_snap_my_copier)->nrows = c.nrows;
+			HELPER(ash_snap_my_copier)->done = c.done;
+			HELPER(ash_snap_my_copier)->nkeys = 0;
 			if (!c.done && len <= ASH_INCR_HELPER_KEY_MAX)
 			{
-				char	   *p = HELPER(my_copier)->hi;
+				char	   *p = HELPER(ash_snap_my_copier)->hi;
 
 				for (int k = 0; k < c.k->nkeys; k++)
 				{
 					strcpy(p, c.hi[k]);
 					p += strlen(c.hi[k]) + 1;
 				}
-				HELPER(my_copier)->nkeys = c.k->nkeys;
+				HELPER(ash_snap_my_copier)->nkeys = c.k->nkeys;
 			}
-			SpinLockRelease(&snap_slot->mutex);
-			helper_set_state(my_copier, ASH_INCR_HELPER_COMMITTED, false);
+			SpinLockRelease(&ash_snap_slot->mutex);
+			helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_COMMITTED, false);
 
 			/*
 			 * The next chunk of this table starts where this one ended (in
@@ -3607,7 +3583,7 @@ incr_helper_serve(void)
 		else
 		{
 			chunk_forget(&c);
-			helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
+			helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_IDLE, false);
 		}
 		MemoryContextSwitchTo(cxt);
 		MemoryContextDelete(tcxt);
@@ -3651,8 +3627,8 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 	slot->copiers[index].pid = MyProcPid;
 	slot->incr_helpers[index].helper_latch = MyLatch;
 	SpinLockRelease(&slot->mutex);
-	snap_slot = slot;			/* its state, also after a failure */
-	my_copier = index;
+	ash_snap_slot = slot;			/* its state, also after a failure */
+	ash_snap_my_copier = index;
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	ash_worker_session_settings();
@@ -3674,20 +3650,20 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
 		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
 		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
-		snap_cfg = cfg;
-		snap_key = key;
-		snap_slot = slot;
-		my_copier = index;
-		helper_generation = generation;
-		helper_coordinator = coordinator;
+		ash_snap_cfg = cfg;
+		ash_snap_key = key;
+		ash_snap_slot = slot;
+		ash_snap_my_copier = index;
+		ash_snap_helper_generation = generation;
+		ash_snap_helper_coordinator = coordinator;
 
 		/* its chunks are mirrored writes too: tagged with an origin of its own */
-		if (!copier_attach_origin(sink_name, index))
+		if (!ash_snap_copier_attach_origin(sink_name, index))
 		{
 			SpinLockAcquire(&slot->mutex);
 			slot->copiers[index].end = ASH_COPIER_DONE;
 			SpinLockRelease(&slot->mutex);
-			helper_set_state(my_copier, ASH_INCR_HELPER_ENDED, false);
+			helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_ENDED, false);
 			proc_exit(0);
 		}
 		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
@@ -3702,7 +3678,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 										 cfg->source_database))
 			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
 		PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
-		catalog_begin();
+		ash_snap_catalog_begin();
 		old = MemoryContextSwitchTo(incr_session_cxt);
 		incr_attempt = palloc0(sizeof(Attempt));
 		{
@@ -3712,31 +3688,31 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 
 			/* the attempt's id, without locking the checkpoint row */
 			values[0] = CStringGetTextDatum("copying");
-			if (key_exec("SELECT snapshot_attempt FROM ash_replicant.checkpoints"
-						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						 "   AND snapshot_phase = $4 AND snapshot_attempt IS NOT NULL",
-						 1, types, values, NULL, SPI_OK_SELECT) != 1)
+			if (ash_snap_key_exec("SELECT snapshot_attempt FROM ash_replicant.checkpoints"
+								  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+								  "   AND snapshot_phase = $4 AND snapshot_attempt IS NOT NULL",
+								  1, types, values, NULL, SPI_OK_SELECT) != 1)
 				ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
 			incr_attempt->id = DatumGetByteaPCopy(SPI_getbinval(SPI_tuptable->vals[0],
 																SPI_tuptable->tupdesc, 1,
 																&isnull));
 		}
 		MemoryContextSwitchTo(old);
-		catalog_end();
+		ash_snap_catalog_end();
 
-		helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
+		helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_IDLE, false);
 		incr_helper_serve();
 		ash_conn_close(incr_conn);
 		incr_conn = NULL;
-		copier_drop_origin(sink_name, index);
+		ash_snap_copier_drop_origin(sink_name, index);
 		SpinLockAcquire(&slot->mutex);
 		slot->copiers[index].end = ASH_COPIER_DONE;
 		SpinLockRelease(&slot->mutex);
 	}
 	PG_CATCH();
 	{
-		copier_failed(slot, index, sink_name);
-		helper_set_state(my_copier, ASH_INCR_HELPER_ENDED, false);
+		ash_snap_copier_failed(slot, index, sink_name);
+		helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_ENDED, false);
 	}
 	PG_END_TRY();
 	proc_exit(0);
