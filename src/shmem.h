@@ -59,8 +59,8 @@ typedef struct AshPipelineStats
 
 /*
  * One copier of a snapshot (snapshot.c): the pipeline worker itself (index
- * 0) or a helper worker it started.  The table in flight, and how a
- * helper ended.  Protected by the slot's mutex.
+ * 0) or a helper worker it started (snapshot_copier.c).  The table in
+ * flight, and how a helper ended.  Protected by the slot's mutex.
  */
 #define ASH_SNAPSHOT_COPIERS_MAX 8
 
