@@ -87,9 +87,9 @@ typedef struct AshCopier
 } AshCopier;
 
 /*
- * The helper of an incremental snapshot (snapshot.c): a background worker
- * that writes the chunks of a second table while the pipeline worker
- * writes those of the first (fork-join: the pipeline worker applies
+ * The helper of an incremental snapshot (snapshot_incr.c): a background
+ * worker that writes the chunks of a second table while the pipeline
+ * worker writes those of the first (fork-join: the pipeline worker applies
  * nothing from the stream until both chunks committed).  The pipeline
  * worker asks for a chunk (READ), the helper reads it and puts its
  * snapshot here (READY), the pipeline worker judges that snapshot against
