@@ -2193,7 +2193,7 @@ ash_apply_commit_batch(bool durable)
 }
 
 /* ---------------------------------------------------------------------
- * Snapshot copy (snapshot.c).
+ * Snapshot copy (snapshot.c; an incremental chunk: snapshot_incr.c).
  *
  * A table's copied rows are inserts of one pseudo-transaction that
  * commits at LSN - 1 of the source snapshot's position: below every

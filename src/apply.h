@@ -2,7 +2,8 @@
  *
  * apply.h
  *	  The transaction driver: change records in, destination transactions
- *	  (rows + checkpoint) out.  Its callers are pipeline.c and snapshot.c;
+ *	  (rows + checkpoint) out.  Its callers are pipeline.c and the snapshot's
+ *	  modules (snapshot.c, snapshot_copier.c, snapshot_incr.c);
  *	  strategies see apply_strategy.h only.
  *
  *-------------------------------------------------------------------------
@@ -76,8 +77,8 @@ extern bool ash_apply_binary_refused(void);
 extern XLogRecPtr ash_apply_watermark(void);
 
 /*
- * Snapshot copy (snapshot.c): one table's rows, as inserts, in one
- * destination transaction.  begin opens it (origin "snapshot", commit LSN
+ * Snapshot copy (snapshot.c; an incremental chunk: snapshot_incr.c): one
+ * table's rows, as inserts, in one destination transaction.  begin opens it (origin "snapshot", commit LSN
  * snapshot_lsn - 1, ordinals from ordinal_base + 1); row changes go
  * through ash_apply_change; flush executes deferred writes and returns
  * the last ordinal used, leaving the transaction and SPI open for the

@@ -7,7 +7,7 @@
  * NOTES
  *	  Each table is copied in primary-key order, in chunks (several tables
  *	  at once with helpers, whose chunks the pipeline worker checks and
- *	  waits for: snapshot.c, "Tables in parallel").
+ *	  waits for: snapshot_incr.c, "Tables in parallel").
  *	  A chunk is read on a second source connection under a REPEATABLE READ
  *	  snapshot S and committed at once (rows, cursor and its window, one
  *	  destination transaction), between two source transactions of the

@@ -4,11 +4,11 @@
  *	  Incremental snapshots (snapshot => 'incremental'): what the stream
  *	  applies while the tables are copied chunk by chunk.
  *
- *	  snapshot.c reads and commits the chunks and tells this module where
- *	  each table's copy stands (its cursor and the windows of its chunks);
- *	  apply.c asks it, for every row change of a table of the attempt,
- *	  which of the change's keys the stream applies (docs/snapshots.md,
- *	  "Why incremental is exact").
+ *	  snapshot_incr.c reads and commits the chunks and tells this module
+ *	  where each table's copy stands (its cursor and the windows of its
+ *	  chunks); apply.c asks it, for every row change of a table of the
+ *	  attempt, which of the change's keys the stream applies
+ *	  (docs/snapshots.md, "Why incremental is exact").
  *
  *-------------------------------------------------------------------------
  */

@@ -14,10 +14,10 @@
  *	  without sending each change around for ever.
  *
  *	  PostgreSQL 15 lets one process at a time hold an origin, so a
- *	  snapshot's helper copiers (snapshot.c) tag their copies with origins
- *	  of their own, "ash_replicant_<sink>_copier<n>", which they drop when
- *	  they end: an origin keeps its replication state slot until dropped,
- *	  and a sink's copiers would otherwise keep several for good.
+ *	  snapshot's helper copiers (snapshot_copier.c) tag their copies with
+ *	  origins of their own, "ash_replicant_<sink>_copier<n>", which they
+ *	  drop when they end: an origin keeps its replication state slot until
+ *	  dropped, and a sink's copiers would otherwise keep several for good.
  *
  *	  The origin's progress (the source end LSN of the last batch, set at
  *	  each batch commit in apply.c) is informational: the checkpoint row

@@ -59,8 +59,8 @@ typedef struct AshPipelineStats
 
 /*
  * One copier of a snapshot (snapshot.c): the pipeline worker itself (index
- * 0) or a helper worker it started.  The table in flight, and how a
- * helper ended.  Protected by the slot's mutex.
+ * 0) or a helper worker it started (snapshot_copier.c).  The table in
+ * flight, and how a helper ended.  Protected by the slot's mutex.
  */
 #define ASH_SNAPSHOT_COPIERS_MAX 8
 
@@ -87,9 +87,9 @@ typedef struct AshCopier
 } AshCopier;
 
 /*
- * The helper of an incremental snapshot (snapshot.c): a background worker
- * that writes the chunks of a second table while the pipeline worker
- * writes those of the first (fork-join: the pipeline worker applies
+ * The helper of an incremental snapshot (snapshot_incr.c): a background
+ * worker that writes the chunks of a second table while the pipeline
+ * worker writes those of the first (fork-join: the pipeline worker applies
  * nothing from the stream until both chunks committed).  The pipeline
  * worker asks for a chunk (READ), the helper reads it and puts its
  * snapshot here (READY), the pipeline worker judges that snapshot against

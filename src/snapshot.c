@@ -43,21 +43,18 @@
  *	  counts only, never a value.
  *
  *	  snapshot => 'incremental' copies in chunks while the stream runs: see
- *	  "Incremental snapshots" below and incremental.c.
+ *	  snapshot_incr.c and incremental.c.  v1's helper copiers live in
+ *	  snapshot_copier.c; what the three modules share, in snapshot_int.h.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "access/xlog_internal.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "postmaster/bgworker.h"
-#include "storage/ipc.h"
-#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -69,43 +66,18 @@
 #include "ash_replicant.h"
 #include "copy_row.h"
 #include "errors.h"
-#include "incremental.h"
 #include "provenance.h"
 #include "shmem.h"
-#include "origin.h"
 #include "snapshot.h"
+#include "snapshot_int.h"
 #include "source_catalog.h"
 #include "spi_util.h"
-
-/* One table of the attempt. */
-typedef struct SnapTable
-{
-	char	   *nspname;
-	char	   *relname;
-	bool		has_estimate;
-	int64		estimate;
-	bool		copied;
-	int64		rows;
-	XLogRecPtr	lsn;			/* copied: its snapshot's position */
-	int64		chunks;			/* incremental: chunks committed */
-	char	  **cursor;			/* incremental: key of the last row copied */
-} SnapTable;
-
-/* The attempt as recorded on the checkpoint. */
-typedef struct Attempt
-{
-	AshSnapshotPhase phase;
-	XLogRecPtr	start_lsn;		/* where the stream resumes */
-	bytea	   *id;
-	bytea	   *state;			/* snapshot_state: authenticated (provenance) */
-	List	   *tables;			/* SnapTable *, by schema and name */
-} Attempt;
 
 #define PROGRESS_LOG_MS 10000
 #define PROGRESS_ROWS	1024
 
-static AshPipelineConfig *snap_cfg;
-static const AshCheckpointKey *snap_key;
+AshPipelineConfig *ash_snap_cfg;
+const AshCheckpointKey *ash_snap_key;
 static TimestampTz last_progress_log = 0;
 static char *row_buf = NULL;	/* libpq's row in flight, freed after an error */
 
@@ -119,8 +91,8 @@ ash_snapshot_configured(AshPipelineConfig *cfg)
  * Catalog access.
  * ---------------------------------------------------------------------
  */
-static void
-catalog_begin(void)
+void
+ash_snap_catalog_begin(void)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
@@ -132,8 +104,8 @@ catalog_begin(void)
 	MemoryContextSwitchTo(cxt);
 }
 
-static void
-catalog_end(void)
+void
+ash_snap_catalog_end(void)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
@@ -186,14 +158,14 @@ key_plan(const char *sql, int nargs, Oid *types)
 	return kp->plan;
 }
 
-static uint64
-key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
-		 const char *extra_nulls, int expected)
+uint64
+ash_snap_key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
+				  const char *extra_nulls, int expected)
 {
 	Oid			types[ASH_CHECKPOINT_MAX_PARAMS];
 	Datum		values[ASH_CHECKPOINT_MAX_PARAMS];
 	char		nulls[ASH_CHECKPOINT_MAX_PARAMS + 1];
-	int			n = ash_checkpoint_key_params(snap_key, nextra, extra_types, extra_values,
+	int			n = ash_checkpoint_key_params(ash_snap_key, nextra, extra_types, extra_values,
 											  extra_nulls, types, values, nulls);
 	SPIPlanPtr	plan = key_plan(sql, n, types);
 	MemoryContext cxt = CurrentMemoryContext;
@@ -211,18 +183,18 @@ key_exec(const char *sql, int nextra, Oid *extra_types, Datum *extra_values,
 	return SPI_processed;
 }
 
-static Attempt *
-read_attempt(void)
+Attempt *
+ash_snap_read_attempt(void)
 {
 	Attempt    *a = palloc0(sizeof(Attempt));
 	bool		isnull;
 	uint64		n;
 
-	n = key_exec("SELECT snapshot_phase, snapshot_lsn, snapshot_attempt, snapshot_state"
-				 "  FROM ash_replicant.checkpoints"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   FOR UPDATE",
-				 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	n = ash_snap_key_exec("SELECT snapshot_phase, snapshot_lsn, snapshot_attempt, snapshot_state"
+						  "  FROM ash_replicant.checkpoints"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   FOR UPDATE",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT);
 	if (n != 1)
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 	{
@@ -243,12 +215,12 @@ read_attempt(void)
 			ash_halt("snapshot_state_invalid", "the snapshot attempt lacks its position or id");
 	}
 
-	n = key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn,"
-				 "       chunks_copied, chunk_cursor"
-				 "  FROM ash_replicant.snapshot_tables"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 " ORDER BY source_schema, source_table",
-				 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	n = ash_snap_key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn,"
+						  "       chunks_copied, chunk_cursor"
+						  "  FROM ash_replicant.snapshot_tables"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  " ORDER BY source_schema, source_table",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -290,10 +262,10 @@ ash_snapshot_phase(const AshCheckpointKey *key)
 {
 	AshSnapshotPhase phase;
 
-	snap_key = key;
-	catalog_begin();
-	phase = read_attempt()->phase;
-	catalog_end();
+	ash_snap_key = key;
+	ash_snap_catalog_begin();
+	phase = ash_snap_read_attempt()->phase;
+	ash_snap_catalog_end();
 	return phase;
 }
 
@@ -304,16 +276,16 @@ ash_snapshot_frontier(const AshCheckpointKey *key)
 	bool		isnull;
 	Datum		d;
 
-	snap_key = key;
-	catalog_begin();
-	(void) key_exec("SELECT max(snapshot_lsn) FROM ash_replicant.snapshot_tables"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					"   AND state = 'copied'",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	ash_snap_key = key;
+	ash_snap_catalog_begin();
+	(void) ash_snap_key_exec("SELECT max(snapshot_lsn) FROM ash_replicant.snapshot_tables"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							 "   AND state = 'copied'",
+							 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (!isnull)
 		frontier = DatumGetLSN(d) - 1;
-	catalog_end();
+	ash_snap_catalog_end();
 	return frontier;
 }
 
@@ -344,11 +316,11 @@ insert_pending(SnapTable *t)
 	values[2] = Int64GetDatum(t->estimate);
 	if (!t->has_estimate)
 		nulls[2] = 'n';
-	(void) key_exec("INSERT INTO ash_replicant.snapshot_tables"
-					" (source_system_id, source_database, slot_name, source_schema, source_table,"
-					"  state, rows_estimate)"
-					" VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
-					3, types, values, nulls, SPI_OK_INSERT);
+	(void) ash_snap_key_exec("INSERT INTO ash_replicant.snapshot_tables"
+							 " (source_system_id, source_database, slot_name, source_schema, source_table,"
+							 "  state, rows_estimate)"
+							 " VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
+							 3, types, values, nulls, SPI_OK_INSERT);
 }
 
 /*
@@ -358,7 +330,7 @@ insert_pending(SnapTable *t)
 static void
 mark_complete(XLogRecPtr start_lsn)
 {
-	if (!ash_checkpoint_snapshot_complete(snap_key, start_lsn))
+	if (!ash_checkpoint_snapshot_complete(ash_snap_key, start_lsn))
 		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
 }
 
@@ -394,8 +366,8 @@ pglogical_tables(AshConn *conn)
 	const char *absent;
 	ListCell   *lc;
 
-	spec.decoder = snap_cfg->decoder;
-	spec.replication_sets = snap_cfg->replication_sets;
+	spec.decoder = ash_snap_cfg->decoder;
+	spec.replication_sets = ash_snap_cfg->replication_sets;
 	absent = ash_source_fetch_table_set(conn, &spec, &rels, NULL);
 	if (absent != NULL)
 		ash_halt(absent, "the replication sets are not at the source");
@@ -406,7 +378,7 @@ pglogical_tables(AshConn *conn)
 		PGresult   *res;
 		SnapTable  *t;
 
-		if (ash_config_find_mapping(snap_cfg, r->name.nspname, r->name.relname) == NULL)
+		if (ash_config_find_mapping(ash_snap_cfg, r->name.nspname, r->name.relname) == NULL)
 			continue;
 		res = ash_conn_exec_params(conn,
 								   "SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
@@ -439,16 +411,16 @@ pglogical_tables(AshConn *conn)
  * pglogical's replication sets), with the source's row estimate.  Tables
  * the configuration ignores are not copied.
  */
-static List *
-source_tables(AshConn *conn)
+List *
+ash_snap_source_tables(AshConn *conn)
 {
 	const char *params[2];
 	PGresult   *res;
 	List	   *tables = NIL;
 
-	if (strcmp(snap_cfg->decoder, "pglogical") == 0)
+	if (strcmp(ash_snap_cfg->decoder, "pglogical") == 0)
 		return pglogical_tables(conn);
-	if (strcmp(snap_cfg->decoder, "wal2json") == 0)
+	if (strcmp(ash_snap_cfg->decoder, "wal2json") == 0)
 	{
 		StringInfoData nsps;
 		StringInfoData rels;
@@ -458,7 +430,7 @@ source_tables(AshConn *conn)
 		initStringInfo(&rels);
 		appendStringInfoChar(&nsps, '{');
 		appendStringInfoChar(&rels, '{');
-		foreach(lc, snap_cfg->tables)
+		foreach(lc, ash_snap_cfg->tables)
 		{
 			append_array_element(&nsps, linitial((List *) lfirst(lc)));
 			append_array_element(&rels, lsecond((List *) lfirst(lc)));
@@ -479,7 +451,7 @@ source_tables(AshConn *conn)
 	}
 	else
 	{
-		params[0] = snap_cfg->publication;
+		params[0] = ash_snap_cfg->publication;
 		res = ash_conn_exec_params(conn,
 								   "SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
 								   "  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
@@ -495,7 +467,7 @@ source_tables(AshConn *conn)
 	{
 		SnapTable  *t;
 
-		if (ash_config_find_mapping(snap_cfg, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)) == NULL)
+		if (ash_config_find_mapping(ash_snap_cfg, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)) == NULL)
 			continue;
 		t = palloc0(sizeof(SnapTable));
 		t->nspname = pstrdup(PQgetvalue(res, i, 0));
@@ -509,8 +481,8 @@ source_tables(AshConn *conn)
 	return tables;
 }
 
-static XLogRecPtr
-parse_lsn(const char *s)
+XLogRecPtr
+ash_snap_parse_lsn(const char *s)
 {
 	uint32		hi,
 				lo;
@@ -534,9 +506,9 @@ temporary_snapshot(AshConn **repl, XLogRecPtr *lsn)
 	char	   *cmd;
 	char	   *snapshot;
 
-	c = ash_conn_open(snap_cfg->connection, ASH_CONN_REPLICATION, "ash_replicant snapshot");
+	c = ash_conn_open(ash_snap_cfg->connection, ASH_CONN_REPLICATION, "ash_replicant snapshot");
 	*repl = c;
-	snprintf(name, sizeof(name), "%.40s_snap_%d", snap_cfg->slot_name, MyProcPid);
+	snprintf(name, sizeof(name), "%.40s_snap_%d", ash_snap_cfg->slot_name, MyProcPid);
 	cmd = psprintf("CREATE_REPLICATION_SLOT %s TEMPORARY LOGICAL pgoutput %s",
 				   ash_conn_quote_ident(c, name),
 				   c->server_version >= 150000 ? "(SNAPSHOT 'export')" : "EXPORT_SNAPSHOT");
@@ -544,15 +516,15 @@ temporary_snapshot(AshConn **repl, XLogRecPtr *lsn)
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < 3 ||
 		PQgetisnull(res, 0, 2))
 		ash_conn_report_result(res, "CREATE_REPLICATION_SLOT TEMPORARY");
-	*lsn = parse_lsn(PQgetvalue(res, 0, 1));
+	*lsn = ash_snap_parse_lsn(PQgetvalue(res, 0, 1));
 	snapshot = pstrdup(PQgetvalue(res, 0, 2));
 	PQclear(res);
 	return snapshot;
 }
 
 /* Start the data connection's transaction under the snapshot. */
-static void
-import_snapshot(AshConn *data, const char *snapshot)
+void
+ash_snap_import_snapshot(AshConn *data, const char *snapshot)
 {
 	PGresult   *res;
 
@@ -571,8 +543,8 @@ import_snapshot(AshConn *data, const char *snapshot)
 }
 
 /* The table as pgoutput would describe it (Type messages first). */
-static void
-describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
+void
+ash_snap_describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
 {
 	const char *params[2];
 	PGresult   *res;
@@ -593,8 +565,8 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
 							   "  LEFT JOIN pg_catalog.pg_namespace bn ON bn.oid = bt.typnamespace"
 							   " WHERE n.nspname = $1 AND c.relname = $2"
 							   " ORDER BY a.attnum",
-							   strcmp(snap_cfg->decoder, "wal2json") == 0 ||
-							   strcmp(snap_cfg->decoder, "pglogical") == 0 ? "" :
+							   strcmp(ash_snap_cfg->decoder, "wal2json") == 0 ||
+							   strcmp(ash_snap_cfg->decoder, "pglogical") == 0 ? "" :
 							   " AND a.attgenerated = ''"),
 							   2, params, false);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
@@ -643,33 +615,32 @@ describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
  * Progress.
  * ---------------------------------------------------------------------
  */
-static AshPipelineSlot *snap_slot = NULL;
-static void incr_helper_stop(bool wait);
-static int	my_copier = 0;		/* index in snap_slot->copiers */
+AshPipelineSlot *ash_snap_slot = NULL;
+int			ash_snap_my_copier = 0;	/* index in ash_snap_slot->copiers */
 
-static AshPipelineSlot *
-find_slot(void)
+AshPipelineSlot *
+ash_snap_find_slot(void)
 {
 	AshPipelineSlot *slot;
 
 	if (AshShmem == NULL)
 		return NULL;
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	slot = ash_slot_find(MyDatabaseId, snap_cfg->sink_name);
+	slot = ash_slot_find(MyDatabaseId, ash_snap_cfg->sink_name);
 	LWLockRelease(AshShmem->lock);
 	return slot;
 }
 
 /* The attempt's totals, before copying (or after it, in_flight false). */
-static void
-publish_attempt(Attempt *a, bool in_flight)
+void
+ash_snap_publish_attempt(Attempt *a, bool in_flight)
 {
 	int			ncopied = 0;
 	uint64		rows = 0;
 	uint64		estimate = 0;
 	ListCell   *lc;
 
-	if (snap_slot == NULL)
+	if (ash_snap_slot == NULL)
 		return;
 	foreach(lc, a->tables)
 	{
@@ -684,15 +655,15 @@ publish_attempt(Attempt *a, bool in_flight)
 		else
 			estimate += t->has_estimate ? t->estimate : 0;
 	}
-	SpinLockAcquire(&snap_slot->mutex);
-	snap_slot->stats.snapshot_in_flight = in_flight;
-	strlcpy(snap_slot->stats.snapshot_phase, in_flight ? "copying" : "complete",
-			sizeof(snap_slot->stats.snapshot_phase));
-	snap_slot->stats.snapshot_tables_total = list_length(a->tables);
-	snap_slot->stats.snapshot_tables_copied = ncopied;
-	snap_slot->stats.snapshot_rows_committed = rows;
-	snap_slot->stats.snapshot_rows_estimate = estimate;
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	ash_snap_slot->stats.snapshot_in_flight = in_flight;
+	strlcpy(ash_snap_slot->stats.snapshot_phase, in_flight ? "copying" : "complete",
+			sizeof(ash_snap_slot->stats.snapshot_phase));
+	ash_snap_slot->stats.snapshot_tables_total = list_length(a->tables);
+	ash_snap_slot->stats.snapshot_tables_copied = ncopied;
+	ash_snap_slot->stats.snapshot_rows_committed = rows;
+	ash_snap_slot->stats.snapshot_rows_estimate = estimate;
+	SpinLockRelease(&ash_snap_slot->mutex);
 }
 
 /*
@@ -700,22 +671,22 @@ publish_attempt(Attempt *a, bool in_flight)
  * pipeline worker also publishes for the incremental helper (copier 1);
  * a table the worker takes over from it leaves the helper's entry.
  */
-static void
-publish_table_at(int copier, const char *nspname, const char *relname, int64 rows,
-				 int64 estimate)
+void
+ash_snap_publish_table_at(int copier, const char *nspname, const char *relname, int64 rows,
+						  int64 estimate)
 {
 	AshCopier  *me;
 
-	if (snap_slot == NULL)
+	if (ash_snap_slot == NULL)
 		return;
-	me = &snap_slot->copiers[copier];
-	SpinLockAcquire(&snap_slot->mutex);
+	me = &ash_snap_slot->copiers[copier];
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	strlcpy(me->schema, nspname ? nspname : "", NAMEDATALEN);
 	strlcpy(me->table, relname ? relname : "", NAMEDATALEN);
 	me->rows = rows;
 	for (int i = 0; copier == 0 && relname != NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 	{
-		AshCopier  *other = &snap_slot->copiers[i];
+		AshCopier  *other = &ash_snap_slot->copiers[i];
 
 		if (i != copier && strcmp(other->schema, me->schema) == 0 &&
 			strcmp(other->table, me->table) == 0)
@@ -724,7 +695,7 @@ publish_table_at(int copier, const char *nspname, const char *relname, int64 row
 			other->rows = 0;
 		}
 	}
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 
 	if (relname != NULL &&
 		TimestampDifferenceExceeds(last_progress_log, GetCurrentTimestamp(), PROGRESS_LOG_MS))
@@ -732,15 +703,15 @@ publish_table_at(int copier, const char *nspname, const char *relname, int64 row
 		int			ncopied;
 		int			ntotal;
 
-		SpinLockAcquire(&snap_slot->mutex);
-		ncopied = snap_slot->stats.snapshot_tables_copied;
-		ntotal = snap_slot->stats.snapshot_tables_total;
-		SpinLockRelease(&snap_slot->mutex);
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		ncopied = ash_snap_slot->stats.snapshot_tables_copied;
+		ntotal = ash_snap_slot->stats.snapshot_tables_total;
+		SpinLockRelease(&ash_snap_slot->mutex);
 		last_progress_log = GetCurrentTimestamp();
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.progress sink=%s table=%s rows=" INT64_FORMAT
 						" estimate=" INT64_FORMAT " tables_copied=%d/%d",
-						snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
+						ash_snap_cfg->sink_name, quote_qualified_identifier(nspname, relname),
 						rows, estimate, ncopied, ntotal)));
 	}
 }
@@ -748,28 +719,28 @@ publish_table_at(int copier, const char *nspname, const char *relname, int64 row
 static void
 publish_table(const char *nspname, const char *relname, int64 rows, int64 estimate)
 {
-	publish_table_at(my_copier, nspname, relname, rows, estimate);
+	ash_snap_publish_table_at(ash_snap_my_copier, nspname, relname, rows, estimate);
 }
 
 /* A table committed: into the totals, out of its copier's slot. */
-static void
-publish_copied_at(int copier, int64 rows)
+void
+ash_snap_publish_copied_at(int copier, int64 rows)
 {
-	if (snap_slot == NULL)
+	if (ash_snap_slot == NULL)
 		return;
-	SpinLockAcquire(&snap_slot->mutex);
-	snap_slot->stats.snapshot_tables_copied++;
-	snap_slot->stats.snapshot_rows_committed += rows;
-	snap_slot->copiers[copier].schema[0] = '\0';
-	snap_slot->copiers[copier].table[0] = '\0';
-	snap_slot->copiers[copier].rows = 0;
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	ash_snap_slot->stats.snapshot_tables_copied++;
+	ash_snap_slot->stats.snapshot_rows_committed += rows;
+	ash_snap_slot->copiers[copier].schema[0] = '\0';
+	ash_snap_slot->copiers[copier].table[0] = '\0';
+	ash_snap_slot->copiers[copier].rows = 0;
+	SpinLockRelease(&ash_snap_slot->mutex);
 }
 
 static void
 publish_copied(int64 rows)
 {
-	publish_copied_at(my_copier, rows);
+	ash_snap_publish_copied_at(ash_snap_my_copier, rows);
 }
 
 /* ---------------------------------------------------------------------
@@ -778,23 +749,23 @@ publish_copied(int64 rows)
  */
 
 /* A helper copier: the pipeline worker it serves, to stop with it. */
-static int64 helper_generation = 0;
-static pid_t helper_coordinator = 0;
+int64		ash_snap_helper_generation = 0;
+pid_t		ash_snap_helper_coordinator = 0;
 
-static void
-check_coordinator(void)
+void
+ash_snap_check_coordinator(void)
 {
 	bool		alive;
 
-	if (my_copier == 0 || snap_slot == NULL)
+	if (ash_snap_my_copier == 0 || ash_snap_slot == NULL)
 		return;
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	alive = snap_slot->in_use && snap_slot->generation == helper_generation &&
-		snap_slot->pid == helper_coordinator && !snap_slot->stop_requested &&
-		snap_slot->state == ASH_SLOT_RUNNING;
+	alive = ash_snap_slot->in_use && ash_snap_slot->generation == ash_snap_helper_generation &&
+		ash_snap_slot->pid == ash_snap_helper_coordinator && !ash_snap_slot->stop_requested &&
+		ash_snap_slot->state == ASH_SLOT_RUNNING;
 	LWLockRelease(AshShmem->lock);
 	/* a worker that exited before the launcher noticed */
-	if (alive && kill(helper_coordinator, 0) != 0 && errno == ESRCH)
+	if (alive && kill(ash_snap_helper_coordinator, 0) != 0 && errno == ESRCH)
 		alive = false;
 	if (!alive)
 		ereport(ERROR,
@@ -815,14 +786,14 @@ ordinal_base(XLogRecPtr lsn)
 	int64		base;
 
 	values[0] = LSNGetDatum(lsn);
-	catalog_begin();
-	(void) key_exec("SELECT coalesce(pg_catalog.sum(rows_copied), 0)::int8"
-					"  FROM ash_replicant.snapshot_tables"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					"   AND state = 'copied' AND snapshot_lsn = $4",
-					1, types, values, NULL, SPI_OK_SELECT);
+	ash_snap_catalog_begin();
+	(void) ash_snap_key_exec("SELECT coalesce(pg_catalog.sum(rows_copied), 0)::int8"
+							 "  FROM ash_replicant.snapshot_tables"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							 "   AND state = 'copied' AND snapshot_lsn = $4",
+							 1, types, values, NULL, SPI_OK_SELECT);
 	base = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	catalog_end();
+	ash_snap_catalog_end();
 	if (base > PG_INT32_MAX)
 		ash_halt("snapshot_state_invalid", "more rows at one snapshot position than ordinals can number");
 	return (int32) base;
@@ -833,8 +804,8 @@ ordinal_base(XLogRecPtr lsn)
  * (apply writes them without an upsert's fallback).  Not under context
  * tenancy, whose rows go to other tables.
  */
-static bool
-target_is_empty(AshMapping *m)
+bool
+ash_snap_target_is_empty(AshMapping *m)
 {
 	char	   *nsp;
 	char	   *rel;
@@ -860,8 +831,8 @@ target_is_empty(AshMapping *m)
  * holds the table's catalog row locked (other copiers skip it), writes its
  * rows and marks it copied.  Returns false when no table is left to claim.
  */
-static bool
-copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
+bool
+ash_snap_copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	MemoryContext tcxt;
@@ -874,7 +845,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	int			len;
 	int32		base = 0;
 	int32		last_ordinal;
-	bool		append_log = ash_config_is_append_log(snap_cfg);
+	bool		append_log = ash_config_is_append_log(ash_snap_cfg);
 	bool		binary = true;
 	int			binary_state = 0;
 	AshMapping *map;
@@ -888,13 +859,13 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 
 	/* the largest table first: copiers finish closer together */
 	memset(&t, 0, sizeof(t));
-	if (key_exec("SELECT source_schema, source_table, rows_estimate"
-				 "  FROM ash_replicant.snapshot_tables"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND state = 'pending'"
-				 " ORDER BY coalesce(rows_estimate, 0) DESC, source_schema, source_table"
-				 "   FOR UPDATE SKIP LOCKED LIMIT 1",
-				 0, NULL, NULL, NULL, SPI_OK_SELECT) == 0)
+	if (ash_snap_key_exec("SELECT source_schema, source_table, rows_estimate"
+						  "  FROM ash_replicant.snapshot_tables"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   AND state = 'pending'"
+						  " ORDER BY coalesce(rows_estimate, 0) DESC, source_schema, source_table"
+						  "   FOR UPDATE SKIP LOCKED LIMIT 1",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT) == 0)
 	{
 		(void) ash_apply_snapshot_commit();
 		MemoryContextSwitchTo(cxt);
@@ -912,12 +883,12 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		t.estimate = isnull ? -1 : DatumGetInt64(d);
 	}
 
-	map = ash_config_find_mapping(snap_cfg, t.nspname, t.relname);
-	if (map != NULL && target_is_empty(map))
+	map = ash_config_find_mapping(ash_snap_cfg, t.nspname, t.relname);
+	if (map != NULL && ash_snap_target_is_empty(map))
 		ash_apply_snapshot_fresh(map->target_relid, true);
 
 	memset(&rel, 0, sizeof(rel));
-	describe_table(data, &t, &rel);
+	ash_snap_describe_table(data, &t, &rel);
 	memset(&change, 0, sizeof(change));
 	change.kind = ASH_CHANGE_RELATION;
 	change.u.relation = rel;
@@ -973,7 +944,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		if (++rows % PROGRESS_ROWS == 0)
 		{
 			CHECK_FOR_INTERRUPTS();
-			check_coordinator();
+			ash_snap_check_coordinator();
 			publish_table(t.nspname, t.relname, rows, t.estimate);
 		}
 	}
@@ -988,7 +959,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname),
+						ash_snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname),
 						retired)));
 	}
 	{
@@ -999,12 +970,12 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		values[1] = CStringGetTextDatum(t.relname);
 		values[2] = Int64GetDatum(rows);
 		values[3] = LSNGetDatum(lsn);
-		if (key_exec("UPDATE ash_replicant.snapshot_tables"
-					 "   SET state = 'copied', rows_copied = $6, snapshot_lsn = $7,"
-					 "       copied_at = pg_catalog.clock_timestamp()"
-					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					 "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'",
-					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
+		if (ash_snap_key_exec("UPDATE ash_replicant.snapshot_tables"
+							  "   SET state = 'copied', rows_copied = $6, snapshot_lsn = $7,"
+							  "       copied_at = pg_catalog.clock_timestamp()"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							  "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'",
+							  4, types, values, NULL, SPI_OK_UPDATE) != 1)
 			ash_halt("snapshot_state_invalid", "table %s is no longer pending in the attempt",
 					 quote_qualified_identifier(t.nspname, t.relname));
 	}
@@ -1012,7 +983,7 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	publish_copied(rows);
 	ereport(LOG,
 			(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s rows=" INT64_FORMAT,
-					snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname), rows)));
+					ash_snap_cfg->sink_name, quote_qualified_identifier(t.nspname, t.relname), rows)));
 	MemoryContextSwitchTo(cxt);
 	MemoryContextDelete(tcxt);
 	return true;
@@ -1027,15 +998,15 @@ copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
  * Arm a new attempt or extend the recorded one with tables mapped since;
  * returns it with every table (one transaction).
  */
-static Attempt *
-arm(List *source, const AshSlotStart *start, const AshBinding *binding)
+Attempt *
+ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 {
 	Attempt    *a;
 	ListCell   *lc;
 	int			added = 0;
 
-	catalog_begin();
-	a = read_attempt();
+	ash_snap_catalog_begin();
+	a = ash_snap_read_attempt();
 	if (a->phase == ASH_SNAPSHOT_NONE)
 	{
 		bytea	   *id = palloc(VARHDRSZ + 32);
@@ -1054,10 +1025,10 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		if (!pg_strong_random(VARDATA(id), 32))
 			elog(ERROR, "ash_replicant: could not generate a snapshot attempt id");
 		a->id = id;
-		(void) key_exec("DELETE FROM ash_replicant.snapshot_tables"
-						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-						0, NULL, NULL, NULL, SPI_OK_DELETE);
-		if (!ash_checkpoint_snapshot_arm(snap_key, a->start_lsn, id))
+		(void) ash_snap_key_exec("DELETE FROM ash_replicant.snapshot_tables"
+								 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+								 0, NULL, NULL, NULL, SPI_OK_DELETE);
+		if (!ash_checkpoint_snapshot_arm(ash_snap_key, a->start_lsn, id))
 			ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 		a->phase = ASH_SNAPSHOT_COPYING;
 		a->state = NULL;
@@ -1065,14 +1036,14 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	}
 
 	/* provenance: the attempt is authenticated, a tampered one never retires */
-	if (ash_provenance_in_use(snap_cfg))
+	if (ash_provenance_in_use(ash_snap_cfg))
 	{
 		if (a->state != NULL)
-			ash_provenance_verify_state(snap_key, a->id, a->start_lsn, a->state);
+			ash_provenance_verify_state(ash_snap_key, a->id, a->start_lsn, a->state);
 		else
 		{
-			a->state = ash_provenance_sign_state(snap_key, a->id, a->start_lsn);
-			ash_checkpoint_set_snapshot_state(snap_key, a->state);
+			a->state = ash_provenance_sign_state(ash_snap_key, a->id, a->start_lsn);
+			ash_checkpoint_set_snapshot_state(ash_snap_key, a->state);
 		}
 	}
 
@@ -1091,7 +1062,7 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	if (added > 0 && a->phase == ASH_SNAPSHOT_COMPLETE)
 	{
 		/* tables mapped after the snapshot: copy them too, with floors */
-		ash_checkpoint_snapshot_reopen(snap_key);
+		ash_checkpoint_snapshot_reopen(ash_snap_key);
 		a->phase = ASH_SNAPSHOT_COPYING;
 	}
 	if (a->phase == ASH_SNAPSHOT_COPYING && list_length(a->tables) == 0)
@@ -1103,14 +1074,14 @@ arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	if (added > 0 || a->phase != ASH_SNAPSHOT_COMPLETE)
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.armed sink=%s tables=%d new_tables=%d",
-						snap_cfg->sink_name, list_length(a->tables), added)));
-	catalog_end();
+						ash_snap_cfg->sink_name, list_length(a->tables), added)));
+	ash_snap_catalog_end();
 	return a;
 }
 
 /* Tables whose copy is newer than where the stream resumes. */
-static void
-install_floors(Attempt *a, XLogRecPtr watermark)
+void
+ash_snap_install_floors(Attempt *a, XLogRecPtr watermark)
 {
 	List	   *floors = NIL;
 	ListCell   *lc;
@@ -1132,22 +1103,22 @@ install_floors(Attempt *a, XLogRecPtr watermark)
 	ash_apply_set_floors(floors);
 }
 
-static void
-read_watermark(AshBinding *binding)
+void
+ash_snap_read_watermark(AshBinding *binding)
 {
 	bool		isnull;
 
-	catalog_begin();
-	(void) key_exec("SELECT commit_lsn, end_lsn FROM ash_replicant.checkpoints"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	ash_snap_catalog_begin();
+	(void) ash_snap_key_exec("SELECT commit_lsn, end_lsn FROM ash_replicant.checkpoints"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+							 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	if (SPI_processed != 1)
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row vanished under this pipeline");
 	binding->commit_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0],
 													SPI_tuptable->tupdesc, 1, &isnull));
 	binding->end_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0],
 												 SPI_tuptable->tupdesc, 2, &isnull));
-	catalog_end();
+	ash_snap_catalog_end();
 }
 
 /* ---------------------------------------------------------------------
@@ -1155,11 +1126,11 @@ read_watermark(AshBinding *binding)
  *
  * Tables are copied by up to ash_replicant.snapshot_workers copiers at
  * once: the pipeline worker (copier 0) and helper background workers it
- * starts.  Every copier imports the same snapshot on a connection of its
- * own and claims pending tables one at a time (FOR UPDATE SKIP LOCKED on
- * the table's catalog row, held by the table's copy transaction), so a
- * table is copied by exactly one of them and one that dies leaves its
- * table pending.  Append logs are copied by the pipeline worker alone:
+ * starts (snapshot_copier.c).  Every copier imports the same snapshot on
+ * a connection of its own and claims pending tables one at a time (FOR
+ * UPDATE SKIP LOCKED on the table's catalog row, held by the table's copy
+ * transaction), so a table is copied by exactly one of them and one that
+ * dies leaves its table pending.  Append logs are copied by the pipeline worker alone:
  * their ordinals continue across the tables of one position.  A helper
  * reports how it ended in shared memory, never an error's text; the
  * pipeline worker waits for every helper, then raises what one reported
@@ -1168,18 +1139,18 @@ read_watermark(AshBinding *binding)
  */
 
 /* Connections of the attempt in progress: closed after an error too. */
-static AshConn *data_conn = NULL;
+AshConn    *ash_snap_data_conn = NULL;
 static AshConn *temp_repl = NULL;
 
-static void
-close_connections(void)
+void
+ash_snap_close_connections(void)
 {
 	if (temp_repl != NULL)
 		ash_conn_close(temp_repl);
 	temp_repl = NULL;
-	if (data_conn != NULL)
-		ash_conn_close(data_conn);
-	data_conn = NULL;
+	if (ash_snap_data_conn != NULL)
+		ash_conn_close(ash_snap_data_conn);
+	ash_snap_data_conn = NULL;
 }
 
 static BackgroundWorkerHandle *helpers[ASH_SNAPSHOT_COPIERS_MAX];
@@ -1188,16 +1159,16 @@ static int	nhelpers = 0;
 static void
 start_helpers(int n)
 {
-	int			slotno = snap_slot - AshShmem->slots;
+	int			slotno = ash_snap_slot - AshShmem->slots;
 	int64		generation;
 	pid_t		coordinator = MyProcPid;
 
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	for (int i = 0; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
-	SpinLockRelease(&snap_slot->mutex);
+		memset(&ash_snap_slot->copiers[i], 0, sizeof(AshCopier));
+	SpinLockRelease(&ash_snap_slot->mutex);
 	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	generation = snap_slot->generation;
+	generation = ash_snap_slot->generation;
 	LWLockRelease(AshShmem->lock);
 
 	nhelpers = 0;
@@ -1207,7 +1178,7 @@ start_helpers(int n)
 		int32		index = i;
 
 		ash_worker_prepare(&w, "ash_snapshot_copier_main", "ash_replicant snapshot",
-						   snap_cfg->sink_name, slotno, generation);
+						   ash_snap_cfg->sink_name, slotno, generation);
 		memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
 		memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
 		/* no worker slot free: copy with fewer copiers */
@@ -1226,8 +1197,8 @@ stop_helpers(void)
 }
 
 /* How a helper ended, raised as the pipeline worker's own error. */
-static void
-raise_helper_end(AshCopier *c)
+void
+ash_snap_raise_helper_end(AshCopier *c)
 {
 	switch (c->end)
 	{
@@ -1263,18 +1234,18 @@ failed_helper(AshCopier *copy)
 {
 	bool		failed = false;
 
-	SpinLockAcquire(&snap_slot->mutex);
+	SpinLockAcquire(&ash_snap_slot->mutex);
 	for (int i = 1; i <= nhelpers; i++)
 	{
-		if (snap_slot->copiers[i].end != ASH_COPIER_RUNNING &&
-			snap_slot->copiers[i].end != ASH_COPIER_DONE)
+		if (ash_snap_slot->copiers[i].end != ASH_COPIER_RUNNING &&
+			ash_snap_slot->copiers[i].end != ASH_COPIER_DONE)
 		{
-			memcpy(copy, &snap_slot->copiers[i], sizeof(AshCopier));
+			memcpy(copy, &ash_snap_slot->copiers[i], sizeof(AshCopier));
 			failed = true;
 			break;
 		}
 	}
-	SpinLockRelease(&snap_slot->mutex);
+	SpinLockRelease(&ash_snap_slot->mutex);
 	return failed ? copy : NULL;
 }
 
@@ -1292,13 +1263,13 @@ wait_helpers(void)
 	}
 	for (int i = 1; i <= nhelpers; i++)
 	{
-		SpinLockAcquire(&snap_slot->mutex);
-		memcpy(&c, &snap_slot->copiers[i], sizeof(AshCopier));
-		SpinLockRelease(&snap_slot->mutex);
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		memcpy(&c, &ash_snap_slot->copiers[i], sizeof(AshCopier));
+		SpinLockRelease(&ash_snap_slot->mutex);
 		if (c.end != ASH_COPIER_DONE)
 		{
 			nhelpers = 0;
-			raise_helper_end(&c);
+			ash_snap_raise_helper_end(&c);
 		}
 	}
 	nhelpers = 0;
@@ -1311,11 +1282,11 @@ complete_attempt(Attempt *a)
 	bool		isnull;
 	int64		remaining;
 
-	catalog_begin();
-	(void) key_exec("SELECT pg_catalog.count(*) FROM ash_replicant.snapshot_tables"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					"   AND state = 'pending'",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
+	ash_snap_catalog_begin();
+	(void) ash_snap_key_exec("SELECT pg_catalog.count(*) FROM ash_replicant.snapshot_tables"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							 "   AND state = 'pending'",
+							 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	remaining = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (remaining > 0)
 		ereport(ERROR,
@@ -1323,13 +1294,13 @@ complete_attempt(Attempt *a)
 				 errmsg("ash_replicant: %d snapshot tables are still being copied by an earlier session",
 						(int) remaining)));
 	mark_complete(a->start_lsn);
-	catalog_end();
+	ash_snap_catalog_end();
 	a->phase = ASH_SNAPSHOT_COMPLETE;
 }
 
 /* The provenance targets of the pending tables: every key version known. */
-static void
-check_provenance_versions(Attempt *a)
+void
+ash_snap_check_provenance_versions(Attempt *a)
 {
 	ListCell   *lc;
 	bool		begun = false;
@@ -1337,17 +1308,17 @@ check_provenance_versions(Attempt *a)
 	foreach(lc, a->tables)
 	{
 		SnapTable  *t = lfirst(lc);
-		AshMapping *m = ash_config_find_mapping(snap_cfg, t->nspname, t->relname);
+		AshMapping *m = ash_config_find_mapping(ash_snap_cfg, t->nspname, t->relname);
 
 		if (t->copied || m == NULL || !m->snapshot_provenance)
 			continue;
 		if (!begun)
-			catalog_begin();
+			ash_snap_catalog_begin();
 		begun = true;
 		ash_provenance_check_versions(m);
 	}
 	if (begun)
-		catalog_end();
+		ash_snap_catalog_end();
 }
 
 static Attempt *
@@ -1359,12 +1330,12 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 	XLogRecPtr	snapshot_lsn;
 	int			npending = 0;
 
-	data_conn = ash_conn_open(snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
-	if (!ash_source_identity_matches(data_conn, snap_cfg->source_system_identifier,
-									 snap_cfg->source_database))
+	ash_snap_data_conn = ash_conn_open(ash_snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+	if (!ash_source_identity_matches(ash_snap_data_conn, ash_snap_cfg->source_system_identifier,
+									 ash_snap_cfg->source_database))
 		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
 
-	a = arm(source_tables(data_conn), start, binding);
+	a = ash_snap_arm(ash_snap_source_tables(ash_snap_data_conn), start, binding);
 	foreach(lc, a->tables)
 	{
 		SnapTable  *t = lfirst(lc);
@@ -1375,7 +1346,7 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 		if (!t->copied)
 			npending++;
 	}
-	publish_attempt(a, a->phase != ASH_SNAPSHOT_COMPLETE);
+	ash_snap_publish_attempt(a, a->phase != ASH_SNAPSHOT_COMPLETE);
 
 	if (npending > 0)
 	{
@@ -1386,7 +1357,7 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 		 * A fingerprint of a key version the keyring lacks fails closed
 		 * before any table is copied, so nothing of the attempt moves.
 		 */
-		check_provenance_versions(a);
+		ash_snap_check_provenance_versions(a);
 
 		/* the slot's own snapshot only when the attempt starts with it */
 		if (start->exported != NULL && a->start_lsn == start->exported_lsn)
@@ -1396,29 +1367,29 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 		}
 		else
 			snapshot = temporary_snapshot(&temp_repl, &snapshot_lsn);
-		import_snapshot(data_conn, snapshot);
+		ash_snap_import_snapshot(ash_snap_data_conn, snapshot);
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d pending=%d",
-						snap_cfg->sink_name, list_length(a->tables), npending)));
+						ash_snap_cfg->sink_name, list_length(a->tables), npending)));
 
 		/* helpers import the same snapshot: the exporter stays idle until they end */
-		if (snap_slot != NULL)
+		if (ash_snap_slot != NULL)
 		{
-			SpinLockAcquire(&snap_slot->mutex);
-			strlcpy(snap_slot->snapshot_name, snapshot, sizeof(snap_slot->snapshot_name));
-			snap_slot->snapshot_lsn = snapshot_lsn;
-			rows_before = snap_slot->stats.snapshot_rows_committed;
-			SpinLockRelease(&snap_slot->mutex);
-			if (!ash_config_is_append_log(snap_cfg))
+			SpinLockAcquire(&ash_snap_slot->mutex);
+			strlcpy(ash_snap_slot->snapshot_name, snapshot, sizeof(ash_snap_slot->snapshot_name));
+			ash_snap_slot->snapshot_lsn = snapshot_lsn;
+			rows_before = ash_snap_slot->stats.snapshot_rows_committed;
+			SpinLockRelease(&ash_snap_slot->mutex);
+			if (!ash_config_is_append_log(ash_snap_cfg))
 				start_helpers(Min(ash_snapshot_workers, npending) - 1);
 		}
 		else
 			rows_before = 0;
 
 		while (!(nhelpers > 0 && failed_helper(&failed)) &&
-			   copy_next(data_conn, snapshot_lsn, a->id))
+			   ash_snap_copy_next(ash_snap_data_conn, snapshot_lsn, a->id))
 			;
-		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
+		PQclear(ash_conn_exec(ash_snap_data_conn, "COMMIT", false));
 		wait_helpers();
 		if (temp_repl != NULL)
 		{
@@ -1426,15 +1397,15 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 			temp_repl = NULL;
 		}
 		complete_attempt(a);
-		if (snap_slot != NULL)
+		if (ash_snap_slot != NULL)
 		{
-			SpinLockAcquire(&snap_slot->mutex);
-			rows_before = snap_slot->stats.snapshot_rows_committed - rows_before;
-			SpinLockRelease(&snap_slot->mutex);
+			SpinLockAcquire(&ash_snap_slot->mutex);
+			rows_before = ash_snap_slot->stats.snapshot_rows_committed - rows_before;
+			SpinLockRelease(&ash_snap_slot->mutex);
 		}
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d rows=" INT64_FORMAT,
-						snap_cfg->sink_name, list_length(a->tables), rows_before)));
+						ash_snap_cfg->sink_name, list_length(a->tables), rows_before)));
 	}
 	else if (a->phase != ASH_SNAPSHOT_COMPLETE)
 		complete_attempt(a);	/* the last table committed, the session ended */
@@ -1447,18 +1418,18 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 {
 	Attempt    *a;
 
-	snap_cfg = cfg;
-	snap_key = key;
-	snap_slot = find_slot();
-	my_copier = 0;
-	incr_helper_stop(true);		/* of an incremental session before */
+	ash_snap_cfg = cfg;
+	ash_snap_key = key;
+	ash_snap_slot = ash_snap_find_slot();
+	ash_snap_my_copier = 0;
+	ash_snap_incr_helper_stop(true);		/* of an incremental session before */
 	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (row_buf != NULL)
 	{
 		PQfreemem(row_buf);
 		row_buf = NULL;
 	}
-	close_connections();
+	ash_snap_close_connections();
 
 	if (!ash_snapshot_configured(cfg))
 	{
@@ -1467,13 +1438,13 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 		 * one cannot simply stream (its tables would miss or repeat
 		 * changes); a complete one still needs its floors.
 		 */
-		catalog_begin();
-		a = read_attempt();
-		catalog_end();
+		ash_snap_catalog_begin();
+		a = ash_snap_read_attempt();
+		ash_snap_catalog_end();
 		if (a->phase == ASH_SNAPSHOT_COPYING)
 			ash_halt("snapshot_state_invalid",
 					 "a snapshot attempt is in progress under this checkpoint: configure snapshot v1 to finish it, or reset the checkpoint");
-		install_floors(a, binding->commit_lsn);
+		ash_snap_install_floors(a, binding->commit_lsn);
 		return;
 	}
 
@@ -1484,2260 +1455,18 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	PG_CATCH();
 	{
 		stop_helpers();
-		close_connections();
+		ash_snap_close_connections();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	close_connections();
+	ash_snap_close_connections();
 
-	read_watermark(binding);
+	ash_snap_read_watermark(binding);
 	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
 	/* the tables as committed (helpers copied some): floors and totals */
-	catalog_begin();
-	a = read_attempt();
-	catalog_end();
-	install_floors(a, binding->commit_lsn);
-	publish_attempt(a, false);
-}
-
-/*
- * A helper copier (a background worker started by the pipeline worker):
- * copy pending tables of the attempt under the pipeline's snapshot until
- * none is left, then report how it ended.
- */
-/*
- * Set up the copier's origin (origin.c).  false, logged, when every
- * replication state slot of the destination is taken; any other failure
- * raises.
- */
-static bool
-copier_attach_origin(const char *sink_name, int index)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool ok = true;
-
-	PG_TRY();
-	{
-		ash_origin_attach(sink_name, index);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_CONFIGURATION_LIMIT_EXCEEDED)
-			PG_RE_THROW();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		MemoryContextSwitchTo(cxt);
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	if (!ok)
-		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.copier_no_origin sink=%s copier=%d reason=destination_origin_limit",
-						sink_name, index),
-				 errhint("Increase max_replication_slots on the destination: each snapshot helper copier holds one replication origin while it copies.")));
-	return ok;
-}
-
-/*
- * At the copier's end, before it says so in the slot (a helper started
- * next under the same index must find the origin gone, not still held):
- * drop its origin.  Best effort: one left behind is reused by the next
- * copier of that index and dropped with the sink.
- */
-static void
-copier_drop_origin(const char *sink_name, int index)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-
-	PG_TRY();
-	{
-		ash_origin_release_and_drop(sink_name, index);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		edata = ash_error_abort_transaction(cxt);
-		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.copier_origin_kept sink=%s copier=%d sqlstate=%s",
-						sink_name, index, unpack_sql_state(edata->sqlerrcode))));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-}
-
-/*
- * A helper copier failed: in its slot, how (never the error's text: it
- * can carry values), its connections closed and its origin dropped.
- */
-static void
-copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
-{
-	ErrorData  *edata;
-	AshCopier  *me = &slot->copiers[index];
-
-	HOLD_INTERRUPTS();
-	MemoryContextSwitchTo(TopMemoryContext);
-	edata = CopyErrorData();
-	FlushErrorState();
-	ash_apply_abort();
-	close_connections();
-	RESUME_INTERRUPTS();
-	copier_drop_origin(sink_name, index);
-
-	/* never the error's text: it can carry values */
-	SpinLockAcquire(&slot->mutex);
-	me->sqlerrcode = edata->sqlerrcode;
-	if (ash_pending_halt != NULL)
-	{
-		me->end = ASH_COPIER_HALT;
-		strlcpy(me->reason, ash_pending_halt, sizeof(me->reason));
-		strlcpy(me->context, edata->message ? edata->message : "", sizeof(me->context));
-	}
-	else if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
-			 edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
-	{
-		me->end = ASH_COPIER_SOURCE_FAULT;
-		strlcpy(me->source_sqlstate, ash_conn_last_sqlstate, sizeof(me->source_sqlstate));
-	}
-	else
-	{
-		me->end = ASH_COPIER_APPLY_ERROR;
-		strlcpy(me->context, me->table[0] ? quote_qualified_identifier(me->schema, me->table) : "none",
-				sizeof(me->context));
-	}
-	me->schema[0] = me->table[0] = '\0';
-	me->rows = 0;
-	SpinLockRelease(&slot->mutex);
-	ereport(LOG,
-			(errmsg("ash_replicant event=snapshot.copier_failed sink=%s copier=%d sqlstate=%s",
-					sink_name, index, unpack_sql_state(edata->sqlerrcode))));
-}
-
-void
-ash_snapshot_copier_main(Datum main_arg)
-{
-	int			slotno = DatumGetInt32(main_arg);
-	int64		generation;
-	int32		index;
-	pid_t		coordinator;
-	AshPipelineSlot *slot;
-	Oid			dboid = InvalidOid;
-	char		sink_name[ASH_NAME_LEN];
-	char		snapshot[64];
-	XLogRecPtr	snapshot_lsn = InvalidXLogRecPtr;
-	bool		ok = false;
-
-	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
-	memcpy(&index, MyBgworkerEntry->bgw_extra + sizeof(int64), sizeof(int32));
-	memcpy(&coordinator, MyBgworkerEntry->bgw_extra + sizeof(int64) + sizeof(int32), sizeof(pid_t));
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots ||
-		index < 1 || index >= ASH_SNAPSHOT_COPIERS_MAX)
-		proc_exit(0);
-	slot = &AshShmem->slots[slotno];
-	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	if (slot->in_use && slot->generation == generation && slot->pid == coordinator)
-	{
-		ok = true;
-		dboid = slot->dboid;
-		strlcpy(sink_name, slot->sink_name, sizeof(sink_name));
-	}
-	LWLockRelease(AshShmem->lock);
-	if (!ok)
-		proc_exit(0);			/* the pipeline worker is gone */
-
-	SpinLockAcquire(&slot->mutex);
-	slot->copiers[index].pid = MyProcPid;
-	strlcpy(snapshot, slot->snapshot_name, sizeof(snapshot));
-	snapshot_lsn = slot->snapshot_lsn;
-	SpinLockRelease(&slot->mutex);
-
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	ash_worker_session_settings();
-	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
-
-	PG_TRY();
-	{
-		AshPipelineConfig *cfg;
-		AshCheckpointKey *key;
-		bytea	   *attempt;
-
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		{
-			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-			cfg = ash_config_load(sink_name);
-			MemoryContextSwitchTo(old);
-		}
-		CommitTransactionCommand();
-		key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
-		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
-		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
-		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
-		snap_cfg = cfg;
-		snap_key = key;
-		snap_slot = slot;
-		my_copier = index;
-		helper_generation = generation;
-		helper_coordinator = coordinator;
-		Assert(!ash_config_is_append_log(cfg));
-
-		/*
-		 * Its copies are mirrored writes too: tagged with an origin of its
-		 * own.  Without a free replication state slot it does not help: the
-		 * other copiers (the pipeline worker at least) copy its share.
-		 */
-		if (!copier_attach_origin(sink_name, index))
-		{
-			SpinLockAcquire(&slot->mutex);
-			slot->copiers[index].end = ASH_COPIER_DONE;
-			SpinLockRelease(&slot->mutex);
-			proc_exit(0);
-		}
-		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
-		data_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
-		if (!ash_source_identity_matches(data_conn, cfg->source_system_identifier,
-										 cfg->source_database))
-			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
-		import_snapshot(data_conn, snapshot);
-		catalog_begin();
-		attempt = read_attempt()->id;
-		catalog_end();
-
-		do
-			check_coordinator();
-		while (copy_next(data_conn, snapshot_lsn, attempt));
-		PQclear(ash_conn_exec(data_conn, "COMMIT", false));
-		close_connections();
-		copier_drop_origin(sink_name, index);
-		SpinLockAcquire(&slot->mutex);
-		slot->copiers[index].end = ASH_COPIER_DONE;
-		SpinLockRelease(&slot->mutex);
-	}
-	PG_CATCH();
-	{
-		copier_failed(slot, index, sink_name);
-	}
-	PG_END_TRY();
-	proc_exit(0);
-}
-
-/* ---------------------------------------------------------------------
- * Incremental snapshots (snapshot => 'incremental').
- *
- * The pipeline worker streams from the slot's position at once and, between
- * two source transactions of the stream, copies the tables in primary-key
- * order, chunk_rows rows per chunk (up to snapshot_workers tables at once,
- * with helpers: "Tables in parallel" below).  A chunk is read on a second
- * connection under a REPEATABLE READ snapshot (nothing is written on the
- * source) and committed at once in one destination transaction that holds
- * the checkpoint row locked: its rows (through apply, as snapshot rows of
- * a provenance mapping), the table's cursor and row count, and its window
- * (the key range, the snapshot's xmin, xmax and in-progress xids, and the
- * end of the source's WAL when the snapshot was taken).  incremental.c
- * decides from the cursors and windows what the stream applies, and why
- * the result is exact (docs/snapshots.md, "Why incremental is exact").
- * The table's last chunk also retires the rows of its target the attempt
- * did not see, as v1 does.
- * ---------------------------------------------------------------------
- */
-
-/* One table's primary key, as the source describes it. */
-typedef struct IncrKeyDesc
-{
-	char	   *nspname;
-	char	   *relname;
-	int			nkeys;
-	char	  **names;
-	Oid		   *types;
-} IncrKeyDesc;
-
-static AshConn *incr_conn = NULL;	/* the chunk reads' connection */
-static List *incr_keys = NIL;	/* IncrKeyDesc *, in incr_cxt */
-static Attempt *incr_attempt = NULL;
-static MemoryContext incr_session_cxt = NULL;
-static char *incr_described = NULL; /* table whose Relation was applied */
-static AshRelation incr_rel;	/* ... and its description */
-static bool incr_fresh = false; /* its target was empty at its first chunk */
-
-/*
- * The next chunk's read, sent ahead: once a chunk's rows are here, the
- * read of the rows above them is sent before they are written, so the
- * source runs it while the destination writes.  Its result is used only
- * if, when its turn comes, its snapshot still shows every transaction the
- * stream delivered meanwhile (else it is read again): see the step.
- */
-static bool incr_ahead = false;
-static char *incr_ahead_table = NULL;	/* quoted name, in incr_session_cxt */
-static char **incr_ahead_cursor = NULL; /* the key it reads above */
-static int	incr_ahead_nkeys = 0;	/* ... of this many columns */
-static int64 incr_rereads = 0;	/* this table's chunks read again */
-
-/*
- * The read of a chunk above a cursor is prepared on the chunk connection
- * once per table (it was planned at every chunk): the statement's name,
- * and the table it reads (quoted, in incr_session_cxt; NULL: none).
- */
-#define INCR_CHUNK_STATEMENT "ash_replicant_chunk"
-static char *incr_prepared_for = NULL;
-static bool incr_prepared = false;	/* the statement exists on incr_conn */
-
-/*
- * Every window row kept in snapshot_windows has high_lsn at or above this
- * (0: not known): a chunk deletes the closed rows only when one can be.
- */
-static XLogRecPtr incr_kept_low = InvalidXLogRecPtr;
-
-/* The incremental helper (tables in parallel, below). */
-static BackgroundWorkerHandle *incr_helpers[ASH_SNAPSHOT_COPIERS_MAX];	/* [1..]: started */
-static bool incr_helper_gone[ASH_SNAPSHOT_COPIERS_MAX]; /* stopped this session */
-static bool incr_helpers_refused = false;	/* no more helpers this session */
-static bool incr_helper_ahead_ok[ASH_SNAPSHOT_COPIERS_MAX];	/* read-ahead usable */
-static int64 incr_helper_drops[ASH_SNAPSHOT_COPIERS_MAX];	/* chunks read, dropped */
-
-/*
- * The table each copier copies (the worker's, helper i's): a copier keeps
- * its table until it is copied (a target found empty at a table's first
- * chunk is written without the upsert's fallback by the copier that found
- * it), then takes the first table nobody copies.
- */
-static SnapTable *incr_own_table = NULL;
-static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
-
-static void drop_ahead(void);
-
-static IncrKeyDesc *
-incr_key_desc(const char *nspname, const char *relname)
-{
-	ListCell   *lc;
-
-	foreach(lc, incr_keys)
-	{
-		IncrKeyDesc *k = lfirst(lc);
-
-		if (strcmp(k->nspname, nspname) == 0 && strcmp(k->relname, relname) == 0)
-			return k;
-	}
-	return NULL;
-}
-
-/*
- * The primary key of a source table, in key order.  Halts
- * snapshot_unsupported for a table without one (keyless tables cannot be
- * copied in key order) and for a key column whose order the destination
- * cannot reproduce: a type that is not built in, or a collatable column
- * whose collation is not "C" or "POSIX".
- */
-static IncrKeyDesc *
-describe_key(AshConn *conn, const char *nspname, const char *relname)
-{
-	const char *params[2];
-	PGresult   *res;
-	IncrKeyDesc *k = palloc0(sizeof(IncrKeyDesc));
-	char	   *qname = quote_qualified_identifier(nspname, relname);
-
-	params[0] = nspname;
-	params[1] = relname;
-	res = ash_conn_exec_params(conn,
-							   "SELECT a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8,"
-							   "  CASE WHEN co.collname = 'default'"
-							   "       THEN (SELECT d.datcollate::pg_catalog.text FROM pg_catalog.pg_database d"
-							   "              WHERE d.datname = pg_catalog.current_database())"
-							   "       ELSE co.collname::pg_catalog.text END"
-							   "  FROM pg_catalog.pg_class c"
-							   "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-							   "  JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary"
-							   "  CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[])"
-							   "       WITH ORDINALITY AS k(attnum, ord)"
-							   "  JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum"
-							   "  LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation"
-							   " WHERE n.nspname = $1 AND c.relname = $2"
-							   " ORDER BY k.ord",
-							   2, params, false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		ash_conn_report_result(res, "incremental snapshot key description");
-	if (PQntuples(res) == 0)
-	{
-		PQclear(res);
-		ash_halt("snapshot_unsupported",
-				 "table %s has no primary key: snapshot incremental copies in primary-key order",
-				 qname);
-	}
-	k->nspname = pstrdup(nspname);
-	k->relname = pstrdup(relname);
-	k->nkeys = PQntuples(res);
-	k->names = palloc(sizeof(char *) * k->nkeys);
-	k->types = palloc(sizeof(Oid) * k->nkeys);
-	for (int i = 0; i < k->nkeys; i++)
-	{
-		k->names[i] = pstrdup(PQgetvalue(res, i, 0));
-		k->types[i] = (Oid) strtoul(PQgetvalue(res, i, 1), NULL, 10);
-		if (k->types[i] >= FirstGenbkiObjectId)
-		{
-			PQclear(res);
-			ash_halt("snapshot_unsupported",
-					 "a primary key column of %s has a type that is not built in", qname);
-		}
-		if (!PQgetisnull(res, i, 2) && strcmp(PQgetvalue(res, i, 2), "C") != 0 &&
-			strcmp(PQgetvalue(res, i, 2), "POSIX") != 0)
-		{
-			PQclear(res);
-			ash_halt("snapshot_unsupported",
-					 "a primary key column of %s has a collation other than \"C\"", qname);
-		}
-	}
-	PQclear(res);
-	return k;
-}
-
-/*
- * Before the checkpoint is bound: the source connection of the chunk reads
- * and every mapped table's primary key (a table that cannot be copied in
- * key order halts here, with nothing recorded).
- */
-void
-ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
-{
-	List	   *tables;
-	ListCell   *lc;
-	MemoryContext old;
-
-	snap_cfg = cfg;
-
-	/*
-	 * The helper of the last session gone first: its chunk, committed or
-	 * not, is then final when the attempt is read.
-	 */
-	incr_helper_stop(true);
-	incr_helpers_refused = false;
-	memset(incr_helper_gone, 0, sizeof(incr_helper_gone));
-	memset(incr_helper_drops, 0, sizeof(incr_helper_drops));
-	incr_own_table = NULL;
-	memset(incr_helper_table, 0, sizeof(incr_helper_table));
-	if (incr_conn != NULL)
-		ash_conn_close(incr_conn);
-	incr_conn = NULL;
-	if (incr_session_cxt == NULL)
-		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
-												 "ash_replicant incremental session",
-												 ALLOCSET_DEFAULT_SIZES);
-	MemoryContextReset(incr_session_cxt);
-	incr_keys = NIL;
-	incr_attempt = NULL;
-	incr_described = NULL;
-	incr_fresh = false;
-	incr_ahead = false;			/* its connection is closed here */
-	incr_kept_low = InvalidXLogRecPtr;
-	incr_ahead_table = NULL;
-	incr_ahead_cursor = NULL;
-	incr_ahead_nkeys = 0;
-	incr_prepared_for = NULL;	/* with the connection */
-	incr_prepared = false;
-	ash_incr_reset(NULL);
-	ash_provenance_set_unfingerprinted(InvalidOid);
-
-	/*
-	 * In the session context of this module, which outlives the pipeline's
-	 * session (reset when the next one starts, after an error too): the
-	 * next session closes the connection before it opens its own.
-	 */
-	old = MemoryContextSwitchTo(incr_session_cxt);
-	incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
-	MemoryContextSwitchTo(old);
-	if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
-									 cfg->source_database))
-		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
-	PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
-
-	old = MemoryContextSwitchTo(incr_session_cxt);
-	tables = source_tables(incr_conn);
-	foreach(lc, tables)
-	{
-		SnapTable  *t = lfirst(lc);
-
-		incr_keys = lappend(incr_keys, describe_key(incr_conn, t->nspname, t->relname));
-	}
-	MemoryContextSwitchTo(old);
-}
-
-/*
- * The transactions running on the source now (their xid locks are held
- * until they are visible to new snapshots).  Read once the slot exists: a
- * transaction committed before the slot's position is not streamed, and
- * one an earlier session was delivered is not streamed again; either may
- * still be invisible to new snapshots, and no chunk is read under a
- * snapshot that does not show it ended.
- */
-static void
-note_running_xids(void)
-{
-	PGresult   *res;
-
-	res = ash_conn_exec(incr_conn,
-						"SELECT l.transactionid::pg_catalog.text FROM pg_catalog.pg_locks l"
-						" WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted",
-						false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		ash_conn_report_result(res, "incremental snapshot running transactions");
-	for (int i = 0; i < PQntuples(res); i++)
-		ash_incr_note_xid((TransactionId) strtoul(PQgetvalue(res, i, 0), NULL, 10));
-	PQclear(res);
-}
-
-/* "xmin:xmax:xip,..." of txid_current_snapshot() (12+), as 32-bit xids. */
-static void
-parse_snapshot(const char *text, AshIncrSnapshot *snap)
-{
-	const char *p = text;
-	char	   *end;
-	int			cap = 16;
-
-	snap->nxip = 0;
-	snap->xip = palloc(sizeof(TransactionId) * cap);
-	snap->xmin = (TransactionId) strtoull(p, &end, 10);
-	if (*end != ':')
-		ash_halt("protocol_violation", "a source snapshot could not be read");
-	p = end + 1;
-	snap->xmax = (TransactionId) strtoull(p, &end, 10);
-	if (*end != ':')
-		ash_halt("protocol_violation", "a source snapshot could not be read");
-	p = end + 1;
-	while (*p != '\0')
-	{
-		if (snap->nxip == cap)
-		{
-			cap *= 2;
-			snap->xip = repalloc(snap->xip, sizeof(TransactionId) * cap);
-		}
-		snap->xip[snap->nxip++] = (TransactionId) strtoull(p, &end, 10);
-		if (end == p || (*end != ',' && *end != '\0'))
-			ash_halt("protocol_violation", "a source snapshot could not be read");
-		p = *end == ',' ? end + 1 : end;
-	}
-	/* sorted for bsearch (incremental.c) */
-	for (int i = 1; i < snap->nxip; i++)
-		for (int j = i; j > 0 && snap->xip[j - 1] > snap->xip[j]; j--)
-		{
-			TransactionId x = snap->xip[j];
-
-			snap->xip[j] = snap->xip[j - 1];
-			snap->xip[j - 1] = x;
-		}
-}
-
-/* text[] literal of a key (NULL: SQL NULL); values quoted for array input. */
-static Datum
-key_array(char **key, int nkeys)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * nkeys);
-
-	for (int i = 0; i < nkeys; i++)
-		elems[i] = CStringGetTextDatum(key[i]);
-	return PointerGetDatum(construct_array(elems, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
-}
-
-/* A key as a text[] statement parameter; a missing key (NULL) as SQL NULL. */
-static void
-key_param(char **key, int nkeys, Datum *value, char *null)
-{
-	if (key != NULL)
-		*value = key_array(key, nkeys);
-	else
-		*null = 'n';
-}
-
-static Datum
-xip_array(const AshIncrSnapshot *snap)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(snap->nxip, 1));
-
-	for (int i = 0; i < snap->nxip; i++)
-		elems[i] = Int64GetDatum((int64) snap->xip[i]);
-	return PointerGetDatum(construct_array(elems, snap->nxip, INT8OID, 8, FLOAT8PASSBYVAL,
-										   TYPALIGN_DOUBLE));
-}
-
-/* Windows recorded by earlier sessions, for tables whose copy is under way. */
-static void
-load_windows(void)
-{
-	(void) key_exec("SELECT source_schema, source_table, chunk, lo, hi, snap_xmin, snap_xmax,"
-					"       snap_xip, high_lsn"
-					"  FROM ash_replicant.snapshot_windows"
-					" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					" ORDER BY source_schema, source_table, chunk",
-					0, NULL, NULL, NULL, SPI_OK_SELECT);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Datum		d;
-		char	  **bound[2] = {NULL, NULL};
-		AshIncrSnapshot snap;
-		ArrayType  *xa;
-		Datum	   *xe;
-		int			nx;
-
-		for (int b = 0; b < 2; b++)
-		{
-			d = SPI_getbinval(tup, desc, 4 + b, &isnull);
-			if (!isnull)
-			{
-				List	   *l = ash_text_array_to_list(d, false);
-				ListCell   *kc;
-				int			i = 0;
-
-				bound[b] = palloc0(sizeof(char *) * Max(list_length(l), 1));
-				foreach(kc, l)
-					bound[b][i++] = lfirst(kc);
-			}
-		}
-		snap.xmin = (TransactionId) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
-		snap.xmax = (TransactionId) DatumGetInt64(SPI_getbinval(tup, desc, 7, &isnull));
-		xa = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 8, &isnull));
-		deconstruct_array(xa, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &xe, NULL, &nx);
-		snap.nxip = nx;
-		snap.xip = palloc(sizeof(TransactionId) * Max(nx, 1));
-		for (int i = 0; i < nx; i++)
-			snap.xip[i] = (TransactionId) DatumGetInt64(xe[i]);
-		ash_incr_add_window(SPI_getvalue(tup, desc, 1), SPI_getvalue(tup, desc, 2),
-							DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull)),
-							bound[0], bound[1], &snap,
-							DatumGetLSN(SPI_getbinval(tup, desc, 9, &isnull)));
-	}
-}
-
-/*
- * Arm (first start) or resume the incremental attempt; the stream starts
- * at once afterwards.  Installs the cursors and windows apply judges by.
- */
-void
-ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
-							   const AshSlotStart *start, AshBinding *binding)
-{
-	Attempt    *a;
-	ListCell   *lc;
-	MemoryContext old;
-
-	snap_cfg = cfg;
-	snap_key = key;
-	snap_slot = find_slot();
-	my_copier = 0;
-
-	drop_ahead();				/* the connection is used below */
-	old = MemoryContextSwitchTo(incr_session_cxt);
-	a = arm(source_tables(incr_conn), start, binding);
-	MemoryContextSwitchTo(old);
-	incr_attempt = a;
-	check_provenance_versions(a);
-
-	/*
-	 * Every table of the attempt, copied or not, and the windows still
-	 * open: a window outlives its table's copy (and the attempt) until the
-	 * stream has passed it.
-	 */
-	ash_incr_reset(a->phase == ASH_SNAPSHOT_COMPLETE ? NULL : a->id);
-	if (a->phase != ASH_SNAPSHOT_COMPLETE)
-		note_running_xids();
-	catalog_begin();			/* type lookups: in a transaction */
-	foreach(lc, a->tables)
-	{
-		SnapTable  *t = lfirst(lc);
-		IncrKeyDesc *k = incr_key_desc(t->nspname, t->relname);
-
-		if (k == NULL)
-		{
-			if (t->copied)
-				continue;		/* unmapped since: nothing to judge */
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("ash_replicant: source table %s left the publication during the snapshot",
-							quote_qualified_identifier(t->nspname, t->relname))));
-		}
-		ash_incr_add_table(t->nspname, t->relname, k->nkeys, k->names, k->types,
-						   t->copied ? NULL : t->cursor, t->copied);
-	}
-	{
-		Oid			types[1] = {LSNOID};
-		Datum		values[1];
-
-		/* the stream delivered every commit up to the watermark: closed */
-		values[0] = LSNGetDatum(binding->commit_lsn + 1);
-		(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
-						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						"   AND high_lsn <= $4",
-						1, types, values, NULL, SPI_OK_DELETE);
-		incr_kept_low = binding->commit_lsn + 2;
-	}
-	load_windows();
-	catalog_end();
-
-	read_watermark(binding);
-	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
-	install_floors(a, binding->commit_lsn);
-	(void) ash_incr_close_windows(binding->commit_lsn + 1);
-	publish_attempt(a, ash_incr_active());
-	if (ash_incr_active())
-		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d mode=incremental",
-						snap_cfg->sink_name, list_length(a->tables))));
-}
-
-/*
- * Can a row of m's target above the cursor hold a fingerprint a chunk row
- * could match?  Only a fingerprint stamped by another attempt: this
- * attempt's chunks stamp the keys they copied, and the stream stamps none.
- * When no row has one, the chunks skip the probe (a first load); asked
- * once a table and session.
- */
-static void
-incr_probe_needed(AshMapping *m)
-{
-	char	   *nsp;
-	char	   *rel;
-	Oid			types[1] = {BYTEAOID};
-	Datum		values[1];
-	bool		none = false;
-
-	ash_provenance_set_unfingerprinted(InvalidOid);
-	if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0)
-		return;
-	catalog_begin();
-	nsp = get_namespace_name(get_rel_namespace(m->target_relid));
-	rel = get_rel_name(m->target_relid);
-	if (nsp != NULL && rel != NULL)
-	{
-		values[0] = PointerGetDatum(incr_attempt->id);
-		if (ash_spi_execute_args(psprintf("SELECT 1 FROM %s WHERE %s IS NOT NULL"
-										  "   AND %s IS DISTINCT FROM $1 LIMIT 1",
-										  quote_qualified_identifier(nsp, rel),
-										  ASH_PROVENANCE_FINGERPRINT_COLUMN,
-										  ASH_PROVENANCE_SEEN_COLUMN),
-								 1, types, values, NULL, SPI_OK_SELECT,
-								 "incremental snapshot fingerprint check") == 0)
-			none = true;
-	}
-	catalog_end();
-	if (none)
-		ash_provenance_set_unfingerprinted(m->target_relid);
-}
-
-/*
- * Is every column of k's key an integer (int2, int4, int8)?  Read in
- * binary, such a key's text form is its decimal digits whatever the
- * settings of either server, so the worker writes the cursor itself and
- * finds it as the largest key of the chunk, in any order of its rows: the
- * chunk's statement needs neither format() per row nor a second sort.
- */
-static bool
-integer_key(IncrKeyDesc *k)
-{
-	for (int i = 0; i < k->nkeys; i++)
-		if (k->types[i] != INT2OID && k->types[i] != INT4OID && k->types[i] != INT8OID)
-			return false;
-	return true;
-}
-
-/*
- * The value of an integer key column in binary (its send format: 2, 4 or
- * 8 bytes, big-endian); false when the bytes are not of that type.
- */
-static bool
-integer_key_value(PGresult *res, int row, int col, Oid type, int64 *v)
-{
-	const unsigned char *p = (const unsigned char *) PQgetvalue(res, row, col);
-	int			len = PQgetlength(res, row, col);
-	uint64		u = 0;
-
-	if (PQgetisnull(res, row, col) ||
-		len != (type == INT2OID ? 2 : type == INT4OID ? 4 : 8))
-		return false;
-	for (int i = 0; i < len; i++)
-		u = (u << 8) | p[i];
-	if (type == INT2OID)
-		*v = (int16) (uint16) u;
-	else if (type == INT4OID)
-		*v = (int32) (uint32) u;
-	else
-		*v = (int64) u;
-	return true;
-}
-
-/*
- * The read of a chunk: one statement, so one snapshot and one round trip:
- * the snapshot, the end of the source's WAL read after it (every
- * transaction the snapshot shows committed below that position), then the
- * chunk -- the next chunk_rows rows in primary-key order above the cursor
- * ($1..$n; none for a table's first chunk).  In binary when every type is
- * built in, as v1 reads (its send format is known here); then the key
- * follows in its text form, the cursor's, as the source's output function
- * writes it -- except for an integer key (integer_key), whose text the
- * worker writes, and whose rows need no order: the inner ORDER BY ... LIMIT
- * picks the chunk, its largest key is the cursor.  Otherwise the rows come
- * in key order, the last one's key the cursor.  An empty chunk is one row
- * without a key.
- */
-static char *
-chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool binary)
-{
-	StringInfoData sql;
-	bool		intkey = binary && integer_key(k);
-
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT s.snap, s.lsn, s.blk");
-	for (int i = 0; i < rel->natts; i++)
-		appendStringInfo(&sql, ", c.%s", quote_identifier(rel->cols[i].name));
-	for (int i = 0; binary && !intkey && i < k->nkeys; i++)
-		appendStringInfo(&sql, ", pg_catalog.format('%%s', c.%s)", quote_identifier(k->names[i]));
-	appendStringInfoString(&sql,
-						   " FROM (SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text AS snap,"
-						   " pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn,"
-						   " pg_catalog.current_setting('wal_block_size') AS blk) AS s"
-						   " LEFT JOIN (SELECT ");
-	for (int i = 0; i < rel->natts; i++)
-		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel->cols[i].name));
-	appendStringInfo(&sql, " FROM ONLY %s", quote_qualified_identifier(k->nspname, k->relname));
-	if (after_cursor)
-	{
-		appendStringInfoString(&sql, " WHERE (");
-		for (int i = 0; i < k->nkeys; i++)
-			appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
-		appendStringInfoString(&sql, ") > (");
-		for (int i = 0; i < k->nkeys; i++)
-			appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
-		appendStringInfoString(&sql, ")");
-	}
-	appendStringInfoString(&sql, " ORDER BY ");
-	for (int i = 0; i < k->nkeys; i++)
-		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
-	appendStringInfo(&sql, " LIMIT %d) AS c ON true", snap_cfg->chunk_rows);
-	if (intkey)
-		return sql.data;
-	appendStringInfoString(&sql, " ORDER BY ");
-	for (int i = 0; i < k->nkeys; i++)
-		appendStringInfo(&sql, "%sc.%s", i ? ", " : "", quote_identifier(k->names[i]));
-	return sql.data;
-}
-
-/*
- * Send the read of the chunk above cursor (NULL: the table's first, read
- * once).  The read above a cursor is prepared at the table's first such
- * read, the previous table's statement deallocated (nothing is pending on
- * the connection when a read is sent).
- */
-static void
-send_chunk(IncrKeyDesc *k, const AshRelation *rel, char **cursor, bool binary)
-{
-	char	   *qname;
-
-	if (cursor == NULL)
-	{
-		ash_conn_send_params(incr_conn, chunk_query(k, rel, false, binary),
-							 0, NULL, binary);
-		return;
-	}
-	qname = quote_qualified_identifier(k->nspname, k->relname);
-	if (incr_prepared_for == NULL || strcmp(incr_prepared_for, qname) != 0)
-	{
-		if (incr_prepared)
-			PQclear(ash_conn_exec(incr_conn, "DEALLOCATE " INCR_CHUNK_STATEMENT, false));
-		incr_prepared = false;
-		incr_prepared_for = NULL;
-		ash_conn_prepare(incr_conn, INCR_CHUNK_STATEMENT, chunk_query(k, rel, true, binary),
-						 k->nkeys);
-		incr_prepared = true;
-		incr_prepared_for = MemoryContextStrdup(incr_session_cxt, qname);
-	}
-	ash_conn_send_prepared(incr_conn, INCR_CHUNK_STATEMENT, k->nkeys,
-						   (const char *const *) cursor, binary);
-}
-
-/* Is the read sent ahead the one of this table's chunk above cursor? */
-static bool
-ahead_matches(IncrKeyDesc *k, char **cursor)
-{
-	const char *qname = quote_qualified_identifier(k->nspname, k->relname);
-
-	if (!incr_ahead || cursor == NULL || incr_ahead_cursor == NULL ||
-		incr_ahead_nkeys != k->nkeys || strcmp(incr_ahead_table, qname) != 0)
-		return false;
-	for (int i = 0; i < k->nkeys; i++)
-		if (cursor[i] == NULL || incr_ahead_cursor[i] == NULL ||
-			strcmp(cursor[i], incr_ahead_cursor[i]) != 0)
-			return false;
-	return true;
-}
-
-/* Forget the read sent ahead (its result read and thrown away). */
-static void
-drop_ahead(void)
-{
-	if (!incr_ahead)
-		return;
-	incr_ahead = false;
-	PQclear(ash_conn_get_result(incr_conn, true));
-}
-
-/* Mark the attempt complete (no watermark change: the stream owns it). */
-static void
-incr_complete(void)
-{
-	if (key_exec("UPDATE ash_replicant.checkpoints"
-				 "   SET snapshot_phase = 'complete', go_forward_uncopied = NULL,"
-				 "       updated_at = pg_catalog.now()"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND snapshot_phase = 'copying'",
-				 0, NULL, NULL, NULL, SPI_OK_UPDATE) != 1)
-		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
-}
-
-/*
- * One chunk of a table: its read, what it holds, and where it ends.  The
- * pipeline worker and the helper (below) fill it the same way, each on
- * its own source connection.
- */
-typedef struct IncrChunk
-{
-	char	   *nspname;
-	char	   *relname;
-	char	  **cursor;			/* the key it reads above (NULL: the first) */
-	IncrKeyDesc *k;
-	AshMapping *map;
-	SnapTable  *st;
-	AshRelation rel;
-	bool		binary;
-	bool		intkey;
-	bool		ahead;			/* its read had been sent ahead */
-	PGresult   *res;
-	AshIncrSnapshot snap;
-	XLogRecPtr	high_lsn;
-	int			nrows;
-	bool		done;			/* the table's last chunk */
-	char	  **hi;				/* its largest key (NULL with done) */
-	int64		chunk_no;
-} IncrChunk;
-
-/* The table of a chunk: checked, and described once a session and table. */
-static void
-chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable *st)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-
-	memset(c, 0, sizeof(IncrChunk));
-	c->nspname = nspname;
-	c->relname = relname;
-	c->cursor = cursor;
-	c->st = st;
-	c->k = incr_key_desc(nspname, relname);
-	c->map = ash_config_find_mapping(snap_cfg, nspname, relname);
-	if (c->k == NULL || c->map == NULL || st == NULL)
-		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
-				 quote_qualified_identifier(nspname, relname));
-
-	/* the table as pgoutput describes it, once a session */
-	if (incr_described == NULL ||
-		strcmp(incr_described, quote_qualified_identifier(nspname, relname)) != 0)
-	{
-		SnapTable  *dt;
-		AshChange	change;
-
-		drop_ahead();			/* of another table: the connection is used */
-		MemoryContextSwitchTo(incr_session_cxt);
-		dt = palloc0(sizeof(SnapTable));
-		dt->nspname = pstrdup(nspname);
-		dt->relname = pstrdup(relname);
-		memset(&incr_rel, 0, sizeof(incr_rel));
-		describe_table(incr_conn, dt, &incr_rel);
-		memset(&change, 0, sizeof(change));
-		change.kind = ASH_CHANGE_RELATION;
-		change.u.relation = incr_rel;
-		ash_apply_change(&change);
-		incr_described = pstrdup(quote_qualified_identifier(nspname, relname));
-		incr_prepared_for = NULL;	/* the statement reads the columns just described */
-		MemoryContextSwitchTo(cxt);
-		incr_probe_needed(c->map);
-		incr_fresh = false;
-		incr_rereads = 0;
-	}
-
-	c->rel = incr_rel;
-	c->binary = true;
-	for (int i = 0; i < c->rel.natts; i++)
-		if (c->rel.cols[i].type_oid >= FirstGenbkiObjectId)
-			c->binary = false;
-	c->intkey = c->binary && integer_key(c->k);
-}
-
-/*
- * The chunk's rows and snapshot: the read sent ahead when it is this
- * chunk's and may_ahead, else read now.
- */
-static void
-chunk_read(IncrChunk *c, bool may_ahead)
-{
-	PGresult   *res;
-	uint64		blcksz;
-
-	c->ahead = may_ahead && ahead_matches(c->k, c->cursor);
-	if (!c->ahead)
-	{
-		drop_ahead();
-		send_chunk(c->k, &c->rel, c->cursor, c->binary);
-	}
-	incr_ahead = false;
-	res = ash_conn_get_result(incr_conn, false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
-		PQnfields(res) != 3 + c->rel.natts + (c->binary && !c->intkey ? c->k->nkeys : 0))
-		ash_conn_report_result(res, "incremental snapshot chunk");
-	c->res = res;
-
-	/* text values (in binary: their bytes), never a NUL inside */
-	parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &c->snap);
-	c->high_lsn = parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
-
-	/*
-	 * At a page boundary the insert position points past the next page's
-	 * header, which no record reaches yet (and the walsender's position
-	 * never passes on a quiet source): every record inserted ends at or
-	 * before the boundary.
-	 */
-	blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)), NULL, 10);
-	if (blcksz > 0 && c->high_lsn % blcksz <= SizeOfXLogLongPHD)
-		c->high_lsn -= c->high_lsn % blcksz;
-}
-
-/* Forget a chunk read but not written. */
-static void
-chunk_forget(IncrChunk *c)
-{
-	if (c->res != NULL)
-		PQclear(c->res);
-	c->res = NULL;
-}
-
-/*
- * How many rows the chunk holds and its largest key (the next cursor);
- * then the next chunk's read is sent, so that the source runs it while
- * this one is written.  If this chunk does not commit, that read is
- * dropped with the connection (an error ends the session) or by its key
- * (ahead_matches).
- */
-static void
-chunk_bounds(IncrChunk *c)
-{
-	PGresult   *res = c->res;
-	IncrKeyDesc *k = c->k;
-	int		   *keycol = palloc(sizeof(int) * k->nkeys);
-	int		   *keytext = palloc(sizeof(int) * k->nkeys);
-
-	/*
-	 * Where each key column is: its value (NULL only in the row of an empty
-	 * chunk), and its text form (in binary, format() after the values: an
-	 * empty string for NULL).
-	 */
-	for (int i = 0; i < k->nkeys; i++)
-	{
-		int			col = -1;
-
-		for (int j = 0; j < c->rel.natts; j++)
-			if (strcmp(c->rel.cols[j].name, k->names[i]) == 0)
-				col = j;
-		if (col < 0)
-			ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-					 quote_qualified_identifier(c->nspname, c->relname));
-		keycol[i] = 3 + col;
-		keytext[i] = c->binary && !c->intkey ? 3 + c->rel.natts + i : 3 + col;
-	}
-	c->nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
-	c->done = c->nrows < snap_cfg->chunk_rows;
-	if (!c->done && c->intkey)
-	{
-		/* the largest key of the chunk, its rows in no particular order */
-		int64	   *best = palloc(sizeof(int64) * k->nkeys);
-		int64	   *cur = palloc(sizeof(int64) * k->nkeys);
-
-		for (int r = 0; r < c->nrows; r++)
-		{
-			int			cmp = 0;
-
-			for (int i = 0; i < k->nkeys; i++)
-				if (!integer_key_value(res, r, keycol[i], k->types[i], &cur[i]))
-					ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-							 quote_qualified_identifier(c->nspname, c->relname));
-			for (int i = 0; r > 0 && cmp == 0 && i < k->nkeys; i++)
-				cmp = cur[i] > best[i] ? 1 : cur[i] < best[i] ? -1 : 0;
-			if (r == 0 || cmp > 0)
-				memcpy(best, cur, sizeof(int64) * k->nkeys);
-		}
-		c->hi = palloc(sizeof(char *) * k->nkeys);
-		for (int i = 0; i < k->nkeys; i++)
-			c->hi[i] = psprintf(INT64_FORMAT, best[i]);
-	}
-	else if (!c->done)
-	{
-		c->hi = palloc(sizeof(char *) * k->nkeys);
-		for (int i = 0; i < k->nkeys; i++)
-		{
-			if (PQgetisnull(res, c->nrows - 1, keycol[i]) ||
-				PQgetisnull(res, c->nrows - 1, keytext[i]))
-				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
-						 quote_qualified_identifier(c->nspname, c->relname));
-			c->hi[i] = pnstrdup(PQgetvalue(res, c->nrows - 1, keytext[i]),
-								PQgetlength(res, c->nrows - 1, keytext[i]));
-		}
-	}
-	c->chunk_no = c->st->chunks + 1;
-
-	if (!c->done)
-	{
-		MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
-
-		if (incr_ahead_table != NULL)
-			pfree(incr_ahead_table);
-		if (incr_ahead_cursor != NULL)
-		{
-			for (int i = 0; i < incr_ahead_nkeys; i++)
-				pfree(incr_ahead_cursor[i]);
-			pfree(incr_ahead_cursor);
-		}
-		incr_ahead_table = pstrdup(quote_qualified_identifier(c->nspname, c->relname));
-		incr_ahead_cursor = palloc(sizeof(char *) * k->nkeys);
-		incr_ahead_nkeys = k->nkeys;
-		for (int i = 0; i < k->nkeys; i++)
-			incr_ahead_cursor[i] = pstrdup(c->hi[i]);
-		MemoryContextSwitchTo(old);
-		send_chunk(k, &c->rel, c->hi, c->binary);
-		incr_ahead = true;
-	}
-}
-
-/*
- * Rows, progress, cursor and window: one destination transaction.  It
- * holds the checkpoint row FOR SHARE (the attempt cannot change under it;
- * the helper's chunk transaction holds it too, at the same time).  The
- * pipeline worker (worker) also deletes the windows the stream closed and,
- * at the attempt's last table, completes it; a helper checks, under that
- * lock, that the pipeline worker that asked for the chunk is still the
- * pipeline's (a later one reads the attempt FOR UPDATE, after this
- * transaction).
- */
-static void
-chunk_write(IncrChunk *c, bool worker)
-{
-	AshChange	change;
-	IncrKeyDesc *k = c->k;
-
-	ash_apply_snapshot_begin(c->high_lsn, 0, incr_attempt->id);
-	if (key_exec("SELECT 1 FROM ash_replicant.checkpoints"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND snapshot_phase = 'copying' FOR SHARE",
-				 0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
-		ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
-	if (!worker)
-		check_coordinator();
-
-	/*
-	 * A target empty when its first chunk is copied stays empty above the
-	 * cursor (the stream writes only keys at or below it): every row of
-	 * this session's chunks is new, written without the upsert's fallback.
-	 */
-	if (c->cursor == NULL)
-		incr_fresh = target_is_empty(c->map);
-	if (incr_fresh)
-		ash_apply_snapshot_fresh(c->map->target_relid, false);	/* stream reads between chunks */
-	memset(&change, 0, sizeof(change));
-	change.kind = ASH_CHANGE_INSERT;
-	change.xid = InvalidTransactionId;
-	change.u.insert.relid = c->rel.relid;
-	change.u.insert.newtup.natts = c->rel.natts;
-	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(c->rel.natts, 1));
-	for (int r = 0; r < c->nrows; r++)
-	{
-		for (int col = 0; col < c->rel.natts; col++)
-		{
-			AshColumnValue *v = &change.u.insert.newtup.cols[col];
-
-			if (PQgetisnull(c->res, r, 3 + col))
-			{
-				v->status = ASH_COL_NULL;
-				v->len = 0;
-				v->data = NULL;
-			}
-			else
-			{
-				v->status = c->binary ? ASH_COL_BINARY : ASH_COL_TEXT;
-				v->data = PQgetvalue(c->res, r, 3 + col);
-				v->len = PQgetlength(c->res, r, 3 + col);
-			}
-		}
-		ash_apply_change(&change);
-	}
-	chunk_forget(c);
-	(void) ash_apply_snapshot_flush();
-	if (c->done)
-	{
-		int64		retired = ash_apply_snapshot_retire(c->map, c->high_lsn - 1);
-
-		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(c->nspname, c->relname),
-						retired)));
-	}
-	{
-		Oid			types[6] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID, LSNOID};
-		Datum		values[6];
-		char		nulls[7] = "      ";
-
-		values[0] = CStringGetTextDatum(c->nspname);
-		values[1] = CStringGetTextDatum(c->relname);
-		values[2] = Int64GetDatum(c->nrows);
-		key_param(c->hi, k->nkeys, &values[3], &nulls[3]);
-		key_param(c->cursor, k->nkeys, &values[4], &nulls[4]);
-		values[5] = LSNGetDatum(c->high_lsn);
-		if (key_exec("UPDATE ash_replicant.snapshot_tables"
-					 "   SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
-					 "       chunk_cursor = $7,"
-					 "       state = CASE WHEN $7 IS NULL THEN 'copied' ELSE state END,"
-					 "       snapshot_lsn = CASE WHEN $7 IS NULL THEN $9 END,"
-					 "       copied_at = CASE WHEN $7 IS NULL THEN pg_catalog.clock_timestamp() END"
-					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					 "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'"
-					 "   AND chunk_cursor IS NOT DISTINCT FROM $8",
-					 6, types, values, nulls, SPI_OK_UPDATE) != 1)
-			ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
-					 quote_qualified_identifier(c->nspname, c->relname));
-	}
-	{
-		Oid			types[9] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID,
-		INT8OID, INT8OID, INT8ARRAYOID, LSNOID};
-		Datum		values[9];
-		char		nulls[10] = "         ";
-
-		values[0] = CStringGetTextDatum(c->nspname);
-		values[1] = CStringGetTextDatum(c->relname);
-		values[2] = Int64GetDatum(c->chunk_no);
-		key_param(c->cursor, k->nkeys, &values[3], &nulls[3]);
-		key_param(c->hi, k->nkeys, &values[4], &nulls[4]);
-		values[5] = Int64GetDatum((int64) c->snap.xmin);
-		values[6] = Int64GetDatum((int64) c->snap.xmax);
-		values[7] = xip_array(&c->snap);
-		values[8] = LSNGetDatum(c->high_lsn);
-		(void) key_exec("INSERT INTO ash_replicant.snapshot_windows"
-						" (source_system_id, source_database, slot_name, source_schema, source_table,"
-						"  chunk, lo, hi, snap_xmin, snap_xmax, snap_xip, high_lsn)"
-						" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
-						"         $12)",
-						9, types, values, nulls, SPI_OK_INSERT);
-	}
-	if (worker)
-	{
-		Oid			ltypes[1] = {LSNOID};
-		Datum		lvalues[1];
-
-		lvalues[0] = LSNGetDatum(ash_apply_watermark() + 1);
-
-		/*
-		 * The stream delivered every commit below the watermark: closed.
-		 * Only when a kept row can be (the watermark stays where it is
-		 * while the source is quiet, and the rows of a long copy pile up
-		 * until it moves: a scan of them per chunk would grow with them).
-		 * A helper's rows are above the watermark when they commit.
-		 */
-		if (XLogRecPtrIsInvalid(incr_kept_low) ||
-			Min(incr_kept_low, c->high_lsn) <= DatumGetLSN(lvalues[0]))
-		{
-			(void) key_exec("DELETE FROM ash_replicant.snapshot_windows"
-							" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-							"   AND high_lsn <= $4",
-							1, ltypes, lvalues, NULL, SPI_OK_DELETE);
-			/* every row left is above the bound */
-			incr_kept_low = DatumGetLSN(lvalues[0]) + 1;
-		}
-		else
-			incr_kept_low = Min(incr_kept_low, c->high_lsn);
-		if (c->done && ash_incr_remaining() == 1)
-			incr_complete();	/* the attempt's last table */
-	}
-	(void) ash_apply_snapshot_commit();
-}
-
-/* A table's chunk committed (by the worker or a helper): into the totals. */
-static void
-table_progress(SnapTable *st, int copier, int64 chunk_no, int64 rows, bool done,
-			   int64 rereads)
-{
-	st->chunks = chunk_no;
-	st->rows = rows;
-	if (done)
-	{
-		st->copied = true;
-		publish_copied_at(copier, st->rows);
-		ereport(LOG,
-				(errmsg("ash_replicant event=snapshot.table_copied sink=%s table=%s copier=%d rows=" INT64_FORMAT " chunks=" INT64_FORMAT " rereads=" INT64_FORMAT,
-						snap_cfg->sink_name, quote_qualified_identifier(st->nspname, st->relname),
-						copier, st->rows, chunk_no, rereads)));
-	}
-	else
-		publish_table_at(copier, st->nspname, st->relname, st->rows,
-						 st->has_estimate ? st->estimate : -1);
-}
-
-/*
- * Every table copied: the attempt is complete (recorded: by the last
- * table's chunk transaction; otherwise here, in its own transaction -- the
- * last tables' chunks were committed in one round, or a session ended
- * between the last chunk and completion).
- */
-static void
-incr_attempt_completed(bool recorded)
-{
-	if (incr_attempt->phase == ASH_SNAPSHOT_COMPLETE)
-		return;
-	if (!recorded)
-	{
-		catalog_begin();
-		(void) read_attempt();
-		incr_complete();
-		catalog_end();
-	}
-	incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
-	publish_attempt(incr_attempt, false);
-	ereport(LOG,
-			(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
-					snap_cfg->sink_name, list_length(incr_attempt->tables))));
-}
-
-/* The worker's own chunk committed: now the stream judges by it. */
-static void
-chunk_committed(IncrChunk *c)
-{
-	ash_incr_chunk_committed(c->nspname, c->relname, c->hi, c->done, c->chunk_no, c->cursor,
-							 c->hi, &c->snap, c->high_lsn);
-	table_progress(c->st, 0, c->chunk_no, c->st->rows + c->nrows, c->done, incr_rereads);
-}
-
-/* ---------------------------------------------------------------------
- * Tables in parallel: the incremental helpers.
- *
- * With ash_replicant.snapshot_workers of N >= 2 and two tables or more left
- * to copy, the pipeline worker starts up to N - 1 helpers (background
- * workers with a source connection and a replication origin of their own,
- * as v1's helper copiers); each copier keeps a table until it is copied.
- * It copies by fork-join: it asks each helper for the next chunk of its
- * table, reads the next chunk of its own, and once the helpers read theirs
- * it judges every snapshot (fact 2
- * of docs/snapshots.md) against what the stream delivered: the helpers'
- * first, without forgetting anything, then its own.  A helper whose chunk
- * passes writes and commits it while the worker writes and commits its
- * own; one whose chunk does not pass drops it.  The worker waits for every
- * helper's commit before it applies anything more from the stream: the
- * stream delivers nothing between any chunk's check and its commit, and
- * the worker's judgment of the stream (cursors, windows) takes each
- * helper's chunk as the helper committed it (its cursor in shared memory,
- * or from its catalog row when the key is too long for that).
- *
- * A noted transaction is forgotten only by the worker's own check; a
- * helper's read-ahead (sent after its chunk arrived) is used only when its
- * chunk was written in the last round that checked anything: that chunk's
- * snapshot showed every transaction noted then, so its read-ahead does.
- *
- * A helper that fails (or vanishes) fails the worker's session; the next
- * session waits until the helpers are gone before it reads where each
- * table stands, so no chunk is half-known: each table resumes from its
- * committed cursor.
- * ---------------------------------------------------------------------
- */
-#define INCR_HELPER_WAIT_MS 100
-
-/* Helper i's shared state (the slot's mutex held by the caller). */
-#define HELPER(i) (&snap_slot->incr_helpers[(i)])
-
-static AshIncrHelperState
-helper_state(int i)
-{
-	AshIncrHelperState s;
-
-	SpinLockAcquire(&snap_slot->mutex);
-	s = HELPER(i)->state;
-	SpinLockRelease(&snap_slot->mutex);
-	return s;
-}
-
-/* Move helper i's state and wake the other side. */
-static void
-helper_set_state(int i, AshIncrHelperState s, bool to_helper)
-{
-	Latch	   *latch;
-
-	SpinLockAcquire(&snap_slot->mutex);
-	HELPER(i)->state = s;
-	latch = to_helper ? HELPER(i)->helper_latch : HELPER(i)->worker_latch;
-	SpinLockRelease(&snap_slot->mutex);
-	if (latch != NULL)
-		SetLatch(latch);
-}
-
-/*
- * Stop helper i (its table is no longer among those it would copy; it is
- * not started again this session).  Between chunks it exits by itself,
- * dropping its origin; otherwise it is terminated.  wait: until it is
- * gone, so that its chunk, committed or not, is final.
- */
-static void
-incr_helper_stop_one(int i, bool wait)
-{
-	incr_helper_gone[i] = true;
-	if (incr_helpers[i] != NULL)
-	{
-		pid_t		pid;
-
-		if (!wait && snap_slot != NULL && helper_state(i) == ASH_INCR_HELPER_IDLE)
-			helper_set_state(i, ASH_INCR_HELPER_STOP, true);
-		else
-			TerminateBackgroundWorker(incr_helpers[i]);
-		if (!wait)
-			return;
-		if (GetBackgroundWorkerPid(incr_helpers[i], &pid) != BGWH_POSTMASTER_DIED)
-			(void) WaitForBackgroundWorkerShutdown(incr_helpers[i]);
-		pfree(incr_helpers[i]);
-		incr_helpers[i] = NULL;
-	}
-	if (snap_slot != NULL)
-	{
-		SpinLockAcquire(&snap_slot->mutex);
-		memset(HELPER(i), 0, sizeof(AshIncrHelper));
-		memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
-		SpinLockRelease(&snap_slot->mutex);
-	}
-	incr_helper_ahead_ok[i] = false;
-}
-
-/*
- * Stop every helper (a session ends or fails); none is started again this
- * session.  wait: until they are gone (the next session waits otherwise).
- */
-static void
-incr_helper_stop(bool wait)
-{
-	incr_helpers_refused = true;
-	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		if (wait || (incr_helpers[i] != NULL && !incr_helper_gone[i]))
-			incr_helper_stop_one(i, wait);
-}
-
-/* Start helper i, once a session. */
-static void
-incr_helper_start(int i)
-{
-	BackgroundWorker w;
-	int			slotno;
-	int64		generation;
-	int32		index = i;
-	pid_t		coordinator = MyProcPid;
-
-	if (incr_helpers[i] != NULL || incr_helper_gone[i] || incr_helpers_refused ||
-		snap_slot == NULL)
-		return;
-	slotno = snap_slot - AshShmem->slots;
-	SpinLockAcquire(&snap_slot->mutex);
-	memset(&snap_slot->copiers[i], 0, sizeof(AshCopier));
-	memset(HELPER(i), 0, sizeof(AshIncrHelper));
-	HELPER(i)->state = ASH_INCR_HELPER_OFF;
-	HELPER(i)->worker_latch = MyLatch;
-	SpinLockRelease(&snap_slot->mutex);
-	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	generation = snap_slot->generation;
-	LWLockRelease(AshShmem->lock);
-
-	ash_worker_prepare(&w, "ash_snapshot_incr_helper_main", "ash_replicant snapshot",
-					   snap_cfg->sink_name, slotno, generation);
-	memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
-	memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-		/* no worker slot free: the tables are copied by fewer */
-		if (!RegisterDynamicBackgroundWorker(&w, &incr_helpers[i]))
-		{
-			incr_helpers[i] = NULL;
-			incr_helpers_refused = true;
-		}
-		MemoryContextSwitchTo(old);
-	}
-}
-
-/*
- * How helper i ended, raised as the worker's own error: never a hang,
- * never a chunk the worker is unsure of.  A helper that ended without a
- * failure (no replication origin free for it) leaves its share to the
- * others.
- */
-static void
-incr_helper_ended(int i)
-{
-	AshCopier	c;
-
-	SpinLockAcquire(&snap_slot->mutex);
-	memcpy(&c, &snap_slot->copiers[i], sizeof(AshCopier));
-	SpinLockRelease(&snap_slot->mutex);
-	incr_helper_stop_one(i, true);
-	if (c.end == ASH_COPIER_DONE)
-		return;
-	if (c.end == ASH_COPIER_RUNNING)
-	{
-		/* terminated (SIGTERM): retried as a shutdown, not an apply error */
-		ash_apply_errctx.command = "snapshot";
-		ash_apply_errctx.relation = NULL;
-		ereport(ERROR,
-				(errcode(ERRCODE_ADMIN_SHUTDOWN),
-				 errmsg("ash_replicant: an incremental snapshot helper was terminated")));
-	}
-	raise_helper_end(&c);
-}
-
-/* Is helper i there and waiting for a chunk? */
-static bool
-incr_helper_idle(int i)
-{
-	pid_t		pid;
-	AshIncrHelperState s;
-
-	if (incr_helpers[i] == NULL || incr_helper_gone[i] || incr_helpers_refused)
-		return false;
-	s = helper_state(i);
-	if (s == ASH_INCR_HELPER_IDLE)
-		return true;
-	if (s == ASH_INCR_HELPER_ENDED)
-		incr_helper_ended(i);
-	else if (s == ASH_INCR_HELPER_OFF &&
-			 GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED)
-		incr_helper_stop_one(i, true);	/* gone before it served */
-	return false;
-}
-
-/* Wait until helper i's state is want; an ended helper raises. */
-static void
-incr_helper_wait(int i, AshIncrHelperState want)
-{
-	for (;;)
-	{
-		AshIncrHelperState s = helper_state(i);
-		pid_t		pid;
-
-		if (s == want)
-			return;
-		if (s == ASH_INCR_HELPER_ENDED ||
-			GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED)
-		{
-			if (helper_state(i) == want)
-				return;
-			incr_helper_ended(i);
-			ereport(ERROR,
-					(errcode(ERRCODE_ADMIN_SHUTDOWN),
-					 errmsg("ash_replicant: an incremental snapshot helper ended in a chunk")));
-		}
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/* Ask helper i for the next chunk of st. */
-static void
-incr_helper_request(int i, SnapTable *st)
-{
-	SpinLockAcquire(&snap_slot->mutex);
-	strlcpy(HELPER(i)->schema, st->nspname, NAMEDATALEN);
-	strlcpy(HELPER(i)->table, st->relname, NAMEDATALEN);
-	HELPER(i)->chunks = st->chunks;
-	HELPER(i)->ahead_ok = incr_helper_ahead_ok[i];
-	SpinLockRelease(&snap_slot->mutex);
-	helper_set_state(i, ASH_INCR_HELPER_READ, true);
-}
-
-/* The snapshot of helper i's chunk (false: it holds too many xids). */
-static bool
-incr_helper_snapshot(int i, AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
-{
-	bool		ok;
-
-	SpinLockAcquire(&snap_slot->mutex);
-	ok = !HELPER(i)->overflow;
-	snap->xmin = HELPER(i)->xmin;
-	snap->xmax = HELPER(i)->xmax;
-	snap->nxip = ok ? HELPER(i)->nxip : 0;
-	snap->xip = palloc(sizeof(TransactionId) * Max(snap->nxip, 1));
-	for (int j = 0; j < snap->nxip; j++)
-		snap->xip[j] = HELPER(i)->xip[j];
-	*high_lsn = HELPER(i)->high_lsn;
-	SpinLockRelease(&snap_slot->mutex);
-	return ok;
-}
-
-/*
- * Helper i committed its chunk of st (the next after the worker's count):
- * where the table stands now, from its catalog row, and the chunk's
- * window, for the stream's judgment.
- */
-static void
-incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *snap,
-					  XLogRecPtr high_lsn)
-{
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		values[2];
-	bool		isnull;
-	bool		done;
-	int64		chunks;
-	int64		rows;
-	char	  **hi = NULL;
-	HeapTuple	tup;
-	TupleDesc	desc;
-	Datum		d;
-
-	/* as the helper said it (its key fitted in shared memory) */
-	SpinLockAcquire(&snap_slot->mutex);
-	if (HELPER(i)->nkeys > 0 || HELPER(i)->done)
-	{
-		const char *p = HELPER(i)->hi;
-
-		done = HELPER(i)->done;
-		rows = st->rows + HELPER(i)->nrows;
-		chunks = st->chunks + 1;
-		if (!done)
-		{
-			hi = palloc(sizeof(char *) * HELPER(i)->nkeys);
-			for (int k = 0; k < HELPER(i)->nkeys; k++)
-			{
-				hi[k] = pstrdup(p);
-				p += strlen(p) + 1;
-			}
-		}
-		SpinLockRelease(&snap_slot->mutex);
-		goto judged;
-	}
-	SpinLockRelease(&snap_slot->mutex);
-
-	values[0] = CStringGetTextDatum(st->nspname);
-	values[1] = CStringGetTextDatum(st->relname);
-	catalog_begin();
-	if (key_exec("SELECT state, rows_copied, chunks_copied, chunk_cursor"
-				 "  FROM ash_replicant.snapshot_tables"
-				 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-				 "   AND source_schema = $4 AND source_table = $5",
-				 2, types, values, NULL, SPI_OK_SELECT) != 1)
-		ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
-				 quote_qualified_identifier(st->nspname, st->relname));
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	done = strcmp(SPI_getvalue(tup, desc, 1), "copied") == 0;
-	rows = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-	chunks = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-	d = SPI_getbinval(tup, desc, 4, &isnull);
-	if (!isnull)
-	{
-		List	   *l = ash_text_array_to_list(d, false);
-		ListCell   *kc;
-		int			k = 0;
-
-		hi = palloc0(sizeof(char *) * Max(list_length(l), 1));
-		foreach(kc, l)
-			hi[k++] = lfirst(kc);
-	}
-	catalog_end();
-	if (chunks != st->chunks + 1 || done != (hi == NULL))
-		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
-				 quote_qualified_identifier(st->nspname, st->relname));
-judged:
-	ash_incr_chunk_committed(st->nspname, st->relname, hi, done, chunks, lo, hi, snap,
-							 high_lsn);
-	/* its window row, kept in snapshot_windows too */
-	if (!XLogRecPtrIsInvalid(incr_kept_low))
-		incr_kept_low = Min(incr_kept_low, high_lsn);
-	table_progress(st, i, chunks, rows, done, incr_helper_drops[i]);
-	if (done)
-		incr_helper_drops[i] = 0;
-}
-
-static SnapTable *
-attempt_table(const char *nspname, const char *relname)
-{
-	ListCell   *lc;
-
-	foreach(lc, incr_attempt->tables)
-	{
-		SnapTable  *t = lfirst(lc);
-
-		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
-			return t;
-	}
-	return NULL;
-}
-
-/* Is t copied by a copier already? */
-static bool
-table_assigned(SnapTable *t)
-{
-	if (t == incr_own_table)
-		return true;
-	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		if (incr_helper_table[i] == t)
-			return true;
-	return false;
-}
-
-/* The first table not yet copied that no copier copies (NULL: none). */
-static SnapTable *
-unassigned_table(void)
-{
-	char	   *nspname;
-	char	   *relname;
-	char	  **cursor;
-
-	for (int k = 0; ash_incr_pending_table(k, &nspname, &relname, &cursor); k++)
-	{
-		SnapTable  *t = attempt_table(nspname, relname);
-
-		if (t != NULL && !table_assigned(t))
-			return t;
-	}
-	return NULL;
-}
-
-/*
- * Copy the next chunk, when the configuration allows one now (with
- * helpers: the next chunks of several tables).  Runs between two source
- * transactions of the stream (no batch open).
- */
-AshIncrStep
-ash_snapshot_incremental_step(void)
-{
-	char	   *nspname;
-	char	   *relname;
-	char	  **cursor;
-	XLogRecPtr	lowest;
-	MemoryContext cxt = CurrentMemoryContext;
-	MemoryContext tcxt;
-	int			open;
-	int			nhelpers;
-	int			nasked = 0;
-	SnapTable  *st;
-	SnapTable  *hst[ASH_SNAPSHOT_COPIERS_MAX];
-	char	  **hcursor[ASH_SNAPSHOT_COPIERS_MAX];
-	Oid			htarget[ASH_SNAPSHOT_COPIERS_MAX];
-	AshIncrSnapshot hsnap[ASH_SNAPSHOT_COPIERS_MAX];
-	XLogRecPtr	hlsn[ASH_SNAPSHOT_COPIERS_MAX];
-	bool		hwrite[ASH_SNAPSHOT_COPIERS_MAX];
-	AshMapping *m1;
-	IncrChunk	c;
-	volatile AshIncrStep result = ASH_INCR_STEP_CHUNK;
-	volatile bool written = false;
-	volatile bool recorded = false;
-
-	if (incr_attempt == NULL)
-		return ASH_INCR_STEP_NONE;
-	if (!ash_incr_next_table(&nspname, &relname, &cursor))
-	{
-		incr_helper_stop(false);
-		incr_attempt_completed(false);
-		return ASH_INCR_STEP_NONE;
-	}
-	open = ash_incr_open_windows(&lowest);
-	if (open >= snap_cfg->max_pending_chunks)
-		return ASH_INCR_STEP_WAIT_WINDOWS;
-
-	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(tcxt);
-
-	/*
-	 * Each copier keeps its table until it is copied.  A helper that cannot
-	 * copy (not started, stopped, refused) keeps none; the worker takes a
-	 * helper's table when none is left for it.
-	 */
-	nhelpers = Min(ash_snapshot_workers, ASH_SNAPSHOT_COPIERS_MAX) - 1;
-	if (incr_own_table != NULL && incr_own_table->copied)
-		incr_own_table = NULL;
-	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		if (incr_helper_table[i] != NULL &&
-			(incr_helper_table[i]->copied || i > nhelpers || incr_helper_gone[i] ||
-			 incr_helpers_refused))
-			incr_helper_table[i] = NULL;
-	if (incr_own_table == NULL)
-		incr_own_table = unassigned_table();
-	for (int i = 1; incr_own_table == NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-	{
-		incr_own_table = incr_helper_table[i];
-		incr_helper_table[i] = NULL;
-	}
-	st = incr_own_table;
-	if (st == NULL || !ash_incr_table_cursor(st->nspname, st->relname, &cursor))
-		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
-				 quote_qualified_identifier(nspname, relname));
-	nspname = st->nspname;
-	relname = st->relname;
-	m1 = ash_config_find_mapping(snap_cfg, nspname, relname);
-
-	/*
-	 * Helper i copies its table in this round when there is room for one
-	 * more window and its target is not another chunk's.
-	 */
-	memset(hst, 0, sizeof(hst));
-	memset(hwrite, 0, sizeof(hwrite));
-	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-	{
-		AshMapping *m2;
-
-		if (i <= nhelpers && !incr_helper_gone[i] && !incr_helpers_refused &&
-			incr_helper_table[i] == NULL)
-			incr_helper_table[i] = unassigned_table();
-		if (incr_helper_table[i] == NULL)
-		{
-			if (incr_helpers[i] != NULL && !incr_helper_gone[i])
-				incr_helper_stop_one(i, false);
-			continue;
-		}
-		incr_helper_start(i);
-		if (incr_helpers_refused)
-		{
-			incr_helper_table[i] = NULL;
-			continue;
-		}
-		hst[i] = incr_helper_table[i];
-		if (!ash_incr_table_cursor(hst[i]->nspname, hst[i]->relname, &hcursor[i]))
-			ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
-					 quote_qualified_identifier(hst[i]->nspname, hst[i]->relname));
-		m2 = ash_config_find_mapping(snap_cfg, hst[i]->nspname, hst[i]->relname);
-		htarget[i] = m2 != NULL ? m2->target_relid : InvalidOid;
-		if (open + nasked + 2 > snap_cfg->max_pending_chunks ||
-			m1 == NULL || m2 == NULL || m1->target_relid == m2->target_relid)
-			hst[i] = NULL;
-		for (int j = 1; j < i && hst[i] != NULL; j++)
-			if (hst[j] != NULL && htarget[j] == htarget[i])
-				hst[i] = NULL;
-		if (hst[i] != NULL && !incr_helper_idle(i))
-			hst[i] = NULL;
-		if (hst[i] != NULL)
-			nasked++;
-	}
-
-	PG_TRY();
-	{
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-			if (hst[i] != NULL)
-				incr_helper_request(i, hst[i]);
-		chunk_setup(&c, nspname, relname, cursor, st);
-		chunk_read(&c, true);
-
-		/*
-		 * The helpers' chunks are checked first, without forgetting: a
-		 * chunk that passes is written (the stream delivers nothing before
-		 * its commit), one that does not is dropped and read afresh next
-		 * time.
-		 */
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		{
-			if (hst[i] == NULL)
-				continue;
-			incr_helper_wait(i, ASH_INCR_HELPER_READY);
-			hwrite[i] = incr_helper_snapshot(i, &hsnap[i], &hlsn[i]) &&
-				ash_incr_snapshot_shows_noted(&hsnap[i]);
-			if (!hwrite[i])
-				incr_helper_drops[i]++;
-			helper_set_state(i, hwrite[i] ? ASH_INCR_HELPER_WRITE : ASH_INCR_HELPER_DROP, true);
-		}
-
-		/*
-		 * The worker's own chunk: one read ahead may miss a transaction the
-		 * stream delivered since (it changed a key of this chunk, above the
-		 * cursor: the stream left it to the chunk and noted it); then it is
-		 * read again, at once.  Either way the check is made now, with
-		 * nothing delivered between it and this chunk's commit.
-		 */
-		for (;;)
-		{
-			if (ash_incr_snapshot_covers(&c.snap))
-			{
-				chunk_bounds(&c);
-				recorded = c.done && ash_incr_remaining() == 1;
-				chunk_write(&c, true);
-				written = true;
-				break;
-			}
-			chunk_forget(&c);
-			if (!c.ahead)
-			{
-				/* a transaction the stream delivered is not visible yet: later */
-				result = ASH_INCR_STEP_WAIT_XIDS;
-				break;
-			}
-			incr_rereads++;
-			chunk_read(&c, false);
-		}
-
-		/* what the worker forgot, a helper's read-ahead may not show */
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-			incr_helper_ahead_ok[i] = hwrite[i];
-
-		/* the helpers' commits, before anything more from the stream */
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		{
-			if (!hwrite[i])
-				continue;
-			incr_helper_wait(i, ASH_INCR_HELPER_COMMITTED);
-			helper_set_state(i, ASH_INCR_HELPER_IDLE, false);
-		}
-
-		/* committed: now the stream judges by them */
-		if (written)
-			chunk_committed(&c);
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		{
-			if (!hwrite[i])
-				continue;
-			incr_helper_committed(i, hst[i], hcursor[i], &hsnap[i], hlsn[i]);
-			result = ASH_INCR_STEP_CHUNK;
-		}
-		if (!ash_incr_active())
-			incr_attempt_completed(recorded);
-	}
-	PG_CATCH();
-	{
-		/* their chunks, committed or not, are read by the next session */
-		incr_helper_stop(false);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	MemoryContextDelete(tcxt);
-	return result;
-}
-
-/* A helper's last chunk committed: its table and where it ended. */
-static SnapTable *helper_last_table = NULL;
-static MemoryContext helper_last_cxt = NULL;
-
-/*
- * The incremental helper (a background worker the pipeline worker
- * started): read and write the chunks the worker asks for, one at a
- * time, until it is stopped.
- */
-static void
-incr_helper_serve(void)
-{
-	for (;;)
-	{
-		AshIncrHelperState s;
-		char		nspname[NAMEDATALEN];
-		char		relname[NAMEDATALEN];
-		int64		chunks;
-		bool		ahead_ok;
-		SnapTable  *st;
-		IncrChunk	c;
-		MemoryContext cxt = CurrentMemoryContext;
-		MemoryContext tcxt;
-
-		SpinLockAcquire(&snap_slot->mutex);
-		s = HELPER(my_copier)->state;
-		strlcpy(nspname, HELPER(my_copier)->schema, NAMEDATALEN);
-		strlcpy(relname, HELPER(my_copier)->table, NAMEDATALEN);
-		chunks = HELPER(my_copier)->chunks;
-		ahead_ok = HELPER(my_copier)->ahead_ok;
-		SpinLockRelease(&snap_slot->mutex);
-		if (s == ASH_INCR_HELPER_STOP)
-			return;
-		if (s != ASH_INCR_HELPER_READ)
-		{
-			if (s == ASH_INCR_HELPER_DROP)
-				helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-			check_coordinator();
-			continue;
-		}
-
-		tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
-		MemoryContextSwitchTo(tcxt);
-
-		/*
-		 * Where the table stands: after its own chunk of this table, as it
-		 * committed it; otherwise from the table's committed catalog row.
-		 */
-		if (helper_last_table != NULL && strcmp(helper_last_table->nspname, nspname) == 0 &&
-			strcmp(helper_last_table->relname, relname) == 0 &&
-			helper_last_table->chunks == chunks)
-			st = helper_last_table;
-		else
-		{
-			Oid			types[2] = {TEXTOID, TEXTOID};
-			Datum		values[2];
-			bool		isnull;
-			Datum		d;
-			HeapTuple	tup;
-			TupleDesc	desc;
-
-			values[0] = CStringGetTextDatum(nspname);
-			values[1] = CStringGetTextDatum(relname);
-			st = palloc0(sizeof(SnapTable));
-			st->nspname = pstrdup(nspname);
-			st->relname = pstrdup(relname);
-			catalog_begin();
-			if (key_exec("SELECT state, chunks_copied, chunk_cursor"
-						 "  FROM ash_replicant.snapshot_tables"
-						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						 "   AND source_schema = $4 AND source_table = $5",
-						 2, types, values, NULL, SPI_OK_SELECT) != 1)
-				ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
-						 quote_qualified_identifier(nspname, relname));
-			tup = SPI_tuptable->vals[0];
-			desc = SPI_tuptable->tupdesc;
-			st->chunks = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-			d = SPI_getbinval(tup, desc, 3, &isnull);
-			if (!isnull)
-			{
-				List	   *l = ash_text_array_to_list(d, false);
-				ListCell   *kc;
-				int			i = 0;
-
-				st->cursor = palloc0(sizeof(char *) * Max(list_length(l), 1));
-				foreach(kc, l)
-					st->cursor[i++] = lfirst(kc);
-			}
-			if (strcmp(SPI_getvalue(tup, desc, 1), "pending") != 0 || st->chunks != chunks)
-				ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
-						 quote_qualified_identifier(nspname, relname));
-			catalog_end();
-		}
-		if (incr_key_desc(nspname, relname) == NULL)
-		{
-			MemoryContext old;
-
-			drop_ahead();		/* of another table: the connection is used */
-			old = MemoryContextSwitchTo(incr_session_cxt);
-			incr_keys = lappend(incr_keys, describe_key(incr_conn, nspname, relname));
-			MemoryContextSwitchTo(old);
-		}
-
-		chunk_setup(&c, st->nspname, st->relname, st->cursor, st);
-		chunk_read(&c, ahead_ok);
-		chunk_bounds(&c);
-		SpinLockAcquire(&snap_slot->mutex);
-		HELPER(my_copier)->xmin = c.snap.xmin;
-		HELPER(my_copier)->xmax = c.snap.xmax;
-		HELPER(my_copier)->overflow = c.snap.nxip > ASH_INCR_HELPER_XIP_MAX;
-		HELPER(my_copier)->nxip = HELPER(my_copier)->overflow ? 0 : c.snap.nxip;
-		for (int i = 0; i < HELPER(my_copier)->nxip; i++)
-			HELPER(my_copier)->xip[i] = c.snap.xip[i];
-		HELPER(my_copier)->high_lsn = c.high_lsn;
-		SpinLockRelease(&snap_slot->mutex);
-		helper_set_state(my_copier, ASH_INCR_HELPER_READY, false);
-
-		for (;;)
-		{
-			s = helper_state(my_copier);
-			if (s == ASH_INCR_HELPER_WRITE || s == ASH_INCR_HELPER_DROP)
-				break;
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-			check_coordinator();
-		}
-		if (s == ASH_INCR_HELPER_WRITE)
-		{
-			int			len = 0;
-
-			chunk_write(&c, false);
-			for (int k = 0; !c.done && k < c.k->nkeys; k++)
-				len += strlen(c.hi[k]) + 1;
-			SpinLockAcquire(&snap_slot->mutex);
-			HELPER(my_copier)->nrows = c.nrows;
-			HELPER(my_copier)->done = c.done;
-			HELPER(my_copier)->nkeys = 0;
-			if (!c.done && len <= ASH_INCR_HELPER_KEY_MAX)
-			{
-				char	   *p = HELPER(my_copier)->hi;
-
-				for (int k = 0; k < c.k->nkeys; k++)
-				{
-					strcpy(p, c.hi[k]);
-					p += strlen(c.hi[k]) + 1;
-				}
-				HELPER(my_copier)->nkeys = c.k->nkeys;
-			}
-			SpinLockRelease(&snap_slot->mutex);
-			helper_set_state(my_copier, ASH_INCR_HELPER_COMMITTED, false);
-
-			/*
-			 * The next chunk of this table starts where this one ended (in
-			 * a context of its own: the chunk's names may be the last one's).
-			 */
-			{
-				MemoryContext lcxt = AllocSetContextCreate(incr_session_cxt,
-														   "ash_replicant helper position",
-														   ALLOCSET_SMALL_SIZES);
-				SnapTable  *last = MemoryContextAllocZero(lcxt, sizeof(SnapTable));
-
-				last->nspname = MemoryContextStrdup(lcxt, c.nspname);
-				last->relname = MemoryContextStrdup(lcxt, c.relname);
-				last->chunks = c.done ? -1 : c.chunk_no;
-				if (!c.done)
-				{
-					last->cursor = MemoryContextAlloc(lcxt, sizeof(char *) * c.k->nkeys);
-					for (int k = 0; k < c.k->nkeys; k++)
-						last->cursor[k] = MemoryContextStrdup(lcxt, c.hi[k]);
-				}
-				if (helper_last_cxt != NULL)
-					MemoryContextDelete(helper_last_cxt);
-				helper_last_cxt = lcxt;
-				helper_last_table = last;
-			}
-		}
-		else
-		{
-			chunk_forget(&c);
-			helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
-		}
-		MemoryContextSwitchTo(cxt);
-		MemoryContextDelete(tcxt);
-	}
-}
-
-void
-ash_snapshot_incr_helper_main(Datum main_arg)
-{
-	int			slotno = DatumGetInt32(main_arg);
-	int64		generation;
-	int32		index;
-	pid_t		coordinator;
-	AshPipelineSlot *slot;
-	Oid			dboid = InvalidOid;
-	char		sink_name[ASH_NAME_LEN];
-	bool		ok = false;
-
-	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
-	memcpy(&index, MyBgworkerEntry->bgw_extra + sizeof(int64), sizeof(int32));
-	memcpy(&coordinator, MyBgworkerEntry->bgw_extra + sizeof(int64) + sizeof(int32), sizeof(pid_t));
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots ||
-		index < 1 || index >= ASH_SNAPSHOT_COPIERS_MAX)
-		proc_exit(0);
-	slot = &AshShmem->slots[slotno];
-	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	if (slot->in_use && slot->generation == generation && slot->pid == coordinator)
-	{
-		ok = true;
-		dboid = slot->dboid;
-		strlcpy(sink_name, slot->sink_name, sizeof(sink_name));
-	}
-	LWLockRelease(AshShmem->lock);
-	if (!ok)
-		proc_exit(0);			/* the pipeline worker is gone */
-
-	SpinLockAcquire(&slot->mutex);
-	slot->copiers[index].pid = MyProcPid;
-	slot->incr_helpers[index].helper_latch = MyLatch;
-	SpinLockRelease(&slot->mutex);
-	snap_slot = slot;			/* its state, also after a failure */
-	my_copier = index;
-
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	ash_worker_session_settings();
-	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
-
-	PG_TRY();
-	{
-		AshPipelineConfig *cfg;
-		AshCheckpointKey *key;
-		MemoryContext old;
-
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		cfg = ash_config_load(sink_name);
-		MemoryContextSwitchTo(old);
-		CommitTransactionCommand();
-		key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
-		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
-		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
-		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
-		snap_cfg = cfg;
-		snap_key = key;
-		snap_slot = slot;
-		my_copier = index;
-		helper_generation = generation;
-		helper_coordinator = coordinator;
-
-		/* its chunks are mirrored writes too: tagged with an origin of its own */
-		if (!copier_attach_origin(sink_name, index))
-		{
-			SpinLockAcquire(&slot->mutex);
-			slot->copiers[index].end = ASH_COPIER_DONE;
-			SpinLockRelease(&slot->mutex);
-			helper_set_state(my_copier, ASH_INCR_HELPER_ENDED, false);
-			proc_exit(0);
-		}
-		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
-
-		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
-												 "ash_replicant incremental session",
-												 ALLOCSET_DEFAULT_SIZES);
-		old = MemoryContextSwitchTo(incr_session_cxt);
-		incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
-		MemoryContextSwitchTo(old);
-		if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
-										 cfg->source_database))
-			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
-		PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
-		catalog_begin();
-		old = MemoryContextSwitchTo(incr_session_cxt);
-		incr_attempt = palloc0(sizeof(Attempt));
-		{
-			Oid			types[1] = {TEXTOID};
-			Datum		values[1];
-			bool		isnull;
-
-			/* the attempt's id, without locking the checkpoint row */
-			values[0] = CStringGetTextDatum("copying");
-			if (key_exec("SELECT snapshot_attempt FROM ash_replicant.checkpoints"
-						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						 "   AND snapshot_phase = $4 AND snapshot_attempt IS NOT NULL",
-						 1, types, values, NULL, SPI_OK_SELECT) != 1)
-				ash_halt("snapshot_state_invalid", "the snapshot attempt changed under this pipeline");
-			incr_attempt->id = DatumGetByteaPCopy(SPI_getbinval(SPI_tuptable->vals[0],
-																SPI_tuptable->tupdesc, 1,
-																&isnull));
-		}
-		MemoryContextSwitchTo(old);
-		catalog_end();
-
-		helper_set_state(my_copier, ASH_INCR_HELPER_IDLE, false);
-		incr_helper_serve();
-		ash_conn_close(incr_conn);
-		incr_conn = NULL;
-		copier_drop_origin(sink_name, index);
-		SpinLockAcquire(&slot->mutex);
-		slot->copiers[index].end = ASH_COPIER_DONE;
-		SpinLockRelease(&slot->mutex);
-	}
-	PG_CATCH();
-	{
-		copier_failed(slot, index, sink_name);
-		helper_set_state(my_copier, ASH_INCR_HELPER_ENDED, false);
-	}
-	PG_END_TRY();
-	proc_exit(0);
+	ash_snap_catalog_begin();
+	a = ash_snap_read_attempt();
+	ash_snap_catalog_end();
+	ash_snap_install_floors(a, binding->commit_lsn);
+	ash_snap_publish_attempt(a, false);
 }

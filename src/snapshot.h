@@ -71,10 +71,10 @@ extern void ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpoint
 										   const AshSlotStart *start, AshBinding *binding);
 extern AshIncrStep ash_snapshot_incremental_step(void);
 
-/* Entry point of a snapshot helper worker (snapshot.c). */
+/* Entry point of a snapshot helper worker (snapshot_copier.c). */
 extern PGDLLEXPORT void ash_snapshot_copier_main(Datum main_arg);
 
-/* Entry point of an incremental snapshot's helper (snapshot.c). */
+/* Entry point of an incremental snapshot's helper (snapshot_incr.c). */
 extern PGDLLEXPORT void ash_snapshot_incr_helper_main(Datum main_arg);
 
 #endif							/* ASH_SNAPSHOT_H */

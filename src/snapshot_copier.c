@@ -1,0 +1,267 @@
+/*-------------------------------------------------------------------------
+ *
+ * snapshot_copier.c
+ *	  The helper copiers of a 'v1' snapshot (snapshot => 'v1').
+ *
+ * NOTES
+ *	  The pipeline worker (snapshot.c, "Copiers") starts up to
+ *	  ash_replicant.snapshot_workers - 1 of these background workers; each
+ *	  imports the attempt's snapshot on a connection of its own and claims
+ *	  pending tables one at a time, as the pipeline worker does, with a
+ *	  replication origin of its own.  It reports how it ended in shared
+ *	  memory, never an error's text.
+ *
+ *	  The incremental snapshot's helpers (snapshot_incr.c) take and drop
+ *	  their origin, and report a failure, the same way.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "errors.h"
+#include "origin.h"
+#include "shmem.h"
+#include "snapshot.h"
+#include "snapshot_int.h"
+#include "source_catalog.h"
+#include "spi_util.h"
+
+/*
+ * A helper copier (a background worker started by the pipeline worker):
+ * copy pending tables of the attempt under the pipeline's snapshot until
+ * none is left, then report how it ended.
+ */
+/*
+ * Set up the copier's origin (origin.c).  false, logged, when every
+ * replication state slot of the destination is taken; any other failure
+ * raises.
+ */
+bool
+ash_snap_copier_attach_origin(const char *sink_name, int index)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	PG_TRY();
+	{
+		ash_origin_attach(sink_name, index);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_CONFIGURATION_LIMIT_EXCEEDED)
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	if (!ok)
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copier_no_origin sink=%s copier=%d reason=destination_origin_limit",
+						sink_name, index),
+				 errhint("Increase max_replication_slots on the destination: each snapshot helper copier holds one replication origin while it copies.")));
+	return ok;
+}
+
+/*
+ * At the copier's end, before it says so in the slot (a helper started
+ * next under the same index must find the origin gone, not still held):
+ * drop its origin.  Best effort: one left behind is reused by the next
+ * copier of that index and dropped with the sink.
+ */
+void
+ash_snap_copier_drop_origin(const char *sink_name, int index)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		ash_origin_release_and_drop(sink_name, index);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		edata = ash_error_abort_transaction(cxt);
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copier_origin_kept sink=%s copier=%d sqlstate=%s",
+						sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * A helper copier failed: in its slot, how (never the error's text: it
+ * can carry values), its connections closed and its origin dropped.
+ */
+void
+ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
+{
+	ErrorData  *edata;
+	AshCopier  *me = &slot->copiers[index];
+
+	HOLD_INTERRUPTS();
+	MemoryContextSwitchTo(TopMemoryContext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	ash_apply_abort();
+	ash_snap_close_connections();
+	RESUME_INTERRUPTS();
+	ash_snap_copier_drop_origin(sink_name, index);
+
+	/* never the error's text: it can carry values */
+	SpinLockAcquire(&slot->mutex);
+	me->sqlerrcode = edata->sqlerrcode;
+	if (ash_pending_halt != NULL)
+	{
+		me->end = ASH_COPIER_HALT;
+		strlcpy(me->reason, ash_pending_halt, sizeof(me->reason));
+		strlcpy(me->context, edata->message ? edata->message : "", sizeof(me->context));
+	}
+	else if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
+			 edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
+	{
+		me->end = ASH_COPIER_SOURCE_FAULT;
+		strlcpy(me->source_sqlstate, ash_conn_last_sqlstate, sizeof(me->source_sqlstate));
+	}
+	else
+	{
+		me->end = ASH_COPIER_APPLY_ERROR;
+		strlcpy(me->context, me->table[0] ? quote_qualified_identifier(me->schema, me->table) : "none",
+				sizeof(me->context));
+	}
+	me->schema[0] = me->table[0] = '\0';
+	me->rows = 0;
+	SpinLockRelease(&slot->mutex);
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.ash_snap_copier_failed sink=%s copier=%d sqlstate=%s",
+					sink_name, index, unpack_sql_state(edata->sqlerrcode))));
+}
+
+void
+ash_snapshot_copier_main(Datum main_arg)
+{
+	int			slotno = DatumGetInt32(main_arg);
+	int64		generation;
+	int32		index;
+	pid_t		coordinator;
+	AshPipelineSlot *slot;
+	Oid			dboid = InvalidOid;
+	char		sink_name[ASH_NAME_LEN];
+	char		snapshot[64];
+	XLogRecPtr	snapshot_lsn = InvalidXLogRecPtr;
+	bool		ok = false;
+
+	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
+	memcpy(&index, MyBgworkerEntry->bgw_extra + sizeof(int64), sizeof(int32));
+	memcpy(&coordinator, MyBgworkerEntry->bgw_extra + sizeof(int64) + sizeof(int32), sizeof(pid_t));
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots ||
+		index < 1 || index >= ASH_SNAPSHOT_COPIERS_MAX)
+		proc_exit(0);
+	slot = &AshShmem->slots[slotno];
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	if (slot->in_use && slot->generation == generation && slot->pid == coordinator)
+	{
+		ok = true;
+		dboid = slot->dboid;
+		strlcpy(sink_name, slot->sink_name, sizeof(sink_name));
+	}
+	LWLockRelease(AshShmem->lock);
+	if (!ok)
+		proc_exit(0);			/* the pipeline worker is gone */
+
+	SpinLockAcquire(&slot->mutex);
+	slot->copiers[index].pid = MyProcPid;
+	strlcpy(snapshot, slot->snapshot_name, sizeof(snapshot));
+	snapshot_lsn = slot->snapshot_lsn;
+	SpinLockRelease(&slot->mutex);
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	ash_worker_session_settings();
+	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
+
+	PG_TRY();
+	{
+		AshPipelineConfig *cfg;
+		AshCheckpointKey *key;
+		bytea	   *attempt;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+			cfg = ash_config_load(sink_name);
+			MemoryContextSwitchTo(old);
+		}
+		CommitTransactionCommand();
+		key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
+		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
+		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
+		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
+		ash_snap_cfg = cfg;
+		ash_snap_key = key;
+		ash_snap_slot = slot;
+		ash_snap_my_copier = index;
+		ash_snap_helper_generation = generation;
+		ash_snap_helper_coordinator = coordinator;
+		Assert(!ash_config_is_append_log(cfg));
+
+		/*
+		 * Its copies are mirrored writes too: tagged with an origin of its
+		 * own.  Without a free replication state slot it does not help: the
+		 * other copiers (the pipeline worker at least) copy its share.
+		 */
+		if (!ash_snap_copier_attach_origin(sink_name, index))
+		{
+			SpinLockAcquire(&slot->mutex);
+			slot->copiers[index].end = ASH_COPIER_DONE;
+			SpinLockRelease(&slot->mutex);
+			proc_exit(0);
+		}
+		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
+		ash_snap_data_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+		if (!ash_source_identity_matches(ash_snap_data_conn, cfg->source_system_identifier,
+										 cfg->source_database))
+			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
+		ash_snap_import_snapshot(ash_snap_data_conn, snapshot);
+		ash_snap_catalog_begin();
+		attempt = ash_snap_read_attempt()->id;
+		ash_snap_catalog_end();
+
+		do
+			ash_snap_check_coordinator();
+		while (ash_snap_copy_next(ash_snap_data_conn, snapshot_lsn, attempt));
+		PQclear(ash_conn_exec(ash_snap_data_conn, "COMMIT", false));
+		ash_snap_close_connections();
+		ash_snap_copier_drop_origin(sink_name, index);
+		SpinLockAcquire(&slot->mutex);
+		slot->copiers[index].end = ASH_COPIER_DONE;
+		SpinLockRelease(&slot->mutex);
+	}
+	PG_CATCH();
+	{
+		ash_snap_copier_failed(slot, index, sink_name);
+	}
+	PG_END_TRY();
+	proc_exit(0);
+}

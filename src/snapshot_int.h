@@ -1,0 +1,112 @@
+/*-------------------------------------------------------------------------
+ *
+ * snapshot_int.h
+ *	  Internal to the snapshot modules: what they share of the attempt,
+ *	  its catalog rows, the source's reads and the copiers' progress.
+ *
+ * NOTES
+ *	  snapshot.c (the driver and the 'v1' copy), snapshot_copier.c (v1's
+ *	  helper copiers) and snapshot_incr.c (snapshot => 'incremental', its
+ *	  chunks and helpers) include this header; no other module does: the
+ *	  snapshot's interface is snapshot.h.  Everything here is implemented
+ *	  in snapshot.c unless its comment names another module.  The ash_snap_
+ *	  prefix keeps these names apart from the server's own symbols.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_SNAPSHOT_INT_H
+#define ASH_SNAPSHOT_INT_H
+
+#include "access/xlogdefs.h"
+#include "nodes/pg_list.h"
+
+#include "change.h"
+#include "checkpoint.h"
+#include "config.h"
+#include "libpq_conn.h"
+#include "shmem.h"
+#include "snapshot.h"
+#include "source_slot.h"
+
+/* One table of the attempt. */
+typedef struct SnapTable
+{
+	char	   *nspname;
+	char	   *relname;
+	bool		has_estimate;
+	int64		estimate;
+	bool		copied;
+	int64		rows;
+	XLogRecPtr	lsn;			/* copied: its snapshot's position */
+	int64		chunks;			/* incremental: chunks committed */
+	char	  **cursor;			/* incremental: key of the last row copied */
+} SnapTable;
+
+/* The attempt as recorded on the checkpoint. */
+typedef struct Attempt
+{
+	AshSnapshotPhase phase;
+	XLogRecPtr	start_lsn;		/* where the stream resumes */
+	bytea	   *id;
+	bytea	   *state;			/* snapshot_state: authenticated (provenance) */
+	List	   *tables;			/* SnapTable *, by schema and name */
+} Attempt;
+
+/* The pipeline, its checkpoint and its slot in shared memory. */
+extern AshPipelineConfig *ash_snap_cfg;
+extern const AshCheckpointKey *ash_snap_key;
+extern AshPipelineSlot *ash_snap_slot;
+extern int	ash_snap_my_copier;	/* index in ash_snap_slot->copiers */
+
+/* A helper copier: the pipeline worker it serves, to stop with it. */
+extern int64 ash_snap_helper_generation;
+extern pid_t ash_snap_helper_coordinator;
+
+/* The source connection of a v1 copy: closed after an error too. */
+extern AshConn *ash_snap_data_conn;
+
+/* Catalog access: ash_replicant.checkpoints and snapshot_tables. */
+extern void ash_snap_catalog_begin(void);
+extern void ash_snap_catalog_end(void);
+extern uint64 ash_snap_key_exec(const char *sql, int nextra, Oid *extra_types,
+								Datum *extra_values, const char *extra_nulls, int expected);
+extern Attempt *ash_snap_read_attempt(void);
+
+/* Source side. */
+extern List *ash_snap_source_tables(AshConn *conn);
+extern XLogRecPtr ash_snap_parse_lsn(const char *s);
+extern void ash_snap_import_snapshot(AshConn *data, const char *snapshot);
+extern void ash_snap_describe_table(AshConn *data, SnapTable *t, AshRelation *rel);
+
+/* Progress. */
+extern AshPipelineSlot *ash_snap_find_slot(void);
+extern void ash_snap_publish_attempt(Attempt *a, bool in_flight);
+extern void ash_snap_publish_table_at(int copier, const char *nspname, const char *relname,
+									  int64 rows, int64 estimate);
+extern void ash_snap_publish_copied_at(int copier, int64 rows);
+
+/* Copy. */
+extern void ash_snap_check_coordinator(void);
+extern bool ash_snap_target_is_empty(AshMapping *m);
+extern bool ash_snap_copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt);
+
+/* The attempt. */
+extern Attempt *ash_snap_arm(List *source, const AshSlotStart *start,
+							 const AshBinding *binding);
+extern void ash_snap_install_floors(Attempt *a, XLogRecPtr watermark);
+extern void ash_snap_read_watermark(AshBinding *binding);
+extern void ash_snap_check_provenance_versions(Attempt *a);
+
+/* Copiers: the pipeline worker and its helpers. */
+extern void ash_snap_close_connections(void);
+extern void ash_snap_raise_helper_end(AshCopier *c);
+
+/* A helper's origin and its failure (snapshot_copier.c). */
+extern bool ash_snap_copier_attach_origin(const char *sink_name, int index);
+extern void ash_snap_copier_drop_origin(const char *sink_name, int index);
+extern void ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char *sink_name);
+
+/* Stop the incremental helpers of this session (snapshot_incr.c). */
+extern void ash_snap_incr_helper_stop(bool wait);
+
+#endif							/* ASH_SNAPSHOT_INT_H */
