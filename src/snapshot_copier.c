@@ -36,11 +36,6 @@
 #include "spi_util.h"
 
 /*
- * A helper copier (a background worker started by the pipeline worker):
- * copy pending tables of the attempt under the pipeline's snapshot until
- * none is left, then report how it ended.
- */
-/*
  * Set up the copier's origin (origin.c).  false, logged, when every
  * replication state slot of the destination is taken; any other failure
  * raises.
@@ -154,18 +149,24 @@ ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
 					sink_name, index, unpack_sql_state(edata->sqlerrcode))));
 }
 
-void
-ash_snapshot_copier_main(Datum main_arg)
+/*
+ * The start of a helper, v1's or incremental's: main_arg is its pipeline's
+ * slot, bgw_extra the slot's generation, the helper's copier index and the
+ * pipeline worker's pid.  A helper whose pipeline worker is gone (or whose
+ * arguments make no sense) exits at once.  Else its pid is published, it is
+ * set up as that worker's copier (also for what reports its failure), and
+ * the slot, the sink's name and the database to connect to are returned;
+ * the caller reads what it needs of the slot before it connects
+ * (ash_snap_helper_connect).
+ */
+AshPipelineSlot *
+ash_snap_helper_attach(Datum main_arg, char *sink_name, Oid *dboid)
 {
 	int			slotno = DatumGetInt32(main_arg);
 	int64		generation;
 	int32		index;
 	pid_t		coordinator;
 	AshPipelineSlot *slot;
-	Oid			dboid = InvalidOid;
-	char		sink_name[ASH_NAME_LEN];
-	char		snapshot[64];
-	XLogRecPtr	snapshot_lsn = InvalidXLogRecPtr;
 	bool		ok = false;
 
 	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
@@ -182,8 +183,8 @@ ash_snapshot_copier_main(Datum main_arg)
 	if (slot->in_use && slot->generation == generation && slot->pid == coordinator)
 	{
 		ok = true;
-		dboid = slot->dboid;
-		strlcpy(sink_name, slot->sink_name, sizeof(sink_name));
+		*dboid = slot->dboid;
+		strlcpy(sink_name, slot->sink_name, ASH_NAME_LEN);
 	}
 	LWLockRelease(AshShmem->lock);
 	if (!ok)
@@ -191,13 +192,64 @@ ash_snapshot_copier_main(Datum main_arg)
 
 	SpinLockAcquire(&slot->mutex);
 	slot->copiers[index].pid = MyProcPid;
-	strlcpy(snapshot, slot->snapshot_name, sizeof(snapshot));
-	snapshot_lsn = slot->snapshot_lsn;
 	SpinLockRelease(&slot->mutex);
+	ash_snap_slot = slot;
+	ash_snap_my_copier = index;
+	ash_snap_helper_generation = generation;
+	ash_snap_helper_coordinator = coordinator;
+	return slot;
+}
 
+/* Connect a helper to its pipeline's database. */
+void
+ash_snap_helper_connect(Oid dboid, const char *sink_name)
+{
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	ash_worker_session_settings();
 	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
+}
+
+/* A helper's configuration and checkpoint key, kept for its session. */
+AshCheckpointKey *
+ash_snap_helper_load(const char *sink_name)
+{
+	MemoryContext old;
+	AshCheckpointKey *key;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	ash_snap_cfg = ash_config_load(sink_name);
+	MemoryContextSwitchTo(old);
+	CommitTransactionCommand();
+	key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
+	key->system_id = MemoryContextStrdup(TopMemoryContext, ash_snap_cfg->source_system_identifier);
+	key->database = MemoryContextStrdup(TopMemoryContext, ash_snap_cfg->source_database);
+	key->slot_name = MemoryContextStrdup(TopMemoryContext, ash_snap_cfg->slot_name);
+	ash_snap_key = key;
+	return key;
+}
+
+/*
+ * A helper copier (a background worker started by the pipeline worker):
+ * copy pending tables of the attempt under the pipeline's snapshot until
+ * none is left, then report how it ended.
+ */
+void
+ash_snapshot_copier_main(Datum main_arg)
+{
+	Oid			dboid = InvalidOid;
+	char		sink_name[ASH_NAME_LEN];
+	char		snapshot[64];
+	XLogRecPtr	snapshot_lsn;
+	AshPipelineSlot *slot = ash_snap_helper_attach(main_arg, sink_name, &dboid);
+	int			index = ash_snap_my_copier;
+
+	SpinLockAcquire(&slot->mutex);
+	strlcpy(snapshot, slot->snapshot_name, sizeof(snapshot));
+	snapshot_lsn = slot->snapshot_lsn;
+	SpinLockRelease(&slot->mutex);
+	ash_snap_helper_connect(dboid, sink_name);
 
 	PG_TRY();
 	{
@@ -205,25 +257,8 @@ ash_snapshot_copier_main(Datum main_arg)
 		AshCheckpointKey *key;
 		bytea	   *attempt;
 
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		{
-			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-			cfg = ash_config_load(sink_name);
-			MemoryContextSwitchTo(old);
-		}
-		CommitTransactionCommand();
-		key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
-		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
-		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
-		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
-		ash_snap_cfg = cfg;
-		ash_snap_key = key;
-		ash_snap_slot = slot;
-		ash_snap_my_copier = index;
-		ash_snap_helper_generation = generation;
-		ash_snap_helper_coordinator = coordinator;
+		key = ash_snap_helper_load(sink_name);
+		cfg = ash_snap_cfg;
 		Assert(!ash_config_is_append_log(cfg));
 
 		/*

@@ -1923,46 +1923,15 @@ incr_helper_serve(void)
 void
 ash_snapshot_incr_helper_main(Datum main_arg)
 {
-	int			slotno = DatumGetInt32(main_arg);
-	int64		generation;
-	int32		index;
-	pid_t		coordinator;
-	AshPipelineSlot *slot;
 	Oid			dboid = InvalidOid;
 	char		sink_name[ASH_NAME_LEN];
-	bool		ok = false;
-
-	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(int64));
-	memcpy(&index, MyBgworkerEntry->bgw_extra + sizeof(int64), sizeof(int32));
-	memcpy(&coordinator, MyBgworkerEntry->bgw_extra + sizeof(int64) + sizeof(int32), sizeof(pid_t));
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	if (AshShmem == NULL || slotno < 0 || slotno >= AshShmem->nslots ||
-		index < 1 || index >= ASH_SNAPSHOT_COPIERS_MAX)
-		proc_exit(0);
-	slot = &AshShmem->slots[slotno];
-	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	if (slot->in_use && slot->generation == generation && slot->pid == coordinator)
-	{
-		ok = true;
-		dboid = slot->dboid;
-		strlcpy(sink_name, slot->sink_name, sizeof(sink_name));
-	}
-	LWLockRelease(AshShmem->lock);
-	if (!ok)
-		proc_exit(0);			/* the pipeline worker is gone */
+	AshPipelineSlot *slot = ash_snap_helper_attach(main_arg, sink_name, &dboid);
+	int			index = ash_snap_my_copier;
 
 	SpinLockAcquire(&slot->mutex);
-	slot->copiers[index].pid = MyProcPid;
 	slot->incr_helpers[index].helper_latch = MyLatch;
 	SpinLockRelease(&slot->mutex);
-	ash_snap_slot = slot;			/* its state, also after a failure */
-	ash_snap_my_copier = index;
-
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	ash_worker_session_settings();
-	pgstat_report_appname(psprintf("ash_replicant snapshot %s", sink_name));
+	ash_snap_helper_connect(dboid, sink_name);
 
 	PG_TRY();
 	{
@@ -1970,22 +1939,8 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 		AshCheckpointKey *key;
 		MemoryContext old;
 
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		cfg = ash_config_load(sink_name);
-		MemoryContextSwitchTo(old);
-		CommitTransactionCommand();
-		key = MemoryContextAlloc(TopMemoryContext, sizeof(AshCheckpointKey));
-		key->system_id = MemoryContextStrdup(TopMemoryContext, cfg->source_system_identifier);
-		key->database = MemoryContextStrdup(TopMemoryContext, cfg->source_database);
-		key->slot_name = MemoryContextStrdup(TopMemoryContext, cfg->slot_name);
-		ash_snap_cfg = cfg;
-		ash_snap_key = key;
-		ash_snap_slot = slot;
-		ash_snap_my_copier = index;
-		ash_snap_helper_generation = generation;
-		ash_snap_helper_coordinator = coordinator;
+		key = ash_snap_helper_load(sink_name);
+		cfg = ash_snap_cfg;
 
 		/* its chunks are mirrored writes too: tagged with an origin of its own */
 		if (!ash_snap_copier_attach_origin(sink_name, index))

@@ -101,7 +101,13 @@ extern void ash_snap_check_provenance_versions(Attempt *a);
 extern void ash_snap_close_connections(void);
 extern void ash_snap_raise_helper_end(AshCopier *c);
 
-/* A helper's origin and its failure (snapshot_copier.c). */
+/*
+ * A helper's start, its origin and its failure (snapshot_copier.c): for
+ * v1's copiers and the incremental snapshot's helpers alike.
+ */
+extern AshPipelineSlot *ash_snap_helper_attach(Datum main_arg, char *sink_name, Oid *dboid);
+extern void ash_snap_helper_connect(Oid dboid, const char *sink_name);
+extern AshCheckpointKey *ash_snap_helper_load(const char *sink_name);
 extern bool ash_snap_copier_attach_origin(const char *sink_name, int index);
 extern void ash_snap_copier_drop_origin(const char *sink_name, int index);
 extern void ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char *sink_name);
