@@ -361,7 +361,10 @@ snapshot_complete('se', 2);
 # commit below F, at F - 1; the stream applies the commits at or after F.
 # sh/sl copy once, at the slot's snapshot (F = the checkpoint's
 # snapshot_lsn); sh2/sl2 are stopped in the middle of their copy (a brake
-# trigger slows it), written to while stopped and while copying again: their
+# trigger holds it: a second every 250 rows, two minutes for the table, so
+# the copy cannot end before a loaded machine lets this script see it under
+# way; released once the second copy is seen), written to while stopped and
+# while copying again: their
 # table is re-copied under a later snapshot, F > snapshot_lsn, and the stream
 # skips the commits in between (the floor).
 
@@ -474,7 +477,7 @@ CREATE TABLE $h (
 	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint,
 	UNIQUE (id, valid_from_lsn));
 CREATE UNIQUE INDEX ${h}_open ON $h (id) WHERE valid_to_lsn IS NULL;
-} . ($o{restart} ? brake_sql($h, 250, 100) : ''));
+} . ($o{restart} ? brake_sql($h, 250, 1000) : ''));
 	my $xacts = gen_workload(xacts => 60, ids => [ 1 .. $n ], next => $n + 10001,
 		ins => sub { my ($i) = @_; "INSERT INTO $t VALUES ($i, NULL, 'new $i', " . big_sql("'i$i'") . ")" },
 		# big unchanged: the new version takes it from the version it closes
@@ -575,7 +578,7 @@ CREATE TRIGGER audit_$t AFTER INSERT OR UPDATE OR DELETE ON $t FOR EACH ROW EXEC
 	$dst->safe_psql($DB, qq{
 CREATE TABLE $lg ($structural, id integer, grp integer, val text, big text, $axes);
 CREATE TABLE $mk ($structural, id bigint, note text, $axes);
-} . ($o{restart} ? brake_sql($lg, 250, 100) : ''));
+} . ($o{restart} ? brake_sql($lg, 250, 1000) : ''));
 	for my $stmt (
 		"SELECT ash_replicant_create_sink('$sink', sink_kind => 'append_log', initial_state => 'snapshot')",
 		"SELECT ash_replicant_map_table('$sink', '$lg'::regclass, source_table => '$t', append_log => true)",
