@@ -289,8 +289,9 @@ ash_snapshot_frontier(const AshCheckpointKey *key)
 	return frontier;
 }
 
-static SnapTable *
-find_table(List *tables, const char *nspname, const char *relname)
+/* The table of tables named nspname.relname (NULL: none). */
+SnapTable *
+ash_snap_find_table(List *tables, const char *nspname, const char *relname)
 {
 	ListCell   *lc;
 
@@ -1050,7 +1051,7 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	foreach(lc, source)
 	{
 		SnapTable  *t = lfirst(lc);
-		SnapTable  *known = find_table(a->tables, t->nspname, t->relname);
+		SnapTable  *known = ash_snap_find_table(a->tables, t->nspname, t->relname);
 
 		if (known != NULL)
 			continue;

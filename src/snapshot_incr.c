@@ -1478,16 +1478,7 @@ judged:
 static SnapTable *
 attempt_table(const char *nspname, const char *relname)
 {
-	ListCell   *lc;
-
-	foreach(lc, incr_attempt->tables)
-	{
-		SnapTable  *t = lfirst(lc);
-
-		if (strcmp(t->nspname, nspname) == 0 && strcmp(t->relname, relname) == 0)
-			return t;
-	}
-	return NULL;
+	return ash_snap_find_table(incr_attempt->tables, nspname, relname);
 }
 
 /* Is t copied by a copier already? */
