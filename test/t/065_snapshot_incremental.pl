@@ -120,6 +120,21 @@ CREATE TRIGGER audit1 AFTER INSERT OR UPDATE OR DELETE ON big1 FOR EACH ROW EXEC
 CREATE TRIGGER audit3 AFTER INSERT OR UPDATE OR DELETE ON big3 FOR EACH ROW EXECUTE FUNCTION audit_id_fn();
 CREATE TRIGGER audit2 AFTER INSERT OR UPDATE OR DELETE ON big2 FOR EACH ROW EXECUTE FUNCTION audit2_fn();
 });
+# A brake until the faults are done: every statement into a target sleeps
+# brake.ms.  On a quiet machine the three tables are copied in about two
+# seconds, before the seeded faults could land in the helpers' copies.
+q_dst(q{
+CREATE TABLE brake (ms integer NOT NULL);
+INSERT INTO brake VALUES (100);
+CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER brake1 AFTER INSERT ON big1 FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
+CREATE TRIGGER brake2 AFTER INSERT ON big2 FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
+CREATE TRIGGER brake3 AFTER INSERT ON big3 FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
+});
 
 # Workload: small transactions spread over the copy (deterministic from the
 # seed).  New keys above 10,000,000 (big1) or with b >= 100,000 (big2); a key
@@ -254,6 +269,7 @@ for my $f (@faults_at)
 		  . " AND pid <> $pid");
 }
 diag "ash-proof: faults_injected=$faults helper_faults=$helper_faults seed=$seed";
+q_dst('UPDATE brake SET ms = 0');
 ok($helper_faults >= 2, "the helper was killed in the middle of its copy ($helper_faults times)");
 
 ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints", 't',
