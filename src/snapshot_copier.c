@@ -200,6 +200,15 @@ ash_snap_helper_attach(Datum main_arg, char *sink_name, Oid *dboid)
 	return slot;
 }
 
+/* A helper that ends without a failure says so. */
+void
+ash_snap_helper_done(AshPipelineSlot *slot, int index)
+{
+	SpinLockAcquire(&slot->mutex);
+	slot->copiers[index].end = ASH_COPIER_DONE;
+	SpinLockRelease(&slot->mutex);
+}
+
 /* Connect a helper to its pipeline's database. */
 void
 ash_snap_helper_connect(Oid dboid, const char *sink_name)
@@ -268,9 +277,7 @@ ash_snapshot_copier_main(Datum main_arg)
 		 */
 		if (!ash_snap_copier_attach_origin(sink_name, index))
 		{
-			SpinLockAcquire(&slot->mutex);
-			slot->copiers[index].end = ASH_COPIER_DONE;
-			SpinLockRelease(&slot->mutex);
+			ash_snap_helper_done(slot, index);
 			proc_exit(0);
 		}
 		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
@@ -289,9 +296,7 @@ ash_snapshot_copier_main(Datum main_arg)
 		PQclear(ash_conn_exec(ash_snap_data_conn, "COMMIT", false));
 		ash_snap_close_connections();
 		ash_snap_copier_drop_origin(sink_name, index);
-		SpinLockAcquire(&slot->mutex);
-		slot->copiers[index].end = ASH_COPIER_DONE;
-		SpinLockRelease(&slot->mutex);
+		ash_snap_helper_done(slot, index);
 	}
 	PG_CATCH();
 	{

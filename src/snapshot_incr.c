@@ -1936,9 +1936,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 		/* its chunks are mirrored writes too: tagged with an origin of its own */
 		if (!ash_snap_copier_attach_origin(sink_name, index))
 		{
-			SpinLockAcquire(&slot->mutex);
-			slot->copiers[index].end = ASH_COPIER_DONE;
-			SpinLockRelease(&slot->mutex);
+			ash_snap_helper_done(slot, index);
 			helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_ENDED, false);
 			proc_exit(0);
 		}
@@ -1981,9 +1979,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 		ash_conn_close(incr_conn);
 		incr_conn = NULL;
 		ash_snap_copier_drop_origin(sink_name, index);
-		SpinLockAcquire(&slot->mutex);
-		slot->copiers[index].end = ASH_COPIER_DONE;
-		SpinLockRelease(&slot->mutex);
+		ash_snap_helper_done(slot, index);
 	}
 	PG_CATCH();
 	{

@@ -108,6 +108,7 @@ extern void ash_snap_raise_helper_end(AshCopier *c);
  */
 extern AshPipelineSlot *ash_snap_helper_attach(Datum main_arg, char *sink_name, Oid *dboid);
 extern void ash_snap_helper_connect(Oid dboid, const char *sink_name);
+extern void ash_snap_helper_done(AshPipelineSlot *slot, int index);
 extern AshCheckpointKey *ash_snap_helper_load(const char *sink_name);
 extern bool ash_snap_copier_attach_origin(const char *sink_name, int index);
 extern void ash_snap_copier_drop_origin(const char *sink_name, int index);
