@@ -10,6 +10,7 @@
 #define ASH_CHECKPOINT_H
 
 #include "access/xlogdefs.h"
+#include "nodes/pg_list.h"
 
 /* Identity of the checkpoint row a pipeline writes. */
 typedef struct AshCheckpointKey

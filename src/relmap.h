@@ -9,6 +9,7 @@
 #ifndef ASH_RELMAP_H
 #define ASH_RELMAP_H
 
+#include "access/attnum.h"
 #include "fmgr.h"
 
 #include "change.h"
