@@ -25,7 +25,6 @@ REGRESS_OPTS = --inputdir=test --outputdir=. --temp-instance=test/tmp_instance \
 
 TAP_TESTS = 1
 PROVE_TESTS = $(if $(TAP),$(TAP),test/t/*.pl)
-PROVE_FLAGS = -I test/t
 
 PG_CONFIG ?= pg_config
 PG_CPPFLAGS = -I$(libpq_srcdir) -Isrc -Wall -Wextra -Werror -Wno-unused-parameter \
@@ -36,6 +35,13 @@ EXTRA_CLEAN = test/tmp_instance tmp_check
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Two TAP files at a time (after the include: PGXS resets PROVE_FLAGS).
+# Most of a TAP test's time is spent waiting for its servers, and the suite
+# must end well inside CI's 30 minutes on two cores.  PROVE_JOBS=1 runs
+# them one after the other.
+PROVE_JOBS ?= 2
+PROVE_FLAGS = --timer -j$(PROVE_JOBS)
 
 # PGXS tracks no header dependencies: rebuild every object when any of our
 # headers changes (a stale struct layout is a crash, not a warning).
