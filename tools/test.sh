@@ -3,7 +3,8 @@
 # Run as root on Debian 12:  bash tools/test.sh
 # Environment: TAP="test/t/010_x.pl ..." to run a subset of TAP tests,
 #              REGRESS="a b" for a subset of pg_regress tests,
-#              ASH_LONG=1 for the long fault/fuzz variants.
+#              ASH_LONG=1 for the long fault/fuzz variants,
+#              PROVE_JOBS=N TAP files at a time (2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -49,6 +50,7 @@ regress_args=()
 [ -n "${REGRESS:-}" ] && regress_args+=("REGRESS=$REGRESS")
 tap_args=()
 [ -n "${TAP:-}" ] && tap_args+=("TAP=$TAP")
+[ -n "${PROVE_JOBS:-}" ] && tap_args+=("PROVE_JOBS=$PROVE_JOBS")
 
 set +e
 as_pg make -C "$work" installcheck TAP_TESTS= "${regress_args[@]}" 2>&1 | tee "$log"
