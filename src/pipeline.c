@@ -793,7 +793,8 @@ send_feedback(bool force, bool request_reply)
 		flush = idle_lsn;
 	flushed_remote = flush;
 
-	write = Max(stream.received_lsn, flush);
+	/* received: data, and what the source's keepalives say it has sent */
+	write = Max(Max(stream.received_lsn, idle_lsn), flush);
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.last_received_lsn = write;
@@ -813,6 +814,24 @@ send_feedback(bool force, bool request_reply)
 		!TimestampDifferenceExceeds(stream.last_send_time, now, 10000))
 		return;
 	ash_stream_send_feedback(&stream, write, flush, request_reply);
+}
+
+/*
+ * Before a quiet wait: tell the source what was received since the last
+ * reply.  A logical walsender whose client's write position trails what it
+ * sent sends a keepalive each time it wakes (WalSndWaitForWal), before it
+ * decodes the commit that woke it: on every transaction's path to the
+ * mirror, and a wake-up of this worker for nothing.  Measured on a trickle
+ * of one-row transactions: the keepalive put the walsender's first message
+ * 17-43 us behind native's, and the latency p50 1.04-1.06x native's; with
+ * one reply per quiet moment (as native apply replies) 1.00-1.01x.  A
+ * backlog has no quiet moments, and pays nothing for it.
+ */
+static void
+report_received(void)
+{
+	if (Max(stream.received_lsn, idle_lsn) > stream.last_write_sent)
+		send_feedback(true, false);
 }
 
 /* ---------------------------------------------------------------------
@@ -1520,6 +1539,7 @@ wait_for_stream(TimestampTz now)
 				wait_ms = Min(wait_ms, Max(ACK_FLUSH_INTERVAL_MS - since, 1));
 			}
 		}
+		report_received();
 		(void) ash_stream_wait(&stream, wait_ms);
 	}
 	paced_from = stream.received_bytes;
