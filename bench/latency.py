@@ -94,8 +94,12 @@ SYNC_CONTENDERS = [c.strip() for c in os.environ.get("SYNC_CONTENDERS", "none,as
 SYNC_CLIENTS = [int(c) for c in os.environ.get("SYNC_CLIENTS", "1,8").split(",") if c.strip()]
 SYNC_SECONDS = int(os.environ.get("SYNC_SECONDS", "30"))
 SAMPLE_S = 0.2
+# paired loads: trace each transaction's path for 6 s from the load's 10th second
+# (bench/path_trace.py; perf and root), the analysis into results/<date>-trace-<load>-<rep>.txt
+TRACE = os.environ.get("LAT_TRACE", "0") == "1"
 
 B.OUT = os.path.join(B.RESULTS_DIR, "%s-latency.jsonl" % B.STAMP)
+PATH_TRACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "path_trace.py")
 
 # the mirror: bench.py's 7 columns plus the source's timestamp of the insert
 COLS = B.COLS7 + ", src_ts timestamptz NOT NULL"
@@ -344,6 +348,15 @@ def warm_up(cs, src, dst):
     t0 = time.monotonic()
     for c in cs:
         c.start(src, dst)
+        # paired: the source wakes its walsenders in the order they connected
+        # (WalSndWakeup walks WalSndCtl->walsnds), so the next contender starts
+        # only once this one's walsender streams
+        while len(cs) > 1 and not q1(src, "SELECT active_pid IS NOT NULL FROM pg_replication_slots"
+                                          " WHERE slot_name = %s", (c.slot,)):
+            c.check(dst)
+            if time.monotonic() - t0 > 120:
+                raise B.Failed("%s: no walsender 120 s after the start" % c.slot)
+            time.sleep(0.05)
     # the warm-up row has id 0; the load's ids start at 1
     q(src, "INSERT INTO bench.lat SELECT %s FROM generate_series(0, 0) g"
       % GEN.replace("nextval('bench.lat_seq')", "0"))
@@ -402,6 +415,12 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
         warm = round(warm_up(cs[::-1] if paired and order == 2 else cs, src, dst), 2)
         time.sleep(2)   # let the start-up work (census, first replies) pass
         pids = [c.pid(dst) for c in cs]
+        # the order the source wakes the walsenders in (pg_stat_replication lists them so)
+        wal_order = [a for (a,) in q(src, "SELECT application_name FROM pg_stat_replication")]
+        for r in rs:
+            r["walsender_order"] = wal_order
+        if paired:
+            log("  walsenders, in the order the source wakes them: %s" % ", ".join(wal_order))
         senders = [q1(src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (c.slot,))
                    for c in cs]
         cpu0 = [(proc_cpu(p), proc_cpu(s)) for p, s in zip(pids, senders)]
@@ -428,6 +447,13 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
                     conn.close()
 
         threads = [threading.Thread(target=load, daemon=True) for _ in range(nclients)]
+        if TRACE and paired:
+            trace_dir = os.path.join(B.BASE, "trace-%s-%d" % (name.replace("/", "_"), rep))
+            tracer = threading.Timer(min(10.0, SECONDS / 3), subprocess.run, args=(
+                ["/usr/bin/python3", PATH_TRACE, "record", trace_dir, "6"],),
+                kwargs={"env": dict(os.environ, BENCH_SRC_PORT=str(B.SRC_PORT)), "check": False})
+            tracer.daemon = True
+            tracer.start()
         t_load = time.monotonic()
         for t in threads:
             t.start()
@@ -485,6 +511,16 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
                 next_check = now + 0.5
             time.sleep(POLL_MS / 1000.0)
         caught_up_after = time.monotonic() - t_end
+        if TRACE and paired:
+            tracer.join()
+            analysis = subprocess.run(["/usr/bin/python3", PATH_TRACE, "analyze", trace_dir],
+                                      capture_output=True, text=True)
+            out = os.path.join(B.RESULTS_DIR, "%s-trace-%s-%d.txt" % (B.STAMP, name.replace("/", "_"), rep))
+            with open(out, "w") as fh:
+                fh.write("# %s rep %d, walsenders woken in the order: %s\n%s%s"
+                         % (name, rep, ", ".join(wal_order), analysis.stdout, analysis.stderr))
+            r0["trace"] = os.path.basename(out)
+            subprocess.run(["rm", "-rf", trace_dir])
         pcpu1, dcpu1 = proc_cpu(poll_pid), sum(os.times()[:2])
         pc.close()
         for sm in samplers:
