@@ -282,10 +282,13 @@ settle_gone_workers(TimestampTz now)
 
 		/*
 		 * The worker vanished.  If it did not say it left on purpose it is
-		 * owner_lost: remember that in memory for this generation.
+		 * owner_lost: remember that in memory for this generation.  Not
+		 * while the server shuts down: the postmaster terminates its
+		 * background workers all at once, and this launcher, signalled with
+		 * them, may see the worker gone before it gets to its own exit.
 		 */
 		if (!slot->exit_clean && !slot->stop_requested &&
-			slot->halt_reason[0] == '\0')
+			slot->halt_reason[0] == '\0' && !ShutdownRequestPending)
 		{
 			strlcpy(slot->halt_reason, "owner_lost", ASH_REASON_LEN);
 			strlcpy(slot->halt_class, "halted", sizeof(slot->halt_class));
