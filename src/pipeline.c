@@ -821,11 +821,12 @@ send_feedback(bool force, bool request_reply)
  * reply.  A logical walsender whose client's write position trails what it
  * sent sends a keepalive each time it wakes (WalSndWaitForWal), before it
  * decodes the commit that woke it: on every transaction's path to the
- * mirror, and a wake-up of this worker for nothing.  Measured on a trickle
- * of one-row transactions: the keepalive put the walsender's first message
- * 17-43 us behind native's, and the latency p50 1.04-1.06x native's; with
- * one reply per quiet moment (as native apply replies) 1.00-1.01x.  A
- * backlog has no quiet moments, and pays nothing for it.
+ * mirror, and a wake-up of this worker for nothing.  Traced side by side
+ * with native apply (bench/README.md, "Paired, with each step of the path
+ * traced"): the keepalive put the walsender's first message 13-46 us
+ * (medians) behind native's; with one reply per quiet moment, as native
+ * apply replies, -43 to +3 us.  A backlog has no quiet moments, and pays
+ * nothing for it.
  */
 static void
 report_received(void)
