@@ -61,6 +61,7 @@ import glob
 import math
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -448,7 +449,7 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
 
         threads = [threading.Thread(target=load, daemon=True) for _ in range(nclients)]
         if TRACE and paired:
-            trace_dir = os.path.join(B.BASE, "trace-%s-%d" % (name.replace("/", "_"), rep))
+            trace_dir = os.path.join(B.BASE, "trace-%s-%d" % (w.name, rep))
             tracer = threading.Timer(min(10.0, SECONDS / 3), subprocess.run, args=(
                 ["/usr/bin/python3", PATH_TRACE, "record", trace_dir, "6"],),
                 kwargs={"env": dict(os.environ, BENCH_SRC_PORT=str(B.SRC_PORT)), "check": False})
@@ -515,12 +516,12 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
             tracer.join()
             analysis = subprocess.run(["/usr/bin/python3", PATH_TRACE, "analyze", trace_dir],
                                       capture_output=True, text=True)
-            out = os.path.join(B.RESULTS_DIR, "%s-trace-%s-%d.txt" % (B.STAMP, name.replace("/", "_"), rep))
+            out = os.path.join(B.RESULTS_DIR, "%s-trace-%s-%d.txt" % (B.STAMP, w.name, rep))
             with open(out, "w") as fh:
                 fh.write("# %s rep %d, walsenders woken in the order: %s\n%s%s"
                          % (name, rep, ", ".join(wal_order), analysis.stdout, analysis.stderr))
             r0["trace"] = os.path.basename(out)
-            subprocess.run(["rm", "-rf", trace_dir])
+            shutil.rmtree(trace_dir, ignore_errors=True)
         pcpu1, dcpu1 = proc_cpu(poll_pid), sum(os.times()[:2])
         pc.close()
         for sm in samplers:
