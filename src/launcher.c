@@ -21,7 +21,13 @@
  *
  *	  With no extension installed, or no enabled pipeline, it supervises
  *	  nothing: it logs that once and sleeps.  Errors while reading the
- *	  catalogs are logged (rate-limited by the nap) and never crash-loop.
+ *	  catalogs (a lock held past its lock_timeout among them) are logged
+ *	  once a minute at most, never crash-loop, and change nothing: the
+ *	  running workers go on.
+ *
+ *	  A launcher terminated (pg_terminate_backend) exits with code 1, so the
+ *	  postmaster starts it again; the new one adopts the workers its
+ *	  predecessor left running (see LauncherWorker).
  *	  On 0.4.x catalogs (checkpoints keyed by slot only) it supervises
  *	  nothing either and logs once that they need ALTER EXTENSION ... UPDATE:
  *	  a worker started on them could not tell which source a watermark
@@ -56,14 +62,25 @@
 #include "pipeline.h"
 #include "shmem.h"
 
-/* Launcher-local view of the workers it started. */
+/*
+ * Launcher-local view of the workers it started, and of those it found
+ * running when it started (adopted: a launcher terminated and restarted
+ * leaves the pipeline workers of its predecessor running, without their
+ * handles).
+ */
 typedef struct LauncherWorker
 {
 	BackgroundWorkerHandle *handle;
+	bool		adopted;
 	TimestampTz last_start;
 } LauncherWorker;
 
 static LauncherWorker *workers = NULL;
+
+/* how long the catalog read waits for a lock (lock_timeout) */
+#define LAUNCHER_LOCK_TIMEOUT "1s"
+/* a catalog read failing the same way is logged at most this often */
+#define READ_ERROR_LOG_INTERVAL_MS 60000
 static bool wake_registered = false;
 static bool wake_pending = false;
 
@@ -84,8 +101,12 @@ ash_launcher_register(void)
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	/* a crashed launcher comes back, slowly enough never to flood the log */
-	worker.bgw_restart_time = 30;
+	/*
+	 * A launcher that exits (terminated, or an error it could not handle)
+	 * comes back, as PostgreSQL's own logical replication launcher does;
+	 * the postmaster starts none while the server shuts down.
+	 */
+	worker.bgw_restart_time = 5;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "ash_replicant");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ash_launcher_main");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "ash_replicant launcher");
@@ -145,6 +166,8 @@ ash_launcher_wake_at_commit(void)
 #define PIPES_ABSENT		(-1)
 /* read_enabled_pipelines: the catalogs are 0.4.x's and need an update */
 #define PIPES_UPDATE_NEEDED	(-2)
+/* the catalog read failed: nothing is known, nothing is changed */
+#define PIPES_READ_FAILED	(-3)
 
 /*
  * Read the enabled pipelines into a palloc'd array (in the caller's
@@ -216,6 +239,8 @@ start_worker(int slotno)
 	ash_worker_prepare(&worker, "ash_pipeline_main", "ash_replicant pipeline",
 					   slot->sink_name, slotno, slot->generation);
 
+	workers[slotno].adopted = false;
+	workers[slotno].handle = NULL;
 	if (!RegisterDynamicBackgroundWorker(&worker, &workers[slotno].handle))
 	{
 		ereport(LOG,
@@ -228,14 +253,18 @@ start_worker(int slotno)
 	return true;
 }
 
-/* Is the worker registered for this slot gone? */
+/*
+ * Is the worker of this slot gone?  An adopted worker has no handle: its
+ * exit callback (pipeline_detach) says it left; a worker that dies without
+ * it takes the server through a crash restart, which wipes the slots.
+ */
 static bool
 worker_gone(int slotno)
 {
 	pid_t		pid;
 
 	if (workers[slotno].handle == NULL)
-		return true;
+		return !workers[slotno].adopted || AshShmem->slots[slotno].pid == 0;
 	return GetBackgroundWorkerPid(workers[slotno].handle, &pid) == BGWH_STOPPED;
 }
 
@@ -258,6 +287,14 @@ slot_request_stop(AshPipelineSlot *slot, int slotno)
 	slot->stop_requested = true;
 	if (workers[slotno].handle)
 		TerminateBackgroundWorker(workers[slotno].handle);
+	else if (workers[slotno].adopted && slot->pid != 0)
+	{
+		/*
+		 * Under the lock a worker clears its pid before it exits, so this
+		 * pid is that worker's.
+		 */
+		(void) kill(slot->pid, SIGTERM);
+	}
 }
 
 /*
@@ -276,7 +313,7 @@ settle_gone_workers(TimestampTz now)
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
-		if (workers[i].handle == NULL ||
+		if ((workers[i].handle == NULL && !workers[i].adopted) ||
 			(slot->state != ASH_SLOT_EXITED && !worker_gone(i)))
 			continue;
 
@@ -301,6 +338,7 @@ settle_gone_workers(TimestampTz now)
 		slot->state = ASH_SLOT_EXITED;
 		slot->pid = 0;
 		workers[i].handle = NULL;
+		workers[i].adopted = false;
 	}
 }
 
@@ -435,10 +473,12 @@ ash_launcher_main(Datum main_arg)
 	volatile bool logged_idle = false;
 	volatile bool logged_absent = false;
 	volatile bool logged_update = false;
+	volatile int last_read_error = 0;
+	volatile TimestampTz last_read_error_logged = 0;
 	MemoryContext loop_cxt;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	/* a shutdown request is serviced at the top of the loop: clean exit */
+	/* a shutdown request is serviced at the top of the loop */
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 
@@ -446,6 +486,14 @@ ash_launcher_main(Datum main_arg)
 		ereport(FATAL, (errmsg("ash_replicant launcher: shared memory not initialised")));
 
 	BackgroundWorkerInitializeConnection(ash_database, NULL, 0);
+
+	/*
+	 * The catalog read waits for a lock at most this long, then the loop
+	 * goes round: a lock held by a prepared transaction (never released by
+	 * a shutdown) or a long VACUUM FULL would otherwise keep the launcher
+	 * from its shutdown request and from its supervision.
+	 */
+	SetConfigOption("lock_timeout", LAUNCHER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 
 	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
 	if (AshShmem->launcher_pid != 0)
@@ -456,19 +504,27 @@ ash_launcher_main(Datum main_arg)
 	}
 	AshShmem->launcher_pid = MyProcPid;
 	AshShmem->launcher_latch = &MyProc->procLatch;
-	/* slots outlive a launcher restart only as memory of halts */
+
+	/*
+	 * Slots outlive a launcher restart as memory of halts, and with the
+	 * workers a terminated launcher left running: those are adopted (asked
+	 * to stop by their pid, known gone by their exit callback).  A worker
+	 * registered but not yet attached finds its slot taken back and leaves;
+	 * it is started again.
+	 */
+	workers = MemoryContextAllocZero(TopMemoryContext,
+									 sizeof(LauncherWorker) * AshShmem->nslots);
 	for (int i = 0; i < AshShmem->nslots; i++)
 	{
 		AshPipelineSlot *slot = &AshShmem->slots[i];
 
 		if (slot->in_use && slot->state != ASH_SLOT_EXITED && slot->pid == 0)
 			slot->state = ASH_SLOT_EXITED;
+		workers[i].adopted = slot->in_use && slot->state == ASH_SLOT_RUNNING &&
+			slot->pid != 0;
 	}
 	LWLockRelease(AshShmem->lock);
 	before_shmem_exit(launcher_on_exit, (Datum) 0);
-
-	workers = MemoryContextAllocZero(TopMemoryContext,
-									 sizeof(LauncherWorker) * AshShmem->nslots);
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant launcher loop",
 									 ALLOCSET_DEFAULT_SIZES);
 
@@ -481,8 +537,13 @@ ash_launcher_main(Datum main_arg)
 		MemoryContext old;
 
 		CHECK_FOR_INTERRUPTS();
+
+		/*
+		 * Exit code 1: the postmaster starts a terminated launcher again
+		 * (bgw_restart_time), never one stopped by its shutdown.
+		 */
 		if (ShutdownRequestPending)
-			proc_exit(0);
+			proc_exit(1);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
@@ -506,7 +567,7 @@ ash_launcher_main(Datum main_arg)
 			FlushErrorState();
 			AbortCurrentTransaction();
 			MemoryContextSwitchTo(loop_cxt);
-			npipes = 0;
+			npipes = PIPES_READ_FAILED;
 			pipes = NULL;
 
 			/*
@@ -517,10 +578,17 @@ ash_launcher_main(Datum main_arg)
 				edata->sqlerrcode == ERRCODE_INVALID_SCHEMA_NAME ||
 				edata->sqlerrcode == ERRCODE_UNDEFINED_OBJECT)
 				npipes = PIPES_ABSENT;
-			else
+			else if (edata->sqlerrcode != last_read_error ||
+					 TimestampDifferenceExceeds(last_read_error_logged, GetCurrentTimestamp(),
+												READ_ERROR_LOG_INTERVAL_MS))
+			{
+				/* a lock held for minutes says so once a minute, not per try */
 				ereport(LOG,
 						(errmsg("ash_replicant launcher: could not read the pipelines (sqlstate %s); retrying",
 								unpack_sql_state(edata->sqlerrcode))));
+				last_read_error = edata->sqlerrcode;
+				last_read_error_logged = GetCurrentTimestamp();
+			}
 			FreeErrorData(edata);
 		}
 		PG_END_TRY();
@@ -548,6 +616,25 @@ ash_launcher_main(Datum main_arg)
 		else
 			logged_update = false;
 
+		/*
+		 * A failed read knows nothing of which pipelines are enabled: the
+		 * running ones are left alone (reconciling with none would stop
+		 * them all), gone workers are still settled.
+		 */
+		if (npipes != PIPES_READ_FAILED)
+			last_read_error = 0;
+		if (npipes == PIPES_READ_FAILED)
+		{
+			LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+			settle_gone_workers(GetCurrentTimestamp());
+			LWLockRelease(AshShmem->lock);
+			MemoryContextSwitchTo(old);
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(ash_naptime_ms, ash_reconnect_min_ms), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			continue;
+		}
 		if (npipes < 0)
 			npipes = 0;
 
