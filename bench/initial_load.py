@@ -56,6 +56,8 @@ TARGETS = {"L1": 1.0, "L8": 1.3}
 COPIER_GUCS = {g: os.environ.get(e) or os.environ.get("COPIERS")
                for g, e in (("ash_replicant.snapshot_workers", "ASH_COPIERS"),
                             ("max_sync_workers_per_subscription", "NATIVE_COPIERS"))}
+# rows per incremental chunk (chunk_rows) for ash_incr; unset: the product's default (1000)
+INCR_CHUNK_ROWS = os.environ.get("INCR_CHUNK_ROWS")
 
 
 class LoadWorkload(B.Workload):
@@ -262,7 +264,9 @@ class AshIncrLoad(AshLoad):
             self.map_table(dst, t, schema, table, {"snapshot_provenance": True})
         q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, publication => %s,"
                " source_system_identifier => %s, source_database => 'postgres',"
-               " go_forward_only => false, snapshot => %s)",
+               " go_forward_only => false, snapshot => %s"
+               + (", chunk_rows => %d" % int(INCR_CHUNK_ROWS)
+                  if INCR_CHUNK_ROWS and self.snapshot == "incremental" else "") + ")",
           (self.slot, B.SRC_DSN, self.w.pub, sysid, self.snapshot))
 
 
@@ -397,6 +401,8 @@ def run_load(wn, rep):
              "loadavg_1m": os.getloadavg()[0], "scale": B.SCALE, "rows": w.rows, "tables": len(w.tables),
              "heap_bytes": size[0], "total_bytes": size[1],
              "copiers": int(copiers[1] if isinstance(c, NativeLoad) else copiers[0])}
+        if c.variant == "incremental":
+            r["chunk_rows"] = int(INCR_CHUNK_ROWS or 1000)
 
         def body():
             w.fresh_dest(dst)   # before prepare: ash_replicant maps the tables by their oid
