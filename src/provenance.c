@@ -47,6 +47,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -464,12 +465,16 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 }
 
 /*
- * The bytes the send function of an integer-like built-in type writes for
- * d (pq_sendint16/32/64: big-endian), put here without the StringInfo and
- * bytea a send call makes per value; false for any other send function.
+ * The bytes the send function of one of the commonest built-in types
+ * writes for d, put here without the StringInfo and bytea a send call
+ * makes per value; false for any other send function.  Integer-like
+ * types: pq_sendint16/32/64, big-endian.  text, varchar and bpchar:
+ * pq_sendtext, the value's bytes unconverted when the client encoding is
+ * the database's or SQL_ASCII (a background worker's; pg_server_to_any);
+ * bytea: its bytes.
  */
 static bool
-put_int_send(StringInfo buf, Oid sendfn, Datum d)
+put_send_fast(StringInfo buf, Oid sendfn, Datum d)
 {
 	uint64		v;
 	int			len;
@@ -477,6 +482,23 @@ put_int_send(StringInfo buf, Oid sendfn, Datum d)
 
 	switch (sendfn)
 	{
+		case F_TEXTSEND:
+		case F_VARCHARSEND:
+		case F_BPCHARSEND:
+			{
+				int			enc = pg_get_client_encoding();
+
+				if (enc != GetDatabaseEncoding() && enc != PG_SQL_ASCII)
+					return false;
+			}
+			/* FALLTHROUGH */
+		case F_BYTEASEND:
+			{
+				struct varlena *t = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
+
+				put_bytes(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+				return true;
+			}
 		case F_INT2SEND:
 			v = (uint16) DatumGetInt16(d);
 			len = 2;
@@ -528,7 +550,7 @@ fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
 		else
 		{
 			appendStringInfoChar(&buf, 'V');
-			if (!put_int_send(&buf, pt->send[c].fn_oid, row->values[c]))
+			if (!put_send_fast(&buf, pt->send[c].fn_oid, row->values[c]))
 			{
 				bytea	   *b = SendFunctionCall(&pt->send[c], row->values[c]);
 

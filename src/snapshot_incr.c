@@ -580,38 +580,45 @@ integer_key_value(PGresult *res, int row, int col, Oid type, int64 *v)
 }
 
 /*
- * The read of a chunk: one statement, so one snapshot and one round trip:
- * the snapshot, the end of the source's WAL read after it (every
- * transaction the snapshot shows committed below that position), then the
- * chunk -- the next chunk_rows rows in primary-key order above the cursor
- * ($1..$n; none for a table's first chunk).  In binary when every type is
- * built in, as v1 reads (its send format is known here); then the key
- * follows in its text form, the cursor's, as the source's output function
- * writes it -- except for an integer key (integer_key), whose text the
- * worker writes, and whose rows need no order: the inner ORDER BY ... LIMIT
- * picks the chunk, its largest key is the cursor.  Otherwise the rows come
- * in key order, the last one's key the cursor.  An empty chunk is one row
- * without a key.
+ * The read of a chunk: one statement, so one snapshot and one round trip.
+ * Its first branch is one header row: the snapshot, the end of the
+ * source's WAL read after it (every transaction the snapshot shows
+ * committed below that position) and the WAL block size, its other
+ * columns NULL; the second is the chunk -- the next chunk_rows rows in
+ * primary-key order above the cursor ($1..$n; none for a table's first
+ * chunk) -- with NULL in the header's columns (a NULL costs a row four
+ * bytes and no send function; the snapshot's text repeated in every row
+ * cost the source a third more send calls on a table of nine columns).
+ * UNION ALL gives each NULL the type of the other branch's column.
+ *
+ * In binary when every type is built in, as v1 reads (its send format is
+ * known here); then the key follows in its text form, the cursor's, as
+ * the source's output function writes it -- except for an integer key
+ * (integer_key), whose text the worker writes, and whose rows need no
+ * order: the inner ORDER BY ... LIMIT picks the chunk, its largest key is
+ * the cursor, and the header is found by its snapshot (chunk_read).
+ * Otherwise the header comes first and the rows after it in key order,
+ * the last one's key the cursor.
  */
 static char *
 chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool binary)
 {
 	StringInfoData sql;
 	bool		intkey = binary && integer_key(k);
+	int			nkeytext = binary && !intkey ? k->nkeys : 0;
 
 	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT s.snap, s.lsn, s.blk");
-	for (int i = 0; i < rel->natts; i++)
-		appendStringInfo(&sql, ", c.%s", quote_identifier(rel->cols[i].name));
-	for (int i = 0; binary && !intkey && i < k->nkeys; i++)
-		appendStringInfo(&sql, ", pg_catalog.format('%%s', c.%s)", quote_identifier(k->names[i]));
 	appendStringInfoString(&sql,
-						   " FROM (SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text AS snap,"
-						   " pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text AS lsn,"
-						   " pg_catalog.current_setting('wal_block_size') AS blk) AS s"
-						   " LEFT JOIN (SELECT ");
+						   "SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text,"
+						   " pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text,"
+						   " pg_catalog.current_setting('wal_block_size')");
+	for (int i = 0; i < rel->natts + nkeytext; i++)
+		appendStringInfoString(&sql, ", NULL");
+	appendStringInfoString(&sql, " UNION ALL (SELECT NULL, NULL, NULL");
 	for (int i = 0; i < rel->natts; i++)
-		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(rel->cols[i].name));
+		appendStringInfo(&sql, ", %s", quote_identifier(rel->cols[i].name));
+	for (int i = 0; i < nkeytext; i++)
+		appendStringInfo(&sql, ", pg_catalog.format('%%s', %s)", quote_identifier(k->names[i]));
 	appendStringInfo(&sql, " FROM ONLY %s", quote_qualified_identifier(k->nspname, k->relname));
 	if (after_cursor)
 	{
@@ -626,12 +633,16 @@ chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool bina
 	appendStringInfoString(&sql, " ORDER BY ");
 	for (int i = 0; i < k->nkeys; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(k->names[i]));
-	appendStringInfo(&sql, " LIMIT %d) AS c ON true", ash_snap_cfg->chunk_rows);
+	appendStringInfo(&sql, " LIMIT %d)", ash_snap_cfg->chunk_rows);
 	if (intkey)
 		return sql.data;
-	appendStringInfoString(&sql, " ORDER BY ");
+
+	/* the header (the only row with a snapshot) first, then by key */
+	appendStringInfoString(&sql, " ORDER BY 1 NULLS LAST");
 	for (int i = 0; i < k->nkeys; i++)
-		appendStringInfo(&sql, "%sc.%s", i ? ", " : "", quote_identifier(k->names[i]));
+		for (int j = 0; j < rel->natts; j++)
+			if (strcmp(rel->cols[j].name, k->names[i]) == 0)
+				appendStringInfo(&sql, ", %d", 4 + j);
 	return sql.data;
 }
 
@@ -725,9 +736,10 @@ typedef struct IncrChunk
 	bool		intkey;
 	bool		ahead;			/* its read had been sent ahead */
 	PGresult   *res;
+	int			header;			/* the row of res with the snapshot */
 	AshIncrSnapshot snap;
 	XLogRecPtr	high_lsn;
-	int			nrows;
+	int			nrows;			/* the others: the chunk's rows */
 	bool		done;			/* the table's last chunk */
 	char	  **hi;				/* its largest key (NULL with done) */
 	int64		chunk_no;
@@ -793,6 +805,7 @@ chunk_read(IncrChunk *c, bool may_ahead)
 {
 	PGresult   *res;
 	uint64		blcksz;
+	int			h;
 
 	c->ahead = may_ahead && ahead_matches(c->k, c->cursor);
 	if (!c->ahead)
@@ -807,9 +820,24 @@ chunk_read(IncrChunk *c, bool may_ahead)
 		ash_conn_report_result(res, "incremental snapshot chunk");
 	c->res = res;
 
+	/* the header: first, or anywhere among an integer key's rows */
+	c->header = -1;
+	for (int r = 0; r < (c->intkey ? PQntuples(res) : 1); r++)
+		if (!PQgetisnull(res, r, 0))
+		{
+			if (c->header >= 0)
+				c->header = -2;
+			else if (c->header == -1)
+				c->header = r;
+		}
+	if (c->header < 0)
+		ash_halt("protocol_violation", "a chunk of %s lacks its snapshot",
+				 quote_qualified_identifier(c->nspname, c->relname));
+	h = c->header;
+
 	/* text values (in binary: their bytes), never a NUL inside */
-	parse_snapshot(pnstrdup(PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0)), &c->snap);
-	c->high_lsn = ash_snap_parse_lsn(pnstrdup(PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1)));
+	parse_snapshot(pnstrdup(PQgetvalue(res, h, 0), PQgetlength(res, h, 0)), &c->snap);
+	c->high_lsn = ash_snap_parse_lsn(pnstrdup(PQgetvalue(res, h, 1), PQgetlength(res, h, 1)));
 
 	/*
 	 * At a page boundary the insert position points past the next page's
@@ -817,7 +845,7 @@ chunk_read(IncrChunk *c, bool may_ahead)
 	 * never passes on a quiet source): every record inserted ends at or
 	 * before the boundary.
 	 */
-	blcksz = strtoull(pnstrdup(PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2)), NULL, 10);
+	blcksz = strtoull(pnstrdup(PQgetvalue(res, h, 2), PQgetlength(res, h, 2)), NULL, 10);
 	if (blcksz > 0 && c->high_lsn % blcksz <= SizeOfXLogLongPHD)
 		c->high_lsn -= c->high_lsn % blcksz;
 }
@@ -847,9 +875,8 @@ chunk_bounds(IncrChunk *c)
 	int		   *keytext = palloc(sizeof(int) * k->nkeys);
 
 	/*
-	 * Where each key column is: its value (NULL only in the row of an empty
-	 * chunk), and its text form (in binary, format() after the values: an
-	 * empty string for NULL).
+	 * Where each key column is: its value, and its text form (in binary,
+	 * format() after the values).
 	 */
 	for (int i = 0; i < k->nkeys; i++)
 	{
@@ -864,7 +891,7 @@ chunk_bounds(IncrChunk *c)
 		keycol[i] = 3 + col;
 		keytext[i] = c->binary && !c->intkey ? 3 + c->rel.natts + i : 3 + col;
 	}
-	c->nrows = PQgetisnull(res, 0, keycol[0]) ? 0 : PQntuples(res);
+	c->nrows = PQntuples(res) - 1;
 	c->done = c->nrows < ash_snap_cfg->chunk_rows;
 	if (!c->done && c->intkey)
 	{
@@ -872,18 +899,23 @@ chunk_bounds(IncrChunk *c)
 		int64	   *best = palloc(sizeof(int64) * k->nkeys);
 		int64	   *cur = palloc(sizeof(int64) * k->nkeys);
 
-		for (int r = 0; r < c->nrows; r++)
+		bool		first = true;
+
+		for (int r = 0; r < PQntuples(res); r++)
 		{
 			int			cmp = 0;
 
+			if (r == c->header)
+				continue;
 			for (int i = 0; i < k->nkeys; i++)
 				if (!integer_key_value(res, r, keycol[i], k->types[i], &cur[i]))
 					ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
 							 quote_qualified_identifier(c->nspname, c->relname));
-			for (int i = 0; r > 0 && cmp == 0 && i < k->nkeys; i++)
+			for (int i = 0; !first && cmp == 0 && i < k->nkeys; i++)
 				cmp = cur[i] > best[i] ? 1 : cur[i] < best[i] ? -1 : 0;
-			if (r == 0 || cmp > 0)
+			if (first || cmp > 0)
 				memcpy(best, cur, sizeof(int64) * k->nkeys);
+			first = false;
 		}
 		c->hi = palloc(sizeof(char *) * k->nkeys);
 		for (int i = 0; i < k->nkeys; i++)
@@ -894,12 +926,13 @@ chunk_bounds(IncrChunk *c)
 		c->hi = palloc(sizeof(char *) * k->nkeys);
 		for (int i = 0; i < k->nkeys; i++)
 		{
-			if (PQgetisnull(res, c->nrows - 1, keycol[i]) ||
-				PQgetisnull(res, c->nrows - 1, keytext[i]))
+			/* the header first, the rows after it (chunk_read) */
+			if (PQgetisnull(res, c->nrows, keycol[i]) ||
+				PQgetisnull(res, c->nrows, keytext[i]))
 				ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
 						 quote_qualified_identifier(c->nspname, c->relname));
-			c->hi[i] = pnstrdup(PQgetvalue(res, c->nrows - 1, keytext[i]),
-								PQgetlength(res, c->nrows - 1, keytext[i]));
+			c->hi[i] = pnstrdup(PQgetvalue(res, c->nrows, keytext[i]),
+								PQgetlength(res, c->nrows, keytext[i]));
 		}
 	}
 	c->chunk_no = c->st->chunks + 1;
@@ -967,8 +1000,10 @@ chunk_write(IncrChunk *c, bool worker)
 	change.u.insert.relid = c->rel.relid;
 	change.u.insert.newtup.natts = c->rel.natts;
 	change.u.insert.newtup.cols = palloc0(sizeof(AshColumnValue) * Max(c->rel.natts, 1));
-	for (int r = 0; r < c->nrows; r++)
+	for (int r = 0; r < PQntuples(c->res); r++)
 	{
+		if (r == c->header)
+			continue;
 		for (int col = 0; col < c->rel.natts; col++)
 		{
 			AshColumnValue *v = &change.u.insert.newtup.cols[col];
