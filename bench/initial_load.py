@@ -58,6 +58,9 @@ COPIER_GUCS = {g: os.environ.get(e) or os.environ.get("COPIERS")
                             ("max_sync_workers_per_subscription", "NATIVE_COPIERS"))}
 # rows per incremental chunk (chunk_rows) for ash_incr; unset: the product's default (1000)
 INCR_CHUNK_ROWS = os.environ.get("INCR_CHUNK_ROWS")
+# rounds of every contender on one fill of the source, in alternating order (forward,
+# then reversed, ...): paired runs for ratios on a machine whose speed drifts by 20 %
+LOAD_ROUNDS = int(os.environ.get("LOAD_ROUNDS", "1"))
 
 
 class LoadWorkload(B.Workload):
@@ -396,8 +399,30 @@ def run_load(wn, rep):
         time.sleep(1)   # the reload reaches the backends asynchronously
     copiers = [q1(dst, "SELECT current_setting(%s)", (g,))
                for g in ("ash_replicant.snapshot_workers", "max_sync_workers_per_subscription")]
-    for c in make_load_contenders(w, rep):
-        r = {"type": "result", "workload": wn, "contender": c.name, "variant": c.variant, "rep": rep,
+    for rnd in range(1, LOAD_ROUNDS + 1):
+        # a round's own slot and sink names: a dropped sink's checkpoint is kept
+        # (docs/sql-api-sinks.md), and a later sink of the same slot name binds to it
+        contenders = make_load_contenders(w, rep if LOAD_ROUNDS == 1 else rep * 100 + rnd)
+        if rnd % 2 == 0:
+            contenders.reverse()
+        rs, src, dst = run_round(wn, w, rep, rnd, contenders, src, dst, size, src_hash, copiers)
+        results += rs
+    for r in results:
+        B.emit(r)
+        B.ALL.append(r)
+    q(src, "DROP PUBLICATION IF EXISTS %s" % w.pub)
+    for t in w.tables:
+        q(src, "DROP TABLE IF EXISTS %s" % t)
+        q(dst, "DROP TABLE IF EXISTS %s" % t)
+    src.close()
+    dst.close()
+
+
+def run_round(wn, w, rep, rnd, contenders, src, dst, size, src_hash, copiers):
+    """One round: each contender copies the filled source once; ratios within the round."""
+    results = []
+    for c in contenders:
+        r = {"type": "result", "workload": wn, "contender": c.name, "variant": c.variant, "rep": rep, "round": rnd,
              "loadavg_1m": os.getloadavg()[0], "scale": B.SCALE, "rows": w.rows, "tables": len(w.tables),
              "heap_bytes": size[0], "total_bytes": size[1],
              "copiers": int(copiers[1] if isinstance(c, NativeLoad) else copiers[0])}
@@ -427,7 +452,7 @@ def run_load(wn, rep):
             if bad:
                 r["note"] = "content differs: " + ", ".join("%s (%s rows, source %s)" % (t, h[t][0], src_hash[t][0])
                                                            for t in bad)
-        B.guarded(r, "%s-%s-%s" % (wn, c.short, rep), body)
+        B.guarded(r, "%s-%s-%s" % (wn, c.short, rep if LOAD_ROUNDS == 1 else "%s.%s" % (rep, rnd)), body)
         src, dst = B.cleanup_contender(c, src, dst)
         results.append(r)
         log("  %-18s %s" % (c.label() + (" x%d" % r["copiers"] if len(w.tables) > 1 else ""), ("%.2fs  %.0f rows/s  cpu s: host %s source %s dest %s  VmHWM kB: worker %s"
@@ -436,30 +461,25 @@ def run_load(wn, rep):
                                             r.get("dest_cpu_s"), r.get("peak_rss_kb"), r.get("sync_peak_rss_kb"),
                                             r["status"]))
                                         if "seconds" in r else "%s: %s" % (r["status"], r.get("note"))))
-    ok = {x["contender"]: x for x in results if x["status"] == "ok"}
+    ok = {(x["contender"], x.get("variant")): x for x in results if x["status"] == "ok"}
     for r in results:
         if r["status"] == "ok":
             for name, key in (("native", "vs_native"), ("pglogical", "vs_pglogical")):
-                if name in ok:
-                    r[key] = ok[name]["seconds"] / r["seconds"]
-        if r["contender"] == "ash_replicant":
+                if (name, None) in ok:
+                    r[key] = ok[(name, None)]["seconds"] / r["seconds"]
+            # a variant's seconds over v1's in the same round (incremental within 2x of v1)
+            if r.get("variant") and ("ash_replicant", None) in ok:
+                r["vs_v1"] = r["seconds"] / ok[("ash_replicant", None)]["seconds"]
+        if r["contender"] == "ash_replicant" and r.get("variant") is None:
             r["target_vs_native"] = TARGETS[wn]
             r["target_met"] = r["vs_native"] >= TARGETS[wn] if "vs_native" in r else None
-    for r in results:
-        B.emit(r)
-        B.ALL.append(r)
-    q(src, "DROP PUBLICATION IF EXISTS %s" % w.pub)
-    for t in w.tables:
-        q(src, "DROP TABLE IF EXISTS %s" % t)
-        q(dst, "DROP TABLE IF EXISTS %s" % t)
-    src.close()
-    dst.close()
+    return results, src, dst
 
 
 def fmt_loads(rows):
     """The initial-load table: medians over repetitions (per-run seconds listed when more than one)."""
     hdr = ["workload", "contender", "runs ok", "seconds", "per run", "copied at s", "rows/s", "MB/s", "vs native",
-           "vs pglogical",
+           "vs pglogical", "vs v1",
            "target", "host cpu s", "source cpu s", "dest cpu s", "dest WAL MB", "worker VmHWM MB", "worker anon MB", "sync VmHWM MB",
            "status"]
     keys = []
@@ -485,12 +505,13 @@ def fmt_loads(rows):
         lines.append([k[0], k[1] + ("(%s)" % k[2] if k[2] else ""), "%d/%d" % (len(ok), len(rs)), med("seconds", "%.2f"),
                       ", ".join("%.2f" % r["seconds"] for r in ok) if len(ok) > 1 else "-", med("copied_s", "%.2f"),
                       med("rows_per_s", "%.0f"), med("mb_per_s", "%.1f"), med("vs_native", "%.2f"),
-                      med("vs_pglogical", "%.2f"), target, med("host_cpu_s", "%.1f"), med("source_cpu_s", "%.1f"),
+                      med("vs_pglogical", "%.2f"), med("vs_v1", "%.2f"), target, med("host_cpu_s", "%.1f"), med("source_cpu_s", "%.1f"),
                       med("dest_cpu_s", "%.1f"), med("dest_wal_bytes", "%.0f", 1e6),
                       med("peak_rss_kb", "%.0f", 1024), med("peak_anon_kb", "%.1f", 1024),
                       med("sync_peak_rss_kb", "%.0f", 1024), status])
     return ("Initial load (rows already in the source): seconds from the start call until every table is synchronized;"
             " vs native = native seconds / seconds, vs pglogical = pglogical seconds / seconds (>1: faster);"
+            " vs v1 = seconds / v1's seconds of the same round (a variant's cost, >1: slower);"
             " target = ash_replicant vs native, printed, not asserted; copied at s (native) = every table copied,"
             " before the apply worker marks them ready; MB/s = source heap MB / seconds; source cpu s = the source's"
             " backends and walsenders serving the contender, dest cpu s = its destination processes\n" + B.table(hdr, lines))
