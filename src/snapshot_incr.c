@@ -898,7 +898,6 @@ chunk_bounds(IncrChunk *c)
 		/* the largest key of the chunk, its rows in no particular order */
 		int64	   *best = palloc(sizeof(int64) * k->nkeys);
 		int64	   *cur = palloc(sizeof(int64) * k->nkeys);
-
 		bool		first = true;
 
 		for (int r = 0; r < PQntuples(res); r++)
