@@ -48,12 +48,14 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/pidfile.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -298,6 +300,36 @@ slot_request_stop(AshPipelineSlot *slot, int slotno)
 }
 
 /*
+ * Is the server shutting down?  This launcher's own SIGTERM says so, and
+ * before it, postmaster.pid: the postmaster writes "stopping" there before
+ * it signals its children, one after the other -- a postmaster preempted
+ * between two of them (a busy machine) let the worker die and this
+ * launcher, woken by a lock its terminated holder released, see it gone
+ * before its own signal came.  Read only when a worker is gone unsaid.
+ */
+static bool
+server_stopping(void)
+{
+	FILE	   *f;
+	char		line[MAXPGPATH];
+	bool		stopping = false;
+
+	if (ShutdownRequestPending)
+		return true;
+	f = AllocateFile("postmaster.pid", "r");	/* in the data directory */
+	if (f == NULL)
+		return false;
+	for (int n = 1; fgets(line, sizeof(line), f) != NULL; n++)
+		if (n == LOCK_FILE_LINE_PM_STATUS)
+		{
+			stopping = strncmp(line, PM_STATUS_STOPPING, strlen(PM_STATUS_STOPPING)) == 0;
+			break;
+		}
+	FreeFile(f);
+	return stopping;
+}
+
+/*
  * First pass: settle slots of this database whose worker is gone.  A worker
  * that detached (its exit callback marks the slot EXITED) is settled now,
  * even before the postmaster has reaped it: otherwise the second pass would
@@ -325,7 +357,7 @@ settle_gone_workers(TimestampTz now)
 		 * them, may see the worker gone before it gets to its own exit.
 		 */
 		if (!slot->exit_clean && !slot->stop_requested &&
-			slot->halt_reason[0] == '\0' && !ShutdownRequestPending)
+			slot->halt_reason[0] == '\0' && !server_stopping())
 		{
 			strlcpy(slot->halt_reason, "owner_lost", ASH_REASON_LEN);
 			strlcpy(slot->halt_class, "halted", sizeof(slot->halt_class));
