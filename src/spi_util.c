@@ -148,7 +148,9 @@ ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
 }
 
 /*
- * Mirrored writes commit asynchronously (feedback waits for the local
+ * A worker's process settings (the pipeline worker's and its snapshot
+ * helpers'): freed memory is kept for the next transaction (below); mirrored
+ * writes commit asynchronously (feedback waits for the local
  * flush), fire ordinary triggers as the origin, and never JIT-compile: a
  * worker's statements are short and its catalog queries (the census's
  * contract recheck) cost more than jit_above_cost, and compiling one took
