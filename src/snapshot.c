@@ -216,7 +216,7 @@ ash_snap_read_attempt(void)
 	}
 
 	n = ash_snap_key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn,"
-						  "       chunks_copied, chunk_cursor"
+						  "       chunks_copied, chunk_cursor, target"
 						  "  FROM ash_replicant.snapshot_tables"
 						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 						  " ORDER BY source_schema, source_table",
@@ -249,6 +249,8 @@ ash_snap_read_attempt(void)
 			foreach(kc, l)
 				t->cursor[i++] = lfirst(kc);
 		}
+		d = SPI_getbinval(tup, desc, 9, &isnull);
+		t->target = isnull ? InvalidOid : DatumGetObjectId(d);
 		if (t->copied && XLogRecPtrIsInvalid(t->lsn))
 			ash_halt("snapshot_state_invalid", "copied table %s lacks its snapshot position",
 					 quote_qualified_identifier(t->nspname, t->relname));
@@ -308,20 +310,71 @@ ash_snap_find_table(List *tables, const char *nspname, const char *relname)
 static void
 insert_pending(SnapTable *t)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
-	Datum		values[3];
-	char		nulls[3] = "  ";
+	Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, REGCLASSOID};
+	Datum		values[4];
+	char		nulls[4] = "   ";
 
 	values[0] = CStringGetTextDatum(t->nspname);
 	values[1] = CStringGetTextDatum(t->relname);
 	values[2] = Int64GetDatum(t->estimate);
 	if (!t->has_estimate)
 		nulls[2] = 'n';
+	values[3] = ObjectIdGetDatum(t->target);
+	if (!OidIsValid(t->target))
+		nulls[3] = 'n';
 	(void) ash_snap_key_exec("INSERT INTO ash_replicant.snapshot_tables"
 							 " (source_system_id, source_database, slot_name, source_schema, source_table,"
-							 "  state, rows_estimate)"
-							 " VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
-							 3, types, values, nulls, SPI_OK_INSERT);
+							 "  state, rows_estimate, target)"
+							 " VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)",
+							 4, types, values, nulls, SPI_OK_INSERT);
+}
+
+/* The table the mapping of nspname.relname writes to now (Invalid: none). */
+static Oid
+mapped_target(const char *nspname, const char *relname)
+{
+	AshMapping *m = ash_config_find_mapping(ash_snap_cfg, nspname, relname);
+
+	return m != NULL ? m->target_relid : InvalidOid;
+}
+
+/*
+ * Is the attempt's row of a table (known) about the table its mapping
+ * writes to now (target)?  A row listed before 1.4.0 names none: it takes
+ * the current one (as 1.3.0 assumed).  Otherwise a different table -- the target dropped and
+ * re-created, the mapping re-pointed, a sink re-created over the kept
+ * checkpoint -- holds none of the copy: the row is deleted (its windows
+ * with it) and the caller lists the table again, to be copied anew.
+ */
+static bool
+known_target_kept(SnapTable *known, Oid target)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, REGCLASSOID};
+	Datum		values[3];
+
+	if (known->target == target || !OidIsValid(target))
+		return true;
+	values[0] = CStringGetTextDatum(known->nspname);
+	values[1] = CStringGetTextDatum(known->relname);
+	values[2] = ObjectIdGetDatum(target);
+	if (!OidIsValid(known->target))
+	{
+		(void) ash_snap_key_exec("UPDATE ash_replicant.snapshot_tables SET target = $6"
+								 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+								 "   AND source_schema = $4 AND source_table = $5",
+								 3, types, values, NULL, SPI_OK_UPDATE);
+		known->target = target;
+		return true;
+	}
+	(void) ash_snap_key_exec("DELETE FROM ash_replicant.snapshot_tables"
+							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							 "   AND source_schema = $4 AND source_table = $5",
+							 2, types, values, NULL, SPI_OK_DELETE);
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.target_replaced sink=%s table=%s",
+					ash_snap_cfg->sink_name, quote_qualified_identifier(known->nspname, known->relname)),
+			 errdetail("The table was copied into another target; it is copied again into the one mapped now.")));
+	return false;
 }
 
 /*
@@ -1053,8 +1106,13 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		SnapTable  *t = lfirst(lc);
 		SnapTable  *known = ash_snap_find_table(a->tables, t->nspname, t->relname);
 
+		t->target = mapped_target(t->nspname, t->relname);
 		if (known != NULL)
-			continue;
+		{
+			if (known_target_kept(known, t->target))
+				continue;
+			a->tables = list_delete_ptr(a->tables, known);
+		}
 		insert_pending(t);
 		a->tables = lappend(a->tables, t);
 		added++;

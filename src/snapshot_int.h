@@ -40,6 +40,8 @@ typedef struct SnapTable
 	XLogRecPtr	lsn;			/* copied: its snapshot's position */
 	int64		chunks;			/* incremental: chunks committed */
 	char	  **cursor;			/* incremental: key of the last row copied */
+	Oid			target;			/* the table it is copied into (Invalid:
+								 * listed before 1.4.0, not recorded) */
 } SnapTable;
 
 /* The attempt as recorded on the checkpoint. */
