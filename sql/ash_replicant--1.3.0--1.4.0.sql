@@ -15,3 +15,28 @@
  * the first start after the update records the target mapped then.
  */
 ALTER TABLE ash_replicant.snapshot_tables ADD COLUMN target regclass;
+
+-- stat_snapshot_tables shows it, after the columns it had
+DROP VIEW ash_replicant.stat_snapshot_tables;
+DROP FUNCTION ash_replicant._stat_snapshot_tables();
+CREATE FUNCTION ash_replicant._stat_snapshot_tables()
+RETURNS TABLE (sink_name text, source_schema text, source_table text,
+	state text, rows_copied bigint, rows_estimate bigint, copied_at timestamptz,
+	target regclass)
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_stat_snapshot_tables';
+COMMENT ON FUNCTION ash_replicant._stat_snapshot_tables()
+	IS 'internal: backs the ash_replicant.stat_snapshot_tables view';
+
+CREATE VIEW ash_replicant.stat_snapshot_tables AS
+	SELECT * FROM ash_replicant._stat_snapshot_tables();
+COMMENT ON VIEW ash_replicant.stat_snapshot_tables
+	IS 'per source table of each sink''s snapshot: pending, copying or copied, rows copied, the source''s estimate and the table it is copied into';
+
+REVOKE ALL ON FUNCTION ash_replicant._stat_snapshot_tables() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ash_replicant._stat_snapshot_tables()
+	TO ash_replicant_monitor, ash_replicant_admin;
+REVOKE ALL ON ash_replicant.stat_snapshot_tables FROM PUBLIC;
+GRANT SELECT ON ash_replicant.stat_snapshot_tables
+	TO ash_replicant_monitor, ash_replicant_admin;

@@ -1,6 +1,7 @@
 /*
- * ash_replicant 1.4.0 -> 1.3.0: rollback of the snapshot targets
- * (docs/operations.md, "Upgrading from 0.4.0": rollbacks).
+ * ash_replicant 1.4.0 -> 1.3.0: rollback of the snapshot targets and
+ * their column of stat_snapshot_tables (docs/operations.md, "Upgrading
+ * from 0.4.0": rollbacks).
  *
  * Refused, leaving the catalogs as they were, unless the session says
  * ash_replicant.pipelines_stopped = on (pipelines_stopped_required) and no
@@ -33,6 +34,29 @@ BEGIN
 	END IF;
 END
 $guard$;
+
+DROP VIEW ash_replicant.stat_snapshot_tables;
+DROP FUNCTION ash_replicant._stat_snapshot_tables();
+CREATE FUNCTION ash_replicant._stat_snapshot_tables()
+RETURNS TABLE (sink_name text, source_schema text, source_table text,
+	state text, rows_copied bigint, rows_estimate bigint, copied_at timestamptz)
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'ash_replicant_stat_snapshot_tables';
+COMMENT ON FUNCTION ash_replicant._stat_snapshot_tables()
+	IS 'internal: backs the ash_replicant.stat_snapshot_tables view';
+
+CREATE VIEW ash_replicant.stat_snapshot_tables AS
+	SELECT * FROM ash_replicant._stat_snapshot_tables();
+COMMENT ON VIEW ash_replicant.stat_snapshot_tables
+	IS 'per source table of each sink''s snapshot: pending, copying or copied, rows copied and the source''s estimate';
+
+REVOKE ALL ON FUNCTION ash_replicant._stat_snapshot_tables() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ash_replicant._stat_snapshot_tables()
+	TO ash_replicant_monitor, ash_replicant_admin;
+REVOKE ALL ON ash_replicant.stat_snapshot_tables FROM PUBLIC;
+GRANT SELECT ON ash_replicant.stat_snapshot_tables
+	TO ash_replicant_monitor, ash_replicant_admin;
 
 LOCK TABLE ash_replicant.snapshot_tables IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE ash_replicant.snapshot_tables DROP COLUMN target;

@@ -552,19 +552,23 @@ ash_replicant_stat_snapshot_tables(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	MemoryContext caller = CurrentMemoryContext;
 	int			ret;
+	bool		with_target;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	ret = SPI_execute("SELECT s.sink_name, t.source_schema, t.source_table, t.state,"
-					  "  t.rows_copied, t.rows_estimate, t.copied_at"
-					  "  FROM ash_replicant.sinks s"
-					  "  JOIN ash_replicant.pipelines p USING (sink_name)"
-					  "  JOIN ash_replicant.snapshot_tables t"
-					  "    ON t.slot_name = s.slot_name"
-					  "   AND t.source_system_id = p.source_system_identifier"
-					  "   AND t.source_database = p.source_database"
-					  " ORDER BY 1, 2, 3", true, 0);
+	/* the view's target column came with the catalog's (1.4.0) */
+	with_target = rsinfo->setDesc->natts >= 8;
+	ret = SPI_execute(psprintf("SELECT s.sink_name, t.source_schema, t.source_table, t.state,"
+							   "  t.rows_copied, t.rows_estimate, t.copied_at%s"
+							   "  FROM ash_replicant.sinks s"
+							   "  JOIN ash_replicant.pipelines p USING (sink_name)"
+							   "  JOIN ash_replicant.snapshot_tables t"
+							   "    ON t.slot_name = s.slot_name"
+							   "   AND t.source_system_id = p.source_system_identifier"
+							   "   AND t.source_database = p.source_database"
+							   " ORDER BY 1, 2, 3", with_target ? ", t.target" : ""),
+					  true, 0);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "ash_replicant: snapshot table query failed");
 
@@ -573,8 +577,8 @@ ash_replicant_stat_snapshot_tables(PG_FUNCTION_ARGS)
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		MemoryContext old = MemoryContextSwitchTo(caller);
-		Datum		values[7];
-		bool		nulls[7] = {false};
+		Datum		values[8];
+		bool		nulls[8] = {false};
 		char	   *sink = SPI_getvalue(tup, desc, 1);
 		char	   *nsp = SPI_getvalue(tup, desc, 2);
 		char	   *rel = SPI_getvalue(tup, desc, 3);
@@ -585,6 +589,8 @@ ash_replicant_stat_snapshot_tables(PG_FUNCTION_ARGS)
 		values[4] = SPI_getbinval(tup, desc, 5, &isnull);
 		values[5] = SPI_getbinval(tup, desc, 6, &nulls[5]);
 		values[6] = SPI_getbinval(tup, desc, 7, &nulls[6]);
+		if (with_target)
+			values[7] = SPI_getbinval(tup, desc, 8, &nulls[7]);
 		if (strcmp(state, "pending") == 0 && snapshot_slot(sink, &snap) &&
 			snap.state == ASH_SLOT_RUNNING && snap.stats.snapshot_in_flight)
 		{

@@ -9,6 +9,7 @@
 #     one target re-created and one kept;
 #   - a row listed before 1.4.0 (no target recorded) takes the target mapped
 #     at the next start and is not copied again;
+#   - stat_snapshot_tables shows each table's target (to a monitor too);
 #   - incremental: the target re-created after the attempt completed is
 #     copied again in chunks, its provenance stamped by the same attempt.
 # Every case ends with mirror = source by content hash, and a write audit
@@ -52,6 +53,9 @@ sub recorded_target
 		  . " WHERE slot_name = 's1' AND source_table = '$table'");
 }
 is(recorded_target('orders'), 'orders', 'the attempt records the target of each table');
+is(q_dst("SELECT string_agg(source_table || ':' || coalesce(target::text, 'NULL'), ',' ORDER BY source_table)"
+		  . " FROM ash_replicant.stat_snapshot_tables WHERE sink_name = 's1'"),
+	'ash_marker_s1:ash_marker_s1,keep:keep,orders:orders', 'stat_snapshot_tables shows each target');
 
 sub inserted_twice
 {
@@ -130,6 +134,10 @@ is(q_dst("SELECT count(*) FROM orders_audit WHERE op = 'INSERT'")
 	0, 'an unrecorded target is adopted, not copied again');
 is(recorded_target('orders') . ',' . recorded_target('keep'), 'orders,keep',
 	'the targets mapped at that start are recorded');
+# the monitor role reads the view, never the catalog
+q_dst("CREATE ROLE mon LOGIN; GRANT ash_replicant_monitor TO mon");
+is($dst->safe_psql($DB, "SET ROLE mon; SELECT target FROM ash_replicant.stat_snapshot_tables"
+		  . " WHERE sink_name = 's1' AND source_table = 'keep'"), 'keep', 'a monitor sees the target in the view');
 AshTest::stop_sink($dst, 's1');
 
 ##############################################################################
