@@ -10,6 +10,9 @@
 #   - a row listed before 1.4.0 (no target recorded) takes the target mapped
 #     at the next start and is not copied again;
 #   - stat_snapshot_tables shows each table's target (to a monitor too);
+#   - a mapped table out of the publication and back: the census warns, its
+#     changes in between never arrive (documented), and a re-created target
+#     copies it again;
 #   - incremental: the target re-created after the attempt completed is
 #     copied again in chunks, its provenance stamped by the same attempt.
 # Every case ends with mirror = source by content hash, and a write audit
@@ -139,6 +142,49 @@ q_dst("CREATE ROLE mon LOGIN; GRANT ash_replicant_monitor TO mon");
 is($dst->safe_psql($DB, "SET ROLE mon; SELECT target FROM ash_replicant.stat_snapshot_tables"
 		  . " WHERE sink_name = 's1' AND source_table = 'keep'"), 'keep', 'a monitor sees the target in the view');
 AshTest::stop_sink($dst, 's1');
+
+##############################################################################
+# A mapped table out of the publication and back (docs/operations.md, "Faults
+# that waiting cannot heal"): its changes in between are lost to the stream;
+# a re-created target copies it again
+##############################################################################
+
+AshTest::start_sink($dst, 's1');
+ok(AshTest::wait_caught_up($src, $dst, 's1'), 'out of the publication: caught up before');
+my $warned = () = AshTest::log_lines_like($dst, qr/event=coverage\.warning sink=s1 reason=mapping_never_matches/);
+q_src("ALTER PUBLICATION pub DROP TABLE orders");
+q_src("UPDATE orders SET v = 'while out' WHERE id <= 10");
+ok(wait_for_warning($warned),
+	'the census warns mapping_never_matches while the table is out');
+q_src("ALTER PUBLICATION pub ADD TABLE orders");
+q_src("UPDATE orders SET n = n + 1 WHERE id = 20");
+ok(AshTest::wait_caught_up($src, $dst, 's1'), 'out of the publication: caught up after');
+is(q_dst("SELECT count(*) FROM orders WHERE v = 'while out'"), '0',
+	'the changes made while the table was out never arrive (the documented gap)');
+is(q_dst("SELECT n FROM orders WHERE id = 20"), q_src("SELECT n FROM orders WHERE id = 20"),
+	'changes after it is back arrive');
+AshTest::stop_sink($dst, 's1');
+$old_oid = q_dst("SELECT 'orders'::regclass::oid");
+q_dst("SELECT ash_replicant_unmap_table('s1', ${old_oid}::regclass);"
+	  . " DROP TABLE orders; DROP TABLE orders_audit; DROP FUNCTION orders_audit_fn(); $orders_ddl;"
+	  . " SELECT ash_replicant_map_table('s1', 'orders'::regclass)");
+AshTest::start_sink($dst, 's1');
+ok(AshTest::wait_caught_up($src, $dst, 's1'), 'the table copied again: caught up');
+AshTest::assert_mirror_equal($src, $dst, ['orders'], name => 'a re-created target closes the gap');
+AshTest::stop_sink($dst, 's1');
+
+# wait until the log holds more mapping_never_matches warnings than $before
+sub wait_for_warning
+{
+	my ($before) = @_;
+	for (1 .. 300)
+	{
+		my $n = () = AshTest::log_lines_like($dst, qr/event=coverage\.warning sink=s1 reason=mapping_never_matches/);
+		return 1 if $n > $before;
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
 
 ##############################################################################
 # incremental: a re-created target is copied again in chunks
