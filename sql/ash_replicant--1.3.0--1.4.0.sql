@@ -40,3 +40,12 @@ GRANT EXECUTE ON FUNCTION ash_replicant._stat_snapshot_tables()
 REVOKE ALL ON ash_replicant.stat_snapshot_tables FROM PUBLIC;
 GRANT SELECT ON ash_replicant.stat_snapshot_tables
 	TO ash_replicant_monitor, ash_replicant_admin;
+
+/*
+ * published: how the publication held the source table when it was listed
+ * (pgoutput: its pg_publication_rel rows, those of its schema and of its
+ * partition ancestors, or FOR ALL TABLES; NULL for other decoders).  A table
+ * that left the publication and came back is held by none of them any more:
+ * its changes in between were never decoded, so it is copied again.
+ */
+ALTER TABLE ash_replicant.snapshot_tables ADD COLUMN published text;

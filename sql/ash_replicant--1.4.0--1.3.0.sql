@@ -1,14 +1,14 @@
 /*
- * ash_replicant 1.4.0 -> 1.3.0: rollback of the snapshot targets and
- * their column of stat_snapshot_tables (docs/operations.md, "Upgrading
- * from 0.4.0": rollbacks).
+ * ash_replicant 1.4.0 -> 1.3.0: rollback of the snapshot targets (and
+ * their column of stat_snapshot_tables) and publication memberships
+ * (docs/operations.md, "Upgrading from 0.4.0": rollbacks).
  *
  * Refused, leaving the catalogs as they were, unless the session says
  * ash_replicant.pipelines_stopped = on (pipelines_stopped_required) and no
  * pipeline or snapshot worker runs on the server (pipeline_running).  The
- * recorded targets are dropped: 1.3.0 copies a table once per attempt,
- * whatever its mapping writes to later.  Messages carry counts and reason
- * codes only.
+ * recorded targets and memberships are dropped: 1.3.0 copies a table once
+ * per attempt, whatever its mapping writes to or its publication did
+ * later.  Messages carry counts and reason codes only.
  */
 
 \echo Use "ALTER EXTENSION ash_replicant UPDATE TO '1.3.0'" to load this file. \quit
@@ -59,4 +59,4 @@ GRANT SELECT ON ash_replicant.stat_snapshot_tables
 	TO ash_replicant_monitor, ash_replicant_admin;
 
 LOCK TABLE ash_replicant.snapshot_tables IN ACCESS EXCLUSIVE MODE;
-ALTER TABLE ash_replicant.snapshot_tables DROP COLUMN target;
+ALTER TABLE ash_replicant.snapshot_tables DROP COLUMN target, DROP COLUMN published;

@@ -35,6 +35,10 @@
  *		Warnings (ignore_never_matches, mapping_never_matches) are logged
  *		as coverage.warning events: at every activation, then whenever they
  *		change.
+ *		5. (census, with a snapshot configured) no table of the attempt
+ *		   left the publication and came back since it was listed
+ *		   (find_publication_gap): one that did ends the session, and the
+ *		   next one copies it again (snapshot.c).
  *
  *	  Drift halts with the specific reason (census_drift where none fits).
  *	  A source that cannot be probed (unreachable, timeout, a refused
@@ -78,6 +82,15 @@ ash_census_next_delay(AshPipelineConfig *cfg)
 
 /* ash_census_targets_changed() */
 static bool targets_changed = false;
+
+/* ash_census_publication_gap(): malloc'd, NULL when none */
+static char *publication_gap = NULL;
+
+const char *
+ash_census_publication_gap(void)
+{
+	return publication_gap;
+}
 
 bool
 ash_census_targets_changed(void)
@@ -447,6 +460,72 @@ ash_census_describe_relations(AshPipelineConfig *cfg)
 	return rels;
 }
 
+/*
+ * With a snapshot configured (pgoutput): a table of the attempt that left
+ * the publication and came back since the attempt recorded how the
+ * publication held it (snapshot_tables.published, ash_source_publication_gap).
+ * Returns its qualified name (NULL: none); the pipeline ends the session
+ * and the next one copies the table again.
+ */
+static char *
+find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *conn)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	const char *params[1];
+	PGresult   *res;
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	uint64		n;
+	char	  **recorded;
+	char	   *gap = NULL;
+
+	if (cfg->snapshot == NULL || strcmp(cfg->snapshot, "off") == 0 || key == NULL ||
+		cfg->publication == NULL || strcmp(cfg->decoder, "pgoutput") != 0)
+		return NULL;
+
+	/* what the attempt recorded: schema, table, membership, by threes */
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	values[0] = CStringGetTextDatum(key->system_id);
+	values[1] = CStringGetTextDatum(key->database);
+	values[2] = CStringGetTextDatum(key->slot_name);
+	if (SPI_execute_with_args("SELECT source_schema, source_table, published FROM ash_replicant.snapshot_tables"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							  "   AND published IS NOT NULL",
+							  3, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the snapshot's tables failed");
+	n = SPI_processed;
+	recorded = MemoryContextAlloc(cxt, sizeof(char *) * 3 * Max(n, 1));
+	for (uint64 i = 0; i < n; i++)
+		for (int c = 0; c < 3; c++)
+			recorded[i * 3 + c] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
+																		SPI_tuptable->tupdesc, c + 1));
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	if (n == 0)
+		return NULL;
+
+	/* how the publication holds them now */
+	params[0] = cfg->publication;
+	res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "publication membership");
+	for (uint64 i = 0; i < n && gap == NULL; i++)
+		for (int r = 0; r < PQntuples(res) && gap == NULL; r++)
+			if (strcmp(PQgetvalue(res, r, 0), recorded[i * 3]) == 0 &&
+				strcmp(PQgetvalue(res, r, 1), recorded[i * 3 + 1]) == 0 &&
+				!PQgetisnull(res, r, 3) &&
+				ash_source_publication_gap(recorded[i * 3 + 2], PQgetvalue(res, r, 3)))
+				gap = quote_qualified_identifier(recorded[i * 3], recorded[i * 3 + 1]);
+	PQclear(res);
+	return gap;
+}
+
 AshCensusVerdict
 ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
@@ -457,6 +536,8 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	int			saved_timeout = ash_connect_timeout_ms;
 
 	targets_changed = false;
+	free(publication_gap);
+	publication_gap = NULL;
 	check_destination(cfg, key);
 
 	/* everything of one run, freed whatever its verdict */
@@ -467,6 +548,18 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 		MemoryContextSwitchTo(run_cxt);
 		conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant census");
 		judge_source(cfg, conn, "census");
+		{
+			char	   *gap = find_publication_gap(cfg, key, conn);
+
+			if (gap != NULL)
+			{
+				ereport(LOG,
+						(errmsg("ash_replicant event=snapshot.publication_gap sink=%s table=%s",
+								cfg->sink_name, gap),
+						 errdetail("The table left the publication and came back while the pipeline streamed; the next session copies it again.")));
+				publication_gap = strdup(gap);
+			}
+		}
 		ash_syncrep_observe(conn);
 	}
 	PG_CATCH();

@@ -34,6 +34,13 @@ extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey 
 extern bool ash_census_targets_changed(void);
 
 /*
+ * A mapped table the last ash_census_run found back in the publication
+ * after it left it (with a snapshot configured; qualified name, NULL when
+ * none): the caller ends the session, the next one copies it again.
+ */
+extern const char *ash_census_publication_gap(void);
+
+/*
  * Activation: open a read-only probe connection, verify the source
  * identity on it, and judge source coverage exactly as the census does.
  * Halts on a failure; raises ERRCODE_CONNECTION_FAILURE when the source

@@ -1090,6 +1090,16 @@ run_census_if_due(void)
 
 	if (census_faults >= cfg->census.max_consecutive_faults)
 		ash_halt("census_unverifiable", "%d consecutive census faults", census_faults);
+
+	/* a table back in the publication after a gap: the next session copies it */
+	if (ash_census_publication_gap() != NULL)
+	{
+		ash_conn_last_sqlstate[0] = '\0';
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: mapped table %s came back to the publication after a gap; the next session copies it again",
+						ash_census_publication_gap())));
+	}
 }
 
 /*

@@ -216,7 +216,7 @@ ash_snap_read_attempt(void)
 	}
 
 	n = ash_snap_key_exec("SELECT source_schema, source_table, state, rows_estimate, rows_copied, snapshot_lsn,"
-						  "       chunks_copied, chunk_cursor, target"
+						  "       chunks_copied, chunk_cursor, target, published"
 						  "  FROM ash_replicant.snapshot_tables"
 						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 						  " ORDER BY source_schema, source_table",
@@ -251,6 +251,7 @@ ash_snap_read_attempt(void)
 		}
 		d = SPI_getbinval(tup, desc, 9, &isnull);
 		t->target = isnull ? InvalidOid : DatumGetObjectId(d);
+		t->published = SPI_getvalue(tup, desc, 10);
 		if (t->copied && XLogRecPtrIsInvalid(t->lsn))
 			ash_halt("snapshot_state_invalid", "copied table %s lacks its snapshot position",
 					 quote_qualified_identifier(t->nspname, t->relname));
@@ -310,9 +311,9 @@ ash_snap_find_table(List *tables, const char *nspname, const char *relname)
 static void
 insert_pending(SnapTable *t)
 {
-	Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, REGCLASSOID};
-	Datum		values[4];
-	char		nulls[4] = "   ";
+	Oid			types[5] = {TEXTOID, TEXTOID, INT8OID, REGCLASSOID, TEXTOID};
+	Datum		values[5];
+	char		nulls[5] = "    ";
 
 	values[0] = CStringGetTextDatum(t->nspname);
 	values[1] = CStringGetTextDatum(t->relname);
@@ -322,11 +323,14 @@ insert_pending(SnapTable *t)
 	values[3] = ObjectIdGetDatum(t->target);
 	if (!OidIsValid(t->target))
 		nulls[3] = 'n';
+	values[4] = t->published ? CStringGetTextDatum(t->published) : (Datum) 0;
+	if (t->published == NULL)
+		nulls[4] = 'n';
 	(void) ash_snap_key_exec("INSERT INTO ash_replicant.snapshot_tables"
 							 " (source_system_id, source_database, slot_name, source_schema, source_table,"
-							 "  state, rows_estimate, target)"
-							 " VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)",
-							 4, types, values, nulls, SPI_OK_INSERT);
+							 "  state, rows_estimate, target, published)"
+							 " VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8)",
+							 5, types, values, nulls, SPI_OK_INSERT);
 }
 
 /* The table the mapping of nspname.relname writes to now (Invalid: none). */
@@ -339,41 +343,68 @@ mapped_target(const char *nspname, const char *relname)
 }
 
 /*
- * Is the attempt's row of a table (known) about the table its mapping
- * writes to now (target)?  A row listed before 1.4.0 names none: it takes
- * the current one (as 1.3.0 assumed).  Otherwise a different table -- the target dropped and
+ * Does the attempt's row of a table (known) still stand for the table as
+ * mapped and published now (now)?  It does not when the mapping writes to
+ * another table than the one copied into -- the target dropped and
  * re-created, the mapping re-pointed, a sink re-created over the kept
- * checkpoint -- holds none of the copy: the row is deleted (its windows
- * with it) and the caller lists the table again, to be copied anew.
+ * checkpoint: that table holds none of the copy -- or when the table left
+ * the publication and came back (ash_source_publication_gap).  Then the
+ * row is deleted (its windows with it) and the caller lists the table
+ * again, to be copied anew.  Otherwise what the row does not record yet is
+ * recorded (a row listed before 1.4.0 takes the current target, as 1.3.0
+ * assumed; a membership held by more or other rows too is kept current).
  */
 static bool
-known_target_kept(SnapTable *known, Oid target)
+known_row_stands(SnapTable *known, const SnapTable *now)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, REGCLASSOID};
-	Datum		values[3];
+	Oid			types[4] = {TEXTOID, TEXTOID, REGCLASSOID, TEXTOID};
+	Datum		values[4];
+	char		nulls[4] = "   ";
+	bool		replaced;
+	bool		gap;
 
-	if (known->target == target || !OidIsValid(target))
-		return true;
+	replaced = OidIsValid(known->target) && OidIsValid(now->target) &&
+		known->target != now->target;
+	gap = !replaced && ash_source_publication_gap(known->published, now->published);
 	values[0] = CStringGetTextDatum(known->nspname);
 	values[1] = CStringGetTextDatum(known->relname);
-	values[2] = ObjectIdGetDatum(target);
-	if (!OidIsValid(known->target))
+	if (!replaced && !gap)
 	{
-		(void) ash_snap_key_exec("UPDATE ash_replicant.snapshot_tables SET target = $6"
+		bool		target_new = OidIsValid(now->target) && known->target != now->target;
+		bool		published_new = now->published != NULL &&
+			(known->published == NULL || strcmp(known->published, now->published) != 0);
+
+		if (!target_new && !published_new)
+			return true;
+		values[2] = ObjectIdGetDatum(now->target);
+		nulls[2] = target_new ? ' ' : 'n';
+		values[3] = published_new ? CStringGetTextDatum(now->published) : (Datum) 0;
+		nulls[3] = published_new ? ' ' : 'n';
+		(void) ash_snap_key_exec("UPDATE ash_replicant.snapshot_tables"
+								 "   SET target = coalesce($6, target), published = coalesce($7, published)"
 								 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 								 "   AND source_schema = $4 AND source_table = $5",
-								 3, types, values, NULL, SPI_OK_UPDATE);
-		known->target = target;
+								 4, types, values, nulls, SPI_OK_UPDATE);
+		if (target_new)
+			known->target = now->target;
+		if (published_new)
+			known->published = now->published;
 		return true;
 	}
 	(void) ash_snap_key_exec("DELETE FROM ash_replicant.snapshot_tables"
 							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 							 "   AND source_schema = $4 AND source_table = $5",
 							 2, types, values, NULL, SPI_OK_DELETE);
-	ereport(LOG,
-			(errmsg("ash_replicant event=snapshot.target_replaced sink=%s table=%s",
-					ash_snap_cfg->sink_name, quote_qualified_identifier(known->nspname, known->relname)),
-			 errdetail("The table was copied into another target; it is copied again into the one mapped now.")));
+	if (replaced)
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.target_replaced sink=%s table=%s",
+						ash_snap_cfg->sink_name, quote_qualified_identifier(known->nspname, known->relname)),
+				 errdetail("The table was copied into another target; it is copied again into the one mapped now.")));
+	else
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.publication_gap sink=%s table=%s",
+						ash_snap_cfg->sink_name, quote_qualified_identifier(known->nspname, known->relname)),
+				 errdetail("The table left the publication and came back; its changes in between were not decoded, so it is copied again.")));
 	return false;
 }
 
@@ -506,14 +537,7 @@ ash_snap_source_tables(AshConn *conn)
 	else
 	{
 		params[0] = ash_snap_cfg->publication;
-		res = ash_conn_exec_params(conn,
-								   "SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
-								   "  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
-								   "  FROM pg_catalog.pg_publication_tables pt"
-								   "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-								   "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
-								   " WHERE pt.pubname = $1 ORDER BY 1, 2",
-								   1, params, false);
+		res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
 	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		ash_conn_report_result(res, "snapshot table list");
@@ -529,6 +553,8 @@ ash_snap_source_tables(AshConn *conn)
 		t->has_estimate = !PQgetisnull(res, i, 2);
 		if (t->has_estimate)
 			t->estimate = strtoll(PQgetvalue(res, i, 2), NULL, 10);
+		if (PQnfields(res) > 3 && !PQgetisnull(res, i, 3))
+			t->published = pstrdup(PQgetvalue(res, i, 3));
 		tables = lappend(tables, t);
 	}
 	PQclear(res);
@@ -1109,7 +1135,7 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		t->target = mapped_target(t->nspname, t->relname);
 		if (known != NULL)
 		{
-			if (known_target_kept(known, t->target))
+			if (known_row_stands(known, t))
 				continue;
 			a->tables = list_delete_ptr(a->tables, known);
 		}

@@ -48,6 +48,7 @@ extern void ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key,
  */
 extern XLogRecPtr ash_snapshot_frontier(const AshCheckpointKey *key);
 
+
 /*
  * Incremental snapshots (snapshot => 'incremental'): prepare runs before
  * the checkpoint is bound (a table without a primary key, or with a key

@@ -42,6 +42,8 @@ typedef struct SnapTable
 	char	  **cursor;			/* incremental: key of the last row copied */
 	Oid			target;			/* the table it is copied into (Invalid:
 								 * listed before 1.4.0, not recorded) */
+	char	   *published;		/* how the publication holds it (NULL:
+								 * not known; ash_source_publication_gap) */
 } SnapTable;
 
 /* The attempt as recorded on the checkpoint. */

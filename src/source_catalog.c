@@ -530,3 +530,51 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 	if (out->narrowing.reason != NULL)
 		out->narrowing.context = narrow.data;
 }
+
+char *
+ash_source_publication_tables_sql(AshConn *conn)
+{
+	return psprintf("SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
+					"  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END,"
+					"  (SELECT pg_catalog.string_agg(m.tok, ',' ORDER BY m.tok) FROM ("
+					"    SELECT 'all:' || p.oid::pg_catalog.text WHERE p.puballtables"
+					"    UNION ALL"
+					"    SELECT 'rel:' || r.oid::pg_catalog.text FROM pg_catalog.pg_publication_rel r"
+					"     WHERE r.prpubid = p.oid AND (r.prrelid = c.oid OR r.prrelid IN"
+					"      (SELECT a.relid FROM pg_catalog.pg_partition_ancestors(c.oid) a))"
+					"%s) m(tok))"
+					"  FROM pg_catalog.pg_publication_tables pt"
+					"  JOIN pg_catalog.pg_publication p ON p.pubname = pt.pubname"
+					"  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
+					"  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+					" WHERE pt.pubname = $1 ORDER BY 1, 2",
+					conn->server_version < 150000 ? "" :
+					"    UNION ALL"
+					"    SELECT 'ns:' || s.oid::pg_catalog.text FROM pg_catalog.pg_publication_namespace s"
+					"     WHERE s.pnpubid = p.oid AND (s.pnnspid = c.relnamespace OR s.pnnspid IN"
+					"      (SELECT ac.relnamespace FROM pg_catalog.pg_partition_ancestors(c.oid) a"
+					"        JOIN pg_catalog.pg_class ac ON ac.oid = a.relid))");
+}
+
+bool
+ash_source_publication_gap(const char *then, const char *now)
+{
+	char	   *copy;
+	char	   *tok;
+	char	   *save = NULL;
+	bool		gap = true;
+
+	if (then == NULL || now == NULL || then[0] == '\0')
+		return false;
+	copy = pstrdup(then);
+	for (tok = strtok_r(copy, ",", &save); tok != NULL && gap; tok = strtok_r(NULL, ",", &save))
+	{
+		size_t		len = strlen(tok);
+
+		for (const char *p = strstr(now, tok); p != NULL && gap; p = strstr(p + 1, tok))
+			if ((p == now || p[-1] == ',') && (p[len] == ',' || p[len] == '\0'))
+				gap = false;
+	}
+	pfree(copy);
+	return gap;
+}

@@ -168,6 +168,27 @@ extern char *ash_source_keyless_tables(const AshTableSetSpec *spec, const List *
 extern List *ash_source_rel_names(const List *rels);
 
 /*
+ * The tables of a publication ($1), pgoutput's table set: schema, name,
+ * the row estimate (NULL: never analysed) and how the publication holds
+ * each table -- a token per catalog row that puts it in: "rel:<oid>" of
+ * pg_publication_rel for the table or a partition ancestor of it,
+ * "ns:<oid>" of pg_publication_namespace for its schema or an ancestor's
+ * (PostgreSQL 15+), "all:<oid>" for FOR ALL TABLES; sorted,
+ * comma-separated.  In schema and name order.
+ */
+extern char *ash_source_publication_tables_sql(AshConn *conn);
+
+/*
+ * Did a table held by the publication as "then" say (the tokens above)
+ * leave it before being held as "now" says?  A catalog row, once dropped,
+ * never comes back with the same OID: held now by none of the rows that
+ * held it then, it was out in between, and pgoutput decoded none of its
+ * changes of that time (it reads membership as of each change).  Not
+ * known (NULL: another decoder, or recorded before 1.4.0): false.
+ */
+extern bool ash_source_publication_gap(const char *then, const char *now);
+
+/*
  * Every mapping of a sink as stored (ash_mapping_load_sink: *specs,
  * AshMappingSpec *) and the AshMapping equivalent of each (*mappings, same
  * order).  Needs a transaction with an active snapshot.
