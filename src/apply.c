@@ -2274,6 +2274,18 @@ ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn)
 	return rows;
 }
 
+void
+ash_apply_snapshot_forget(AshMapping *m, const bytea *attempt)
+{
+	Oid			save_userid;
+	int			save_sec;
+
+	ash_apply_errctx.command = "forget";
+	as_owner_begin(&save_userid, &save_sec);
+	ash_provenance_forget(m, attempt);
+	as_owner_end(save_userid, save_sec);
+}
+
 XLogRecPtr
 ash_apply_snapshot_commit(void)
 {

@@ -96,6 +96,13 @@ extern int32 ash_apply_snapshot_flush(void);
 extern int64 ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn);
 
 /*
+ * In the caller's transaction, as the sink owner: forget the attempt's
+ * seen-marks in m's target (a table listed again in the same attempt;
+ * provenance.c).
+ */
+extern void ash_apply_snapshot_forget(AshMapping *m, const bytea *attempt);
+
+/*
  * The target relid of the table's snapshot transaction was empty.
  * indexes_after: the transaction copies the whole table, so its indexes may
  * be built once its rows are in (apply_bulk.c; ash_apply_snapshot_flush

@@ -1123,3 +1123,30 @@ ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn)
 		rows += retire_in(m, lfirst(lc), attempt, close_lsn);
 	return rows;
 }
+
+void
+ash_provenance_forget(AshMapping *m, const bytea *attempt)
+{
+	Oid			types[1] = {BYTEAOID};
+	Datum		values[1];
+	ListCell   *lc;
+	int			nestlevel;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	values[0] = PointerGetDatum(attempt);
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	foreach(lc, ash_provenance_tables(m))
+	{
+		if (SPI_execute_with_args(psprintf("UPDATE %s SET %s = NULL WHERE %s = $1",
+										   (char *) lfirst(lc), ASH_PROVENANCE_SEEN_COLUMN,
+										   ASH_PROVENANCE_SEEN_COLUMN),
+								  1, types, values, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "ash_replicant: could not forget a snapshot attempt's seen-marks");
+		MemoryContextSwitchTo(cxt);
+	}
+	PopActiveSnapshot();
+	AtEOXact_GUC(true, nestlevel);
+}

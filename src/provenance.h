@@ -98,4 +98,12 @@ extern void ash_provenance_check_versions(AshMapping *m);
  */
 extern int64 ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn);
 
+/*
+ * Forget the attempt's seen-marks in m's target(s) (no host write: run
+ * with session_replication_role = replica): a table listed again in the
+ * same attempt must see each of its rows anew, or a row its earlier copy
+ * saw would never be retired.  In the caller's transaction.
+ */
+extern void ash_provenance_forget(AshMapping *m, const bytea *attempt);
+
 #endif							/* ASH_PROVENANCE_H */

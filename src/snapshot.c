@@ -350,12 +350,14 @@ mapped_target(const char *nspname, const char *relname)
  * checkpoint: that table holds none of the copy -- or when the table left
  * the publication and came back (ash_source_publication_gap).  Then the
  * row is deleted (its windows with it) and the caller lists the table
- * again, to be copied anew.  Otherwise what the row does not record yet is
- * recorded (a row listed before 1.4.0 takes the current target, as 1.3.0
- * assumed; a membership held by more or other rows too is kept current).
+ * again, to be copied anew, its target's seen-marks of this attempt
+ * forgotten (a provenance mapping).  Otherwise what the row does not
+ * record yet is recorded (a row listed before 1.4.0 takes the current
+ * target, as 1.3.0 assumed; a membership held by more or other rows too is
+ * kept current).
  */
 static bool
-known_row_stands(SnapTable *known, const SnapTable *now)
+known_row_stands(SnapTable *known, const SnapTable *now, const bytea *attempt)
 {
 	Oid			types[4] = {TEXTOID, TEXTOID, REGCLASSOID, TEXTOID};
 	Datum		values[4];
@@ -395,6 +397,13 @@ known_row_stands(SnapTable *known, const SnapTable *now)
 							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 							 "   AND source_schema = $4 AND source_table = $5",
 							 2, types, values, NULL, SPI_OK_DELETE);
+	{
+		AshMapping *m = ash_config_find_mapping(ash_snap_cfg, known->nspname, known->relname);
+
+		/* an earlier copy's seen-marks would keep what the source dropped */
+		if (m != NULL && m->snapshot_provenance && attempt != NULL)
+			ash_apply_snapshot_forget(m, attempt);
+	}
 	if (replaced)
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.target_replaced sink=%s table=%s",
@@ -1135,7 +1144,7 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		t->target = mapped_target(t->nspname, t->relname);
 		if (known != NULL)
 		{
-			if (known_row_stands(known, t))
+			if (known_row_stands(known, t, a->id))
 				continue;
 			a->tables = list_delete_ptr(a->tables, known);
 		}
