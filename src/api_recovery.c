@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * api_recovery.c
- *	  Checkpoint recovery: reset, adopt, acknowledge a timeline.
+ *	  Checkpoint recovery: reset, adopt, acknowledge a timeline or a
+ *	  publication gap.
  *
  * NOTES
  *	  Each function is an explicit operator decision about ONE checkpoint
@@ -43,6 +44,13 @@
  *	  acknowledge_checkpoint_timeline
  *						 re-bind the recorded timeline, watermark untouched;
  *						 the row must exist (checkpoint_missing).
+ *	  acknowledge_publication_gap
+ *						 forget how the publication held one mapped table
+ *						 (publication_record.c): the operator accepts that
+ *						 its changes made while it was out are missing, and
+ *						 the next start records how it is held now.  The
+ *						 checkpoint row must exist (checkpoint_missing);
+ *						 watermark and tombstone untouched.
  *
  *	  Tombstones: reset removes the row with its tombstone; adopt clears
  *	  the tombstone (the operator has decided where the pipeline resumes);
@@ -69,6 +77,7 @@
 PG_FUNCTION_INFO_V1(ash_replicant_reset_checkpoint);
 PG_FUNCTION_INFO_V1(ash_replicant_adopt_checkpoint);
 PG_FUNCTION_INFO_V1(ash_replicant_acknowledge_checkpoint_timeline);
+PG_FUNCTION_INFO_V1(ash_replicant_acknowledge_publication_gap);
 
 #define STAGE_RECOVERY	"recovery"
 
@@ -404,5 +413,44 @@ ash_replicant_acknowledge_checkpoint_timeline(PG_FUNCTION_ARGS)
 		ereport(LOG,
 				(errmsg("ash_replicant event=checkpoint.timeline_acknowledged sink=%s",
 						t.sink_name)));
+	PG_RETURN_BOOL(changed);
+}
+
+/*
+ * ash_replicant_acknowledge_publication_gap(sink_name,
+ * source_system_identifier, source_database, source_schema, source_table)
+ */
+Datum
+ash_replicant_acknowledge_publication_gap(PG_FUNCTION_ARGS)
+{
+	RecoveryTarget t;
+	Oid			types[5];
+	Datum		values[5];
+	char	   *nspname = text_arg(fcinfo, 3, "source_schema");
+	char	   *relname = text_arg(fcinfo, 4, "source_table");
+	bool		ours;
+	bool		foreign;
+	bool		changed;
+
+	recovery_prepare(fcinfo, &t);
+	lock_rows(&t, &ours, &foreign);
+	if (!ours)
+		ash_reject(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_RECOVERY, "checkpoint_missing",
+				   "sink \"%s\" has no checkpoint of its configured source identity", t.sink_name);
+
+	key_values(&t, types, values);
+	types[3] = types[4] = TEXTOID;
+	values[3] = CStringGetTextDatum(nspname);
+	values[4] = CStringGetTextDatum(relname);
+	exec("DELETE FROM ash_replicant.publication_members"
+		 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+		 "   AND source_schema = $4 AND source_table = $5",
+		 5, types, values, false);
+	changed = SPI_processed > 0;
+	SPI_finish();
+	if (changed)
+		ereport(LOG,
+				(errmsg("ash_replicant event=publication.gap_acknowledged sink=%s table=%s",
+						t.sink_name, quote_qualified_identifier(nspname, relname))));
 	PG_RETURN_BOOL(changed);
 }

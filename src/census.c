@@ -67,6 +67,7 @@
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "publication_record.h"
 #include "qualname.h"
 #include "source_catalog.h"
 #include "syncrep.h"
@@ -526,6 +527,30 @@ find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *con
 	return gap;
 }
 
+/* A pipeline without a snapshot cannot fill what the gap lost: it halts. */
+static void
+halt_publication_gap(const char *table)
+{
+	ash_halt("publication_gap",
+			 "mapped table %s left the publication and came back; its changes in between were never decoded",
+			 table);
+}
+
+static void
+record_publication(AshPipelineConfig *cfg, AshConn *conn, void *arg)
+{
+	char	   *gap = ash_publication_record(cfg, (AshCheckpointKey *) arg, conn, true);
+
+	if (gap != NULL)
+		halt_publication_gap(gap);
+}
+
+void
+ash_census_record_publication(AshPipelineConfig *cfg, AshCheckpointKey *key)
+{
+	with_activation_probe(cfg, record_publication, key);
+}
+
 AshCensusVerdict
 ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
@@ -559,6 +584,8 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 						 errdetail("The table left the publication and came back while the pipeline streamed; the next session copies it again.")));
 				publication_gap = strdup(gap);
 			}
+			else if ((gap = ash_publication_record(cfg, key, conn, false)) != NULL)
+				halt_publication_gap(gap);
 		}
 		ash_syncrep_observe(conn);
 	}

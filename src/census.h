@@ -50,6 +50,14 @@ extern const char *ash_census_publication_gap(void);
 extern void ash_census_activation(AshPipelineConfig *cfg);
 
 /*
+ * At a session's start, once the checkpoint is bound: record how the
+ * publication holds the mapped tables (publication_record.c); a table that
+ * left it and came back under a pipeline without a snapshot halts
+ * publication_gap.  The census does the same while streaming.
+ */
+extern void ash_census_record_publication(AshPipelineConfig *cfg, AshCheckpointKey *key);
+
+/*
  * The mapped source tables (quoted "schema"."table") that hold rows now, on
  * a probe connection of its own: what a go-forward slot created now leaves
  * out of the mirror.  Raises ERRCODE_CONNECTION_FAILURE when the source

@@ -62,6 +62,8 @@ static const AshReasonEntry reason_table[] = {
 	{"tombstone_unknown", ASH_REASON_HALTED},
 	{"protocol_violation", ASH_REASON_HALTED},
 	{"source_truncate", ASH_REASON_HALTED},
+	/* a mapped table left the publication and came back, no snapshot (census.c) */
+	{"publication_gap", ASH_REASON_HALTED},
 	{"source_publication_missing", ASH_REASON_MISCONFIGURED},
 	{"mapping_unsupported", ASH_REASON_MISCONFIGURED},
 	{"destination_table_missing", ASH_REASON_MISCONFIGURED},

@@ -1839,6 +1839,10 @@ run_session(void)
 	}
 	ash_messages_activate(cfg, ckey);
 
+	/* a table back in the publication after a gap, with no snapshot to fill it */
+	step = STEP_COVERAGE;
+	ash_census_record_publication(cfg, ckey);
+
 	/* wal2json: the relations its changes refer to, before the first one */
 	if (is_wal2json)
 	{

@@ -27,7 +27,7 @@ LAYERS = [
                   "copy_row"]),
     ("keys", ["keyring", "crypto"]),
     ("catalog", ["config", "mapping_validate", "coverage", "source_catalog", "source_slot",
-                 "contract", "checkpoint", "syncrep", "census"]),
+                 "contract", "checkpoint", "syncrep", "publication_record", "census"]),
     ("apply", ["relmap", "apply_bulk", "apply_strategy", "apply", "apply_scd1",
                "apply_scd2", "apply_append", "messages", "provenance", "incremental"]),
     ("supervision", ["snapshot", "snapshot_copier", "snapshot_incr", "pipeline",

@@ -1,0 +1,184 @@
+/*-------------------------------------------------------------------------
+ *
+ * publication_record.c
+ *	  Publication gaps of pipelines streaming without a snapshot.
+ *
+ *	  pgoutput sends a change of a table only if the publication held the
+ *	  table when the change was made.  A mapped table dropped from the
+ *	  publication and added back had changes in between that no consumer
+ *	  will ever receive: mirroring on from there leaves a hole nobody sees.
+ *	  With a snapshot configured the table is copied again (snapshot.c).
+ *	  Without one nothing can fill the hole, so the pipeline halts
+ *	  publication_gap and the operator decides: re-seed with a snapshot, or
+ *	  acknowledge the gap (docs/reasons.md#publication_gap).
+ *
+ *	  Detection compares tokens (ash_source_publication_gap): the OIDs of
+ *	  the catalog rows through which the publication holds the table.  A
+ *	  dropped row never comes back with its OID, so a table held by none of
+ *	  the rows recorded for it was out in between, however briefly -- while
+ *	  the pipeline was stopped too.  The records live in
+ *	  ash_replicant.publication_members, one row per mapped table of the
+ *	  checkpoint, written at every start and census.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+
+#include "publication_record.h"
+#include "source_catalog.h"
+
+#define KEY_WHERE \
+	" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+
+static void
+key_values(AshCheckpointKey *key, Datum *values)
+{
+	values[0] = CStringGetTextDatum(key->system_id);
+	values[1] = CStringGetTextDatum(key->database);
+	values[2] = CStringGetTextDatum(key->slot_name);
+}
+
+static Oid	text_types[6] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+
+static void
+exec(const char *sql, int nargs, Datum *values, int expected)
+{
+	if (SPI_execute_with_args(sql, nargs, text_types, values, NULL, false, 0) != expected)
+		elog(ERROR, "ash_replicant: writing the publication records failed");
+}
+
+/* The key's records (schema, table[, published]) in SPI_tuptable. */
+static void
+read_records(Datum *values, bool with_tokens)
+{
+	if (SPI_execute_with_args(with_tokens ?
+							  "SELECT source_schema, source_table, published"
+							  "  FROM ash_replicant.publication_members" KEY_WHERE :
+							  "SELECT source_schema, source_table"
+							  "  FROM ash_replicant.publication_members" KEY_WHERE,
+							  3, text_types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the publication records failed");
+}
+
+/* The row of res for schema.table, or -1 (the table is not published). */
+static int
+published_row(PGresult *res, const char *nspname, const char *relname)
+{
+	for (int r = 0; r < PQntuples(res); r++)
+		if (strcmp(PQgetvalue(res, r, 0), nspname) == 0 &&
+			strcmp(PQgetvalue(res, r, 1), relname) == 0 && !PQgetisnull(res, r, 3))
+			return r;
+	return -1;
+}
+
+char *
+ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *conn,
+					   bool starting)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		snapshot = cfg->snapshot != NULL && strcmp(cfg->snapshot, "off") != 0;
+	PGresult   *res = NULL;
+	Datum		values[6];
+	SPITupleTable *tt;
+	uint64		n;
+	char	   *gap = NULL;
+	ListCell   *lc;
+
+	if (key == NULL || cfg->publication == NULL || strcmp(cfg->decoder, "pgoutput") != 0 ||
+		(snapshot && !starting))
+		return NULL;
+	if (!snapshot)
+	{
+		const char *params[1] = {cfg->publication};
+
+		res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			ash_conn_report_result(res, "publication membership");
+	}
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	key_values(key, values);
+	if (snapshot)
+	{
+		exec("DELETE FROM ash_replicant.publication_members" KEY_WHERE, 3, values, SPI_OK_DELETE);
+		goto done;
+	}
+
+	/* the records, compared first: a gap leaves them as they are */
+	read_records(values, true);
+	tt = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n && gap == NULL; i++)
+	{
+		HeapTuple	tup = tt->vals[i];
+		TupleDesc	desc = tt->tupdesc;
+		char	   *nspname = SPI_getvalue(tup, desc, 1);
+		char	   *relname = SPI_getvalue(tup, desc, 2);
+		int			r = published_row(res, nspname, relname);
+
+		if (r >= 0 && ash_config_find_mapping(cfg, nspname, relname) != NULL &&
+			ash_source_publication_gap(SPI_getvalue(tup, desc, 3), PQgetvalue(res, r, 3)))
+			gap = MemoryContextStrdup(cxt, quote_qualified_identifier(nspname, relname));
+	}
+	if (gap != NULL)
+		goto done;
+
+	/* every mapped table published now, as it is held now */
+	foreach(lc, cfg->mappings)
+	{
+		AshMapping *m = lfirst(lc);
+		int			r = published_row(res, m->source_schema, m->source_table);
+
+		if (r < 0)
+			continue;			/* out: its record stays, its return is found */
+		values[3] = CStringGetTextDatum(m->source_schema);
+		values[4] = CStringGetTextDatum(m->source_table);
+		values[5] = CStringGetTextDatum(PQgetvalue(res, r, 3));
+		exec("INSERT INTO ash_replicant.publication_members AS p"
+			 " (source_system_id, source_database, slot_name, source_schema, source_table,"
+			 "  published, recorded_at)"
+			 " SELECT $1, $2, $3, $4, $5, $6, pg_catalog.now() FROM ash_replicant.checkpoints"
+			 KEY_WHERE
+			 " ON CONFLICT (source_system_id, source_database, slot_name, source_schema, source_table)"
+			 " DO UPDATE SET published = EXCLUDED.published, recorded_at = EXCLUDED.recorded_at"
+			 " WHERE p.published IS DISTINCT FROM EXCLUDED.published",
+			 6, values, SPI_OK_INSERT);
+	}
+
+	/* a table no longer mapped is no longer watched */
+	read_records(values, false);
+	tt = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *nspname = SPI_getvalue(tt->vals[i], tt->tupdesc, 1);
+		char	   *relname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
+
+		if (ash_config_find_mapping(cfg, nspname, relname) != NULL)
+			continue;
+		values[3] = CStringGetTextDatum(nspname);
+		values[4] = CStringGetTextDatum(relname);
+		exec("DELETE FROM ash_replicant.publication_members" KEY_WHERE
+			 "   AND source_schema = $4 AND source_table = $5",
+			 5, values, SPI_OK_DELETE);
+	}
+
+done:
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	if (res != NULL)
+		PQclear(res);
+	return gap;
+}
