@@ -38,14 +38,14 @@ CREATE FUNCTION ash_replicant_acknowledge_publication_gap(
 	sink_name text,
 	source_system_identifier text,
 	source_database text,
-	source_schema text,
-	source_table text)
+	source_schema text DEFAULT NULL,
+	source_table text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE C SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'ash_replicant_acknowledge_publication_gap';
 COMMENT ON FUNCTION ash_replicant_acknowledge_publication_gap(text, text, text, text, text)
-	IS 'offline recovery: accept that a mapped table''s changes made while it was out of the publication are missing; the next start records how the publication holds it now; true when a record was forgotten';
+	IS 'offline recovery: accept that a mapped table''s changes made while it was out of the publication are missing (NULL schema and table: every table of the sink); the next start records how the publication holds it now; true when a record was forgotten';
 
 REVOKE ALL ON FUNCTION
 	ash_replicant_acknowledge_publication_gap(text, text, text, text, text) FROM PUBLIC;

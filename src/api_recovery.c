@@ -45,12 +45,13 @@
  *						 re-bind the recorded timeline, watermark untouched;
  *						 the row must exist (checkpoint_missing).
  *	  acknowledge_publication_gap
- *						 forget how the publication held one mapped table
- *						 (publication_record.c): the operator accepts that
- *						 its changes made while it was out are missing, and
- *						 the next start records how it is held now.  The
- *						 checkpoint row must exist (checkpoint_missing);
- *						 watermark and tombstone untouched.
+ *						 forget how the publication held one mapped table,
+ *						 or every one (publication_record.c): the operator
+ *						 accepts that changes made while a table was out
+ *						 are missing, and the next start records how it is
+ *						 held now.  The checkpoint row must exist
+ *						 (checkpoint_missing); watermark and tombstone
+ *						 untouched.
  *
  *	  Tombstones: reset removes the row with its tombstone; adopt clears
  *	  the tombstone (the operator has decided where the pipeline resumes);
@@ -426,12 +427,21 @@ ash_replicant_acknowledge_publication_gap(PG_FUNCTION_ARGS)
 	RecoveryTarget t;
 	Oid			types[5];
 	Datum		values[5];
-	char	   *nspname = text_arg(fcinfo, 3, "source_schema");
-	char	   *relname = text_arg(fcinfo, 4, "source_table");
+	char	   *nspname = NULL;
+	char	   *relname = NULL;
 	bool		ours;
 	bool		foreign;
 	bool		changed;
 
+	/* both, or neither: every table of the checkpoint */
+	if (PG_ARGISNULL(3) != PG_ARGISNULL(4))
+		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, STAGE_RECOVERY, "config_invalid",
+				   "source_schema and source_table are given together or not at all");
+	if (!PG_ARGISNULL(3))
+	{
+		nspname = text_arg(fcinfo, 3, "source_schema");
+		relname = text_arg(fcinfo, 4, "source_table");
+	}
 	recovery_prepare(fcinfo, &t);
 	lock_rows(&t, &ours, &foreign);
 	if (!ours)
@@ -439,18 +449,26 @@ ash_replicant_acknowledge_publication_gap(PG_FUNCTION_ARGS)
 				   "sink \"%s\" has no checkpoint of its configured source identity", t.sink_name);
 
 	key_values(&t, types, values);
-	types[3] = types[4] = TEXTOID;
-	values[3] = CStringGetTextDatum(nspname);
-	values[4] = CStringGetTextDatum(relname);
-	exec("DELETE FROM ash_replicant.publication_members"
-		 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-		 "   AND source_schema = $4 AND source_table = $5",
-		 5, types, values, false);
+	if (nspname != NULL)
+	{
+		types[3] = types[4] = TEXTOID;
+		values[3] = CStringGetTextDatum(nspname);
+		values[4] = CStringGetTextDatum(relname);
+		exec("DELETE FROM ash_replicant.publication_members"
+			 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+			 "   AND source_schema = $4 AND source_table = $5",
+			 5, types, values, false);
+	}
+	else
+		exec("DELETE FROM ash_replicant.publication_members"
+			 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+			 3, types, values, false);
 	changed = SPI_processed > 0;
 	SPI_finish();
 	if (changed)
 		ereport(LOG,
 				(errmsg("ash_replicant event=publication.gap_acknowledged sink=%s table=%s",
-						t.sink_name, quote_qualified_identifier(nspname, relname))));
+						t.sink_name,
+						nspname ? quote_qualified_identifier(nspname, relname) : "*")));
 	PG_RETURN_BOOL(changed);
 }

@@ -529,11 +529,11 @@ find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *con
 
 /* A pipeline without a snapshot cannot fill what the gap lost: it halts. */
 static void
-halt_publication_gap(const char *table)
+halt_publication_gap(const char *tables)
 {
 	ash_halt("publication_gap",
-			 "mapped table %s left the publication and came back; its changes in between were never decoded",
-			 table);
+			 "mapped tables left the publication and came back, their changes in between never decoded: %s",
+			 tables);
 }
 
 static void
@@ -548,7 +548,10 @@ record_publication(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 void
 ash_census_record_publication(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
-	with_activation_probe(cfg, record_publication, key);
+	if (ash_publication_watched(cfg))
+		with_activation_probe(cfg, record_publication, key);
+	else
+		(void) ash_publication_record(cfg, key, NULL, true);
 }
 
 AshCensusVerdict

@@ -27,6 +27,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 
@@ -77,23 +78,31 @@ published_row(PGresult *res, const char *nspname, const char *relname)
 	return -1;
 }
 
+bool
+ash_publication_watched(AshPipelineConfig *cfg)
+{
+	return cfg->publication != NULL && strcmp(cfg->decoder, "pgoutput") == 0 &&
+		(cfg->snapshot == NULL || strcmp(cfg->snapshot, "off") == 0);
+}
+
 char *
 ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *conn,
 					   bool starting)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	bool		snapshot = cfg->snapshot != NULL && strcmp(cfg->snapshot, "off") != 0;
+	bool		watched = ash_publication_watched(cfg);
 	PGresult   *res = NULL;
 	Datum		values[6];
 	SPITupleTable *tt;
 	uint64		n;
+	StringInfoData gaps;
 	char	   *gap = NULL;
 	ListCell   *lc;
 
-	if (key == NULL || cfg->publication == NULL || strcmp(cfg->decoder, "pgoutput") != 0 ||
-		(snapshot && !starting))
+	/* not watched: a start forgets what an earlier configuration recorded */
+	if (key == NULL || (!watched && !starting))
 		return NULL;
-	if (!snapshot)
+	if (watched)
 	{
 		const char *params[1] = {cfg->publication};
 
@@ -108,7 +117,7 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
 	key_values(key, values);
-	if (snapshot)
+	if (!watched)
 	{
 		exec("DELETE FROM ash_replicant.publication_members" KEY_WHERE, 3, values, SPI_OK_DELETE);
 		goto done;
@@ -118,7 +127,8 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	read_records(values, true);
 	tt = SPI_tuptable;
 	n = SPI_processed;
-	for (uint64 i = 0; i < n && gap == NULL; i++)
+	initStringInfo(&gaps);
+	for (uint64 i = 0; i < n; i++)
 	{
 		HeapTuple	tup = tt->vals[i];
 		TupleDesc	desc = tt->tupdesc;
@@ -128,10 +138,14 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 
 		if (r >= 0 && ash_config_find_mapping(cfg, nspname, relname) != NULL &&
 			ash_source_publication_gap(SPI_getvalue(tup, desc, 3), PQgetvalue(res, r, 3)))
-			gap = MemoryContextStrdup(cxt, quote_qualified_identifier(nspname, relname));
+			appendStringInfo(&gaps, "%s%s", gaps.len > 0 ? ", " : "",
+							 quote_qualified_identifier(nspname, relname));
 	}
-	if (gap != NULL)
+	if (gaps.len > 0)
+	{
+		gap = MemoryContextStrdup(cxt, gaps.data);
 		goto done;
+	}
 
 	/* every mapped table published now, as it is held now */
 	foreach(lc, cfg->mappings)

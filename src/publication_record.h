@@ -14,18 +14,23 @@
 #include "config.h"
 #include "libpq_conn.h"
 
+/* Does a pipeline of cfg record publication memberships (pgoutput, no snapshot)? */
+extern bool ash_publication_watched(AshPipelineConfig *cfg);
+
 /*
  * Compare how the publication holds cfg's mapped tables now (read on conn)
  * with what key's checkpoint recorded.  A table held by none of the rows
- * that held it when recorded left the publication and came back: its
- * qualified name is returned, nothing recorded.  Otherwise the memberships
+ * that held it when recorded left the publication and came back: the
+ * qualified names of every such table are returned (", " between them),
+ * nothing recorded.  Otherwise the memberships
  * of the tables published now are recorded (a table out now keeps its
  * record, so that its return is found) and NULL returned.
  *
- * Only for pgoutput pipelines without a snapshot (a snapshot copies such
- * a table again, snapshot.c): with one configured, starting says to forget
- * the records (a later go-forward session records afresh); the census
- * passes starting = false and nothing is done.  Runs outside a transaction.
+ * Only for pipelines ash_publication_watched (a snapshot copies such a
+ * table again, snapshot.c); for any other, starting says to forget the
+ * records of an earlier configuration (conn may be NULL then: a later
+ * watched session records afresh), and the census (starting = false) does
+ * nothing.  Runs outside a transaction.
  */
 extern char *ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key,
 									AshConn *conn, bool starting);

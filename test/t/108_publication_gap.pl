@@ -14,7 +14,8 @@
 #     hash, and the records are dropped (the snapshot watches from then on);
 #   - a table still held through its schema is no gap; a table published only
 #     after it was mapped is recorded when it appears, no gap;
-#   - census disabled: the start alone finds a gap;
+#   - census disabled: the start alone finds a gap; every table of a sink
+#     acknowledged at once;
 #   - the records follow the checkpoint: a reset drops them.
 use strict;
 use warnings;
@@ -204,6 +205,20 @@ AshTest::wait_status($dst, 's2', 'halted', 'publication_gap',
 	name => 'census disabled: the start finds the gap');
 ok(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=s2 reason=publication_gap .*sch\.w/),
 	'the halt names the schema-qualified table');
+
+# acknowledging every table at once (no schema and table given)
+AshTest::stop_settled($src, $dst, 's2');
+($rc, $out, $err) = $dst->psql($DB,
+	"SELECT ash_replicant_acknowledge_publication_gap('s2', $identity, 'sch', NULL)");
+like($err, qr/config_invalid/, 'a schema without a table is refused');
+is(q_dst("SELECT ash_replicant_acknowledge_publication_gap('s2', $identity)"), 't',
+	'every table of the sink acknowledged at once');
+is(records('s2'), '', 'no record is left');
+AshTest::start_sink($dst, 's2');
+q_src("UPDATE sch.w SET v = 'acknowledged' WHERE id = 8");
+ok(AshTest::wait_caught_up($src, $dst, 's2'), 'acknowledged at once: caught up');
+is(q_dst("SELECT v FROM sch.w WHERE id = 8"), 'acknowledged', 'the table streams on');
+is(records('s2'), 'ash_marker_s2,late,w', 'the start recorded every table again');
 
 # a reset drops the checkpoint and its records with it
 AshTest::stop_settled($src, $dst, 's2');
