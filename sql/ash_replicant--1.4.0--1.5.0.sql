@@ -25,8 +25,9 @@ CREATE TABLE ash_replicant.publication_members (
 	published text NOT NULL,
 	recorded_at timestamptz NOT NULL,
 	PRIMARY KEY (source_system_id, source_database, slot_name, source_schema, source_table),
+	-- the records go with their checkpoint row, wherever it goes
 	FOREIGN KEY (source_system_id, source_database, slot_name)
-		REFERENCES ash_replicant.checkpoints ON DELETE CASCADE
+		REFERENCES ash_replicant.checkpoints ON UPDATE CASCADE ON DELETE CASCADE
 );
 ALTER TABLE ash_replicant.publication_members ENABLE ROW LEVEL SECURITY;
 REVOKE ALL ON ash_replicant.publication_members FROM PUBLIC;
