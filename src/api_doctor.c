@@ -50,6 +50,7 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlogdefs.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
@@ -59,6 +60,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/resowner.h"
@@ -71,6 +73,7 @@
 #include "keyring.h"
 #include "libpq_conn.h"
 #include "mapping_validate.h"
+#include "publication_record.h"
 #include "qualname.h"
 #include "shmem.h"
 #include "source_catalog.h"
@@ -910,6 +913,25 @@ read_table_set_fn(Doctor *d, void *arg)
 
 static AshSourceCoverage *judged_coverage(Doctor *d);
 
+/* The mapped tables out of the publication and back since recorded. */
+static void
+publication_gaps_fn(Doctor *d, void *arg)
+{
+	AshCheckpointKey key = {d->f.sysid, d->f.database, d->f.slot_name};
+	Oid			nsp = get_namespace_oid("ash_replicant", true);
+	PGresult   *res;
+
+	/* catalogs older than the library (check runtime says so): none recorded */
+	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("publication_members", nsp)))
+		return;
+	res = ash_publication_membership(d->conn, d->f.publication);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	*(char **) arg = ash_publication_gaps(&key, d->mappings, res, d->cxt);
+	SPI_finish();
+	PQclear(res);
+}
+
 /*
  * The decoder's table set, described (source_catalog.c): a missing
  * publication, replication set or decoder extension, or a configured table
@@ -972,6 +994,24 @@ check_publication(Doctor *d)
 		{
 			emit_judged(d, "publication", V_FAIL, cov->publication.reason,
 						cov->publication.context);
+			return;
+		}
+	}
+	/* a mapped table out of the publication and back halts the next start */
+	if (d->mappings_known &&
+		ash_publication_watched_by(d->f.decoder, d->f.publication, d->f.snapshot))
+	{
+		char	   *gaps = NULL;
+
+		e = guarded(d, publication_gaps_fn, &gaps);
+		if (e != NULL)
+		{
+			emit(d, "publication", V_FAIL, probe_failure(d, e));
+			return;
+		}
+		if (gaps != NULL)
+		{
+			emit_judged(d, "publication", V_FAIL, "publication_gap", gaps);
 			return;
 		}
 	}

@@ -6,7 +6,10 @@
  *	  pgoutput sends a change of a table only if the publication held the
  *	  table when the change was made.  A mapped table dropped from the
  *	  publication and added back had changes in between that no consumer
- *	  will ever receive: mirroring on from there leaves a hole nobody sees.
+ *	  will ever receive (one whose publication row was replaced, by SET
+ *	  TABLE with another row filter or column list, had them decoded under
+ *	  a definition we never saw): mirroring on from there leaves a hole
+ *	  nobody sees.
  *	  With a snapshot configured the table is copied again (snapshot.c).
  *	  Without one nothing can fill the hole, so the pipeline halts
  *	  publication_gap and the operator decides: re-seed with a snapshot, or
@@ -78,11 +81,71 @@ published_row(PGresult *res, const char *nspname, const char *relname)
 	return -1;
 }
 
+/* Does a mapping of mappings read schema.table? */
+static bool
+mapped(List *mappings, const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, mappings)
+	{
+		AshMapping *m = lfirst(lc);
+
+		if (strcmp(m->source_schema, nspname) == 0 && strcmp(m->source_table, relname) == 0)
+			return true;
+	}
+	return false;
+}
+
+bool
+ash_publication_watched_by(const char *decoder, const char *publication, const char *snapshot)
+{
+	return publication != NULL && decoder != NULL && strcmp(decoder, "pgoutput") == 0 &&
+		(snapshot == NULL || strcmp(snapshot, "off") == 0);
+}
+
 bool
 ash_publication_watched(AshPipelineConfig *cfg)
 {
-	return cfg->publication != NULL && strcmp(cfg->decoder, "pgoutput") == 0 &&
-		(cfg->snapshot == NULL || strcmp(cfg->snapshot, "off") == 0);
+	return ash_publication_watched_by(cfg->decoder, cfg->publication, cfg->snapshot);
+}
+
+PGresult *
+ash_publication_membership(AshConn *conn, const char *publication)
+{
+	const char *params[1] = {publication};
+	PGresult   *res;
+
+	res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "publication membership");
+	return res;
+}
+
+char *
+ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res, MemoryContext into)
+{
+	Datum		values[3];
+	SPITupleTable *tt;
+	StringInfoData gaps;
+
+	key_values(key, values);
+	read_records(values, true);
+	tt = SPI_tuptable;
+	initStringInfo(&gaps);
+	for (uint64 i = 0, n = SPI_processed; i < n; i++)
+	{
+		char	   *nspname = SPI_getvalue(tt->vals[i], tt->tupdesc, 1);
+		char	   *relname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
+		int			r = published_row(res, nspname, relname);
+
+		if (r >= 0 && mapped(mappings, nspname, relname) &&
+			ash_source_publication_gap(SPI_getvalue(tt->vals[i], tt->tupdesc, 3),
+									   PQgetvalue(res, r, 3)))
+			appendStringInfo(&gaps, "%s%s", gaps.len > 0 ? ", " : "",
+							 quote_qualified_identifier(nspname, relname));
+	}
+	return gaps.len > 0 ? MemoryContextStrdup(into, gaps.data) : NULL;
 }
 
 char *
@@ -95,7 +158,6 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	Datum		values[6];
 	SPITupleTable *tt;
 	uint64		n;
-	StringInfoData gaps;
 	char	   *gap = NULL;
 	ListCell   *lc;
 
@@ -103,13 +165,7 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	if (key == NULL || (!watched && !starting))
 		return NULL;
 	if (watched)
-	{
-		const char *params[1] = {cfg->publication};
-
-		res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK)
-			ash_conn_report_result(res, "publication membership");
-	}
+		res = ash_publication_membership(conn, cfg->publication);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -124,28 +180,9 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	}
 
 	/* the records, compared first: a gap leaves them as they are */
-	read_records(values, true);
-	tt = SPI_tuptable;
-	n = SPI_processed;
-	initStringInfo(&gaps);
-	for (uint64 i = 0; i < n; i++)
-	{
-		HeapTuple	tup = tt->vals[i];
-		TupleDesc	desc = tt->tupdesc;
-		char	   *nspname = SPI_getvalue(tup, desc, 1);
-		char	   *relname = SPI_getvalue(tup, desc, 2);
-		int			r = published_row(res, nspname, relname);
-
-		if (r >= 0 && ash_config_find_mapping(cfg, nspname, relname) != NULL &&
-			ash_source_publication_gap(SPI_getvalue(tup, desc, 3), PQgetvalue(res, r, 3)))
-			appendStringInfo(&gaps, "%s%s", gaps.len > 0 ? ", " : "",
-							 quote_qualified_identifier(nspname, relname));
-	}
-	if (gaps.len > 0)
-	{
-		gap = MemoryContextStrdup(cxt, gaps.data);
+	gap = ash_publication_gaps(key, cfg->mappings, res, cxt);
+	if (gap != NULL)
 		goto done;
-	}
 
 	/* every mapped table published now, as it is held now */
 	foreach(lc, cfg->mappings)
@@ -178,7 +215,7 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 		char	   *nspname = SPI_getvalue(tt->vals[i], tt->tupdesc, 1);
 		char	   *relname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
 
-		if (ash_config_find_mapping(cfg, nspname, relname) != NULL)
+		if (mapped(cfg->mappings, nspname, relname))
 			continue;
 		values[3] = CStringGetTextDatum(nspname);
 		values[4] = CStringGetTextDatum(relname);

@@ -16,6 +16,20 @@
 
 /* Does a pipeline of cfg record publication memberships (pgoutput, no snapshot)? */
 extern bool ash_publication_watched(AshPipelineConfig *cfg);
+extern bool ash_publication_watched_by(const char *decoder, const char *publication,
+									   const char *snapshot);
+
+/* How the publication holds each of its tables now (read on conn). */
+extern PGresult *ash_publication_membership(AshConn *conn, const char *publication);
+
+/*
+ * The mapped tables (mappings: AshMapping *) that key's records show out of
+ * the publication and back, by res (ash_publication_membership): their
+ * qualified names, ", " between them, in into; NULL when none.  SPI
+ * connected, read only: doctor and preflight judge with it too.
+ */
+extern char *ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res,
+								  MemoryContext into);
 
 /*
  * Compare how the publication holds cfg's mapped tables now (read on conn)

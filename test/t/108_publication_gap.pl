@@ -4,8 +4,9 @@
 # pipeline halts publication_gap instead of mirroring on top of it:
 #   - the start records how the publication holds each mapped table
 #     (ash_replicant.publication_members);
-#   - out and back while stopped: the next start halts, checkpoint and mirror
-#     unchanged, no value in any log; a restart alone halts again;
+#   - out and back while stopped: preflight and doctor fail check
+#     "publication" with publication_gap; the next start halts, checkpoint and
+#     mirror unchanged, no value in any log; a restart alone halts again;
 #   - ash_replicant_acknowledge_publication_gap accepts the loss (offline,
 #     identity restated): the next start streams on, the rows changed during
 #     the gap stay as they were (the documented loss);
@@ -49,6 +50,14 @@ sub records
 		  . " FROM ash_replicant.publication_members WHERE slot_name = '$slot'");
 }
 
+# The verdict of check "publication" of preflight or doctor: verdict/reason
+sub publication_check
+{
+	my ($fn, $sink) = @_;
+	return q_dst("SELECT verdict || '/' || coalesce(reason, '') FROM ash_replicant_${fn}('$sink')"
+		  . " WHERE check_name = 'publication'");
+}
+
 sub halts_logged
 {
 	my ($sink) = @_;
@@ -88,6 +97,10 @@ q_src("ALTER PUBLICATION pub DROP TABLE orders");
 q_src("UPDATE orders SET v = '$SENTINEL' WHERE id <= 10");
 q_src("ALTER PUBLICATION pub ADD TABLE orders");
 q_src("UPDATE orders SET v = 'after the gap' WHERE id = 20; UPDATE keep SET v = 'kept on' WHERE id = 1");
+is(publication_check('preflight', 's1'), 'fail/publication_gap', 'preflight sees the gap before the start');
+is(publication_check('doctor', 's1'), 'fail/publication_gap', 'doctor sees the gap before the start');
+is(q_dst("SELECT detail FROM ash_replicant_doctor('s1') WHERE check_name = 'publication'"), 'public.orders',
+	'the detail names the table');
 AshTest::start_sink($dst, 's1');
 AshTest::wait_status($dst, 's1', 'halted', 'publication_gap', name => 'out and back while stopped: halted publication_gap');
 is(AshTest::checkpoint_facts($dst, 's1'), $facts, 'the halt left the checkpoint as it was');
@@ -119,6 +132,7 @@ is(q_dst("SELECT ash_replicant_acknowledge_publication_gap('s1', $identity, 'pub
 	't', 'the gap is acknowledged');
 is(q_dst("SELECT ash_replicant_acknowledge_publication_gap('s1', $identity, 'public', 'orders')"),
 	'f', 'a second acknowledgement changes nothing');
+is(publication_check('preflight', 's1'), 'pass/', 'preflight passes once the gap is acknowledged');
 ok(AshTest::log_lines_like($dst, qr/event=publication\.gap_acknowledged sink=s1 table=public\.orders/),
 	'the acknowledgement is logged');
 AshTest::start_sink($dst, 's1');
