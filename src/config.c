@@ -456,9 +456,15 @@ ash_config_is_append_log(AshPipelineConfig *cfg)
 AshMapping *
 ash_config_find_mapping(AshPipelineConfig *cfg, const char *nspname, const char *relname)
 {
+	return ash_mappings_find(cfg->mappings, nspname, relname);
+}
+
+AshMapping *
+ash_mappings_find(List *mappings, const char *nspname, const char *relname)
+{
 	ListCell   *lc;
 
-	foreach(lc, cfg->mappings)
+	foreach(lc, mappings)
 	{
 		AshMapping *m = lfirst(lc);
 

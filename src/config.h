@@ -136,6 +136,9 @@ extern AshPipelineConfig *ash_config_load(const char *sink_name);
 /* The mapping of a source table, or NULL. */
 extern AshMapping *ash_config_find_mapping(AshPipelineConfig *cfg,
 										   const char *nspname, const char *relname);
+/* The same in a list of AshMapping * (a doctor's, a pipeline's). */
+extern AshMapping *ash_mappings_find(List *mappings, const char *nspname,
+									 const char *relname);
 
 /* Is schema.table listed in ignored_sources? */
 extern bool ash_config_is_ignored(AshPipelineConfig *cfg,

@@ -81,22 +81,6 @@ published_row(PGresult *res, const char *nspname, const char *relname)
 	return -1;
 }
 
-/* Does a mapping of mappings read schema.table? */
-static bool
-mapped(List *mappings, const char *nspname, const char *relname)
-{
-	ListCell   *lc;
-
-	foreach(lc, mappings)
-	{
-		AshMapping *m = lfirst(lc);
-
-		if (strcmp(m->source_schema, nspname) == 0 && strcmp(m->source_table, relname) == 0)
-			return true;
-	}
-	return false;
-}
-
 bool
 ash_publication_watched_by(const char *decoder, const char *publication, const char *snapshot)
 {
@@ -139,7 +123,7 @@ ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res, Memor
 		char	   *relname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
 		int			r = published_row(res, nspname, relname);
 
-		if (r >= 0 && mapped(mappings, nspname, relname) &&
+		if (r >= 0 && ash_mappings_find(mappings, nspname, relname) != NULL &&
 			ash_source_publication_gap(SPI_getvalue(tt->vals[i], tt->tupdesc, 3),
 									   PQgetvalue(res, r, 3)))
 			appendStringInfo(&gaps, "%s%s", gaps.len > 0 ? ", " : "",
@@ -215,7 +199,7 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 		char	   *nspname = SPI_getvalue(tt->vals[i], tt->tupdesc, 1);
 		char	   *relname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
 
-		if (mapped(cfg->mappings, nspname, relname))
+		if (ash_config_find_mapping(cfg, nspname, relname) != NULL)
 			continue;
 		values[3] = CStringGetTextDatum(nspname);
 		values[4] = CStringGetTextDatum(relname);

@@ -178,7 +178,7 @@ q_src("UPDATE orders SET v = 'while out, streaming' WHERE id BETWEEN 11 AND 30")
 ok(wait_for_warning($warned), 'the census warns mapping_never_matches while the table is out');
 q_src("ALTER PUBLICATION pub ADD TABLE orders");
 q_src("UPDATE orders SET n = n + 1 WHERE id = 40");
-ok(wait_until(sub { gaps_logged() >= 3 }),
+ok(AshTest::wait_until(sub { gaps_logged() >= 3 }),
 	'the census finds the table back after a gap (logged by it, and by the next session that copies it)');
 ok(AshTest::wait_caught_up($src, $dst, 's1'), 'out of the publication while streaming: caught up');
 AshTest::assert_mirror_equal($src, $dst, [ 'orders', 'keep' ], name => 'out of the publication while streaming');
@@ -205,22 +205,12 @@ q_src("ALTER PUBLICATION pub DROP TABLES IN SCHEMA public");
 sub wait_for_warning
 {
 	my ($before) = @_;
-	return wait_until(sub {
+	return AshTest::wait_until(sub {
 		scalar(() = AshTest::log_lines_like($dst, qr/event=coverage\.warning sink=s1 reason=mapping_never_matches/))
 		  > $before;
 	});
 }
 
-sub wait_until
-{
-	my ($cond) = @_;
-	for (1 .. 600)
-	{
-		return 1 if $cond->();
-		select(undef, undef, undef, 0.1);
-	}
-	return 0;
-}
 
 ##############################################################################
 # incremental: a re-created target is copied again in chunks
@@ -290,12 +280,12 @@ my $warned2 = count_logged(qr/event=coverage\.warning sink=s2 reason=mapping_nev
 q_src("ALTER PUBLICATION pub2 DROP TABLE inc");
 q_src("DELETE FROM inc WHERE id BETWEEN 100 AND 150; UPDATE inc SET v = 'gap' WHERE id BETWEEN 200 AND 260;"
 	  . " INSERT INTO inc SELECT g, 'gap' FROM generate_series(5001, 5050) g");
-ok(wait_until(sub { count_logged(qr/event=coverage\.warning sink=s2 reason=mapping_never_matches/) > $warned2 }),
+ok(AshTest::wait_until(sub { count_logged(qr/event=coverage\.warning sink=s2 reason=mapping_never_matches/) > $warned2 }),
 	'incremental: the census warns while the table is out');
 q_src("ALTER PUBLICATION pub2 ADD TABLE inc");
-ok(wait_until(sub { count_logged(qr/event=snapshot\.publication_gap sink=s2 table=public\.inc/) >= 2 }),
+ok(AshTest::wait_until(sub { count_logged(qr/event=snapshot\.publication_gap sink=s2 table=public\.inc/) >= 2 }),
 	'incremental: the census finds the table back, the next session lists it again');
-ok(wait_until(sub { count_logged($complete_re) > $completes }), 'incremental: copied again');
+ok(AshTest::wait_until(sub { count_logged($complete_re) > $completes }), 'incremental: copied again');
 incr_caught_up('incremental, back in the publication: caught up');
 AshTest::assert_mirror_equal($src, $dst, ['inc_v'], name => 'incremental, back in the publication', order_by => 'id');
 is(q_dst("SELECT count(*) FROM inc WHERE id BETWEEN 100 AND 150"), '0',

@@ -32,16 +32,6 @@ my $SENTINEL = 'SENTINEL_PUBGAP_7f3c91';
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
 
-sub wait_until
-{
-	my ($cond) = @_;
-	for (1 .. 600)
-	{
-		return 1 if $cond->();
-		select(undef, undef, undef, 0.1);
-	}
-	return 0;
-}
 
 sub records
 {
@@ -113,7 +103,7 @@ ok(AshTest::log_lines_like($dst,
 # a restart alone finds the same gap
 my $halts = halts_logged('s1');
 AshTest::start_sink($dst, 's1');
-ok(wait_until(sub { halts_logged('s1') > $halts }), 'a restart alone halts again');
+ok(AshTest::wait_until(sub { halts_logged('s1') > $halts }), 'a restart alone halts again');
 AshTest::wait_status($dst, 's1', 'halted', 'publication_gap', name => 'still halted publication_gap');
 
 ##############################################################################
@@ -153,7 +143,7 @@ is(records('s1'), 'ash_marker_s1,keep,orders', 'the next start recorded the tabl
 my $warned = () = AshTest::log_lines_like($dst, qr/event=coverage\.warning sink=s1 reason=mapping_never_matches/);
 q_src("ALTER PUBLICATION pub DROP TABLE orders");
 q_src("UPDATE orders SET v = '$SENTINEL' WHERE id BETWEEN 40 AND 60; DELETE FROM orders WHERE id BETWEEN 61 AND 70");
-ok(wait_until(sub {
+ok(AshTest::wait_until(sub {
 			scalar(() = AshTest::log_lines_like($dst,
 					qr/event=coverage\.warning sink=s1 reason=mapping_never_matches/)) > $warned;
 		}),

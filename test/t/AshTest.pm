@@ -412,6 +412,20 @@ sub _timeout
 	return $t // $WAIT_TIMEOUT;
 }
 
+# wait_until($cond, timeout => s): call $cond every 100 ms until it returns
+# true (1) or the timeout passes (0).  For what no query answers (log lines).
+sub wait_until
+{
+	my ($cond, %o) = @_;
+	my $deadline = time + _timeout($o{timeout});
+	while (1)
+	{
+		return 1 if $cond->();
+		return 0 if time > $deadline;
+		select(undef, undef, undef, 0.1);
+	}
+}
+
 # poll($node, $sql, $expected, timeout => s): poll_query_until with a bounded
 # timeout.  Returns 1 / 0.
 sub poll
