@@ -162,6 +162,8 @@ static int	apply_failures = 0;
 static int	transient_failures = 0;	/* in a row, since the last commit */
 static int	slot_busy_failures = 0;
 static int	census_faults = 0;
+/* the census ended the session so that the next one copies a table again */
+static bool session_recopy = false;
 static TimestampTz next_census = 0;
 static long backoff = 0;
 
@@ -1095,6 +1097,7 @@ run_census_if_due(void)
 	if (ash_census_publication_gap() != NULL)
 	{
 		ash_conn_last_sqlstate[0] = '\0';
+		session_recopy = true;
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: mapped table %s came back to the publication after a gap; the next session copies it again",
@@ -1950,6 +1953,16 @@ handle_error(ErrorData *edata, long backoff)
 						cfg->sink_name, ash_apply_stream_fallback,
 						LSN_FORMAT_ARGS(stream_fallback_lsn), stream_retry_ms())));
 		ash_apply_stream_fallback = NULL;
+		return 0;
+	}
+
+	/* not a fault: the next session, at once, copies the table again */
+	if (session_recopy)
+	{
+		session_recopy = false;
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.session_end sink=%s cause=snapshot.publication_gap retry_in_ms=0",
+						cfg->sink_name)));
 		return 0;
 	}
 

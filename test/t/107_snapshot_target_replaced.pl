@@ -180,6 +180,10 @@ q_src("ALTER PUBLICATION pub ADD TABLE orders");
 q_src("UPDATE orders SET n = n + 1 WHERE id = 40");
 ok(AshTest::wait_until(sub { gaps_logged() >= 3 }),
 	'the census finds the table back after a gap (logged by it, and by the next session that copies it)');
+ok(AshTest::log_lines_like($dst, qr/event=pipeline\.session_end sink=s1 cause=snapshot\.publication_gap /),
+	'the census ends the session to copy the table again: logged as such');
+is(scalar(AshTest::log_lines_like($dst, qr/event=source\.fault sink=s1 step=stream source_sqlstate=none/)), 0,
+	'... and not as a source fault');
 ok(AshTest::wait_caught_up($src, $dst, 's1'), 'out of the publication while streaming: caught up');
 AshTest::assert_mirror_equal($src, $dst, [ 'orders', 'keep' ], name => 'out of the publication while streaming');
 AshTest::wait_status($dst, 's1', 'healthy');
