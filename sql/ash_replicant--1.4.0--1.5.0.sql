@@ -8,9 +8,10 @@
 
 /*
  * How the publication held each mapped source table of a checkpoint that
- * streams without a snapshot (pgoutput; the same tokens as
+ * streams without a snapshot (pgoutput, pglogical; the same tokens as
  * snapshot_tables.published: its pg_publication_rel rows, those of its
- * schema and of its partition ancestors, or FOR ALL TABLES).  Recorded at
+ * schema and of its partition ancestors, or FOR ALL TABLES; pglogical: its
+ * rows of pglogical.replication_set_table, by set and xmin).  Recorded at
  * every start and census; a table held by none of its recorded rows any
  * more left the publication and came back, and its changes in between were
  * never decoded: the pipeline halts publication_gap instead of mirroring

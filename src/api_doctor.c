@@ -924,7 +924,8 @@ publication_gaps_fn(Doctor *d, void *arg)
 	/* catalogs older than the library (check runtime says so): none recorded */
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("publication_members", nsp)))
 		return;
-	res = ash_publication_membership(d->conn, d->f.publication);
+	res = ash_source_table_set_membership(d->conn, d->f.decoder, d->f.publication,
+										  d->f.replication_sets);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
 	*(char **) arg = ash_publication_gaps(&key, d->mappings, res, d->cxt);
@@ -999,7 +1000,8 @@ check_publication(Doctor *d)
 	}
 	/* a mapped table out of the publication and back halts the next start */
 	if (d->mappings_known &&
-		ash_publication_watched_by(d->f.decoder, d->f.publication, d->f.snapshot))
+		ash_publication_watched_by(d->f.decoder, d->f.publication, d->f.replication_sets,
+								   d->f.snapshot))
 	{
 		char	   *gaps = NULL;
 

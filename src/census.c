@@ -462,9 +462,10 @@ ash_census_describe_relations(AshPipelineConfig *cfg)
 }
 
 /*
- * With a snapshot configured (pgoutput): a table of the attempt that left
- * the publication and came back since the attempt recorded how the
- * publication held it (snapshot_tables.published, ash_source_publication_gap).
+ * With a snapshot configured (pgoutput, pglogical): a table of the attempt
+ * that left the publication (the replication sets) and came back since the
+ * attempt recorded how it was held (snapshot_tables.published,
+ * ash_source_publication_gap).
  * Returns its qualified name (NULL: none); the pipeline ends the session
  * and the next one copies the table again.
  */
@@ -472,7 +473,6 @@ static char *
 find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *conn)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	const char *params[1];
 	PGresult   *res;
 	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
 	Datum		values[3];
@@ -481,7 +481,7 @@ find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *con
 	char	   *gap = NULL;
 
 	if (cfg->snapshot == NULL || strcmp(cfg->snapshot, "off") == 0 || key == NULL ||
-		cfg->publication == NULL || strcmp(cfg->decoder, "pgoutput") != 0)
+		strcmp(cfg->decoder, "wal2json") == 0)
 		return NULL;
 
 	/* what the attempt recorded: schema, table, membership, by threes */
@@ -511,11 +511,11 @@ find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *con
 	if (n == 0)
 		return NULL;
 
-	/* how the publication holds them now */
-	params[0] = cfg->publication;
-	res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		ash_conn_report_result(res, "publication membership");
+	/* how the publication (or the replication sets) holds them now */
+	res = ash_source_table_set_membership(conn, cfg->decoder, cfg->publication,
+										  cfg->replication_sets);
+	if (res == NULL)
+		return NULL;
 	for (uint64 i = 0; i < n && gap == NULL; i++)
 		for (int r = 0; r < PQntuples(res) && gap == NULL; r++)
 			if (strcmp(PQgetvalue(res, r, 0), recorded[i * 3]) == 0 &&

@@ -19,7 +19,9 @@
  *	  the catalog rows through which the publication holds the table.  A
  *	  dropped row never comes back with its OID, so a table held by none of
  *	  the rows recorded for it was out in between, however briefly -- while
- *	  the pipeline was stopped too.  The records live in
+ *	  the pipeline was stopped too.  pglogical's replication sets hold their
+ *	  tables by rows without OIDs: their tokens are the set and the row's
+ *	  xmin, which a row removed and added again does not keep either.  The records live in
  *	  ash_replicant.publication_members, one row per mapped table of the
  *	  checkpoint, written at every start and census.
  *
@@ -82,28 +84,22 @@ published_row(PGresult *res, const char *nspname, const char *relname)
 }
 
 bool
-ash_publication_watched_by(const char *decoder, const char *publication, const char *snapshot)
+ash_publication_watched_by(const char *decoder, const char *publication,
+						   const char *replication_sets, const char *snapshot)
 {
-	return publication != NULL && decoder != NULL && strcmp(decoder, "pgoutput") == 0 &&
-		(snapshot == NULL || strcmp(snapshot, "off") == 0);
+	if (snapshot != NULL && strcmp(snapshot, "off") != 0)
+		return false;
+	if (decoder == NULL)
+		return false;
+	return (strcmp(decoder, "pgoutput") == 0 && publication != NULL) ||
+		(strcmp(decoder, "pglogical") == 0 && replication_sets != NULL);
 }
 
 bool
 ash_publication_watched(AshPipelineConfig *cfg)
 {
-	return ash_publication_watched_by(cfg->decoder, cfg->publication, cfg->snapshot);
-}
-
-PGresult *
-ash_publication_membership(AshConn *conn, const char *publication)
-{
-	const char *params[1] = {publication};
-	PGresult   *res;
-
-	res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		ash_conn_report_result(res, "publication membership");
-	return res;
+	return ash_publication_watched_by(cfg->decoder, cfg->publication, cfg->replication_sets,
+									  cfg->snapshot);
 }
 
 char *
@@ -149,7 +145,8 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	if (key == NULL || (!watched && !starting))
 		return NULL;
 	if (watched)
-		res = ash_publication_membership(conn, cfg->publication);
+		res = ash_source_table_set_membership(conn, cfg->decoder, cfg->publication,
+											  cfg->replication_sets);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();

@@ -14,17 +14,17 @@
 #include "config.h"
 #include "libpq_conn.h"
 
-/* Does a pipeline of cfg record publication memberships (pgoutput, no snapshot)? */
+/*
+ * Does a pipeline of cfg record how its table set holds its tables (no
+ * snapshot; pgoutput's publication or pglogical's replication sets)?
+ */
 extern bool ash_publication_watched(AshPipelineConfig *cfg);
 extern bool ash_publication_watched_by(const char *decoder, const char *publication,
-									   const char *snapshot);
-
-/* How the publication holds each of its tables now (read on conn). */
-extern PGresult *ash_publication_membership(AshConn *conn, const char *publication);
+									   const char *replication_sets, const char *snapshot);
 
 /*
  * The mapped tables (mappings: AshMapping *) that key's records show out of
- * the publication and back, by res (ash_publication_membership): their
+ * the publication and back, by res (ash_source_table_set_membership): their
  * qualified names, ", " between them, in into; NULL when none.  SPI
  * connected, read only: doctor and preflight judge with it too.
  */

@@ -458,6 +458,7 @@ pglogical_tables(AshConn *conn)
 	List	   *rels = NIL;
 	List	   *tables = NIL;
 	const char *absent;
+	PGresult   *held;
 	ListCell   *lc;
 
 	spec.decoder = ash_snap_cfg->decoder;
@@ -465,6 +466,9 @@ pglogical_tables(AshConn *conn)
 	absent = ash_source_fetch_table_set(conn, &spec, &rels, NULL);
 	if (absent != NULL)
 		ash_halt(absent, "the replication sets are not at the source");
+	/* how the sets hold each table ("A table out of the publication and back") */
+	held = ash_source_table_set_membership(conn, ash_snap_cfg->decoder, NULL,
+										   ash_snap_cfg->replication_sets);
 	foreach(lc, rels)
 	{
 		AshSourceRel *r = lfirst(lc);
@@ -495,8 +499,13 @@ pglogical_tables(AshConn *conn)
 		if (t->has_estimate)
 			t->estimate = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
 		PQclear(res);
+		for (int i = 0; i < PQntuples(held); i++)
+			if (strcmp(PQgetvalue(held, i, 0), t->nspname) == 0 &&
+				strcmp(PQgetvalue(held, i, 1), t->relname) == 0 && !PQgetisnull(held, i, 3))
+				t->published = pstrdup(PQgetvalue(held, i, 3));
 		tables = lappend(tables, t);
 	}
+	PQclear(held);
 	return tables;
 }
 

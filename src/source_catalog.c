@@ -556,6 +556,45 @@ ash_source_publication_tables_sql(AshConn *conn)
 					"        JOIN pg_catalog.pg_class ac ON ac.oid = a.relid))");
 }
 
+const char *
+ash_source_replication_set_tables_sql(void)
+{
+	return "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text,"
+		"  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END,"
+		"  pg_catalog.string_agg('set:' || rst.set_id::pg_catalog.text || ':' || rst.xmin::pg_catalog.text,"
+		"                        ',' ORDER BY rst.set_id)"
+		"  FROM pglogical.replication_set_table rst"
+		"  JOIN pglogical.replication_set rs ON rs.set_id = rst.set_id"
+		"  JOIN pg_catalog.pg_class c ON c.oid = rst.set_reloid"
+		"  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+		" WHERE rs.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
+		" GROUP BY 1, 2, 3 ORDER BY 1, 2";
+}
+
+PGresult *
+ash_source_table_set_membership(AshConn *conn, const char *decoder, const char *publication,
+								const char *replication_sets)
+{
+	PGresult   *res;
+	const char *params[1];
+
+	if (decoder != NULL && strcmp(decoder, "pgoutput") == 0 && publication != NULL)
+	{
+		params[0] = publication;
+		res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
+	}
+	else if (decoder != NULL && strcmp(decoder, "pglogical") == 0 && replication_sets != NULL)
+	{
+		params[0] = replication_sets;
+		res = ash_conn_exec_params(conn, ash_source_replication_set_tables_sql(), 1, params, false);
+	}
+	else
+		return NULL;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, "table set membership");
+	return res;
+}
+
 bool
 ash_source_publication_gap(const char *then, const char *now)
 {

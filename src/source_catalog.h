@@ -179,6 +179,23 @@ extern List *ash_source_rel_names(const List *rels);
 extern char *ash_source_publication_tables_sql(AshConn *conn);
 
 /*
+ * The same for pglogical's replication sets ($1, a text[] literal): the
+ * tables of the sets, each held by "set:<set_id>:<xmin>" of its rows of
+ * pglogical.replication_set_table (which have no OID; a row removed and
+ * added again, or replaced, is written by another transaction).
+ */
+extern const char *ash_source_replication_set_tables_sql(void);
+
+/*
+ * How the decoder's table set holds each of its tables now, in the shape
+ * above: pgoutput's publication or pglogical's replication sets (NULL for
+ * another decoder, or no table set configured).
+ */
+extern PGresult *ash_source_table_set_membership(AshConn *conn, const char *decoder,
+												 const char *publication,
+												 const char *replication_sets);
+
+/*
  * Did a table held by the publication as "then" say (the tokens above)
  * leave it before being held as "now" says?  A catalog row, once dropped,
  * never comes back with the same OID: held now by none of the rows that

@@ -16,7 +16,9 @@
 # table is refused like a narrowed publication (a table also in a full set,
 # or a narrowed set of ignored tables only, is not); a
 # source database without pglogical halts decoder_extension_missing; a
-# snapshot v1 copies existing rows before the stream.  The
+# snapshot v1 copies existing rows before the stream; a mapped table out of
+# its set and back halts publication_gap without a snapshot (re-seeded with
+# v1) and is copied again with one.  The
 # shared scenarios (types, TOAST, kill -9 ...) run under pglogical in
 # 090_decoders.pl too.
 use strict;
@@ -338,6 +340,60 @@ for my $case ([ 'pgl_cols', 'cols_set', 'colt' ], [ 'pgl_rowf', 'rowf_set', 'row
 		src => $src, name => "$set: refused as a narrowed contract");
 	AshTest::stop_sink($dst, $sink);
 }
+
+# a mapped table out of its replication set and back: pglogical_output, like
+# pgoutput, never decodes its changes in between (docs/reasons.md#publication_gap).
+# Without a snapshot the next start halts publication_gap (preflight fails
+# first); with one the table is copied again.
+$src->safe_psql($DB, q{
+SELECT pglogical.create_replication_set('gap_set');
+CREATE TABLE gapt (id int PRIMARY KEY, v text);
+SELECT pglogical.replication_set_add_table('gap_set', 'gapt');
+GRANT SELECT ON gapt TO mirror;
+INSERT INTO gapt SELECT g, 'pre' FROM generate_series(1, 20) g;
+});
+$dst->safe_psql($DB, "CREATE TABLE gapt (id int PRIMARY KEY, v text)");
+AshTest::setup_pipeline($src, $dst,
+	sink => 'pgl_gap', decoder => 'pglogical', replication_sets => ['gap_set'],
+	connection => $conn, marker => 0, maps => [ ['gapt'] ]);
+AshTest::wait_status($dst, 'pgl_gap', 'healthy', undef, src => $src);
+like($dst->safe_psql($DB, "SELECT published FROM ash_replicant.publication_members WHERE slot_name = 'pgl_gap'"),
+	qr/^set:\d+:\d+$/, 'the start records how the replication set holds the table');
+$src->safe_psql($DB, "INSERT INTO gapt VALUES (100, 'streamed')");
+AshTest::poll($dst, "SELECT count(*) FROM gapt WHERE id = 100", '1');
+AshTest::stop_settled($src, $dst, 'pgl_gap');
+$src->safe_psql($DB, "SELECT pglogical.replication_set_remove_table('gap_set', 'gapt')");
+$src->safe_psql($DB, "UPDATE gapt SET v = 'while out' WHERE id = 100");
+$src->safe_psql($DB, "SELECT pglogical.replication_set_add_table('gap_set', 'gapt')");
+is($dst->safe_psql($DB, "SELECT verdict || '/' || coalesce(reason, '') FROM ash_replicant_preflight('pgl_gap')"
+	  . " WHERE check_name = 'publication'"),
+	'fail/publication_gap', 'out of the set and back: preflight fails publication_gap');
+AshTest::start_sink($dst, 'pgl_gap');
+AshTest::wait_status($dst, 'pgl_gap', 'halted', 'publication_gap', src => $src,
+	name => 'out of the set and back: the start halts publication_gap');
+is($dst->safe_psql($DB, "SELECT v FROM gapt WHERE id = 100"), 'streamed', 'nothing applied on top of the gap');
+# re-seed: a v1 snapshot copies the table again
+AshTest::stop_settled($src, $dst, 'pgl_gap');
+$dst->safe_psql($DB, "SELECT ash_replicant_configure_pipeline('pgl_gap', connection => " . AshTest::lit($conn)
+	  . ", decoder => 'pglogical', replication_sets => ARRAY['gap_set'], source_system_identifier => "
+	  . AshTest::lit($sysid) . ", source_database => 'postgres', go_forward_only => false, snapshot => 'v1')");
+AshTest::start_sink($dst, 'pgl_gap');
+AshTest::wait_status($dst, 'pgl_gap', 'healthy', undef, src => $src, name => 're-seeded with v1: healthy');
+AshTest::poll($dst, "SELECT v FROM gapt WHERE id = 100", 'while out');
+AshTest::assert_mirror_equal($src, $dst, ['gapt'], name => 're-seeded under pglogical');
+like($dst->safe_psql($DB, "SELECT published FROM ash_replicant.snapshot_tables WHERE slot_name = 'pgl_gap'"),
+	qr/^set:\d+:\d+$/, 'the snapshot records how the set holds the table');
+# with the snapshot configured: out and back while streaming, copied again
+$src->safe_psql($DB, "SELECT pglogical.replication_set_remove_table('gap_set', 'gapt')");
+$src->safe_psql($DB, "UPDATE gapt SET v = 'out, streaming' WHERE id <= 5");
+$src->safe_psql($DB, "SELECT pglogical.replication_set_add_table('gap_set', 'gapt')");
+ok(AshTest::wait_until(sub {
+			scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.publication_gap sink=pgl_gap table=public\.gapt/)) >= 2;
+		}),
+	'the census finds the table back in its set and the next session copies it');
+AshTest::poll($dst, "SELECT count(*) FROM gapt WHERE v = 'out, streaming'", '5');
+AshTest::assert_mirror_equal($src, $dst, ['gapt'], name => 'copied again under pglogical');
+AshTest::stop_sink($dst, 'pgl_gap');
 
 # a source database without pglogical
 $src->safe_psql($DB, "CREATE DATABASE nopgl");
