@@ -537,6 +537,8 @@ ash_source_publication_tables_sql(AshConn *conn)
 	return psprintf("SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
 					"  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END,"
 					"  (SELECT pg_catalog.string_agg(m.tok, ',' ORDER BY m.tok) FROM ("
+					"    SELECT 'def:' || p.oid::pg_catalog.text || ':' || p.xmin::pg_catalog.text"
+					"    UNION ALL"
 					"    SELECT 'all:' || p.oid::pg_catalog.text WHERE p.puballtables"
 					"    UNION ALL"
 					"    SELECT 'rel:' || r.oid::pg_catalog.text FROM pg_catalog.pg_publication_rel r"
@@ -559,16 +561,24 @@ ash_source_publication_tables_sql(AshConn *conn)
 const char *
 ash_source_replication_set_tables_sql(void)
 {
+#define ASH_SETS_OF_C \
+	" FROM pglogical.replication_set_table rst" \
+	" JOIN pglogical.replication_set rs ON rs.set_id = rst.set_id" \
+	" WHERE rst.set_reloid = c.oid AND rs.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
 	return "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text,"
 		"  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END,"
-		"  pg_catalog.string_agg('set:' || rst.set_id::pg_catalog.text || ':' || rst.xmin::pg_catalog.text,"
-		"                        ',' ORDER BY rst.set_id)"
-		"  FROM pglogical.replication_set_table rst"
-		"  JOIN pglogical.replication_set rs ON rs.set_id = rst.set_id"
-		"  JOIN pg_catalog.pg_class c ON c.oid = rst.set_reloid"
+		"  (SELECT pg_catalog.string_agg(m.tok, ',' ORDER BY m.tok) FROM ("
+		"    SELECT 'set:' || rst.set_id::pg_catalog.text || ':' || rst.xmin::pg_catalog.text"
+		ASH_SETS_OF_C
+		"    UNION ALL"
+		"    SELECT 'def:set:' || rs.set_id::pg_catalog.text || ':' || rs.xmin::pg_catalog.text"
+		ASH_SETS_OF_C
+		"    ) m(tok))"
+		"  FROM pg_catalog.pg_class c"
 		"  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-		" WHERE rs.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
-		" GROUP BY 1, 2, 3 ORDER BY 1, 2";
+		" WHERE EXISTS (SELECT 1" ASH_SETS_OF_C ")"
+		" ORDER BY 1, 2";
+#undef ASH_SETS_OF_C
 }
 
 PGresult *
@@ -595,25 +605,41 @@ ash_source_table_set_membership(AshConn *conn, const char *decoder, const char *
 	return res;
 }
 
+/* Is tok one of the comma-separated tokens of list? */
+static bool
+has_token(const char *list, const char *tok)
+{
+	size_t		len = strlen(tok);
+
+	for (const char *p = strstr(list, tok); p != NULL; p = strstr(p + 1, tok))
+		if ((p == list || p[-1] == ',') && (p[len] == ',' || p[len] == '\0'))
+			return true;
+	return false;
+}
+
 bool
 ash_source_publication_gap(const char *then, const char *now)
 {
 	char	   *copy;
 	char	   *tok;
 	char	   *save = NULL;
-	bool		gap = true;
+	bool		held = false;
+	bool		members = false;
+	bool		redefined = false;
 
 	if (then == NULL || now == NULL || then[0] == '\0')
 		return false;
 	copy = pstrdup(then);
-	for (tok = strtok_r(copy, ",", &save); tok != NULL && gap; tok = strtok_r(NULL, ",", &save))
+	for (tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
 	{
-		size_t		len = strlen(tok);
-
-		for (const char *p = strstr(now, tok); p != NULL && gap; p = strstr(p + 1, tok))
-			if ((p == now || p[-1] == ',') && (p[len] == ',' || p[len] == '\0'))
-				gap = false;
+		if (strncmp(tok, "def:", 4) == 0)
+			redefined |= !has_token(now, tok);
+		else
+		{
+			members = true;
+			held |= has_token(now, tok);
+		}
 	}
 	pfree(copy);
-	return gap;
+	return redefined || (members && !held);
 }

@@ -173,8 +173,10 @@ extern List *ash_source_rel_names(const List *rels);
  * each table -- a token per catalog row that puts it in: "rel:<oid>" of
  * pg_publication_rel for the table or a partition ancestor of it,
  * "ns:<oid>" of pg_publication_namespace for its schema or an ancestor's
- * (PostgreSQL 15+), "all:<oid>" for FOR ALL TABLES; sorted,
- * comma-separated.  In schema and name order.
+ * (PostgreSQL 15+), "all:<oid>" for FOR ALL TABLES; and the publication's
+ * own row as "def:<oid>:<xmin>", which ALTER PUBLICATION ... SET (publish,
+ * publish_via_partition_root), OWNER TO and RENAME rewrite (ADD and DROP
+ * TABLE do not); sorted, comma-separated.  In schema and name order.
  */
 extern char *ash_source_publication_tables_sql(AshConn *conn);
 
@@ -182,7 +184,9 @@ extern char *ash_source_publication_tables_sql(AshConn *conn);
  * The same for pglogical's replication sets ($1, a text[] literal): the
  * tables of the sets, each held by "set:<set_id>:<xmin>" of its rows of
  * pglogical.replication_set_table (which have no OID; a row removed and
- * added again, or replaced, is written by another transaction).
+ * added again, or replaced, is written by another transaction), with
+ * "def:set:<set_id>:<xmin>" of each of those sets' own rows (alter_
+ * replication_set rewrites them).
  */
 extern const char *ash_source_replication_set_tables_sql(void);
 
@@ -200,8 +204,10 @@ extern PGresult *ash_source_table_set_membership(AshConn *conn, const char *deco
  * leave it before being held as "now" says?  A catalog row, once dropped,
  * never comes back with the same OID: held now by none of the rows that
  * held it then, it was out in between, and pgoutput decoded none of its
- * changes of that time (it reads membership as of each change).  Not
- * known (NULL: another decoder, or recorded before 1.4.0): false.
+ * changes of that time (it reads membership as of each change).  So with
+ * a "def:" token of then missing now: the publication (a set) was
+ * redefined since, and what it withheld meanwhile is unknown.  Not known
+ * (NULL: another decoder, or recorded before 1.4.0): false.
  */
 extern bool ash_source_publication_gap(const char *then, const char *now);
 

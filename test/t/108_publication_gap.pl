@@ -10,6 +10,8 @@
 #   - ash_replicant_acknowledge_publication_gap accepts the loss (offline,
 #     identity restated): the next start streams on, the rows changed during
 #     the gap stay as they were (the documented loss);
+#   - the publication narrowed (publish) and widened again while stopped:
+#     preflight names every table, the start halts, acknowledged at once;
 #   - out and back while streaming: the census halts; re-seeding with
 #     snapshot => 'v1' copies the table again, mirror = source by content
 #     hash, and the records are dropped (the snapshot watches from then on);
@@ -72,7 +74,7 @@ ok(AshTest::wait_caught_up($src, $dst, 's1'), 'go-forward pipeline: caught up');
 AshTest::assert_mirror_equal($src, $dst, [ 'orders', 'keep' ], name => 'streamed');
 is(records('s1'), 'ash_marker_s1,keep,orders', 'the start records how the publication holds each mapped table');
 like(q_dst("SELECT published FROM ash_replicant.publication_members WHERE slot_name = 's1' AND source_table = 'orders'"),
-	qr/^rel:\d+$/, 'a table held by its own publication row is recorded by that row');
+	qr/^def:\d+:\d+,rel:\d+$/, 'a table held by its own publication row is recorded by that row (and the publication by its own)');
 is(q_dst("SELECT has_table_privilege('ash_replicant_monitor', 'ash_replicant.publication_members', 'SELECT')"),
 	'f', 'the records are not readable by a monitor (default-deny)');
 
@@ -137,6 +139,27 @@ is(q_dst("SELECT v FROM keep WHERE id = 1"), 'kept on', 'the other table streame
 is(records('s1'), 'ash_marker_s1,keep,orders', 'the next start recorded the table again');
 
 ##############################################################################
+# The publication redefined while stopped: narrowed and widened again
+##############################################################################
+
+AshTest::stop_settled($src, $dst, 's1');
+q_src("ALTER PUBLICATION pub SET (publish = 'insert')");
+q_src("DELETE FROM keep WHERE id = 2; UPDATE orders SET v = '$SENTINEL' WHERE id = 31");
+q_src("ALTER PUBLICATION pub SET (publish = 'insert, update, delete, truncate')");
+is(publication_check('preflight', 's1'), 'fail/publication_gap',
+	'a publication narrowed and widened again while stopped: preflight fails');
+like(q_dst("SELECT detail FROM ash_replicant_preflight('s1') WHERE check_name = 'publication'"),
+	qr/public\.keep.*public\.orders|public\.orders.*public\.keep/, 'every table of the publication is named');
+AshTest::start_sink($dst, 's1');
+AshTest::wait_status($dst, 's1', 'halted', 'publication_gap',
+	name => 'a publication narrowed and widened again: halted publication_gap');
+is(q_dst("SELECT count(*) FROM keep WHERE id = 2"), '1', 'the delete it withheld is not applied (it never will be)');
+AshTest::stop_settled($src, $dst, 's1');
+is(q_dst("SELECT ash_replicant_acknowledge_publication_gap('s1', $identity)"), 't', 'acknowledged for every table');
+AshTest::start_sink($dst, 's1');
+AshTest::wait_status($dst, 's1', 'healthy', undef, name => 'acknowledged: healthy');
+
+##############################################################################
 # Out and back while streaming: the census halts; re-seed with v1
 ##############################################################################
 
@@ -156,9 +179,9 @@ AshTest::wait_status($dst, 's1', 'halted', 'publication_gap',
 
 # re-seed: a v1 snapshot copies every mapped table, the stream goes on.
 # Without provenance a copy keeps rows the source lacks (the rows deleted
-# during the gap): the target is emptied first, as docs/reasons.md says.
+# during the gaps): the targets are emptied first, as docs/reasons.md says.
 AshTest::stop_settled($src, $dst, 's1');
-q_dst("TRUNCATE orders");
+q_dst("TRUNCATE orders, keep");
 q_dst("SELECT ash_replicant_configure_pipeline(sink_name => 's1', connection => "
 	  . AshTest::lit(AshTest::conninfo($src)) . ", publication => 'pub',"
 	  . " $identity_named, census => '{\"interval_ms\": 1000}'::jsonb,"
@@ -182,7 +205,7 @@ q_dst("SELECT ash_replicant_wait_for_slot('s2', '60s')");
 q_src("INSERT INTO sch.w SELECT g, 'w' || g FROM generate_series(1, 50) g");
 ok(AshTest::wait_caught_up($src, $dst, 's2'), 'schema-published pipeline: caught up');
 like(q_dst("SELECT published FROM ash_replicant.publication_members WHERE slot_name = 's2' AND source_table = 'w'"),
-	qr/^ns:\d+,rel:\d+$|^rel:\d+,ns:\d+$/, 'a table held by its row and its schema is recorded by both');
+	qr/^def:\d+:\d+,ns:\d+,rel:\d+$/, 'a table held by its row and its schema is recorded by both');
 is(records('s2'), 'ash_marker_s2,w', 'a mapped table not published yet is not recorded');
 
 AshTest::stop_settled($src, $dst, 's2');
