@@ -59,14 +59,11 @@ exec(const char *sql, int nargs, Datum *values, int expected)
 		elog(ERROR, "ash_replicant: writing the publication records failed");
 }
 
-/* The key's records (schema, table[, published]) in SPI_tuptable. */
+/* The key's records (schema, table, published) in SPI_tuptable. */
 static void
-read_records(Datum *values, bool with_tokens)
+read_records(Datum *values)
 {
-	if (SPI_execute_with_args(with_tokens ?
-							  "SELECT source_schema, source_table, published"
-							  "  FROM ash_replicant.publication_members" KEY_WHERE :
-							  "SELECT source_schema, source_table"
+	if (SPI_execute_with_args("SELECT source_schema, source_table, published"
 							  "  FROM ash_replicant.publication_members" KEY_WHERE,
 							  3, text_types, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "ash_replicant: reading the publication records failed");
@@ -110,7 +107,7 @@ ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res, Memor
 	StringInfoData gaps;
 
 	key_values(key, values);
-	read_records(values, true);
+	read_records(values);
 	tt = SPI_tuptable;
 	initStringInfo(&gaps);
 	for (uint64 i = 0, n = SPI_processed; i < n; i++)
@@ -165,32 +162,43 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	if (gap != NULL)
 		goto done;
 
-	/* every mapped table published now, as it is held now */
+	/*
+	 * Every mapped table published now, as it is held now: written only
+	 * where that differs from its record (a census finds nothing to write
+	 * mostly, and takes no transaction id then).  A table no longer mapped
+	 * is no longer watched.
+	 */
+	read_records(values);
+	tt = SPI_tuptable;
+	n = SPI_processed;
 	foreach(lc, cfg->mappings)
 	{
 		AshMapping *m = lfirst(lc);
 		int			r = published_row(res, m->source_schema, m->source_table);
+		const char *now;
+		bool		same = false;
 
 		if (r < 0)
 			continue;			/* out: its record stays, its return is found */
+		now = PQgetvalue(res, r, 3);
+		for (uint64 i = 0; i < n && !same; i++)
+			same = strcmp(SPI_getvalue(tt->vals[i], tt->tupdesc, 1), m->source_schema) == 0 &&
+				strcmp(SPI_getvalue(tt->vals[i], tt->tupdesc, 2), m->source_table) == 0 &&
+				strcmp(SPI_getvalue(tt->vals[i], tt->tupdesc, 3), now) == 0;
+		if (same)
+			continue;
 		values[3] = CStringGetTextDatum(m->source_schema);
 		values[4] = CStringGetTextDatum(m->source_table);
-		values[5] = CStringGetTextDatum(PQgetvalue(res, r, 3));
+		values[5] = CStringGetTextDatum(now);
 		exec("INSERT INTO ash_replicant.publication_members AS p"
 			 " (source_system_id, source_database, slot_name, source_schema, source_table,"
 			 "  published, recorded_at)"
 			 " SELECT $1, $2, $3, $4, $5, $6, pg_catalog.now() FROM ash_replicant.checkpoints"
 			 KEY_WHERE
 			 " ON CONFLICT (source_system_id, source_database, slot_name, source_schema, source_table)"
-			 " DO UPDATE SET published = EXCLUDED.published, recorded_at = EXCLUDED.recorded_at"
-			 " WHERE p.published IS DISTINCT FROM EXCLUDED.published",
+			 " DO UPDATE SET published = EXCLUDED.published, recorded_at = EXCLUDED.recorded_at",
 			 6, values, SPI_OK_INSERT);
 	}
-
-	/* a table no longer mapped is no longer watched */
-	read_records(values, false);
-	tt = SPI_tuptable;
-	n = SPI_processed;
 	for (uint64 i = 0; i < n; i++)
 	{
 		char	   *nspname = SPI_getvalue(tt->vals[i], tt->tupdesc, 1);

@@ -137,6 +137,11 @@ is(q_dst("SELECT count(*) FROM orders WHERE v = '$SENTINEL'"), '0',
 	'the changes made while the table was out are missing (the accepted loss)');
 is(q_dst("SELECT v FROM keep WHERE id = 1"), 'kept on', 'the other table streamed on');
 is(records('s1'), 'ash_marker_s1,keep,orders', 'the next start recorded the table again');
+my $census = q_dst("SELECT coalesce(last_census_at, '-infinity') FROM ash_replicant.stat_pipelines WHERE sink_name = 's1'");
+ok(AshTest::poll($dst, "SELECT last_census_at > '$census' FROM ash_replicant.stat_pipelines WHERE sink_name = 's1'"),
+	'a census ran since');
+is(q_dst("SELECT count(*) FROM ash_replicant.publication_members WHERE slot_name = 's1' AND xmax <> '0'"), '0',
+	'a census that finds nothing changed writes nothing (no record even locked)');
 
 ##############################################################################
 # The publication redefined while stopped: narrowed and widened again
