@@ -449,20 +449,15 @@ ash_replicant_acknowledge_publication_gap(PG_FUNCTION_ARGS)
 				   "sink \"%s\" has no checkpoint of its configured source identity", t.sink_name);
 
 	key_values(&t, types, values);
-	if (nspname != NULL)
-	{
-		types[3] = types[4] = TEXTOID;
-		values[3] = CStringGetTextDatum(nspname);
-		values[4] = CStringGetTextDatum(relname);
-		exec("DELETE FROM ash_replicant.publication_members"
-			 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-			 "   AND source_schema = $4 AND source_table = $5",
-			 5, types, values, false);
-	}
-	else
-		exec("DELETE FROM ash_replicant.publication_members"
-			 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
-			 3, types, values, false);
+	types[3] = types[4] = TEXTOID;
+	values[3] = nspname ? CStringGetTextDatum(nspname) : (Datum) 0;
+	values[4] = relname ? CStringGetTextDatum(relname) : (Datum) 0;
+	/* no schema and table given: every table's record */
+	if (SPI_execute_with_args("DELETE FROM ash_replicant.publication_members"
+							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							  "   AND ($4 IS NULL OR (source_schema = $4 AND source_table = $5))",
+							  5, types, values, nspname ? "     " : "   nn", false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "ash_replicant: catalog statement failed");
 	changed = SPI_processed > 0;
 	SPI_finish();
 	if (changed)

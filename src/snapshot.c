@@ -448,65 +448,21 @@ append_array_element(StringInfo buf, const char *s)
 }
 
 /*
- * The mapped tables of pglogical's replication sets, as coverage reads
- * them (source_catalog.c).
+ * pglogical: the replication sets must exist (fetched as coverage fetches
+ * them, source_catalog.c); their tables come with the membership query.
  */
-static List *
-pglogical_tables(AshConn *conn)
+static void
+pglogical_sets_exist(AshConn *conn)
 {
 	AshTableSetSpec spec = {0};
 	List	   *rels = NIL;
-	List	   *tables = NIL;
 	const char *absent;
-	PGresult   *held;
-	ListCell   *lc;
 
 	spec.decoder = ash_snap_cfg->decoder;
 	spec.replication_sets = ash_snap_cfg->replication_sets;
 	absent = ash_source_fetch_table_set(conn, &spec, &rels, NULL);
 	if (absent != NULL)
 		ash_halt(absent, "the replication sets are not at the source");
-	/* how the sets hold each table ("A table out of the publication and back") */
-	held = ash_source_table_set_membership(conn, ash_snap_cfg->decoder, NULL,
-										   ash_snap_cfg->replication_sets);
-	foreach(lc, rels)
-	{
-		AshSourceRel *r = lfirst(lc);
-		const char *params[2] = {r->name.nspname, r->name.relname};
-		PGresult   *res;
-		SnapTable  *t;
-
-		if (ash_config_find_mapping(ash_snap_cfg, r->name.nspname, r->name.relname) == NULL)
-			continue;
-		res = ash_conn_exec_params(conn,
-								   "SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
-								   "  FROM pg_catalog.pg_class c"
-								   "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-								   " WHERE n.nspname = $1 AND c.relname = $2",
-								   2, params, false);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK)
-			ash_conn_report_result(res, "snapshot table list");
-		if (PQntuples(res) != 1)
-		{
-			PQclear(res);
-			ash_halt("decoder_table_missing", "table %s is not at the source",
-					 quote_qualified_identifier(r->name.nspname, r->name.relname));
-		}
-		t = palloc0(sizeof(SnapTable));
-		t->nspname = pstrdup(r->name.nspname);
-		t->relname = pstrdup(r->name.relname);
-		t->has_estimate = !PQgetisnull(res, 0, 0);
-		if (t->has_estimate)
-			t->estimate = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-		PQclear(res);
-		for (int i = 0; i < PQntuples(held); i++)
-			if (strcmp(PQgetvalue(held, i, 0), t->nspname) == 0 &&
-				strcmp(PQgetvalue(held, i, 1), t->relname) == 0 && !PQgetisnull(held, i, 3))
-				t->published = pstrdup(PQgetvalue(held, i, 3));
-		tables = lappend(tables, t);
-	}
-	PQclear(held);
-	return tables;
 }
 
 /*
@@ -521,8 +477,6 @@ ash_snap_source_tables(AshConn *conn)
 	PGresult   *res;
 	List	   *tables = NIL;
 
-	if (strcmp(ash_snap_cfg->decoder, "pglogical") == 0)
-		return pglogical_tables(conn);
 	if (strcmp(ash_snap_cfg->decoder, "wal2json") == 0)
 	{
 		StringInfoData nsps;
@@ -554,8 +508,12 @@ ash_snap_source_tables(AshConn *conn)
 	}
 	else
 	{
-		params[0] = ash_snap_cfg->publication;
-		res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
+		/* how the table set holds each table ("A table out of the publication and back") */
+		if (strcmp(ash_snap_cfg->decoder, "pglogical") == 0)
+			pglogical_sets_exist(conn);
+		res = ash_source_table_set_membership(conn, ash_snap_cfg->decoder,
+											  ash_snap_cfg->publication,
+											  ash_snap_cfg->replication_sets);
 	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		ash_conn_report_result(res, "snapshot table list");
