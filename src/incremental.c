@@ -396,11 +396,26 @@ shows(const AshIncrSnapshot *snap, TransactionId xid)
 	return bsearch(&xid, snap->xip, snap->nxip, sizeof(TransactionId), xid_cmp) == NULL;
 }
 
-bool
-ash_incr_snapshot_shows_noted(const AshIncrSnapshot *snap)
+/*
+ * The transactions a chunk's snapshot must show now, copied into xids;
+ * -1 when there are more than max.
+ */
+int
+ash_incr_noted_xids(TransactionId *xids, int max)
 {
-	for (int i = 0; i < nnoted; i++)
-		if (!shows(snap, noted[i]))
+	if (nnoted > max)
+		return -1;
+	if (nnoted > 0)
+		memcpy(xids, noted, sizeof(TransactionId) * nnoted);
+	return nnoted;
+}
+
+/* Does snap show every transaction of xids (a helper's chunk)? */
+bool
+ash_incr_snapshot_shows(const AshIncrSnapshot *snap, const TransactionId *xids, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!shows(snap, xids[i]))
 			return false;
 	return true;
 }

@@ -110,11 +110,14 @@ extern bool ash_incr_marks_seen(AshApplyRel *rel);
 extern void ash_incr_check_truncate(AshApplyRel *rel, TransactionId xid);
 
 /*
- * Does snap show every transaction noted?  Nothing is forgotten: the
- * pipeline worker checks the helper's chunk with it before its own
- * (docs/snapshots.md, "Tables in parallel").
+ * The transactions noted, for a helper to check its chunk's snapshot
+ * against (-1: more than max), taken before the pipeline worker's own
+ * check forgets any; and that check (docs/snapshots.md, "Tables in
+ * parallel").
  */
-extern bool ash_incr_snapshot_shows_noted(const AshIncrSnapshot *snap);
+extern int	ash_incr_noted_xids(TransactionId *xids, int max);
+extern bool ash_incr_snapshot_shows(const AshIncrSnapshot *snap, const TransactionId *xids,
+									int n);
 
 /* Tables of the attempt not yet copied. */
 extern int	ash_incr_remaining(void);

@@ -91,24 +91,25 @@ typedef struct AshCopier
  * worker that writes the chunks of a second table while the pipeline
  * worker writes those of the first (fork-join: the pipeline worker applies
  * nothing from the stream until both chunks committed).  The pipeline
- * worker asks for a chunk (READ), the helper reads it and puts its
- * snapshot here (READY), the pipeline worker judges that snapshot against
- * what the stream delivered and says WRITE or DROP, the helper commits and
- * says COMMITTED (or IDLE after a drop).  Each side sets the other's latch
- * after it moves the state.  Protected by the slot's mutex.
+ * worker asks for a chunk (READ) with the transactions the stream
+ * delivered that a chunk's snapshot must show (noted); the helper reads
+ * the chunk, and commits it when its snapshot shows them (COMMITTED, its
+ * snapshot below) or throws it away (DROPPED).  Two wake-ups per chunk:
+ * in a virtual machine a wake-up of a sleeping process costs up to a
+ * millisecond, a chunk of 1,000 rows a few.  Each side sets the other's
+ * latch after it moves the state.  Protected by the slot's mutex.
  */
 #define ASH_INCR_HELPER_XIP_MAX 1024
+#define ASH_INCR_HELPER_NOTED_MAX 1024
 #define ASH_INCR_HELPER_KEY_MAX 512
 
 typedef enum AshIncrHelperState
 {
 	ASH_INCR_HELPER_OFF = 0,	/* no helper, or it is starting */
 	ASH_INCR_HELPER_IDLE,		/* ready for a chunk */
-	ASH_INCR_HELPER_READ,		/* worker: read the next chunk of the table */
-	ASH_INCR_HELPER_READY,		/* helper: read, its snapshot below */
-	ASH_INCR_HELPER_WRITE,		/* worker: write and commit it */
-	ASH_INCR_HELPER_DROP,		/* worker: throw it away */
-	ASH_INCR_HELPER_COMMITTED,	/* helper: committed */
+	ASH_INCR_HELPER_READ,		/* worker: copy the next chunk of the table */
+	ASH_INCR_HELPER_COMMITTED,	/* helper: committed, its snapshot below */
+	ASH_INCR_HELPER_DROPPED,	/* helper: not shown, thrown away */
 	ASH_INCR_HELPER_STOP,		/* worker: no chunk left for it, exit */
 	ASH_INCR_HELPER_ENDED		/* helper: gone (copiers[1].end says how) */
 } AshIncrHelperState;
@@ -123,14 +124,17 @@ typedef struct AshIncrHelper
 	char		table[NAMEDATALEN];
 	int64		chunks;
 	bool		ahead_ok;
-	/* the chunk read: its snapshot (overflow: too many xids to show here) */
+	/* ... and the transactions the chunk's snapshot must show */
+	int			nnoted;
+	uint32		noted[ASH_INCR_HELPER_NOTED_MAX];
+	/* the chunk committed: its snapshot (every xid: a larger one is dropped) */
 	uint32		xmin;
 	uint32		xmax;
 	int			nxip;
-	bool		overflow;
 	uint32		xip[ASH_INCR_HELPER_XIP_MAX];
 	XLogRecPtr	high_lsn;
-	/* the chunk committed: its rows, the table's last, its largest key */
+	/* ... its rows, the table's last, its largest key; a read-ahead dropped */
+	bool		reread;
 	int64		nrows;
 	bool		done;
 	int			nkeys;			/* 0: the key did not fit, read the catalog */

@@ -1174,22 +1174,26 @@ chunk_committed(IncrChunk *c)
  * workers with a source connection and a replication origin of their own,
  * as v1's helper copiers); each copier keeps a table until it is copied.
  * It copies by fork-join: it asks each helper for the next chunk of its
- * table, reads the next chunk of its own, and once the helpers read theirs
- * it judges every snapshot (fact 2
- * of docs/snapshots.md) against what the stream delivered: the helpers'
- * first, without forgetting anything, then its own.  A helper whose chunk
- * passes writes and commits it while the worker writes and commits its
- * own; one whose chunk does not pass drops it.  The worker waits for every
- * helper's commit before it applies anything more from the stream: the
+ * table, handing it what the stream delivered that a chunk must show (fact
+ * 2 of docs/snapshots.md: the noted transactions, before anything of the
+ * round forgets one), and reads the next chunk of its own.  Each copier
+ * judges its own chunk's snapshot: a helper whose chunk passes writes and
+ * commits it while the worker writes and commits its own; one whose chunk
+ * does not pass drops it.  Two wake-ups per helper chunk (asked; committed
+ * or dropped), where the worker judging every snapshot took four: in a
+ * virtual machine each can cost most of a millisecond.  The worker waits
+ * for every helper before it applies anything more from the stream: the
  * stream delivers nothing between any chunk's check and its commit, and
  * the worker's judgment of the stream (cursors, windows) takes each
- * helper's chunk as the helper committed it (its cursor in shared memory,
- * or from its catalog row when the key is too long for that).
+ * helper's chunk as the helper committed it (its snapshot and cursor in
+ * shared memory, the cursor from its catalog row when the key is too long
+ * for that).
  *
- * A noted transaction is forgotten only by the worker's own check; a
- * helper's read-ahead (sent after its chunk arrived) is used only when its
- * chunk was written in the last round that checked anything: that chunk's
- * snapshot showed every transaction noted then, so its read-ahead does.
+ * A noted transaction is forgotten only by the worker's own check, after
+ * the helpers were handed it; a helper's read-ahead (sent after its chunk
+ * arrived) is used only when its chunk was written in the last round that
+ * checked anything: that chunk's snapshot showed every transaction noted
+ * then, so its read-ahead does.
  *
  * A helper that fails (or vanishes) fails the worker's session; the next
  * session waits until the helpers are gone before it reads where each
@@ -1365,22 +1369,26 @@ incr_helper_idle(int i)
 	return false;
 }
 
-/* Wait until helper i's state is want; an ended helper raises. */
-static void
-incr_helper_wait(int i, AshIncrHelperState want)
+/*
+ * Wait until helper i committed its chunk or dropped it, and say which;
+ * an ended helper raises.
+ */
+static AshIncrHelperState
+incr_helper_wait(int i)
 {
 	for (;;)
 	{
 		AshIncrHelperState s = helper_state(i);
 		pid_t		pid;
 
-		if (s == want)
-			return;
+		if (s == ASH_INCR_HELPER_COMMITTED || s == ASH_INCR_HELPER_DROPPED)
+			return s;
 		if (s == ASH_INCR_HELPER_ENDED ||
 			GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED)
 		{
-			if (helper_state(i) == want)
-				return;
+			s = helper_state(i);
+			if (s == ASH_INCR_HELPER_COMMITTED || s == ASH_INCR_HELPER_DROPPED)
+				return s;
 			incr_helper_ended(i);
 			ereport(ERROR,
 					(errcode(ERRCODE_ADMIN_SHUTDOWN),
@@ -1393,36 +1401,38 @@ incr_helper_wait(int i, AshIncrHelperState want)
 	}
 }
 
-/* Ask helper i for the next chunk of st. */
+/*
+ * Ask helper i for the next chunk of st, to be committed if its snapshot
+ * shows the nnoted transactions of noted.
+ */
 static void
-incr_helper_request(int i, SnapTable *st)
+incr_helper_request(int i, SnapTable *st, const TransactionId *noted, int nnoted)
 {
+	Assert(nnoted <= ASH_INCR_HELPER_NOTED_MAX);
 	SpinLockAcquire(&ash_snap_slot->mutex);
 	strlcpy(HELPER(i)->schema, st->nspname, NAMEDATALEN);
 	strlcpy(HELPER(i)->table, st->relname, NAMEDATALEN);
 	HELPER(i)->chunks = st->chunks;
 	HELPER(i)->ahead_ok = incr_helper_ahead_ok[i];
+	HELPER(i)->nnoted = nnoted;
+	memcpy(HELPER(i)->noted, noted, sizeof(TransactionId) * nnoted);
 	SpinLockRelease(&ash_snap_slot->mutex);
 	helper_set_state(i, ASH_INCR_HELPER_READ, true);
 }
 
-/* The snapshot of helper i's chunk (false: it holds too many xids). */
-static bool
+/* The snapshot of helper i's committed chunk. */
+static void
 incr_helper_snapshot(int i, AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
 {
-	bool		ok;
-
 	SpinLockAcquire(&ash_snap_slot->mutex);
-	ok = !HELPER(i)->overflow;
 	snap->xmin = HELPER(i)->xmin;
 	snap->xmax = HELPER(i)->xmax;
-	snap->nxip = ok ? HELPER(i)->nxip : 0;
+	snap->nxip = HELPER(i)->nxip;
 	snap->xip = palloc(sizeof(TransactionId) * Max(snap->nxip, 1));
 	for (int j = 0; j < snap->nxip; j++)
 		snap->xip[j] = HELPER(i)->xip[j];
 	*high_lsn = HELPER(i)->high_lsn;
 	SpinLockRelease(&ash_snap_slot->mutex);
-	return ok;
 }
 
 /*
@@ -1567,6 +1577,8 @@ ash_snapshot_incremental_step(void)
 	char	  **hcursor[ASH_SNAPSHOT_COPIERS_MAX];
 	Oid			htarget[ASH_SNAPSHOT_COPIERS_MAX];
 	AshIncrSnapshot hsnap[ASH_SNAPSHOT_COPIERS_MAX];
+	TransactionId *noted;
+	int			nnoted;
 	XLogRecPtr	hlsn[ASH_SNAPSHOT_COPIERS_MAX];
 	bool		hwrite[ASH_SNAPSHOT_COPIERS_MAX];
 	AshMapping *m1;
@@ -1619,6 +1631,14 @@ ash_snapshot_incremental_step(void)
 	m1 = ash_config_find_mapping(ash_snap_cfg, nspname, relname);
 
 	/*
+	 * What a helper's chunk must show, taken before the worker's own check
+	 * below forgets what its snapshot shows.  More than a helper can hold:
+	 * the worker copies alone this time.
+	 */
+	noted = palloc(sizeof(TransactionId) * ASH_INCR_HELPER_NOTED_MAX);
+	nnoted = ash_incr_noted_xids(noted, ASH_INCR_HELPER_NOTED_MAX);
+
+	/*
 	 * Helper i copies its table in this round when there is room for one
 	 * more window and its target is not another chunk's.
 	 */
@@ -1655,7 +1675,7 @@ ash_snapshot_incremental_step(void)
 		for (int j = 1; j < i && hst[i] != NULL; j++)
 			if (hst[j] != NULL && htarget[j] == htarget[i])
 				hst[i] = NULL;
-		if (hst[i] != NULL && !incr_helper_idle(i))
+		if (nnoted < 0 || (hst[i] != NULL && !incr_helper_idle(i)))
 			hst[i] = NULL;
 		if (hst[i] != NULL)
 			nasked++;
@@ -1663,29 +1683,16 @@ ash_snapshot_incremental_step(void)
 
 	PG_TRY();
 	{
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-			if (hst[i] != NULL)
-				incr_helper_request(i, hst[i]);
-		chunk_setup(&c, nspname, relname, cursor, st);
-		chunk_read(&c, true);
-
 		/*
-		 * The helpers' chunks are checked first, without forgetting: a
-		 * chunk that passes is written (the stream delivers nothing before
-		 * its commit), one that does not is dropped and read afresh next
-		 * time.
+		 * Each helper commits its chunk when its snapshot shows noted (the
+		 * stream delivers nothing before the commit), and drops it
+		 * otherwise: read afresh next time.
 		 */
 		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		{
-			if (hst[i] == NULL)
-				continue;
-			incr_helper_wait(i, ASH_INCR_HELPER_READY);
-			hwrite[i] = incr_helper_snapshot(i, &hsnap[i], &hlsn[i]) &&
-				ash_incr_snapshot_shows_noted(&hsnap[i]);
-			if (!hwrite[i])
-				incr_helper_drops[i]++;
-			helper_set_state(i, hwrite[i] ? ASH_INCR_HELPER_WRITE : ASH_INCR_HELPER_DROP, true);
-		}
+			if (hst[i] != NULL)
+				incr_helper_request(i, hst[i], noted, nnoted);
+		chunk_setup(&c, nspname, relname, cursor, st);
+		chunk_read(&c, true);
 
 		/*
 		 * The worker's own chunk: one read ahead may miss a transaction the
@@ -1715,18 +1722,26 @@ ash_snapshot_incremental_step(void)
 			chunk_read(&c, false);
 		}
 
-		/* what the worker forgot, a helper's read-ahead may not show */
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-			incr_helper_ahead_ok[i] = hwrite[i];
-
 		/* the helpers' commits, before anything more from the stream */
 		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 		{
-			if (!hwrite[i])
+			if (hst[i] == NULL)
 				continue;
-			incr_helper_wait(i, ASH_INCR_HELPER_COMMITTED);
+			hwrite[i] = incr_helper_wait(i) == ASH_INCR_HELPER_COMMITTED;
+			if (hwrite[i])
+				incr_helper_snapshot(i, &hsnap[i], &hlsn[i]);
+			else
+				incr_helper_drops[i]++;
+			SpinLockAcquire(&ash_snap_slot->mutex);
+			if (HELPER(i)->reread)
+				incr_helper_drops[i]++;
+			SpinLockRelease(&ash_snap_slot->mutex);
 			helper_set_state(i, ASH_INCR_HELPER_IDLE, false);
 		}
+
+		/* what the worker forgot, a helper's read-ahead may not show */
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+			incr_helper_ahead_ok[i] = hwrite[i];
 
 		/* committed: now the stream judges by them */
 		if (written)
@@ -1774,6 +1789,10 @@ incr_helper_serve(void)
 		bool		ahead_ok;
 		SnapTable  *st;
 		IncrChunk	c;
+		TransactionId noted[ASH_INCR_HELPER_NOTED_MAX];
+		int			nnoted;
+		bool		write;
+		bool		reread;
 		MemoryContext cxt = CurrentMemoryContext;
 		MemoryContext tcxt;
 
@@ -1788,8 +1807,6 @@ incr_helper_serve(void)
 			return;
 		if (s != ASH_INCR_HELPER_READ)
 		{
-			if (s == ASH_INCR_HELPER_DROP)
-				helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_IDLE, false);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
@@ -1862,37 +1879,44 @@ incr_helper_serve(void)
 
 		chunk_setup(&c, st->nspname, st->relname, st->cursor, st);
 		chunk_read(&c, ahead_ok);
-		chunk_bounds(&c);
-		SpinLockAcquire(&ash_snap_slot->mutex);
-		HELPER(ash_snap_my_copier)->xmin = c.snap.xmin;
-		HELPER(ash_snap_my_copier)->xmax = c.snap.xmax;
-		HELPER(ash_snap_my_copier)->overflow = c.snap.nxip > ASH_INCR_HELPER_XIP_MAX;
-		HELPER(ash_snap_my_copier)->nxip = HELPER(ash_snap_my_copier)->overflow ? 0 : c.snap.nxip;
-		for (int i = 0; i < HELPER(ash_snap_my_copier)->nxip; i++)
-			HELPER(ash_snap_my_copier)->xip[i] = c.snap.xip[i];
-		HELPER(ash_snap_my_copier)->high_lsn = c.high_lsn;
-		SpinLockRelease(&ash_snap_slot->mutex);
-		helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_READY, false);
 
-		for (;;)
+		/*
+		 * Written only under a snapshot that shows what the stream delivered
+		 * (the worker's list, noted): a read-ahead that does not is read
+		 * again at once, a chunk that still does not is dropped.  Its
+		 * snapshot goes to the worker whole, so it must fit.
+		 */
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		nnoted = HELPER(ash_snap_my_copier)->nnoted;
+		memcpy(noted, HELPER(ash_snap_my_copier)->noted, sizeof(TransactionId) * nnoted);
+		SpinLockRelease(&ash_snap_slot->mutex);
+		write = ash_incr_snapshot_shows(&c.snap, noted, nnoted);
+		reread = !write && c.ahead;
+		if (reread)
 		{
-			s = helper_state(ash_snap_my_copier);
-			if (s == ASH_INCR_HELPER_WRITE || s == ASH_INCR_HELPER_DROP)
-				break;
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-			ash_snap_check_coordinator();
+			chunk_forget(&c);
+			chunk_read(&c, false);
+			write = ash_incr_snapshot_shows(&c.snap, noted, nnoted);
 		}
-		if (s == ASH_INCR_HELPER_WRITE)
+		write = write && c.snap.nxip <= ASH_INCR_HELPER_XIP_MAX;
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		HELPER(ash_snap_my_copier)->reread = reread;
+		SpinLockRelease(&ash_snap_slot->mutex);
+		if (write)
 		{
 			int			len = 0;
 
+			chunk_bounds(&c);
 			chunk_write(&c, false);
 			for (int k = 0; !c.done && k < c.k->nkeys; k++)
 				len += strlen(c.hi[k]) + 1;
 			SpinLockAcquire(&ash_snap_slot->mutex);
+			HELPER(ash_snap_my_copier)->xmin = c.snap.xmin;
+			HELPER(ash_snap_my_copier)->xmax = c.snap.xmax;
+			HELPER(ash_snap_my_copier)->nxip = c.snap.nxip;
+			for (int i = 0; i < c.snap.nxip; i++)
+				HELPER(ash_snap_my_copier)->xip[i] = c.snap.xip[i];
+			HELPER(ash_snap_my_copier)->high_lsn = c.high_lsn;
 			HELPER(ash_snap_my_copier)->nrows = c.nrows;
 			HELPER(ash_snap_my_copier)->done = c.done;
 			HELPER(ash_snap_my_copier)->nkeys = 0;
@@ -1938,7 +1962,7 @@ incr_helper_serve(void)
 		else
 		{
 			chunk_forget(&c);
-			helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_IDLE, false);
+			helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_DROPPED, false);
 		}
 		MemoryContextSwitchTo(cxt);
 		MemoryContextDelete(tcxt);

@@ -1,0 +1,163 @@
+# An incremental snapshot's helper judges its own chunk's snapshot against
+# what the stream delivered (docs/snapshots.md, "Tables in parallel"): the
+# pipeline worker hands it the noted transactions when it asks for the
+# chunk.  Here the helper's read-ahead misses a delivered transaction:
+#
+#   - the worker copies t1 and its helper t2, 10 rows a chunk (the worker's
+#     first chunk is held at a gate until the helper is there); t2's chunk 1
+#     (keys 1..10) is held at a destination gate once the helper has read
+#     ahead chunk 2 (keys 11..20) on the source;
+#   - the source then updates t2's key 15 and deletes its key 17; the
+#     walsender has sent both before the gate opens, so the stream delivers
+#     them after the round (the worker waits for the helper's commit), and
+#     notes them: above t2's cursor, they are left to the chunk;
+#   - the helper's read-ahead of chunk 2 does not show them: it reads the
+#     chunk again (rereads=1 on t2's table_copied line) and the mirror holds
+#     the update and not the deleted row.  A helper writing its read-ahead
+#     would keep key 15's old value and bring key 17 back.
+#
+# Then more transactions are left to the chunks at once than a helper is
+# handed (1,024): the helper sits out a round, the worker's own chunk shows
+# them, and the helper's next chunk is read afresh.  A helper asked anyway
+# would write its stale read-ahead.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use AshTenancy;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $sink = 'hc';
+my $DB   = $AshTest::DB;
+
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	dst_conf => "ash_replicant.keyring_file = 'keyring'\nash_replicant.snapshot_workers = 2\n");
+AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(29));
+
+sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+sub q_src { return $src->safe_psql($DB, $_[0]); }
+
+my $ddl = q{
+CREATE TABLE t1 (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0%s);
+CREATE TABLE t2 (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0%s);
+CREATE VIEW t1_v AS SELECT id, val, n FROM t1;
+CREATE VIEW t2_v AS SELECT id, val, n FROM t2;
+};
+q_src(sprintf($ddl, '', '') . q{
+INSERT INTO t1 SELECT g, 'a' || g, 0 FROM generate_series(1, 300) g;
+INSERT INTO t2 SELECT g, 'b' || g, 0 FROM generate_series(1, 100) g;
+ANALYZE t1, t2;
+CREATE PUBLICATION pub_hc FOR TABLE t1, t2;
+});
+my $prov = ', replica_fingerprint bytea, replica_seen_attempt bytea';
+q_dst(sprintf($ddl, $prov, $prov));
+
+# gates the test closes to hold t1's chunk 1 (the worker's) and t2's chunk 1
+# (key 5) before their commits
+my $wgate = AshTest::close_gate($dst, 't1', 5, 4342);
+my $gate = AshTest::close_gate($dst, 't2', 5, 4343);
+
+# The worker's first chunk waits until its helper is there, idle: the next
+# round asks it for t2's chunk 1.
+sub helper_round
+{
+	my ($wg, $wlock) = @_;
+	ok(AshTest::gate_waiting($dst, $wlock), "the worker's chunk waits at its gate");
+	ok(AshTest::poll($dst,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ash_replicant snapshot'"
+		  . " AND wait_event = 'Extension'"), 'its helper is idle');
+	AshTest::open_gate($wg, $wlock);
+	return;
+}
+
+AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_hc', marker => 0,
+	maps => [ [ 't1', snapshot_provenance => 'true' ], [ 't2', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 10, max_pending_chunks => 4");
+helper_round($wgate, 4342);
+
+ok(AshTest::gate_waiting($dst, 4343), "t2's chunk 1 waits at the gate, uncommitted");
+is(q_dst("SELECT string_agg(backend_type, ',') FROM pg_stat_activity"
+	  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"),
+	'ash_replicant snapshot', 'the writer held at the gate is the helper');
+is(q_dst("SELECT count(*) FROM t2"), '0', "nothing of t2's chunk 1 is visible yet");
+# the helper read chunk 2 ahead before it wrote chunk 1: its snapshot
+# connection has run the read and is idle
+ok(AshTest::poll($src,
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'"
+	  . " AND state = 'idle' AND query LIKE 'SELECT pg_catalog.txid_current_snapshot()%UNION ALL%t2%WHERE%'"),
+	"the helper's read of t2's chunk 2 has run on the source");
+
+my (undef, $end) = AshTest::commit_tracked($src,
+	"UPDATE t2 SET val = 'after the read-ahead', n = n + 1 WHERE id = 15; DELETE FROM t2 WHERE id = 17");
+ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$end'"),
+	'the walsender has sent the update and the delete');
+AshTest::open_gate($gate, 4343);
+
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints"),
+	'the incremental attempt completes');
+my ($commit) = AshTest::commit_tracked($src, "UPDATE t2 SET n = n + 1 WHERE id = 99");
+ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
+
+is(q_dst("SELECT val || '/' || n FROM t2 WHERE id = 15"), 'after the read-ahead/1',
+	"t2's key 15 holds the update the stream delivered after the helper's read-ahead");
+is(q_dst("SELECT count(*) FROM t2 WHERE id = 17"), '0', "t2's key 17 stays deleted");
+AshTest::assert_mirror_equal($src, $dst, [ 't1_v', 't2_v' ], order_by => 'id',
+	name => "after the helper's read-ahead read again");
+
+my @copied = AshTest::log_lines_like($dst, qr/event=snapshot\.table_copied sink=\Q$sink\E table=public\.t2 /);
+is(scalar(@copied), 1, "one table_copied line for t2");
+like($copied[0] // '', qr/ copier=1 rows=99 chunks=10 rereads=1$/,
+	"the helper read t2's chunk 2 again once: its read-ahead missed a delivered transaction");
+
+# More transactions left to the chunks than a helper is handed (1,024):
+# t3 and t4 mapped later, copied in chunks by the worker and the helper;
+# 1,100 source transactions on t4's second chunk delivered after the
+# helper's chunk 1 (held at a gate) read ahead.
+AshTest::stop_sink($dst, $sink);
+ok(AshTest::poll($dst,
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
+	'the pipeline stopped');
+my $ddl34 = q{
+CREATE TABLE t3 (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0%s);
+CREATE TABLE t4 (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0%s);
+CREATE VIEW t3_v AS SELECT id, val, n FROM t3;
+CREATE VIEW t4_v AS SELECT id, val, n FROM t4;
+};
+q_src(sprintf($ddl34, '', '') . q{
+INSERT INTO t3 SELECT g, 'c' || g, 0 FROM generate_series(1, 300) g;
+INSERT INTO t4 SELECT g, 'd' || g, 0 FROM generate_series(1, 200) g;
+ANALYZE t3, t4;
+ALTER PUBLICATION pub_hc ADD TABLE t3, t4;
+});
+q_dst(sprintf($ddl34, $prov, $prov));
+my $wgate2 = AshTest::close_gate($dst, 't3', 5, 4444);
+my $gate2 = AshTest::close_gate($dst, 't4', 5, 4445);
+q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => '$_'::regclass,"
+	  . " snapshot_provenance => true)") for ('t3', 't4');
+AshTest::start_sink($dst, $sink);
+helper_round($wgate2, 4444);
+ok(AshTest::gate_waiting($dst, 4445), "t4's chunk 1 waits at the gate");
+is(q_dst("SELECT string_agg(backend_type, ',') FROM pg_stat_activity"
+	  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"),
+	'ash_replicant snapshot', 'the writer held at the gate is the helper');
+ok(AshTest::poll($src,
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'"
+	  . " AND state = 'idle' AND query LIKE 'SELECT pg_catalog.txid_current_snapshot()%UNION ALL%t4%WHERE%'"),
+	"the helper's read of t4's chunk 2 has run on the source");
+q_src(join('', map { "UPDATE t4 SET n = n + 1 WHERE id = " . (11 + $_ % 10) . ";\n" } 1 .. 1100));
+my $lsn = q_src("SELECT pg_current_wal_lsn()");
+ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$lsn'"),
+	'the walsender has sent the 1,100 transactions');
+AshTest::open_gate($gate2, 4445);
+ok(AshTest::poll($dst, "SELECT count(*) = 4 FROM ash_replicant.snapshot_tables WHERE state = 'copied'"),
+	'the tables mapped later are copied');
+($commit) = AshTest::commit_tracked($src, "UPDATE t3 SET n = n + 1 WHERE id = 1");
+ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
+is(q_dst("SELECT sum(n) FROM t4 WHERE id BETWEEN 11 AND 20"), '1100',
+	"every one of the 1,100 transactions is in t4's mirror once");
+AshTest::assert_mirror_equal($src, $dst, [ 't1_v', 't2_v', 't3_v', 't4_v' ], order_by => 'id',
+	name => 'after more transactions than a helper is handed');
+is(q_dst("SELECT state FROM ash_replicant_status('$sink')"), 'healthy', 'the pipeline is healthy');
+
+done_testing();
