@@ -207,9 +207,7 @@ my $w = AshTest::start_workload($src, $script, timeout => 900);
 # worker waits for it (fork-join): both tables copying with their rows,
 # status catching_up, phase copying, and the stream applies nothing
 ok(AshTest::gate_waiting($dst, 6565), "big2's second chunk waits at the gate");
-is(q_dst("SELECT string_agg(backend_type, ',') FROM pg_stat_activity"
-	  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"),
-	'ash_replicant snapshot', 'the writer held at the gate is the helper');
+is(AshTest::gate_holders($dst), 'ash_replicant snapshot', 'the writer held at the gate is the helper');
 ok(AshTest::poll($dst,
 	"SELECT (SELECT count(*) FROM ash_replicant.stat_snapshot_tables WHERE sink_name = '$sink'"
 	  . "   AND source_table IN ('big1', 'big2') AND state = 'copying' AND rows_copied > 0) = 2"

@@ -38,20 +38,21 @@ AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
 
-my $ddl = q{
-CREATE TABLE t1 (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0%s);
-CREATE TABLE t2 (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0%s);
-CREATE VIEW t1_v AS SELECT id, val, n FROM t1;
-CREATE VIEW t2_v AS SELECT id, val, n FROM t2;
-};
-q_src(sprintf($ddl, '', '') . q{
+# the tables (and views without the provenance columns) on either side
+my $prov = ', replica_fingerprint bytea, replica_seen_attempt bytea';
+sub tables
+{
+	my ($extra, @names) = @_;
+	return join('', map { "CREATE TABLE $_ (id bigint PRIMARY KEY, val text NOT NULL,"
+		  . " n bigint NOT NULL DEFAULT 0$extra); CREATE VIEW ${_}_v AS SELECT id, val, n FROM $_;\n" } @names);
+}
+q_src(tables('', 't1', 't2') . q{
 INSERT INTO t1 SELECT g, 'a' || g, 0 FROM generate_series(1, 300) g;
 INSERT INTO t2 SELECT g, 'b' || g, 0 FROM generate_series(1, 100) g;
 ANALYZE t1, t2;
 CREATE PUBLICATION pub_hc FOR TABLE t1, t2;
 });
-my $prov = ', replica_fingerprint bytea, replica_seen_attempt bytea';
-q_dst(sprintf($ddl, $prov, $prov));
+q_dst(tables($prov, 't1', 't2'));
 
 # gates the test closes to hold t1's chunk 1 (the worker's) and t2's chunk 1
 # (key 5) before their commits
@@ -71,22 +72,26 @@ sub helper_round
 	return;
 }
 
+# The helper's chunk 1 of table waits at its gate; it read chunk 2 ahead.
+sub helper_held
+{
+	my ($table, $lock) = @_;
+	ok(AshTest::gate_waiting($dst, $lock), "${table}'s chunk 1 waits at the gate, uncommitted");
+	is(AshTest::gate_holders($dst), 'ash_replicant snapshot', 'the writer held at the gate is the helper');
+	ok(AshTest::poll($src,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'"
+		  . " AND state = 'idle' AND query LIKE 'SELECT pg_catalog.txid_current_snapshot()%UNION ALL%$table%WHERE%'"),
+		"the helper's read of ${table}'s chunk 2 has run on the source");
+	return;
+}
+
 AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_hc', marker => 0,
 	maps => [ [ 't1', snapshot_provenance => 'true' ], [ 't2', snapshot_provenance => 'true' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 10, max_pending_chunks => 4");
 helper_round($wgate, 4342);
 
-ok(AshTest::gate_waiting($dst, 4343), "t2's chunk 1 waits at the gate, uncommitted");
-is(q_dst("SELECT string_agg(backend_type, ',') FROM pg_stat_activity"
-	  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"),
-	'ash_replicant snapshot', 'the writer held at the gate is the helper');
+helper_held('t2', 4343);
 is(q_dst("SELECT count(*) FROM t2"), '0', "nothing of t2's chunk 1 is visible yet");
-# the helper read chunk 2 ahead before it wrote chunk 1: its snapshot
-# connection has run the read and is idle
-ok(AshTest::poll($src,
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'"
-	  . " AND state = 'idle' AND query LIKE 'SELECT pg_catalog.txid_current_snapshot()%UNION ALL%t2%WHERE%'"),
-	"the helper's read of t2's chunk 2 has run on the source");
 
 my (undef, $end) = AshTest::commit_tracked($src,
 	"UPDATE t2 SET val = 'after the read-ahead', n = n + 1 WHERE id = 15; DELETE FROM t2 WHERE id = 17");
@@ -118,33 +123,20 @@ AshTest::stop_sink($dst, $sink);
 ok(AshTest::poll($dst,
 	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
 	'the pipeline stopped');
-my $ddl34 = q{
-CREATE TABLE t3 (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0%s);
-CREATE TABLE t4 (id bigint PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0%s);
-CREATE VIEW t3_v AS SELECT id, val, n FROM t3;
-CREATE VIEW t4_v AS SELECT id, val, n FROM t4;
-};
-q_src(sprintf($ddl34, '', '') . q{
+q_src(tables('', 't3', 't4') . q{
 INSERT INTO t3 SELECT g, 'c' || g, 0 FROM generate_series(1, 300) g;
 INSERT INTO t4 SELECT g, 'd' || g, 0 FROM generate_series(1, 200) g;
 ANALYZE t3, t4;
 ALTER PUBLICATION pub_hc ADD TABLE t3, t4;
 });
-q_dst(sprintf($ddl34, $prov, $prov));
+q_dst(tables($prov, 't3', 't4'));
 my $wgate2 = AshTest::close_gate($dst, 't3', 5, 4444);
 my $gate2 = AshTest::close_gate($dst, 't4', 5, 4445);
 q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => '$_'::regclass,"
 	  . " snapshot_provenance => true)") for ('t3', 't4');
 AshTest::start_sink($dst, $sink);
 helper_round($wgate2, 4444);
-ok(AshTest::gate_waiting($dst, 4445), "t4's chunk 1 waits at the gate");
-is(q_dst("SELECT string_agg(backend_type, ',') FROM pg_stat_activity"
-	  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"),
-	'ash_replicant snapshot', 'the writer held at the gate is the helper');
-ok(AshTest::poll($src,
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'"
-	  . " AND state = 'idle' AND query LIKE 'SELECT pg_catalog.txid_current_snapshot()%UNION ALL%t4%WHERE%'"),
-	"the helper's read of t4's chunk 2 has run on the source");
+helper_held('t4', 4445);
 q_src(join('', map { "UPDATE t4 SET n = n + 1 WHERE id = " . (11 + $_ % 10) . ";\n" } 1 .. 1100));
 my $lsn = q_src("SELECT pg_current_wal_lsn()");
 ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$lsn'"),

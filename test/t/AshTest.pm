@@ -832,6 +832,14 @@ sub gate_waiting
 		"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = $lock AND NOT granted");
 }
 
+# The backend types of the sessions waiting at a gate, comma-separated.
+sub gate_holders
+{
+	my ($dst) = @_;
+	return $dst->safe_psql($DB, "SELECT string_agg(backend_type, ',') FROM pg_stat_activity"
+		  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'");
+}
+
 sub open_gate
 {
 	my ($gate, $lock) = @_;
