@@ -46,13 +46,19 @@ sub tables
 	return join('', map { "CREATE TABLE $_ (id bigint PRIMARY KEY, val text NOT NULL,"
 		  . " n bigint NOT NULL DEFAULT 0$extra); CREATE VIEW ${_}_v AS SELECT id, val, n FROM $_;\n" } @names);
 }
-q_src(tables('', 't1', 't2') . q{
-INSERT INTO t1 SELECT g, 'a' || g, 0 FROM generate_series(1, 300) g;
-INSERT INTO t2 SELECT g, 'b' || g, 0 FROM generate_series(1, 100) g;
-ANALYZE t1, t2;
-CREATE PUBLICATION pub_hc FOR TABLE t1, t2;
-});
-q_dst(tables($prov, 't1', 't2'));
+# two tables of na and nb rows on the source, published by $publish; empty
+# on the destination
+sub load_pair
+{
+	my ($a, $na, $b, $nb, $publish) = @_;
+	q_src(tables('', $a, $b)
+		  . "INSERT INTO $a SELECT g, '$a' || g, 0 FROM generate_series(1, $na) g;"
+		  . " INSERT INTO $b SELECT g, '$b' || g, 0 FROM generate_series(1, $nb) g;"
+		  . " ANALYZE $a, $b; $publish");
+	q_dst(tables($prov, $a, $b));
+	return;
+}
+load_pair('t1', 300, 't2', 100, 'CREATE PUBLICATION pub_hc FOR TABLE t1, t2');
 
 # gates the test closes to hold t1's chunk 1 (the worker's) and t2's chunk 1
 # (key 5) before their commits
@@ -123,13 +129,7 @@ AshTest::stop_sink($dst, $sink);
 ok(AshTest::poll($dst,
 	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
 	'the pipeline stopped');
-q_src(tables('', 't3', 't4') . q{
-INSERT INTO t3 SELECT g, 'c' || g, 0 FROM generate_series(1, 300) g;
-INSERT INTO t4 SELECT g, 'd' || g, 0 FROM generate_series(1, 200) g;
-ANALYZE t3, t4;
-ALTER PUBLICATION pub_hc ADD TABLE t3, t4;
-});
-q_dst(tables($prov, 't3', 't4'));
+load_pair('t3', 300, 't4', 200, 'ALTER PUBLICATION pub_hc ADD TABLE t3, t4');
 my $wgate2 = AshTest::close_gate($dst, 't3', 5, 4444);
 my $gate2 = AshTest::close_gate($dst, 't4', 5, 4445);
 q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => '$_'::regclass,"
