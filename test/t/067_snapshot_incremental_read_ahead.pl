@@ -60,20 +60,7 @@ ok(AshTest::poll($src,
 	  . " AND state = 'idle' AND query LIKE 'SELECT pg_catalog.txid_current_snapshot()%UNION ALL%WHERE%'"),
 	'the read of chunk 2 has run on the source');
 
-my (undef, $end) = AshTest::commit_tracked($src,
-	"UPDATE t SET val = 'after the read-ahead', n = n + 1 WHERE id = 15; DELETE FROM t WHERE id = 17");
-ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$end'"),
-	'the walsender has sent the update and the delete');
-AshTest::open_gate($gate, 4242);
-
-ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints"),
-	'the incremental attempt completes');
-my ($commit) = AshTest::commit_tracked($src, "UPDATE t SET n = n + 1 WHERE id = 99");
-ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
-
-is(q_dst("SELECT val || '/' || n FROM t WHERE id = 15"), 'after the read-ahead/1',
-	'key 15 holds the update the stream delivered after the read-ahead');
-is(q_dst("SELECT count(*) FROM t WHERE id = 17"), '0', 'key 17 stays deleted');
+AshTest::change_read_ahead($src, $dst, $sink, 't', $gate, 4242, '', 'the');
 AshTest::assert_mirror_equal($src, $dst, ['t_v'], order_by => 'id', name => 'after a read-ahead read again');
 
 my @copied = AshTest::log_lines_like($dst, qr/event=snapshot\.table_copied sink=\Q$sink\E table=public\.t /);

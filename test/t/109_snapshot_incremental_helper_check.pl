@@ -99,20 +99,7 @@ helper_round($wgate, 4342);
 helper_held('t2', 4343);
 is(q_dst("SELECT count(*) FROM t2"), '0', "nothing of t2's chunk 1 is visible yet");
 
-my (undef, $end) = AshTest::commit_tracked($src,
-	"UPDATE t2 SET val = 'after the read-ahead', n = n + 1 WHERE id = 15; DELETE FROM t2 WHERE id = 17");
-ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$end'"),
-	'the walsender has sent the update and the delete');
-AshTest::open_gate($gate, 4343);
-
-ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints"),
-	'the incremental attempt completes');
-my ($commit) = AshTest::commit_tracked($src, "UPDATE t2 SET n = n + 1 WHERE id = 99");
-ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
-
-is(q_dst("SELECT val || '/' || n FROM t2 WHERE id = 15"), 'after the read-ahead/1',
-	"t2's key 15 holds the update the stream delivered after the helper's read-ahead");
-is(q_dst("SELECT count(*) FROM t2 WHERE id = 17"), '0', "t2's key 17 stays deleted");
+AshTest::change_read_ahead($src, $dst, $sink, 't2', $gate, 4343, "t2's ", "the helper's");
 AshTest::assert_mirror_equal($src, $dst, [ 't1_v', 't2_v' ], order_by => 'id',
 	name => "after the helper's read-ahead read again");
 
@@ -139,12 +126,11 @@ helper_round($wgate2, 4444);
 helper_held('t4', 4445);
 q_src(join('', map { "UPDATE t4 SET n = n + 1 WHERE id = " . (11 + $_ % 10) . ";\n" } 1 .. 1100));
 my $lsn = q_src("SELECT pg_current_wal_lsn()");
-ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$lsn'"),
-	'the walsender has sent the 1,100 transactions');
+ok(AshTest::wait_sent($src, $lsn), 'the walsender has sent the 1,100 transactions');
 AshTest::open_gate($gate2, 4445);
 ok(AshTest::poll($dst, "SELECT count(*) = 4 FROM ash_replicant.snapshot_tables WHERE state = 'copied'"),
 	'the tables mapped later are copied');
-($commit) = AshTest::commit_tracked($src, "UPDATE t3 SET n = n + 1 WHERE id = 1");
+my ($commit) = AshTest::commit_tracked($src, "UPDATE t3 SET n = n + 1 WHERE id = 1");
 ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
 is(q_dst("SELECT sum(n) FROM t4 WHERE id BETWEEN 11 AND 20"), '1100',
 	"every one of the 1,100 transactions is in t4's mirror once");

@@ -832,6 +832,38 @@ sub gate_waiting
 		"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = $lock AND NOT granted");
 }
 
+# Has the (one) walsender sent the source's WAL up to lsn?
+sub wait_sent
+{
+	my ($src, $lsn) = @_;
+	return poll($src, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sent_lsn >= '$lsn'");
+}
+
+# An incremental copy's chunk 1 of table is held at the gate (lock) and its
+# chunk 2 (keys 11..20) read ahead: the source updates key 15 and deletes
+# key 17, the walsender sends both, the gate opens; once the attempt is
+# complete, the mirror holds the update and not the deleted row (the chunk
+# read ahead was read again).  $whose names the read-ahead, $label the table.
+sub change_read_ahead
+{
+	my ($src, $dst, $sink, $table, $gate, $lock, $label, $whose) = @_;
+	my (undef, $end) = commit_tracked($src,
+		"UPDATE $table SET val = 'after the read-ahead', n = n + 1 WHERE id = 15;"
+		  . " DELETE FROM $table WHERE id = 17");
+	Test::More::ok(wait_sent($src, $end), 'the walsender has sent the update and the delete');
+	open_gate($gate, $lock);
+	Test::More::ok(poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints"),
+		'the incremental attempt completes');
+	my ($commit) = commit_tracked($src, "UPDATE $table SET n = n + 1 WHERE id = 99");
+	Test::More::ok(wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
+	Test::More::is($dst->safe_psql($DB, "SELECT val || '/' || n FROM $table WHERE id = 15"),
+		'after the read-ahead/1',
+		"${label}key 15 holds the update the stream delivered after $whose read-ahead");
+	Test::More::is($dst->safe_psql($DB, "SELECT count(*) FROM $table WHERE id = 17"), '0',
+		"${label}key 17 stays deleted");
+	return;
+}
+
 # The backend types of the sessions waiting at a gate, comma-separated.
 sub gate_holders
 {
