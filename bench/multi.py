@@ -12,6 +12,8 @@ database.  Then
   native  N subscriptions (targets public.w<k>) enabled at once
 
 and each is timed until every database's marker is visible at the destination.
+The first to go alternates between repetitions, and before each both servers
+are checkpointed and the kernel's dirty pages written (settle()).
 Reported per contender and N: wall seconds, aggregate rows/s (N * ROWS / seconds),
 the CPU seconds of every destination process over the interval (and as a share of
 one core), the CPU seconds of the source's walsenders, and for ash the ratio to
@@ -23,6 +25,7 @@ Knobs: MULTI_N=1,2,4,8   ROWS=200000 (x SCALE)   REPEAT=1
 """
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -180,10 +183,21 @@ END $p$""" % (t, GEN))
         B.q(s, "CALL load(1, %d, 1000)" % ROWS)
         B.q(s, "INSERT INTO %s SELECT %s FROM generate_series(%d::bigint, %d) g" % (t, GEN, ROWS + 1, ROWS + 1))
         s.close()
-    B.q(dst, "CHECKPOINT")
     src.close()
     dst.close()
     return names
+
+
+def settle():
+    """Both servers checkpointed and the kernel's dirty pages written: the
+    backlog's WAL (and the last contender's writes) are not flushed during the
+    next contender's interval."""
+    for port in (B.SRC_PORT, B.DST_PORT):
+        c = B.connect(port)
+        B.q(c, "CHECKPOINT")
+        c.close()
+    os.sync()
+    time.sleep(1)
 
 
 def measure(kind, names, n):
@@ -268,7 +282,9 @@ def main():
     for n in MULTI_N:
         for rep in range(REPEAT):
             names = prepare_round(n, rep)
-            for kind in ("ash", "native"):
+            # the first to go alternates between repetitions
+            for kind in ("ash", "native") if rep % 2 == 0 else ("native", "ash"):
+                settle()
                 B.log("N=%d rep %d: %s" % (n, rep + 1, kind))
                 try:
                     r = measure(kind, names, n)
@@ -281,8 +297,8 @@ def main():
             cleanup_round(names)
 
     def med(kind, n, key):
-        xs = sorted(r[key] for r in results if r["contender"] == kind and r["n"] == n and key in r)
-        return xs[len(xs) // 2] if xs else None
+        xs = [r[key] for r in results if r["contender"] == kind and r["n"] == n and key in r]
+        return statistics.median(xs) if xs else None
 
     def paired(n):
         """Median over the repetitions of ash's rate / native's in the same repetition."""
@@ -291,7 +307,7 @@ def main():
             if r["n"] == n and "rows_per_s" in r:
                 by_rep.setdefault(r["rep"], {})[r["contender"]] = r["rows_per_s"]
         xs = sorted(v["ash"] / v["native"] for v in by_rep.values() if "ash" in v and "native" in v)
-        return "%.2f (%.2f-%.2f)" % (xs[len(xs) // 2], xs[0], xs[-1]) if xs else "-"
+        return "%.2f (%.2f-%.2f)" % (statistics.median(xs), xs[0], xs[-1]) if xs else "-"
 
     single = med("ash", MULTI_N[0], "rows_per_s") if MULTI_N and MULTI_N[0] == 1 else None
     lines = ["%-3s %-8s %9s %12s %10s %9s %10s %9s %-18s %s" % (
