@@ -467,19 +467,34 @@ sub wait_status
 # Start a transaction on $node that runs $sql, and return the commit record's
 # (commit_lsn, end_lsn) as the source's WAL shows it (pg_walinspect).  The
 # commit LSN is what pgoutput reports as the transaction's commit LSN and what
-# the destination checkpoint stores as its watermark.
+# the destination checkpoint stores as its watermark.  $sql must change a row:
+# pgoutput sends no empty transaction, so a caller waiting for its commit
+# would wait in vain -- croaks when it changed none.
 sub commit_tracked
 {
 	my ($node, $sql) = @_;
 	my $out = $node->safe_psql($DB,
-		"BEGIN;\n$sql;\nSELECT pg_current_xact_id()::text || '|' || pg_current_wal_insert_lsn()::text;\nCOMMIT;");
+		"BEGIN;\nSELECT pg_current_wal_insert_lsn()::text;\n$sql;\n"
+		  . "SELECT pg_current_xact_id()::text || '|' || pg_current_wal_insert_lsn()::text;\nCOMMIT;");
 	my @lines = split /\n/, $out;
+	my $began = $lines[0];
 	my ($xid, $from) = split /\|/, $lines[-1];
+
+	# A transaction that wrote nothing before its commit record commits
+	# asynchronously (PostgreSQL flushes at commit only what wrote WAL): its
+	# commit record is readable once the WAL writer has flushed it.
+	poll($node, "SELECT pg_current_wal_flush_lsn() > '$from'::pg_lsn", 't')
+	  or croak "the WAL after $from was not flushed";
 	my $rec = $node->safe_psql($DB,
 		"SELECT start_lsn::text || '|' || end_lsn::text FROM pg_get_wal_records_info('$from', pg_current_wal_flush_lsn())"
 		  . " WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' AND xid::text = '$xid'");
 	croak "commit record of xid $xid not found after $from" unless $rec;
 	my ($commit, $end) = split /\|/, $rec;
+	my $own = $node->safe_psql($DB,
+		"SELECT count(*) FROM pg_get_wal_records_info('$began', '$end')"
+		  . " WHERE xid::text = '$xid' AND resource_manager <> 'Transaction'");
+	croak "commit_tracked: the statement changed no row (xid $xid), so its commit is never streamed"
+	  unless $own > 0;
 	return ($commit, $end);
 }
 
