@@ -588,7 +588,16 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 				publication_gap = strdup(gap);
 			}
 			else if ((gap = ash_publication_record(cfg, key, conn, false)) != NULL)
+			{
+				/*
+				 * The publication changed since judge_source read it (one
+				 * run reads it twice, not under one snapshot): judged again
+				 * as it is now, a definition the mirror cannot honour halts
+				 * with that reason, which the operator must fix first.
+				 */
+				judge_source(cfg, conn, "census");
 				halt_publication_gap(gap);
+			}
 		}
 		ash_syncrep_observe(conn);
 	}
