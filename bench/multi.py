@@ -20,8 +20,14 @@ one core), the CPU seconds of the source's walsenders, and for ash the ratio to
 N x its single-pipeline rate (the scaling target: within 10 % of rate(1) x
 min(N, cores) where the source is not the limit).
 
+With MULTI_SOURCES=servers each source database m<k> lives on a source server of
+its own (cluster source<k> on port BENCH_SRC_PORT + 10 + k; m1 on the main source):
+the topology of a destination fed by many source servers, where no walsender reads
+another database's WAL.  The default, MULTI_SOURCES=databases, puts every source
+database on one server, whose walsenders each read the WAL of all N.
+
 Run through bench/run.sh (it builds a private install): bash bench/run.sh multi
-Knobs: MULTI_N=1,2,4,8   ROWS=200000 (x SCALE)   REPEAT=1
+Knobs: MULTI_N=1,2,4,8   ROWS=200000 (x SCALE)   REPEAT=1   MULTI_SOURCES=databases
 """
 import json
 import os
@@ -39,6 +45,21 @@ CORES = os.cpu_count() or 1
 OUT = os.path.join(B.RESULTS_DIR, "%s-multi.jsonl" % B.STAMP)
 GEN = B.GEN7
 DB_FMT = "m%d"
+SOURCES = os.environ.get("MULTI_SOURCES", "databases")
+if SOURCES not in ("databases", "servers"):
+    sys.exit("MULTI_SOURCES must be databases or servers")
+
+
+def source_of(k):
+    """(cluster name, port) of the server holding source database k."""
+    if SOURCES == "databases" or k == 1:
+        return "source", B.SRC_PORT
+    return "source%d" % k, B.SRC_PORT + 10 + k
+
+
+def source_servers():
+    """Every source server this run uses."""
+    return sorted({source_of(k) for k in range(1, max(MULTI_N) + 1)}, key=lambda x: x[1])
 
 
 def emit(obj):
@@ -54,8 +75,8 @@ def connect_db(port, db):
     return c
 
 
-def dsn(db):
-    return "host=127.0.0.1 port=%d dbname=%s user=postgres" % (B.SRC_PORT, db)
+def dsn(port, db):
+    return "host=127.0.0.1 port=%d dbname=%s user=postgres" % (port, db)
 
 
 class CpuMeter:
@@ -64,16 +85,17 @@ class CpuMeter:
     start (0 for a process started since), so a process that exits meanwhile (a
     worker of the contender measured before) neither subtracts nor is lost."""
 
-    def __init__(self, cluster, *needles):
-        self.cluster, self.needles = cluster, needles or ("",)
+    def __init__(self, clusters, *needles):
+        self.clusters, self.needles = clusters, needles or ("",)
         self.base, self.last = {}, {}
 
     def _read(self):
         out = {}
-        for pid, _ in B.server_processes(self.cluster, *self.needles):
-            st = B.proc_status(pid)
-            if st:
-                out[pid] = st["cpu_s"]
+        for cluster in self.clusters:
+            for pid, _ in B.server_processes(cluster, *self.needles):
+                st = B.proc_status(pid)
+                if st:
+                    out[pid] = st["cpu_s"]
         return out
 
     def start(self):
@@ -88,6 +110,8 @@ class CpuMeter:
 
 
 def setup():
+    for name, _ in source_servers():
+        B.stop_cluster(name)   # a kept run's; setup_clusters removes their directories
     B.setup_clusters()
     dst = B.connect(B.DST_PORT)
     # N native apply workers start together only if the launcher may start them
@@ -104,9 +128,42 @@ def setup():
     for name in ("source", "dest"):
         B.as_pg(["pg_ctl", "-D", os.path.join(B.BASE, name), "-l", os.path.join(B.BASE, name + ".log"),
                  "-w", "restart"], stdout=B.subprocess.DEVNULL)
+    for name, port in source_servers():
+        if name != "source":
+            add_source_server(name, port)
     dst = B.connect(B.DST_PORT)
     B.q(dst, "CREATE SCHEMA ash")
     dst.close()
+
+
+def add_source_server(name, port):
+    """One more source server (MULTI_SOURCES=servers), configured as bench.py's
+    source but for its memory and WAL pool: ROWS rows of one database fit."""
+    d = os.path.join(B.BASE, name)
+    B.stop_cluster(name)
+    B.as_pg(["initdb", "-D", d, "-U", "postgres", "-A", "trust", "--locale=C", "-E", "UTF8"],
+            stdout=B.subprocess.DEVNULL)
+    with open(os.path.join(d, "postgresql.conf"), "a") as f:
+        f.write("""
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '%s'
+port = %d
+shared_buffers = 128MB
+max_wal_size = 20GB
+min_wal_size = 256MB
+checkpoint_timeout = 30min
+max_replication_slots = 8
+max_wal_senders = 8
+autovacuum = off
+wal_level = logical
+synchronous_commit = off
+log_line_prefix = '%%m [%%p] %%b '
+""" % (B.BASE, port))
+    B.as_pg(["pg_ctl", "-D", d, "-l", os.path.join(B.BASE, name + ".log"), "-w", "start"],
+            stdout=B.subprocess.DEVNULL)
+    c = B.connect(port)
+    B.fill_wal_pool(c)
+    c.close()
 
 
 def ash_sink(n, rep, k):
@@ -120,17 +177,19 @@ def native_sub(n, rep, k):
 
 def prepare_round(n, rep):
     """Databases, tables, publications, both contenders' slots; the backlog; markers."""
-    src = B.connect(B.SRC_PORT)
     dst = B.connect(B.DST_PORT)
-    sysid = B.q1(src, "SELECT system_identifier::text FROM pg_control_system()")
     names = []
     for k in range(1, n + 1):
         db = DB_FMT % k
         t = "w%d" % k
+        port = source_of(k)[1]
         names.append((k, db, t, ash_sink(n, rep, k), native_sub(n, rep, k)))
+        src = B.connect(port)
+        sysid = B.q1(src, "SELECT system_identifier::text FROM pg_control_system()")
         B.q(src, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
         B.q(src, "CREATE DATABASE %s" % db)
-        s = connect_db(B.SRC_PORT, db)
+        src.close()
+        s = connect_db(port, db)
         B.q(s, "CREATE TABLE %s (%s)" % (t, B.COLS7))
         B.q(s, "CREATE PUBLICATION pub FOR TABLE %s" % t)
         B.q(s, """CREATE PROCEDURE load(first bigint, n bigint, per_xact int)
@@ -156,21 +215,24 @@ END $p$""" % (t, GEN))
         B.q(dst, "SELECT ash_replicant_map_table(%s, %s::regclass, source_schema => 'public', source_table => %s)",
             (sink, "ash." + t, t))
         B.q(dst, "SELECT ash_replicant_configure_pipeline(%s, connection => %s, publication => 'pub',"
-                 " source_system_identifier => %s, source_database => %s)", (sink, dsn(db), sysid, db))
+                 " source_system_identifier => %s, source_database => %s)", (sink, dsn(port, db), sysid, db))
         B.q(dst, "SELECT ash_replicant_start(%s)", (sink,))
         # native: its slot, the subscription disabled
-        s = connect_db(B.SRC_PORT, db)
+        s = connect_db(port, db)
         B.q(s, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (sub,))
         s.close()
         B.q(dst, "CREATE SUBSCRIPTION %s CONNECTION %%s PUBLICATION pub WITH (copy_data = false,"
-                 " create_slot = false, slot_name = %%s, enabled = false)" % sub, (dsn(db), sub))
+                 " create_slot = false, slot_name = %%s, enabled = false)" % sub, (dsn(port, db), sub))
     # every ash slot exists, then stop them: the backlog waits in both slots
     deadline = time.time() + 120
-    while B.q1(src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY(%s)"
-                    " AND confirmed_flush_lsn IS NOT NULL", ([x[3] for x in names],)) < n:
-        if time.time() > deadline:
-            raise B.Failed("ash slots not created")
-        time.sleep(0.2)
+    for k, db, t, sink, sub in names:
+        s = connect_db(source_of(k)[1], db)
+        while not B.q1(s, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s"
+                          " AND confirmed_flush_lsn IS NOT NULL", (sink,)):
+            if time.time() > deadline:
+                raise B.Failed("ash slots not created")
+            time.sleep(0.2)
+        s.close()
     for k, db, t, sink, sub in names:
         B.q(dst, "SELECT ash_replicant_stop(%s)", (sink,))
     deadline = time.time() + 60
@@ -179,11 +241,10 @@ END $p$""" % (t, GEN))
             raise B.Failed("ash workers did not stop")
         time.sleep(0.1)
     for k, db, t, sink, sub in names:
-        s = connect_db(B.SRC_PORT, db)
+        s = connect_db(source_of(k)[1], db)
         B.q(s, "CALL load(1, %d, 1000)" % ROWS)
         B.q(s, "INSERT INTO %s SELECT %s FROM generate_series(%d::bigint, %d) g" % (t, GEN, ROWS + 1, ROWS + 1))
         s.close()
-    src.close()
     dst.close()
     return names
 
@@ -192,7 +253,7 @@ def settle():
     """Both servers checkpointed and the kernel's dirty pages written: the
     backlog's WAL (and the last contender's writes) are not flushed during the
     next contender's interval."""
-    for port in (B.SRC_PORT, B.DST_PORT):
+    for port in [p for _, p in source_servers()] + [B.DST_PORT]:
         c = B.connect(port)
         B.q(c, "CHECKPOINT")
         c.close()
@@ -204,8 +265,8 @@ def measure(kind, names, n):
     dst = B.connect(B.DST_PORT)
     marker = ROWS + 1
     schema = "ash" if kind == "ash" else "public"
-    dest_cpu = CpuMeter("dest")
-    sender_cpu = CpuMeter("source", "walsender")
+    dest_cpu = CpuMeter(["dest"])
+    sender_cpu = CpuMeter([name for name, _ in source_servers()], "walsender")
     dest_cpu.start()
     sender_cpu.start()
     next_sample = 0.0
@@ -263,21 +324,22 @@ def measure(kind, names, n):
 
 def cleanup_round(names):
     dst = B.connect(B.DST_PORT)
-    src = B.connect(B.SRC_PORT)
     for k, db, t, sink, sub in names:
         B.q(dst, "SELECT ash_replicant_drop_sink(%s)", (sink,))
         B.q(dst, "ALTER SUBSCRIPTION %s SET (slot_name = NONE)" % sub)
         B.q(dst, "DROP SUBSCRIPTION %s" % sub)
+        src = B.connect(source_of(k)[1])
         B.q(src, "DROP DATABASE %s WITH (FORCE)" % db)   # its slots go with it
+        src.close()
     dst.close()
-    src.close()
 
 
 def main():
-    B.log("multi: N in %s, %d rows per database, %d cores, results %s" % (MULTI_N, ROWS, CORES, OUT))
+    B.log("multi: N in %s, %d rows per database, %d cores, sources on %s, results %s"
+          % (MULTI_N, ROWS, CORES, "one server" if SOURCES == "databases" else "a server each", OUT))
     setup()
     emit({"type": "config", "multi_n": MULTI_N, "rows_per_db": ROWS, "cores": CORES, "repeat": REPEAT,
-          "loadavg_at_start": os.getloadavg()})
+          "sources": SOURCES, "loadavg_at_start": os.getloadavg()})
     results = []
     for n in MULTI_N:
         for rep in range(REPEAT):
@@ -329,9 +391,10 @@ def main():
     text = "\n".join(lines)
     print(text)
     with open(OUT.replace(".jsonl", ".txt"), "w") as f:
-        f.write("multi: %d rows per database, %d cores, REPEAT=%d (medians)\n%s\n" % (ROWS, CORES, REPEAT, text))
+        f.write("multi: %d rows per database, %d cores, REPEAT=%d, MULTI_SOURCES=%s (medians)\n%s\n"
+                % (ROWS, CORES, REPEAT, SOURCES, text))
     if not B.KEEP:
-        for name in ("source", "dest"):
+        for name in ["dest"] + [name for name, _ in source_servers()]:
             B.stop_cluster(name)
 
 

@@ -47,7 +47,8 @@ if [ "${1:-}" = initial-load ]; then
     export WORKLOADS=${WORKLOADS:-L1,L8} CONTENDERS=${CONTENDERS:-ash,native,pglogical}
 elif [ "${1:-}" = multi ]; then
     # N pipelines vs N native subscriptions into one destination (bench/multi.py:
-    # MULTI_N=1,2,4,8, ROWS=200000 per source database)
+    # MULTI_N=1,2,4,8, ROWS=200000 per source database, MULTI_SOURCES=databases
+    # (all on one source server) or servers (a source server per database))
     shift
     export CONTENDERS=${CONTENDERS:-ash,native}
     driver=bench/multi.py
