@@ -176,6 +176,25 @@ def fill_wal_pool(conn):
     log("WAL segment pool of %d MB filled on port %s in %.1fs" % (mb, conn.info.port, time.monotonic() - t0))
 
 
+def cluster_conf(port, shared_buffers, min_wal):
+    """The settings every benchmark cluster has (appended to its postgresql.conf)."""
+    return """
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '%s'
+port = %d
+shared_buffers = %s
+max_wal_size = 20GB
+min_wal_size = %s
+checkpoint_timeout = 30min
+max_replication_slots = 32
+max_wal_senders = 32
+max_worker_processes = 32
+max_logical_replication_workers = 8
+autovacuum = off
+log_line_prefix = '%%m [%%p] %%b '
+""" % (BASE, port, shared_buffers, min_wal)
+
+
 def setup_clusters():
     global PGLOGICAL_OK, PGLOGICAL_WHY
     for n in ("source", "dest"):
@@ -197,28 +216,13 @@ def setup_clusters():
     os.chown(keyring, PG.pw_uid, PG.pw_gid)
     os.chmod(keyring, 0o600)
 
-    common = """
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '{base}'
-shared_buffers = 512MB
-max_wal_size = 20GB
-min_wal_size = {min_wal}
-checkpoint_timeout = 30min
-max_replication_slots = 32
-max_wal_senders = 32
-max_worker_processes = 32
-max_logical_replication_workers = 8
-autovacuum = off
-log_line_prefix = '%m [%p] %b '
-"""
     for name, port in (("source", SRC_PORT), ("dest", DST_PORT)):
         d = os.path.join(BASE, name)
         as_pg(["initdb", "-D", d, "-U", "postgres", "-A", "trust", "--locale=C", "-E", "UTF8"],
               stdout=subprocess.DEVNULL)
         # MIN_WAL_SIZE: the segment pool filled before measuring (2GB); smaller
         # on a disk without room for it, the workload's WAL still within it
-        conf = (common.format(base=BASE, min_wal=os.environ.get("MIN_WAL_SIZE", "2GB"))
-                + "port = %d\n" % port)
+        conf = cluster_conf(port, "512MB", os.environ.get("MIN_WAL_SIZE", "2GB"))
         if name == "source":
             conf += "wal_level = logical\nsynchronous_commit = off\n"
             if use_pgl:

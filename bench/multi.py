@@ -140,25 +140,10 @@ def add_source_server(name, port):
     """One more source server (MULTI_SOURCES=servers), configured as bench.py's
     source but for its memory and WAL pool: ROWS rows of one database fit."""
     d = os.path.join(B.BASE, name)
-    B.stop_cluster(name)
     B.as_pg(["initdb", "-D", d, "-U", "postgres", "-A", "trust", "--locale=C", "-E", "UTF8"],
             stdout=B.subprocess.DEVNULL)
     with open(os.path.join(d, "postgresql.conf"), "a") as f:
-        f.write("""
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '%s'
-port = %d
-shared_buffers = 128MB
-max_wal_size = 20GB
-min_wal_size = 256MB
-checkpoint_timeout = 30min
-max_replication_slots = 8
-max_wal_senders = 8
-autovacuum = off
-wal_level = logical
-synchronous_commit = off
-log_line_prefix = '%%m [%%p] %%b '
-""" % (B.BASE, port))
+        f.write(B.cluster_conf(port, "128MB", "256MB") + "wal_level = logical\nsynchronous_commit = off\n")
     B.as_pg(["pg_ctl", "-D", d, "-l", os.path.join(B.BASE, name + ".log"), "-w", "start"],
             stdout=B.subprocess.DEVNULL)
     c = B.connect(port)
@@ -250,7 +235,7 @@ END $p$""" % (t, GEN))
 
 
 def settle():
-    """Both servers checkpointed and the kernel's dirty pages written: the
+    """Every server checkpointed and the kernel's dirty pages written: the
     backlog's WAL (and the last contender's writes) are not flushed during the
     next contender's interval."""
     for port in [p for _, p in source_servers()] + [B.DST_PORT]:
