@@ -647,6 +647,9 @@ def pgbench(clients, workdir):
     return tps, avg, xacts, lats
 
 
+SYNC_RUNS = {}  # contender kind -> runs so far
+
+
 def run_sync(kind, rep):
     workdir = os.path.join(B.BASE, "pgbench")
     os.makedirs(workdir, exist_ok=True)
@@ -654,6 +657,13 @@ def run_sync(kind, rep):
     src, dst = B.connect(B.SRC_PORT), B.connect(B.DST_PORT)
     w = Load("sb", "bench.sb", "pub_sb")
     c = None if kind == "none" else make(kind, w, rep)
+    SYNC_RUNS[kind] = SYNC_RUNS.get(kind, 0) + 1
+    if c is not None and SYNC_RUNS[kind] > 1:
+        # a name of its own each time a contender runs again: a sink re-created over its
+        # kept checkpoint would resume it, and halt on the publication re-created under it
+        c.slot += "_%d" % SYNC_RUNS[kind]
+        if isinstance(c, LatNative):
+            c.sub = "sub_" + c.slot
     label = "none (no synchronous standby)" if c is None else c.name + ("(%s)" % c.variant if c.variant else "")
     base = {"type": "result", "part": "sync", "contender": label, "rep": rep, "seconds": SYNC_SECONDS}
     rows = []
