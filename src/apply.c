@@ -2196,24 +2196,27 @@ ash_apply_commit_batch(bool durable)
  * Snapshot copy (snapshot.c; an incremental chunk: snapshot_incr.c).
  *
  * A table's copied rows are inserts of one pseudo-transaction that
- * commits at LSN - 1 of the source snapshot's position: below every
- * commit the stream may still deliver for that table, so SCD2 versions
- * opened by the copy are closed by later stream changes, and append-log
- * events (operation snapshot, origin snapshot) never share an identity
- * with a streamed event (commit records start 8-byte aligned, LSN - 1
- * never is).  Ordinals continue across the tables copied at one LSN.
+ * commits at a position below every commit the stream may still deliver
+ * for that table and above every version the target holds, so SCD2
+ * versions opened by the copy are closed by later stream changes, never
+ * taken for history past them: v1, LSN - 1 of the source snapshot's
+ * position; an incremental chunk, the stream's watermark + 1
+ * (snapshot_incr.c).  Neither is ever a commit record's (they start
+ * 8-byte aligned), so append-log events (operation snapshot, origin
+ * snapshot) never share an identity with a streamed event.  Ordinals
+ * continue across the tables copied at one LSN.
  * The copy owns the destination transaction from begin to commit; the
  * caller records its progress in it between flush and commit.
  * ---------------------------------------------------------------------
  */
 void
-ash_apply_snapshot_begin(XLogRecPtr snapshot_lsn, int32 ordinal_base, bytea *attempt)
+ash_apply_snapshot_begin(XLogRecPtr position, int32 ordinal_base, bytea *attempt)
 {
 	Assert(!batch_open && !in_remote_xact);
 	begin_batch();
 	in_remote_xact = true;
 	skip_xact = false;
-	meta.commit_lsn = snapshot_lsn - 1;
+	meta.commit_lsn = position;
 	meta.commit_time = GetCurrentTimestamp();
 	meta.xid = InvalidTransactionId;
 	meta.ordinal = ordinal_base;

@@ -79,13 +79,13 @@ extern XLogRecPtr ash_apply_watermark(void);
 /*
  * Snapshot copy (snapshot.c; an incremental chunk: snapshot_incr.c): one
  * table's rows, as inserts, in one destination transaction.  begin opens it (origin "snapshot", commit LSN
- * snapshot_lsn - 1, ordinals from ordinal_base + 1); row changes go
+ * position, ordinals from ordinal_base + 1); row changes go
  * through ash_apply_change; flush executes deferred writes and returns
  * the last ordinal used, leaving the transaction and SPI open for the
  * caller's progress writes; commit commits and returns the local commit
  * record's end.
  */
-extern void ash_apply_snapshot_begin(XLogRecPtr snapshot_lsn, int32 ordinal_base,
+extern void ash_apply_snapshot_begin(XLogRecPtr position, int32 ordinal_base,
 									 bytea *attempt);
 extern int32 ash_apply_snapshot_flush(void);
 

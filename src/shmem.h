@@ -124,9 +124,10 @@ typedef struct AshIncrHelper
 	char		table[NAMEDATALEN];
 	int64		chunks;
 	bool		ahead_ok;
-	/* ... and the transactions the chunk's snapshot must show */
+	/* ... the transactions the chunk's snapshot must show, its rows' position */
 	int			nnoted;
 	uint32		noted[ASH_INCR_HELPER_NOTED_MAX];
+	XLogRecPtr	position;
 	/* the chunk committed: its snapshot (every xid: a larger one is dropped) */
 	uint32		xmin;
 	uint32		xmax;

@@ -739,6 +739,7 @@ typedef struct IncrChunk
 	int			header;			/* the row of res with the snapshot */
 	AshIncrSnapshot snap;
 	XLogRecPtr	high_lsn;
+	XLogRecPtr	position;		/* its rows' (chunk_write) */
 	int			nrows;			/* the others: the chunk's rows */
 	bool		done;			/* the table's last chunk */
 	char	  **hi;				/* its largest key (NULL with done) */
@@ -975,7 +976,20 @@ chunk_write(IncrChunk *c, bool worker)
 	AshChange	change;
 	IncrKeyDesc *k = c->k;
 
-	ash_apply_snapshot_begin(c->high_lsn, 0, incr_attempt->id);
+	/*
+	 * The rows' position: every commit the stream delivers from now on is
+	 * above the watermark, every version in the target at or below it.  Not
+	 * the snapshot's WAL position: a transaction the snapshot does not show
+	 * can have committed below it, and its change to a key of this chunk,
+	 * applied after the chunk, must land after the chunk's version (SCD2
+	 * takes a change below a version for one applied before).  A helper is
+	 * given the worker's watermark with its request: the worker delivers
+	 * nothing for this chunk's keys until it has judged the commit.
+	 */
+	if (worker)
+		c->position = ash_apply_watermark() + 1;
+	Assert(!XLogRecPtrIsInvalid(c->position));
+	ash_apply_snapshot_begin(c->position, 0, incr_attempt->id);
 	if (ash_snap_key_exec("SELECT 1 FROM ash_replicant.checkpoints"
 						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 						  "   AND snapshot_phase = 'copying' FOR SHARE",
@@ -1026,7 +1040,7 @@ chunk_write(IncrChunk *c, bool worker)
 	(void) ash_apply_snapshot_flush();
 	if (c->done)
 	{
-		int64		retired = ash_apply_snapshot_retire(c->map, c->high_lsn - 1);
+		int64		retired = ash_apply_snapshot_retire(c->map, c->position);
 
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
@@ -1416,6 +1430,7 @@ incr_helper_request(int i, SnapTable *st, const TransactionId *noted, int nnoted
 	HELPER(i)->ahead_ok = incr_helper_ahead_ok[i];
 	HELPER(i)->nnoted = nnoted;
 	memcpy(HELPER(i)->noted, noted, sizeof(TransactionId) * nnoted);
+	HELPER(i)->position = ash_apply_watermark() + 1;
 	SpinLockRelease(&ash_snap_slot->mutex);
 	helper_set_state(i, ASH_INCR_HELPER_READ, true);
 }
@@ -1889,6 +1904,7 @@ incr_helper_serve(void)
 		SpinLockAcquire(&ash_snap_slot->mutex);
 		nnoted = HELPER(ash_snap_my_copier)->nnoted;
 		memcpy(noted, HELPER(ash_snap_my_copier)->noted, sizeof(TransactionId) * nnoted);
+		c.position = HELPER(ash_snap_my_copier)->position;
 		SpinLockRelease(&ash_snap_slot->mutex);
 		write = ash_incr_snapshot_shows(&c.snap, noted, nnoted);
 		reread = !write && c.ahead;

@@ -1,0 +1,186 @@
+# snapshot => 'incremental' into SCD2 history mirrors (docs/snapshots.md#incremental):
+# two tables with existing rows are copied chunk by chunk into version
+# tables (ash_replicant.snapshot_workers = 2: the pipeline worker copies one,
+# its helper the other) while the pipeline streams a workload of inserts,
+# updates, deletes and key changes, and the destination is killed with -9 at
+# seeded points of the copy.  The source waits for the pipeline as its
+# synchronous standby, so every workload transaction has its commit record
+# in the WAL well before it becomes visible: a chunk read meanwhile does not
+# show it although its snapshot's WAL position is past that commit.  Such a
+# change reaches the chunk's keys after the chunk, and must land after the
+# chunk's version -- a version positioned at the snapshot's WAL position
+# would be taken for history past the change, and the change skipped.
+# The targets start with stale open versions, open versions the source
+# lacks and an old closed version.  Afterwards:
+#   - the open versions equal the source rows by content hash;
+#   - per key the versions follow each other without overlap, each closed
+#     one ends after it starts, and n (bumped by every source update)
+#     strictly increases along them: no change applied twice, none lost
+#     under a version written after it;
+#   - the open versions the source lacks are closed, not deleted; the old
+#     closed version is untouched;
+#   - the attempt is complete and the pipeline healthy.
+# Seed: ASH_SEED (default: time), printed.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use AshTenancy;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+my $seed = (defined $ENV{ASH_SEED} && $ENV{ASH_SEED} =~ /^\d+$/) ? $ENV{ASH_SEED} : (time() ^ $$) % 1_000_000;
+srand($seed);
+note "seed $seed (rerun with ASH_SEED=$seed)";
+diag "110_snapshot_incremental_scd2 seed $seed";
+
+my $rows1 = 12_000;
+my $rows2 = 6_000;
+my $kills = 2;
+my $sink  = 'hist';
+my $DB    = $AshTest::DB;
+
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	dst_conf => "ash_replicant.keyring_file = 'keyring'\nrestart_after_crash = on\n"
+	  . "ash_replicant.snapshot_workers = 2\n");
+AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(23));
+
+sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+sub q_src { return $src->safe_psql($DB, $_[0]); }
+
+q_src(qq{
+CREATE TABLE acct (id bigint PRIMARY KEY, v text, n bigint NOT NULL DEFAULT 0);
+CREATE TABLE acct2 (id bigint PRIMARY KEY, v text, n bigint NOT NULL DEFAULT 0);
+CREATE VIEW acct_v AS SELECT id, v, n FROM acct;
+CREATE VIEW acct2_v AS SELECT id, v, n FROM acct2;
+INSERT INTO acct SELECT g, md5(g::text), 0 FROM generate_series(1, $rows1) g;
+INSERT INTO acct2 SELECT g, md5((-g)::text), 0 FROM generate_series(1, $rows2) g;
+ANALYZE acct; ANALYZE acct2;
+CREATE PUBLICATION pub_hist FOR TABLE acct, acct2;
+});
+for my $t ('acct', 'acct2')
+{
+	q_dst(qq{
+CREATE TABLE ${t}_hist (
+	vid bigserial PRIMARY KEY, id bigint NOT NULL, v text, n bigint,
+	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint,
+	replica_fingerprint bytea, replica_seen_attempt bytea,
+	UNIQUE (id, valid_from_lsn));
+CREATE UNIQUE INDEX ${t}_hist_open ON ${t}_hist (id) WHERE valid_to_lsn IS NULL;
+CREATE VIEW ${t}_v AS SELECT id, v, n FROM ${t}_hist WHERE valid_to_lsn IS NULL;
+-- stale open versions (the source has these keys), open versions the
+-- source lacks, an old closed version
+INSERT INTO ${t}_hist (id, v, n, valid_from_lsn) SELECT g, 'stale', -1, 16 FROM generate_series(1, 40) g;
+INSERT INTO ${t}_hist (id, v, n, valid_from_lsn)
+  SELECT g, 'dest only', -1, 16 FROM generate_series(90000001, 90000020) g;
+INSERT INTO ${t}_hist (id, v, n, valid_from_lsn, valid_to_lsn) VALUES (60, 'old', -2, 8, 16);
+});
+}
+# A brake until the faults are done: every statement into a target sleeps
+# brake.ms, so that the copy outlasts the seeded faults.
+q_dst(q{
+CREATE TABLE brake (ms integer NOT NULL);
+INSERT INTO brake VALUES (4);
+CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER brake1 AFTER INSERT ON acct_hist FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
+CREATE TRIGGER brake2 AFTER INSERT ON acct2_hist FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
+});
+
+# Workload: small transactions spread over the copy.  New keys above
+# 10,000,000; a key change moves a row by +100,000,000, each key at most
+# once.  Every update bumps n.
+my $next = 10_000_000;
+my %moved;
+my $script = "SET synchronous_commit = on;\n";
+for my $x (1 .. 500)
+{
+	my @s;
+	for (1 .. 1 + int(rand(3)))
+	{
+		my ($t, $rows) = rand() < 0.6 ? ('acct', $rows1) : ('acct2', $rows2);
+		my $id = 1 + int(rand($rows));
+		my $k = rand();
+		if ($k < 0.2) { push @s, "INSERT INTO $t VALUES ($next, 'new', 0)"; $next++; }
+		elsif ($k < 0.75) { push @s, "UPDATE $t SET n = n + 1, v = md5(v) WHERE id IN ($id, " . (1 + int(rand($rows))) . ")"; }
+		elsif ($k < 0.9) { push @s, "DELETE FROM $t WHERE id = $id"; }
+		else
+		{
+			next if $moved{"$t/$id"}++;
+			push @s, "UPDATE $t SET id = id + 100000000 WHERE id = $id";
+		}
+	}
+	next unless @s;
+	$script .= "BEGIN;\n" . join(";\n", @s) . ";\nCOMMIT;\n";
+	$script .= "SELECT pg_sleep(0.03);\n" if $x % 2 == 0;
+}
+
+AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_hist', marker => 0,
+	maps => [
+		[ 'acct_hist', source_table => 'acct', history_strategy => 'scd2',
+		  history_business_key => ['id'], snapshot_provenance => 'true' ],
+		[ 'acct2_hist', source_table => 'acct2', history_strategy => 'scd2',
+		  history_business_key => ['id'], snapshot_provenance => 'true' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 400");
+$dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$sink', '2 min')");
+
+# the source waits for the pipeline (its replication connection's name)
+q_src(qq{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant $sink"'});
+q_src('SELECT pg_reload_conf()');
+ok(AshTest::poll($src, "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'ash_replicant $sink'",
+	'sync'), 'the pipeline is the source\'s synchronous standby');
+
+my $w = AshTest::start_workload($src, $script, timeout => 600);
+my $faults = 0;
+for my $at (sort { $a <=> $b } map { 800 + int(rand(($rows1 + $rows2) * 0.6)) } 1 .. $kills)
+{
+	AshTest::poll($dst,
+		"SELECT coalesce(sum(rows_copied), 0) > $at OR bool_and(state = 'copied') FROM ash_replicant.snapshot_tables",
+		't');
+	last if q_dst("SELECT coalesce(snapshot_phase, '') FROM ash_replicant.checkpoints") eq 'complete';
+	note "fault at >$at rows: destination kill -9";
+	AshTest::crash_restart($dst);
+	$faults++;
+}
+diag "ash-proof: faults_injected=$faults seed=$seed";
+ok($faults >= 1, "the destination was killed during the copy ($faults times)");
+q_dst('UPDATE brake SET ms = 0');
+
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints", 't', timeout => 300),
+	'the incremental attempt completes')
+  or diag q_dst("SELECT * FROM ash_replicant_status('$sink')");
+ok(AshTest::finish_workload($w), 'workload ran to its end');
+my ($commit) = AshTest::commit_tracked($src, "INSERT INTO acct VALUES (99999999, 'last', 0)");
+ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
+q_src("ALTER SYSTEM RESET synchronous_standby_names");
+q_src('SELECT pg_reload_conf()');
+AshTest::wait_status($dst, $sink, 'healthy');
+is(q_dst("SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_table) FROM ash_replicant.snapshot_tables"),
+	'acct:copied,acct2:copied', 'every table of the attempt copied');
+
+for my $t ('acct', 'acct2')
+{
+	AshTest::assert_mirror_equal($src, $dst, ["${t}_v"], order_by => 'id',
+		name => "$t: open versions after faults during the incremental snapshot");
+	my $bad = q_dst(qq{
+		SELECT string_agg(id::text, ',') FROM (
+		  SELECT id, n, valid_from_lsn, valid_to_lsn,
+		         lag(n) OVER w AS pn, lag(valid_to_lsn) OVER w AS pto, lag(vid) OVER w AS pvid
+		    FROM ${t}_hist WINDOW w AS (PARTITION BY id ORDER BY valid_from_lsn)) x
+		 WHERE (pvid IS NOT NULL AND pto IS NULL) OR pto > valid_from_lsn
+		    OR valid_to_lsn <= valid_from_lsn OR (pn IS NOT NULL AND n <= pn)});
+	is($bad, '', "$t: per key, versions in order without overlap, n strictly increasing")
+	  or diag q_dst("SELECT * FROM ${t}_hist WHERE id IN ($bad) ORDER BY id, valid_from_lsn");
+	is(q_dst("SELECT count(*) FILTER (WHERE valid_to_lsn IS NOT NULL) || '/' || count(*) FROM ${t}_hist"
+		  . " WHERE id BETWEEN 90000001 AND 90000020"), '20/20',
+		"$t: the open versions the source lacks are closed, not deleted");
+	is(q_dst("SELECT v || ':' || valid_to_lsn FROM ${t}_hist WHERE n = -2"), 'old:16',
+		"$t: the old closed version is untouched");
+}
+is(q_dst("SELECT snapshot_phase FROM ash_replicant.checkpoints"), 'complete', 'attempt complete');
+
+done_testing();
