@@ -1710,9 +1710,9 @@ start_check_settings(HeapTuple tup, TupleDesc desc, const char *decoder)
  * settings nothing acts on are refused rather than stored and ignored.
  */
 /*
- * snapshot incremental copies state mirrors (SCD1 or SCD2) whose every
- * mapping keeps provenance (its completion retires unseen rows), without
- * context tenancy; anything else is refused with snapshot_unsupported.
+ * snapshot incremental copies state mirrors (SCD1 or SCD2, any tenancy)
+ * whose every mapping keeps provenance (its completion retires unseen
+ * rows); anything else is refused with snapshot_unsupported.
  * (A source table without a primary key halts the worker, which alone
  * sees the source.)
  */
@@ -1730,8 +1730,7 @@ start_check_incremental(const char *sink_name, const AshSinkInfo *sink)
 				   "sink \"%s\" is an append log: snapshot incremental copies state mirrors only",
 				   sink_name);
 	values[0] = CStringGetTextDatum(sink_name);
-	catalog_exec("SELECT pg_catalog.count(*) FILTER (WHERE NOT snapshot_provenance),"
-				 "       pg_catalog.count(*) FILTER (WHERE tenant_strategy = 'context')"
+	catalog_exec("SELECT pg_catalog.count(*) FILTER (WHERE NOT snapshot_provenance)"
 				 "  FROM ash_replicant.resources WHERE sink_name = $1",
 				 1, types, values, NULL, true);
 	row = SPI_tuptable->vals[0];
@@ -1740,9 +1739,6 @@ start_check_incremental(const char *sink_name, const AshSinkInfo *sink)
 		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
 				   "sink \"%s\": snapshot incremental needs snapshot_provenance on every mapping",
 				   sink_name);
-	if (DatumGetInt64(SPI_getbinval(row, rdesc, 2, &isnull)) > 0)
-		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START, "snapshot_unsupported",
-				   "sink \"%s\": snapshot incremental does not copy under context tenancy", sink_name);
 }
 
 static void

@@ -1467,6 +1467,7 @@ apply_update(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 		seal_image(rel, to, &newrow);
 		strategy->delete(rel, from, &key);
 		strategy->insert(rel, to, &newrow);
+		mark_streamed(rel, to, &newrow);
 	}
 	else
 	{
@@ -1511,10 +1512,14 @@ incremental_part(AshApplyRel *rel, AshChange *c, AshChange *part)
 	part->xid = c->xid;
 	if (apply_old)
 	{
-		/* the row leaves the copied keys: its new key is copied later */
+		/*
+		 * The row leaves the copied keys: its new key is copied later.  The
+		 * whole old row when the change has it: a tenant-scoped mapping
+		 * finds the row's tenant there (tenant_required without it).
+		 */
 		part->kind = ASH_CHANGE_DELETE;
 		part->u.delete.relid = c->u.update.relid;
-		part->u.delete.oldkind = 'K';
+		part->u.delete.oldkind = c->u.update.oldkind == 'O' ? 'O' : 'K';
 		part->u.delete.oldtup = c->u.update.oldkind != 0 ? c->u.update.oldtup : c->u.update.newtup;
 	}
 	else

@@ -1659,11 +1659,6 @@ check_snapshot_settings(void)
 			ash_halt("snapshot_unsupported",
 					 "snapshot incremental needs snapshot_provenance on every mapping; %s has none",
 					 quote_qualified_identifier(m->source_schema, m->source_table));
-		if (incremental && m->tenant_strategy != NULL &&
-			strcmp(m->tenant_strategy, "context") == 0)
-			ash_halt("snapshot_unsupported",
-					 "snapshot incremental does not copy under context tenancy (%s)",
-					 quote_qualified_identifier(m->source_schema, m->source_table));
 
 		if (!m->snapshot_provenance)
 			continue;
