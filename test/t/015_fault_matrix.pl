@@ -106,8 +106,16 @@ sub start_runner
 			for my $f (@files)
 			{
 				my $rc = system("psql -X -q -v ON_ERROR_STOP=1 -d postgres -f '$f' >/dev/null 2>&1");
-				if ($rc == 0) { $ok++; }
-				else { $failed++; usleep(300_000); }
+				if ($rc == 0) { $ok++; next; }
+				$failed++;
+
+				# the source is down: go on once it is back, so a segment of
+				# few chunks still commits some after the fault
+				for (1 .. 600)
+				{
+					last if system("pg_isready -q -d postgres >/dev/null 2>&1") == 0;
+					usleep(100_000);
+				}
 			}
 			open my $r, '>', $result or die;
 			print $r "$ok $failed\n";
@@ -220,7 +228,9 @@ sub segment_chunks
 	my ($target) = @_;
 	my ($changes, $cur, $in_chunk) = (0, '', 0);
 	my @chunks;
-	while ($changes < $target)
+
+	# at least four chunks: the fault lands while some are still to run
+	while ($changes < $target || @chunks < 4)
 	{
 		my $r = rand();
 		my $size = $r < 0.4 ? 1 : $r < 0.7 ? 2 + int(rand(20)) : $r < 0.93 ? 20 + int(rand(300)) : 300 + int(rand(1700));
