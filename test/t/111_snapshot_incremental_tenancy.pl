@@ -153,23 +153,10 @@ AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_ctxi', ma
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 400");
 $dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$sink', '2 min')");
 
-q_src(qq{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant $sink"'});
-q_src('SELECT pg_reload_conf()');
-ok(AshTest::poll($src, "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'ash_replicant $sink'",
-	'sync'), 'the pipeline is the source\'s synchronous standby');
+ok(AshTest::sync_standby($src, $sink, 1), 'the pipeline is the source\'s synchronous standby');
 
 my $w = AshTest::start_workload($src, $script, timeout => 600);
-my $faults = 0;
-for my $at (sort { $a <=> $b } map { 800 + int(rand(($rows{docs} + $rows{notes} + $rows{memo}) * 0.6)) } 1 .. $kills)
-{
-	AshTest::poll($dst,
-		"SELECT coalesce(sum(rows_copied), 0) > $at OR bool_and(state = 'copied') FROM ash_replicant.snapshot_tables",
-		't');
-	last if q_dst("SELECT coalesce(snapshot_phase, '') FROM ash_replicant.checkpoints") eq 'complete';
-	note "fault at >$at rows: destination kill -9";
-	AshTest::crash_restart($dst);
-	$faults++;
-}
+my $faults = AshTest::kill_during_copy($dst, $kills, ($rows{docs} + $rows{notes} + $rows{memo}) * 0.6);
 diag "ash-proof: faults_injected=$faults seed=$seed";
 ok($faults >= 1, "the destination was killed during the copy ($faults times)");
 q_dst('UPDATE brake SET ms = 0');
@@ -180,8 +167,7 @@ ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.ch
 ok(AshTest::finish_workload($w), 'workload ran to its end');
 my ($commit) = AshTest::commit_tracked($src, "INSERT INTO docs VALUES (99999999, 'a', 'last', 0)");
 ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
-q_src("ALTER SYSTEM RESET synchronous_standby_names");
-q_src('SELECT pg_reload_conf()');
+AshTest::sync_standby($src, $sink, 0);
 AshTest::wait_status($dst, $sink, 'healthy');
 is(q_dst("SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_table) FROM ash_replicant.snapshot_tables"),
 	'docs:copied,memo:copied,notes:copied', 'every table of the attempt copied');

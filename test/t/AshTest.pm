@@ -805,6 +805,46 @@ sub crash_restart
 	return;
 }
 
+# sync_standby($src, $sink, $on): the source waits (or no longer waits) for
+# the pipeline as its synchronous standby, named by its replication
+# connection's application_name; on, returns whether pg_stat_replication
+# shows it as 'sync'.
+sub sync_standby
+{
+	my ($src, $sink, $on) = @_;
+	if (!$on)
+	{
+		$src->safe_psql($DB, 'ALTER SYSTEM RESET synchronous_standby_names');
+		$src->safe_psql($DB, 'SELECT pg_reload_conf()');
+		return 1;
+	}
+	$src->safe_psql($DB, "ALTER SYSTEM SET synchronous_standby_names = " . lit(qq{"ash_replicant $sink"}));
+	$src->safe_psql($DB, 'SELECT pg_reload_conf()');
+	return poll($src, "SELECT sync_state FROM pg_stat_replication WHERE application_name = "
+		  . lit("ash_replicant $sink"), 'sync');
+}
+
+# kill_during_copy($dst, $kills, $span): kill -9 the destination (and start
+# it again) $kills times, each once the snapshot has copied more than a
+# seeded number of rows in 800 .. 800 + $span (increasing), unless the
+# attempt completed first; returns how many kills were made.
+sub kill_during_copy
+{
+	my ($dst, $kills, $span) = @_;
+	my $faults = 0;
+	for my $at (sort { $a <=> $b } map { 800 + int(rand($span)) } 1 .. $kills)
+	{
+		poll($dst, "SELECT coalesce(sum(rows_copied), 0) > $at OR bool_and(state = 'copied')"
+			  . " FROM ash_replicant.snapshot_tables", 't');
+		last if $dst->safe_psql($DB, "SELECT coalesce(snapshot_phase, '') FROM ash_replicant.checkpoints")
+		  eq 'complete';
+		Test::More::note("fault at >$at rows: destination kill -9");
+		crash_restart($dst);
+		$faults++;
+	}
+	return $faults;
+}
+
 # terminate_walsender($src, $slot): pg_terminate_backend of the walsender that
 # streams $slot; returns the number of backends terminated (0 when idle).
 sub terminate_walsender
