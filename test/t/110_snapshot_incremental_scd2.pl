@@ -128,25 +128,11 @@ AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_hist', ma
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 400");
 $dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$sink', '2 min')");
 
-# the source waits for the pipeline (its replication connection's name)
-ok(AshTest::sync_standby($src, $sink, 1), 'the pipeline is the source\'s synchronous standby');
-
-my $w = AshTest::start_workload($src, $script, timeout => 600);
-my $faults = AshTest::kill_during_copy($dst, $kills, ($rows1 + $rows2) * 0.6);
-diag "ash-proof: faults_injected=$faults seed=$seed";
-ok($faults >= 1, "the destination was killed during the copy ($faults times)");
-q_dst('UPDATE brake SET ms = 0');
-
-ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints", 't', timeout => 300),
-	'the incremental attempt completes')
-  or diag q_dst("SELECT * FROM ash_replicant_status('$sink')");
-ok(AshTest::finish_workload($w), 'workload ran to its end');
-my ($commit) = AshTest::commit_tracked($src, "INSERT INTO acct VALUES (99999999, 'last', 0)");
-ok(AshTest::wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
-AshTest::sync_standby($src, $sink, 0);
-AshTest::wait_status($dst, $sink, 'healthy');
-is(q_dst("SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_table) FROM ash_replicant.snapshot_tables"),
-	'acct:copied,acct2:copied', 'every table of the attempt copied');
+# the source waits for the pipeline as its synchronous standby while the
+# destination is killed during the copy
+AshTest::copy_under_kills($src, $dst, $sink, script => $script, kills => $kills,
+	span => ($rows1 + $rows2) * 0.6, seed => $seed, release => 'UPDATE brake SET ms = 0',
+	last => "INSERT INTO acct VALUES (99999999, 'last', 0)", copied => 'acct:copied,acct2:copied');
 
 for my $t ('acct', 'acct2')
 {

@@ -824,15 +824,23 @@ sub sync_standby
 		  . lit("ash_replicant $sink"), 'sync');
 }
 
-# kill_during_copy($dst, $kills, $span): kill -9 the destination (and start
-# it again) $kills times, each once the snapshot has copied more than a
-# seeded number of rows in 800 .. 800 + $span (increasing), unless the
-# attempt completed first; returns how many kills were made.
-sub kill_during_copy
+# copy_under_kills($src, $dst, $sink, %o): an incremental snapshot under
+# faults, the source waiting for the pipeline as its synchronous standby.
+# Runs workload $o{script} while it kills -9 the destination (and starts it
+# again) $o{kills} times, each once the copy has passed a seeded number of
+# rows in 800 .. 800 + $o{span} (increasing; none once the attempt
+# completed); then runs $o{release} (lifting what held the copy back), and
+# checks that the attempt completes, the workload ran, the watermark reaches
+# a last tracked commit ($o{last}), the pipeline is healthy with the source
+# no longer waiting for it, and the attempt's tables are $o{copied}
+# ("table:state,..." by name).  Returns how many kills were made.
+sub copy_under_kills
 {
-	my ($dst, $kills, $span) = @_;
+	my ($src, $dst, $sink, %o) = @_;
+	Test::More::ok(sync_standby($src, $sink, 1), 'the pipeline is the source\'s synchronous standby');
+	my $w = start_workload($src, $o{script}, timeout => 600);
 	my $faults = 0;
-	for my $at (sort { $a <=> $b } map { 800 + int(rand($span)) } 1 .. $kills)
+	for my $at (sort { $a <=> $b } map { 800 + int(rand($o{span})) } 1 .. $o{kills})
 	{
 		poll($dst, "SELECT coalesce(sum(rows_copied), 0) > $at OR bool_and(state = 'copied')"
 			  . " FROM ash_replicant.snapshot_tables", 't');
@@ -842,6 +850,20 @@ sub kill_during_copy
 		crash_restart($dst);
 		$faults++;
 	}
+	Test::More::diag("ash-proof: faults_injected=$faults seed=$o{seed}");
+	Test::More::ok($faults >= 1, "the destination was killed during the copy ($faults times)");
+	$dst->safe_psql($DB, $o{release}) if $o{release};
+
+	Test::More::ok(poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints", 't',
+			timeout => 300), 'the incremental attempt completes')
+	  or Test::More::diag($dst->safe_psql($DB, "SELECT * FROM ash_replicant_status(" . lit($sink) . ")"));
+	Test::More::ok(finish_workload($w), 'workload ran to its end');
+	my ($commit) = commit_tracked($src, $o{last});
+	Test::More::ok(wait_lsn($src, $dst, $sink, $commit), 'watermark reaches the last source commit');
+	sync_standby($src, $sink, 0);
+	wait_status($dst, $sink, 'healthy');
+	Test::More::is($dst->safe_psql($DB, "SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_table)"
+			  . " FROM ash_replicant.snapshot_tables"), $o{copied}, 'every table of the attempt copied');
 	return $faults;
 }
 
