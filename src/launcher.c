@@ -51,6 +51,7 @@
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/pmsignal.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
@@ -354,10 +355,14 @@ settle_gone_workers(TimestampTz now)
 		 * owner_lost: remember that in memory for this generation.  Not
 		 * while the server shuts down: the postmaster terminates its
 		 * background workers all at once, and this launcher, signalled with
-		 * them, may see the worker gone before it gets to its own exit.
+		 * them, may see the worker gone before it gets to its own exit.  Nor
+		 * when the postmaster died (killed): its workers leave on noticing
+		 * it, maybe before this launcher does, and shared memory goes with
+		 * the crash restart anyway.
 		 */
 		if (!slot->exit_clean && !slot->stop_requested &&
-			slot->halt_reason[0] == '\0' && !server_stopping())
+			slot->halt_reason[0] == '\0' && !server_stopping() &&
+			PostmasterIsAlive())
 		{
 			strlcpy(slot->halt_reason, "owner_lost", ASH_REASON_LEN);
 			strlcpy(slot->halt_class, "halted", sizeof(slot->halt_class));
