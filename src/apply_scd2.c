@@ -390,6 +390,7 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	Scd2State	state = SCD2_NONE;
 	bool		other_tenant = false;
 	bool		later = false;
+	bool		past = false;
 	bool		transient = false;
 	bool		closed_at_lsn = false;
 	bool		open_earlier = false;
@@ -430,7 +431,7 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		if (open && !DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull)))
 			other_tenant = true;
 		if (from > lsn || (!open && to > lsn))
-			later = true;		/* history past this change */
+			later = past = true;	/* history past this change */
 		else if (from == lsn && open && TransactionIdIsCurrentTransactionId(xmin))
 			transient = true;	/* opened by this source transaction */
 		else if (from == lsn)
@@ -440,6 +441,17 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		else
 			open_earlier = true;
 	}
+
+	/*
+	 * A snapshot row is no re-delivery of a change: history past its
+	 * position is history the copy cannot be placed under (versions from
+	 * beyond the source's position, another source's, or hand-written).
+	 * Skipping the row would keep a version the source does not have.
+	 */
+	if (past && meta->origin != NULL && strcmp(meta->origin, "snapshot") == 0)
+		ash_halt("snapshot_history_ahead",
+				 "a business key of %s has history past the snapshot's position",
+				 tgt->log_name);
 
 	/*
 	 * A version closed at L with nothing opened at L by this transaction:

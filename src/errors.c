@@ -77,6 +77,7 @@ static const AshReasonEntry reason_table[] = {
 	{"checkpoint_identity_conflict", ASH_REASON_MISCONFIGURED},
 	{"source_timeline_changed", ASH_REASON_MISCONFIGURED},
 	{"checkpoint_ahead_of_source", ASH_REASON_MISCONFIGURED},
+	{"snapshot_history_ahead", ASH_REASON_MISCONFIGURED},
 	{"contract_incompatible", ASH_REASON_MISCONFIGURED},
 	{"publication_contract_incompatible", ASH_REASON_MISCONFIGURED},
 	{"decoder_contract_incompatible", ASH_REASON_MISCONFIGURED},
