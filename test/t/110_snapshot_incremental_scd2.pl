@@ -61,14 +61,8 @@ CREATE PUBLICATION pub_hist FOR TABLE acct, acct2;
 });
 for my $t ('acct', 'acct2')
 {
+	AshTest::provenance_history($dst, $t);
 	q_dst(qq{
-CREATE TABLE ${t}_hist (
-	vid bigserial PRIMARY KEY, id bigint NOT NULL, v text, n bigint,
-	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint,
-	replica_fingerprint bytea, replica_seen_attempt bytea,
-	UNIQUE (id, valid_from_lsn));
-CREATE UNIQUE INDEX ${t}_hist_open ON ${t}_hist (id) WHERE valid_to_lsn IS NULL;
-CREATE VIEW ${t}_v AS SELECT id, v, n FROM ${t}_hist WHERE valid_to_lsn IS NULL;
 -- stale open versions (the source has these keys), open versions the
 -- source lacks, an old closed version
 INSERT INTO ${t}_hist (id, v, n, valid_from_lsn) SELECT g, 'stale', -1, 16 FROM generate_series(1, 40) g;

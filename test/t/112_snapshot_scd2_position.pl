@@ -37,21 +37,6 @@ AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
 
-# A version table with its view of the open versions.
-sub hist_table
-{
-	my ($t) = @_;
-	q_dst(qq{
-CREATE TABLE ${t}_hist (
-	vid bigserial PRIMARY KEY, id bigint NOT NULL, v text, n bigint,
-	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint,
-	replica_fingerprint bytea, replica_seen_attempt bytea,
-	UNIQUE (id, valid_from_lsn));
-CREATE UNIQUE INDEX ${t}_hist_open ON ${t}_hist (id) WHERE valid_to_lsn IS NULL;
-CREATE VIEW ${t}_v AS SELECT id, v, n FROM ${t}_hist WHERE valid_to_lsn IS NULL;
-});
-}
-
 sub scd2_map
 {
 	my ($t, $prov) = @_;
@@ -80,7 +65,7 @@ CREATE PUBLICATION pub_q FOR TABLE qa, qb;
 });
 for my $t ('qa', 'qb')
 {
-	hist_table($t);
+	AshTest::provenance_history($dst, $t);
 	q_dst(qq{
 INSERT INTO ${t}_hist (id, v, n, valid_from_lsn) SELECT g, 'stale', -1, 16 FROM generate_series(1, 5) g;
 INSERT INTO ${t}_hist (id, v, n, valid_from_lsn, valid_to_lsn) VALUES (6, 'old', -2, 8, 16);
@@ -129,7 +114,7 @@ CREATE VIEW ${t}_v AS SELECT id, v, n FROM $t;
 INSERT INTO $t SELECT g, '$S-' || g, 0 FROM generate_series(1, 40) g;
 CREATE PUBLICATION pub_$t FOR TABLE $t;
 });
-	hist_table($t);
+	AshTest::provenance_history($dst, $t);
 	q_dst(qq{
 INSERT INTO ${t}_hist (id, v, n, valid_from_lsn) SELECT g, 'stale', -1, 16 FROM generate_series(1, 3) g;
 INSERT INTO ${t}_hist (id, v, n, valid_from_lsn) VALUES (17, 'future', -1, 9000000000000000);

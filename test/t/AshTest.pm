@@ -835,6 +835,24 @@ sub sync_standby
 		  . lit("ash_replicant $sink"), 'sync');
 }
 
+# provenance_history($dst, $t): "${t}_hist", an SCD2 version table with
+# provenance columns of a source table (id bigint PRIMARY KEY, v text, n
+# bigint), and "${t}_v", the view of its open versions.
+sub provenance_history
+{
+	my ($dst, $t) = @_;
+	$dst->safe_psql($DB, qq{
+CREATE TABLE ${t}_hist (
+	vid bigserial PRIMARY KEY, id bigint NOT NULL, v text, n bigint,
+	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint,
+	replica_fingerprint bytea, replica_seen_attempt bytea,
+	UNIQUE (id, valid_from_lsn));
+CREATE UNIQUE INDEX ${t}_hist_open ON ${t}_hist (id) WHERE valid_to_lsn IS NULL;
+CREATE VIEW ${t}_v AS SELECT id, v, n FROM ${t}_hist WHERE valid_to_lsn IS NULL;
+});
+	return;
+}
+
 # copy_under_kills($src, $dst, $sink, %o): an incremental snapshot under
 # faults, the source waiting for the pipeline as its synchronous standby.
 # Runs workload $o{script} while it kills -9 the destination (and starts it
