@@ -992,13 +992,12 @@ chunk_write(IncrChunk *c, bool worker)
 	/*
 	 * The rows' position (chunk_position): every commit the stream
 	 * delivers from now on is above it, every version in the target below
-	 * it.  Not
-	 * the snapshot's WAL position: a transaction the snapshot does not show
-	 * can have committed below it, and its change to a key of this chunk,
-	 * applied after the chunk, must land after the chunk's version (SCD2
-	 * takes a change below a version for one applied before).  A helper is
-	 * given the worker's watermark with its request: the worker delivers
-	 * nothing for this chunk's keys until it has judged the commit.
+	 * it.  Not the snapshot's WAL position: a transaction the snapshot does
+	 * not show can have committed below it, and its change to a key of this
+	 * chunk, applied after the chunk, must land after the chunk's version
+	 * (SCD2 takes a change below a version for one applied before).  A
+	 * helper is given the worker's position with its request: the worker
+	 * delivers nothing for this chunk's keys until it has judged the commit.
 	 */
 	if (worker)
 		c->position = chunk_position();
