@@ -2264,9 +2264,13 @@ ash_apply_indexes_after(Oid relid)
 	return fresh_indexes_after && ash_apply_fresh_target(relid);
 }
 
-/* Retire what the snapshot of m did not see, as the sink owner. */
+/*
+ * Retire what the snapshot of m did not see, as the sink owner.
+ * nothing_past: no version of an SCD2 target can be past close_lsn but the
+ * snapshot's own (ash_provenance_retire).
+ */
 int64
-ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn)
+ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn, bool nothing_past)
 {
 	Oid			save_userid;
 	int			save_sec;
@@ -2276,7 +2280,7 @@ ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn)
 	Assert(batch_open && meta.snapshot_attempt != NULL);
 	ash_apply_errctx.command = "retire";
 	as_owner_begin(&save_userid, &save_sec);
-	rows = ash_provenance_retire(m, meta.snapshot_attempt, close_lsn);
+	rows = ash_provenance_retire(m, meta.snapshot_attempt, close_lsn, nothing_past);
 	as_owner_end(save_userid, save_sec);
 	MemoryContextSwitchTo(cxt);
 	return rows;

@@ -93,7 +93,7 @@ extern int32 ash_apply_snapshot_flush(void);
  * In the table's snapshot transaction, after flush: retire the rows of a
  * provenance mapping's target the attempt did not see (provenance.c).
  */
-extern int64 ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn);
+extern int64 ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn, bool nothing_past);
 
 /*
  * In the caller's transaction, as the sink owner: forget the attempt's

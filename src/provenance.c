@@ -1073,15 +1073,53 @@ ash_provenance_check_versions(AshMapping *m)
 	}
 }
 
+/*
+ * Under SCD2 with nothing_past: does table hold an open version the
+ * attempt did not see that starts at or past close_lsn?  Only a version
+ * of history beyond the source's position can (another source's later
+ * WAL, or written by hand): retirement cannot close it before it begins,
+ * and leaving it open would keep a row the source lacks.
+ */
+static void
+check_nothing_past(AshMapping *m, const char *table, Datum *values, Oid *types)
+{
+	StringInfoData sql;
+	MemoryContext cxt = CurrentMemoryContext;
+	int			ret;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT 1 FROM %s WHERE %s IS NULL AND %s OPERATOR(pg_catalog.>=) $2"
+					 " AND %s IS DISTINCT FROM $1 LIMIT 1", table,
+					 quote_identifier(m->history_valid_to_lsn_column),
+					 quote_identifier(m->history_valid_from_lsn_column),
+					 ASH_PROVENANCE_SEEN_COLUMN);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ret = SPI_execute_with_args(sql.data, 2, types, values, NULL, true, 1);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(cxt);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: could not look for versions past a snapshot");
+	if (SPI_processed > 0)
+		ash_halt("snapshot_history_ahead",
+				 "an open version in %s the snapshot did not see starts past its position",
+				 qualified_name(m->target_relid));
+}
+
 /* Retire in one table; returns the rows retired. */
 static int64
-retire_in(AshMapping *m, const char *table, const bytea *attempt, XLogRecPtr close_lsn)
+retire_in(AshMapping *m, const char *table, const bytea *attempt, XLogRecPtr close_lsn,
+		  bool nothing_past)
 {
 	StringInfoData sql;
 	Oid			types[2] = {BYTEAOID, INT8OID};
 	Datum		values[2];
 	int			ret;
 	MemoryContext cxt = CurrentMemoryContext;
+
+	values[0] = PointerGetDatum(attempt);
+	values[1] = Int64GetDatum((int64) close_lsn);
+	if (nothing_past && is_scd2(m))
+		check_nothing_past(m, table, values, types);
 
 	initStringInfo(&sql);
 	if (is_scd2(m))
@@ -1102,8 +1140,6 @@ retire_in(AshMapping *m, const char *table, const bytea *attempt, XLogRecPtr clo
 	else
 		appendStringInfo(&sql, "DELETE FROM %s WHERE %s IS DISTINCT FROM $1 AND $2 IS NOT NULL",
 						 table, ASH_PROVENANCE_SEEN_COLUMN);
-	values[0] = PointerGetDatum(attempt);
-	values[1] = Int64GetDatum((int64) close_lsn);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	ret = SPI_execute_with_args(sql.data, 2, types, values, NULL, false, 0);
 	PopActiveSnapshot();
@@ -1114,13 +1150,14 @@ retire_in(AshMapping *m, const char *table, const bytea *attempt, XLogRecPtr clo
 }
 
 int64
-ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn)
+ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn,
+					  bool nothing_past)
 {
 	ListCell   *lc;
 	int64		rows = 0;
 
 	foreach(lc, ash_provenance_tables(m))
-		rows += retire_in(m, lfirst(lc), attempt, close_lsn);
+		rows += retire_in(m, lfirst(lc), attempt, close_lsn, nothing_past);
 	return rows;
 }
 

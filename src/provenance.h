@@ -93,10 +93,13 @@ extern void ash_provenance_check_versions(AshMapping *m);
  * Retire the rows of m's target(s) the attempt did not see: delete (SCD1)
  * or close at close_lsn (SCD2).  Context tenancy: every scope that
  * tenant_scope_function returns (snapshot_scope_incomplete when it raises
- * or returns a blank or NULL scope).  As the sink owner; returns the rows
- * retired.
+ * or returns a blank or NULL scope).  nothing_past (v1, whose stream has
+ * not touched the table): an unseen SCD2 open version starting at or past
+ * close_lsn halts snapshot_history_ahead.  As the sink owner; returns the
+ * rows retired.
  */
-extern int64 ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn);
+extern int64 ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn,
+								   bool nothing_past);
 
 /*
  * Forget the attempt's seen-marks in m's target(s) (no host write: run

@@ -1011,7 +1011,7 @@ ash_snap_copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 		elog(ERROR, "ash_replicant: snapshot ordinals diverged from the rows copied");
 	if (map != NULL && map->snapshot_provenance)
 	{
-		int64		retired = ash_apply_snapshot_retire(map, lsn - 1);
+		int64		retired = ash_apply_snapshot_retire(map, lsn - 1, true);
 
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,

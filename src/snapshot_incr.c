@@ -1053,7 +1053,7 @@ chunk_write(IncrChunk *c, bool worker)
 	(void) ash_apply_snapshot_flush();
 	if (c->done)
 	{
-		int64		retired = ash_apply_snapshot_retire(c->map, c->position);
+		int64		retired = ash_apply_snapshot_retire(c->map, c->position, false);
 
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=" INT64_FORMAT,
