@@ -1074,6 +1074,20 @@ ash_provenance_check_versions(AshMapping *m)
 }
 
 /*
+ * Halt snapshot_history_ahead when sql (SELECT 1 ... LIMIT 1 over one
+ * target table of m) finds a row: history a snapshot cannot be placed
+ * under.  what says which, for the log.
+ */
+static void
+halt_if_history_ahead(AshMapping *m, const char *sql, int nargs, Oid *types, Datum *values,
+					  const char *what)
+{
+	if (ash_spi_execute_args(sql, nargs, types, values, NULL, SPI_OK_SELECT,
+							 "could not look for history past a snapshot") > 0)
+		ash_halt("snapshot_history_ahead", "%s in %s", what, qualified_name(m->target_relid));
+}
+
+/*
  * Under SCD2 with nothing_past: does table hold an open version the
  * attempt did not see that starts at or past close_lsn?  Only a version
  * of history beyond the source's position can (another source's later
@@ -1084,8 +1098,6 @@ static void
 check_nothing_past(AshMapping *m, const char *table, Datum *values, Oid *types)
 {
 	StringInfoData sql;
-	MemoryContext cxt = CurrentMemoryContext;
-	int			ret;
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT 1 FROM %s WHERE %s IS NULL AND %s OPERATOR(pg_catalog.>=) $2"
@@ -1093,16 +1105,32 @@ check_nothing_past(AshMapping *m, const char *table, Datum *values, Oid *types)
 					 quote_identifier(m->history_valid_to_lsn_column),
 					 quote_identifier(m->history_valid_from_lsn_column),
 					 ASH_PROVENANCE_SEEN_COLUMN);
-	PushActiveSnapshot(GetTransactionSnapshot());
-	ret = SPI_execute_with_args(sql.data, 2, types, values, NULL, true, 1);
-	PopActiveSnapshot();
-	MemoryContextSwitchTo(cxt);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "ash_replicant: could not look for versions past a snapshot");
-	if (SPI_processed > 0)
-		ash_halt("snapshot_history_ahead",
-				 "an open version in %s the snapshot did not see starts past its position",
-				 qualified_name(m->target_relid));
+	halt_if_history_ahead(m, sql.data, 2, types, values,
+						  "an open version the snapshot did not see starts past its position");
+}
+
+void
+ash_provenance_check_history(AshMapping *m, XLogRecPtr position)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	ListCell   *lc;
+
+	if (!is_scd2(m))
+		return;
+	values[0] = Int64GetDatum((int64) position);
+	foreach(lc, ash_provenance_tables(m))
+	{
+		StringInfoData sql;
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE %s OPERATOR(pg_catalog.>) $1"
+						 " OR %s OPERATOR(pg_catalog.>) $1 LIMIT 1", (char *) lfirst(lc),
+						 quote_identifier(m->history_valid_from_lsn_column),
+						 quote_identifier(m->history_valid_to_lsn_column));
+		halt_if_history_ahead(m, sql.data, 1, types, values,
+							  "a version is past the incremental copy's position");
+	}
 }
 
 /* Retire in one table; returns the rows retired. */

@@ -98,6 +98,13 @@ extern void ash_provenance_check_versions(AshMapping *m);
  * close_lsn halts snapshot_history_ahead.  As the sink owner; returns the
  * rows retired.
  */
+/*
+ * Halts snapshot_history_ahead when an SCD2 target of m (every tenant scope
+ * under context tenancy) holds a version starting or ending past position:
+ * history an incremental copy positioned there could not be placed under.
+ */
+extern void ash_provenance_check_history(AshMapping *m, XLogRecPtr position);
+
 extern int64 ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn,
 								   bool nothing_past);
 

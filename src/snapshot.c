@@ -1060,6 +1060,8 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	Attempt    *a;
 	ListCell   *lc;
 	int			added = 0;
+	bool		incremental = ash_snap_cfg->snapshot != NULL &&
+		strcmp(ash_snap_cfg->snapshot, "incremental") == 0;
 
 	ash_snap_catalog_begin();
 	a = ash_snap_read_attempt();
@@ -1118,6 +1120,19 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		insert_pending(t);
 		a->tables = lappend(a->tables, t);
 		added++;
+		if (incremental)
+		{
+			AshMapping *m = ash_config_find_mapping(ash_snap_cfg, t->nspname, t->relname);
+
+			/*
+			 * Nothing of this attempt is in the target yet, and what the
+			 * stream wrote is at or below the watermark: history past the
+			 * first chunk's position is not this pipeline's.  Checked in
+			 * the arming transaction: a halt leaves the table unarmed.
+			 */
+			if (m != NULL)
+				ash_provenance_check_history(m, Max(binding->commit_lsn + 1, a->start_lsn - 1));
+		}
 	}
 
 	if (added > 0 && a->phase == ASH_SNAPSHOT_COMPLETE)
