@@ -1095,7 +1095,7 @@ halt_if_history_ahead(AshMapping *m, const char *sql, int nargs, Oid *types, Dat
  * and leaving it open would keep a row the source lacks.
  */
 static void
-check_nothing_past(AshMapping *m, const char *table, Datum *values, Oid *types)
+check_nothing_past(AshMapping *m, const char *table, Oid *types, Datum *values)
 {
 	StringInfoData sql;
 
@@ -1147,7 +1147,7 @@ retire_in(AshMapping *m, const char *table, const bytea *attempt, XLogRecPtr clo
 	values[0] = PointerGetDatum(attempt);
 	values[1] = Int64GetDatum((int64) close_lsn);
 	if (nothing_past && is_scd2(m))
-		check_nothing_past(m, table, values, types);
+		check_nothing_past(m, table, types, values);
 
 	initStringInfo(&sql);
 	if (is_scd2(m))

@@ -1131,7 +1131,7 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 			 * the arming transaction: a halt leaves the table unarmed.
 			 */
 			if (m != NULL)
-				ash_provenance_check_history(m, Max(binding->commit_lsn + 1, a->start_lsn - 1));
+				ash_provenance_check_history(m, ash_snap_chunk_position(a, binding->commit_lsn));
 		}
 	}
 

@@ -961,19 +961,6 @@ chunk_bounds(IncrChunk *c)
 }
 
 /*
- * The position of a chunk's rows: just above the stream's watermark, and
- * never below the attempt's start - 1 (the watermark is still unset until
- * the stream delivers its first commit).  Every commit the stream delivers
- * from now on is above it; the versions a target held before the slot's
- * start are below it, as they are below v1's position.
- */
-static XLogRecPtr
-chunk_position(void)
-{
-	return Max(ash_apply_watermark() + 1, incr_attempt->start_lsn - 1);
-}
-
-/*
  * Rows, progress, cursor and window: one destination transaction.  It
  * holds the checkpoint row FOR SHARE (the attempt cannot change under it;
  * the helper's chunk transaction holds it too, at the same time).  The
@@ -990,7 +977,7 @@ chunk_write(IncrChunk *c, bool worker)
 	IncrKeyDesc *k = c->k;
 
 	/*
-	 * The rows' position (chunk_position): every commit the stream
+	 * The rows' position (ash_snap_chunk_position): every commit the stream
 	 * delivers from now on is above it, every version in the target below
 	 * it.  Not the snapshot's WAL position: a transaction the snapshot does
 	 * not show can have committed below it, and its change to a key of this
@@ -1000,7 +987,7 @@ chunk_write(IncrChunk *c, bool worker)
 	 * delivers nothing for this chunk's keys until it has judged the commit.
 	 */
 	if (worker)
-		c->position = chunk_position();
+		c->position = ash_snap_chunk_position(incr_attempt, ash_apply_watermark());
 	Assert(!XLogRecPtrIsInvalid(c->position));
 	ash_apply_snapshot_begin(c->position, 0, incr_attempt->id);
 	if (ash_snap_key_exec("SELECT 1 FROM ash_replicant.checkpoints"
@@ -1443,7 +1430,7 @@ incr_helper_request(int i, SnapTable *st, const TransactionId *noted, int nnoted
 	HELPER(i)->ahead_ok = incr_helper_ahead_ok[i];
 	HELPER(i)->nnoted = nnoted;
 	memcpy(HELPER(i)->noted, noted, sizeof(TransactionId) * nnoted);
-	HELPER(i)->position = chunk_position();
+	HELPER(i)->position = ash_snap_chunk_position(incr_attempt, ash_apply_watermark());
 	SpinLockRelease(&ash_snap_slot->mutex);
 	helper_set_state(i, ASH_INCR_HELPER_READ, true);
 }

@@ -56,6 +56,19 @@ typedef struct Attempt
 	List	   *tables;			/* SnapTable *, by schema and name */
 } Attempt;
 
+/*
+ * The position of an incremental chunk's rows: just above the stream's
+ * watermark, and never below the attempt's start - 1 (the watermark is
+ * unset until the stream delivers its first commit).  Every commit the
+ * stream delivers afterwards is above it; the versions a target held
+ * before the slot's start are below it, as they are below v1's position.
+ */
+static inline XLogRecPtr
+ash_snap_chunk_position(const Attempt *a, XLogRecPtr watermark)
+{
+	return Max(watermark + 1, a->start_lsn - 1);
+}
+
 /* The pipeline, its checkpoint and its slot in shared memory. */
 extern AshPipelineConfig *ash_snap_cfg;
 extern const AshCheckpointKey *ash_snap_key;
