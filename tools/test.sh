@@ -4,7 +4,9 @@
 # Environment: TAP="test/t/010_x.pl ..." to run a subset of TAP tests,
 #              REGRESS="a b" for a subset of pg_regress tests,
 #              ASH_LONG=1 for the long fault/fuzz variants,
-#              PROVE_JOBS=N TAP files at a time (2).
+#              PROVE_JOBS=N TAP files at a time (2),
+#              ASH_FILE_LIMIT=S seconds a TAP file may run before it fails
+#              (1200; 3600 with ASH_LONG).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
