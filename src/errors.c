@@ -204,7 +204,15 @@ ash_reason_class_name(AshReasonClass cls)
 	return "unknown";
 }
 
+/*
+ * The pending halt's reason and context, copied: a reason handed over from
+ * shared memory (a helper copier's end) may be cleared before the halt is
+ * handled.
+ */
+static char pending_reason[64];
+static char pending_context[256];
 const char *ash_pending_halt = NULL;
+const char *ash_pending_halt_context = "";
 
 /* Format a structural context string (never values). */
 static char *format_context(const char *ctxfmt, va_list args_in) pg_attribute_printf(1, 0);
@@ -241,7 +249,10 @@ ash_halt(const char *reason, const char *ctxfmt,...)
 	va_start(args, ctxfmt);
 	ctx = format_context(ctxfmt, args);
 	va_end(args);
-	ash_pending_halt = reason;
+	strlcpy(pending_reason, reason, sizeof(pending_reason));
+	strlcpy(pending_context, ctx, sizeof(pending_context));
+	ash_pending_halt = pending_reason;
+	ash_pending_halt_context = pending_context;
 	if (ctx[0] != '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

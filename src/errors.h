@@ -47,11 +47,13 @@ extern void ash_reject(int sqlerrcode, const char *stage, const char *reason,
 					   const char *ctxfmt,...) pg_attribute_printf(4, 5) pg_attribute_noreturn();
 
 /*
- * Raise a pipeline halt: records the reason in ash_pending_halt and raises
+ * Raise a pipeline halt: records the reason in ash_pending_halt (and the
+ * formatted context in ash_pending_halt_context, both copies) and raises
  * ERROR; the pipeline's top-level handler turns it into a tombstone and a
  * clean exit.  The context is structural only.
  */
 extern const char *ash_pending_halt;
+extern const char *ash_pending_halt_context;
 extern void ash_halt(const char *reason, const char *ctxfmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
 
 /*

@@ -20,6 +20,9 @@
 # handed (1,024): the helper sits out a round, the worker's own chunk shows
 # them, and the helper's next chunk is read afresh.  A helper asked anyway
 # would write its stale read-ahead.
+#
+# Last, a helper that halts (its chunk meets a row of another tenant) halts
+# the pipeline with the helper's reason and context.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -137,5 +140,41 @@ is(q_dst("SELECT sum(n) FROM t4 WHERE id BETWEEN 11 AND 20"), '1100',
 AshTest::assert_mirror_equal($src, $dst, [ 't1_v', 't2_v', 't3_v', 't4_v' ], order_by => 'id',
 	name => 'after more transactions than a helper is handed');
 is(q_dst("SELECT state FROM ash_replicant_status('$sink')"), 'healthy', 'the pipeline is healthy');
+
+# A helper's halt is the pipeline's, under its own reason: t5 (the worker's)
+# and t6 (the helper's, attribute tenancy) mapped later, t6's target holding
+# key 3 under another tenant than the source's.  The helper's chunk 1 halts
+# tenant_conflict; the worker raises it as its own.  (The reason was read
+# from the helper's shared state after the worker had cleared it: the
+# pipeline halted tombstone_unknown.)
+AshTest::stop_sink($dst, $sink);
+ok(AshTest::poll($dst,
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
+	'the pipeline stopped again');
+q_src(tables('', 't5') . "INSERT INTO t5 SELECT g, 't5' || g, 0 FROM generate_series(1, 300) g;"
+	  . " CREATE TABLE t6 (id bigint PRIMARY KEY, val text NOT NULL, tenant text NOT NULL);"
+	  . " ALTER TABLE t6 REPLICA IDENTITY FULL;"
+	  . " INSERT INTO t6 SELECT g, 't6' || g, 'a' FROM generate_series(1, 100) g;"
+	  . " ANALYZE t5, t6; ALTER PUBLICATION pub_hc ADD TABLE t5, t6");
+q_dst(tables($prov, 't5')
+	  . "CREATE TABLE t6 (id bigint PRIMARY KEY, val text NOT NULL, tenant text NOT NULL$prov);"
+	  . " INSERT INTO t6 (id, val, tenant) VALUES (3, 'other', 'b')");
+my $wgate3 = AshTest::close_gate($dst, 't5', 5, 4546);
+q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => 't5'::regclass,"
+	  . " snapshot_provenance => true)");
+q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => 't6'::regclass,"
+	  . " snapshot_provenance => true, tenant_column => 'tenant', tenant_strategy => 'attribute')");
+AshTest::start_sink($dst, $sink);
+helper_round($wgate3, 4546);
+AshTest::wait_status($dst, $sink, 'halted', 'tenant_conflict',
+	name => "the helper's halt is the pipeline's, with its reason");
+is(AshTest::checkpoint_row($dst, $sink)->{terminal_cause}, 'tenant_conflict',
+	'the tombstone records the reason');
+ok(AshTest::log_lines_like($dst, qr/event=snapshot\.ash_snap_copier_failed sink=\Q$sink\E copier=1 /) >= 1,
+	'it was the helper that failed');
+ok(AshTest::log_lines_like($dst,
+		qr/event=pipeline\.halt sink=\Q$sink\E reason=tenant_conflict class=halted context="[^"]*\(a row of another tenant/) >= 1,
+	'the halt line names the reason once, with the helper\'s context');
+is(q_dst("SELECT id || ':' || tenant FROM t6"), '3:b', "nothing of t6's chunk is written");
 
 done_testing();
