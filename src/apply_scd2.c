@@ -65,10 +65,11 @@
  *
  *	  Attribute tenancy scopes the close by the tenant (as SCD1 scopes its
  *	  writes); an open version of another tenant under the same business
- *	  key halts tenant_conflict.  A closed one never does: it is history
- *	  (a relocation closes the old tenant's version at L, and a later change
+ *	  key halts tenant_conflict.  A closed one does not: it is history (a
+ *	  relocation closes the old tenant's version at L, and a later change
  *	  of the key in the same source transaction meets it beside the new
- *	  tenant's version opened at L).
+ *	  tenant's version opened at L) -- unless it lies past L, where only
+ *	  another sink writing the same target can have put it.
  *
  *	  Plans are prepared once per target and kept; row counts are checked.
  *
@@ -389,12 +390,14 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	int			n = 0;
 	Scd2State	state = SCD2_NONE;
 	bool		other_tenant = false;
+	bool		other_past = false;
 	bool		later = false;
 	bool		past = false;
 	bool		transient = false;
 	bool		closed_at_lsn = false;
 	bool		open_earlier = false;
 	int64		lsn = (int64) meta->commit_lsn;
+	bool		snapshot_row = meta->origin != NULL && strcmp(meta->origin, "snapshot") == 0;
 	uint64		rows;
 
 	for (int k = 0; k < rel->nkeys; k++)
@@ -422,15 +425,18 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		bool		open = isnull;
 		int64		to = open ? 0 : DatumGetInt64(to_d);
 		TransactionId xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 3, &isnull));
+		bool		same_tenant = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 
 		/*
 		 * Only an open version holds the key; one of another tenant closed at
 		 * L is history, e.g. closed by a relocation earlier in this source
 		 * transaction.
 		 */
-		if (open && !DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull)))
+		if (open && !same_tenant)
 			other_tenant = true;
-		if (from > lsn || (!open && to > lsn))
+		if ((from > lsn || (!open && to > lsn)) && !same_tenant && !snapshot_row)
+			other_past = true;	/* see below */
+		else if (from > lsn || (!open && to > lsn))
 			later = past = true;	/* history past this change */
 		else if (from == lsn && open && TransactionIdIsCurrentTransactionId(xmin))
 			transient = true;	/* opened by this source transaction */
@@ -448,7 +454,7 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	 * beyond the source's position, another source's, or hand-written).
 	 * Skipping the row would keep a version the source does not have.
 	 */
-	if (past && meta->origin != NULL && strcmp(meta->origin, "snapshot") == 0)
+	if (past && snapshot_row)
 		ash_halt("snapshot_history_ahead",
 				 "a business key of %s has history past the snapshot's position",
 				 tgt->log_name);
@@ -468,6 +474,19 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		state = SCD2_OPEN_EARLIER;
 	if (other_tenant && state != SCD2_REPLAYED)
 		ash_halt("tenant_conflict", "a version of another tenant holds the business key in %s",
+				 tgt->log_name);
+
+	/*
+	 * Another tenant's history past L that this tenant's own versions do not
+	 * explain as a re-delivery (a relocation after L leaves this tenant's
+	 * version closed at it): no change of this source put it there -- a
+	 * snapshot writes below every change the stream delivers after it -- so
+	 * another sink's tenant writes the same target, whose LSNs order nothing
+	 * of this source's.  Skipping the change would lose it.
+	 */
+	if (other_past && state != SCD2_REPLAYED)
+		ash_halt("tenant_conflict",
+				 "a version of another tenant past this change holds the business key in %s",
 				 tgt->log_name);
 	if (state == SCD2_REPLAYED)
 		plans_of(tgt)->replay_lsn = meta->commit_lsn;

@@ -29,6 +29,11 @@
 #   "to"  another tenant's version opened by an EARLIER transaction
 #   "tt"  another tenant's version opened earlier in the SAME transaction
 # Both halt tenant_conflict; mirror and checkpoint stay unchanged.
+#
+# Two sinks into one target (xa and xb on x_hist, xa and yb on y_hist), each
+# its own tenant: a change meeting the other sink's tenant's version past its
+# LSN (open, or opened and closed) halts tenant_conflict instead of being
+# skipped as a re-delivery (both went healthy without their row before).
 use strict;
 use warnings;
 use lib 'test/t';
@@ -165,5 +170,80 @@ genuine_conflict('tt', 'tpt',
 	"INSERT INTO tpt VALUES ('globex', 7, 'y');\nUPDATE tpt SET val = 'z' WHERE tenant = 'globex' AND id = 7;\n"
 	  . "INSERT INTO tpt VALUES ('acme', 7, 'w')",
 	'version of another tenant opened in the same transaction');
+
+# ---------------------------------------------------------------------------
+# Two sinks into one target: another tenant's history past the change
+# ---------------------------------------------------------------------------
+# Sinks xa, xb and yb write the targets x_hist and y_hist (xa both), each sink
+# its own tenant.  xb and yb are stopped while their source commits a key at
+# L1; xa then writes the same key under its tenant at L2 > L1 (x: an open
+# version; y: a version opened and closed).  Started again, xb and yb meet
+# another tenant's history past their change: no re-delivery of theirs (their
+# own tenant has no version there), no order between the two tenants'
+# versions -- a tenant conflict, not a change to skip (before: both went
+# healthy without their row); the mirror and their watermarks stay unchanged.
+$src->safe_psql('postgres', q{
+CREATE TABLE xa_src (tenant text NOT NULL, id integer NOT NULL, val text, PRIMARY KEY (tenant, id));
+ALTER TABLE xa_src REPLICA IDENTITY FULL;
+CREATE TABLE ya_src (LIKE xa_src INCLUDING ALL);
+ALTER TABLE ya_src REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_xa FOR TABLE xa_src, ya_src;
+CREATE TABLE xb_src (LIKE xa_src INCLUDING ALL);
+ALTER TABLE xb_src REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_xb FOR TABLE xb_src;
+CREATE TABLE yb_src (LIKE xa_src INCLUDING ALL);
+ALTER TABLE yb_src REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_yb FOR TABLE yb_src;
+});
+$dst->safe_psql('postgres', q{
+CREATE TABLE x_hist (LIKE tacct_hist INCLUDING ALL);
+CREATE TABLE y_hist (LIKE tacct_hist INCLUDING ALL);
+});
+AshTest::setup_pipeline($src, $dst, sink => 'xa', publication => 'pub_xa',
+	maps => [ [ 'x_hist', source_table => 'xa_src', @hist ],
+		[ 'y_hist', source_table => 'ya_src', @hist ] ]);
+AshTest::setup_pipeline($src, $dst, sink => 'xb', publication => 'pub_xb',
+	maps => [ [ 'x_hist', source_table => 'xb_src', @hist ] ]);
+AshTest::setup_pipeline($src, $dst, sink => 'yb', publication => 'pub_yb',
+	maps => [ [ 'y_hist', source_table => 'yb_src', @hist ] ]);
+for my $s ('xa', 'xb', 'yb')
+{
+	AshTest::wait_caught_up($src, $dst, $s, name => "$s streams")
+	  or BAIL_OUT("pipeline $s never streamed");
+}
+my ($xb_ok) = AshTest::commit_tracked($src, "INSERT INTO xb_src VALUES ('globex', 20, 'own')");
+my ($yb_ok) = AshTest::commit_tracked($src, "INSERT INTO yb_src VALUES ('globex', 30, 'own')");
+ok(AshTest::wait_lsn($src, $dst, 'xb', $xb_ok) && AshTest::wait_lsn($src, $dst, 'yb', $yb_ok),
+	'a key of their own applies beside the other sink\'s tenant');
+AshTest::stop_settled($src, $dst, $_) for ('xb', 'yb');
+
+AshTest::commit_tracked($src, "INSERT INTO xb_src VALUES ('globex', 21, 'b')");
+AshTest::commit_tracked($src, "INSERT INTO yb_src VALUES ('globex', 31, 'b')");
+AshTest::commit_tracked($src, "INSERT INTO xa_src VALUES ('acme', 21, 'a')");
+AshTest::commit_tracked($src, "INSERT INTO ya_src VALUES ('acme', 31, 'a')");
+my ($xa_last) = AshTest::commit_tracked($src, "DELETE FROM ya_src WHERE id = 31");
+ok(AshTest::wait_lsn($src, $dst, 'xa', $xa_last), 'xa writes the key past the other sinks\' changes');
+# tenant:id:open|closed of one tenant's versions in a target, in order
+sub versions
+{
+	my ($t, $tenant) = @_;
+	return $dst->safe_psql('postgres',
+		"SELECT string_agg(tenant || ':' || id || ':' || CASE WHEN valid_to_lsn IS NULL THEN 'open' ELSE 'closed' END,"
+		  . " ',' ORDER BY vid) FROM ${t}_hist WHERE tenant = '$tenant'");
+}
+is(versions('x', 'acme'), 'acme:21:open', 'x_hist: the other tenant\'s open version');
+is(versions('y', 'acme'), 'acme:31:closed', 'y_hist: the other tenant\'s closed version');
+
+for my $case ([ 'xb', 'x', $xb_ok, 'globex:20:open', 'acme:21:open', 'an open version' ],
+	[ 'yb', 'y', $yb_ok, 'globex:30:open', 'acme:31:closed', 'a closed version' ])
+{
+	my ($s, $t, $ok_lsn, $own, $other, $what) = @$case;
+	AshTest::start_sink($dst, $s);
+	AshTest::wait_status($dst, $s, 'halted', 'tenant_conflict',
+		name => "$s: $what of another tenant past its change halts tenant_conflict");
+	is(AshTest::checkpoint_row($dst, $s)->{commit_lsn}, $ok_lsn, "$s: watermark unchanged");
+	is(versions($t, 'globex'), $own, "$s: the conflicting key not applied");
+	is(versions($t, 'acme'), $other, "$s: the other tenant's history untouched");
+}
 
 done_testing();

@@ -1,5 +1,6 @@
 # snapshot => 'incremental' into SCD2 history mirrors (docs/snapshots.md#incremental):
-# two tables with existing rows are copied chunk by chunk into version
+# two tables with existing rows (the second's under attribute tenancy, its
+# rows moving between tenants a and b) are copied chunk by chunk into version
 # tables (ash_replicant.snapshot_workers = 2: the pipeline worker copies one,
 # its helper the other) while the pipeline streams a workload of inserts,
 # updates, deletes and key changes, and the destination is killed with -9 at
@@ -51,11 +52,13 @@ sub q_src { return $src->safe_psql($DB, $_[0]); }
 
 q_src(qq{
 CREATE TABLE acct (id bigint PRIMARY KEY, v text, n bigint NOT NULL DEFAULT 0);
-CREATE TABLE acct2 (id bigint PRIMARY KEY, v text, n bigint NOT NULL DEFAULT 0);
+CREATE TABLE acct2 (id bigint PRIMARY KEY, v text, n bigint NOT NULL DEFAULT 0, tenant text NOT NULL DEFAULT 'a');
+ALTER TABLE acct2 REPLICA IDENTITY FULL;  -- the tenant of an old row
 CREATE VIEW acct_v AS SELECT id, v, n FROM acct;
-CREATE VIEW acct2_v AS SELECT id, v, n FROM acct2;
+CREATE VIEW acct2_v AS SELECT id, v, n, tenant FROM acct2;
 INSERT INTO acct SELECT g, md5(g::text), 0 FROM generate_series(1, $rows1) g;
-INSERT INTO acct2 SELECT g, md5((-g)::text), 0 FROM generate_series(1, $rows2) g;
+INSERT INTO acct2 SELECT g, md5((-g)::text), 0, CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END
+  FROM generate_series(1, $rows2) g;
 ANALYZE acct; ANALYZE acct2;
 CREATE PUBLICATION pub_hist FOR TABLE acct, acct2;
 });
@@ -71,6 +74,15 @@ INSERT INTO ${t}_hist (id, v, n, valid_from_lsn)
 INSERT INTO ${t}_hist (id, v, n, valid_from_lsn, valid_to_lsn) VALUES (60, 'old', -2, 8, 16);
 });
 }
+# acct2's rows belong to tenants a and b (attribute tenancy), and move
+# between them: a relocation closes the key's version under one tenant and
+# opens one under the other, which a change delivered after the chunk that
+# copied the key must not take for another tenant's conflicting history.
+q_dst(q{
+ALTER TABLE acct2_hist ADD COLUMN tenant text NOT NULL DEFAULT 'a';
+UPDATE acct2_hist SET tenant = 'b' WHERE id % 2 = 1 AND id <= 40;  -- the source's tenant
+CREATE OR REPLACE VIEW acct2_v AS SELECT id, v, n, tenant FROM acct2_hist WHERE valid_to_lsn IS NULL;
+});
 # A brake until the faults are done: every statement into a target sleeps
 # brake.ms, so that the copy outlasts the seeded faults.
 q_dst(q{
@@ -100,6 +112,10 @@ for my $x (1 .. 500)
 		my $id = 1 + int(rand($rows));
 		my $k = rand();
 		if ($k < 0.2) { push @s, "INSERT INTO $t VALUES ($next, 'new', 0)"; $next++; }
+		elsif ($k < 0.75 && $t eq 'acct2' && rand() < 0.3)
+		{
+			push @s, "UPDATE $t SET n = n + 1, tenant = CASE tenant WHEN 'a' THEN 'b' ELSE 'a' END WHERE id = $id";
+		}
 		elsif ($k < 0.75) { push @s, "UPDATE $t SET n = n + 1, v = md5(v) WHERE id IN ($id, " . (1 + int(rand($rows))) . ")"; }
 		elsif ($k < 0.9) { push @s, "DELETE FROM $t WHERE id = $id"; }
 		else
@@ -118,7 +134,8 @@ AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_hist', ma
 		[ 'acct_hist', source_table => 'acct', history_strategy => 'scd2',
 		  history_business_key => ['id'], snapshot_provenance => 'true' ],
 		[ 'acct2_hist', source_table => 'acct2', history_strategy => 'scd2',
-		  history_business_key => ['id'], snapshot_provenance => 'true' ] ],
+		  history_business_key => ['id'], snapshot_provenance => 'true',
+		  tenant_column => 'tenant', tenant_strategy => 'attribute' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 400");
 $dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$sink', '2 min')");
 
