@@ -542,6 +542,10 @@ static void
 validate_fn(Doctor *d, void *arg)
 {
 	ash_mapping_validate((AshMappingSpec *) arg, d->sink);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	ash_mapping_check_shared_target((AshMappingSpec *) arg, false);
+	SPI_finish();
 }
 
 static void

@@ -28,6 +28,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 
+#include "config.h"
 #include "errors.h"
 #include "launcher.h"
 #include "mapping_validate.h"
@@ -335,6 +336,8 @@ store_mapping(AshMappingSpec *m)
 				   psprintf("%s.%s", ash_quoted_name(m->source_schema),
 							ash_quoted_name(m->source_table)), relname);
 	}
+
+	ash_mapping_check_shared_target(m, true);
 
 	memset(nulls, ' ', sizeof(nulls));
 	nulls[STORE_NPARAMS] = '\0';

@@ -1641,6 +1641,12 @@ apply_truncate(AshChange *c)
 			ash_halt("mapping_unsupported",
 					 "on_truncate %s of %s under context tenancy (tenant tables are not enumerable)",
 					 rel->map->on_truncate, rel->target_name);
+		/* a registration from before such sharing was refused, or racing */
+		if (rel->map->shared_target &&
+			ash_mapping_target_claim(false, NULL, rel->map->on_truncate) != NULL)
+			ash_halt("mapping_unsupported",
+					 "on_truncate %s of %s, which another sink maps too (its rows would go)",
+					 rel->map->on_truncate, rel->target_name);
 		/* mirror (SCD1, SCD2), close (SCD2), append (append log) */
 		if ((strcmp(rel->map->on_truncate, "mirror") == 0 &&
 			 strategy_for(rel) != &ash_append_strategy) ||

@@ -1374,7 +1374,10 @@ complete_attempt(Attempt *a)
 	a->phase = ASH_SNAPSHOT_COMPLETE;
 }
 
-/* The provenance targets of the pending tables: every key version known. */
+/*
+ * The provenance targets of the pending tables: each its sink's alone,
+ * every key version known.
+ */
 void
 ash_snap_check_provenance_versions(Attempt *a)
 {
@@ -1388,6 +1391,12 @@ ash_snap_check_provenance_versions(Attempt *a)
 
 		if (t->copied || m == NULL || !m->snapshot_provenance)
 			continue;
+		/* a registration from before such sharing was refused, or racing */
+		if (m->shared_target &&
+			ash_mapping_target_claim(true, m->tenant_strategy, NULL) != NULL)
+			ash_halt("snapshot_provenance_invalid",
+					 "the target of %s is mapped by another sink too: retiring the rows this snapshot did not see would retire that sink's",
+					 quote_qualified_identifier(m->source_schema, m->source_table));
 		if (!begun)
 			ash_snap_catalog_begin();
 		begun = true;
