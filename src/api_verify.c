@@ -24,6 +24,10 @@
  *	  confirm a guessed key, so it is never returned, logged or put in an
  *	  error.
  *
+ *	  A target another sink writes too: the mirror's rows compared are
+ *	  those of the tenants the source's rows have (read in the same
+ *	  snapshot, passed to the mirror's statement as a parameter).
+ *
  *	  Consistency.  The source is live: its counts and digests are read in
  *	  ONE REPEATABLE READ READ ONLY transaction of a probe connection whose
  *	  first statement reads pg_current_wal_insert_lsn() as L.  Every
@@ -40,7 +44,8 @@
  *	  verify_keys_differ: same count, other keys); not_comparable with a
  *	  reason code: verify_append_log (an append log is a change log, not
  *	  the table's state), verify_tenant_scopes_unknown (context tenancy
- *	  without a tenant_scope_function: the tenant tables are unknown), the
+ *	  without a tenant_scope_function: the tenant tables are unknown; a
+ *	  target another sink writes too, without a tenant column), the
  *	  scope function's own failures (snapshot_scope_incomplete,
  *	  tenant_scope_missing, tenant_scope_invalid), destination_table_missing,
  *	  decoder_table_missing (no such source table), privilege_select_missing,
@@ -105,6 +110,10 @@ typedef struct VerifyTable
 								 * (built-in base type) or NULL: text */
 	char	   *filter;			/* mirror rows compared (SCD2) or NULL */
 	bool		partitioned;	/* the source table is partitioned */
+	char	   *tenant_source;	/* a target another sink writes too: the */
+	char	   *tenant_target;	/* tenant column on either side, and the */
+	char	   *tenants;		/* source's tenants (text[] text): the mirror
+								 * rows compared are theirs */
 
 	bool		have_source;
 	int64		source_rows;
@@ -306,6 +315,21 @@ plan_table(Verify *v, VerifyTable *t)
 		not_comparable(t, "verify_tenant_scopes_unknown");
 		return;
 	}
+	if (m->shared_target && !is_context(m))
+	{
+		/*
+		 * Another sink writes the target too: this sink's rows are those of
+		 * the tenants its source has, known only from a tenant column.
+		 */
+		t->tenant_source = m->tenant_column;
+		t->tenant_target = m->tenant_strategy != NULL && m->tenant_column != NULL ?
+			(char *) ash_mapping_target_column(m, m->tenant_column) : NULL;
+		if (t->tenant_target == NULL)
+		{
+			not_comparable(t, "verify_tenant_scopes_unknown");
+			return;
+		}
+	}
 
 	rel = table_open(m->target_relid, AccessShareLock);
 	if (is_scd2(m))
@@ -487,6 +511,15 @@ digest_query(List *key_exprs, const char *from, const char *filter)
 	return sql.data;
 }
 
+/* ONLY: the rows of this table, as pgoutput publishes them */
+static char *
+source_from(Verify *v, VerifyTable *t)
+{
+	return psprintf("%s%s.%s", t->partitioned ? "" : "ONLY ",
+					ash_conn_quote_ident(v->conn, t->m->source_schema),
+					ash_conn_quote_ident(v->conn, t->m->source_table));
+}
+
 static char *
 source_query(Verify *v, VerifyTable *t)
 {
@@ -503,12 +536,16 @@ source_query(Verify *v, VerifyTable *t)
 		else
 			exprs = lappend(exprs, psprintf("(%s)::pg_catalog.text", col));
 	}
-	/* ONLY: the rows of this table, as pgoutput publishes them */
-	return digest_query(exprs,
-						psprintf("%s%s.%s", t->partitioned ? "" : "ONLY ",
-								 ash_conn_quote_ident(v->conn, t->m->source_schema),
-								 ash_conn_quote_ident(v->conn, t->m->source_table)),
-						NULL);
+	return digest_query(exprs, source_from(v, t), NULL);
+}
+
+/* The tenants of the source's rows, as the text of a text[]. */
+static char *
+source_tenants_query(Verify *v, VerifyTable *t)
+{
+	return psprintf("SELECT COALESCE(pg_catalog.array_agg(DISTINCT (%s)::pg_catalog.text),"
+					" '{}')::pg_catalog.text FROM %s",
+					ash_conn_quote_ident(v->conn, t->tenant_source), source_from(v, t));
 }
 
 static void
@@ -567,6 +604,20 @@ read_source(Verify *v)
 			res = ash_conn_exec_timeout(conn, source_query(v, t), false,
 										Max(remaining_ms(v), 1));
 			read_count_digest(res, &t->source_rows, &t->source_digest);
+			if (t->tenant_source != NULL)
+			{
+				res = ash_conn_exec_timeout(conn, source_tenants_query(v, t), false,
+											Max(remaining_ms(v), 1));
+				if (PQntuples(res) != 1 || PQnfields(res) != 1 || PQgetisnull(res, 0, 0))
+				{
+					PQclear(res);
+					ereport(ERROR,
+							(errcode(ERRCODE_CONNECTION_FAILURE),
+							 errmsg("ash_replicant: unexpected answer from the source")));
+				}
+				t->tenants = pstrdup(PQgetvalue(res, 0, 0));
+				PQclear(res);
+			}
 			t->have_source = true;
 		}
 	}
@@ -797,6 +848,9 @@ read_mirror(Verify *v, VerifyTable *t)
 	ListCell   *lc;
 	int			nest;
 	bool		isnull;
+	char	   *filter = t->filter;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1];
 	MemoryContext cxt = CurrentMemoryContext;
 
 	tables = is_context(t->m) ? scope_tables(v, t) : list_make1(t->target);
@@ -804,6 +858,11 @@ read_mirror(Verify *v, VerifyTable *t)
 		return;
 	foreach(lc, t->key_targets)
 		exprs = lappend(exprs, psprintf("(%s)::pg_catalog.text", quote_identifier(lfirst(lc))));
+	/* the source's tenants, a parameter: never in the statement's text */
+	if (t->tenant_target != NULL)
+		filter = psprintf("%s%s(%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
+						  filter != NULL ? filter : "", filter != NULL ? " AND " : "",
+						  quote_identifier(t->tenant_target));
 
 	initStringInfo(&sql);
 	appendStringInfoString(&sql,
@@ -812,7 +871,7 @@ read_mirror(Verify *v, VerifyTable *t)
 						   " FROM (");
 	foreach(lc, tables)
 		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? " UNION ALL " : "",
-						 digest_query(exprs, lfirst(lc), t->filter));
+						 digest_query(exprs, lfirst(lc), filter));
 	if (tables == NIL)
 		appendStringInfoString(&sql, "SELECT '0'::pg_catalog.text, '0'::pg_catalog.text");
 	appendStringInfoString(&sql, ") AS x (n, d)");
@@ -831,7 +890,9 @@ read_mirror(Verify *v, VerifyTable *t)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
 	/* a fresh snapshot: the mirror as it is after the wait */
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+	args[0] = t->tenants != NULL ? CStringGetTextDatum(t->tenants) : (Datum) 0;
+	if (SPI_execute_with_args(sql.data, t->tenant_target != NULL ? 1 : 0, argtypes, args, NULL,
+							  false, 0) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "ash_replicant: reading the mirror failed");
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);

@@ -8,7 +8,9 @@
 #      sink maps (snapshot_provenance_invalid; config_invalid for
 #      on_truncate), and any mapping of a target another sink maps so;
 #      nothing is stored.  Plain sharing is accepted: sinks b and a copy
-#      their tenants' rows into one target with v1 snapshots.
+#      their tenants' rows into one target with v1 snapshots, and verify
+#      counts each sink's tenant's rows of it (a row of one tenant the
+#      source lacks is that sink's mismatch only).
 #   2  registrations made before the refusal (planted in the catalog): sink
 #      c's v1 snapshot with provenance (which doctor's destination_mappings
 #      reports first) halts snapshot_provenance_invalid before it copies
@@ -114,6 +116,20 @@ AshTest::start_sink($dst, 'a');
 AshTest::wait_caught_up($src, $dst, 'a', name => 'a copies its rows and streams')
   or BAIL_OUT('sink a never streamed');
 is(counts(), 'a:20,b:20', 'both sinks\' rows are in the shared target');
+
+# verify counts each sink's tenants' rows of the shared target
+sub verdict
+{
+	my ($sink) = @_;
+	return q_dst("SELECT source_rows || '/' || mirror_rows || '/' || verdict || '/' || coalesce(reason, '-')"
+		  . " FROM ash_replicant_verify('$sink') WHERE source_table = 's$sink'");
+}
+is(verdict('a'), '20/20/match/-', "verify a: its tenant's rows of the shared target match");
+is(verdict('b'), '20/20/match/-', "verify b: likewise, the other sink's rows not counted");
+q_dst("INSERT INTO shared (id, tenant, val) VALUES (999, 'b', 'stale')");
+is(verdict('b'), '20/21/mismatch/verify_rows_differ', 'a row of b\'s tenant the source lacks: b mismatches');
+is(verdict('a'), '20/20/match/-', '... a still matches');
+q_dst("DELETE FROM shared WHERE id = 999");
 
 # ---------------------------------------------------------------------------
 # 2: registrations from before the refusal
