@@ -62,9 +62,20 @@ CREATE TABLE mt.orders_copy (LIKE mt.orders INCLUDING ALL);
 GRANT SELECT, INSERT, UPDATE, DELETE ON mt.orders_copy TO regress_map_owner;
 SELECT ash_replicant_map_table('mt_mirror', 'mt.orders_copy', source_table => 'orders_v2',
        source_schema => 'shop');
--- the same source (and target) in another sink is fine
+-- not a target another sink's on_truncate mirror acts on (its TRUNCATE
+-- would delete the other sink's rows): refused, nothing stored
+SELECT ash_replicant_map_table('mt_other', 'mt.orders', source_table => 'orders_v2',
+       source_schema => 'shop');
+SELECT count(*) AS stored FROM ash_replicant.resources WHERE sink_name = 'mt_other';
+SELECT ash_replicant_map_table('mt_mirror', 'mt.orders', source_table => 'orders_v2',
+       source_schema => 'shop', column_map => '{"total": "amount"}',
+       on_schema_change => 'ignore', sensitive => '{pan}', skip => '{cvv}') = :orders_id AS same_id;
+-- otherwise the same source (and target) in another sink is fine
 SELECT ash_replicant_map_table('mt_other', 'mt.orders', source_table => 'orders_v2',
        source_schema => 'shop') AS mapped_id \gset
+-- and now the first sink may not take on_truncate mirror itself
+SELECT ash_replicant_map_table('mt_mirror', 'mt.orders', source_table => 'orders_v2',
+       source_schema => 'shop', on_truncate => 'mirror');
 SELECT 'mapped_elsewhere' AS accepted, r.target, r.source_schema || '.' || r.source_table AS source,
        r.history_strategy, r.append_log, r.upsert_identity, r.tenant_strategy, r.encrypted
   FROM ash_replicant.resources r WHERE r.resource_id = :mapped_id;

@@ -142,6 +142,8 @@ CREATE UNIQUE INDEX keyless_n ON keyless (n);
 CREATE TABLE okt (id integer PRIMARY KEY, v text, replica_fingerprint bytea, replica_seen_attempt bytea);
 CREATE TABLE nop (id integer PRIMARY KEY, v text, replica_fingerprint bytea, replica_seen_attempt bytea);
 INSERT INTO keyless (v, n) VALUES ('dest', 1);
+-- case d's own target: a provenance target is one sink's (kl maps keyless)
+CREATE TABLE keyless_ok (LIKE keyless INCLUDING ALL);
 INSERT INTO nop (id, v) VALUES (1, 'dest');
 });
 
@@ -232,10 +234,11 @@ INSERT INTO nop (id, v) VALUES (1, 'dest');
 	# a keyless table mapped with provenance: the worker halts before binding
 	{
 		my $l = "$label: a keyless table mapped";
-		my $before = state_of('ok', 'okt', 'keyless');
+		my $before = state_of('ok', 'okt', 'keyless_ok');
 		$src->safe_psql($DB, 'ALTER PUBLICATION pub_ok ADD TABLE keyless');
-		my ($rc, $out, $err) = $dst->psql($DB, "SELECT ash_replicant_map_table('ok', 'keyless'::regclass,"
-			  . " snapshot_provenance => true, upsert_identity => 'keyless_n')");
+		my ($rc, $out, $err) = $dst->psql($DB, "SELECT ash_replicant_map_table('ok', 'keyless_ok'::regclass,"
+			  . " source_table => 'keyless', snapshot_provenance => true,"
+			  . " upsert_identity => 'keyless_ok_n_idx')");
 		is($rc, 0, "$l: mapped") or diag $err;
 		push @messages, $err;
 		($rc, $err) = try_start('ok');
@@ -244,7 +247,7 @@ INSERT INTO nop (id, v) VALUES (1, 'dest');
 		assert_unchanged('ok', $before, $l);
 		no_leak($l);
 		AshTest::stop_sink($dst, 'ok');
-		q_dst("SELECT ash_replicant_unmap_table('ok', 'keyless'::regclass)");
+		q_dst("SELECT ash_replicant_unmap_table('ok', 'keyless_ok'::regclass)");
 	}
 	$src->safe_psql($DB, 'ALTER PUBLICATION pub_ok DROP TABLE keyless');
 	AshTest::start_sink($dst, 'ok');
