@@ -28,7 +28,6 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 
-#include "config.h"
 #include "errors.h"
 #include "launcher.h"
 #include "mapping_validate.h"

@@ -1642,8 +1642,7 @@ apply_truncate(AshChange *c)
 					 "on_truncate %s of %s under context tenancy (tenant tables are not enumerable)",
 					 rel->map->on_truncate, rel->target_name);
 		/* a registration from before such sharing was refused, or racing */
-		if (rel->map->shared_target &&
-			ash_mapping_target_claim(false, NULL, rel->map->on_truncate) != NULL)
+		if (ash_config_truncates_shared(rel->map))
 			ash_halt("mapping_unsupported",
 					 "on_truncate %s of %s, which another sink maps too (its rows would go)",
 					 rel->map->on_truncate, rel->target_name);

@@ -24,7 +24,6 @@
 #include "utils/timestamp.h"
 
 #include "config.h"
-#include "errors.h"
 #include "mapping_validate.h"
 #include "qualname.h"
 
@@ -458,64 +457,17 @@ ash_config_is_append_log(AshPipelineConfig *cfg)
 	return cfg->sink_kind != NULL && strcmp(cfg->sink_kind, "append_log") == 0;
 }
 
-const char *
-ash_mapping_target_claim(bool provenance, const char *tenant_strategy, const char *on_truncate)
+bool
+ash_config_retires_shared(const AshMapping *m)
 {
-	if (provenance && !(tenant_strategy != NULL && strcmp(tenant_strategy, "context") == 0))
-		return "snapshot_provenance";
-	if (on_truncate != NULL &&
-		(strcmp(on_truncate, "mirror") == 0 || strcmp(on_truncate, "close") == 0))
-		return "on_truncate";
-	return NULL;
+	return m->shared_target &&
+		ash_mapping_target_claim(m->snapshot_provenance, m->tenant_strategy, NULL) != NULL;
 }
 
-void
-ash_mapping_check_shared_target(AshMappingSpec *m, bool lock)
+bool
+ash_config_truncates_shared(const AshMapping *m)
 {
-	Oid			argtypes[2] = {TEXTOID, OIDOID};
-	Datum		values[2];
-	const char *mine = ash_mapping_target_claim(m->snapshot_provenance,
-												ash_tenant_strategy_name(m->tenant_strategy),
-												ash_on_truncate_name(m->on_truncate));
-	int			rc;
-
-	values[0] = CStringGetTextDatum(m->sink_name);
-	values[1] = ObjectIdGetDatum(m->target);
-	if (lock)
-	{
-		rc = SPI_execute_with_args("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended("
-								   "'ash_replicant.target:' OPERATOR(pg_catalog.||) $2::pg_catalog.text, 0))",
-								   2, argtypes, values, NULL, false, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "ash_replicant: locking the target's registrations failed");
-	}
-	rc = SPI_execute_with_args("SELECT sink_name, snapshot_provenance, tenant_strategy, on_truncate"
-							   "  FROM ash_replicant.resources"
-							   " WHERE target::pg_catalog.oid OPERATOR(pg_catalog.=) $2"
-							   "   AND sink_name OPERATOR(pg_catalog.<>) $1"
-							   " ORDER BY sink_name",
-							   2, argtypes, values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "ash_replicant: reading mappings failed: %s", SPI_result_code_string(rc));
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		char	   *other = SPI_getvalue(tup, desc, 1);
-		const char *theirs = ash_mapping_target_claim(DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)),
-													  SPI_getvalue(tup, desc, 3),
-													  SPI_getvalue(tup, desc, 4));
-		const char *claim = mine != NULL ? mine : theirs;
-
-		if (claim == NULL)
-			continue;
-		ash_reject(ERRCODE_DUPLICATE_OBJECT, "mapping",
-				   strcmp(claim, "snapshot_provenance") == 0 ? "snapshot_provenance_invalid" : "config_invalid",
-				   "%s is mapped by sink %s too, and %s's %s acts on rows the other sink wrote",
-				   ash_mapping_qualified_relname(m->target), ash_quoted_name(other),
-				   mine != NULL ? "this mapping" : "that mapping", claim);
-	}
+	return m->shared_target && ash_mapping_target_claim(false, NULL, m->on_truncate) != NULL;
 }
 
 AshMapping *

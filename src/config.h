@@ -135,25 +135,12 @@ typedef struct AshPipelineConfig
 extern AshPipelineConfig *ash_config_load(const char *sink_name);
 
 /*
- * What a mapping does to the rows of its target that no change of its own
- * sink wrote, by option name: "snapshot_provenance" (a snapshot retires
- * the rows it did not see; under context tenancy only in its own scopes'
- * tables, so not counted), "on_truncate" (mirror or close: every row), or
- * NULL.  A target of such a mapping is its sink's alone: another sink's
- * rows in it would be deleted or closed (docs/sql-api-mapping.md).
+ * Would a snapshot of m retire, or a TRUNCATE under m delete or close, rows
+ * of a target another sink writes too (shared_target as loaded;
+ * ash_mapping_target_claim in mapping_validate.h)?
  */
-extern const char *ash_mapping_target_claim(bool provenance, const char *tenant_strategy,
-											const char *on_truncate);
-
-/*
- * Refuse m (a mapping being registered, or one stored, for doctor) when
- * another sink maps its target and either mapping has a claim on it
- * (snapshot_provenance_invalid, or config_invalid for on_truncate).  lock:
- * serialize registrations of one target (a transaction lock), as those of
- * one sink serialize on its row.  Needs SPI.
- */
-struct AshMappingSpec;
-extern void ash_mapping_check_shared_target(struct AshMappingSpec *m, bool lock);
+extern bool ash_config_retires_shared(const AshMapping *m);
+extern bool ash_config_truncates_shared(const AshMapping *m);
 
 /* The mapping of a source table, or NULL. */
 extern AshMapping *ash_config_find_mapping(AshPipelineConfig *cfg,

@@ -1545,6 +1545,65 @@ check_provenance_target(ValidateCtx *cx)
  * ------------------------------------------------------------------------
  */
 
+const char *
+ash_mapping_target_claim(bool provenance, const char *tenant_strategy, const char *on_truncate)
+{
+	if (provenance && !str_eq(tenant_strategy, "context"))
+		return "snapshot_provenance";
+	if (str_eq(on_truncate, "mirror") || str_eq(on_truncate, "close"))
+		return "on_truncate";
+	return NULL;
+}
+
+void
+ash_mapping_check_shared_target(AshMappingSpec *m, bool lock)
+{
+	Oid			argtypes[2] = {TEXTOID, OIDOID};
+	Datum		values[2];
+	const char *mine = ash_mapping_target_claim(m->snapshot_provenance,
+												ash_tenant_strategy_name(m->tenant_strategy),
+												ash_on_truncate_name(m->on_truncate));
+	int			rc;
+
+	values[0] = CStringGetTextDatum(m->sink_name);
+	values[1] = ObjectIdGetDatum(m->target);
+	if (lock)
+	{
+		rc = SPI_execute_with_args("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended("
+								   "'ash_replicant.target:' OPERATOR(pg_catalog.||) $2::pg_catalog.text, 0))",
+								   2, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "ash_replicant: locking the target's registrations failed");
+	}
+	rc = SPI_execute_with_args("SELECT sink_name, snapshot_provenance, tenant_strategy, on_truncate"
+							   "  FROM ash_replicant.resources"
+							   " WHERE target::pg_catalog.oid OPERATOR(pg_catalog.=) $2"
+							   "   AND sink_name OPERATOR(pg_catalog.<>) $1"
+							   " ORDER BY sink_name",
+							   2, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading mappings failed: %s", SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *other = SPI_getvalue(tup, desc, 1);
+		const char *theirs = ash_mapping_target_claim(DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)),
+													  SPI_getvalue(tup, desc, 3),
+													  SPI_getvalue(tup, desc, 4));
+		const char *claim = mine != NULL ? mine : theirs;
+
+		if (claim == NULL)
+			continue;
+		ash_reject(ERRCODE_DUPLICATE_OBJECT, "mapping",
+				   strcmp(claim, "snapshot_provenance") == 0 ? "snapshot_provenance_invalid" : "config_invalid",
+				   "%s is mapped by sink %s too, and %s's %s acts on rows the other sink wrote",
+				   ash_mapping_qualified_relname(m->target), ash_quoted_name(other),
+				   mine != NULL ? "this mapping" : "that mapping", claim);
+	}
+}
+
 void
 ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink)
 {

@@ -197,6 +197,26 @@ extern void ash_mapping_default_source(AshMappingSpec *m);
  */
 extern void ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink);
 
+/*
+ * What a mapping does to the rows of its target that no change of its own
+ * sink wrote, by option name: "snapshot_provenance" (a snapshot retires
+ * the rows it did not see; under context tenancy only in its own scopes'
+ * tables, so not counted), "on_truncate" (mirror or close: every row), or
+ * NULL.  A target of such a mapping is its sink's alone: another sink's
+ * rows in it would be deleted or closed (docs/sql-api-mapping.md).
+ */
+extern const char *ash_mapping_target_claim(bool provenance, const char *tenant_strategy,
+											const char *on_truncate);
+
+/*
+ * Refuse m (a mapping being registered, or one stored, for doctor) when
+ * another sink maps its target and either mapping has a claim on it
+ * (snapshot_provenance_invalid, or config_invalid for on_truncate).  lock:
+ * serialize registrations of one target (a transaction lock), as those of
+ * one sink serialize on its row.  Needs SPI.
+ */
+extern void ash_mapping_check_shared_target(AshMappingSpec *m, bool lock);
+
 /* Column resolution helpers (names are compared exactly). */
 extern const char *ash_mapspec_target_column(const AshMappingSpec *m, const char *source_column);
 extern bool ash_mapspec_is_skipped(const AshMappingSpec *m, const char *source_column);

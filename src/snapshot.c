@@ -1392,8 +1392,7 @@ ash_snap_check_provenance_versions(Attempt *a)
 		if (t->copied || m == NULL || !m->snapshot_provenance)
 			continue;
 		/* a registration from before such sharing was refused, or racing */
-		if (m->shared_target &&
-			ash_mapping_target_claim(true, m->tenant_strategy, NULL) != NULL)
+		if (ash_config_retires_shared(m))
 			ash_halt("snapshot_provenance_invalid",
 					 "the target of %s is mapped by another sink too: retiring the rows this snapshot did not see would retire that sink's",
 					 quote_qualified_identifier(m->source_schema, m->source_table));
