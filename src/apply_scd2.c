@@ -434,7 +434,8 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		 */
 		if (open && !same_tenant)
 			other_tenant = true;
-		if ((from > lsn || (!open && to > lsn)) && !same_tenant && !snapshot_row)
+		if ((from > lsn || (!open && to > lsn)) && !same_tenant && !snapshot_row &&
+			rel->map->shared_target)
 			other_past = true;	/* see below */
 		else if (from > lsn || (!open && to > lsn))
 			later = past = true;	/* history past this change */
@@ -477,12 +478,13 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 				 tgt->log_name);
 
 	/*
-	 * Another tenant's history past L that this tenant's own versions do not
-	 * explain as a re-delivery (a relocation after L leaves this tenant's
-	 * version closed at it): no change of this source put it there -- a
-	 * snapshot writes below every change the stream delivers after it -- so
-	 * another sink's tenant writes the same target, whose LSNs order nothing
-	 * of this source's.  Skipping the change would lose it.
+	 * In a target another sink writes too, another tenant's history past L
+	 * that this tenant's own versions do not explain as a re-delivery (a
+	 * relocation after L leaves this tenant's version closed at it) may be
+	 * that sink's, whose LSNs order nothing of this source's: skipping the
+	 * change would lose it.  (In a target of this sink alone it is this
+	 * source's own later history: a re-delivered insert and delete of a key
+	 * in one transaction leaves no trace under its tenant.)
 	 */
 	if (other_past && state != SCD2_REPLAYED)
 		ash_halt("tenant_conflict",
