@@ -105,6 +105,7 @@ typedef struct SinkFacts
 	char	   *sysid;
 	char	   *database;
 	char	   *snapshot;
+	bool		origin_none;	/* origin => 'none' */
 	bool		streaming;
 	bool		failover;
 	bool		binary_transfer;
@@ -398,7 +399,9 @@ load_sink_facts(Doctor *d)
 		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_target' END,"
 		"  CASE WHEN p.halt_generation >= p.start_generation"
 		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_lsn' END,"
-		"  coalesce(p.allow_keyless_tables, false)"
+		"  coalesce(p.allow_keyless_tables, false),"
+		/* catalogs before 1.3.0 have no origin column */
+		"  pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'origin' IS NOT DISTINCT FROM 'none'"
 		" FROM ash_replicant.sinks s"
 		" LEFT JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
 		" WHERE s.sink_name = $1",
@@ -438,6 +441,7 @@ load_sink_facts(Doctor *d)
 	f->halt_target = copy_text(tup, desc, 21);
 	f->halt_lsn = copy_text(tup, desc, 22);
 	f->allow_keyless = get_bool(tup, desc, 23);
+	f->origin_none = get_bool(tup, desc, 24);
 	if (f->decoder == NULL)
 		f->decoder = "pgoutput";
 	if (f->snapshot == NULL)
@@ -1143,6 +1147,59 @@ check_columns(Doctor *d)
  * an old row's children will trip (apply_failed).  A snapshot copies them.
  */
 static void
+origins_fn(Doctor *d, void *arg)
+{
+	*(bool *) arg = ash_source_has_origins(d->conn);
+}
+
+/*
+ * A snapshot of a pipeline with origin => 'none' halts snapshot_unsupported
+ * while the source server holds a replication origin (snapshot.c,
+ * ash_snap_check_origins): fail while the checkpoint records no completed
+ * snapshot, warn after (a table mapped later is copied, and halts).
+ */
+static void
+check_snapshot_origins(Doctor *d)
+{
+	bool		has_origins = false;
+	bool		complete = false;
+	ErrorData  *e = guarded(d, origins_fn, &has_origins);
+
+	if (e != NULL)
+	{
+		probe_failed(d, "existing_rows", probe_failure(d, e));
+		return;
+	}
+	if (!has_origins)
+	{
+		emit(d, "existing_rows", V_PASS, NULL);	/* the snapshot copies them */
+		return;
+	}
+	if (!empty(d->f.sysid) && !empty(d->f.database))
+	{
+		Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+		Datum		values[3];
+
+		values[0] = CStringGetTextDatum(d->f.sysid);
+		values[1] = CStringGetTextDatum(d->f.database);
+		values[2] = CStringGetTextDatum(d->f.slot_name);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "ash_replicant: SPI_connect failed");
+		if (SPI_execute_with_args("SELECT 1 FROM ash_replicant.checkpoints c"
+								  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+								  "   AND pg_catalog.to_jsonb(c) OPERATOR(pg_catalog.->>) 'snapshot_phase' = 'complete'",
+								  3, types, values, NULL, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "ash_replicant: checkpoint read failed");
+		complete = SPI_processed > 0;
+		SPI_finish();
+	}
+	emit_detail(d, "existing_rows", complete ? V_WARN : V_FAIL, "snapshot_unsupported",
+				complete ?
+				"origin => 'none' and the source server holds replication origins: a table mapped from now on cannot be copied (docs/snapshots.md#origins)" :
+				"origin => 'none' and the source server holds replication origins: the snapshot cannot tell the rows they wrote from local ones (docs/snapshots.md#origins)");
+}
+
+static void
 rows_fn(Doctor *d, void *arg)
 {
 	MemoryContext old = MemoryContextSwitchTo(d->cxt);
@@ -1231,6 +1288,11 @@ check_existing_rows(Doctor *d)
 	if (!d->mappings_known)
 	{
 		emit(d, "existing_rows", V_SKIPPED, "config_invalid");
+		return;
+	}
+	if (strcmp(d->f.snapshot, "off") != 0 && d->f.origin_none)
+	{
+		check_snapshot_origins(d);
 		return;
 	}
 	if (strcmp(d->f.snapshot, "off") != 0)

@@ -598,6 +598,25 @@ ash_snap_import_snapshot(AshConn *data, const char *snapshot)
 	PQclear(res);
 }
 
+/*
+ * origin => 'none' skips the stream's transactions that carry a
+ * replication origin, but a copy reads every row: under the copy's
+ * snapshot the source server must hold no origin, or a row mirrored into
+ * it from elsewhere (our own rows echoed back, in a pair of servers
+ * mirroring each other) would be copied, over a newer local change.
+ * has_origins: what the copy's own statement read (incremental), or NULL
+ * to ask on conn, in its transaction.
+ */
+void
+ash_snap_check_origins(AshConn *conn, const bool *has_origins)
+{
+	if (!ash_snap_cfg->origin_none)
+		return;
+	if (has_origins != NULL ? *has_origins : ash_source_has_origins(conn))
+		ash_halt("snapshot_unsupported",
+				 "origin none: the source server holds replication origins, and a snapshot cannot tell the rows they wrote from local ones");
+}
+
 /* The table as pgoutput would describe it (Type messages first). */
 void
 ash_snap_describe_table(AshConn *data, SnapTable *t, AshRelation *rel)
@@ -1452,6 +1471,7 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 		else
 			snapshot = temporary_snapshot(&temp_repl, &snapshot_lsn);
 		ash_snap_import_snapshot(ash_snap_data_conn, snapshot);
+		ash_snap_check_origins(ash_snap_data_conn, NULL);
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d pending=%d",
 						ash_snap_cfg->sink_name, list_length(a->tables), npending)));

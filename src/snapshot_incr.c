@@ -94,6 +94,8 @@ static int64 incr_rereads = 0;	/* this table's chunks read again */
  * and the table it reads (quoted, in incr_session_cxt; NULL: none).
  */
 #define INCR_CHUNK_STATEMENT "ash_replicant_chunk"
+/* the chunk's header: snapshot, WAL position, block size, origins */
+#define CHUNK_HEADER_COLS 4
 static char *incr_prepared_for = NULL;
 static bool incr_prepared = false;	/* the statement exists on incr_conn */
 
@@ -583,8 +585,9 @@ integer_key_value(PGresult *res, int row, int col, Oid type, int64 *v)
  * The read of a chunk: one statement, so one snapshot and one round trip.
  * Its first branch is one header row: the snapshot, the end of the
  * source's WAL read after it (every transaction the snapshot shows
- * committed below that position) and the WAL block size, its other
- * columns NULL; the second is the chunk -- the next chunk_rows rows in
+ * committed below that position), the WAL block size and, for a pipeline
+ * with origin => 'none', whether the server holds a replication origin
+ * (ash_snap_check_origins), its other columns NULL; the second is the chunk -- the next chunk_rows rows in
  * primary-key order above the cursor ($1..$n; none for a table's first
  * chunk) -- with NULL in the header's columns (a NULL costs a row four
  * bytes and no send function; the snapshot's text repeated in every row
@@ -611,10 +614,12 @@ chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool bina
 	appendStringInfoString(&sql,
 						   "SELECT pg_catalog.txid_current_snapshot()::pg_catalog.text,"
 						   " pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text,"
-						   " pg_catalog.current_setting('wal_block_size')");
+						   " pg_catalog.current_setting('wal_block_size'),");
+	appendStringInfoString(&sql, ash_snap_cfg->origin_none ?
+						   " (" ASH_SOURCE_ORIGINS_SQL ")::pg_catalog.text" : " NULL::pg_catalog.text");
 	for (int i = 0; i < rel->natts + nkeytext; i++)
 		appendStringInfoString(&sql, ", NULL");
-	appendStringInfoString(&sql, " UNION ALL (SELECT NULL, NULL, NULL");
+	appendStringInfoString(&sql, " UNION ALL (SELECT NULL, NULL, NULL, NULL");
 	for (int i = 0; i < rel->natts; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(rel->cols[i].name));
 	for (int i = 0; i < nkeytext; i++)
@@ -642,7 +647,7 @@ chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool bina
 	for (int i = 0; i < k->nkeys; i++)
 		for (int j = 0; j < rel->natts; j++)
 			if (strcmp(rel->cols[j].name, k->names[i]) == 0)
-				appendStringInfo(&sql, ", %d", 4 + j);
+				appendStringInfo(&sql, ", %d", CHUNK_HEADER_COLS + 1 + j);
 	return sql.data;
 }
 
@@ -817,7 +822,7 @@ chunk_read(IncrChunk *c, bool may_ahead)
 	incr_ahead = false;
 	res = ash_conn_get_result(incr_conn, false);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
-		PQnfields(res) != 3 + c->rel.natts + (c->binary && !c->intkey ? c->k->nkeys : 0))
+		PQnfields(res) != CHUNK_HEADER_COLS + c->rel.natts + (c->binary && !c->intkey ? c->k->nkeys : 0))
 		ash_conn_report_result(res, "incremental snapshot chunk");
 	c->res = res;
 
@@ -849,6 +854,15 @@ chunk_read(IncrChunk *c, bool may_ahead)
 	blcksz = strtoull(pnstrdup(PQgetvalue(res, h, 2), PQgetlength(res, h, 2)), NULL, 10);
 	if (blcksz > 0 && c->high_lsn % blcksz <= SizeOfXLogLongPHD)
 		c->high_lsn -= c->high_lsn % blcksz;
+
+	/* read by the chunk's statement: under the chunk's snapshot */
+	if (ash_snap_cfg->origin_none)
+	{
+		bool		has_origins = PQgetisnull(res, h, 3) || PQgetlength(res, h, 3) != 5 ||
+			memcmp(PQgetvalue(res, h, 3), "false", 5) != 0;
+
+		ash_snap_check_origins(NULL, &has_origins);
+	}
 }
 
 /* Forget a chunk read but not written. */
@@ -889,8 +903,8 @@ chunk_bounds(IncrChunk *c)
 		if (col < 0)
 			ash_halt("protocol_violation", "a chunk of %s lacks its primary key",
 					 quote_qualified_identifier(c->nspname, c->relname));
-		keycol[i] = 3 + col;
-		keytext[i] = c->binary && !c->intkey ? 3 + c->rel.natts + i : 3 + col;
+		keycol[i] = CHUNK_HEADER_COLS + col;
+		keytext[i] = c->binary && !c->intkey ? CHUNK_HEADER_COLS + c->rel.natts + i : keycol[i];
 	}
 	c->nrows = PQntuples(res) - 1;
 	c->done = c->nrows < ash_snap_cfg->chunk_rows;
@@ -1021,7 +1035,7 @@ chunk_write(IncrChunk *c, bool worker)
 		{
 			AshColumnValue *v = &change.u.insert.newtup.cols[col];
 
-			if (PQgetisnull(c->res, r, 3 + col))
+			if (PQgetisnull(c->res, r, CHUNK_HEADER_COLS + col))
 			{
 				v->status = ASH_COL_NULL;
 				v->len = 0;
@@ -1030,8 +1044,8 @@ chunk_write(IncrChunk *c, bool worker)
 			else
 			{
 				v->status = c->binary ? ASH_COL_BINARY : ASH_COL_TEXT;
-				v->data = PQgetvalue(c->res, r, 3 + col);
-				v->len = PQgetlength(c->res, r, 3 + col);
+				v->data = PQgetvalue(c->res, r, CHUNK_HEADER_COLS + col);
+				v->len = PQgetlength(c->res, r, CHUNK_HEADER_COLS + col);
 			}
 		}
 		ash_apply_change(&change);

@@ -119,6 +119,12 @@ ash_source_identity_matches(AshConn *conn, const char *sysid, const char *databa
 	return same;
 }
 
+bool
+ash_source_has_origins(AshConn *conn)
+{
+	return probe_bool(conn, "SELECT " ASH_SOURCE_ORIGINS_SQL, 0, NULL);
+}
+
 static AshSourceRel *
 new_rel(const char *nsp, const char *rel, const char *attnames)
 {

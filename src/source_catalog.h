@@ -112,6 +112,19 @@ extern bool ash_source_identity_matches(AshConn *conn, const char *sysid,
 										const char *database);
 
 /*
+ * Does the source server hold a replication origin?  A session with one
+ * (a subscription, a pipeline of ours writing there) tags what it writes,
+ * and the stream of a pipeline with origin => 'none' skips such
+ * transactions; a table read cannot tell their rows from local ones, so
+ * such a pipeline copies nothing from a server that holds one
+ * (docs/snapshots.md#origins).  ASH_SOURCE_ORIGINS_SQL is the expression,
+ * for a statement that must read it under its own snapshot.
+ */
+#define ASH_SOURCE_ORIGINS_SQL \
+	"EXISTS (SELECT 1 FROM pg_catalog.pg_replication_origin)"
+extern bool ash_source_has_origins(AshConn *conn);
+
+/*
  * Fetch the names of the decoder's table set into *rels (AshSourceRel *,
  * ordered by schema and name) and, for pgoutput, what the publication
  * promises into *pub (may be NULL; known = false for wal2json).  For

@@ -10,11 +10,18 @@
 #     both sinks map both, origin => 'none') converge and never loop: neither
 #     sink re-applies a change that came from its own server (per-table
 #     counters stay 0 there) although the echoes arrive and are skipped;
+#   - a snapshot under origin => 'none' (docs/snapshots.md#origins) copies
+#     from a server that holds no replication origin (v1 and incremental);
+#     from one that holds an origin (P: its sink from Q writes there) it
+#     cannot tell mirrored rows from local ones: preflight fails
+#     existing_rows, and the worker halts snapshot_unsupported with nothing
+#     copied -- v1 before its first table, incremental at its first chunk;
 #   - origin is validated; dropping a sink drops its origin.
 use strict;
 use warnings;
 use lib 'test/t';
 use AshTest;
+use AshTenancy;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -186,6 +193,93 @@ cmp_ok(AshTest::stat_row($p, 'from_q')->{skipped_changes}, '>=', 300,
 	'the echoes of P\'s changes arrived at P and were skipped');
 cmp_ok(AshTest::stat_row($q, 'from_p')->{skipped_changes}, '>=', 300,
 	'the echoes of Q\'s changes arrived at Q and were skipped');
+
+##############################################################################
+# A snapshot under origin => 'none'.  The stream skips transactions that
+# carry an origin; a table read cannot.  Copying from P, which holds the
+# origin of its sink from Q, would copy Q's rows echoed back over Q's newer
+# local changes: refused.  The cascade's source holds none: copied.
+##############################################################################
+
+my $keyring = "snapshot_provenance 1 " . AshTenancy::key_hex(5);
+for my $n ($a, $q)
+{
+	AshTenancy::write_keyring($n, 'keyring', $keyring);
+	$n->append_conf('postgresql.conf', "ash_replicant.keyring_file = 'keyring'\n");
+	$n->reload;
+}
+my $prov_cols = 'replica_fingerprint bytea, replica_seen_attempt bytea';
+
+# from the cascade's source (no origin there): both modes copy
+$src->safe_psql($DB, 'CREATE PUBLICATION pub_n1 FOR TABLE casc');
+$src->safe_psql($DB, 'CREATE PUBLICATION pub_n2 FOR TABLE casc');
+$a->safe_psql($DB, 'CREATE TABLE casc_n1 (id bigint PRIMARY KEY, v text NOT NULL)');
+$a->safe_psql($DB, "CREATE TABLE casc_n2 (id bigint PRIMARY KEY, v text NOT NULL, $prov_cols)");
+is($src->safe_psql($DB, 'SELECT count(*) FROM pg_replication_origin'), '0',
+	'the cascade\'s source holds no replication origin');
+AshTest::setup_pipeline($src, $a, sink => 'none_v1', publication => 'pub_n1',
+	maps => [ [ 'casc_n1', source_table => 'casc' ] ],
+	pipeline_extra => "origin => 'none', go_forward_only => false, snapshot => 'v1'", start => 0);
+is($a->safe_psql($DB,
+		"SELECT verdict FROM ash_replicant_preflight('none_v1') WHERE check_name = 'existing_rows'"),
+	'pass', 'origin none, v1, a source without origins: preflight passes existing_rows');
+AshTest::start_sink($a, 'none_v1');
+AshTest::setup_pipeline($src, $a, sink => 'none_incr', publication => 'pub_n2', marker => 0,
+	maps => [ [ 'casc_n2', source_table => 'casc', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "origin => 'none', go_forward_only => false, snapshot => 'incremental'");
+AshTest::wait_slot_consistent($src, $a, 'none_incr');
+my ($after) = AshTest::commit_tracked($src, "INSERT INTO casc VALUES (1001, 'after the snapshots started')");
+AshTest::wait_caught_up($src, $a, 'none_v1', name => 'origin none, v1 from a source without origins: caught up');
+ok(AshTest::wait_lsn($src, $a, 'none_incr', $after), 'origin none, incremental from it: caught up');
+is($a->safe_psql($DB, q{
+	SELECT string_agg(slot_name || ':' || snapshot_phase, ',' ORDER BY slot_name)
+	  FROM ash_replicant.checkpoints WHERE slot_name IN ('none_v1', 'none_incr')}),
+	'none_incr:complete,none_v1:complete', 'both snapshots completed');
+my $casc_src = $src->safe_psql($DB, 'SELECT md5(string_agg(id || v, \',\' ORDER BY id)) FROM casc');
+for my $t (qw(casc_n1 casc_n2))
+{
+	is($a->safe_psql($DB, "SELECT md5(string_agg(id || v, ',' ORDER BY id)) FROM $t"), $casc_src,
+		"$t: the copy and the stream equal the source");
+}
+
+# from P, which holds the origin ash_replicant_from_q
+is(origin_count($p, 'ash_replicant_from_q'), '1', 'P holds the origin of its sink from Q');
+$p->safe_psql($DB, q{
+	CREATE TABLE t3 (id bigint PRIMARY KEY, v text NOT NULL);
+	INSERT INTO t3 SELECT g, 'p ' || g FROM generate_series(1, 50) g;
+	CREATE PUBLICATION pub_t3 FOR TABLE t3;
+	CREATE PUBLICATION pub_t3i FOR TABLE t3;
+});
+$q->safe_psql($DB, qq{
+	CREATE TABLE t3 (id bigint PRIMARY KEY, v text NOT NULL);
+	CREATE TABLE t3i (id bigint PRIMARY KEY, v text NOT NULL, $prov_cols);
+});
+AshTest::setup_pipeline($p, $q, sink => 'snap_p', publication => 'pub_t3', maps => [ ['t3'] ],
+	pipeline_extra => "origin => 'none', go_forward_only => false, snapshot => 'v1'", start => 0);
+my $pf = $q->safe_psql($DB,
+	"SELECT verdict || ':' || coalesce(reason, '') || ':' || coalesce(detail, '')"
+	  . " FROM ash_replicant_preflight('snap_p') WHERE check_name = 'existing_rows'");
+like($pf, qr/^fail:snapshot_unsupported:.*replication origins/,
+	'origin none, a snapshot, a source holding an origin: preflight fails existing_rows');
+AshTest::start_sink($q, 'snap_p');
+AshTest::wait_status($q, 'snap_p', 'halted', 'snapshot_unsupported', src => $p,
+	name => 'v1: the worker halts snapshot_unsupported');
+is($q->safe_psql($DB, 'SELECT count(*) FROM t3'), '0', 'v1: nothing copied');
+is($q->safe_psql($DB,
+		"SELECT count(*) FROM ash_replicant.snapshot_tables WHERE slot_name = 'snap_p' AND state = 'copied'"),
+	'0', 'v1: no table recorded copied');
+ok(AshTest::log_lines_like($q, qr/ash_replicant event=pipeline\.halt sink=snap_p reason=snapshot_unsupported/),
+	'v1: the halt line names the reason');
+
+AshTest::setup_pipeline($p, $q, sink => 'incr_p', publication => 'pub_t3i', marker => 0,
+	maps => [ [ 't3i', source_table => 't3', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "origin => 'none', go_forward_only => false, snapshot => 'incremental'");
+AshTest::wait_status($q, 'incr_p', 'halted', 'snapshot_unsupported', src => $p,
+	name => 'incremental: the worker halts snapshot_unsupported at its first chunk');
+is($q->safe_psql($DB, 'SELECT count(*) FROM t3i'), '0', 'incremental: nothing copied');
+is($q->safe_psql($DB,
+		"SELECT coalesce(sum(chunks_copied), 0) FROM ash_replicant.snapshot_tables WHERE slot_name = 'incr_p'"),
+	'0', 'incremental: no chunk recorded');
 
 ##############################################################################
 # Dropping a sink drops its origin.
