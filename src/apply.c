@@ -1994,6 +1994,9 @@ ash_apply_change(AshChange *c)
 				stream_fall_back("interleaved");
 			in_remote_xact = true;
 			origin_skipped = false;
+			/* wal2json says the origin in BEGIN, the others in ORIGIN */
+			if (c->u.begin.origin_id != 0 && apply_cfg->origin_none)
+				origin_skipped = true;
 			xact_final_lsn = c->u.begin.final_lsn;
 			meta.commit_lsn = c->u.begin.final_lsn;
 			meta.commit_time = c->u.begin.commit_time;

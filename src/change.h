@@ -94,6 +94,8 @@ typedef struct AshChange
 			XLogRecPtr	final_lsn;	/* commit LSN of the transaction */
 			TimestampTz commit_time;
 			TransactionId xid;
+			/* wal2json: the replication origin, 0 if local (see ORIGIN) */
+			uint16		origin_id;
 		}			begin;
 
 		struct

@@ -6,7 +6,10 @@
  *	  format-version 2, include-transaction, include-xids, include-lsn,
  *	  include-timestamp, include-schemas, include-type-oids (not
  *	  include-types: why in pipeline.c), add-tables, every action,
- *	  write-in-chunks off.
+ *	  write-in-chunks off; include-origin under origin => 'none' (then
+ *	  every message carries "origin", its transaction's replication origin
+ *	  id, 0 for a local one, null on a non-transactional message; BEGIN
+ *	  hands it over in begin.origin_id).
  *
  * NOTES
  *	  Framing.  One XLogData payload is one JSON object (write-in-chunks
@@ -122,6 +125,8 @@ const char	ash_wal2json_err_ambiguous[] = "wal2json wrote null for a float or nu
 #define ERR_ACTION		"unknown action in wal2json message"
 #define ERR_XID			"invalid transaction id in wal2json message"
 #define ERR_LSN			"invalid LSN in wal2json message"
+#define ERR_ORIGIN		"invalid replication origin in wal2json message"
+#define ERR_ORIGIN_MISMATCH "wal2json change of another origin than its transaction"
 #define ERR_TIMESTAMP	"invalid timestamp in wal2json message"
 #define ERR_NAME		"invalid name in wal2json message"
 #define ERR_TABLE		"wal2json change of a table outside the table set"
@@ -601,12 +606,13 @@ typedef enum W2jKey
 	K_TRANSACTIONAL,
 	K_PREFIX,
 	K_CONTENT,
+	K_ORIGIN,
 	W2J_NKEYS
 } W2jKey;
 
 static const char *const w2j_key_names[W2J_NKEYS] = {
 	"action", "xid", "timestamp", "lsn", "nextlsn", "schema", "table", "columns",
-	"identity", "transactional", "prefix", "content"
+	"identity", "transactional", "prefix", "content", "origin"
 };
 
 #define KEY_(k) (1U << (k))
@@ -732,6 +738,31 @@ get_xid(W2jMsg *m, TransactionId *xid)
 	if (!token_uint(n, PG_UINT32_MAX, &v) || !TransactionIdIsNormal((TransactionId) v))
 		return mfail(m, ERR_XID);
 	*xid = (TransactionId) v;
+	return true;
+}
+
+/*
+ * "origin" (include-origin, asked for by a pipeline with origin =>
+ * 'none'): the message's replication origin id, 0 when the transaction was
+ * written locally; null on a non-transactional message.  Asked for, every
+ * message carries it; not asked for, none may.
+ */
+static bool
+get_origin(W2jMsg *m, const AshWal2jsonState *state, bool nullable, uint16 *origin)
+{
+	JNode	   *n = member(m, K_ORIGIN);
+	uint64		v = 0;
+
+	*origin = 0;
+	if (!state->origins)
+		return n == NULL || mfail(m, ERR_UNKNOWN_KEY);
+	if (n == NULL)
+		return mfail(m, ERR_MISSING_KEY);
+	if (nullable && n->kind == J_NULL)
+		return true;
+	if (!token_uint(n, PG_UINT16_MAX, &v))
+		return mfail(m, ERR_ORIGIN);
+	*origin = (uint16) v;
 	return true;
 }
 
@@ -1119,7 +1150,7 @@ read_identity(W2jMsg *m, AshWal2jsonState *state, const JNode *arr, const AshRel
 static bool
 decode_xact(W2jMsg *m, AshWal2jsonState *state, const JNode *root, bool begin, AshChange *out)
 {
-	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_ORIGIN) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
 		KEY_(K_NEXTLSN);
 	TransactionId xid;
 	TimestampTz ts;
@@ -1192,7 +1223,7 @@ change_head(W2jMsg *m, AshWal2jsonState *state, const JNode *root, const AshRela
 static bool
 decode_row(W2jMsg *m, AshWal2jsonState *state, const JNode *root, char action, AshChange *out)
 {
-	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_ORIGIN) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
 		KEY_(K_SCHEMA) | KEY_(K_TABLE) | KEY_(K_COLUMNS) | KEY_(K_IDENTITY);
 	const AshRelation *rel;
 	JNode	   *columns;
@@ -1264,7 +1295,7 @@ decode_row(W2jMsg *m, AshWal2jsonState *state, const JNode *root, char action, A
 static bool
 decode_truncate(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange *out)
 {
-	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_ORIGIN) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
 		KEY_(K_SCHEMA) | KEY_(K_TABLE);
 	const AshRelation *rel;
 
@@ -1283,7 +1314,7 @@ decode_truncate(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange
 static bool
 decode_message(W2jMsg *m, AshWal2jsonState *state, const JNode *root, AshChange *out)
 {
-	const uint32 keys = KEY_(K_ACTION) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
+	const uint32 keys = KEY_(K_ACTION) | KEY_(K_ORIGIN) | KEY_(K_XID) | KEY_(K_TIMESTAMP) | KEY_(K_LSN) |
 		KEY_(K_TRANSACTIONAL) | KEY_(K_PREFIX) | KEY_(K_CONTENT);
 	JNode	   *tx;
 	JNode	   *xidn;
@@ -1341,6 +1372,7 @@ ash_decode_wal2json(AshWal2jsonState *state, const char *data, int len, AshChang
 	JNode	   *root;
 	JNode	   *action;
 	AshWal2jsonState next;
+	uint16		origin;
 	bool		ok;
 
 	if (error)
@@ -1401,6 +1433,12 @@ ash_decode_wal2json(AshWal2jsonState *state, const char *data, int len, AshChang
 		return false;
 	}
 
+	if (!get_origin(&m, state, action->str[0] == 'M', &origin))
+	{
+		*error = m.error;
+		return false;
+	}
+
 	/* the transaction state moves only when the whole message decoded */
 	next = *state;
 	switch (action->str[0])
@@ -1425,6 +1463,18 @@ ash_decode_wal2json(AshWal2jsonState *state, const char *data, int len, AshChang
 		default:
 			ok = mfail(&m, ERR_ACTION);
 			break;
+	}
+	/* a change carries its transaction's origin, which B gave */
+	if (ok && state->origins)
+	{
+		if (out->kind == ASH_CHANGE_BEGIN)
+		{
+			next.origin = origin;
+			out->u.begin.origin_id = origin;
+		}
+		else if ((out->kind != ASH_CHANGE_MESSAGE || out->u.message.transactional) &&
+				 origin != state->origin)
+			ok = mfail(&m, ERR_ORIGIN_MISMATCH);
 	}
 	if (!ok)
 	{

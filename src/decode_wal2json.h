@@ -25,6 +25,13 @@ typedef struct AshWal2jsonState
 	TransactionId xid;			/* of the open transaction */
 
 	/*
+	 * include-origin was asked for (origin => 'none'): every message
+	 * carries "origin", and the open transaction's is origin.
+	 */
+	bool		origins;
+	uint16		origin;
+
+	/*
 	 * Set by a failed decode when the message is well-formed but does not
 	 * match its table's description (a column unknown or of another type,
 	 * a column missing from an insert): the caller re-describes the table

@@ -926,12 +926,13 @@ wal2json_options(AshConn *conn)
 					 " \"include-timestamp\" 'true', \"include-schemas\" 'true',"
 					 " \"include-types\" 'false', \"include-type-oids\" 'true',"
 					 " \"include-typmod\" 'false', \"include-domain-data-type\" 'false',"
-					 " \"include-pk\" 'false', \"include-origin\" 'false',"
+					 " \"include-pk\" 'false', \"include-origin\" '%s',"
 					 " \"include-not-null\" 'false', \"include-default\" 'false',"
 					 " \"include-column-positions\" 'false', \"pretty-print\" 'false',"
 					 " \"write-in-chunks\" 'false',"
 					 " \"actions\" 'insert,update,delete,truncate',"
 					 " \"add-tables\" %s",
+					 cfg->origin_none ? "true" : "false",
 					 ash_conn_quote_literal(conn, tables.data));
 	session_streams = false;
 	streams_withheld = false;
@@ -1597,6 +1598,7 @@ receive_loop(void)
 		stream.conn->server_version >= 140000 ? 2 : 1;
 	dstate.wal2json.tables = w2j_tables;
 	dstate.wal2json.ntables = w2j_ntables;
+	dstate.wal2json.origins = cfg->origin_none; /* include-origin asked */
 
 	for (;;)
 	{

@@ -10,7 +10,8 @@
  *	  wal2json; the rest is a run of messages separated by newlines (as
  *	  test/fixtures/wal2json/basic.jsonl holds them), decoded in order with
  *	  one state describing that fixture's tables, so that a mutated change
- *	  inside a transaction is reached.  0x40 set (high bit clear):
+ *	  inside a transaction is reached (its low bit: include-origin
+ *	  asked).  0x40 set (high bit clear):
  *	  pglogical_output; the low two bits pick the decoder state
  *	  (fuzz_pglogical), the rest is one message.  The
  *	  decoder must return true or false, never crash, read out of bounds or
@@ -103,7 +104,7 @@ static AshRelation w2j_tables[] = {
 };
 
 static void
-fuzz_wal2json(const uint8_t *data, size_t size)
+fuzz_wal2json(uint8_t flags, const uint8_t *data, size_t size)
 {
 	AshWal2jsonState state;
 	size_t		start = 0;
@@ -111,6 +112,7 @@ fuzz_wal2json(const uint8_t *data, size_t size)
 	memset(&state, 0, sizeof(state));
 	state.tables = w2j_tables;
 	state.ntables = lengthof(w2j_tables);
+	state.origins = (flags & 1) != 0;	/* include-origin asked */
 	while (start <= size)
 	{
 		size_t		end = start;
@@ -183,7 +185,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	if (data[0] & 0x80)
 	{
-		fuzz_wal2json(data + 1, size - 1);
+		fuzz_wal2json(data[0], data + 1, size - 1);
 		return 0;
 	}
 	if (data[0] & 0x40)

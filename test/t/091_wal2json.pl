@@ -25,6 +25,8 @@
 #     a generated column (wal2json sends it) is skipped by the mapping, in
 #     the snapshot and in the stream;
 #  7. a NaN (written as null by wal2json) halts decoder_value_ambiguous;
+#  8. origin => 'none' skips source transactions written under a
+#     replication origin (include-origin), 'any' mirrors them;
 #  throughout: no row value in the destination's log or status.
 use strict;
 use warnings;
@@ -343,6 +345,36 @@ AshTest::wait_status($dst, 'w_nan', 'halted', 'decoder_value_ambiguous',
 	name => 'NaN, written as null by wal2json, halts decoder_value_ambiguous');
 is($dst->safe_psql('postgres', 'SELECT string_agg(id::text, \',\' ORDER BY id) FROM s_nan'), '1',
 	'the NaN transaction is not applied');
+
+# ---------------------------------------------------------------------------
+# 8. origin => 'none': wal2json says a transaction's origin only when asked
+#    (include-origin); a transaction written under a replication origin at
+#    the source is skipped, a local one mirrored; origin => 'any' mirrors
+#    both.
+# ---------------------------------------------------------------------------
+AshTest::both($src, $dst, 'CREATE TABLE s_orig (id int PRIMARY KEY, v text NOT NULL)');
+$dst->safe_psql('postgres', 'CREATE TABLE s_orig_any (id int PRIMARY KEY, v text NOT NULL)');
+$src->safe_psql('postgres', 'GRANT SELECT ON s_orig TO mirror');
+w2j_sink('w_none', ['s_orig'], maps => [ ['s_orig'] ], pipeline_extra => "origin => 'none'");
+w2j_sink('w_any', ['s_orig'], maps => [ [ 's_orig_any', source_table => 's_orig' ] ]);
+AshTest::wait_caught_up($src, $dst, $_, name => "$_ streams") for qw(w_none w_any);
+$src->safe_psql('postgres', q{
+INSERT INTO s_orig VALUES (1, 'local');
+SELECT pg_replication_origin_create('another_mirror');
+SELECT pg_replication_origin_session_setup('another_mirror');
+INSERT INTO s_orig VALUES (2, 'mirrored here');
+UPDATE s_orig SET v = 'changed by a mirror' WHERE id = 1;
+SELECT pg_replication_origin_session_reset();
+INSERT INTO s_orig VALUES (3, 'local again');
+});
+AshTest::wait_caught_up($src, $dst, $_, name => "$_ caught up") for qw(w_none w_any);
+is($dst->safe_psql('postgres', "SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM s_orig"),
+	'1:local,3:local again', "origin none: the transactions of another origin are skipped");
+is($dst->safe_psql('postgres', "SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM s_orig_any"),
+	'1:changed by a mirror,2:mirrored here,3:local again', 'origin any: every transaction mirrored');
+cmp_ok(AshTest::stat_row($dst, 'w_none')->{skipped_changes}, '>=', 2,
+	'origin none: the skipped changes are counted');
+is(AshTest::status_row($dst, 'w_none')->{state}, 'healthy', 'origin none: healthy');
 
 # ---------------------------------------------------------------------------
 # no values out

@@ -524,6 +524,36 @@ test_handmade(void)
 	(void) decode_str(&st, "{\"action\":\"C\",\"xid\":1000,\"timestamp\":\"2000-01-01 00:00:00+00\",\"lsn\":\"0/21\",\"nextlsn\":\"0/20\"}", &c, &err);
 	ok(st.in_xact, "a failed decode leaves the state as it was");
 
+	/* include-origin (origin => 'none'): the transaction's origin in BEGIN */
+	init_state(&st);
+	st.origins = true;
+	ok(decode_str(&st, "{\"action\":\"B\",\"xid\":1000,\"timestamp\":\"2000-01-01 00:00:00+00\",\"origin\":3,\"lsn\":\"0/10\",\"nextlsn\":\"0/20\"}", &c, &err) &&
+	   c.kind == ASH_CHANGE_BEGIN && c.u.begin.origin_id == 3 && st.origin == 3,
+	   "origins asked: BEGIN's origin read");
+	ok(decode_str(&st, "{\"action\":\"I\"," HDR ",\"origin\":3,\"schema\":\"public\",\"table\":\"full1\",\"columns\":[" C_ID("1") "," C_V("\"x\"") "]}", &c, &err) &&
+	   c.kind == ASH_CHANGE_INSERT,
+	   "origins asked: a change of the same origin decodes");
+	ok(!decode_str(&st, "{\"action\":\"I\"," HDR ",\"origin\":0,\"schema\":\"public\",\"table\":\"full1\",\"columns\":[" C_ID("1") "," C_V("\"x\"") "]}", &c, &err),
+	   "origins asked: a change of another origin than its BEGIN is refused");
+	ok(!decode_str(&st, T1(C_ID("1") "," C_V("\"x\"")), &c, &err),
+	   "origins asked: a change without origin is refused");
+	ok(decode_str(&st, "{\"action\":\"M\",\"xid\":null,\"timestamp\":null,\"origin\":null,\"lsn\":\"0/10\",\"transactional\":false,\"prefix\":\"p\",\"content\":\"\"}", &c, &err) &&
+	   c.kind == ASH_CHANGE_MESSAGE,
+	   "origins asked: a non-transactional message's origin may be null");
+	init_state(&st);
+	st.origins = true;
+	ok(decode_str(&st, "{\"action\":\"B\",\"xid\":1000,\"timestamp\":\"2000-01-01 00:00:00+00\",\"origin\":0,\"lsn\":\"0/10\",\"nextlsn\":\"0/20\"}", &c, &err) &&
+	   c.u.begin.origin_id == 0, "origins asked: a local transaction's origin is 0");
+	init_state(&st);
+	st.origins = true;
+	ok(!decode_str(&st, BEGIN_MSG, &c, &err) &&
+	   !decode_str(&st, "{\"action\":\"B\",\"xid\":1000,\"timestamp\":\"2000-01-01 00:00:00+00\",\"origin\":65536,\"lsn\":\"0/10\",\"nextlsn\":\"0/20\"}", &c, &err) &&
+	   !decode_str(&st, "{\"action\":\"B\",\"xid\":1000,\"timestamp\":\"2000-01-01 00:00:00+00\",\"origin\":null,\"lsn\":\"0/10\",\"nextlsn\":\"0/20\"}", &c, &err),
+	   "origins asked: BEGIN without an origin, out of range or null is refused");
+	init_state(&st);
+	ok(!decode_str(&st, "{\"action\":\"B\",\"xid\":1000,\"timestamp\":\"2000-01-01 00:00:00+00\",\"origin\":0,\"lsn\":\"0/10\",\"nextlsn\":\"0/20\"}", &c, &err),
+	   "origins not asked: an origin is an unknown key");
+
 	/* hostile shapes */
 	{
 		static const char *const bad[] = {
