@@ -11,7 +11,10 @@
 #                 a destination kill -9 mid-workload with a write audit on
 #                 both ends (effect-once: per key as many writes as the
 #                 source made)
-#   a snapshot (v1) of rows that predate the slot, attribute and context
+#   a snapshot (v1) of rows that predate the slot; an incremental snapshot
+#   copied in chunks while a workload of updates, deletes, inserts and key
+#   changes on the same table streams (stale and destination-only rows
+#   retired); attribute and context
 #   tenancy, encryption of a sensitive column, SCD2 history, an append log
 #   with logical messages (where a route may take them: pgoutput only;
 #   pglogical delivers none, wal2json cuts their content at a zero byte)
@@ -207,7 +210,8 @@ for my $dec (@run)
 		src_conf => $d->{src_conf} . "timezone = 'America/St_Johns'\ntrack_commit_timestamp = on\n",
 		dst_conf => "ash_replicant.keyring_file = 'keyring'\n");
 	AshTenancy::write_keyring($dst, 'keyring', 'message_digest 1 ' . AshTenancy::key_hex(9),
-		'column_encryption 1 ' . AshTenancy::key_hex(1));
+		'column_encryption 1 ' . AshTenancy::key_hex(1),
+		'snapshot_provenance 1 ' . AshTenancy::key_hex(3));
 
 	# the pipeline's role: no superuser
 	$src->safe_psql('postgres', q{
@@ -267,6 +271,7 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mirror;
 	}
 
 	snapshot($dec, $d, $src, $dst, $conn);
+	incremental($dec, $d, $src, $dst, $conn);
 	features($dec, $d, $src, $dst, $conn);
 	history($dec, $d, $src, $dst, $conn);
 	append_log($dec, $d, $src, $dst, $conn);
@@ -325,6 +330,57 @@ INSERT INTO pre VALUES (5000, 'new', NULL);
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$dec: changes after the snapshot applied");
 	AshTest::assert_mirror_equal($src, $dst, ['pre'], name => "$dec: snapshot and stream");
 	$hashes{$dec}{pre} = AshTest::table_hash($dst, 'pre');
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# An incremental snapshot: chunks copied between streamed transactions that
+# change the table being copied (the stream's transaction ids decide which
+# of a chunk's keys it leaves to the chunk).
+# ---------------------------------------------------------------------------
+sub incremental
+{
+	my ($dec, $d, $src, $dst, $conn) = @_;
+	my $sink = "incr_$dec";
+	my $cols = 'id integer PRIMARY KEY, v text NOT NULL, n integer NOT NULL DEFAULT 0, big text';
+
+	$src->safe_psql('postgres', qq{
+CREATE TABLE inc ($cols);
+ALTER TABLE inc ALTER COLUMN big SET STORAGE EXTERNAL;
+INSERT INTO inc SELECT g, 'v' || g, 0, CASE WHEN g % 500 = 0 THEN repeat(md5(g::text), 200) END
+	FROM generate_series(1, 40000) g;
+});
+	$dst->safe_psql('postgres', qq{
+CREATE TABLE inc ($cols, replica_fingerprint bytea, replica_seen_attempt bytea);
+INSERT INTO inc (id, v) VALUES (3, 'stale'), (900000, 'the source lacks it');
+});
+	AshTest::setup_pipeline($src, $dst, sink => $sink, connection => $conn,
+		$d->{table_set}->($src, $sink, 'inc'), marker => 0,
+		source_role => 'mirror', ignored_message_prefixes => ['evmsg'],
+		maps => [ [ 'inc', snapshot_provenance => 'true' ] ],
+		pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 250");
+	AshTest::wait_slot_consistent($src, $dst, $sink);
+	my $w = AshTest::start_workload($src, q{
+DO $$
+BEGIN
+	FOR i IN 1 .. 300 LOOP
+		UPDATE inc SET n = n + 1, v = 'u' || i WHERE id = (i * 67) % 40000 + 1;
+		DELETE FROM inc WHERE id = (i * 131) % 40000 + 1;
+		INSERT INTO inc VALUES (40000 + i, 'new' || i, 0, NULL);
+		UPDATE inc SET id = id + 100000 WHERE id = (i * 37) % 40000 + 1;
+		UPDATE inc SET n = n + 1 WHERE id = (i * 500) % 40000 + 500;	-- TOAST left unchanged
+		COMMIT;
+		PERFORM pg_sleep(0.005);
+	END LOOP;
+END $$;
+}, timeout => 300);
+	ok(AshTest::finish_workload($w), "$dec: incremental: the workload completed");
+	my ($last) = AshTest::commit_tracked($src, "UPDATE inc SET v = 'last' WHERE id = 2");
+	ok(AshTest::wait_lsn($src, $dst, $sink, $last), "$dec: incremental: caught up");
+	ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints"
+			  . " WHERE slot_name = '$sink'", 't'), "$dec: incremental: the snapshot completed");
+	AshTest::assert_mirror_equal($src, $dst, ['(SELECT id, v, n, big FROM inc)'], order_by => 'id',
+		name => "$dec: incremental snapshot and stream");
 	return;
 }
 
