@@ -1147,30 +1147,38 @@ check_columns(Doctor *d)
  * an old row's children will trip (apply_failed).  A snapshot copies them.
  */
 static void
+rows_fn(Doctor *d, void *arg);
+
+/* The mapped tables with rows, where the source server holds an origin. */
+static void
 origins_fn(Doctor *d, void *arg)
 {
-	*(bool *) arg = ash_source_has_origins(d->conn);
+	if (ash_source_has_origins(d->conn))
+		rows_fn(d, arg);
 }
 
 /*
- * A snapshot of a pipeline with origin => 'none' halts snapshot_unsupported
- * while the source server holds a replication origin (snapshot.c,
- * ash_snap_check_origins): fail while the checkpoint records no completed
- * snapshot, warn after (a table mapped later is copied, and halts).
+ * A snapshot of a pipeline with origin => 'none' copies no table with rows
+ * from a source server that holds a replication origin: it halts
+ * snapshot_unsupported (snapshot.c, ash_snap_refuse_origins).  Fail while
+ * the checkpoint records no completed snapshot, warn after one (only a
+ * table mapped later is copied then).
  */
 static void
 check_snapshot_origins(Doctor *d)
 {
-	bool		has_origins = false;
+	List	   *tables = NIL;
 	bool		complete = false;
-	ErrorData  *e = guarded(d, origins_fn, &has_origins);
+	ErrorData  *e = guarded(d, origins_fn, &tables);
+	StringInfoData detail;
+	ListCell   *lc;
 
 	if (e != NULL)
 	{
 		probe_failed(d, "existing_rows", probe_failure(d, e));
 		return;
 	}
-	if (!has_origins)
+	if (tables == NIL)
 	{
 		emit(d, "existing_rows", V_PASS, NULL);	/* the snapshot copies them */
 		return;
@@ -1193,10 +1201,15 @@ check_snapshot_origins(Doctor *d)
 		complete = SPI_processed > 0;
 		SPI_finish();
 	}
-	emit_detail(d, "existing_rows", complete ? V_WARN : V_FAIL, "snapshot_unsupported",
-				complete ?
-				"origin => 'none' and the source server holds replication origins: a table mapped from now on cannot be copied (docs/snapshots.md#origins)" :
-				"origin => 'none' and the source server holds replication origins: the snapshot cannot tell the rows they wrote from local ones (docs/snapshots.md#origins)");
+	initStringInfo(&detail);
+	appendStringInfoString(&detail,
+						   "origin => 'none' and the source server holds replication origins: a snapshot cannot tell the rows they wrote from local ones in ");
+	foreach(lc, tables)
+		appendStringInfo(&detail, "%s%s", lc == list_head(tables) ? "" : ", ", (char *) lfirst(lc));
+	appendStringInfoString(&detail, complete ?
+						   " (copied already; a table mapped from now on is not copied if it has rows)" :
+						   " (docs/snapshots.md#origins)");
+	emit_detail(d, "existing_rows", complete ? V_WARN : V_FAIL, "snapshot_unsupported", detail.data);
 }
 
 static void

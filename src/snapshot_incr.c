@@ -855,14 +855,11 @@ chunk_read(IncrChunk *c, bool may_ahead)
 	if (blcksz > 0 && c->high_lsn % blcksz <= SizeOfXLogLongPHD)
 		c->high_lsn -= c->high_lsn % blcksz;
 
-	/* read by the chunk's statement: under the chunk's snapshot */
-	if (ash_snap_cfg->origin_none)
-	{
-		bool		has_origins = PQgetisnull(res, h, 3) || PQgetlength(res, h, 3) != 5 ||
-			memcmp(PQgetvalue(res, h, 3), "false", 5) != 0;
-
-		ash_snap_check_origins(NULL, &has_origins);
-	}
+	/* origins read by the chunk's statement, under the chunk's snapshot */
+	if (ash_snap_cfg->origin_none && PQntuples(res) > 1 &&
+		(PQgetisnull(res, h, 3) || PQgetlength(res, h, 3) != 5 ||
+		 memcmp(PQgetvalue(res, h, 3), "false", 5) != 0))
+		ash_snap_refuse_origins(c->nspname, c->relname);
 }
 
 /* Forget a chunk read but not written. */

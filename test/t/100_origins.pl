@@ -13,9 +13,10 @@
 #   - a snapshot under origin => 'none' (docs/snapshots.md#origins) copies
 #     from a server that holds no replication origin (v1 and incremental);
 #     from one that holds an origin (P: its sink from Q writes there) it
-#     cannot tell mirrored rows from local ones: preflight fails
-#     existing_rows, and the worker halts snapshot_unsupported with nothing
-#     copied -- v1 before its first table, incremental at its first chunk;
+#     copies an empty table, but cannot tell mirrored rows from local ones
+#     in a table with rows: preflight fails existing_rows, and the worker
+#     halts snapshot_unsupported with nothing copied -- v1 before its first
+#     table, incremental at its first chunk;
 #   - origin is validated; dropping a sink drops its origin.
 use strict;
 use warnings;
@@ -247,20 +248,48 @@ is(origin_count($p, 'ash_replicant_from_q'), '1', 'P holds the origin of its sin
 $p->safe_psql($DB, q{
 	CREATE TABLE t3 (id bigint PRIMARY KEY, v text NOT NULL);
 	INSERT INTO t3 SELECT g, 'p ' || g FROM generate_series(1, 50) g;
-	CREATE PUBLICATION pub_t3 FOR TABLE t3;
+	CREATE TABLE t4 (id bigint PRIMARY KEY, v text NOT NULL);
+	CREATE TABLE t5 (id bigint PRIMARY KEY, v text NOT NULL);
+	CREATE PUBLICATION pub_t3 FOR TABLE t3, t5;
 	CREATE PUBLICATION pub_t3i FOR TABLE t3;
+	CREATE PUBLICATION pub_t4 FOR TABLE t4;
+	CREATE PUBLICATION pub_t4i FOR TABLE t4;
 });
 $q->safe_psql($DB, qq{
 	CREATE TABLE t3 (id bigint PRIMARY KEY, v text NOT NULL);
+	CREATE TABLE t5 (id bigint PRIMARY KEY, v text NOT NULL);
 	CREATE TABLE t3i (id bigint PRIMARY KEY, v text NOT NULL, $prov_cols);
+	CREATE TABLE t4e (id bigint PRIMARY KEY, v text NOT NULL);
+	CREATE TABLE t4i (id bigint PRIMARY KEY, v text NOT NULL, $prov_cols);
 });
-AshTest::setup_pipeline($p, $q, sink => 'snap_p', publication => 'pub_t3', maps => [ ['t3'] ],
+
+# an empty table holds nothing to tell apart: copied under either mode
+AshTest::setup_pipeline($p, $q, sink => 'empty_p', publication => 'pub_t4',
+	maps => [ [ 't4e', source_table => 't4' ] ],
+	pipeline_extra => "origin => 'none', go_forward_only => false, snapshot => 'v1'", start => 0);
+is($q->safe_psql($DB,
+		"SELECT verdict FROM ash_replicant_preflight('empty_p') WHERE check_name = 'existing_rows'"),
+	'pass', 'origin none, a source holding an origin, its table empty: preflight passes existing_rows');
+AshTest::start_sink($q, 'empty_p');
+AshTest::setup_pipeline($p, $q, sink => 'empty_pi', publication => 'pub_t4i', marker => 0,
+	maps => [ [ 't4i', source_table => 't4', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "origin => 'none', go_forward_only => false, snapshot => 'incremental'");
+AshTest::wait_slot_consistent($p, $q, 'empty_pi');
+($after) = AshTest::commit_tracked($p, "INSERT INTO t4 VALUES (1, 'written on P after the copies')");
+AshTest::wait_caught_up($p, $q, 'empty_p', name => 'v1 of an empty table from P: caught up');
+ok(AshTest::wait_lsn($p, $q, 'empty_pi', $after), 'incremental of an empty table from P: caught up');
+is($q->safe_psql($DB, "SELECT (SELECT string_agg(v, ',') FROM t4e) || '|' || (SELECT string_agg(v, ',') FROM t4i)"),
+	'written on P after the copies|written on P after the copies', 'both streamed the row written after');
+
+# a table with rows: refused
+AshTest::setup_pipeline($p, $q, sink => 'snap_p', publication => 'pub_t3', maps => [ ['t3'], ['t5'] ],
 	pipeline_extra => "origin => 'none', go_forward_only => false, snapshot => 'v1'", start => 0);
 my $pf = $q->safe_psql($DB,
 	"SELECT verdict || ':' || coalesce(reason, '') || ':' || coalesce(detail, '')"
 	  . " FROM ash_replicant_preflight('snap_p') WHERE check_name = 'existing_rows'");
-like($pf, qr/^fail:snapshot_unsupported:.*replication origins/,
-	'origin none, a snapshot, a source holding an origin: preflight fails existing_rows');
+like($pf, qr/^fail:snapshot_unsupported:.*replication origins.* in public\.t3 \(/,
+	'origin none, a snapshot, a source holding an origin: preflight fails existing_rows, naming the table with rows');
+unlike($pf, qr/t5/, 'and not the table that has none');
 AshTest::start_sink($q, 'snap_p');
 AshTest::wait_status($q, 'snap_p', 'halted', 'snapshot_unsupported', src => $p,
 	name => 'v1: the worker halts snapshot_unsupported');
