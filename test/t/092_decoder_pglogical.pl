@@ -4,7 +4,9 @@
 # with pglogical preloaded, a node and a replication set, consumed by a
 # NON-superuser replication role through pglogical_output (allowed by
 # output_plugin_libraries).  Mirrors types, TOAST, key changes, NULLs and
-# deletes, compared by content hash; effect-once across a kill -9 of the
+# deletes, compared by content hash; a transaction with a replication
+# origin mirrored (forward_origins all), and skipped under origin => 'none';
+# effect-once across a kill -9 of the
 # destination (an audit trigger counts every write); TRUNCATE, which
 # pglogical queues in pglogical.queue, applied per on_truncate (mirror,
 # ignored for an ignored table, halt), also as the first change of a
@@ -119,6 +121,32 @@ INSERT INTO ash_marker_pgl VALUES (100, 'after the origin');
 AshTest::poll($dst, "SELECT count(*) FROM ash_marker_pgl WHERE id = 100", '1');
 is($dst->safe_psql($DB, "SELECT v FROM accounts WHERE k1 = 77"), 'forwarded',
 	'a change with a replication origin is mirrored (forward_origins all)');
+
+# origin => 'none': pglogical says the origin (an Origin message after
+# BEGIN), and the transactions that carry one are skipped
+AshTest::both($src, $dst, 'CREATE TABLE onone (id int PRIMARY KEY, v text NOT NULL)');
+$src->safe_psql($DB, q{
+SELECT pglogical.create_replication_set('none_set');
+SELECT pglogical.replication_set_add_table('none_set', 'onone');
+GRANT SELECT ON onone TO mirror;
+});
+AshTest::setup_pipeline($src, $dst,
+	sink => 'pgl_none', decoder => 'pglogical', replication_sets => ['none_set'], connection => $conn,
+	marker => 0, maps => [ ['onone'] ], pipeline_extra => "origin => 'none'");
+AshTest::wait_status($dst, 'pgl_none', 'healthy', undef, src => $src);
+AshTest::wait_slot_consistent($src, $dst, 'pgl_none');
+$src->safe_psql($DB, q{
+INSERT INTO onone VALUES (1, 'local');
+SELECT pg_replication_origin_session_setup('upstream');
+INSERT INTO onone VALUES (2, 'mirrored here');
+UPDATE onone SET v = 'changed by a mirror' WHERE id = 1;
+SELECT pg_replication_origin_session_reset();
+});
+my ($none_last) = AshTest::commit_tracked($src, "INSERT INTO onone VALUES (3, 'local again')");
+ok(AshTest::wait_lsn($src, $dst, 'pgl_none', $none_last), 'origin none under pglogical: caught up');
+is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM onone"),
+	'1:local,3:local again', 'origin none under pglogical: the transactions of an origin are skipped');
+AshTest::stop_sink($dst, 'pgl_none');
 
 # effect-once across a kill -9 of the destination mid-stream
 $src->safe_psql($DB, q{
