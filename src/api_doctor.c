@@ -1149,6 +1149,27 @@ check_columns(Doctor *d)
 static void
 rows_fn(Doctor *d, void *arg);
 
+/* Types of checkpoint_key's values. */
+static Oid	checkpoint_key_types[3] = {TEXTOID, TEXTOID, TEXTOID};
+
+/*
+ * The sink's checkpoint key as statement parameters ($1..$3), then an SPI
+ * connection to run them on (the caller calls SPI_finish).  False, with
+ * nothing connected, while the pipeline names no source yet.
+ */
+static bool
+checkpoint_key(Doctor *d, Datum values[3])
+{
+	if (empty(d->f.sysid) || empty(d->f.database))
+		return false;
+	values[0] = CStringGetTextDatum(d->f.sysid);
+	values[1] = CStringGetTextDatum(d->f.database);
+	values[2] = CStringGetTextDatum(d->f.slot_name);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	return true;
+}
+
 /* The mapped tables with rows, where the source server holds an origin. */
 static void
 origins_fn(Doctor *d, void *arg)
@@ -1169,6 +1190,7 @@ check_snapshot_origins(Doctor *d)
 {
 	List	   *tables = NIL;
 	bool		complete = false;
+	Datum		values[3];
 	ErrorData  *e = guarded(d, origins_fn, &tables);
 	StringInfoData detail;
 	ListCell   *lc;
@@ -1183,20 +1205,12 @@ check_snapshot_origins(Doctor *d)
 		emit(d, "existing_rows", V_PASS, NULL);	/* the snapshot copies them */
 		return;
 	}
-	if (!empty(d->f.sysid) && !empty(d->f.database))
+	if (checkpoint_key(d, values))
 	{
-		Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
-		Datum		values[3];
-
-		values[0] = CStringGetTextDatum(d->f.sysid);
-		values[1] = CStringGetTextDatum(d->f.database);
-		values[2] = CStringGetTextDatum(d->f.slot_name);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "ash_replicant: SPI_connect failed");
 		if (SPI_execute_with_args("SELECT 1 FROM ash_replicant.checkpoints c"
 								  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 								  "   AND pg_catalog.to_jsonb(c) OPERATOR(pg_catalog.->>) 'snapshot_phase' = 'complete'",
-								  3, types, values, NULL, true, 0) != SPI_OK_SELECT)
+								  3, checkpoint_key_types, values, NULL, true, 0) != SPI_OK_SELECT)
 			elog(ERROR, "ash_replicant: checkpoint read failed");
 		complete = SPI_processed > 0;
 		SPI_finish();
@@ -1232,18 +1246,13 @@ rows_fn(Doctor *d, void *arg)
 static bool
 recorded_uncopied(Doctor *d, List **tables)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Oid		   *types = checkpoint_key_types;
 	Datum		values[3];
 	bool		found = false;
 
 	*tables = NIL;
-	if (empty(d->f.sysid) || empty(d->f.database))
+	if (!checkpoint_key(d, values))
 		return false;
-	values[0] = CStringGetTextDatum(d->f.sysid);
-	values[1] = CStringGetTextDatum(d->f.database);
-	values[2] = CStringGetTextDatum(d->f.slot_name);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "ash_replicant: SPI_connect failed");
 	if (SPI_execute_with_args("SELECT u FROM ash_replicant.checkpoints c,"
 							  " LATERAL pg_catalog.jsonb_array_elements_text("
 							  "   pg_catalog.to_jsonb(c) OPERATOR(pg_catalog.->) 'go_forward_uncopied') u"
