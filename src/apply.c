@@ -1626,14 +1626,34 @@ apply_truncate(AshChange *c)
 	for (int i = 0; i < c->u.truncate.nrelids; i++)
 	{
 		AshApplyRel *rel = rel_for_change(c->u.truncate.relids[i]);
+		StringInfoData keep;
+		int			nkeep = 0;
+		Oid		   *keep_types = NULL;
+		Datum	   *keep_values = NULL;
+		bool		keeps = false;
 
 		if (rel == NULL)
 			continue;			/* ignored source: truncate ignored too */
+		ash_apply_errctx.relation = rel->target_name;
+		initStringInfo(&keep);
 		if (!below_floor(rel) && meta.snapshot_attempt == NULL && ash_incr_judging())
-			ash_incr_check_truncate(rel, meta.xid);
+			keeps = ash_incr_truncate_keep(rel, meta.xid, &keep, &nkeep, &keep_types,
+										   &keep_values);
 		if (below_floor(rel))
 			continue;			/* its copy was taken after this truncate */
-		ash_apply_errctx.relation = rel->target_name;
+
+		/*
+		 * An incremental chunk copied rows written after the truncate: a
+		 * mirror keeps them (the truncate removes every other row);
+		 * closing versions cannot keep a chunk's version apart from the
+		 * history it closed.
+		 */
+		if (keeps && strcmp(rel->map->on_truncate, "halt") != 0 &&
+			!(strcmp(rel->map->on_truncate, "mirror") == 0 &&
+			  strategy_for(rel) == &ash_scd1_strategy))
+			ash_halt("snapshot_state_invalid",
+					 "a TRUNCATE of %s that a chunk copied after, under on_truncate %s of a history: reset the checkpoint to copy it again",
+					 rel->target_name, rel->map->on_truncate);
 		if (TransactionIdIsValid(stream_xid))
 			stream_note_change(strategy_for(rel) == &ash_scd1_strategy, c->xid);
 		if (strcmp(rel->map->on_truncate, "halt") != 0 &&
@@ -1656,7 +1676,17 @@ apply_truncate(AshChange *c)
 		{
 			PushActiveSnapshot(GetTransactionSnapshot());
 			as_owner_begin(&save_userid, &save_sec);
-			strategy_for(rel)->truncate(rel, rel->target_default);
+			if (keeps)
+			{
+				ash_scd1_truncate_keeping(rel, rel->target_default, keep.data, nkeep,
+										  keep_types, keep_values);
+				ereport(LOG,
+						(errmsg("ash_replicant event=snapshot.truncate_kept_chunks sink=%s table=%s",
+								apply_cfg->sink_name,
+								quote_qualified_identifier(rel->remote.nspname, rel->remote.relname))));
+			}
+			else
+				strategy_for(rel)->truncate(rel, rel->target_default);
 			as_owner_end(save_userid, save_sec);
 			PopActiveSnapshot();
 			table_stats_count(rel, rel->target_default, NULL, STAT_TRUNCATED);

@@ -1156,13 +1156,26 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 static void
 scd1_truncate(AshApplyRel *rel, AshApplyTarget *tgt)
 {
+	ash_scd1_truncate_keeping(rel, tgt, NULL, 0, NULL, NULL);
+}
+
+/*
+ * The truncate's DELETE, leaving the rows for which keep holds (NULL: none
+ * left) -- its values are parameters, never statement text.
+ */
+void
+ash_scd1_truncate_keeping(AshApplyRel *rel, AshApplyTarget *tgt, const char *keep,
+						  int nargs, Oid *types, Datum *values)
+{
 	StringInfoData sql;
 	int			ret;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "DELETE FROM %s", tgt->name);
-	ret = SPI_execute(sql.data, false, 0);
+	if (keep != NULL)
+		appendStringInfo(&sql, " WHERE NOT (%s)", keep);
+	ret = SPI_execute_with_args(sql.data, nargs, types, values, NULL, false, 0);
 	MemoryContextSwitchTo(cxt);
 	if (ret != SPI_OK_DELETE)
 		elog(ERROR, "ash_replicant: truncate mirror failed");

@@ -80,6 +80,10 @@ typedef struct AshApplyStrategy
 } AshApplyStrategy;
 
 extern const AshApplyStrategy ash_scd1_strategy;
+
+/* SCD1's truncate (on_truncate mirror), leaving the rows keep holds for. */
+extern void ash_scd1_truncate_keeping(AshApplyRel *rel, AshApplyTarget *tgt, const char *keep,
+									  int nargs, Oid *types, Datum *values);
 extern const AshApplyStrategy ash_scd2_strategy;	/* apply_scd2.c */
 extern const AshApplyStrategy ash_append_strategy;	/* apply_append.c */
 

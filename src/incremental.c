@@ -606,25 +606,87 @@ ash_incr_marks_seen(AshApplyRel *rel)
 	return t != NULL && !t->done && attempt_id != NULL;
 }
 
-void
-ash_incr_check_truncate(AshApplyRel *rel, TransactionId xid)
+bool
+ash_incr_truncate_keep(AshApplyRel *rel, TransactionId xid, StringInfo keep, int *nargs,
+					   Oid **types, Datum **values)
 {
 	IncrTable  *t = table_of(rel);
 	ListCell   *lc;
+	int		   *tcol;
+	int			cap;
 
+	*nargs = 0;
 	if (t == NULL)
-		return;
+		return false;
 	if (!t->done)
 		ash_incr_note_xid(xid);
 	foreach(lc, t->windows)
+		if (shows(&((IncrWindow *) lfirst(lc))->snap, xid))
+			break;
+	if (lc == NULL)
+		return false;
+
+	/*
+	 * Each key column as a target column of its own type, in the clear:
+	 * only then do the target's rows say which window holds them.
+	 */
+	locate_keys(t, rel);
+	tcol = palloc(sizeof(int) * t->nkeys);
+	for (int i = 0; i < t->nkeys; i++)
+	{
+		tcol[i] = -1;
+		for (int c = 0; c < rel->ncols; c++)
+			if (rel->cols[c].remote_idx == t->remote_idx[i] &&
+				rel->cols[c].typid == t->keys[i].typid && !rel->cols[c].encrypt)
+				tcol[i] = c;
+		if (tcol[i] < 0)
+			ash_halt("snapshot_state_invalid",
+					 "a TRUNCATE of %s that a chunk copied after, whose key column %s is not a target column of its type: reset the checkpoint to copy it again",
+					 quote_qualified_identifier(t->nspname, t->relname),
+					 quote_identifier(t->keys[i].name));
+	}
+
+	cap = 2 * t->nkeys * list_length(t->windows);
+	*types = palloc(sizeof(Oid) * cap);
+	*values = palloc(sizeof(Datum) * cap);
+	foreach(lc, t->windows)
 	{
 		IncrWindow *w = lfirst(lc);
+		Datum	   *bound[2] = {w->lo, w->hi};
+		const char *op[2] = {">", "<="};
+		bool		first = true;
 
-		if (shows(&w->snap, xid))
-			ash_halt("snapshot_state_invalid",
-					 "a TRUNCATE of %s that a chunk copied after: reset the checkpoint to copy it again",
-					 quote_qualified_identifier(t->nspname, t->relname));
+		if (!shows(&w->snap, xid))
+			continue;
+		appendStringInfoString(keep, keep->len > 0 ? " OR (" : "(");
+		for (int b = 0; b < 2; b++)
+		{
+			if (bound[b] == NULL)
+				continue;		/* unbounded on this side */
+			appendStringInfoString(keep, first ? "(" : " AND (");
+			first = false;
+			for (int i = 0; i < t->nkeys; i++)
+			{
+				AshTargetCol *col = &rel->cols[tcol[i]];
+
+				appendStringInfo(keep, "%s%s%s", i ? ", " : "", quote_identifier(col->name),
+								 type_is_collatable(col->typid) ? " COLLATE \"C\"" : "");
+			}
+			appendStringInfo(keep, ") %s (", op[b]);
+			for (int i = 0; i < t->nkeys; i++)
+			{
+				(*types)[*nargs] = t->keys[i].typid;
+				(*values)[*nargs] = bound[b][i];
+				(*nargs)++;
+				appendStringInfo(keep, "%s$%d", i ? ", " : "", *nargs);
+			}
+			appendStringInfoChar(keep, ')');
+		}
+		if (first)
+			appendStringInfoString(keep, "true"); /* one window holds every key */
+		appendStringInfoChar(keep, ')');
 	}
+	return true;
 }
 
 bool

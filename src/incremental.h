@@ -16,6 +16,7 @@
 #define ASH_INCREMENTAL_H
 
 #include "access/xlogdefs.h"
+#include "lib/stringinfo.h"
 
 #include "apply_strategy.h"
 #include "change.h"
@@ -103,11 +104,16 @@ extern void ash_incr_judge(AshApplyRel *rel, AshChange *c, TransactionId xid,
 extern bool ash_incr_marks_seen(AshApplyRel *rel);
 
 /*
- * A TRUNCATE of rel in transaction xid: halts snapshot_state_invalid when
- * an open window's snapshot already shows it (the chunk holds rows written
- * after it, which the truncate would remove).
+ * A TRUNCATE of rel in transaction xid.  Does an open window's snapshot
+ * already show it?  Then a chunk copied rows written after it, which the
+ * truncate must leave: returns true with keep a condition on the target's
+ * columns that holds for the keys of those windows ($1..$nargs, of types
+ * and values), the rows the truncate keeps.  A key column that is no
+ * target column of its own type (skipped, encrypted, converted) halts
+ * snapshot_state_invalid: the rows cannot be told apart.
  */
-extern void ash_incr_check_truncate(AshApplyRel *rel, TransactionId xid);
+extern bool ash_incr_truncate_keep(AshApplyRel *rel, TransactionId xid, StringInfo keep,
+								   int *nargs, Oid **types, Datum **values);
 
 /*
  * The transactions noted, for a helper to check its chunk's snapshot
