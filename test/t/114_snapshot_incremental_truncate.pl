@@ -23,6 +23,7 @@
 #           copied after a truncate removed and written again, no row of
 #           before a truncate written after it); nothing of before the last
 #           truncate is left.
+#   composite  the same for a (text, integer) key.
 #   close   an SCD2 target with on_truncate 'close': closing cannot keep a
 #           chunk's version apart from the history it closed: halts
 #           snapshot_state_invalid, history and checkpoint unchanged.
@@ -151,6 +152,35 @@ is(q_dst("SELECT count(*) FROM (SELECT 1 FROM audit WHERE op IN ('INSERT', 'DELE
 	  . " GROUP BY op, lbl, grp) t");
 cmp_ok(kept('tr'), '>=', 2, 'truncates that kept chunks\' rows: ' . kept('tr'));
 like(big_row('tr'), qr{^copied/}, 'big recorded copied');
+
+# ---------------------------------------------------------------------------
+# composite  a two-column key, text (under "C", as incremental requires)
+#            and integer: the kept ranges compare as the chunks ordered
+# ---------------------------------------------------------------------------
+q_src(q{
+CREATE TABLE pair (a text COLLATE "C", b integer, v text NOT NULL, PRIMARY KEY (a, b));
+INSERT INTO pair SELECT 'k' || lpad((g % 997)::text, 4, '0'), g / 997, 'orig' FROM generate_series(1, 120000) g;
+CREATE PUBLICATION pub_k FOR TABLE pair;
+});
+q_dst(qq{
+CREATE TABLE pair (a text, b integer, v text NOT NULL, $prov, PRIMARY KEY (a, b));
+INSERT INTO pair (a, b, v) VALUES ('k0000', 999999, 'the source never had it');
+});
+AshTest::setup_pipeline($src, $dst, sink => 'tk', publication => 'pub_k', marker => 0,
+	maps => [ [ 'pair', snapshot_provenance => 'true', on_truncate => 'mirror' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
+ok(AshTest::poll($dst, "SELECT state = 'pending' AND rows_copied > 20000 FROM ash_replicant.snapshot_tables"
+		  . " WHERE slot_name = 'tk'"), 'composite: pair is being copied');
+my ($pair_commit) = AshTest::commit_tracked($src,
+	"TRUNCATE pair; INSERT INTO pair SELECT 'k' || lpad((g % 991)::text, 4, '0'), g / 991, 'after'"
+	  . " FROM generate_series(1, 200000) g");
+ok(AshTest::wait_lsn($src, $dst, 'tk', $pair_commit), 'composite: the truncate is applied');
+ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.truncate_kept_chunks sink=tk table=public\.pair/)) >= 1,
+	'composite: it kept what chunks copied after it');
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = 'tk'"),
+	'composite: the attempt completes');
+AshTest::assert_mirror_equal($src, $dst, ['(SELECT a, b, v FROM pair)'], order_by => 'a, b',
+	name => 'composite: mirror = source');
 
 # ---------------------------------------------------------------------------
 # close
