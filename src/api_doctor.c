@@ -1147,7 +1147,13 @@ check_columns(Doctor *d)
  * an old row's children will trip (apply_failed).  A snapshot copies them.
  */
 static void
-rows_fn(Doctor *d, void *arg);
+rows_fn(Doctor *d, void *arg)
+{
+	MemoryContext old = MemoryContextSwitchTo(d->cxt);
+
+	*(List **) arg = ash_source_tables_with_rows(d->conn, d->mappings, d->rels);
+	MemoryContextSwitchTo(old);
+}
 
 /* Types of checkpoint_key's values. */
 static Oid	checkpoint_key_types[3] = {TEXTOID, TEXTOID, TEXTOID};
@@ -1224,15 +1230,6 @@ check_snapshot_origins(Doctor *d)
 						   " (copied already; a table mapped from now on is not copied if it has rows)" :
 						   " (docs/snapshots.md#origins)");
 	emit_detail(d, "existing_rows", complete ? V_WARN : V_FAIL, "snapshot_unsupported", detail.data);
-}
-
-static void
-rows_fn(Doctor *d, void *arg)
-{
-	MemoryContext old = MemoryContextSwitchTo(d->cxt);
-
-	*(List **) arg = ash_source_tables_with_rows(d->conn, d->mappings, d->rels);
-	MemoryContextSwitchTo(old);
 }
 
 /*

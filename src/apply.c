@@ -1635,10 +1635,12 @@ apply_truncate(AshChange *c)
 		if (rel == NULL)
 			continue;			/* ignored source: truncate ignored too */
 		ash_apply_errctx.relation = rel->target_name;
-		initStringInfo(&keep);
 		if (!below_floor(rel) && meta.snapshot_attempt == NULL && ash_incr_judging())
+		{
+			initStringInfo(&keep);
 			keeps = ash_incr_truncate_keep(rel, meta.xid, &keep, &nkeep, &keep_types,
 										   &keep_values);
+		}
 		if (below_floor(rel))
 			continue;			/* its copy was taken after this truncate */
 
