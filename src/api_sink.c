@@ -61,6 +61,7 @@
 
 #include "errors.h"
 #include "launcher.h"
+#include "mapping_validate.h"
 #include "origin.h"
 #include "qualname.h"
 #include "shmem.h"
@@ -844,6 +845,10 @@ check_route_table_state_mirror(AshSinkInfo *sink, Oid relid, const char *relname
 		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_ROUTE, "message_route_invalid",
 				   "the owner of sink \"%s\" may not INSERT into target %s",
 				   sink->sink_name, relname);
+	if (ash_rls_applies_to_owner(rel, sink->owner))
+		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_ROUTE, "message_route_invalid",
+				   "row-level security of target %s applies to the owner of sink \"%s\"",
+				   relname, sink->sink_name);
 
 	/* a mirrored table is not a message outbox */
 	{

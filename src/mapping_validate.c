@@ -962,6 +962,24 @@ check_owner_privileges(ValidateCtx *cx)
 		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, MAPPING_STAGE, "config_invalid",
 				   "sink owner %s lacks %s on target %s", rolname, privs[i].name, cx->relname);
 	}
+
+	/*
+	 * A policy would hide rows from the owner's deletes, a TRUNCATE's
+	 * delete and a snapshot's retirement, which would pass over them without
+	 * a word; the worker's row_security = off turns that into an error at
+	 * the first write, this into a refusal before it.
+	 */
+	if (ash_rls_applies_to_owner(cx->rel, owner))
+		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, MAPPING_STAGE, "config_invalid",
+				   "row-level security of target %s applies to sink owner %s: make the owner own the table, or give it BYPASSRLS, or disable row-level security on the table",
+				   cx->relname, rolname);
+}
+
+bool
+ash_rls_applies_to_owner(Relation rel, Oid owner)
+{
+	return rel->rd_rel->relrowsecurity && !has_bypassrls_privilege(owner) &&
+		!pg_class_ownercheck(RelationGetRelid(rel), owner);
 }
 
 /* A target column written from the source must exist and be writable. */

@@ -33,6 +33,7 @@
 #include "nodes/pg_list.h"
 #include "utils/array.h"
 #include "utils/jsonb.h"
+#include "utils/relcache.h"
 
 typedef enum AshOnTruncate
 {
@@ -188,6 +189,16 @@ extern List *ash_mapping_name_list(ArrayType *arr, const char *option);
 
 /* Fill source_schema/source_table from the target where they are NULL. */
 extern void ash_mapping_default_source(AshMappingSpec *m);
+
+/*
+ * Would row-level security of relid filter what owner reads and writes
+ * there?  The worker writes as the sink owner with row_security off and
+ * FORCE ROW LEVEL SECURITY not applied to a table's owner
+ * (docs/sql-api-mapping.md, "Row-level security"): so only when the table
+ * has it enabled and owner neither owns the table nor bypasses it
+ * (BYPASSRLS, a superuser).
+ */
+extern bool ash_rls_applies_to_owner(Relation rel, Oid owner);
 
 /*
  * Validate m against its sink and the destination catalogs: every rule of

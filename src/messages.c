@@ -604,7 +604,8 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 
 	/* the effect is the sink owner's write */
 	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(cfg->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	SetUserIdAndSecContext(cfg->owner,
+						   save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
 	(void) ash_spi_execute(rp->effect, values, nulls,
 						   OidIsValid(rp->route->target) ? SPI_OK_INSERT : SPI_OK_SELECT);
 	SetUserIdAndSecContext(save_userid, save_sec);

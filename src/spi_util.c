@@ -151,7 +151,10 @@ ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
  * A worker's process settings (the pipeline worker's and its snapshot
  * helpers'): freed memory is kept for the next transaction (below); mirrored
  * writes commit asynchronously (feedback waits for the local
- * flush), fire ordinary triggers as the origin, and never JIT-compile: a
+ * flush), fire ordinary triggers as the origin, are never filtered by a
+ * row-level security policy (row_security off: a statement a policy would
+ * filter fails instead, docs/sql-api-mapping.md, "Row-level security"), and
+ * never JIT-compile: a
  * worker's statements are short and its catalog queries (the census's
  * contract recheck) cost more than jit_above_cost, and compiling one took
  * about a second of the worker's time in which nothing was applied
@@ -176,6 +179,7 @@ ash_worker_session_settings(void)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("row_security", "off", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 ErrorData *
