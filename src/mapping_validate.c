@@ -1622,6 +1622,60 @@ ash_mapping_check_shared_target(AshMappingSpec *m, bool lock)
 	}
 }
 
+/*
+ * Keys compare as the source compares them.  Under a nondeterministic
+ * collation two keys the source tells apart ('A' and 'a' under a
+ * case-insensitive one) are one target row: the second key's write lands
+ * on the first's row, and a tenant's scope takes in another tenant's rows,
+ * without a word.  So no column of the identity (in its index or as a
+ * column compared by the apply's statements) and no tenant column may
+ * compare under one.
+ */
+static bool
+nondeterministic(Oid collation)
+{
+	return OidIsValid(collation) && !get_collation_isdeterministic(collation);
+}
+
+static void
+check_key_collations(ValidateCtx *cx)
+{
+	AshMappingSpec *m = cx->m;
+	const char *reason = m->append_log ? "append_log_invalid" :
+		m->history_strategy == ASH_HISTORY_SCD2 ? "history_invalid" : "config_invalid";
+
+	if (OidIsValid(m->identity_index))
+	{
+		Relation	idx = index_open(m->identity_index, AccessShareLock);
+
+		for (int k = 0; k < idx->rd_index->indnkeyatts; k++)
+		{
+			AttrNumber	attnum = idx->rd_index->indkey.values[k];
+			Form_pg_attribute att;
+
+			if (attnum <= 0)
+				continue;
+			att = TupleDescAttr(cx->desc, attnum - 1);
+			if (nondeterministic(idx->rd_indcollation[k]) ||
+				nondeterministic(att->attcollation))
+				REJECT(reason,
+					   "column %s of the identity of target %s compares under a nondeterministic collation: keys the source tells apart would be one row",
+					   qname(NameStr(att->attname)), cx->relname);
+		}
+		index_close(idx, AccessShareLock);
+	}
+	if (m->tenant_strategy == ASH_TENANT_ATTRIBUTE)
+	{
+		Form_pg_attribute att = find_column(cx->desc,
+											ash_mapspec_target_column(m, m->tenant_column));
+
+		if (att != NULL && nondeterministic(att->attcollation))
+			REJECT("tenant_attribute_invalid",
+				   "tenant target column %s compares under a nondeterministic collation: tenants the source tells apart would share rows",
+				   qname(NameStr(att->attname)));
+	}
+}
+
 void
 ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink)
 {
@@ -1657,6 +1711,7 @@ ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink)
 		check_history_target(&cx);
 	else
 		check_scd1_identity(&cx);
+	check_key_collations(&cx);
 	if (m->snapshot_provenance)
 		check_provenance_target(&cx);
 

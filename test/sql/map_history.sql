@@ -238,6 +238,23 @@ SELECT history_business_key, history_current_column, upsert_identity, on_truncat
   FROM ash_replicant.resources WHERE resource_id = :orders_id;
 
 ---------------------------------------------------------------------------
+-- a business key compared under a nondeterministic collation: two keys the
+-- source tells apart would share one history
+---------------------------------------------------------------------------
+CREATE COLLATION mh.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE TABLE mh.ci_hist (
+    version_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    code text COLLATE mh.ci NOT NULL,
+    amount numeric,
+    valid_from_lsn bigint NOT NULL,
+    valid_to_lsn bigint,
+    UNIQUE (code, valid_from_lsn)
+);
+CREATE UNIQUE INDEX ci_hist_open ON mh.ci_hist (code) WHERE valid_to_lsn IS NULL;
+SELECT ash_replicant_map_table('mh_sink', 'mh.ci_hist', history_strategy => 'scd2',
+       history_business_key => '{code}');
+
+---------------------------------------------------------------------------
 -- cleanup
 ---------------------------------------------------------------------------
 SELECT ash_replicant_drop_sink('mh_sink');

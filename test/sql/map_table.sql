@@ -432,6 +432,26 @@ SELECT ash_replicant_map_table('mt_mirror', 'mt.prov', snapshot_provenance => tr
 SELECT snapshot_provenance, tenant_strategy FROM ash_replicant.resources WHERE resource_id = :prov_id;
 
 ---------------------------------------------------------------------------
+-- keys compared under a nondeterministic collation: two keys the source
+-- tells apart ('A', 'a') would be one target row
+---------------------------------------------------------------------------
+CREATE COLLATION mt.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE TABLE mt.ci_key (email text COLLATE mt.ci PRIMARY KEY, note text);
+CREATE TABLE mt.ci_index (email text NOT NULL, note text);
+CREATE UNIQUE INDEX ci_index_email ON mt.ci_index (email COLLATE mt.ci);
+CREATE TABLE mt.ci_tenant (id bigint PRIMARY KEY, org text COLLATE mt.ci NOT NULL, note text);
+CREATE TABLE mt.ci_ok (email text COLLATE "C" PRIMARY KEY, org text NOT NULL, note text COLLATE mt.ci);
+GRANT SELECT, INSERT, UPDATE, DELETE ON mt.ci_key, mt.ci_index, mt.ci_tenant, mt.ci_ok TO regress_map_owner;
+SELECT ash_replicant_map_table('mt_mirror', 'mt.ci_key');
+SELECT ash_replicant_map_table('mt_mirror', 'mt.ci_index', upsert_identity => 'ci_index_email');
+SELECT ash_replicant_map_table('mt_mirror', 'mt.ci_tenant', tenant_column => 'org',
+       tenant_strategy => 'attribute');
+-- a nondeterministic collation on a column that is no key: accepted
+SELECT ash_replicant_map_table('mt_mirror', 'mt.ci_ok', tenant_column => 'org',
+       tenant_strategy => 'attribute') > 0 AS ci_ok_mapped;
+SELECT ash_replicant_unmap_table('mt_mirror', 'mt.ci_ok');
+
+---------------------------------------------------------------------------
 -- a rejected call changes nothing
 ---------------------------------------------------------------------------
 SELECT count(*) AS mappings, mt.version('mt_mirror') AS version
