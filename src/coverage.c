@@ -245,6 +245,81 @@ ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
 	return false;
 }
 
+/*
+ * Does the target type tell apart every two keys the source type tells
+ * apart?  A key column that compares coarser makes two source rows one
+ * target row (text into citext: 'A' and 'a'; numeric into double
+ * precision: 0.1 and 0.1000000000000000001), and the second's write lands
+ * on the first's without a word.  Kept apart: the same type (a user type
+ * by name, as above), text and varchar (the text forms of two values the
+ * source tells apart differ; their collation is judged at registration),
+ * and the widenings below.
+ */
+static bool
+key_type_keeps_keys_apart(const AshSourceColumn *sc, Oid target_type)
+{
+	static const struct
+	{
+		Oid			from;
+		Oid			to;
+	}			widenings[] = {
+		{INT2OID, INT4OID}, {INT2OID, INT8OID}, {INT2OID, NUMERICOID},
+		{INT4OID, INT8OID}, {INT4OID, NUMERICOID}, {INT8OID, NUMERICOID},
+		{FLOAT4OID, FLOAT8OID}, {DATEOID, TIMESTAMPOID},
+	};
+	Oid			target_base = getBaseType(target_type);
+
+	if (target_base == TEXTOID || target_base == VARCHAROID)
+		return true;
+	if (sc->type_oid >= FirstGenbkiObjectId)
+		return ash_coverage_types_compatible(sc->type_oid, sc->type_name, target_type);
+	if (sc->type_oid == target_type || sc->type_oid == target_base)
+		return true;
+	for (int i = 0; i < lengthof(widenings); i++)
+		if (sc->type_oid == widenings[i].from && target_base == widenings[i].to)
+			return true;
+	return false;
+}
+
+/*
+ * The target columns that tell rows apart: the conflict identity (an SCD2
+ * business key's columns), and an attribute tenant's column, by which
+ * every write of a tenant is scoped.  An append log's identity axes are
+ * written by the worker, not from the source.
+ */
+static List *
+key_attnums(const AshMapping *m, const List *business_key, Relation target)
+{
+	List	   *keys = NIL;
+	ListCell   *lc;
+
+	if (m->append_log)
+		return NIL;
+	if (m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0)
+	{
+		foreach(lc, (List *) business_key)
+		{
+			const char *tname = target_column_of(m, lfirst(lc));
+			Form_pg_attribute att = tname ? target_attribute(RelationGetDescr(target), tname) : NULL;
+
+			if (att != NULL)
+				keys = lappend_int(keys, att->attnum);
+		}
+	}
+	else
+		keys = ash_target_identity_attnums(target, m);
+	if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "attribute") == 0 &&
+		m->tenant_column != NULL)
+	{
+		const char *tname = target_column_of(m, m->tenant_column);
+		Form_pg_attribute att = tname ? target_attribute(RelationGetDescr(target), tname) : NULL;
+
+		if (att != NULL)
+			keys = lappend_int(keys, att->attnum);
+	}
+	return keys;
+}
+
 /* " (source type -> target type)" after a column's name */
 static void
 append_types(StringInfo buf, const AshSourceColumn *sc, Form_pg_attribute att)
@@ -450,7 +525,9 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	StringInfoData unmapped;
 	StringInfoData missing;
 	StringInfoData badtype;
+	StringInfoData badkey;
 	List	   *seen = NIL;
+	List	   *keys;
 	ListCell   *lc;
 	bool		ok;
 
@@ -463,6 +540,8 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	initStringInfo(&unmapped);
 	initStringInfo(&missing);
 	initStringInfo(&badtype);
+	initStringInfo(&badkey);
+	keys = key_attnums(m, business_key, target);
 
 	/* 1 and 3: every sent column lands on a live target column of a fitting type */
 	for (int i = 0; i < src->natts; i++)
@@ -485,6 +564,12 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 		{
 			ash_append_name_list(&badtype, sc->name);
 			append_types(&badtype, sc, att);
+		}
+		else if (list_member_int(keys, att->attnum) &&
+				 !key_type_keeps_keys_apart(sc, att->atttypid))
+		{
+			ash_append_name_list(&badkey, sc->name);
+			append_types(&badkey, sc, att);
 		}
 	}
 
@@ -517,6 +602,10 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	else if (badtype.len > 0)
 		ok = fail(out, "source_type_invalid",
 				  psprintf("table %s columns: %s", qname, badtype.data));
+	else if (badkey.len > 0)
+		ok = fail(out, "source_type_invalid",
+				  psprintf("table %s key columns whose target type could make two source keys one row: %s",
+						   qname, badkey.data));
 	else
 		ok = judge_identity(m, business_key, src, target, qname, out);
 
