@@ -790,8 +790,10 @@ wait_for_mirror(Verify *v)
  * The tables of a context mapping: one per scope its tenant_scope_function
  * returns, resolved as the snapshot's retirement resolves them
  * (provenance.c), with the function run as the sink owner in a
- * subtransaction.  NIL, with the mapping marked not comparable, when that
- * fails; the function's error text is dropped unread.
+ * subtransaction, under row_security off as in the worker (a policy must
+ * not hide a scope from the comparison: what it would filter fails).  NIL,
+ * with the mapping marked not comparable, when that fails; the function's
+ * error text is dropped unread.
  */
 static List *
 scope_tables(Verify *v, VerifyTable *t)
@@ -807,12 +809,18 @@ scope_tables(Verify *v, VerifyTable *t)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
+		int			nest;
+
 		SetUserIdAndSecContext(v->cfg->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
-							   SECURITY_RESTRICTED_OPERATION);
+							   SECURITY_RESTRICTED_OPERATION | SECURITY_NOFORCE_RLS);
+		nest = NewGUCNestLevel();
+		(void) set_config_option("row_security", "off", PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "ash_replicant: SPI_connect failed");
 		tables = ash_provenance_tables(t->m);
 		SPI_finish();
+		AtEOXact_GUC(true, nest);
 		SetUserIdAndSecContext(save_userid, save_sec);
 		ReleaseCurrentSubTransaction();
 	}
