@@ -132,7 +132,8 @@ build_plan(AshMapping *m, const char *table, AshApplyRel *rel)
 		types[n++] = TEXTOID;
 		types[n++] = BYTEAOID;
 	}
-	appendStringInfoString(&sql, ") VALUES (");
+	/* the source's values, into identity columns too (apply_scd1.c) */
+	appendStringInfoString(&sql, ") OVERRIDING SYSTEM VALUE VALUES (");
 	for (int i = 0; i < n; i++)
 		appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
 	appendStringInfoString(&sql, ") ON CONFLICT (");

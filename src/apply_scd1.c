@@ -133,8 +133,12 @@ append_unnest_select(StringInfo sql, int n)
 }
 
 /*
- * "INSERT INTO t AS t (cols) <source>": the plain insert; prov (multi-row
- * only) adds the two provenance columns after the mapped ones.
+ * "INSERT INTO t AS t (cols) OVERRIDING SYSTEM VALUE <source>": the plain
+ * insert; prov (multi-row only) adds the two provenance columns after the
+ * mapped ones.  A mirror writes the source's values into a target column
+ * GENERATED ALWAYS AS IDENTITY too (a target made with pg_dump
+ * --schema-only has one wherever the source has), as native logical
+ * replication does; the clause changes nothing for other columns.
  */
 static void
 build_insert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many, bool prov)
@@ -145,7 +149,7 @@ build_insert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many, b
 		appendStringInfo(sql, "%s%s", c ? ", " : "", quote_identifier(rel->cols[c].name));
 	if (prov)
 		appendStringInfo(sql, ", %s, %s", prov_columns[0], prov_columns[1]);
-	appendStringInfoString(sql, ") ");
+	appendStringInfoString(sql, ") OVERRIDING SYSTEM VALUE ");
 	if (many)
 	{
 		append_unnest_select(sql, rel->ncols + (prov ? 2 : 0));
@@ -1047,6 +1051,7 @@ static void
 scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage *newrow)
 {
 	Bitmapset  *present = NULL;
+	bool		same;
 	int			nset;
 	Datum	   *values;
 	char	   *nulls;
@@ -1067,9 +1072,17 @@ scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 	}
 	scd1_flush();
 
-	for (int j = 0; j < rel->ncols; j++)
-		if (newrow->present[j])
-			present = bms_add_member(present, j);
+	/*
+	 * Under an unchanged identity its columns are not set: they keep their
+	 * values, and one GENERATED ALWAYS AS IDENTITY could not be set at all
+	 * (only to DEFAULT).  A row of identity columns only sets them, so that
+	 * a row the mirror lacks is still found missing and inserted.
+	 */
+	same = same_identity(rel, key, newrow);
+	for (int pass = 0; pass < 2 && present == NULL; pass++)
+		for (int j = 0; j < rel->ncols; j++)
+			if (newrow->present[j] && (pass == 1 || !same || !rel->cols[j].is_identity))
+				present = bms_add_member(present, j);
 	if (present == NULL)
 		return;					/* nothing sent that we map */
 

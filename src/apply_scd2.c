@@ -214,7 +214,8 @@ open_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 		appendStringInfo(&sql, ", %s", qcol(m->history_valid_from_ts_column));
 	if (m->history_current_column)
 		appendStringInfo(&sql, ", %s", qcol(m->history_current_column));
-	appendStringInfoString(&sql, ") SELECT ");
+	/* the source's values, into identity columns too (apply_scd1.c) */
+	appendStringInfoString(&sql, ") OVERRIDING SYSTEM VALUE SELECT ");
 	for (int c = 0; c < rel->ncols; c++)
 	{
 		appendStringInfo(&sql, "$%d, ", c + 1);
