@@ -195,6 +195,30 @@ ash_target_identity_attnums(Relation target, const AshMapping *m)
  * ---------------------------------------------------------------------
  */
 
+/* A source user type is known by its name only: the target's, or its base's. */
+static bool
+user_type_named(const char *source_typname, Oid target_type)
+{
+	Oid			target_base = getBaseType(target_type);
+
+	if (source_typname == NULL)
+		return false;
+	for (int pass = 0; pass < 2; pass++)
+	{
+		Oid			t = pass == 0 ? target_type : target_base;
+		HeapTuple	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(t));
+		bool		match;
+
+		if (!HeapTupleIsValid(tup))
+			continue;
+		match = strcmp(NameStr(((Form_pg_type) GETSTRUCT(tup))->typname), source_typname) == 0;
+		ReleaseSysCache(tup);
+		if (match)
+			return true;
+	}
+	return false;
+}
+
 bool
 ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
 							  Oid target_type)
@@ -226,23 +250,7 @@ ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
 		return can_coerce_type(1, &src, &target_base, COERCION_IMPLICIT);
 	}
 
-	/* a user type is known by its name only */
-	if (source_typname == NULL)
-		return false;
-	for (int pass = 0; pass < 2; pass++)
-	{
-		Oid			t = pass == 0 ? target_type : target_base;
-		HeapTuple	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(t));
-		bool		match;
-
-		if (!HeapTupleIsValid(tup))
-			continue;
-		match = strcmp(NameStr(((Form_pg_type) GETSTRUCT(tup))->typname), source_typname) == 0;
-		ReleaseSysCache(tup);
-		if (match)
-			return true;
-	}
-	return false;
+	return user_type_named(source_typname, target_type);
 }
 
 /*
@@ -272,7 +280,7 @@ key_type_keeps_keys_apart(const AshSourceColumn *sc, Oid target_type)
 	if (target_base == TEXTOID || target_base == VARCHAROID)
 		return true;
 	if (sc->type_oid >= FirstGenbkiObjectId)
-		return ash_coverage_types_compatible(sc->type_oid, sc->type_name, target_type);
+		return user_type_named(sc->type_name, target_type);
 	if (sc->type_oid == target_type || sc->type_oid == target_base)
 		return true;
 	for (int i = 0; i < lengthof(widenings); i++)

@@ -12,7 +12,8 @@
 #      source_type_invalid naming the column and both types; start halts
 #      source_type_invalid before anything is applied.
 #   2  widenings that keep every key apart (integer into bigint, text into
-#      varchar) are accepted and mirror every row.
+#      varchar) and a user type into itself (citext into citext) are
+#      accepted and mirror every row.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -39,7 +40,10 @@ INSERT INTO k_wide SELECT g, 'c' || g, 'w' || g FROM generate_series(1, 20) g;
 CREATE PUBLICATION pub_ci FOR TABLE k_ci;
 CREATE PUBLICATION pub_num FOR TABLE k_num;
 CREATE PUBLICATION pub_ten FOR TABLE k_ten;
-CREATE PUBLICATION pub_wide FOR TABLE k_wide;
+CREATE EXTENSION citext;
+CREATE TABLE k_cit (email citext PRIMARY KEY, v text);
+INSERT INTO k_cit VALUES ('ann@example.com', 'one'), ('bob@example.com', 'two');
+CREATE PUBLICATION pub_wide FOR TABLE k_wide, k_cit;
 });
 q_dst(q{
 CREATE EXTENSION citext;
@@ -47,6 +51,7 @@ CREATE TABLE k_ci (email citext PRIMARY KEY, v text);
 CREATE TABLE k_num (id double precision PRIMARY KEY, v text);
 CREATE TABLE k_ten (id integer PRIMARY KEY, org citext NOT NULL, v text);
 CREATE TABLE k_wide (id bigint PRIMARY KEY, code varchar(20) NOT NULL, v text);
+CREATE TABLE k_cit (email citext PRIMARY KEY, v text);
 });
 
 my $snap = "go_forward_only => false, snapshot => 'v1'";
@@ -78,12 +83,12 @@ for my $c (
 # 2: widenings that keep keys apart
 # ---------------------------------------------------------------------------
 AshTest::setup_pipeline($src, $dst, sink => 'wide', publication => 'pub_wide',
-	maps => [ [ 'k_wide' ] ], pipeline_extra => $snap);
+	maps => [ [ 'k_wide' ], [ 'k_cit' ] ], pipeline_extra => $snap);
 AshTest::wait_caught_up($src, $dst, 'wide', name => 'integer into bigint: copies and streams')
   or BAIL_OUT('sink wide never streamed');
 q_src("UPDATE k_wide SET v = 'changed' WHERE id <= 5; DELETE FROM k_wide WHERE id > 15");
 AshTest::wait_caught_up($src, $dst, 'wide', name => 'wide streams');
-AshTest::assert_mirror_equal($src, $dst, ['k_wide']);
+AshTest::assert_mirror_equal($src, $dst, [ 'k_wide', 'k_cit' ]);
 
 # every log line and output value-free: no key value of the refused tables
 my @leak = grep { /ann\@example|0\.1000000000000000001|ACME/i }
