@@ -289,6 +289,16 @@ key_type_keeps_keys_apart(const AshSourceColumn *sc, Oid target_type)
 	return false;
 }
 
+/* The target column a source column lands on, appended to keys (if live). */
+static List *
+append_target_attnum(List *keys, const AshMapping *m, Relation target, const char *source)
+{
+	const char *tname = target_column_of(m, source);
+	Form_pg_attribute att = tname ? target_attribute(RelationGetDescr(target), tname) : NULL;
+
+	return att != NULL ? lappend_int(keys, att->attnum) : keys;
+}
+
 /*
  * The target columns that tell rows apart: the conflict identity (an SCD2
  * business key's columns), and an attribute tenant's column, by which
@@ -306,25 +316,13 @@ key_attnums(const AshMapping *m, const List *business_key, Relation target)
 	if (m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0)
 	{
 		foreach(lc, (List *) business_key)
-		{
-			const char *tname = target_column_of(m, lfirst(lc));
-			Form_pg_attribute att = tname ? target_attribute(RelationGetDescr(target), tname) : NULL;
-
-			if (att != NULL)
-				keys = lappend_int(keys, att->attnum);
-		}
+			keys = append_target_attnum(keys, m, target, lfirst(lc));
 	}
 	else
 		keys = ash_target_identity_attnums(target, m);
 	if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "attribute") == 0 &&
 		m->tenant_column != NULL)
-	{
-		const char *tname = target_column_of(m, m->tenant_column);
-		Form_pg_attribute att = tname ? target_attribute(RelationGetDescr(target), tname) : NULL;
-
-		if (att != NULL)
-			keys = lappend_int(keys, att->attnum);
-	}
+		keys = append_target_attnum(keys, m, target, m->tenant_column);
 	return keys;
 }
 

@@ -100,7 +100,6 @@ AshTest::setup_pipeline($src, $dst, sink => 'o', publication => 'pub_own',
 	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
 AshTest::wait_caught_up($src, $dst, 'o', name => 'o copies and streams')
   or BAIL_OUT('sink o never streamed');
-my $cols = 'id, val';
 sub own_rows
 {
 	my ($node) = @_;
