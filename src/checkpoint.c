@@ -452,6 +452,99 @@ ash_checkpoint_set_origin_floor(const AshCheckpointKey *key, XLogRecPtr origin_f
 		elog(ERROR, "ash_replicant: could not write the origin floor");
 }
 
+/* ---------------------------------------------------------------------
+ * What the source was told (docs/reasons.md#checkpoint_behind_slot).
+ * ---------------------------------------------------------------------
+ */
+
+/* Run fn(key, lsn) in a transaction of its own; returns its result. */
+static XLogRecPtr
+in_own_transaction(XLogRecPtr (*fn) (const AshCheckpointKey *, XLogRecPtr, bool),
+				   const AshCheckpointKey *key, XLogRecPtr lsn, bool flag)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	XLogRecPtr	result;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	MemoryContextSwitchTo(cxt);
+	result = fn(key, lsn, flag);
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	return result;
+}
+
+static XLogRecPtr
+judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, bool slot_created)
+{
+	Oid			types[1] = {LSNOID};
+	Datum		values[1];
+	XLogRecPtr	end_lsn;
+	XLogRecPtr	acknowledged;
+	bool		isnull;
+
+	if (key_write(key, "SELECT end_lsn, acknowledged_lsn FROM ash_replicant.checkpoints"
+				  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+				  " FOR UPDATE", 0, NULL, NULL, SPI_OK_SELECT,
+				  "could not read the acknowledged position") != 1)
+		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
+	end_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	acknowledged = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+
+	if (!isnull && !slot_created && confirmed > Max(end_lsn, acknowledged))
+		ash_halt("checkpoint_behind_slot",
+				 "the slot's confirmed position %X/%X is past what this database recorded applying"
+				 " or acknowledging (%X/%X): the transactions in between are not delivered again",
+				 LSN_FORMAT_ARGS(confirmed), LSN_FORMAT_ARGS(Max(end_lsn, acknowledged)));
+	if (isnull || slot_created)
+	{
+		/*
+		 * Nothing to judge by: a checkpoint of an earlier version, or a new
+		 * slot (created only while nothing was applied).  What the slot says
+		 * now is the start.
+		 */
+		acknowledged = Max(confirmed, end_lsn);
+		values[0] = LSNGetDatum(acknowledged);
+		(void) key_write(key, "UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
+						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+						 1, types, values, SPI_OK_UPDATE, "could not record the acknowledged position");
+	}
+	return Max(end_lsn, acknowledged);
+}
+
+XLogRecPtr
+ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, bool slot_created)
+{
+	return in_own_transaction(judge_slot, key, confirmed, slot_created);
+}
+
+static XLogRecPtr
+record_acknowledged(const AshCheckpointKey *key, XLogRecPtr lsn, bool unused)
+{
+	Oid			types[1] = {LSNOID};
+	Datum		values[1];
+
+	values[0] = LSNGetDatum(lsn);
+	(void) key_write(key, "UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					 "   AND (acknowledged_lsn IS NULL OR acknowledged_lsn OPERATOR(pg_catalog.<) $4)",
+					 1, types, values, SPI_OK_UPDATE, "could not record the acknowledged position");
+	return lsn;
+}
+
+void
+ash_checkpoint_record_acknowledged(const AshCheckpointKey *key, XLogRecPtr lsn)
+{
+	(void) in_own_transaction(record_acknowledged, key, lsn, false);
+	/* on disk before the source hears of it (the worker commits asynchronously) */
+	XLogFlush(XactLastCommitEnd);
+}
+
 bool
 ash_checkpoint_snapshot_arm(const AshCheckpointKey *key, XLogRecPtr start_lsn, bytea *attempt)
 {
@@ -586,6 +679,7 @@ ash_checkpoint_adopt(const AshCheckpointKey *key, XLogRecPtr commit_lsn)
 	values[0] = LSNGetDatum(commit_lsn);
 	return key_write(key, "UPDATE ash_replicant.checkpoints"
 					 "   SET end_lsn = CASE WHEN commit_lsn = $4 THEN end_lsn ELSE $4 END,"
+					 "       acknowledged_lsn = CASE WHEN commit_lsn = $4 THEN acknowledged_lsn ELSE $4 END,"
 					 "       commit_lsn = $4, terminal_cause = NULL, terminal_class = NULL,"
 					 "       terminal_at = NULL, updated_at = pg_catalog.now()"
 					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
@@ -603,8 +697,9 @@ ash_checkpoint_create_adopted(const AshCheckpointKey *key, XLogRecPtr commit_lsn
 	values[0] = LSNGetDatum(commit_lsn);
 	values[1] = Int32GetDatum(timeline);
 	return key_write(key, "INSERT INTO ash_replicant.checkpoints"
-					 " (source_system_id, source_database, slot_name, timeline_id, commit_lsn, end_lsn)"
-					 " VALUES ($1, $2, $3, $5, $4, $4)",
+					 " (source_system_id, source_database, slot_name, timeline_id, commit_lsn, end_lsn,"
+					 "  acknowledged_lsn)"
+					 " VALUES ($1, $2, $3, $5, $4, $4, $4)",
 					 2, types, values, SPI_OK_INSERT, "could not create the checkpoint") > 0;
 }
 

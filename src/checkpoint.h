@@ -96,6 +96,24 @@ extern void ash_checkpoint_set_origin_floor(const AshCheckpointKey *key,
 											XLogRecPtr origin_floor);
 
 /*
+ * What the source was told (pipeline.c).  A slot only moves past what this
+ * database applied (end_lsn) by the acknowledgements the pipeline sends
+ * while nothing is to be applied, and each is recorded (acknowledged_lsn)
+ * before it is sent.  judge_slot, after the slot step of an activation:
+ * halts checkpoint_behind_slot when the slot's confirmed position is past
+ * both -- the database restored from a backup, a standby promoted behind
+ * it, the slot advanced by another client: the source will not deliver what
+ * lies between again.  A checkpoint of an earlier version (no acknowledged
+ * position) or a slot created in this activation takes the slot's position.
+ * Returns the position acknowledgements may go to without a new record.
+ * record_acknowledged: records lsn and flushes it to disk.  Each runs in a
+ * transaction of its own.
+ */
+extern XLogRecPtr ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed,
+											bool slot_created);
+extern void ash_checkpoint_record_acknowledged(const AshCheckpointKey *key, XLogRecPtr lsn);
+
+/*
  * The snapshot attempt (snapshot.c).  arm starts one (phase copying, its
  * position and id, no state yet); set_snapshot_state records its signed
  * state; reopen returns a complete attempt to copying (tables mapped

@@ -519,6 +519,96 @@ judge_identity(const AshMapping *m, const List *business_key, const AshSourceTab
 	return true;
 }
 
+/*
+ * Rule 5: the source columns the target tells rows apart by hold a key the
+ * source keeps unique.  Each column's unique_in names the unique keys it
+ * is a key column of; a key all of whose columns are among them is held.
+ */
+static bool
+judge_source_key(const AshMapping *m, const List *business_key, const AshSourceTable *src,
+				 Relation target, const char *qname, AshCoverageVerdict *out)
+{
+	bool		scd2 = m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0;
+	List	   *cols = NIL;		/* indexes into src->cols */
+	List	   *keys = NIL;		/* unique key OIDs seen */
+	List	   *needs = NIL;	/* their column counts */
+	List	   *held = NIL;		/* how many of their columns are in cols */
+	StringInfoData names;
+	ListCell   *lc;
+
+	if (!src->unique_known || m->append_log)
+		return true;
+	if (scd2)
+	{
+		foreach(lc, (List *) business_key)
+		{
+			int			i = source_column(src, lfirst(lc));
+
+			if (i >= 0)
+				cols = list_append_unique_int(cols, i);
+		}
+	}
+	else
+	{
+		List	   *idattnums = ash_target_identity_attnums(target, m);
+
+		foreach(lc, idattnums)
+		{
+			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(target), lfirst_int(lc) - 1);
+
+			for (int i = 0; i < src->natts; i++)
+			{
+				const char *t = target_column_of(m, src->cols[i].name);
+
+				if (t != NULL && strcmp(t, NameStr(att->attname)) == 0)
+					cols = list_append_unique_int(cols, i);
+			}
+		}
+	}
+	if (m->tenant_strategy != NULL && m->tenant_column != NULL)
+	{
+		/* rows of two tenants are never one target row (tenant_conflict) */
+		int			i = source_column(src, m->tenant_column);
+
+		if (i >= 0)
+			cols = list_append_unique_int(cols, i);
+	}
+
+	foreach(lc, cols)
+	{
+		const char *in = src->cols[lfirst_int(lc)].unique_in;
+
+		while (in != NULL && *in != '\0')
+		{
+			char	   *end;
+			Oid			key = (Oid) strtoul(in, &end, 10);
+			int			n = (*end == ':') ? (int) strtol(end + 1, &end, 10) : 0;
+			int			k = list_length(keys);
+
+			for (int j = 0; j < list_length(keys); j++)
+				if (list_nth_oid(keys, j) == key)
+					k = j;
+			if (k == list_length(keys))
+			{
+				keys = lappend_oid(keys, key);
+				needs = lappend_int(needs, n);
+				held = lappend_int(held, 0);
+			}
+			list_nth_cell(held, k)->int_value++;
+			if (list_nth_int(held, k) == list_nth_int(needs, k) && n > 0)
+				return true;
+			in = (*end == ',') ? end + 1 : end + strlen(end);
+		}
+	}
+
+	initStringInfo(&names);
+	foreach(lc, cols)
+		ash_append_name_list(&names, src->cols[lfirst_int(lc)].name);
+	return fail(out, "source_key_not_unique",
+				psprintf("table %s: the source keeps no unique key among the columns the target tells its rows apart by (%s); two source rows would be one target row",
+						 qname, names.data));
+}
+
 bool
 ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 						 const AshSourceTable *src, AshCoverageVerdict *out)
@@ -613,7 +703,8 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 				  psprintf("table %s key columns whose target type could make two source keys one row: %s",
 						   qname, badkey.data));
 	else
-		ok = judge_identity(m, business_key, src, target, qname, out);
+		ok = judge_identity(m, business_key, src, target, qname, out) &&
+			judge_source_key(m, business_key, src, target, qname, out);
 
 	relation_close(target, AccessShareLock);
 	return ok;

@@ -30,7 +30,14 @@
  *		 sources, append-log sources, and SCD2 sources whose business key is
  *		 not exactly the replica identity; otherwise (SCD1) every identity
  *		 column of the target (upsert_identity or primary key) must be fed
- *		 by a source column of the replica identity.
+ *		 by a source column of the replica identity;
+ *	  5. source_key_not_unique: the source columns the target tells rows
+ *		 apart by (SCD1: those feeding its identity; SCD2: the business
+ *		 key; with an attribute or context tenant its tenant column too)
+ *		 hold no key the source keeps unique -- a valid, immediate,
+ *		 non-partial unique index on plain columns.  Two source rows would
+ *		 be one target row.  Judged when the description read the source's
+ *		 indexes (a probe, not a Relation message); append logs are exempt.
  *
  *	  A mapping whose target is gone is destination_table_missing.
  *
@@ -90,6 +97,9 @@ typedef struct AshSourceColumn
 	char	   *type_display;	/* format_type at the source, or NULL */
 	bool		toastable;		/* its values may be stored out of line (a
 								 * change may leave them unsent) */
+	char	   *unique_in;		/* the source's unique keys it is a key
+								 * column of, "index:nkeys" tokens joined by
+								 * commas, or NULL */
 } AshSourceColumn;
 
 /*
@@ -119,6 +129,9 @@ typedef struct AshSourceTable
 	char	   *withheld;		/* live columns the publication's column list
 								 * leaves out (quoted, comma-separated), or
 								 * NULL */
+	bool		unique_known;	/* the columns' unique_in were read (false
+								 * for a table a decoder's Relation message
+								 * describes) */
 } AshSourceTable;
 
 /* A table of the decoder's table set, by name. */

@@ -39,6 +39,7 @@ static const AshReasonEntry reason_table[] = {
 	{"apply_crash_loop", ASH_REASON_HALTED},
 	{"pipeline_terminated", ASH_REASON_HALTED},
 	{"retention_lost", ASH_REASON_HALTED},
+	{"checkpoint_behind_slot", ASH_REASON_HALTED},
 	/* the slot is gone from the source under a watermark (pipeline.c) */
 	{"source_slot_missing", ASH_REASON_HALTED},
 	{"snapshot_state_invalid", ASH_REASON_HALTED},
@@ -73,6 +74,7 @@ static const AshReasonEntry reason_table[] = {
 	{"source_column_missing", ASH_REASON_MISCONFIGURED},
 	{"source_type_invalid", ASH_REASON_MISCONFIGURED},
 	{"source_replica_identity", ASH_REASON_MISCONFIGURED},
+	{"source_key_not_unique", ASH_REASON_MISCONFIGURED},
 	{"ignore_collides_with_mapping", ASH_REASON_MISCONFIGURED},
 	{"checkpoint_identity_conflict", ASH_REASON_MISCONFIGURED},
 	{"source_timeline_changed", ASH_REASON_MISCONFIGURED},

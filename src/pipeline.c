@@ -127,6 +127,17 @@ static AshCheckpointKey *ckey = NULL;
 static dlist_head flush_positions = DLIST_STATIC_INIT(flush_positions);
 static XLogRecPtr flushed_remote = InvalidXLogRecPtr;
 static XLogRecPtr idle_lsn = InvalidXLogRecPtr;
+
+/*
+ * How far an acknowledgement may go without a new record: the checkpoint's
+ * end_lsn and acknowledged_lsn (checkpoint.h).  A keepalive's position past
+ * it (nothing to apply) is recorded before it is acknowledged -- at once
+ * when the source waits for us, else at most every IDLE_RECORD_MS -- so a
+ * slot never gets past what this database remembers.
+ */
+static XLogRecPtr ack_recorded = InvalidXLogRecPtr;
+static TimestampTz last_idle_record = 0;
+#define IDLE_RECORD_MS 1000
 /*
  * After a streaming fallback, streaming stays off until the watermark passes
  * what the fallback had received and the retry delay has passed since it
@@ -763,6 +774,18 @@ record_flush_position(AshBatchResult *r)
 
 #define FEEDBACK_WRITE_MS 100
 
+/*
+ * Whether a keepalive's position may be acknowledged: nothing in flight --
+ * but an append log never acknowledges past its durable watermark (its
+ * origin checks compare the slot's position with the watermark).
+ */
+static bool
+idle_ackable(void)
+{
+	return dlist_is_empty(&flush_positions) && !ash_apply_in_remote_xact() &&
+		!ash_apply_batch_pending() && !ash_config_is_append_log(cfg);
+}
+
 static void
 send_feedback(bool force, bool request_reply)
 {
@@ -784,15 +807,9 @@ send_feedback(bool force, bool request_reply)
 		pfree(fp);
 	}
 
-	/*
-	 * nothing in flight: acknowledge the keepalive position -- but an append
-	 * log never acknowledges past its durable watermark (its origin checks
-	 * compare the slot's position with the watermark)
-	 */
-	if (dlist_is_empty(&flush_positions) && !ash_apply_in_remote_xact() &&
-		!ash_apply_batch_pending() && idle_lsn > flush &&
-		!ash_config_is_append_log(cfg))
-		flush = idle_lsn;
+	/* nothing in flight: acknowledge the keepalive position, as recorded */
+	if (idle_ackable() && idle_lsn > flush)
+		flush = Max(flush, Min(idle_lsn, ack_recorded));
 	flushed_remote = flush;
 
 	/* received: data, and what the source's keepalives say it has sent */
@@ -1572,6 +1589,20 @@ wait_for_stream(TimestampTz now)
 				wait_ms = Min(wait_ms, Max(ACK_FLUSH_INTERVAL_MS - since, 1));
 			}
 		}
+		if (idle_lsn > Max(ack_recorded, flushed_remote) && idle_ackable())
+		{
+			long		since = TimestampDifferenceMilliseconds(last_idle_record, now);
+
+			if (ash_syncrep_source_waits() || since >= IDLE_RECORD_MS)
+			{
+				ash_checkpoint_record_acknowledged(ckey, idle_lsn);
+				ack_recorded = idle_lsn;
+				last_idle_record = now;
+				send_feedback(true, false);
+			}
+			else
+				wait_ms = Min(wait_ms, Max(IDLE_RECORD_MS - since, 1));
+		}
 		report_received();
 		(void) ash_stream_wait(&stream, wait_ms);
 	}
@@ -1808,6 +1839,8 @@ run_session(void)
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.slot_ready = true;
 	SpinLockRelease(&MySlot->mutex);
+	/* a slot past what this database remembers: a restore, a promotion, an advance */
+	ack_recorded = ash_checkpoint_judge_slot(ckey, slot_start.slot_position, slot_created);
 	if (slot_created && !snapshot)
 		note_go_forward();
 
@@ -1856,6 +1889,7 @@ run_session(void)
 	 */
 	XLogFlush(inserted_wal_end());
 	flushed_remote = binding.end_lsn;
+	ack_recorded = Max(ack_recorded, binding.end_lsn);
 	idle_lsn = InvalidXLogRecPtr;
 	while (!dlist_is_empty(&flush_positions))
 		pfree(dlist_container(FlushPosition, node, dlist_pop_head_node(&flush_positions)));

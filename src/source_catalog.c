@@ -34,6 +34,20 @@
  * Every live column the decoder sends (pgoutput: no generated column;
  * wal2json: every one), with whether the column list sends it.
  */
+/*
+ * The unique keys a column is a key column of, as relcache picks a replica
+ * identity index: valid, immediate (a deferrable one admits duplicates in
+ * the middle of a transaction), non-partial, on plain columns.  "oid:n"
+ * tokens, n the key's column count.  The probe for PG 10 and 11 counts
+ * every indexed column (PG 10 has no indnkeyatts): a key with INCLUDE
+ * columns then needs them too, stricter, never looser.
+ */
+#define UNIQUE_IN_SQL(keycols, nkeys) \
+"  (SELECT pg_catalog.string_agg(i.indexrelid::pg_catalog.text || ':' || " nkeys "::pg_catalog.text, ',')" \
+"    FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid" \
+"     AND i.indimmediate AND i.indislive AND i.indpred IS NULL AND i.indexprs IS NULL" \
+"     AND a.attnum = ANY (" keycols "))"
+
 #define DESCRIBE_SQL(generated) \
 "SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT')," \
 "  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text," \
@@ -43,7 +57,8 @@ ASH_SQL_IN_REPLICA_IDENTITY "," \
 "  CASE WHEN a.atttypmod <> -1 THEN a.atttypmod" \
 "   ELSE (SELECT t.typtypmod FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) END," \
 "  pg_catalog.format_type(a.atttypid, a.atttypmod)," \
-"  a.attlen = -1 AND a.attstorage <> 'p'" \
+"  a.attlen = -1 AND a.attstorage <> 'p'," \
+UNIQUE_IN_SQL("(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1]", "i.indnkeyatts") \
 " FROM pg_catalog.pg_class c" \
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" \
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0" \
@@ -63,7 +78,8 @@ static const char *describe_sql_pre12 =
 "     WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey) AND"
 "     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),"
 "  true, c.relkind, a.atttypmod, pg_catalog.format_type(a.atttypid, a.atttypmod),"
-"  a.attlen = -1 AND a.attstorage <> 'p'"
+"  a.attlen = -1 AND a.attstorage <> 'p',"
+UNIQUE_IN_SQL("i.indkey", "i.indnatts")
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
@@ -325,6 +341,7 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 		r->desc.cols = palloc0(sizeof(AshSourceColumn) * Max(n, 1));
 		r->desc.row_filter = r->row_filter;
 		r->desc.withheld = NULL;
+		r->desc.unique_known = true;
 		initStringInfo(&withheld);
 		for (int i = 0; i < n; i++)
 		{
@@ -350,6 +367,7 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 			c->typmod = PQgetisnull(res, i, 8) ? -1 : (int32) strtol(PQgetvalue(res, i, 8), NULL, 10);
 			c->type_display = PQgetisnull(res, i, 9) ? NULL : pstrdup(PQgetvalue(res, i, 9));
 			c->toastable = strcmp(PQgetvalue(res, i, 10), "t") == 0;
+			c->unique_in = PQgetisnull(res, i, 11) ? NULL : pstrdup(PQgetvalue(res, i, 11));
 		}
 		PQclear(res);
 		if (withheld.len > 0)

@@ -38,7 +38,7 @@ my $sink = 'leak';
 AshTenancy::write_keyring($dst, 'keyring', 'column_encryption 1 ' . AshTenancy::key_hex(5));
 
 $src->safe_psql('postgres', q{
-CREATE TABLE acct (tenant text, id integer NOT NULL, name text, pan text, PRIMARY KEY (id, name));
+CREATE TABLE acct (tenant text, id integer NOT NULL, name text, pan text, UNIQUE (tenant, id));
 CREATE TABLE docs (id integer PRIMARY KEY, tenant text, title text, pan text);
 CREATE TABLE ev (id integer PRIMARY KEY, org text, kind text, pan text);
 ALTER TABLE acct REPLICA IDENTITY FULL;
