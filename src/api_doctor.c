@@ -124,6 +124,8 @@ typedef struct CheckpointFacts
 	bool		foreign;		/* a row of another identity exists */
 	int32		timeline;
 	XLogRecPtr	commit_lsn;
+	XLogRecPtr	recorded;		/* end_lsn or acknowledged_lsn, the further */
+	bool		recorded_known; /* acknowledged_lsn set (1.6.0, once started) */
 	char	   *terminal_cause;
 	char	   *decoder;
 	bool		has_contract;
@@ -1398,7 +1400,8 @@ read_checkpoint_fn(Doctor *d, void *arg)
 	/* a plain read: no lock, no write */
 	ret = SPI_execute_with_args(
 		"SELECT source_system_id, source_database, timeline_id, commit_lsn,"
-		"  terminal_cause, decoder, contract IS NOT NULL"
+		"  terminal_cause, decoder, contract IS NOT NULL,"
+		"  GREATEST(end_lsn, acknowledged_lsn), acknowledged_lsn IS NOT NULL"
 		" FROM ash_replicant.checkpoints WHERE slot_name = $1",
 		1, types, values, NULL, true, 0);
 	if (ret != SPI_OK_SELECT)
@@ -1422,6 +1425,8 @@ read_checkpoint_fn(Doctor *d, void *arg)
 			cp->terminal_cause = copy_text(tup, desc, 5);
 			cp->decoder = copy_text(tup, desc, 6);
 			cp->has_contract = get_bool(tup, desc, 7);
+			cp->recorded = DatumGetLSN(SPI_getbinval(tup, desc, 8, &isnull));
+			cp->recorded_known = get_bool(tup, desc, 9);
 		}
 		MemoryContextSwitchTo(old);
 	}
@@ -1488,9 +1493,11 @@ check_slot(Doctor *d)
 		return;
 	watermark = d->cp.ours && d->cp.commit_lsn != InvalidXLogRecPtr;
 	res = probe(d, d->conn->server_version >= 130000 ?
-				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, wal_status, active"
+				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, wal_status, active,"
+				" confirmed_flush_lsn::pg_catalog.text"
 				" FROM pg_catalog.pg_replication_slots WHERE slot_name = $1" :
-				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, NULL, active"
+				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, NULL, active,"
+				" confirmed_flush_lsn::pg_catalog.text"
 				" FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
 				1, d->f.slot_name, NULL, &why);
 	if (res == NULL)
@@ -1516,6 +1523,17 @@ check_slot(Doctor *d)
 			fail_reason = "checkpoint_identity_conflict";
 		else if (wal_status != NULL && strcmp(wal_status, "lost") == 0)
 			fail_reason = "retention_lost";
+		else if (d->cp.ours && d->cp.recorded_known && !PQgetisnull(res, 0, 5) &&
+				 !ash_pipeline_is_running(d->sink_name) &&
+				 DatumGetLSN(DirectFunctionCall1(pg_lsn_in,
+												 CStringGetDatum(PQgetvalue(res, 0, 5)))) > d->cp.recorded)
+		{
+			/*
+			 * Past what this database recorded (a running pipeline's slot
+			 * moves with its records: its start judged it)
+			 */
+			fail_reason = "checkpoint_behind_slot";
+		}
 		else if (wal_status != NULL &&
 				 (strcmp(wal_status, "extended") == 0 || strcmp(wal_status, "unreserved") == 0))
 			warn_reason = "retention_at_risk";

@@ -13,7 +13,8 @@
 #   2  the destination restored from a physical backup taken before three
 #      applied transactions: the restored server's pipeline halts
 #      checkpoint_behind_slot naming both positions, the mirror as the
-#      backup left it; a reset re-seeds it (v1) to the source's content.
+#      backup left it, doctor's check slot fails with it; a reset re-seeds
+#      it (v1) to the source's content.
 #   3  the slot advanced by another client past two mapped transactions:
 #      halts the same way; adopting the slot's position accepts the loss
 #      and later changes stream.
@@ -76,6 +77,13 @@ sub idle_past
 		't');
 }
 
+sub slot_check
+{
+	my ($node) = @_;
+	return $node->safe_psql($DB, "SELECT verdict || '/' || coalesce(reason, '')"
+		  . " FROM ash_replicant_doctor('$sink') WHERE check_name = 'slot'");
+}
+
 sub offline
 {
 	my ($node) = @_;
@@ -119,6 +127,8 @@ ok(AshTest::log_lines_like($dst2,
 		qr/event=pipeline\.halt sink=$sink reason=checkpoint_behind_slot .*confirmed position [0-9A-F]+\/[0-9A-F]+ is past .*\([0-9A-F]+\/[0-9A-F]+\)/) >= 1,
 	'restore: the halt names both positions');
 
+is(slot_check($dst2), 'fail/checkpoint_behind_slot', 'restore: doctor fails check slot with it');
+
 # re-seed: a reset takes a new snapshot (v1); without provenance the rows
 # the source deleted meanwhile would be kept, so the target is emptied first
 offline($dst2);
@@ -142,6 +152,7 @@ AshTest::wait_status($dst2, $sink, 'halted', 'checkpoint_behind_slot',
 	name => 'advanced: the pipeline halts checkpoint_behind_slot');
 is($dst2->safe_psql($DB, "SELECT count(*) FROM acc WHERE id = 2001"), '0',
 	'advanced: nothing streamed past the gap');
+is(slot_check($dst2), 'fail/checkpoint_behind_slot', 'advanced: doctor fails check slot with it');
 
 # accept the loss: adopt the slot's position
 offline($dst2);
@@ -152,6 +163,7 @@ $src->safe_psql($DB, "INSERT INTO acc VALUES (3001, 'after the adoption')");
 AshTest::wait_caught_up($src, $dst2, $sink, name => 'advanced: adopted, later changes stream');
 is($dst2->safe_psql($DB, "SELECT count(*) FROM acc WHERE id IN (2001, 3001)"), '1',
 	'advanced: the adopted loss stays lost, the later change is mirrored');
+is(slot_check($dst2), 'pass/', 'advanced: doctor passes check slot once adopted');
 
 # ---------------------------------------------------------------------------
 # 4: a checkpoint of the previous version
