@@ -774,16 +774,12 @@ record_flush_position(AshBatchResult *r)
 
 #define FEEDBACK_WRITE_MS 100
 
-/*
- * Whether a keepalive's position may be acknowledged: nothing in flight --
- * but an append log never acknowledges past its durable watermark (its
- * origin checks compare the slot's position with the watermark).
- */
+/* Whether a keepalive's position may be acknowledged: nothing in flight. */
 static bool
 idle_ackable(void)
 {
 	return dlist_is_empty(&flush_positions) && !ash_apply_in_remote_xact() &&
-		!ash_apply_batch_pending() && !ash_config_is_append_log(cfg);
+		!ash_apply_batch_pending();
 }
 
 static void
@@ -1840,7 +1836,8 @@ run_session(void)
 	MySlot->stats.slot_ready = true;
 	SpinLockRelease(&MySlot->mutex);
 	/* a slot past what this database remembers: a restore, a promotion, an advance */
-	ack_recorded = ash_checkpoint_judge_slot(ckey, slot_start.slot_position, slot_created);
+	ack_recorded = ash_checkpoint_judge_slot(ckey, slot_start.slot_position, slot_created,
+											 ash_config_is_append_log(cfg));
 	if (slot_created && !snapshot)
 		note_go_forward();
 
@@ -1849,7 +1846,7 @@ run_session(void)
 	append_frontier = binding.commit_lsn;
 	if (snapshot && ash_config_is_append_log(cfg))
 		append_frontier = Max(append_frontier, ash_snapshot_frontier(ckey));
-	ash_append_activate(cfg, ckey, append_frontier, binding.end_lsn,
+	ash_append_activate(cfg, ckey, append_frontier, Max(binding.end_lsn, ack_recorded),
 						slot_created, slot_start.slot_position);
 
 	/* existing rows first: the stream starts where the copy left off */

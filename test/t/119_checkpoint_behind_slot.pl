@@ -23,6 +23,10 @@
 #   5  the source waiting for the pipeline as its synchronous standby:
 #      commits of unpublished tables return (their acknowledgements are
 #      recorded at once), and a kill -9 after them is no false alarm.
+#   6  an append log too: its slot follows the source's WAL with nothing to
+#      apply, a commit of an unpublished table returns while the source
+#      waits for it (both held until its next event before), and a kill -9
+#      after them is no false alarm.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -197,6 +201,56 @@ AshTest::wait_caught_up($src, $dst2, $sink, name => 'sync: after kill -9 the pip
 AshTest::wait_status($dst2, $sink, 'healthy', undef, name => 'sync: healthy, no false alarm');
 AshTest::sync_standby($src, $sink, 0);
 AshTest::assert_mirror_equal($src, $dst2, ['acc'], where => 'id NOT IN (10, 2001)');
+
+# ---------------------------------------------------------------------------
+# 6: an append log acknowledges positions with nothing to apply too
+# ---------------------------------------------------------------------------
+my $al = 'al';
+my $almarker = AshTest::marker_table($al);
+my $structural = AshTest::append_log_columns();
+my $axes = 'UNIQUE (' . AshTest::append_log_axes() . ')';
+$src->safe_psql($DB, qq{
+CREATE TABLE ev (id integer PRIMARY KEY, v text);
+ALTER TABLE ev REPLICA IDENTITY FULL;
+CREATE TABLE $almarker (id bigint PRIMARY KEY, note text);
+ALTER TABLE $almarker REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_al FOR TABLE ev, $almarker;
+});
+$dst2->safe_psql($DB, qq{
+CREATE TABLE ev_log ($structural, id integer, v text, $axes);
+CREATE TABLE $almarker ($structural, id bigint, note text, $axes);
+});
+my $conn = AshTest::conninfo($src);
+for my $stmt (
+	"SELECT ash_replicant_create_sink('$al', sink_kind => 'append_log', initial_state => 'go_forward')",
+	"SELECT ash_replicant_map_table('$al', 'ev_log'::regclass, source_table => 'ev', append_log => true)",
+	"SELECT ash_replicant_map_table('$al', '$almarker'::regclass, append_log => true)",
+	"SELECT ash_replicant_configure_pipeline('$al', " . AshTest::lit($conn) . ", publication => 'pub_al',"
+	  . " source_system_identifier => " . AshTest::lit($sysid) . ", source_database => " . AshTest::lit($sdb)
+	  . ", census => '{\"interval_ms\": 1000}')",
+	"SELECT ash_replicant_start('$al')")
+{
+	my ($rc, $out, $err) = $dst2->psql($DB, $stmt);
+	BAIL_OUT("append log setup: $err") if $rc;
+}
+$dst2->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$al', '1 min')");
+$src->safe_psql($DB, "INSERT INTO ev VALUES (1, 'a')");
+AshTest::wait_caught_up($src, $dst2, $al, name => 'append log: streams');
+$src->safe_psql($DB, "INSERT INTO noise (v) SELECT 'n' FROM generate_series(1, 100)") for 1 .. 3;
+my $end = $src->safe_psql($DB, 'SELECT pg_current_wal_insert_lsn()');
+ok(AshTest::poll($src, "SELECT confirmed_flush_lsn >= '$end'::pg_lsn FROM pg_replication_slots"
+		  . " WHERE slot_name = '$al'", 't'),
+	'append log: keepalive acknowledgements move its slot (before: held at the last event until the next one)');
+ok(AshTest::sync_standby($src, $al, 1), 'append log: the source\'s synchronous standby');
+my ($arc) = $src->psql($DB, "INSERT INTO noise (v) VALUES ('n')", timeout => 60);
+is($arc, 0, 'append log: a commit of an unpublished table returns (before: waited for the next event)');
+AshTest::sync_standby($src, $al, 0);
+AshTest::crash_restart($dst2);
+$src->safe_psql($DB, "INSERT INTO ev VALUES (2, 'b')");
+AshTest::wait_caught_up($src, $dst2, $al, name => 'append log: after kill -9 it streams again');
+AshTest::wait_status($dst2, $al, 'healthy', undef, name => 'append log: healthy, no origin gap');
+is($dst2->safe_psql($DB, "SELECT string_agg(id::text, ',' ORDER BY id) FROM ev_log"), '1,2',
+	'append log: each event once');
 
 my @leak = grep { /$SENTINEL/ } (AshTest::log_lines_like($dst2, qr/ash_replicant/),
 	AshTest::log_lines_like($dst, qr/ash_replicant/));
