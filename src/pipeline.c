@@ -1835,7 +1835,19 @@ run_session(void)
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.slot_ready = true;
 	SpinLockRelease(&MySlot->mutex);
-	/* a slot past what this database remembers: a restore, a promotion, an advance */
+	/*
+	 * A slot past what this database remembers: a restore, a promotion, an
+	 * advance.  Not judged while another session streams from it (its
+	 * position is still moving): that is the source's refusal of
+	 * START_REPLICATION, retried and in the end source_slot_in_use.
+	 */
+	if (slot_start.slot_active)
+	{
+		strlcpy(ash_conn_last_sqlstate, "55006", sizeof(ash_conn_last_sqlstate));
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: the replication slot is active for another session")));
+	}
 	ack_recorded = ash_checkpoint_judge_slot(ckey, slot_start.slot_position, slot_created,
 											 ash_config_is_append_log(cfg));
 	if (slot_created && !snapshot)

@@ -75,7 +75,7 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 
 	initStringInfo(&q);
 	appendStringInfo(&q,
-					 "SELECT plugin, slot_type, database, %s, confirmed_flush_lsn"
+					 "SELECT plugin, slot_type, database, %s, confirmed_flush_lsn, active"
 					 " FROM pg_catalog.pg_replication_slots"
 					 " WHERE slot_name = %s",
 					 conn->server_version >= 130000 ? "wal_status" : "NULL::text",
@@ -144,6 +144,7 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 		ash_halt("retention_lost", "the slot's WAL was removed");
 	}
 	*created = false;
+	start->slot_active = strcmp(PQgetvalue(res, 0, 5), "t") == 0;
 	*position = PQgetisnull(res, 0, 4) ? InvalidXLogRecPtr :
 		DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 4))));
 	PQclear(res);

@@ -24,6 +24,7 @@ typedef struct AshSlotStart
 	const char *exported;
 	XLogRecPtr	exported_lsn;
 	XLogRecPtr	slot_position;
+	bool		slot_active;	/* another session streams from it now */
 } AshSlotStart;
 
 /*
