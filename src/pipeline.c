@@ -23,9 +23,10 @@
  *	  flushed only remote end LSNs whose local commit record is flushed
  *	  (synchronous_commit is off for apply, as in core); with nothing in
  *	  flight the keepalive position is acknowledged so quiet publications do
- *	  not pin WAL (state mirrors only: an append log never acknowledges past
- *	  its durable watermark, see apply_append.c).  A receive timeout, with a keepalive request at half of
- *	  it, detects a silent source.
+ *	  not pin WAL, once it is recorded on the checkpoint (acknowledged_lsn):
+ *	  the slot never gets past what this database remembers, which the next
+ *	  activation checks (checkpoint_behind_slot).  A receive timeout, with a
+ *	  keepalive request at half of it, detects a silent source.
  *
  *	  Errors are classified at the session boundary:
  *	  - a halt (ash_halt): tombstone + clean exit; not restarted until the
