@@ -530,9 +530,7 @@ judge_source_key(const AshMapping *m, const List *business_key, const AshSourceT
 {
 	bool		scd2 = m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0;
 	List	   *cols = NIL;		/* indexes into src->cols */
-	List	   *keys = NIL;		/* unique key OIDs seen */
-	List	   *needs = NIL;	/* their column counts */
-	List	   *held = NIL;		/* how many of their columns are in cols */
+	List	   *tokens = NIL;	/* their unique keys, "index:nkeys" */
 	StringInfoData names;
 	ListCell   *lc;
 
@@ -574,31 +572,29 @@ judge_source_key(const AshMapping *m, const List *business_key, const AshSourceT
 			cols = list_append_unique_int(cols, i);
 	}
 
+	/* every column names each key once: a key named n times is held */
 	foreach(lc, cols)
 	{
 		const char *in = src->cols[lfirst_int(lc)].unique_in;
+		char	   *save = NULL;
 
-		while (in != NULL && *in != '\0')
-		{
-			char	   *end;
-			Oid			key = (Oid) strtoul(in, &end, 10);
-			int			n = (*end == ':') ? (int) strtol(end + 1, &end, 10) : 0;
-			int			k = list_length(keys);
+		if (in == NULL)
+			continue;
+		for (char *tok = strtok_r(pstrdup(in), ",", &save); tok != NULL;
+			 tok = strtok_r(NULL, ",", &save))
+			tokens = lappend(tokens, tok);
+	}
+	foreach(lc, tokens)
+	{
+		const char *colon = strchr(lfirst(lc), ':');
+		int			needed = colon != NULL ? atoi(colon + 1) : 0;
+		int			named = 0;
+		ListCell   *tc;
 
-			for (int j = 0; j < list_length(keys); j++)
-				if (list_nth_oid(keys, j) == key)
-					k = j;
-			if (k == list_length(keys))
-			{
-				keys = lappend_oid(keys, key);
-				needs = lappend_int(needs, n);
-				held = lappend_int(held, 0);
-			}
-			list_nth_cell(held, k)->int_value++;
-			if (list_nth_int(held, k) == list_nth_int(needs, k) && n > 0)
-				return true;
-			in = (*end == ',') ? end + 1 : end + strlen(end);
-		}
+		foreach(tc, tokens)
+			named += strcmp(lfirst(tc), lfirst(lc)) == 0;
+		if (needed > 0 && named == needed)
+			return true;
 	}
 
 	initStringInfo(&names);
