@@ -457,44 +457,17 @@ ash_checkpoint_set_origin_floor(const AshCheckpointKey *key, XLogRecPtr origin_f
  * ---------------------------------------------------------------------
  */
 
-/* Run fn(key, arg) in a transaction of its own. */
-static void
-in_own_transaction(void (*fn) (const AshCheckpointKey *, void *), const AshCheckpointKey *key,
-				   void *arg)
+XLogRecPtr
+ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, bool slot_created,
+						  bool applied_only)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	MemoryContextSwitchTo(cxt);
-	fn(key, arg);
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(cxt);
-}
-
-typedef struct SlotJudgement
-{
-	XLogRecPtr	confirmed;		/* the slot's confirmed position */
-	bool		slot_created;	/* by this activation */
-	bool		applied_only;	/* acknowledged nothing past end_lsn before */
-	XLogRecPtr	recorded;		/* out: end_lsn or acknowledged_lsn */
-} SlotJudgement;
-
-static void
-judge_slot(const AshCheckpointKey *key, void *arg)
-{
-	SlotJudgement *j = arg;
 	Oid			types[1] = {LSNOID};
 	Datum		values[1];
 	XLogRecPtr	end_lsn;
 	XLogRecPtr	acknowledged;
 	bool		isnull;
 
+	ash_spi_transaction_begin();
 	if (key_write(key, "SELECT end_lsn, acknowledged_lsn FROM ash_replicant.checkpoints"
 				  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 				  " FOR UPDATE", 0, NULL, NULL, SPI_OK_SELECT,
@@ -502,61 +475,48 @@ judge_slot(const AshCheckpointKey *key, void *arg)
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
 	end_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	acknowledged = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	if (isnull && j->applied_only)
+	if (isnull && applied_only)
 	{
 		/* an append log never acknowledged past what it applied */
 		acknowledged = end_lsn;
 		isnull = false;
 	}
 
-	if (!isnull && !j->slot_created && j->confirmed > Max(end_lsn, acknowledged))
+	if (!isnull && !slot_created && confirmed > Max(end_lsn, acknowledged))
 		ash_halt("checkpoint_behind_slot",
 				 "the slot's confirmed position %X/%X is past what this database recorded applying"
 				 " or acknowledging (%X/%X): the transactions in between are not delivered again",
-				 LSN_FORMAT_ARGS(j->confirmed), LSN_FORMAT_ARGS(Max(end_lsn, acknowledged)));
-	if (isnull || j->slot_created)
+				 LSN_FORMAT_ARGS(confirmed), LSN_FORMAT_ARGS(Max(end_lsn, acknowledged)));
+	if (isnull || slot_created)
 	{
 		/*
 		 * Nothing to judge by: a checkpoint of an earlier version, or a new
 		 * slot (created only while nothing was applied).  What the slot says
 		 * now is the start.
 		 */
-		acknowledged = Max(j->confirmed, end_lsn);
+		acknowledged = Max(confirmed, end_lsn);
 		values[0] = LSNGetDatum(acknowledged);
 		(void) key_write(key, "UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
 						 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
 						 1, types, values, SPI_OK_UPDATE, "could not record the acknowledged position");
 	}
-	j->recorded = Max(end_lsn, acknowledged);
-}
-
-XLogRecPtr
-ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, bool slot_created,
-						  bool applied_only)
-{
-	SlotJudgement j = {confirmed, slot_created, applied_only, InvalidXLogRecPtr};
-
-	in_own_transaction(judge_slot, key, &j);
-	return j.recorded;
-}
-
-static void
-record_acknowledged(const AshCheckpointKey *key, void *arg)
-{
-	Oid			types[1] = {LSNOID};
-	Datum		values[1];
-
-	values[0] = LSNGetDatum(*(XLogRecPtr *) arg);
-	(void) key_write(key, "UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
-					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					 "   AND (acknowledged_lsn IS NULL OR acknowledged_lsn OPERATOR(pg_catalog.<) $4)",
-					 1, types, values, SPI_OK_UPDATE, "could not record the acknowledged position");
+	ash_spi_transaction_end();
+	return Max(end_lsn, acknowledged);
 }
 
 void
 ash_checkpoint_record_acknowledged(const AshCheckpointKey *key, XLogRecPtr lsn)
 {
-	in_own_transaction(record_acknowledged, key, &lsn);
+	Oid			types[1] = {LSNOID};
+	Datum		values[1];
+
+	values[0] = LSNGetDatum(lsn);
+	ash_spi_transaction_begin();
+	(void) key_write(key, "UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
+					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+					 "   AND (acknowledged_lsn IS NULL OR acknowledged_lsn OPERATOR(pg_catalog.<) $4)",
+					 1, types, values, SPI_OK_UPDATE, "could not record the acknowledged position");
+	ash_spi_transaction_end();
 	/* on disk before the source hears of it (the worker commits asynchronously) */
 	XLogFlush(XactLastCommitEnd);
 }

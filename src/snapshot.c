@@ -91,30 +91,6 @@ ash_snapshot_configured(AshPipelineConfig *cfg)
  * Catalog access.
  * ---------------------------------------------------------------------
  */
-void
-ash_snap_catalog_begin(void)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	MemoryContextSwitchTo(cxt);
-}
-
-void
-ash_snap_catalog_end(void)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(cxt);
-}
-
 /*
  * One statement with the checkpoint key as $1..$3 and extra parameters
  * after it; returns SPI_processed.  The caller's memory context stays
@@ -266,9 +242,9 @@ ash_snapshot_phase(const AshCheckpointKey *key)
 	AshSnapshotPhase phase;
 
 	ash_snap_key = key;
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	phase = ash_snap_read_attempt()->phase;
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 	return phase;
 }
 
@@ -280,7 +256,7 @@ ash_snapshot_frontier(const AshCheckpointKey *key)
 	Datum		d;
 
 	ash_snap_key = key;
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	(void) ash_snap_key_exec("SELECT max(snapshot_lsn) FROM ash_replicant.snapshot_tables"
 							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 							 "   AND state = 'copied'",
@@ -288,7 +264,7 @@ ash_snapshot_frontier(const AshCheckpointKey *key)
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (!isnull)
 		frontier = DatumGetLSN(d) - 1;
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 	return frontier;
 }
 
@@ -888,14 +864,14 @@ ordinal_base(XLogRecPtr lsn)
 	int64		base;
 
 	values[0] = LSNGetDatum(lsn);
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	(void) ash_snap_key_exec("SELECT coalesce(pg_catalog.sum(rows_copied), 0)::int8"
 							 "  FROM ash_replicant.snapshot_tables"
 							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 							 "   AND state = 'copied' AND snapshot_lsn = $4",
 							 1, types, values, NULL, SPI_OK_SELECT);
 	base = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 	if (base > PG_INT32_MAX)
 		ash_halt("snapshot_state_invalid", "more rows at one snapshot position than ordinals can number");
 	return (int32) base;
@@ -1109,7 +1085,7 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	bool		incremental = ash_snap_cfg->snapshot != NULL &&
 		strcmp(ash_snap_cfg->snapshot, "incremental") == 0;
 
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	a = ash_snap_read_attempt();
 	if (a->phase == ASH_SNAPSHOT_NONE)
 	{
@@ -1197,7 +1173,7 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.armed sink=%s tables=%d new_tables=%d",
 						ash_snap_cfg->sink_name, list_length(a->tables), added)));
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 	return a;
 }
 
@@ -1230,7 +1206,7 @@ ash_snap_read_watermark(AshBinding *binding)
 {
 	bool		isnull;
 
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	(void) ash_snap_key_exec("SELECT commit_lsn, end_lsn FROM ash_replicant.checkpoints"
 							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
 							 0, NULL, NULL, NULL, SPI_OK_SELECT);
@@ -1240,7 +1216,7 @@ ash_snap_read_watermark(AshBinding *binding)
 													SPI_tuptable->tupdesc, 1, &isnull));
 	binding->end_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0],
 												 SPI_tuptable->tupdesc, 2, &isnull));
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 }
 
 /* ---------------------------------------------------------------------
@@ -1404,7 +1380,7 @@ complete_attempt(Attempt *a)
 	bool		isnull;
 	int64		remaining;
 
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	(void) ash_snap_key_exec("SELECT pg_catalog.count(*) FROM ash_replicant.snapshot_tables"
 							 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 							 "   AND state = 'pending'",
@@ -1416,7 +1392,7 @@ complete_attempt(Attempt *a)
 				 errmsg("ash_replicant: %d snapshot tables are still being copied by an earlier session",
 						(int) remaining)));
 	mark_complete(a->start_lsn);
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 	a->phase = ASH_SNAPSHOT_COMPLETE;
 }
 
@@ -1443,12 +1419,12 @@ ash_snap_check_provenance_versions(Attempt *a)
 					 "the target of %s is mapped by another sink too: retiring the rows this snapshot did not see would retire that sink's",
 					 quote_qualified_identifier(m->source_schema, m->source_table));
 		if (!begun)
-			ash_snap_catalog_begin();
+			ash_spi_transaction_begin();
 		begun = true;
 		ash_provenance_check_versions(m);
 	}
 	if (begun)
-		ash_snap_catalog_end();
+		ash_spi_transaction_end();
 }
 
 static Attempt *
@@ -1569,9 +1545,9 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 		 * one cannot simply stream (its tables would miss or repeat
 		 * changes); a complete one still needs its floors.
 		 */
-		ash_snap_catalog_begin();
+		ash_spi_transaction_begin();
 		a = ash_snap_read_attempt();
-		ash_snap_catalog_end();
+		ash_spi_transaction_end();
 		if (a->phase == ASH_SNAPSHOT_COPYING)
 			ash_halt("snapshot_state_invalid",
 					 "a snapshot attempt is in progress under this checkpoint: configure snapshot v1 to finish it, or reset the checkpoint");
@@ -1595,9 +1571,9 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	ash_snap_read_watermark(binding);
 	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
 	/* the tables as committed (helpers copied some): floors and totals */
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	a = ash_snap_read_attempt();
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 	ash_snap_install_floors(a, binding->commit_lsn);
 	ash_snap_publish_attempt(a, false);
 }

@@ -286,9 +286,9 @@ ash_snapshot_copier_main(Datum main_arg)
 										 cfg->source_database))
 			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
 		ash_snap_import_snapshot(ash_snap_data_conn, snapshot);
-		ash_snap_catalog_begin();
+		ash_spi_transaction_begin();
 		attempt = ash_snap_read_attempt()->id;
-		ash_snap_catalog_end();
+		ash_spi_transaction_end();
 
 		do
 			ash_snap_check_coordinator();

@@ -457,7 +457,7 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	ash_incr_reset(a->phase == ASH_SNAPSHOT_COMPLETE ? NULL : a->id);
 	if (a->phase != ASH_SNAPSHOT_COMPLETE)
 		note_running_xids();
-	ash_snap_catalog_begin();			/* type lookups: in a transaction */
+	ash_spi_transaction_begin();			/* type lookups: in a transaction */
 	foreach(lc, a->tables)
 	{
 		SnapTable  *t = lfirst(lc);
@@ -488,7 +488,7 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 		incr_kept_low = binding->commit_lsn + 2;
 	}
 	load_windows();
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 
 	ash_snap_read_watermark(binding);
 	ash_apply_set_watermark(binding->commit_lsn, binding->end_lsn);
@@ -520,7 +520,7 @@ incr_probe_needed(AshMapping *m)
 	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (m->tenant_strategy != NULL && strcmp(m->tenant_strategy, "context") == 0)
 		return;
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	nsp = get_namespace_name(get_rel_namespace(m->target_relid));
 	rel = get_rel_name(m->target_relid);
 	if (nsp != NULL && rel != NULL)
@@ -535,7 +535,7 @@ incr_probe_needed(AshMapping *m)
 								 "incremental snapshot fingerprint check") == 0)
 			none = true;
 	}
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 	if (none)
 		ash_provenance_set_unfingerprinted(m->target_relid);
 }
@@ -1170,10 +1170,10 @@ incr_attempt_completed(bool recorded)
 		return;
 	if (!recorded)
 	{
-		ash_snap_catalog_begin();
+		ash_spi_transaction_begin();
 		(void) ash_snap_read_attempt();
 		incr_complete();
-		ash_snap_catalog_end();
+		ash_spi_transaction_end();
 	}
 	incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
 	ash_snap_publish_attempt(incr_attempt, false);
@@ -1506,7 +1506,7 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 
 	values[0] = CStringGetTextDatum(st->nspname);
 	values[1] = CStringGetTextDatum(st->relname);
-	ash_snap_catalog_begin();
+	ash_spi_transaction_begin();
 	if (ash_snap_key_exec("SELECT state, rows_copied, chunks_copied, chunk_cursor"
 						  "  FROM ash_replicant.snapshot_tables"
 						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
@@ -1530,7 +1530,7 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 		foreach(kc, l)
 			hi[k++] = lfirst(kc);
 	}
-	ash_snap_catalog_end();
+	ash_spi_transaction_end();
 	if (chunks != st->chunks + 1 || done != (hi == NULL))
 		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 				 quote_qualified_identifier(st->nspname, st->relname));
@@ -1866,7 +1866,7 @@ incr_helper_serve(void)
 			st = palloc0(sizeof(SnapTable));
 			st->nspname = pstrdup(nspname);
 			st->relname = pstrdup(relname);
-			ash_snap_catalog_begin();
+			ash_spi_transaction_begin();
 			if (ash_snap_key_exec("SELECT state, chunks_copied, chunk_cursor"
 								  "  FROM ash_replicant.snapshot_tables"
 								  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
@@ -1891,7 +1891,7 @@ incr_helper_serve(void)
 			if (strcmp(SPI_getvalue(tup, desc, 1), "pending") != 0 || st->chunks != chunks)
 				ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 						 quote_qualified_identifier(nspname, relname));
-			ash_snap_catalog_end();
+			ash_spi_transaction_end();
 		}
 		if (incr_key_desc(nspname, relname) == NULL)
 		{
@@ -2037,7 +2037,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 										 cfg->source_database))
 			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
 		PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
-		ash_snap_catalog_begin();
+		ash_spi_transaction_begin();
 		old = MemoryContextSwitchTo(incr_session_cxt);
 		incr_attempt = palloc0(sizeof(Attempt));
 		{
@@ -2057,7 +2057,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 																&isnull));
 		}
 		MemoryContextSwitchTo(old);
-		ash_snap_catalog_end();
+		ash_spi_transaction_end();
 
 		helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_IDLE, false);
 		incr_helper_serve();

@@ -83,8 +83,6 @@ extern pid_t ash_snap_helper_coordinator;
 extern AshConn *ash_snap_data_conn;
 
 /* Catalog access: ash_replicant.checkpoints and snapshot_tables. */
-extern void ash_snap_catalog_begin(void);
-extern void ash_snap_catalog_end(void);
 extern uint64 ash_snap_key_exec(const char *sql, int nextra, Oid *extra_types,
 								Datum *extra_values, const char *extra_nulls, int expected);
 extern Attempt *ash_snap_read_attempt(void);

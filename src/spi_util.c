@@ -194,3 +194,31 @@ ash_error_abort_transaction(MemoryContext cxt)
 	MemoryContextSwitchTo(cxt);
 	return edata;
 }
+
+/*
+ * A transaction of its own for a worker's catalog statements, with a
+ * snapshot and SPI connected; the caller's memory context stays current.
+ */
+void
+ash_spi_transaction_begin(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	MemoryContextSwitchTo(cxt);
+}
+
+void
+ash_spi_transaction_end(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+}

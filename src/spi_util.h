@@ -47,4 +47,12 @@ extern void ash_worker_session_settings(void);
 struct ErrorData;
 extern struct ErrorData *ash_error_abort_transaction(MemoryContext cxt);
 
+/*
+ * Begin and commit a transaction of its own (a snapshot, SPI connected)
+ * around a worker's catalog statements; the caller's memory context stays
+ * current across both.
+ */
+extern void ash_spi_transaction_begin(void);
+extern void ash_spi_transaction_end(void);
+
 #endif							/* ASH_SPI_UTIL_H */
