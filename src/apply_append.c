@@ -358,12 +358,7 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 	if (!ash_config_is_append_log(cfg))
 		return;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	MemoryContextSwitchTo(cxt);
+	ash_spi_transaction_begin();
 
 	values[0] = CStringGetTextDatum(key->system_id);
 	values[1] = CStringGetTextDatum(key->database);
@@ -438,8 +433,5 @@ ash_append_activate(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr wa
 						cfg->sink_name, LSN_FORMAT_ARGS(slot_position))));
 	}
 
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(cxt);
+	ash_spi_transaction_end();
 }
