@@ -19,8 +19,9 @@
 #                    refused 53300 until they are released after 0.5-2 s;
 #   slot_held        another consumer (pg_recvlogical, sending no feedback so
 #                    it cannot move the slot) holds the pipeline's slot while
-#                    the worker is disconnected: START_REPLICATION is refused
-#                    55006 until it is killed after 0.5-2 s;
+#                    the worker is disconnected: the slot step (the slot is
+#                    active) or START_REPLICATION refuses it 55006 until it is
+#                    killed after 0.5-2 s;
 #   trigger_transient  a BEFORE trigger on the destination target fails a
 #                    fraction of its rows with a transient SQLSTATE (40001,
 #                    40P01, 55P03) for 1-3 s: the worker must retry with
@@ -458,7 +459,7 @@ $inject{slot_held} = sub {
 	}
 	my $flush_before = q_src("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '$sink'");
 	my $refused = $held ? poll_until(sub {
-		count_in_log($off, qr/event=source\.fault sink=$sink step=start source_sqlstate=55006/) }, 15) : 0;
+		count_in_log($off, qr/event=source\.fault sink=$sink step=(?:slot|start) source_sqlstate=55006/) }, 15) : 0;
 	my $d = 0.5 + rand(1.5);
 	usleep(int($d * 1_000_000));    # fault duration, not synchronization
 	my $flush_after = q_src("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '$sink'");
