@@ -79,7 +79,7 @@ my @full_keyring = ($md, 'column_encryption 1 ' . AshTenancy::key_hex(5));
 AshTenancy::write_keyring($dst, 'keyring', @full_keyring);
 
 $src->safe_psql('postgres', q{
-CREATE TABLE hsrc (id integer PRIMARY KEY, code text, tenant text, title text, pan text);
+CREATE TABLE hsrc (id integer PRIMARY KEY, code text UNIQUE, tenant text, title text, pan text);
 ALTER TABLE hsrc REPLICA IDENTITY FULL;
 CREATE PUBLICATION pub_hist FOR TABLE hsrc;
 CREATE TABLE asrc (id integer PRIMARY KEY, tenant text, val text, pan text);
