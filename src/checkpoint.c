@@ -507,15 +507,25 @@ ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, boo
 void
 ash_checkpoint_record_acknowledged(const AshCheckpointKey *key, XLogRecPtr lsn)
 {
-	Oid			types[1] = {LSNOID};
-	Datum		values[1];
+	static SPIPlanPtr plan = NULL;
+	Datum		values[4];
 
-	values[0] = LSNGetDatum(lsn);
 	ash_spi_transaction_begin();
-	(void) key_write(key, "UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
-					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-					 "   AND (acknowledged_lsn IS NULL OR acknowledged_lsn OPERATOR(pg_catalog.<) $4)",
-					 1, types, values, SPI_OK_UPDATE, "could not record the acknowledged position");
+	/* kept: a source that waits for us has one per commit of an unmapped table */
+	if (plan == NULL)
+	{
+		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, LSNOID};
+
+		plan = ash_spi_prepare_kept("UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
+									" WHERE source_system_id = $1 AND source_database = $2"
+									" AND slot_name = $3 AND (acknowledged_lsn IS NULL"
+									" OR acknowledged_lsn OPERATOR(pg_catalog.<) $4)", 4, types);
+	}
+	values[0] = CStringGetTextDatum(key->system_id);
+	values[1] = CStringGetTextDatum(key->database);
+	values[2] = CStringGetTextDatum(key->slot_name);
+	values[3] = LSNGetDatum(lsn);
+	(void) ash_spi_execute(plan, values, NULL, SPI_OK_UPDATE);
 	ash_spi_transaction_end();
 	/* on disk before the source hears of it (the worker commits asynchronously) */
 	XLogFlush(XactLastCommitEnd);
