@@ -1586,7 +1586,8 @@ wait_for_stream(TimestampTz now)
 				wait_ms = Min(wait_ms, Max(ACK_FLUSH_INTERVAL_MS - since, 1));
 			}
 		}
-		if (idle_lsn > Max(ack_recorded, flushed_remote) && idle_ackable())
+		if (idle_lsn > Max(ack_recorded, flushed_remote) && idle_ackable() &&
+			!IsTransactionOrTransactionBlock())
 		{
 			long		since = TimestampDifferenceMilliseconds(last_idle_record, now);
 
