@@ -459,7 +459,7 @@ ash_checkpoint_set_origin_floor(const AshCheckpointKey *key, XLogRecPtr origin_f
 
 XLogRecPtr
 ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, bool slot_created,
-						  bool applied_only)
+						  bool *armed)
 {
 	Oid			types[1] = {LSNOID};
 	Datum		values[1];
@@ -475,24 +475,20 @@ ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, boo
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
 	end_lsn = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	acknowledged = DatumGetLSN(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	if (isnull && applied_only)
-	{
-		/* an append log never acknowledged past what it applied */
-		acknowledged = end_lsn;
-		isnull = false;
-	}
 
 	if (!isnull && !slot_created && confirmed > Max(end_lsn, acknowledged))
 		ash_halt("checkpoint_behind_slot",
 				 "the slot's confirmed position %X/%X is past what this database recorded applying"
 				 " or acknowledging (%X/%X): the transactions in between are not delivered again",
 				 LSN_FORMAT_ARGS(confirmed), LSN_FORMAT_ARGS(Max(end_lsn, acknowledged)));
-	if (isnull || slot_created)
+	*armed = isnull || slot_created;
+	if (*armed)
 	{
 		/*
-		 * Nothing to judge by: a checkpoint of an earlier version, or a new
-		 * slot (created only while nothing was applied).  What the slot says
-		 * now is the start.
+		 * Nothing to judge by: a checkpoint of an earlier version, one the
+		 * operator adopted (streaming restarts at the slot's position), or
+		 * a new slot (created only while nothing was applied).  What the
+		 * slot says now is the start.
 		 */
 		acknowledged = Max(confirmed, end_lsn);
 		values[0] = LSNGetDatum(acknowledged);
@@ -665,7 +661,7 @@ ash_checkpoint_adopt(const AshCheckpointKey *key, XLogRecPtr commit_lsn)
 	values[0] = LSNGetDatum(commit_lsn);
 	return key_write(key, "UPDATE ash_replicant.checkpoints"
 					 "   SET end_lsn = CASE WHEN commit_lsn = $4 THEN end_lsn ELSE $4 END,"
-					 "       acknowledged_lsn = CASE WHEN commit_lsn = $4 THEN acknowledged_lsn ELSE $4 END,"
+					 "       acknowledged_lsn = CASE WHEN commit_lsn = $4 THEN acknowledged_lsn END,"
 					 "       commit_lsn = $4, terminal_cause = NULL, terminal_class = NULL,"
 					 "       terminal_at = NULL, updated_at = pg_catalog.now()"
 					 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
@@ -683,9 +679,8 @@ ash_checkpoint_create_adopted(const AshCheckpointKey *key, XLogRecPtr commit_lsn
 	values[0] = LSNGetDatum(commit_lsn);
 	values[1] = Int32GetDatum(timeline);
 	return key_write(key, "INSERT INTO ash_replicant.checkpoints"
-					 " (source_system_id, source_database, slot_name, timeline_id, commit_lsn, end_lsn,"
-					 "  acknowledged_lsn)"
-					 " VALUES ($1, $2, $3, $5, $4, $4, $4)",
+					 " (source_system_id, source_database, slot_name, timeline_id, commit_lsn, end_lsn)"
+					 " VALUES ($1, $2, $3, $5, $4, $4)",
 					 2, types, values, SPI_OK_INSERT, "could not create the checkpoint") > 0;
 }
 

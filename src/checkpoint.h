@@ -103,16 +103,15 @@ extern void ash_checkpoint_set_origin_floor(const AshCheckpointKey *key,
  * halts checkpoint_behind_slot when the slot's confirmed position is past
  * both -- the database restored from a backup, a standby promoted behind
  * it, the slot advanced by another client: the source will not deliver what
- * lies between again.  A checkpoint of an earlier version (no acknowledged
- * position) or a slot created in this activation takes the slot's position
- * -- but with applied_only (an append log, which never acknowledged past
- * what it applied) the former is judged by end_lsn.  Returns the position
- * acknowledgements may go to without a new record.
+ * lies between again.  A checkpoint without an acknowledged position (of
+ * an earlier version, or adopted: ash_checkpoint_adopt clears it) or a slot
+ * created in this activation takes the slot's position (*armed: it did).
+ * Returns the position acknowledgements may go to without a new record.
  * record_acknowledged: records lsn and flushes it to disk.  Each runs in a
  * transaction of its own.
  */
 extern XLogRecPtr ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed,
-											bool slot_created, bool applied_only);
+											bool slot_created, bool *armed);
 extern void ash_checkpoint_record_acknowledged(const AshCheckpointKey *key, XLogRecPtr lsn);
 
 /*

@@ -1770,6 +1770,7 @@ run_session(void)
 	char		appname[NAMEDATALEN];
 	bool		slot_created = false;
 	AshSlotStart slot_start = {0};
+	bool		slot_armed = false;
 	bool		snapshot = ash_snapshot_configured(cfg);
 	AshSnapshotPhase phase = ASH_SNAPSHOT_NONE;
 	XLogRecPtr	append_frontier;
@@ -1851,7 +1852,7 @@ run_session(void)
 				 errmsg("ash_replicant: the replication slot is active for another session")));
 	}
 	ack_recorded = ash_checkpoint_judge_slot(ckey, slot_start.slot_position, slot_created,
-											 ash_config_is_append_log(cfg));
+											 &slot_armed);
 	if (slot_created && !snapshot)
 		note_go_forward();
 
@@ -1860,7 +1861,13 @@ run_session(void)
 	append_frontier = binding.commit_lsn;
 	if (snapshot && ash_config_is_append_log(cfg))
 		append_frontier = Max(append_frontier, ash_snapshot_frontier(ckey));
-	ash_append_activate(cfg, ckey, append_frontier, Max(binding.end_lsn, ack_recorded),
+	/*
+	 * The origin check compares the slot with what the log recorded; a
+	 * checkpoint that just took the slot's position (of 1.5.0, when an append
+	 * log acknowledged nothing past its events, or adopted) with its events
+	 */
+	ash_append_activate(cfg, ckey, append_frontier,
+						slot_armed ? binding.end_lsn : Max(binding.end_lsn, ack_recorded),
 						slot_created, slot_start.slot_position);
 
 	/* existing rows first: the stream starts where the copy left off */

@@ -4,8 +4,9 @@
 # ("SENTINEL-066-<random hex>") appear in no server log of either node, in no
 # status, statistics or catalog output and in no error the test got.
 #
-#   a  a keyless source table (REPLICA IDENTITY FULL, no primary key) mapped
-#      with provenance: the worker halts snapshot_unsupported before it binds
+#   a  a keyless source table (REPLICA IDENTITY FULL, no primary key: a
+#      unique index the target's identity rests on, nothing to chunk by)
+#      mapped with provenance: the worker halts snapshot_unsupported before it binds
 #      a checkpoint or creates a slot; nothing is copied
 #   b  a mapping without snapshot_provenance: ash_replicant_start raises
 #      snapshot_unsupported, the pipeline stays disabled, no checkpoint
@@ -126,6 +127,7 @@ sub no_leak
 my $s = sentinel();
 $src->safe_psql($DB, qq{
 CREATE TABLE keyless (v text, n integer);
+CREATE UNIQUE INDEX keyless_n ON keyless (n);
 ALTER TABLE keyless REPLICA IDENTITY FULL;
 INSERT INTO keyless SELECT '$s-' || g, g FROM generate_series(1, 300) g;
 CREATE TABLE okt (id integer PRIMARY KEY, v text);
