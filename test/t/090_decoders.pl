@@ -141,13 +141,13 @@ CREATE TABLE types (id integer PRIMARY KEY, i2 smallint, i8 bigint, num numeric(
 CREATE TABLE toast (id integer PRIMARY KEY, n integer NOT NULL, big text);
 ALTER TABLE toast ALTER COLUMN big SET STORAGE EXTERNAL;
 CREATE TABLE keys (id integer PRIMARY KEY, v text);
-CREATE TABLE fullid (a integer NOT NULL, b text);
+CREATE TABLE fullid (a integer NOT NULL UNIQUE, b text);
 ALTER TABLE fullid REPLICA IDENTITY FULL;
 CREATE TABLE trunc (id integer PRIMARY KEY, v text);
 CREATE TABLE items (id bigint PRIMARY KEY, grp integer NOT NULL, val text);
 };
 my $types_dst_ddl = $types_ddl;
-$types_dst_ddl =~ s/CREATE TABLE fullid \(a integer NOT NULL, b text\);/CREATE TABLE fullid (a integer PRIMARY KEY, b text);/;
+$types_dst_ddl =~ s/CREATE TABLE fullid \(a integer NOT NULL UNIQUE, b text\);/CREATE TABLE fullid (a integer PRIMARY KEY, b text);/;
 $types_dst_ddl .= AshTest::write_audit_sql('items', 'bigint');
 my $types_src_ddl = $types_ddl . AshTest::write_audit_sql('items', 'bigint');
 my @mirror_tables = qw(types toast keys fullid trunc items);
