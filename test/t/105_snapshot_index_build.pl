@@ -10,11 +10,11 @@
 #      (key changes too) and deletes go through the built indexes
 #   b  a target owned by another role: its indexes keep their relfilenodes
 #      (filled row by row), the mirror equals the source
-#   c  a build that fails: the target's key is a column the source does
-#      not keep unique (REPLICA IDENTITY FULL lets a mapping take it), and
-#      two source rows share a value carrying a planted sentinel (a
-#      case-insensitive collation did this before registration refused
-#      it).  Owned (the build raises the unique
+#   c  a build that fails: the target has a unique index, besides its
+#      key, on a column the source does not keep unique, and two source rows
+#      share a value carrying a planted sentinel (a target key the source
+#      does not keep unique did this before activation refused it,
+#      source_key_not_unique).  Owned (the build raises the unique
 #      violation) and not owned (the row's insertion does): the pipeline
 #      halts apply_failed with SQLSTATE 23505, nothing of the table is
 #      committed, and the sentinel is in no server log and no output
@@ -129,11 +129,10 @@ for my $case ([ 'c1', 'dup_owned', 0 ], [ 'c2', 'dup_foreign', 1 ])
 {
 	my ($sink, $t, $foreign) = @$case;
 	$src->safe_psql($DB, "CREATE TABLE $t (id integer PRIMARY KEY, k text NOT NULL, v integer)");
-	$src->safe_psql($DB, "ALTER TABLE $t REPLICA IDENTITY FULL");
 	$src->safe_psql($DB, "INSERT INTO $t SELECT g, 'row-' || g, g FROM generate_series(1, 5000) g");
 	$src->safe_psql($DB, "INSERT INTO $t VALUES (5001, '$sentinel-a', 1), (5002, '$sentinel-a', 2)");
 	$src->safe_psql($DB, "CREATE PUBLICATION pub_$sink FOR TABLE $t");
-	$dst->safe_psql($DB, "CREATE TABLE $t (id integer NOT NULL, k text PRIMARY KEY, v integer)");
+	$dst->safe_psql($DB, "CREATE TABLE $t (id integer PRIMARY KEY, k text NOT NULL UNIQUE, v integer)");
 	$dst->safe_psql($DB, "ALTER TABLE $t OWNER TO other_owner") if $foreign;
 	my $nodes = filenodes($t);
 	AshTest::setup_pipeline($src, $dst, sink => $sink, publication => "pub_$sink", maps => [ [$t] ],
