@@ -415,26 +415,36 @@ ash_checkpoint_advance(const AshCheckpointKey *key, XLogRecPtr commit_lsn, XLogR
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
 }
 
-void
-ash_checkpoint_set_witness(const AshCheckpointKey *key, bytea *witness)
+/*
+ * An UPDATE of the row with the key as $1..$3 and one value as $4, through a
+ * plan kept in *plan (prepared at first use); returns SPI_processed.
+ */
+static uint64
+key_plan_update(SPIPlanPtr *plan, const char *sql, const AshCheckpointKey *key,
+				Oid type, Datum value)
 {
 	Datum		values[4];
-	uint64		n;
 
-	if (witness_plan == NULL)
+	if (*plan == NULL)
 	{
-		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID};
+		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, type};
 
-		witness_plan = ash_spi_prepare_kept("UPDATE ash_replicant.checkpoints SET digest_key_witness = $4"
-											" WHERE source_system_id = $1 AND source_database = $2"
-											" AND slot_name = $3", 4, types);
+		*plan = ash_spi_prepare_kept(sql, 4, types);
 	}
 	values[0] = CStringGetTextDatum(key->system_id);
 	values[1] = CStringGetTextDatum(key->database);
 	values[2] = CStringGetTextDatum(key->slot_name);
-	values[3] = PointerGetDatum(witness);
-	n = ash_spi_execute(witness_plan, values, NULL, SPI_OK_UPDATE);
-	if (n != 1)
+	values[3] = value;
+	return ash_spi_execute(*plan, values, NULL, SPI_OK_UPDATE);
+}
+
+void
+ash_checkpoint_set_witness(const AshCheckpointKey *key, bytea *witness)
+{
+	if (key_plan_update(&witness_plan,
+						"UPDATE ash_replicant.checkpoints SET digest_key_witness = $4"
+						" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3",
+						key, BYTEAOID, PointerGetDatum(witness)) != 1)
 		ash_halt("checkpoint_identity_conflict", "the checkpoint row moved or vanished under this pipeline");
 }
 
@@ -503,25 +513,15 @@ ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, boo
 void
 ash_checkpoint_record_acknowledged(const AshCheckpointKey *key, XLogRecPtr lsn)
 {
+	/* kept: a source that waits for us has one per commit of an unmapped table */
 	static SPIPlanPtr plan = NULL;
-	Datum		values[4];
 
 	ash_spi_transaction_begin();
-	/* kept: a source that waits for us has one per commit of an unmapped table */
-	if (plan == NULL)
-	{
-		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, LSNOID};
-
-		plan = ash_spi_prepare_kept("UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
-									" WHERE source_system_id = $1 AND source_database = $2"
-									" AND slot_name = $3 AND (acknowledged_lsn IS NULL"
-									" OR acknowledged_lsn OPERATOR(pg_catalog.<) $4)", 4, types);
-	}
-	values[0] = CStringGetTextDatum(key->system_id);
-	values[1] = CStringGetTextDatum(key->database);
-	values[2] = CStringGetTextDatum(key->slot_name);
-	values[3] = LSNGetDatum(lsn);
-	(void) ash_spi_execute(plan, values, NULL, SPI_OK_UPDATE);
+	(void) key_plan_update(&plan,
+						   "UPDATE ash_replicant.checkpoints SET acknowledged_lsn = $4"
+						   " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						   " AND (acknowledged_lsn IS NULL OR acknowledged_lsn OPERATOR(pg_catalog.<) $4)",
+						   key, LSNOID, LSNGetDatum(lsn));
 	ash_spi_transaction_end();
 	/* on disk before the source hears of it (the worker commits asynchronously) */
 	XLogFlush(XactLastCommitEnd);
