@@ -1117,6 +1117,8 @@ rel_for_change(uint32 relid)
 	ash_relmap_resolve(rel);
 	if (rel->ignored)
 		return NULL;
+	ash_apply_errctx.relation = rel->target_name;
+	ash_relmap_check_target(rel, rel->target_default);
 	return rel;
 }
 

@@ -63,50 +63,12 @@
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
-#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
 #include "apply_bulk.h"
-
-/*
- * What a judgment depends on changes only with an invalidation: the
- * table's triggers, rules, row security, indexes, columns, name and
- * kind with one of its relcache entry; the name of its schema with a
- * pg_namespace one.  Any of them moves the epoch (judging again costs a
- * few catalog-cache lookups; judging every batch cost a one-row batch
- * about as much as its row's index insertion).
- */
-static uint64 judge_epoch = 1;
-static bool judge_callbacks = false;
-
-static void
-judge_relcache_changed(Datum arg, Oid relid)
-{
-	judge_epoch++;
-}
-
-static void
-judge_syscache_changed(Datum arg, int cacheid, uint32 hashvalue)
-{
-	judge_epoch++;
-}
-
-uint64
-ash_bulk_judge_epoch(Oid relid)
-{
-	if (!judge_callbacks)
-	{
-		CacheRegisterRelcacheCallback(judge_relcache_changed, (Datum) 0);
-		CacheRegisterSyscacheCallback(NAMESPACEOID, judge_syscache_changed, (Datum) 0);
-		judge_callbacks = true;
-	}
-	/* a lock not yet held in this transaction processes the invalidations */
-	LockRelationOid(relid, RowExclusiveLock);
-	return judge_epoch;
-}
 
 bool
 ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
@@ -123,7 +85,7 @@ ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
 
 	if (bt->judged_lxid == MyProc->lxid)
 		return bt->usable;
-	epoch = ash_bulk_judge_epoch(tgt->relid);
+	epoch = ash_relmap_target_epoch(tgt->relid);
 	bt->judged_lxid = MyProc->lxid;
 	if (bt->judged_epoch == epoch)
 		return bt->usable;

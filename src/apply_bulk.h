@@ -15,25 +15,15 @@
 typedef struct AshBulkTarget
 {
 	LocalTransactionId judged_lxid; /* transaction "usable" was judged in */
-	uint64		judged_epoch;	/* ash_bulk_judge_epoch it holds for */
+	uint64		judged_epoch;	/* ash_relmap_target_epoch it holds for */
 	bool		usable;
 	AttrNumber *attnums;		/* per mapped column: the table's attribute */
 } AshBulkTarget;
 
 /*
- * Judgments about a destination table hold until an invalidation that may
- * change them.  Takes relid's RowExclusiveLock (which the writes take
- * anyway) and returns the current epoch: a judgment made under an equal
- * epoch still holds, for every invalidation committed before the lock was
- * taken has been processed, and the lock keeps out any DDL on the table
- * until the transaction ends.
- */
-extern uint64 ash_bulk_judge_epoch(Oid relid);
-
-/*
  * Can the gathered columns of rel, then the nextra bytea columns named
  * extra (snapshot provenance), be written to tgt this way?  Judged again
- * when ash_bulk_judge_epoch moved (takes the table's RowExclusiveLock).
+ * when ash_relmap_target_epoch moved (takes the table's RowExclusiveLock).
  * The caller has judged that rows of tgt cannot observe each other.
  */
 extern bool ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel,

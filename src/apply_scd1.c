@@ -81,7 +81,7 @@ typedef struct Scd1Plans
 	SPIPlanPtr	delete;
 	SPIPlanPtr	delete_many;	/* gathered deletes */
 	LocalTransactionId commutes_lxid;	/* transaction "commutes" was judged in */
-	uint64		commutes_epoch; /* ash_bulk_judge_epoch it holds for */
+	uint64		commutes_epoch; /* ash_relmap_target_epoch it holds for */
 	bool		commutes;
 	AshBulkTarget bulk;			/* gathered inserts without a statement */
 	List	   *updates;		/* UpdatePlan * */
@@ -400,7 +400,7 @@ same_identity(AshApplyRel *rel, AshRowImage *a, AshRowImage *b)
  * rules, row security and further unique or exclusion indexes let them.
  * Judged when a run starts, under the lock the writes take anyway, so no
  * trigger or index can appear before the run is written; and again only
- * after an invalidation that may have changed them (apply_bulk.h).
+ * after an invalidation that may have changed them (relmap.h).
  */
 static bool
 target_commutes(AshApplyTarget *tgt)
@@ -413,7 +413,7 @@ target_commutes(AshApplyTarget *tgt)
 	/* the lock below is held to the end of the transaction: judge once */
 	if (st->commutes_lxid == MyProc->lxid)
 		return st->commutes;
-	epoch = ash_bulk_judge_epoch(tgt->relid);
+	epoch = ash_relmap_target_epoch(tgt->relid);
 	st->commutes_lxid = MyProc->lxid;
 	if (st->commutes_epoch == epoch)
 		return st->commutes;

@@ -8,7 +8,8 @@
  *	  (with jitter, scheduled only after the previous run ended) the
  *	  pipeline re-checks, writing nothing but an admitted contract addition:
  *
- *	  - destination: every mapped target still exists, and the contract
+ *	  - destination: every mapped target still exists and passes the
+ *		rules of registration (ash_mapping_recheck), and the contract
  *		manifest rebuilt now has the fingerprint recorded at admission
  *		(a target column retyped or dropped is drift);
  *	  - source, on a read-only probe connection: the judgement activation
@@ -67,6 +68,7 @@
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "mapping_validate.h"
 #include "publication_record.h"
 #include "qualname.h"
 #include "source_catalog.h"
@@ -105,7 +107,9 @@ check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	ListCell   *lc;
 	MemoryContext cxt = CurrentMemoryContext;
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
 	foreach(lc, cfg->mappings)
 	{
 		AshMapping *m = lfirst(lc);
@@ -114,6 +118,18 @@ check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 			ash_halt("census_drift", "the target of mapped source table %s.%s no longer exists",
 					 quote_identifier(m->source_schema), quote_identifier(m->source_table));
 	}
+
+	/*
+	 * Every registration judged again, written to or not (the apply judges
+	 * a target again before writing to it after a change).
+	 */
+	{
+		AshMappingSink *sink = ash_mapping_sink_load(cfg->sink_name, false, false);
+
+		foreach(lc, ash_mapping_load_sink(cfg->sink_name))
+			ash_mapping_recheck(lfirst(lc), sink, false);
+	}
+	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 

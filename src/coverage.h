@@ -24,8 +24,11 @@
  *		 tenant column and the business key never are;
  *	  3. source_type_invalid: the source type does not read into the target
  *		 type (same type, text-category target, an implicit cast between
- *		 built-in types, or for a source user type the same type name);
- *		 encrypted columns are exempt (their target holds ciphertext);
+ *		 built-in types, or for a source user type the same type name), or
+ *		 the target would change values without an error (a smaller numeric
+ *		 scale, a lower time precision, an integer or numeric into a float,
+ *		 a char(n) that pads); encrypted columns are exempt (their target
+ *		 holds ciphertext);
  *	  4. source_replica_identity: REPLICA IDENTITY FULL on tenant-scoped
  *		 sources, append-log sources, and SCD2 sources whose business key is
  *		 not exactly the replica identity; otherwise (SCD1) every identity

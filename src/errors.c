@@ -266,6 +266,19 @@ ash_halt(const char *reason, const char *ctxfmt,...)
 	pg_unreachable();
 }
 
+/* ash_reject_as_halt(): while set, a rejection is this halt */
+static const char *reject_halt_reason = NULL;
+static const char *reject_halt_subject = NULL;
+static bool reject_halt_withhold = false;
+
+void
+ash_reject_as_halt(const char *halt_reason, const char *subject, bool withhold)
+{
+	reject_halt_reason = halt_reason;
+	reject_halt_subject = subject;
+	reject_halt_withhold = withhold;
+}
+
 void
 ash_reject(int sqlerrcode, const char *stage, const char *reason,
 		   const char *ctxfmt,...)
@@ -277,6 +290,15 @@ ash_reject(int sqlerrcode, const char *stage, const char *reason,
 	ctx = format_context(ctxfmt, args);
 	va_end(args);
 
+	if (reject_halt_reason != NULL)
+	{
+		const char *halt_reason = reject_halt_reason;
+
+		reject_halt_reason = NULL;
+		if (ctx[0] != '\0' && !reject_halt_withhold)
+			ash_halt(halt_reason, "%s: %s (%s)", reject_halt_subject, reason, ctx);
+		ash_halt(halt_reason, "%s: %s", reject_halt_subject, reason);
+	}
 	if (ctx[0] != '\0')
 		ereport(ERROR,
 				(errcode(sqlerrcode),

@@ -63,6 +63,15 @@ extern void ash_halt(const char *reason, const char *ctxfmt,...) pg_attribute_pr
 extern void ash_append_quoted_name(StringInfo buf, const char *name);
 extern char *ash_quoted_name(const char *name);
 
+/*
+ * Until called again with NULL, ash_reject raises ash_halt(halt_reason,
+ * "<subject>: <reason> (<context>)") instead, without the context when
+ * withhold: a registration rule judged again in a pipeline
+ * (ash_mapping_recheck).  The caller clears it in PG_FINALLY.
+ */
+extern void ash_reject_as_halt(const char *halt_reason, const char *subject,
+							   bool withhold);
+
 /* Is this one of the extension's own background workers? */
 extern bool ash_in_extension_worker(void);
 

@@ -33,6 +33,7 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/relation.h"
+#include "access/table.h"
 #include "catalog/catalog.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
@@ -40,6 +41,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_rewrite.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -49,6 +51,7 @@
 #include "rewrite/prs2lock.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
@@ -1379,6 +1382,58 @@ check_append_target(ValidateCtx *cx)
 	}
 }
 
+/* --- state mirrors -------------------------------------------------- */
+
+/* pg_rewrite has no cache by OID: one index lookup (rules are rare). */
+static char *
+rule_name(Oid ruleid)
+{
+	Relation	rewrite = table_open(RewriteRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	char	   *name = NULL;
+
+	ScanKeyInit(&key, Anum_pg_rewrite_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ruleid));
+	scan = systable_beginscan(rewrite, RewriteOidIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+		name = pstrdup(NameStr(((Form_pg_rewrite) GETSTRUCT(tup))->rulename));
+	systable_endscan(scan);
+	table_close(rewrite, AccessShareLock);
+	return name;
+}
+
+/*
+ * A rule rewrites the statement the mirror runs: a DO INSTEAD rule replaces
+ * the write (a delete that deletes nothing passes for a missing row), and an
+ * ON INSERT or ON UPDATE rule refuses INSERT ... ON CONFLICT.  Only ON DELETE
+ * ... DO ALSO leaves the mirror's write as it is.
+ */
+static void
+check_state_rules(ValidateCtx *cx, const char *reason)
+{
+	RuleLock   *rules = cx->rel->rd_rules;
+
+	if (rules == NULL)
+		return;
+	for (int i = 0; i < rules->numLocks; i++)
+	{
+		RewriteRule *rule = rules->rules[i];
+		char	   *name;
+
+		if (rule->event == CMD_DELETE && !rule->isInstead)
+			continue;
+		if (rule->event != CMD_INSERT && rule->event != CMD_UPDATE &&
+			rule->event != CMD_DELETE)
+			continue;
+		name = rule_name(rule->ruleId);
+		REJECT(reason, "target %s has rule %s: only ON DELETE ... DO ALSO rules leave the mirror's writes as they are",
+			   cx->relname, qname(name ? name : "?"));
+	}
+}
+
 /* --- SCD2 ------------------------------------------------------------ */
 
 static Form_pg_attribute
@@ -1676,8 +1731,13 @@ check_key_collations(ValidateCtx *cx)
 	}
 }
 
-void
-ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink)
+/*
+ * recheck: judged again in a pipeline, without the sink owner's privileges
+ * (a write it may not make fails 42501, apply_failed; and column grants on
+ * the columns it writes are enough there, which registration cannot know).
+ */
+static void
+validate(AshMappingSpec *m, const AshMappingSink *sink, bool recheck)
 {
 	ValidateCtx cx;
 
@@ -1701,22 +1761,68 @@ ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink)
 
 	/* Phase 2: destination shape. */
 	open_target(&cx);
-	check_owner_privileges(&cx);
+	if (!recheck)
+		check_owner_privileges(&cx);
 	check_column_map_targets(&cx);
 	check_tenant_target(&cx);
 	check_sensitive_targets(&cx);
 	if (m->append_log)
 		check_append_target(&cx);
 	else if (m->history_strategy == ASH_HISTORY_SCD2)
+	{
 		check_history_target(&cx);
+		check_state_rules(&cx, "history_invalid");
+	}
 	else
+	{
 		check_scd1_identity(&cx);
+		check_state_rules(&cx, "config_invalid");
+	}
 	check_key_collations(&cx);
 	if (m->snapshot_provenance)
 		check_provenance_target(&cx);
 
 	/* keep the lock until the end of the transaction */
 	relation_close(cx.rel, NoLock);
+}
+
+void
+ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink)
+{
+	validate(m, sink, false);
+}
+
+/*
+ * Registration's rules judged again in a pipeline, for a target whose
+ * definition may have changed since it was registered: a rule it fails
+ * halts census_drift naming the registration code and its context
+ * (docs/operations.md, "Target DDL while streaming").  withhold: m's
+ * target is a tenant's table, whose schema names the tenant -- the context
+ * names the mapping and the code only.  The sink owner's privileges are
+ * not judged here (validate()).
+ */
+void
+ash_mapping_recheck(AshMappingSpec *m, const AshMappingSink *sink, bool withhold)
+{
+	char	   *subject = psprintf(withhold ? "mapping of %s.%s, a tenant's table" : "mapping of %s.%s",
+								   quote_identifier(m->source_schema),
+								   quote_identifier(m->source_table));
+
+	AshMappingSink unprivileged = *sink;
+
+	/* InvalidOid: phase 1 judges no EXECUTE privilege either */
+	unprivileged.owner = InvalidOid;
+	ash_reject_as_halt("census_drift", subject, withhold);
+	PG_TRY();
+	{
+		validate(m, &unprivileged, true);
+	}
+	PG_FINALLY();
+	{
+		ash_reject_as_halt(NULL, NULL, false);
+	}
+	PG_END_TRY();
+	pfree(subject);
 }
 
 /* ------------------------------------------------------------------------

@@ -209,6 +209,14 @@ extern bool ash_rls_applies_to_owner(Relation rel, Oid owner);
 extern void ash_mapping_validate(AshMappingSpec *m, const AshMappingSink *sink);
 
 /*
+ * The same rules judged again in a pipeline: a violation halts census_drift
+ * ("mapping of <table>: <reason> (<context>)"); withhold: m's target is a
+ * tenant's table, the context is left out (it would name the tenant).
+ */
+extern void ash_mapping_recheck(AshMappingSpec *m, const AshMappingSink *sink,
+								bool withhold);
+
+/*
  * What a mapping does to the rows of its target that no change of its own
  * sink wrote, by option name: "snapshot_provenance" (a snapshot retires
  * the rows it did not see; under context tenancy only in its own scopes'

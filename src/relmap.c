@@ -50,12 +50,16 @@
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "parser/parse_coerce.h"
+#include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "coverage.h"
@@ -136,6 +140,8 @@ release_resolution(AshApplyRel *rel)
 	rel->keys = NULL;
 	rel->textconv = NULL;
 	rel->ncols = rel->nkeys = 0;
+	rel->spec = NULL;
+	rel->sink = NULL;
 	if (rel->cxt)
 		MemoryContextReset(rel->cxt);
 }
@@ -301,7 +307,8 @@ is_scd2(AshMapping *map)
 /*
  * Step 3: judge the relation as the source described it with coverage.c's
  * rules, the judgement of activation, census and doctor; halts with its
- * verdict.  The caller holds the target open; it is closed before a halt.
+ * verdict.  The caller holds target open (or NULL); it is closed before a
+ * halt.
  */
 static void
 judge_coverage(AshApplyRel *rel, AshMapping *map, Relation target)
@@ -321,11 +328,13 @@ judge_coverage(AshApplyRel *rel, AshMapping *map, Relation target)
 		src.cols[i].type_oid = rel->remote.cols[i].type_oid;
 		src.cols[i].type_name = remote_type_name(rel->remote.cols[i].type_oid);
 		src.cols[i].in_identity = rel->remote.cols[i].is_key;
+		src.cols[i].typmod = rel->remote.cols[i].typmod;
 	}
 	if (!ash_coverage_judge_table(map, is_scd2(map) ? map->history_business_key : NIL,
 								  &src, &verdict))
 	{
-		table_close(target, RowExclusiveLock);
+		if (target != NULL)
+			table_close(target, RowExclusiveLock);
 		ash_halt(verdict.reason, "%s", verdict.context);
 	}
 }
@@ -514,6 +523,7 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 				rel->tenant_targets = foreach_delete_current(rel->tenant_targets, lc);
 				rel->tenant_targets = lcons(t, rel->tenant_targets);
 			}
+			ash_relmap_check_target(rel, t);
 			return t;
 		}
 	}
@@ -574,6 +584,7 @@ ash_relmap_tenant_target(AshApplyRel *rel, const char *tenant)
 	MemoryContextSwitchTo(rel->cxt);
 	rel->tenant_targets = lcons(t, rel->tenant_targets);
 	MemoryContextSwitchTo(old);
+	ash_relmap_check_target(rel, t);
 	return t;
 }
 
@@ -835,4 +846,102 @@ ash_relmap_resolve(AshApplyRel *rel)
 	resolve_identity(rel, map, target);
 	resolve_tenancy(rel, map);
 	rel->resolved = true;
+}
+
+/*
+ * What a judgment depends on changes only with an invalidation: the
+ * table's triggers, rules, row security, indexes, columns, name and
+ * kind with one of its relcache entry; the name of its schema with a
+ * pg_namespace one.  Any of them moves the epoch (judging again costs a
+ * few catalog-cache lookups; judging every batch cost a one-row batch
+ * about as much as its row's index insertion).
+ */
+static uint64 judge_epoch = 1;
+static bool judge_callbacks = false;
+
+static void
+judge_relcache_changed(Datum arg, Oid relid)
+{
+	judge_epoch++;
+}
+
+static void
+judge_syscache_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	judge_epoch++;
+}
+
+uint64
+ash_relmap_target_epoch(Oid relid)
+{
+	if (!judge_callbacks)
+	{
+		CacheRegisterRelcacheCallback(judge_relcache_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, judge_syscache_changed, (Datum) 0);
+		judge_callbacks = true;
+	}
+	/* a lock not yet held in this transaction processes the invalidations */
+	LockRelationOid(relid, RowExclusiveLock);
+	return judge_epoch;
+}
+
+/*
+ * Registration judged the target once; DDL since may have made it one that
+ * registration refuses, and some such targets take the writes without an
+ * error and keep something else (a key compared case-blind, a trigger or
+ * rule that drops rows), or a column retyped to one that rounds what the
+ * source sends (coverage.c: a census would halt, after the writes).  Any
+ * change to a table's definition comes with a relcache invalidation, which
+ * moves ash_relmap_target_epoch; the lock taken there (the one the writes
+ * take) keeps the definition until the transaction ends.  So judging again
+ * when the epoch moved is exact, and costs a few cache lookups only after
+ * some invalidation.
+ */
+void
+ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t)
+{
+	uint64		epoch;
+
+	if (t->checked_lxid == MyProc->lxid)
+		return;
+	epoch = ash_relmap_target_epoch(t->relid);
+	t->checked_lxid = MyProc->lxid;
+	if (t->checked_epoch == epoch)
+		return;
+	if (rel->spec == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(rel->cxt);
+		bool		snap = !ActiveSnapshotSet();
+
+		/* read-only SPI reads under the active snapshot */
+		if (snap)
+			PushActiveSnapshot(GetTransactionSnapshot());
+		rel->spec = ash_mapping_load(rel->map->resource_id);
+		rel->sink = ash_mapping_sink_load(relmap_cfg->sink_name, true, false);
+		if (snap)
+			PopActiveSnapshot();
+		MemoryContextSwitchTo(old);
+		if (rel->spec == NULL || rel->sink == NULL)
+			ash_halt("census_drift", "the mapping of %s.%s is no longer registered",
+					 quote_identifier(rel->remote.nspname),
+					 quote_identifier(rel->remote.relname));
+	}
+	/* registration's rules, then the columns as coverage judges them */
+	if (t->relid == rel->spec->target)
+	{
+		ash_mapping_recheck(rel->spec, rel->sink, false);
+		judge_coverage(rel, rel->map, NULL);
+	}
+	else
+	{
+		/* a tenant's table, judged as the template was */
+		AshMappingSpec tenant = *rel->spec;
+		AshMapping tmap = *rel->map;
+
+		tenant.target = t->relid;
+		ash_mapping_recheck(&tenant, rel->sink, true);
+		tmap.target_relid = t->relid;
+		judge_coverage(rel, &tmap, NULL);
+	}
+	t->checked_epoch = epoch;
 }

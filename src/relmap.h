@@ -14,6 +14,7 @@
 
 #include "change.h"
 #include "config.h"
+#include "mapping_validate.h"
 
 typedef struct AshTargetCol
 {
@@ -49,15 +50,13 @@ typedef struct AshApplyTarget
 	char	   *tenant;			/* context tenancy: the tenant served */
 	void	   *plans;			/* owned by the apply strategy */
 	const void *plans_owner;	/* its AshApplyStrategy; NULL: SCD1 */
+	uint64		checked_epoch;	/* ash_relmap_check_target: rules held */
+	LocalTransactionId checked_lxid;
 	MemoryContext cxt;
 } AshApplyTarget;
 
-typedef enum AshTenantMode
-{
-	ASH_TENANT_NONE,
-	ASH_TENANT_ATTRIBUTE,		/* tenant column written, writes scoped by it */
-	ASH_TENANT_CONTEXT			/* schema per tenant */
-} AshTenantMode;
+/* attribute: tenant column written, writes scoped by it; context: schema per tenant */
+typedef AshTenantStrategy AshTenantMode;
 
 /* Text form of a binary-sent source column: looked up once per resolution */
 typedef struct AshTextConv
@@ -94,6 +93,10 @@ typedef struct AshApplyRel
 	MemoryContext cxt;			/* resolution products */
 	MemoryContext desc_cxt;		/* remote description and prev_* below */
 
+	/* ash_relmap_check_target: the registration */
+	AshMappingSpec *spec;
+	AshMappingSink *sink;
+
 	/* the remote columns at last resolution, to judge schema changes */
 	int			prev_natts;
 	char	  **prev_names;
@@ -116,6 +119,24 @@ extern AshApplyRel *ash_relmap_get(uint32 relid);
  * the reason code of the first problem, naming every offending column.
  */
 extern void ash_relmap_resolve(AshApplyRel *rel);
+
+/*
+ * Judgments about a destination table hold until an invalidation that may
+ * change them.  Takes relid's RowExclusiveLock (which the writes take
+ * anyway) and returns the current epoch: a judgment made under an equal
+ * epoch still holds, for every invalidation committed before the lock was
+ * taken has been processed, and the lock keeps out any DDL on the table
+ * until the transaction ends.
+ */
+extern uint64 ash_relmap_target_epoch(Oid relid);
+
+/*
+ * Before the first write of a transaction to a table of rel (its target,
+ * or a tenant's table, which ash_relmap_tenant_target checks): judge it
+ * again with registration's rules if its definition may have changed
+ * (halts census_drift).  Needs a transaction.
+ */
+extern void ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t);
 
 /*
  * Context tenancy: the table of this tenant (halts tenant_scope_missing).

@@ -1,0 +1,255 @@
+# A target changed after registration (docs/operations.md, "Target DDL while
+# streaming"): registration validates a target once, but the DDL an operator
+# runs later can make it one registration would refuse -- and some such
+# targets take the writes without an error and keep something else than the
+# source has.  The worker judges a target again with registration's rules
+# before it writes to it after any change to its definition (and the census
+# judges every target); a target that fails halts census_drift naming the
+# registration code, before anything of the transaction is written.
+#
+#   1  a state mirror whose key column is given a nondeterministic
+#      collation: two source keys differing only in case would be one row
+#      (the previous build merged them, healthy).
+#   2  an append log given a BEFORE ROW trigger that drops rows: events
+#      lost (the previous build: healthy, the event missing).
+#   3  an append log given an ON INSERT ... DO INSTEAD NOTHING rule: the
+#      same.
+#   4  state-mirror targets with rules: refused at registration
+#      (config_invalid) -- an INSERT or UPDATE rule (INSERT ... ON CONFLICT
+#      cannot run against it), any DO INSTEAD rule (it replaces the write);
+#      an ON DELETE ... DO ALSO rule is accepted; a DO INSTEAD rule created
+#      after registration halts census_drift at the first write (the
+#      previous build: apply_failed XX000 after four attempts).
+#   5  context tenancy: a tenant's table with a nondeterministic key
+#      collation is judged as the template was, at its first write: halts
+#      census_drift naming the code, the tenant's schema in no log line.
+#   Each: nothing of the transaction committed, the watermark unmoved,
+#   doctor fails destination_mappings with the registration code; the
+#   change reverted, a plain start applies the transaction once.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $DB = $AshTest::DB;
+my ($src, $dst) = AshTest::start_pair();
+
+sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+sub q_src { return $src->safe_psql($DB, $_[0]); }
+
+AshTest::both($src, $dst, q{
+CREATE TABLE kd (k text PRIMARY KEY, v text);
+CREATE TABLE rk (id integer PRIMARY KEY, v text);
+CREATE TABLE ra (id integer PRIMARY KEY, v text);
+CREATE TABLE rx (id integer PRIMARY KEY, v text);
+});
+my $structural = AshTest::append_log_columns();
+my $axes = AshTest::append_log_axes();
+my $emark = AshTest::marker_table('e');
+q_src(qq{
+CREATE TABLE ev (id integer PRIMARY KEY, v text);
+ALTER TABLE ev REPLICA IDENTITY FULL;
+CREATE TABLE $emark (id bigint PRIMARY KEY, note text);
+ALTER TABLE $emark REPLICA IDENTITY FULL;
+INSERT INTO kd VALUES ('a', 'lower a');
+INSERT INTO rk SELECT g, 'row ' || g FROM generate_series(1, 10) g;
+INSERT INTO ra SELECT g, 'row ' || g FROM generate_series(1, 10) g;
+CREATE PUBLICATION pub_kd FOR TABLE kd;
+CREATE PUBLICATION pub_ev FOR TABLE ev, $emark;
+CREATE PUBLICATION pub_rk FOR TABLE rk, ra;
+});
+q_dst(qq{
+CREATE TABLE ev ($structural, id integer, v text, UNIQUE ($axes));
+CREATE TABLE $emark ($structural, id bigint, note text, UNIQUE ($axes));
+CREATE COLLATION nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+});
+
+my $v1 = "go_forward_only => false, snapshot => 'v1'";
+
+# The halt of one sink: census_drift, its log line naming the registration
+# code and the target, nothing of the transaction committed.
+sub drift_halts
+{
+	my (%o) = @_;
+	my ($sink, $code, $table) = @o{qw(sink code table)};
+	AshTest::wait_status($dst, $sink, 'halted', 'census_drift',
+		name => "$o{what}: halts census_drift");
+	my @lines = AshTest::log_lines_like($dst,
+		qr/event=pipeline\.halt sink=$sink reason=census_drift .*context=".*mapping of .*: \Q$code\E \(.*\Q$table\E/);
+	ok(@lines >= 1, "... the halt names $code and the target $table");
+	like(q_dst("SELECT verdict || '/' || reason FROM ash_replicant_doctor('$sink') WHERE check_name = 'destination_mappings'"),
+		qr{^fail/\Q$code\E$}, "... doctor fails destination_mappings with $code");
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# 1: a nondeterministic collation on a state mirror's key
+# ---------------------------------------------------------------------------
+AshTest::setup_pipeline($src, $dst, sink => 'k', publication => 'pub_kd',
+	maps => [ ['kd'] ], pipeline_extra => $v1);
+AshTest::wait_caught_up($src, $dst, 'k', name => 'k copies and streams')
+  or BAIL_OUT('sink k never streamed');
+q_dst('ALTER TABLE kd ALTER COLUMN k TYPE text COLLATE nocase');
+my $facts = AshTest::checkpoint_facts($dst, 'k');
+q_src(q{INSERT INTO kd VALUES ('A', 'upper a'), ('b', 'lower b')});
+drift_halts(sink => 'k', code => 'config_invalid', table => '"public"."kd"',
+	what => 'a key column given a nondeterministic collation');
+is(q_dst('SELECT count(*) FROM kd'), '1', '... nothing of the transaction committed');
+is(AshTest::checkpoint_facts($dst, 'k'), $facts, '... the checkpoint unchanged');
+q_dst('ALTER TABLE kd ALTER COLUMN k TYPE text COLLATE "C"');
+AshTest::start_sink($dst, 'k');
+AshTest::wait_caught_up($src, $dst, 'k', name => 'k applies it with the collation reverted');
+AshTest::assert_mirror_equal($src, $dst, ['kd']);
+
+# ---------------------------------------------------------------------------
+# 2, 3: an append log given a row-dropping trigger, then a rule
+# ---------------------------------------------------------------------------
+my ($sysid, $sdb) = AshTest::source_identity($src);
+my $conn = AshTest::conninfo($src);
+for my $stmt (
+	"SELECT ash_replicant_create_sink('e', sink_kind => 'append_log', initial_state => 'go_forward')",
+	"SELECT ash_replicant_map_table('e', 'ev'::regclass, append_log => true)",
+	"SELECT ash_replicant_map_table('e', '$emark'::regclass, append_log => true)",
+	"SELECT ash_replicant_configure_pipeline('e', '$conn', publication => 'pub_ev',"
+	  . " source_system_identifier => '$sysid', source_database => '$sdb', census => '{\"interval_ms\": 1000}')",
+	"SELECT ash_replicant_start('e')")
+{
+	my ($rc, $out, $err) = $dst->psql($DB, $stmt);
+	BAIL_OUT('setup of e failed: ' . substr($stmt, 0, 60)) if $rc;
+}
+AshTest::wait_caught_up($src, $dst, 'e', name => 'e streams')
+  or BAIL_OUT('sink e never streamed');
+q_src(q{INSERT INTO ev VALUES (1, 'first')});
+AshTest::wait_caught_up($src, $dst, 'e', name => 'e logs the first event');
+is(q_dst('SELECT count(*) FROM ev'), '1', 'one event');
+
+q_dst(q{
+CREATE FUNCTION drop_odd() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN IF NEW.id % 2 = 1 THEN RETURN NULL; END IF; RETURN NEW; END$$;
+CREATE TRIGGER drop_odd BEFORE INSERT ON ev FOR EACH ROW EXECUTE FUNCTION drop_odd();
+});
+$facts = AshTest::checkpoint_facts($dst, 'e');
+q_src(q{INSERT INTO ev VALUES (2, 'second'), (3, 'third')});
+drift_halts(sink => 'e', code => 'append_log_invalid', table => '"public"."ev"',
+	what => 'an append log given a BEFORE ROW trigger');
+is(q_dst('SELECT count(*) FROM ev'), '1', '... nothing of the transaction committed');
+is(AshTest::checkpoint_facts($dst, 'e'), $facts, '... the checkpoint unchanged');
+
+q_dst(q{
+DROP TRIGGER drop_odd ON ev;
+CREATE RULE keep_out AS ON INSERT TO ev DO INSTEAD NOTHING;
+});
+AshTest::start_sink($dst, 'e');
+drift_halts(sink => 'e', code => 'append_log_invalid', table => '"public"."ev"',
+	what => 'an append log given an ON INSERT rule');
+is(q_dst('SELECT count(*) FROM ev'), '1', '... nothing of the transaction committed');
+
+q_dst('DROP RULE keep_out ON ev');
+AshTest::start_sink($dst, 'e');
+AshTest::wait_caught_up($src, $dst, 'e', name => 'e logs them with the trigger and rule gone');
+is(q_dst("SELECT string_agg(id || ':' || operation, ',' ORDER BY id) FROM ev"),
+	'1:insert,2:insert,3:insert', 'every event logged once');
+
+# ---------------------------------------------------------------------------
+# 4: rules on state-mirror targets
+# ---------------------------------------------------------------------------
+AshTest::setup_pipeline($src, $dst, sink => 'r', publication => 'pub_rk', start => 0,
+	maps => [], pipeline_extra => $v1);
+my %refused = (
+	'ON INSERT ... DO ALSO' => 'CREATE RULE r1 AS ON INSERT TO rk DO ALSO NOTIFY rk',
+	'ON UPDATE ... DO ALSO' => 'CREATE RULE r1 AS ON UPDATE TO rk DO ALSO NOTIFY rk',
+	'ON DELETE ... DO INSTEAD NOTHING' => 'CREATE RULE r1 AS ON DELETE TO rk DO INSTEAD NOTHING',
+	'a conditional ON DELETE ... DO INSTEAD' =>
+	  'CREATE RULE r1 AS ON DELETE TO rk WHERE OLD.id > 5 DO INSTEAD UPDATE rk SET v = NULL WHERE id = OLD.id',
+);
+for my $what (sort keys %refused)
+{
+	q_dst($refused{$what});
+	my ($rc, $out, $err) = $dst->psql($DB,
+		"SELECT ash_replicant_map_table(sink_name => 'r', target => 'rk'::regclass)");
+	isnt($rc, 0, "a state mirror's target with $what rule: refused");
+	like($err, qr/mapping rejected: config_invalid \(target "public"\."rk" has rule "r1"/,
+		'... config_invalid naming the target and the rule');
+	q_dst('DROP RULE r1 ON rk');
+}
+q_dst(q{
+CREATE TABLE rk_gone (id integer, at timestamptz DEFAULT now());
+CREATE RULE keep_gone AS ON DELETE TO rk DO ALSO INSERT INTO rk_gone (id) VALUES (OLD.id);
+SELECT ash_replicant_map_table(sink_name => 'r', target => 'rk'::regclass);
+SELECT ash_replicant_map_table(sink_name => 'r', target => 'ra'::regclass);
+SELECT ash_replicant_start('r');
+});
+is(q_dst("SELECT count(*) FROM ash_replicant.resources WHERE sink_name = 'r' AND target IN ('rk'::regclass, 'ra'::regclass)"), '2',
+	'an ON DELETE ... DO ALSO rule is accepted');
+AshTest::wait_caught_up($src, $dst, 'r', name => 'r copies and streams')
+  or BAIL_OUT('sink r never streamed');
+q_src(q{
+INSERT INTO rk VALUES (11, 'new');
+DELETE FROM rk WHERE id IN (1, 2);
+});
+AshTest::wait_caught_up($src, $dst, 'r', name => 'r applies inserts and deletes');
+AshTest::assert_mirror_equal($src, $dst, ['rk']);
+is(q_dst('SELECT string_agg(id::text, \',\' ORDER BY id) FROM rk_gone'), '1,2',
+	'the DO ALSO rule ran for each delete');
+
+q_dst('CREATE RULE soft AS ON DELETE TO ra DO INSTEAD UPDATE ra SET v = NULL WHERE id = OLD.id');
+$facts = AshTest::checkpoint_facts($dst, 'r');
+q_src(q{
+BEGIN;
+INSERT INTO rk VALUES (12, 'new');
+DELETE FROM ra WHERE id = 3;
+COMMIT;
+});
+drift_halts(sink => 'r', code => 'config_invalid', table => '"public"."ra"',
+	what => 'a DO INSTEAD rule created after registration');
+is(q_dst('SELECT count(*) FROM rk WHERE id = 12'), '0', '... nothing of the transaction committed');
+is(AshTest::checkpoint_facts($dst, 'r'), $facts, '... the checkpoint unchanged');
+q_dst('DROP RULE soft ON ra');
+AshTest::start_sink($dst, 'r');
+AshTest::wait_caught_up($src, $dst, 'r', name => 'r applies it with the rule gone');
+AshTest::assert_mirror_equal($src, $dst, [ 'rk', 'ra' ]);
+is(AshTest::status_row($dst, 'r')->{state}, 'healthy', 'r healthy');
+
+# ---------------------------------------------------------------------------
+# 5: a tenant's table under context tenancy
+# ---------------------------------------------------------------------------
+my $tenant = 'tenant_sentinel_5e1d';
+q_src(qq{
+CREATE TABLE ct (k text PRIMARY KEY, tenant text NOT NULL, v text);
+ALTER TABLE ct REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_ct FOR TABLE ct;
+});
+q_dst(qq{
+CREATE TABLE ct (k text PRIMARY KEY, tenant text NOT NULL, v text);
+CREATE SCHEMA t_ok;
+CREATE TABLE t_ok.ct (LIKE public.ct INCLUDING ALL);
+CREATE SCHEMA $tenant;
+CREATE TABLE $tenant.ct (k text COLLATE nocase PRIMARY KEY, tenant text NOT NULL, v text);
+});
+AshTest::setup_pipeline($src, $dst, sink => 'c', publication => 'pub_ct',
+	maps => [ [ 'ct', tenant_column => 'tenant', tenant_strategy => 'context' ] ]);
+AshTest::wait_caught_up($src, $dst, 'c', name => 'c streams')
+  or BAIL_OUT('sink c never streamed');
+q_src(q{INSERT INTO ct VALUES ('a', 't_ok', 'fine')});
+AshTest::wait_caught_up($src, $dst, 'c', name => 'c writes the first tenant');
+$facts = AshTest::checkpoint_facts($dst, 'c');
+q_src(qq{INSERT INTO ct VALUES ('b', 't_ok', 'fine'), ('x', '$tenant', 'lower'), ('X', '$tenant', 'upper')});
+AshTest::wait_status($dst, 'c', 'halted', 'census_drift',
+	name => "a tenant's table with a nondeterministic key collation: halts census_drift");
+ok(scalar(AshTest::log_lines_like($dst,
+	qr/event=pipeline\.halt sink=c reason=census_drift .*mapping of public\.ct, a tenant's table: config_invalid\)"/)),
+	'... naming the mapping and config_invalid, without the context');
+is(scalar(AshTest::log_lines_like($dst, qr/ash_replicant.*\Q$tenant\E/)), 0,
+	'... the tenant in no log line of the extension');
+is(q_dst("SELECT (SELECT count(*) FROM t_ok.ct) || '/' || (SELECT count(*) FROM $tenant.ct)"), '1/0',
+	'... nothing of the transaction committed');
+is(AshTest::checkpoint_facts($dst, 'c'), $facts, '... the checkpoint unchanged');
+q_dst(qq{ALTER TABLE $tenant.ct ALTER COLUMN k TYPE text COLLATE "C"});
+AshTest::start_sink($dst, 'c');
+AshTest::wait_caught_up($src, $dst, 'c', name => 'c applies it with the collation reverted');
+is(q_dst("SELECT string_agg(k, ',' ORDER BY k COLLATE \"C\") FROM (SELECT k FROM t_ok.ct UNION ALL SELECT k FROM $tenant.ct) s"),
+	'X,a,b,x', 'every row in its tenant\'s table, X and x apart');
+
+done_testing();
