@@ -371,7 +371,7 @@ time_precision(int32 typmod)
  * floating-point target rounds the integers and numerics it takes
  * implicitly; a char(n) pads what it takes to its length (and drops
  * trailing spaces past it); a name cuts text at 63 bytes; a timetz adds
- * the session's offset to a time.  The mirror would be healthy and not equal.
+ * the session's offset to a time.  An array is judged as its elements.  The mirror would be healthy and not equal.
  * A source domain's typmod is not in a Relation message: unknown, not
  * judged there.
  */
@@ -385,6 +385,14 @@ rewrites(const AshSourceColumn *sc, Form_pg_attribute att)
 
 	if (s == NULL || (sc->type_oid >= FirstGenbkiObjectId && smod < 0))
 		return false;
+	if (OidIsValid(get_element_type(tbase)))
+	{
+		/* an array's typmod is its elements': judged as theirs */
+		if (s[0] != '_')
+			return false;
+		tbase = get_element_type(tbase);
+		s++;
+	}
 	switch (tbase)
 	{
 		case NUMERICOID:

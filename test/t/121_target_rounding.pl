@@ -37,10 +37,10 @@ sub q_src { return $src->safe_psql($DB, $_[0]); }
 
 q_src(q{
 CREATE TABLE r (id integer PRIMARY KEY, n numeric(10,4), u numeric, ts timestamp,
-	tz timestamptz(6), t time, iv interval, f numeric, big bigint, c text);
+	tz timestamptz(6), t time, iv interval, f numeric, big bigint, c text, na numeric(8,3)[]);
 INSERT INTO r VALUES (1, 1.2345, 2.71828, '2026-01-01 10:00:00.123456',
 	'2026-01-01 10:00:00.654321+00', '10:00:00.5', '1 day 00:00:00.25',
-	0.12345678901234567890, 9007199254740993, 'ab');
+	0.12345678901234567890, 9007199254740993, 'ab', '{1.125,2.5}');
 CREATE TABLE ok (id integer PRIMARY KEY, s text, d numeric(12,2), w numeric(6,2), v varchar(10));
 INSERT INTO ok VALUES (1, 'short', 12.5, 1.25, 'abc');
 CREATE PUBLICATION pub_r FOR TABLE r;
@@ -49,7 +49,7 @@ CREATE PUBLICATION pub_ok FOR TABLE ok;
 q_dst(q{
 CREATE TABLE r (id integer PRIMARY KEY, n numeric(10,2), u numeric(12,2), ts timestamp(0),
 	tz timestamptz(3), t time(0), iv interval second(0), f double precision, big double precision,
-	c char(4));
+	c char(4), na numeric(8,2)[]);
 CREATE TABLE ok (id integer PRIMARY KEY, s varchar(8), d numeric(4,2), w numeric(8,2), v varchar(20));
 });
 
@@ -70,7 +70,8 @@ for my $c ('n (numeric(10,4) -> numeric(10,2))', 'u (numeric -> numeric(12,2))',
 	'tz (timestamp(6) with time zone -> timestamp(3) with time zone)',
 	't (time without time zone -> time(0) without time zone)',
 	'iv (interval -> interval second(0))', 'f (numeric -> double precision)',
-	'big (bigint -> double precision)', 'c (text -> character(4))')
+	'big (bigint -> double precision)', 'c (text -> character(4))',
+	'na (numeric(8,3)[] -> numeric(8,2)[])')
 {
 	like($pf, qr/\Q$c\E/, "... names $c");
 }
@@ -79,7 +80,7 @@ q_dst(q{
 ALTER TABLE r ALTER COLUMN n TYPE numeric(10,4), ALTER COLUMN u TYPE numeric,
 	ALTER COLUMN ts TYPE timestamp, ALTER COLUMN tz TYPE timestamptz,
 	ALTER COLUMN t TYPE time, ALTER COLUMN iv TYPE interval, ALTER COLUMN f TYPE numeric,
-	ALTER COLUMN big TYPE numeric, ALTER COLUMN c TYPE text;
+	ALTER COLUMN big TYPE numeric, ALTER COLUMN c TYPE text, ALTER COLUMN na TYPE numeric[];
 });
 is(q_dst("SELECT verdict FROM ash_replicant_doctor('r') WHERE check_name = 'columns'"), 'pass',
 	'the target widened: doctor passes');
@@ -87,7 +88,7 @@ AshTest::start_sink($dst, 'r');
 AshTest::wait_caught_up($src, $dst, 'r', name => 'r copies and streams')
   or BAIL_OUT('sink r never streamed');
 q_src(q{INSERT INTO r VALUES (2, 9.8765, 1.000001, '2026-02-02 02:02:02.999999',
-	'2026-02-02 02:02:02.000001+00', '23:59:59.999999', '00:00:00.000001', 1e-20, 9007199254740995, 'x ')});
+	'2026-02-02 02:02:02.000001+00', '23:59:59.999999', '00:00:00.000001', 1e-20, 9007199254740995, 'x ', '{0.001}')});
 AshTest::wait_caught_up($src, $dst, 'r', name => 'r applies a change');
 AshTest::assert_mirror_equal($src, $dst, ['r']);
 
