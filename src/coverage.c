@@ -742,16 +742,16 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 			ash_append_name_list(&badtype, sc->name);
 			append_types(&badtype, sc, att);
 		}
-		else if (rewrites(sc, att))
-		{
-			ash_append_name_list(&rewritten, sc->name);
-			append_types(&rewritten, sc, att);
-		}
 		else if (list_member_int(keys, att->attnum) &&
 				 !key_type_keeps_keys_apart(sc, att->atttypid))
 		{
 			ash_append_name_list(&badkey, sc->name);
 			append_types(&badkey, sc, att);
+		}
+		else if (rewrites(sc, att))
+		{
+			ash_append_name_list(&rewritten, sc->name);
+			append_types(&rewritten, sc, att);
 		}
 	}
 
@@ -784,14 +784,14 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	else if (badtype.len > 0)
 		ok = fail(out, "source_type_invalid",
 				  psprintf("table %s columns: %s", qname, badtype.data));
-	else if (rewritten.len > 0)
-		ok = fail(out, "source_type_invalid",
-				  psprintf("table %s columns whose target type would round or pad their values: %s",
-						   qname, rewritten.data));
 	else if (badkey.len > 0)
 		ok = fail(out, "source_type_invalid",
 				  psprintf("table %s key columns whose target type could make two source keys one row: %s",
 						   qname, badkey.data));
+	else if (rewritten.len > 0)
+		ok = fail(out, "source_type_invalid",
+				  psprintf("table %s columns whose target type would round or pad their values: %s",
+						   qname, rewritten.data));
 	else
 		ok = judge_identity(m, business_key, src, target, qname, out) &&
 			judge_source_key(m, business_key, src, target, qname, out);
