@@ -12,7 +12,8 @@
  *		 (changes are then dropped, counted as skipped); neither halts
  *		 source_table_unmapped;
  *	  2. structure: a source column landing on a window/current or
- *		 structural column of the target halts delivery_config_invalid;
+ *		 structural column of the target, or on the column another source
+ *		 column lands on, halts delivery_config_invalid;
  *	  3. coverage: the Relation message is judged by coverage.c exactly as
  *		 activation, the census and the doctor judge the source's catalogs
  *		 (columns mapped or skipped, declared columns sent, types, replica
@@ -645,7 +646,10 @@ open_target(AshApplyRel *rel, AshMapping *map)
 	return target;
 }
 
-/* Step 2: a source column must not land on a column the strategy writes. */
+/*
+ * Step 2: a source column must not land on a column the strategy writes,
+ * nor on one another source column lands on.
+ */
 static void
 refuse_structural_columns(AshApplyRel *rel, AshMapping *map, Relation target)
 {
@@ -661,6 +665,22 @@ refuse_structural_columns(AshApplyRel *rel, AshMapping *map, Relation target)
 					 "source column %s of %s.%s is named like a structural column of %s",
 					 quote_identifier(rc->name), quote_identifier(rel->remote.nspname),
 					 quote_identifier(rel->remote.relname), rel->target_name);
+		}
+		/* a column_map renaming one column onto another's name */
+		for (int j = 0; tname != NULL && j < i; j++)
+		{
+			const char *other = ash_mapping_target_column(map, rel->remote.cols[j].name);
+
+			if (other != NULL && strcmp(other, tname) == 0)
+			{
+				table_close(target, RowExclusiveLock);
+				ash_halt("delivery_config_invalid",
+						 "source columns %s and %s of %s.%s both land on column %s of %s",
+						 quote_identifier(rel->remote.cols[j].name), quote_identifier(rc->name),
+						 quote_identifier(rel->remote.nspname),
+						 quote_identifier(rel->remote.relname), quote_identifier(tname),
+						 rel->target_name);
+			}
 		}
 	}
 }

@@ -23,6 +23,10 @@
 #   5  context tenancy: a tenant's table with a nondeterministic key
 #      collation is judged as the template was, at its first write: halts
 #      census_drift naming the code, the tenant's schema in no log line.
+#   6  (not drift, the same shape of fault) a column_map renaming a source
+#      column onto another source column's name: the first change halts
+#      delivery_config_invalid naming both (the previous build:
+#      apply_failed 42701 after four attempts); skipped, it applies.
 #   Each: nothing of the transaction committed, the watermark unmoved,
 #   doctor fails destination_mappings with the registration code; the
 #   change reverted, a plain start applies the transaction once.
@@ -251,5 +255,31 @@ AshTest::start_sink($dst, 'c');
 AshTest::wait_caught_up($src, $dst, 'c', name => 'c applies it with the collation reverted');
 is(q_dst("SELECT string_agg(k, ',' ORDER BY k COLLATE \"C\") FROM (SELECT k FROM t_ok.ct UNION ALL SELECT k FROM $tenant.ct) s"),
 	'X,a,b,x', 'every row in its tenant\'s table, X and x apart');
+
+# ---------------------------------------------------------------------------
+# 6: two source columns landing on one target column
+# ---------------------------------------------------------------------------
+q_src(q{
+CREATE TABLE two (id integer PRIMARY KEY, a text, b text);
+CREATE PUBLICATION pub_two FOR TABLE two;
+});
+q_dst('CREATE TABLE two (id integer PRIMARY KEY, a text)');
+AshTest::setup_pipeline($src, $dst, sink => 't', publication => 'pub_two',
+	maps => [ [ 'two', column_map => '{"b": "a"}' ] ]);
+AshTest::wait_slot_consistent($src, $dst, 't');
+$facts = AshTest::checkpoint_facts($dst, 't');
+q_src(q{INSERT INTO two VALUES (1, 'from a', 'from b')});
+AshTest::wait_status($dst, 't', 'halted', 'delivery_config_invalid',
+	name => 'two source columns on one target column: halts delivery_config_invalid');
+ok(scalar(AshTest::log_lines_like($dst,
+	qr/event=pipeline\.halt sink=t reason=delivery_config_invalid .*source columns a and b of public\.two both land on column a of public\.two/)),
+	'... naming both columns and the target column');
+is(q_dst('SELECT count(*) FROM two'), '0', '... nothing written');
+is(AshTest::checkpoint_facts($dst, 't'), $facts, '... the checkpoint unchanged');
+q_dst(q{SELECT ash_replicant_map_table(sink_name => 't', target => 'two'::regclass,
+	column_map => '{"b": "a"}', skip => ARRAY['a'])});
+AshTest::start_sink($dst, 't');
+AshTest::wait_caught_up($src, $dst, 't', name => 'source column a skipped: t applies it');
+is(q_dst('SELECT id || \':\' || a FROM two'), '1:from b', 'the target column holds the renamed column');
 
 done_testing();
