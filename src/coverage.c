@@ -371,9 +371,9 @@ time_precision(int32 typmod)
  * floating-point target rounds the integers and numerics it takes
  * implicitly; a char(n) pads what it takes to its length (and drops
  * trailing spaces past it); a name cuts text at 63 bytes; a timetz adds
- * the session's offset to a time.  An array is judged as its elements.  The mirror would be healthy and not equal.
- * A source domain's typmod is not in a Relation message: unknown, not
- * judged there.
+ * the session's offset to a time.  The mirror would be healthy and not
+ * equal.  An array is judged as its elements.  A source domain's typmod
+ * is not in a Relation message: unknown, not judged there.
  */
 static bool
 rewrites(const AshSourceColumn *sc, Form_pg_attribute att)

@@ -1807,7 +1807,6 @@ ash_mapping_recheck(AshMappingSpec *m, const AshMappingSink *sink, bool withhold
 	char	   *subject = psprintf(withhold ? "mapping of %s.%s, a tenant's table" : "mapping of %s.%s",
 								   quote_identifier(m->source_schema),
 								   quote_identifier(m->source_table));
-
 	AshMappingSink unprivileged = *sink;
 
 	/* InvalidOid: phase 1 judges no EXECUTE privilege either */

@@ -55,7 +55,10 @@ typedef struct AshApplyTarget
 	MemoryContext cxt;
 } AshApplyTarget;
 
-/* attribute: tenant column written, writes scoped by it; context: schema per tenant */
+/*
+ * attribute: the tenant column is written and scopes the writes; context:
+ * a schema per tenant.
+ */
 typedef AshTenantStrategy AshTenantMode;
 
 /* Text form of a binary-sent source column: looked up once per resolution */
@@ -133,8 +136,9 @@ extern uint64 ash_relmap_target_epoch(Oid relid);
 /*
  * Before the first write of a transaction to a table of rel (its target,
  * or a tenant's table, which ash_relmap_tenant_target checks): judge it
- * again with registration's rules if its definition may have changed
- * (halts census_drift).  Needs a transaction.
+ * again with registration's rules (halts census_drift) and coverage's
+ * (source_type_invalid, ...) if its definition may have changed.  Needs a
+ * transaction.
  */
 extern void ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t);
 
