@@ -927,6 +927,34 @@ open_target(ValidateCtx *cx)
 		REJECT("config_invalid", "target %s is a system or extension catalog", cx->relname);
 }
 
+/*
+ * A crash (or a failover to a standby) empties an unlogged table while the
+ * checkpoint, in a logged catalog, stays: the mirror would go on short of
+ * every row it held, healthy.  A partitioned target's partitions may be
+ * unlogged one by one.
+ */
+static void
+check_logged(ValidateCtx *cx)
+{
+	List	   *rels;
+	ListCell   *lc;
+
+	if (cx->rel->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED)
+		REJECT("config_invalid",
+			   "target %s is unlogged: a crash of the destination would empty it while the checkpoint stays",
+			   cx->relname);
+	if (cx->rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
+		return;
+	rels = find_all_inheritors(RelationGetRelid(cx->rel), AccessShareLock, NULL);
+	foreach(lc, rels)
+	{
+		if (get_rel_persistence(lfirst_oid(lc)) == RELPERSISTENCE_UNLOGGED)
+			REJECT("config_invalid",
+				   "partition %s of target %s is unlogged: a crash of the destination would empty it while the checkpoint stays",
+				   ash_mapping_qualified_relname(lfirst_oid(lc)), cx->relname);
+	}
+}
+
 static void
 check_owner_privileges(ValidateCtx *cx)
 {
@@ -1761,6 +1789,7 @@ validate(AshMappingSpec *m, const AshMappingSink *sink, bool recheck)
 
 	/* Phase 2: destination shape. */
 	open_target(&cx);
+	check_logged(&cx);
 	if (!recheck)
 		check_owner_privileges(&cx);
 	check_column_map_targets(&cx);

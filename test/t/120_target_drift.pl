@@ -27,6 +27,12 @@
 #      column onto another source column's name: the first change halts
 #      delivery_config_invalid naming both (the previous build:
 #      apply_failed 42701 after four attempts); skipped, it applies.
+#   7  unlogged targets: a crash of the destination empties them while the
+#      checkpoint stays (the previous build, kill -9 after a v1 copy of 100
+#      rows: 10 rows left, healthy).  Registration refuses an unlogged
+#      target and a partitioned one with an unlogged partition
+#      (config_invalid); a target set UNLOGGED under a running pipeline
+#      halts census_drift at the next write; set LOGGED again, it applies.
 #   Each: nothing of the transaction committed, the watermark unmoved,
 #   doctor fails destination_mappings with the registration code; the
 #   change reverted, a plain start applies the transaction once.
@@ -281,5 +287,49 @@ q_dst(q{SELECT ash_replicant_map_table(sink_name => 't', target => 'two'::regcla
 AshTest::start_sink($dst, 't');
 AshTest::wait_caught_up($src, $dst, 't', name => 'source column a skipped: t applies it');
 is(q_dst('SELECT id || \':\' || a FROM two'), '1:from b', 'the target column holds the renamed column');
+
+# ---------------------------------------------------------------------------
+# 7: unlogged targets
+# ---------------------------------------------------------------------------
+q_src(q{
+CREATE TABLE ul (id integer PRIMARY KEY, v text);
+INSERT INTO ul SELECT g, 'row ' || g FROM generate_series(1, 20) g;
+CREATE PUBLICATION pub_ul FOR TABLE ul;
+});
+q_dst(q{
+CREATE UNLOGGED TABLE ul (id integer PRIMARY KEY, v text);
+CREATE TABLE up (id integer PRIMARY KEY, v text) PARTITION BY RANGE (id);
+CREATE TABLE up_low PARTITION OF up FOR VALUES FROM (MINVALUE) TO (100);
+CREATE UNLOGGED TABLE up_high PARTITION OF up FOR VALUES FROM (100) TO (MAXVALUE);
+});
+AshTest::setup_pipeline($src, $dst, sink => 'g', publication => 'pub_ul', start => 0,
+	maps => [], pipeline_extra => $v1);
+for my $c ([ 'ul', 'ul', qr/target "public"\."ul" is unlogged/ ],
+	[ 'up', 'ul', qr/partition "public"\."up_high" of target "public"\."up" is unlogged/ ])
+{
+	my ($target, $source, $re) = @$c;
+	my ($rc, $out, $err) = $dst->psql($DB,
+		"SELECT ash_replicant_map_table(sink_name => 'g', target => '$target'::regclass, source_table => '$source')");
+	isnt($rc, 0, "unlogged: $target refused");
+	like($err, qr/mapping rejected: config_invalid \(.*$re/, "... config_invalid: $re");
+}
+q_dst(q{
+ALTER TABLE ul SET LOGGED;
+SELECT ash_replicant_map_table(sink_name => 'g', target => 'ul'::regclass);
+SELECT ash_replicant_start('g');
+});
+AshTest::wait_caught_up($src, $dst, 'g', name => 'g copies and streams a logged target')
+  or BAIL_OUT('sink g never streamed');
+q_dst('ALTER TABLE ul SET UNLOGGED');
+$facts = AshTest::checkpoint_facts($dst, 'g');
+q_src(q{INSERT INTO ul VALUES (21, 'new')});
+drift_halts(sink => 'g', code => 'config_invalid', table => '"public"."ul"',
+	what => 'a target set UNLOGGED under a running pipeline');
+is(q_dst('SELECT count(*) FROM ul'), '20', '... nothing of the transaction committed');
+is(AshTest::checkpoint_facts($dst, 'g'), $facts, '... the checkpoint unchanged');
+q_dst('ALTER TABLE ul SET LOGGED');
+AshTest::start_sink($dst, 'g');
+AshTest::wait_caught_up($src, $dst, 'g', name => 'g applies it with the target logged again');
+AshTest::assert_mirror_equal($src, $dst, ['ul']);
 
 done_testing();
