@@ -928,13 +928,15 @@ open_target(ValidateCtx *cx)
 }
 
 /*
- * A crash (or a failover to a standby) empties an unlogged table while the
- * checkpoint, in a logged catalog, stays: the mirror would go on short of
- * every row it held, healthy.  A partitioned target's partitions may be
- * unlogged one by one.
+ * Every row must be written here, durably, in the transaction that moves
+ * the checkpoint.  A crash (or a failover to a standby) empties an unlogged
+ * table while the checkpoint, in a logged catalog, stays: the mirror would
+ * go on short of every row it held, healthy.  A foreign partition writes
+ * elsewhere, committed apart from the checkpoint.  A partitioned target's
+ * partitions are judged one by one.
  */
 static void
-check_logged(ValidateCtx *cx)
+check_durable_here(ValidateCtx *cx)
 {
 	List	   *rels;
 	ListCell   *lc;
@@ -948,10 +950,16 @@ check_logged(ValidateCtx *cx)
 	rels = find_all_inheritors(RelationGetRelid(cx->rel), AccessShareLock, NULL);
 	foreach(lc, rels)
 	{
-		if (get_rel_persistence(lfirst_oid(lc)) == RELPERSISTENCE_UNLOGGED)
+		Oid			part = lfirst_oid(lc);
+
+		if (get_rel_relkind(part) == RELKIND_FOREIGN_TABLE)
+			ash_reject(ERRCODE_WRONG_OBJECT_TYPE, MAPPING_STAGE, "destination_not_local",
+					   "partition %s of target %s is a foreign table, not a local table",
+					   ash_mapping_qualified_relname(part), cx->relname);
+		if (get_rel_persistence(part) == RELPERSISTENCE_UNLOGGED)
 			REJECT("config_invalid",
 				   "partition %s of target %s is unlogged: a crash of the destination would empty it while the checkpoint stays",
-				   ash_mapping_qualified_relname(lfirst_oid(lc)), cx->relname);
+				   ash_mapping_qualified_relname(part), cx->relname);
 	}
 }
 
@@ -1789,7 +1797,7 @@ validate(AshMappingSpec *m, const AshMappingSink *sink, bool recheck)
 
 	/* Phase 2: destination shape. */
 	open_target(&cx);
-	check_logged(&cx);
+	check_durable_here(&cx);
 	if (!recheck)
 		check_owner_privileges(&cx);
 	check_column_map_targets(&cx);

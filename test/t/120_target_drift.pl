@@ -31,7 +31,8 @@
 #      checkpoint stays (the previous build, kill -9 after a v1 copy of 100
 #      rows: 10 rows left, healthy).  Registration refuses an unlogged
 #      target and a partitioned one with an unlogged partition
-#      (config_invalid); a target set UNLOGGED under a running pipeline
+#      (config_invalid), or with a foreign partition (destination_not_local:
+#      its rows would be committed elsewhere, apart from the checkpoint); a target set UNLOGGED under a running pipeline
 #      halts census_drift at the next write; set LOGGED again, it applies.
 #   Each: nothing of the transaction committed, the watermark unmoved,
 #   doctor fails destination_mappings with the registration code; the
@@ -301,17 +302,23 @@ CREATE UNLOGGED TABLE ul (id integer PRIMARY KEY, v text);
 CREATE TABLE up (id integer PRIMARY KEY, v text) PARTITION BY RANGE (id);
 CREATE TABLE up_low PARTITION OF up FOR VALUES FROM (MINVALUE) TO (100);
 CREATE UNLOGGED TABLE up_high PARTITION OF up FOR VALUES FROM (100) TO (MAXVALUE);
+CREATE EXTENSION postgres_fdw;
+CREATE SERVER elsewhere FOREIGN DATA WRAPPER postgres_fdw OPTIONS (dbname 'nowhere');
+CREATE TABLE uf (id integer, v text) PARTITION BY RANGE (id);
+CREATE TABLE uf_low PARTITION OF uf FOR VALUES FROM (MINVALUE) TO (100);
+CREATE FOREIGN TABLE uf_far PARTITION OF uf FOR VALUES FROM (100) TO (MAXVALUE) SERVER elsewhere;
 });
 AshTest::setup_pipeline($src, $dst, sink => 'g', publication => 'pub_ul', start => 0,
 	maps => [], pipeline_extra => $v1);
-for my $c ([ 'ul', 'ul', qr/target "public"\."ul" is unlogged/ ],
-	[ 'up', 'ul', qr/partition "public"\."up_high" of target "public"\."up" is unlogged/ ])
+for my $c ([ 'ul', 'config_invalid', qr/target "public"\."ul" is unlogged/ ],
+	[ 'up', 'config_invalid', qr/partition "public"\."up_high" of target "public"\."up" is unlogged/ ],
+	[ 'uf', 'destination_not_local', qr/partition "public"\."uf_far" of target "public"\."uf" is a foreign table/ ])
 {
-	my ($target, $source, $re) = @$c;
+	my ($target, $code, $re) = @$c;
 	my ($rc, $out, $err) = $dst->psql($DB,
-		"SELECT ash_replicant_map_table(sink_name => 'g', target => '$target'::regclass, source_table => '$source')");
-	isnt($rc, 0, "unlogged: $target refused");
-	like($err, qr/mapping rejected: config_invalid \(.*$re/, "... config_invalid: $re");
+		"SELECT ash_replicant_map_table(sink_name => 'g', target => '$target'::regclass, source_table => 'ul')");
+	isnt($rc, 0, "$target refused");
+	like($err, qr/mapping rejected: $code \(.*$re/, "... $code: $re");
 }
 q_dst(q{
 ALTER TABLE ul SET LOGGED;
