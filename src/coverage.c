@@ -357,6 +357,26 @@ source_typname(const AshSourceColumn *sc)
 	return name;
 }
 
+/* A source column and its target column's type, base types and typmods. */
+typedef struct TypeFit
+{
+	Oid			tbase;			/* the target's base type */
+	int32		tmod;			/* its typmod (a domain's own when it has one) */
+	const char *s;				/* the source type's name */
+	int32		smod;
+} TypeFit;
+
+/* Fill f; false when the source type's name is unknown (not judged). */
+static bool
+type_fit(const AshSourceColumn *sc, Form_pg_attribute att, TypeFit *f)
+{
+	f->tmod = att->atttypmod;
+	f->tbase = getBaseTypeAndTypmod(att->atttypid, &f->tmod);
+	f->s = source_typname(sc);
+	f->smod = sc->typmod;
+	return f->s != NULL;
+}
+
 /* A time type's precision from its typmod: none is the maximum, 6. */
 static int
 time_precision(int32 typmod)
@@ -378,50 +398,47 @@ time_precision(int32 typmod)
 static bool
 rewrites(const AshSourceColumn *sc, Form_pg_attribute att)
 {
-	int32		tmod = att->atttypmod;
-	Oid			tbase = getBaseTypeAndTypmod(att->atttypid, &tmod);
-	const char *s = source_typname(sc);
-	int32		smod = sc->typmod;
+	TypeFit		f;
 
-	if (s == NULL || (sc->type_oid >= FirstGenbkiObjectId && smod < 0))
+	if (!type_fit(sc, att, &f) || (sc->type_oid >= FirstGenbkiObjectId && f.smod < 0))
 		return false;
-	if (OidIsValid(get_element_type(tbase)))
+	if (OidIsValid(get_element_type(f.tbase)))
 	{
 		/* an array's typmod is its elements': judged as theirs */
-		if (s[0] != '_')
+		if (f.s[0] != '_')
 			return false;
-		tbase = get_element_type(tbase);
-		s++;
+		f.tbase = get_element_type(f.tbase);
+		f.s++;
 	}
-	switch (tbase)
+	switch (f.tbase)
 	{
 		case NUMERICOID:
-			if (tmod < 0 || strcmp(s, "numeric") != 0)
+			if (f.tmod < 0 || strcmp(f.s, "numeric") != 0)
 				return false;	/* integers fit any scale */
-			return smod < 0 ||
-				(int16) ((smod - VARHDRSZ) & 0xffff) > (int16) ((tmod - VARHDRSZ) & 0xffff);
+			return f.smod < 0 ||
+				(int16) ((f.smod - VARHDRSZ) & 0xffff) > (int16) ((f.tmod - VARHDRSZ) & 0xffff);
 		case TIMETZOID:
-			if (strcmp(s, "time") == 0)
+			if (strcmp(f.s, "time") == 0)
 				return true;	/* it adds the session's offset */
 			/* FALLTHROUGH */
 		case TIMESTAMPOID:
 		case TIMESTAMPTZOID:
 		case TIMEOID:
-			if (tmod < 0 || (strcmp(s, "timestamp") != 0 && strcmp(s, "timestamptz") != 0 &&
-							 strcmp(s, "time") != 0 && strcmp(s, "timetz") != 0))
+			if (f.tmod < 0 || (strcmp(f.s, "timestamp") != 0 && strcmp(f.s, "timestamptz") != 0 &&
+							 strcmp(f.s, "time") != 0 && strcmp(f.s, "timetz") != 0))
 				return false;
-			return time_precision(smod) > time_precision(tmod);
+			return time_precision(f.smod) > time_precision(f.tmod);
 		case INTERVALOID:
-			return tmod >= 0 && strcmp(s, "interval") == 0 && smod != tmod;
+			return f.tmod >= 0 && strcmp(f.s, "interval") == 0 && f.smod != f.tmod;
 		case FLOAT4OID:
-			return strcmp(s, "int4") == 0 || strcmp(s, "int8") == 0 ||
-				strcmp(s, "numeric") == 0;
+			return strcmp(f.s, "int4") == 0 || strcmp(f.s, "int8") == 0 ||
+				strcmp(f.s, "numeric") == 0;
 		case FLOAT8OID:
-			return strcmp(s, "int8") == 0 || strcmp(s, "numeric") == 0;
+			return strcmp(f.s, "int8") == 0 || strcmp(f.s, "numeric") == 0;
 		case BPCHAROID:
-			return strcmp(s, "bpchar") != 0 || smod != tmod;
+			return strcmp(f.s, "bpchar") != 0 || f.smod != f.tmod;
 		case NAMEOID:
-			return strcmp(s, "name") != 0;	/* cut at 63 bytes */
+			return strcmp(f.s, "name") != 0;	/* cut at 63 bytes */
 		default:
 			return false;
 	}
@@ -434,45 +451,42 @@ rewrites(const AshSourceColumn *sc, Form_pg_attribute att)
 static bool
 narrower(const AshSourceColumn *sc, Form_pg_attribute att)
 {
-	int32		tmod = att->atttypmod;
-	Oid			tbase = getBaseTypeAndTypmod(att->atttypid, &tmod);
-	const char *s = source_typname(sc);
-	int32		smod = sc->typmod;
+	TypeFit		f;
 
-	if (s == NULL || tmod < 0)
+	if (!type_fit(sc, att, &f) || f.tmod < 0)
 		return false;			/* an unlimited target holds anything */
-	switch (tbase)
+	switch (f.tbase)
 	{
 		case VARCHAROID:
-			if (strcmp(s, "text") == 0)
+			if (strcmp(f.s, "text") == 0)
 				return true;
-			if (strcmp(s, "varchar") == 0 || strcmp(s, "bpchar") == 0)
-				return smod < 0 || smod > tmod;
+			if (strcmp(f.s, "varchar") == 0 || strcmp(f.s, "bpchar") == 0)
+				return f.smod < 0 || f.smod > f.tmod;
 			return false;
 		case NUMERICOID:
 			{
-				int			tp = ((tmod - VARHDRSZ) >> 16) & 0xffff;
-				int			ts = (int16) ((tmod - VARHDRSZ) & 0xffff);
+				int			tp = ((f.tmod - VARHDRSZ) >> 16) & 0xffff;
+				int			ts = (int16) ((f.tmod - VARHDRSZ) & 0xffff);
 				int			sp,
 							ss;
 
-				if (strcmp(s, "int2") == 0 || strcmp(s, "int4") == 0 || strcmp(s, "int8") == 0)
+				if (strcmp(f.s, "int2") == 0 || strcmp(f.s, "int4") == 0 || strcmp(f.s, "int8") == 0)
 				{
-					int			digits = s[3] == '2' ? 5 : s[3] == '4' ? 10 : 19;
+					int			digits = f.s[3] == '2' ? 5 : f.s[3] == '4' ? 10 : 19;
 
 					return tp - ts < digits;
 				}
-				if (strcmp(s, "numeric") != 0 || smod < 0)
+				if (strcmp(f.s, "numeric") != 0 || f.smod < 0)
 					return false;	/* rewrites() refuses an unconstrained one */
-				sp = ((smod - VARHDRSZ) >> 16) & 0xffff;
-				ss = (int16) ((smod - VARHDRSZ) & 0xffff);
+				sp = ((f.smod - VARHDRSZ) >> 16) & 0xffff;
+				ss = (int16) ((f.smod - VARHDRSZ) & 0xffff);
 				return tp - ts < sp - ss;
 			}
 		case BITOID:
 		case VARBITOID:
-			if (strcmp(s, "bit") != 0 && strcmp(s, "varbit") != 0)
+			if (strcmp(f.s, "bit") != 0 && strcmp(f.s, "varbit") != 0)
 				return false;
-			return smod < 0 || smod > tmod;
+			return f.smod < 0 || f.smod > f.tmod;
 		default:
 			return false;
 	}
