@@ -50,19 +50,8 @@ CREATE TABLE ev_log_old PARTITION OF ev_log FOR VALUES FROM (MINVALUE) TO ($spli
 CREATE TABLE $marker ($structural, id bigint, note text, UNIQUE ($axes));
 });
 
-my ($sysid, $db) = AshTest::source_identity($src);
-my $conn = AshTest::conninfo($src);
-for my $stmt (
-	"SELECT ash_replicant_create_sink('$sink', sink_kind => 'append_log', initial_state => 'go_forward')",
-	"SELECT ash_replicant_map_table('$sink', 'ev_log'::regclass, source_table => 'ev', append_log => true)",
-	"SELECT ash_replicant_map_table('$sink', '$marker'::regclass, append_log => true)",
-	"SELECT ash_replicant_configure_pipeline('$sink', '$conn', publication => 'pub_plog',"
-	  . " source_system_identifier => '$sysid', source_database => '$db', census => '{\"interval_ms\": 1000}')",
-	"SELECT ash_replicant_start('$sink')")
-{
-	my ($rc, $out, $err) = $dst->psql('postgres', $stmt);
-	die "setup failed: " . substr($stmt, 0, 60) . ": $err" if $rc;
-}
+AshTest::setup_append_log($src, $dst, $sink, 'pub_plog',
+	"'ev_log'::regclass, source_table => 'ev', append_log => true");
 AshTest::wait_caught_up($src, $dst, $sink, name => 'the partitioned append log streams')
   or BAIL_OUT('pipeline never streamed');
 

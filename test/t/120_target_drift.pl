@@ -117,19 +117,7 @@ AshTest::assert_mirror_equal($src, $dst, ['kd']);
 # ---------------------------------------------------------------------------
 # 2, 3: an append log given a row-dropping trigger, then a rule
 # ---------------------------------------------------------------------------
-my ($sysid, $sdb) = AshTest::source_identity($src);
-my $conn = AshTest::conninfo($src);
-for my $stmt (
-	"SELECT ash_replicant_create_sink('e', sink_kind => 'append_log', initial_state => 'go_forward')",
-	"SELECT ash_replicant_map_table('e', 'ev'::regclass, append_log => true)",
-	"SELECT ash_replicant_map_table('e', '$emark'::regclass, append_log => true)",
-	"SELECT ash_replicant_configure_pipeline('e', '$conn', publication => 'pub_ev',"
-	  . " source_system_identifier => '$sysid', source_database => '$sdb', census => '{\"interval_ms\": 1000}')",
-	"SELECT ash_replicant_start('e')")
-{
-	my ($rc, $out, $err) = $dst->psql($DB, $stmt);
-	BAIL_OUT('setup of e failed: ' . substr($stmt, 0, 60)) if $rc;
-}
+AshTest::setup_append_log($src, $dst, 'e', 'pub_ev', "'ev'::regclass, append_log => true");
 AshTest::wait_caught_up($src, $dst, 'e', name => 'e streams')
   or BAIL_OUT('sink e never streamed');
 q_src(q{INSERT INTO ev VALUES (1, 'first')});

@@ -303,6 +303,33 @@ sub setup_pipeline
 	return;
 }
 
+# setup_append_log($src, $dst, $sink, $publication, @maps): an append-log
+# sink, go-forward, its marker table mapped as an append log too (the caller
+# creates it on both ends with append_log_columns()); each of @maps is the
+# argument text of one ash_replicant_map_table after the sink name, e.g.
+# "'ev_log'::regclass, source_table => 'ev', append_log => true".  Configures
+# the pipeline (census every second) and starts it; croaks on a refusal
+# without printing the conninfo.
+sub setup_append_log
+{
+	my ($src, $dst, $sink, $pub, @maps) = @_;
+	my ($sysid, $db) = source_identity($src);
+	my $conn = conninfo($src);
+	my $mt = marker_table($sink);
+	for my $stmt (
+		"SELECT ash_replicant_create_sink('$sink', sink_kind => 'append_log', initial_state => 'go_forward')",
+		(map { "SELECT ash_replicant_map_table('$sink', $_)" } @maps),
+		"SELECT ash_replicant_map_table('$sink', '$mt'::regclass, append_log => true)",
+		"SELECT ash_replicant_configure_pipeline('$sink', " . lit($conn) . ", publication => '$pub',"
+		  . " source_system_identifier => '$sysid', source_database => '$db', census => '{\"interval_ms\": 1000}')",
+		"SELECT ash_replicant_start('$sink')")
+	{
+		my ($rc, $out, $err) = $dst->psql($DB, $stmt);
+		croak "setup_append_log($sink): '" . substr($stmt, 0, 60) . "...' failed: $err" if $rc;
+	}
+	return;
+}
+
 sub start_sink
 {
 	my ($dst, $sink) = @_;
