@@ -275,6 +275,11 @@ AshTest::setup_pipeline($p, $q, sink => 'empty_pi', publication => 'pub_t4i', ma
 	maps => [ [ 't4i', source_table => 't4', snapshot_provenance => 'true' ] ],
 	pipeline_extra => "origin => 'none', go_forward_only => false, snapshot => 'incremental'");
 AshTest::wait_slot_consistent($p, $q, 'empty_pi');
+# an incremental snapshot reads its chunks while it streams: the row below
+# must come after t4 was read empty (before, the snapshot would find a row
+# it cannot tell from an origin's and rightly refuse, snapshot_unsupported)
+ok(AshTest::poll($q, "SELECT snapshot_phase = 'complete' FROM ash_replicant.stat_pipelines WHERE sink_name = 'empty_pi'"),
+	'incremental of an empty table from P: complete before the next write');
 ($after) = AshTest::commit_tracked($p, "INSERT INTO t4 VALUES (1, 'written on P after the copies')");
 AshTest::wait_caught_up($p, $q, 'empty_p', name => 'v1 of an empty table from P: caught up');
 ok(AshTest::wait_lsn($p, $q, 'empty_pi', $after), 'incremental of an empty table from P: caught up');
