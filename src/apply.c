@@ -44,6 +44,7 @@
 #include "catalog/catalog.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "common/shortest_dec.h"
 #include "libpq/pqformat.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -1023,6 +1024,72 @@ binary_value(AshApplyRel *rel, AshTargetCol *col, AshColumnValue *v)
 	return d;
 }
 
+/*
+ * A real into a double precision column: the real's own value, as the cast
+ * gives it.  Through text the column would hold the double nearest to the
+ * real's digits instead (1.1::real is 1.10000002384185791015625; its text,
+ * '1.1' here or '1.10000002' as the source sends it, reads as another
+ * double), and a copied row and a streamed one would not agree.  A domain
+ * takes the value's exact text through its input function (its checks).
+ */
+static Datum
+widened_float4(AshApplyRel *rel, AshTargetCol *col, AshColumnValue *v)
+{
+	float4		f;
+	char		buf[DOUBLE_SHORTEST_DECIMAL_LEN];
+
+	if (v->status == ASH_COL_BINARY)
+	{
+		uint32		n;
+
+		if (v->len != sizeof(n))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+					 errmsg("ash_replicant: incorrect binary data format in a column of %s",
+							rel->target_name)));
+		memcpy(&n, v->data, sizeof(n));
+		n = pg_ntoh32(n);
+		memcpy(&f, &n, sizeof(f));
+	}
+	else
+		f = DatumGetFloat4(DirectFunctionCall1(float4in, CStringGetDatum(v->data)));
+	if (col->typid == FLOAT8OID)
+		return Float8GetDatum((float8) f);
+	double_to_shortest_decimal_buf((double) f, buf);
+	return InputFunctionCall(&col->infunc, buf, col->ioparam, col->typmod);
+}
+
+/*
+ * A varchar(n) column's input cuts an excess of spaces to n characters
+ * without an error ('ab    ' into varchar(3) is 'ab '): the mirror would
+ * hold another value than the source.  Such a value fails as any longer
+ * one does.  Checked on the text the column reads: a value's own bytes for
+ * the string types, else its text form.
+ */
+static void
+check_fits(AshApplyRel *rel, AshTargetCol *col, AshColumnValue *v)
+{
+	const char *s = v->data;
+	int			len = v->len;
+
+	if (v->status == ASH_COL_BINARY)
+	{
+		Oid			type = rel->remote.cols[col->remote_idx].type_oid;
+
+		if (type != TEXTOID && type != VARCHAROID && type != BPCHAROID && type != NAMEOID)
+		{
+			s = value_text(rel, col->remote_idx, v);
+			len = strlen(s);
+		}
+	}
+	/* no more characters than bytes */
+	if (len > col->maxchars && pg_mbstrlen_with_len(s, len) > col->maxchars)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("ash_replicant: a value too long for type character varying(%d) in a column of %s",
+						col->maxchars, rel->target_name)));
+}
+
 static void
 build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 {
@@ -1061,10 +1128,17 @@ build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 						img->plain = palloc0(sizeof(char *) * rel->ncols);
 					img->plain[c] = value_text(rel, col->remote_idx, v);
 				}
-				else if (v->status == ASH_COL_TEXT)
-					img->values[c] = convert_value(col, v);
 				else
-					img->values[c] = binary_value(rel, col, v);
+				{
+					if (col->maxchars >= 0)
+						check_fits(rel, col, v);
+					if (col->widen_float4)
+						img->values[c] = widened_float4(rel, col, v);
+					else if (v->status == ASH_COL_TEXT)
+						img->values[c] = convert_value(col, v);
+					else
+						img->values[c] = binary_value(rel, col, v);
+				}
 				img->present[c] = true;
 				break;
 			default:

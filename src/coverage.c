@@ -384,29 +384,40 @@ time_precision(int32 typmod)
 	return typmod < 0 ? 6 : typmod;
 }
 
+/* What a target column does to the values it takes without an error. */
+typedef enum Rewrite
+{
+	KEEPS,						/* every value as the source has it */
+	ROUNDS,						/* rounds, pads or cuts some */
+	ZONED						/* reads them in the destination's time zone */
+} Rewrite;
+
 /*
  * Does the target column change values without an error?  A numeric of a
  * smaller scale, a time type of a lower precision or an interval of other
  * fields or precision round (1.2345 into numeric(10,2) is 1.23); a
  * floating-point target rounds the integers and numerics it takes
  * implicitly; a char(n) pads what it takes to its length (and drops
- * trailing spaces past it); a name cuts text at 63 bytes; a timetz adds
- * the session's offset to a time.  The mirror would be healthy and not
- * equal.  An array is judged as its elements.  A source domain's typmod
- * is not in a Relation message: unknown, not judged there.
+ * trailing spaces past it); a name cuts text at 63 bytes.  A timetz takes
+ * a time, and a timestamptz a timestamp or a date, as a local time of the
+ * destination's TimeZone: an instant that moves when that setting does,
+ * and under daylight saving time a local time in the spring-forward gap
+ * becomes the hour after it.  The mirror would be healthy and not equal.
+ * An array is judged as its elements.  A source domain's typmod is not in
+ * a Relation message: unknown, not judged there.
  */
-static bool
+static Rewrite
 rewrites(const AshSourceColumn *sc, Form_pg_attribute att)
 {
 	TypeFit		f;
 
 	if (!type_fit(sc, att, &f) || (sc->type_oid >= FirstGenbkiObjectId && f.smod < 0))
-		return false;
+		return KEEPS;
 	if (OidIsValid(get_element_type(f.tbase)))
 	{
 		/* an array's typmod is its elements': judged as theirs */
 		if (f.s[0] != '_')
-			return false;
+			return KEEPS;
 		f.tbase = get_element_type(f.tbase);
 		f.s++;
 	}
@@ -414,34 +425,41 @@ rewrites(const AshSourceColumn *sc, Form_pg_attribute att)
 	{
 		case NUMERICOID:
 			if (f.tmod < 0 || strcmp(f.s, "numeric") != 0)
-				return false;	/* integers fit any scale */
+				return KEEPS;	/* integers fit any scale */
 			return f.smod < 0 ||
-				(int16) ((f.smod - VARHDRSZ) & 0xffff) > (int16) ((f.tmod - VARHDRSZ) & 0xffff);
+				(int16) ((f.smod - VARHDRSZ) & 0xffff) > (int16) ((f.tmod - VARHDRSZ) & 0xffff) ?
+				ROUNDS : KEEPS;
 		case TIMETZOID:
 			if (strcmp(f.s, "time") == 0)
-				return true;	/* it adds the session's offset */
-			/* FALLTHROUGH */
-		case TIMESTAMPOID:
+				return ZONED;
+			break;
 		case TIMESTAMPTZOID:
-		case TIMEOID:
-			if (f.tmod < 0 || (strcmp(f.s, "timestamp") != 0 && strcmp(f.s, "timestamptz") != 0 &&
-							 strcmp(f.s, "time") != 0 && strcmp(f.s, "timetz") != 0))
-				return false;
-			return time_precision(f.smod) > time_precision(f.tmod);
+			if (strcmp(f.s, "timestamp") == 0 || strcmp(f.s, "date") == 0)
+				return ZONED;
+			break;
 		case INTERVALOID:
-			return f.tmod >= 0 && strcmp(f.s, "interval") == 0 && f.smod != f.tmod;
+			return f.tmod >= 0 && strcmp(f.s, "interval") == 0 && f.smod != f.tmod ?
+				ROUNDS : KEEPS;
 		case FLOAT4OID:
 			return strcmp(f.s, "int4") == 0 || strcmp(f.s, "int8") == 0 ||
-				strcmp(f.s, "numeric") == 0;
+				strcmp(f.s, "numeric") == 0 ? ROUNDS : KEEPS;
 		case FLOAT8OID:
-			return strcmp(f.s, "int8") == 0 || strcmp(f.s, "numeric") == 0;
+			return strcmp(f.s, "int8") == 0 || strcmp(f.s, "numeric") == 0 ? ROUNDS : KEEPS;
 		case BPCHAROID:
-			return strcmp(f.s, "bpchar") != 0 || f.smod != f.tmod;
+			return strcmp(f.s, "bpchar") != 0 || f.smod != f.tmod ? ROUNDS : KEEPS;
 		case NAMEOID:
-			return strcmp(f.s, "name") != 0;	/* cut at 63 bytes */
+			return strcmp(f.s, "name") != 0 ? ROUNDS : KEEPS;	/* cut at 63 bytes */
+		case TIMESTAMPOID:
+		case TIMEOID:
+			break;
 		default:
-			return false;
+			return KEEPS;
 	}
+	/* a time type of a lower precision rounds */
+	if (f.tmod < 0 || (strcmp(f.s, "timestamp") != 0 && strcmp(f.s, "timestamptz") != 0 &&
+					   strcmp(f.s, "time") != 0 && strcmp(f.s, "timetz") != 0))
+		return KEEPS;
+	return time_precision(f.smod) > time_precision(f.tmod) ? ROUNDS : KEEPS;
 }
 
 /*
@@ -716,6 +734,7 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	StringInfoData badtype;
 	StringInfoData badkey;
 	StringInfoData rewritten;
+	StringInfoData zoned;
 	List	   *seen = NIL;
 	List	   *keys;
 	ListCell   *lc;
@@ -732,6 +751,7 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	initStringInfo(&badtype);
 	initStringInfo(&badkey);
 	initStringInfo(&rewritten);
+	initStringInfo(&zoned);
 	keys = key_attnums(m, business_key, target);
 
 	/* 1 and 3: every sent column lands on a live target column of a fitting type */
@@ -762,10 +782,16 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 			ash_append_name_list(&badkey, sc->name);
 			append_types(&badkey, sc, att);
 		}
-		else if (rewrites(sc, att))
+		else
 		{
-			ash_append_name_list(&rewritten, sc->name);
-			append_types(&rewritten, sc, att);
+			Rewrite		r = rewrites(sc, att);
+			StringInfo	list = r == ROUNDS ? &rewritten : r == ZONED ? &zoned : NULL;
+
+			if (list != NULL)
+			{
+				ash_append_name_list(list, sc->name);
+				append_types(list, sc, att);
+			}
 		}
 	}
 
@@ -802,10 +828,19 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 		ok = fail(out, "source_type_invalid",
 				  psprintf("table %s key columns whose target type could make two source keys one row: %s",
 						   qname, badkey.data));
-	else if (rewritten.len > 0)
-		ok = fail(out, "source_type_invalid",
-				  psprintf("table %s columns whose target type would round or pad their values: %s",
-						   qname, rewritten.data));
+	else if (rewritten.len > 0 || zoned.len > 0)
+	{
+		StringInfoData what;
+
+		initStringInfo(&what);
+		if (rewritten.len > 0)
+			appendStringInfo(&what, "columns whose target type would round or pad their values: %s",
+							 rewritten.data);
+		if (zoned.len > 0)
+			appendStringInfo(&what, "%scolumns whose target type would read their values in the destination's time zone: %s",
+							 rewritten.len > 0 ? "; " : "", zoned.data);
+		ok = fail(out, "source_type_invalid", psprintf("table %s %s", qname, what.data));
+	}
 	else
 		ok = judge_identity(m, business_key, src, target, qname, out) &&
 			judge_source_key(m, business_key, src, target, qname, out);

@@ -691,9 +691,14 @@ resolve_column_io(AshApplyRel *rel, AshTargetCol *tc, Form_pg_attribute att)
 {
 	Oid			infunc;
 	HeapTuple	typtup;
+	int32		basemod = att->atttypmod;
+	Oid			base = getBaseTypeAndTypmod(att->atttypid, &basemod);
 
 	tc->typid = att->atttypid;
 	tc->typmod = att->atttypmod;
+	tc->maxchars = base == VARCHAROID && basemod >= VARHDRSZ ? basemod - VARHDRSZ : -1;
+	tc->widen_float4 = base == FLOAT8OID &&
+		rel->remote.cols[tc->remote_idx].type_oid == FLOAT4OID;
 	getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);
 	get_typlenbyvalalign(att->atttypid, &tc->typlen, &tc->typbyval, &tc->typalign);
 	tc->recvfunc.fn_oid = InvalidOid;

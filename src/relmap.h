@@ -32,6 +32,10 @@ typedef struct AshTargetCol
 	char		typalign;		/* for arrays of them */
 	bool		is_identity;
 	bool		encrypt;		/* sealed with column encryption (bytea) */
+	int32		maxchars;		/* a varchar(n) target's n, else -1: its input
+								 * cuts an excess of spaces without an error */
+	bool		widen_float4;	/* a real into a double precision target:
+								 * widened as the cast does, not via text */
 } AshTargetCol;
 
 /*
