@@ -11,8 +11,11 @@
  *	  pass pgoutput's messages option or other plugins' options).
  *
  *	  Sessions are set up so that text values parse identically on the
- *	  destination: DateStyle ISO, IntervalStyle postgres, extra_float_digits
- *	  3 and the destination database's encoding as client encoding.
+ *	  destination and read as the worker renders a value it received in
+ *	  binary (ash_worker_session_settings): DateStyle ISO, IntervalStyle
+ *	  postgres, extra_float_digits 3, TimeZone UTC, bytea_output hex,
+ *	  lc_monetary C, and the destination database's encoding as client
+ *	  encoding.
  *
  *	  No error raised here carries the conninfo or any server message text:
  *	  libpq messages contain host and user names, and server messages can
@@ -23,14 +26,17 @@
  */
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "ash_replicant.h"
 #include "libpq_conn.h"
+#include "spi_util.h"
 
 char		ash_conn_last_sqlstate[6] = "";
 AshConnFailure ash_conn_last_failure = ASH_CONN_OK;
@@ -94,6 +100,33 @@ connect_sqlstate(const char *msg, char *buf)
 	return buf;
 }
 
+/*
+ * The options of a source session: the text form the worker reads
+ * (ash_text_form), and for a probe read-only statements with a timeout.
+ * Built once per process.
+ */
+static const char *
+session_options(bool probe)
+{
+	static char *opts[2];
+
+	if (opts[probe] == NULL)
+	{
+		StringInfoData buf;
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		initStringInfo(&buf);
+		for (int i = 0; i < ASH_TEXT_FORM_SETTINGS; i++)
+			appendStringInfo(&buf, "%s-c %s=%s", i ? " " : "",
+							 ash_text_form[i][0], ash_text_form[i][1]);
+		if (probe)
+			appendStringInfoString(&buf, " -c default_transaction_read_only=on -c statement_timeout=60000");
+		opts[probe] = buf.data;
+		MemoryContextSwitchTo(old);
+	}
+	return opts[probe];
+}
+
 /* Wait for the socket (or latch / timeout).  Returns false on timeout. */
 static bool
 wait_socket(PGconn *conn, int io_events, TimestampTz deadline)
@@ -145,9 +178,7 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 	keys[i] = "client_encoding";
 	vals[i++] = GetDatabaseEncodingName();
 	keys[i] = "options";
-	vals[i++] = (kind == ASH_CONN_PROBE) ?
-		"-c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3 -c default_transaction_read_only=on -c statement_timeout=60000" :
-		"-c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3";
+	vals[i++] = session_options(kind == ASH_CONN_PROBE);
 	keys[i] = NULL;
 	vals[i] = NULL;
 

@@ -158,8 +158,22 @@ ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
  * worker's statements are short and its catalog queries (the census's
  * contract recheck) cost more than jit_above_cost, and compiling one took
  * about a second of the worker's time in which nothing was applied
- * (docs/operations.md, *Lag and latency*).
+ * (docs/operations.md, *Lag and latency*).  A value the worker renders as
+ * text (a copied value bound for a string column or an encrypted one) reads
+ * as the source renders a streamed one (ash_text_form): under the
+ * destination's own settings a copied date could read '10/03/2024' and a
+ * streamed one '2024-03-10', or a copied double lose digits
+ * (docs/operations.md, "Values as text").
  */
+const char *const ash_text_form[ASH_TEXT_FORM_SETTINGS][2] = {
+	{"DateStyle", "ISO"},
+	{"IntervalStyle", "postgres"},
+	{"extra_float_digits", "3"},
+	{"TimeZone", "UTC"},
+	{"bytea_output", "hex"},
+	{"lc_monetary", "C"},
+};
+
 void
 ash_worker_session_settings(void)
 {
@@ -180,6 +194,8 @@ ash_worker_session_settings(void)
 	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("row_security", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	for (int i = 0; i < ASH_TEXT_FORM_SETTINGS; i++)
+		SetConfigOption(ash_text_form[i][0], ash_text_form[i][1], PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 ErrorData *

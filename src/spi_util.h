@@ -40,6 +40,14 @@ extern SPIPlanPtr ash_spi_prepare_kept(const char *sql, int nargs, Oid *types);
 extern void ash_worker_session_settings(void);
 
 /*
+ * The settings that decide a value's text form, the same in the worker's
+ * session (it renders values it received in binary) and in every source
+ * session (a walsender renders the values it streams): name, value.
+ */
+#define ASH_TEXT_FORM_SETTINGS 6
+extern const char *const ash_text_form[ASH_TEXT_FORM_SETTINGS][2];
+
+/*
  * In a PG_CATCH of a worker's own transaction: copy the error into cxt,
  * clear it, abort the transaction and return to cxt.  The caller decides
  * what the error means (and frees it).
