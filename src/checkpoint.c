@@ -652,6 +652,13 @@ ash_checkpoint_reset(const AshCheckpointKey *key)
 					 0, NULL, NULL, SPI_OK_DELETE, "could not reset the checkpoint") > 0;
 }
 
+/*
+ * Adopting a commit LSN skips every source transaction committed at or
+ * below it.  The restart point is the position just past it, so that the
+ * source does not decode and send that commit again either: the worker
+ * would skip it, but a transaction the source cannot send at all
+ * (source_value_unrepresentable) must not be sent to be skipped.
+ */
 bool
 ash_checkpoint_adopt(const AshCheckpointKey *key, XLogRecPtr commit_lsn)
 {
@@ -660,7 +667,7 @@ ash_checkpoint_adopt(const AshCheckpointKey *key, XLogRecPtr commit_lsn)
 
 	values[0] = LSNGetDatum(commit_lsn);
 	return key_write(key, "UPDATE ash_replicant.checkpoints"
-					 "   SET end_lsn = CASE WHEN commit_lsn = $4 THEN end_lsn ELSE $4 END,"
+					 "   SET end_lsn = CASE WHEN commit_lsn = $4 THEN end_lsn ELSE $4 OPERATOR(pg_catalog.+) 1 END,"
 					 "       acknowledged_lsn = CASE WHEN commit_lsn = $4 THEN acknowledged_lsn END,"
 					 "       commit_lsn = $4, terminal_cause = NULL, terminal_class = NULL,"
 					 "       terminal_at = NULL, updated_at = pg_catalog.now()"
@@ -680,7 +687,7 @@ ash_checkpoint_create_adopted(const AshCheckpointKey *key, XLogRecPtr commit_lsn
 	values[1] = Int32GetDatum(timeline);
 	return key_write(key, "INSERT INTO ash_replicant.checkpoints"
 					 " (source_system_id, source_database, slot_name, timeline_id, commit_lsn, end_lsn)"
-					 " VALUES ($1, $2, $3, $5, $4, $4)",
+					 " VALUES ($1, $2, $3, $5, $4, $4 OPERATOR(pg_catalog.+) 1)",
 					 2, types, values, SPI_OK_INSERT, "could not create the checkpoint") > 0;
 }
 

@@ -58,6 +58,8 @@ static const AshReasonEntry reason_table[] = {
 	{"decoder_schema_drift", ASH_REASON_HALTED},
 	/* wal2json: null for a float/numeric, also NaN and Infinity (pipeline.c) */
 	{"decoder_value_ambiguous", ASH_REASON_HALTED},
+	/* the source cannot send a value in the destination's encoding (pipeline.c) */
+	{"source_value_unrepresentable", ASH_REASON_HALTED},
 	{"delivery_config_invalid", ASH_REASON_HALTED},
 	{"unchanged_value_unavailable", ASH_REASON_HALTED},
 	{"tombstone_unknown", ASH_REASON_HALTED},
@@ -157,6 +159,8 @@ static const AshReasonEntry reason_table[] = {
 	{"destination_origin_limit", ASH_REASON_WAITING},
 	{"source_connection_limit", ASH_REASON_WAITING},
 	{"source_slot_limit", ASH_REASON_WAITING},
+	/* the source ends the stream with an error again and again (pipeline.c) */
+	{"source_stream_failing", ASH_REASON_WAITING},
 };
 
 AshReasonClass

@@ -214,6 +214,18 @@ static long backoff = 0;
  */
 #define MAX_CRASHES_AT_CHANGE 3
 #define STABLE_AFTER_MS 60000
+
+/*
+ * A source that ends the stream with an error again and again, each time
+ * before the session proved itself (as above), fails on something waiting
+ * may or may not heal (a source error this worker does not know to be
+ * final).  From STREAM_FAULTS_SAID such faults in a row the status says so
+ * (catching_up, source_stream_failing) instead of healthy between two
+ * attempts, and the reconnections back off as the connection's do; a
+ * session that proves itself clears both.
+ */
+#define STREAM_FAULTS_SAID 3
+static int	stream_faults = 0;
 static AshCrashRecord last_crash;	/* how the previous worker died */
 static bool crashed_before = false; /* ... if it died by itself */
 static bool guard_started = false;	/* guard_start ran in this worker */
@@ -742,6 +754,15 @@ guard_progress(void)
 		}
 		careful_lsn = InvalidXLogRecPtr;
 		guard_set_careful(guard_careful());
+	}
+	if ((streak_open || stream_faults > 0) &&
+		(wm > session_start_watermark ||
+		 (session_streaming_at != 0 &&
+		  TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS))))
+	{
+		if (stream_faults >= STREAM_FAULTS_SAID)
+			set_wait_reason(NULL);
+		stream_faults = 0;
 	}
 	if (streak_open &&
 		(wm > session_start_watermark ||
@@ -1923,7 +1944,8 @@ run_session(void)
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.streaming = true;
-	MySlot->stats.wait_reason[0] = '\0';
+	if (stream_faults < STREAM_FAULTS_SAID)
+		MySlot->stats.wait_reason[0] = '\0';
 	MySlot->stats.census_enabled = cfg->census.enabled;
 	MySlot->stats.applied_lsn = binding.commit_lsn;
 	SpinLockRelease(&MySlot->mutex);
@@ -2052,6 +2074,17 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "58P01") == 0 && (step == STEP_SLOT || step == STEP_START))
 				do_halt_detail("decoder_extension_missing", src,
 							   "the source has no library of the decoder's output plugin");
+			/*
+			 * The source converts every value it sends into the
+			 * destination database's encoding (client_encoding): a
+			 * character that encoding lacks (22P05), or bytes not valid
+			 * in the source's own (22021), fail the same change at every
+			 * attempt -- reconnecting would look healthy for ever.
+			 */
+			if ((strcmp(src, "22P05") == 0 || strcmp(src, "22021") == 0) &&
+				(step == STEP_SNAPSHOT || step == STEP_STREAM))
+				do_halt_detail("source_value_unrepresentable", src,
+							   "the source cannot send a value in the destination database's encoding");
 			if (strcmp(src, "42501") == 0 && step == STEP_SNAPSHOT)
 				do_halt_detail("privilege_select_missing", src,
 							   "the source refused the snapshot a read of a mapped table");
@@ -2072,6 +2105,16 @@ handle_error(ErrorData *edata, long backoff)
 			set_wait_reason("source_slot_limit");
 		else
 			set_wait_reason(NULL);
+		if (step == STEP_STREAM && ++stream_faults > 1)
+		{
+			long		delay = ash_reconnect_min_ms;
+
+			for (int i = 1; i < stream_faults && delay < ash_reconnect_max_ms; i++)
+				delay *= 2;
+			backoff = Max(backoff, Min(delay, ash_reconnect_max_ms));
+			if (stream_faults >= STREAM_FAULTS_SAID)
+				set_wait_reason("source_stream_failing");
+		}
 		ereport(LOG,
 				(errmsg("ash_replicant event=source.fault sink=%s step=%s source_sqlstate=%s retry_in_ms=%ld",
 						cfg->sink_name, step_names[step], src[0] ? src : "none", backoff)));

@@ -203,9 +203,9 @@ is(call("SELECT ash_replicant_reset_checkpoint($key)"), 't', 'C: reset');
 is(call("SELECT ash_replicant_adopt_checkpoint($key, '$commit')"), 't', 'C: adopted into a new row');
 is(call("SELECT ash_replicant_adopt_checkpoint($key, '$commit')"), 'f', 'C: idempotent');
 is($dst->safe_psql($db,
-	"SELECT timeline_id || ' ' || (commit_lsn = '$commit') || ' ' || (end_lsn = '$commit')"
+	"SELECT timeline_id || ' ' || (commit_lsn = '$commit') || ' ' || (end_lsn = '$commit'::pg_lsn + 1)"
 	  . " FROM ash_replicant.checkpoints WHERE slot_name = 'rv_slot'"),
-	"$tli true true", 'C: timeline read from the source, restart point = watermark');
+	"$tli true true", 'C: timeline read from the source, restart point just past the watermark');
 write_rows(30);
 start_healthy('C');
 mirror_exact('C');

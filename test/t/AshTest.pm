@@ -69,6 +69,7 @@ my %marker_seq;
 #   log_statement    for both nodes ['all']; 'none' when a test greps logs for
 #                    values it sent to the source itself
 #   src_conf, dst_conf  extra postgresql.conf text
+#   dst_encoding     the destination cluster's encoding ['UTF8']
 #   no_extension     do not CREATE EXTENSION on the destination
 sub start_pair
 {
@@ -95,7 +96,7 @@ host replication all 127.0.0.1/32 trust
 	$src->safe_psql($DB, 'CREATE EXTENSION IF NOT EXISTS pg_walinspect');
 
 	my $dst = PostgreSQL::Test::Cluster->new("${prefix}dst");
-	$dst->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+	$dst->init(extra => [ '--encoding=' . ($o{dst_encoding} // 'UTF8'), '--locale=C' ]);
 	$dst->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'ash_replicant'
 ash_replicant.database = 'postgres'

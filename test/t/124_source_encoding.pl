@@ -1,0 +1,120 @@
+# A source value the destination's encoding cannot hold (docs/reasons.md,
+# source_value_unrepresentable).  The worker asks every source session for
+# the destination database's encoding, and the source converts each value
+# it sends: a UTF8 source's '€' has no LATIN1 equivalent, and the source
+# fails that change (22P05) at every attempt.  The previous build
+# reconnected for ever, healthy between two attempts, the rows after it
+# never applied.
+#
+#   1  streamed: halts source_value_unrepresentable (22P05) with the
+#      transaction's commit LSN, nothing of it committed, the checkpoint
+#      unchanged, its value in no destination log line; a restart halts
+#      again; skipped (adopt its halt_lsn: the source no longer sends it),
+#      later changes apply.
+#   2  copied: a v1 snapshot of a table holding such a value halts the same
+#      way, nothing of the table copied.
+#   3  a source that ends the stream again and again for a reason the worker
+#      does not know to be final (here: its walsender terminated each time
+#      the session streams): from the third time in a row, status says
+#      catching_up/source_stream_failing instead of healthy between two
+#      attempts; a session that applies a transaction clears it.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $DB = $AshTest::DB;
+my ($src, $dst) = AshTest::start_pair(dst_encoding => 'LATIN1');
+
+sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+sub q_src { return $src->safe_psql($DB, $_[0]); }
+
+# chr() keeps the test file ASCII: 233 is é (LATIN1 has it), 8364 is €
+q_src(q{
+CREATE TABLE t (id integer PRIMARY KEY, v text);
+INSERT INTO t VALUES (1, 'caf' || chr(233));
+CREATE TABLE c (id integer PRIMARY KEY, v text);
+INSERT INTO c VALUES (1, 'ok'), (2, 'copy_enc_sentinel ' || chr(8364));
+CREATE PUBLICATION pub_t FOR TABLE t;
+CREATE PUBLICATION pub_c FOR TABLE c;
+});
+q_dst(q{
+CREATE TABLE t (id integer PRIMARY KEY, v text);
+CREATE TABLE c (id integer PRIMARY KEY, v text);
+});
+my $v1 = "go_forward_only => false, snapshot => 'v1'";
+
+# ---------------------------------------------------------------------------
+# 1: streamed
+# ---------------------------------------------------------------------------
+AshTest::setup_pipeline($src, $dst, sink => 't', publication => 'pub_t',
+	maps => [ ['t'] ], pipeline_extra => $v1);
+AshTest::wait_caught_up($src, $dst, 't', name => 't copies a value LATIN1 holds')
+  or BAIL_OUT('sink t never streamed');
+is(q_dst('SELECT v = \'caf\' || chr(233) FROM t WHERE id = 1'), 't', '... exactly');
+
+my $facts = AshTest::checkpoint_facts($dst, 't');
+my ($commit) = AshTest::commit_tracked($src,
+	q{INSERT INTO t VALUES (2, 'ok'), (3, 'stream_enc_sentinel ' || chr(8364))});
+AshTest::wait_status($dst, 't', 'halted', 'source_value_unrepresentable',
+	name => 'a value LATIN1 lacks: halts source_value_unrepresentable');
+my $st = AshTest::status_row($dst, 't');
+is($st->{halt_sqlstate}, '22P05', '... SQLSTATE 22P05');
+is($st->{halt_lsn}, $commit, '... halt_lsn names the transaction');
+is(q_dst('SELECT count(*) FROM t'), '1', '... nothing of it committed');
+is(AshTest::checkpoint_facts($dst, 't'), $facts, '... the checkpoint unchanged');
+
+AshTest::start_sink($dst, 't');
+AshTest::wait_status($dst, 't', 'halted', 'source_value_unrepresentable',
+	name => 'a restart halts again', no_early_exit => 1);
+is(q_dst('SELECT count(*) FROM t'), '1', '... still nothing of it');
+
+# skip the one transaction: later changes apply
+my ($sysid, $sdb) = AshTest::source_identity($src);
+AshTest::stop_sink($dst, 't');
+AshTest::wait_status($dst, 't', 'not_started', undef, name => 't stopped');
+q_dst("SELECT ash_replicant_adopt_checkpoint('t', '$sysid', '$sdb', '$st->{halt_lsn}')");
+q_src(q{INSERT INTO t VALUES (4, 'after')});
+AshTest::start_sink($dst, 't');
+AshTest::wait_caught_up($src, $dst, 't', name => 'skipped: later changes apply');
+# the two ends' bytes differ (UTF8, LATIN1): compare the values as UTF8
+my $rows = q{SELECT string_agg(id || ':' || encode(convert_to(v, 'UTF8'), 'hex'), ',' ORDER BY id) FROM t};
+is(q_dst($rows), q_src($rows . ' WHERE id NOT IN (2, 3)'), 'mirror = source but the skipped transaction');
+is(q_dst('SELECT string_agg(id::text, \',\' ORDER BY id) FROM t'), '1,4', '... rows 1 and 4');
+
+# ---------------------------------------------------------------------------
+# 2: copied
+# ---------------------------------------------------------------------------
+AshTest::setup_pipeline($src, $dst, sink => 'c', publication => 'pub_c',
+	maps => [ ['c'] ], pipeline_extra => $v1);
+AshTest::wait_status($dst, 'c', 'halted', 'source_value_unrepresentable',
+	name => 'a copied value LATIN1 lacks: halts source_value_unrepresentable');
+is(AshTest::status_row($dst, 'c')->{halt_sqlstate}, '22P05', '... SQLSTATE 22P05');
+is(q_dst('SELECT count(*) FROM c'), '0', '... nothing of the table copied');
+
+# ---------------------------------------------------------------------------
+# 3: a stream that keeps failing
+# ---------------------------------------------------------------------------
+q_src(q{CREATE TABLE r (id integer PRIMARY KEY); CREATE PUBLICATION pub_r FOR TABLE r});
+q_dst(q{CREATE TABLE r (id integer PRIMARY KEY)});
+AshTest::setup_pipeline($src, $dst, sink => 'r', publication => 'pub_r', maps => [ ['r'] ]);
+AshTest::wait_status($dst, 'r', 'healthy', undef, name => 'r healthy');
+my $cut = 0;
+for my $i (1 .. 4)
+{
+	AshTest::poll($src, "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'ash_replicant r' AND state = 'streaming'", '1')
+	  or last;
+	$cut += AshTest::terminate_walsender($src, 'r');
+}
+is($cut, 4, 'the walsender ended four times as the session streamed');
+AshTest::wait_status($dst, 'r', 'catching_up', 'source_stream_failing',
+	name => 'status: catching_up/source_stream_failing', no_early_exit => 1);
+q_src(q{INSERT INTO r VALUES (1)});
+AshTest::wait_caught_up($src, $dst, 'r', name => 'a session applies a transaction');
+AshTest::wait_status($dst, 'r', 'healthy', undef, name => '... healthy again');
+
+is(scalar(AshTest::grep_logs_for('enc_sentinel', $dst)), 0, 'no value in the destination log');
+
+done_testing();
