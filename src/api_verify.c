@@ -7,18 +7,21 @@
  * NOTES
  *	  One row per mapping of the sink: the source table's row count, the
  *	  mirror's, and a verdict (docs/operations.md#verifying-completeness).
- *	  Completeness is judged on keys: a mapping matches when the mirror has
- *	  as many rows as the source and the same set of keys.  The key of a
- *	  row is what the mirror is keyed by: the target's conflict identity
- *	  (upsert_identity or primary key) with the source columns that feed
- *	  it, or an SCD2 mapping's business key, whose open versions (valid_to
- *	  NULL) are the mirror's current rows.  Other columns are not compared.
+ *	  A mapping matches when the mirror has as many rows as the source, the
+ *	  same set of keys, and the same values.  The key of a row is what the
+ *	  mirror is keyed by: the target's conflict identity (upsert_identity or
+ *	  primary key) with the source columns that feed it, or an SCD2
+ *	  mapping's business key, whose open versions (valid_to NULL) are the
+ *	  mirror's current rows.  The values are every other source column the
+ *	  mapping writes, but an encrypted one (its ciphertext differs at every
+ *	  write) and a tenant column a tenant_function fills.
  *
  *	  The digest of a key set is the sum, as numeric, of the first 64 bits
  *	  of md5 over the UTF-8 text of each row's key -- ROW(k1, ..., kn)::text,
  *	  each key column cast to the target column's type and then to text,
  *	  under fixed output settings -- computed by each server over its own
- *	  rows.  It does not depend on row order, and the digests of several
+ *	  rows; the digest of the rows the same over ROW(k1, ..., kn, v1, ...,
+ *	  vm)::text.  It does not depend on row order, and the digests of several
  *	  tables add up (the tenant tables of context tenancy).  Only "equal"
  *	  or "not equal" leaves this file: a digest of a small key space could
  *	  confirm a guessed key, so it is never returned, logged or put in an
@@ -41,7 +44,8 @@
  *	  mismatch: on a busy source repeat the call (it converges).
  *
  *	  Verdicts: match; mismatch (verify_rows_differ: the counts differ,
- *	  verify_keys_differ: same count, other keys); not_comparable with a
+ *	  verify_keys_differ: same count, other keys, verify_values_differ:
+ *	  the same keys, other values); not_comparable with a
  *	  reason code: verify_append_log (an append log is a change log, not
  *	  the table's state), verify_tenant_scopes_unknown (context tenancy
  *	  without a tenant_scope_function: the tenant tables are unknown; a
@@ -65,6 +69,7 @@
 
 #include <limits.h>
 
+#include "access/relation.h"
 #include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
@@ -90,6 +95,7 @@
 #include "provenance.h"
 #include "shmem.h"
 #include "source_catalog.h"
+#include "spi_util.h"
 
 PG_FUNCTION_INFO_V1(ash_replicant_verify);
 
@@ -108,6 +114,9 @@ typedef struct VerifyTable
 	List	   *key_sources;	/* char *: the source columns feeding them */
 	List	   *key_casts;		/* char *: SQL type of each target column
 								 * (built-in base type) or NULL: text */
+	List	   *val_targets;	/* char *: the other target columns written */
+	List	   *val_sources;	/* char *: the source columns feeding them */
+	List	   *val_casts;		/* char *: as key_casts */
 	char	   *filter;			/* mirror rows compared (SCD2) or NULL */
 	bool		partitioned;	/* the source table is partitioned */
 	char	   *tenant_source;	/* a target another sink writes too: the */
@@ -118,9 +127,11 @@ typedef struct VerifyTable
 	bool		have_source;
 	int64		source_rows;
 	char	   *source_digest;
+	char	   *source_row_digest;
 	bool		have_mirror;
 	int64		mirror_rows;
 	char	   *mirror_digest;
+	char	   *mirror_row_digest;
 } VerifyTable;
 
 typedef struct Verify
@@ -271,13 +282,16 @@ is_scd2(AshMapping *m)
 }
 
 /*
- * How a key value is cast on the source before it becomes text: to the
- * target column's type when that is built in (the mirror stores what the
- * target type's input made of the source's text: numeric scale,
- * timestamp precision, char padding), else to text alone.
+ * How a value is cast on the source before it becomes text: to the target
+ * column's type when that is built in (the mirror stores what the target
+ * type's input made of the source's text: numeric scale, timestamp
+ * precision, char padding), else to text alone.  A value column's cast
+ * leaves a length limit out (varchar(n), bit(n)): an explicit cast to one
+ * cuts a longer source value to fit without an error, which would hide
+ * the difference (a bit string is read as varbit: bit alone is bit(1)).
  */
 static char *
-key_cast(Relation rel, AttrNumber attnum)
+target_cast(Relation rel, AttrNumber attnum, bool key)
 {
 	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
 	int32		typmod = att->atttypmod;
@@ -285,6 +299,11 @@ key_cast(Relation rel, AttrNumber attnum)
 
 	if (base >= FirstGenbkiObjectId)
 		return NULL;
+	if (!key && (base == VARCHAROID || base == BITOID || base == VARBITOID))
+	{
+		base = base == BITOID ? VARBITOID : base;
+		typmod = -1;
+	}
 	return format_type_extended(base, typmod,
 								FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY);
 }
@@ -349,7 +368,7 @@ plan_table(Verify *v, VerifyTable *t)
 			}
 			t->key_sources = lappend(t->key_sources, pstrdup(src));
 			t->key_targets = lappend(t->key_targets, pstrdup(tgt));
-			t->key_casts = lappend(t->key_casts, key_cast(rel, attnum));
+			t->key_casts = lappend(t->key_casts, target_cast(rel, attnum, true));
 		}
 	}
 	else
@@ -366,7 +385,7 @@ plan_table(Verify *v, VerifyTable *t)
 			t->key_targets = lappend(t->key_targets,
 									 pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel),
 																   attnum - 1)->attname)));
-			t->key_casts = lappend(t->key_casts, key_cast(rel, attnum));
+			t->key_casts = lappend(t->key_casts, target_cast(rel, attnum, true));
 		}
 	}
 	table_close(rel, AccessShareLock);
@@ -420,6 +439,43 @@ open_source(Verify *v)
 				   "%s", context ? context : "the source cannot be reached");
 	}
 	PG_END_TRY();
+}
+
+/*
+ * The other columns the mapping writes, and their casts: a mapped source
+ * column but a key's, an encrypted one, or a tenant column a function
+ * fills.
+ */
+static void
+resolve_source_values(VerifyTable *t, AshSourceRel *r)
+{
+	AshMapping *m = t->m;
+	Relation	rel = try_relation_open(m->target_relid, AccessShareLock);
+
+	if (rel == NULL)
+	{
+		not_comparable(t, "destination_table_missing");
+		return;
+	}
+	for (int i = 0; i < r->desc.natts; i++)
+	{
+		const char *src = r->desc.cols[i].name;
+		const char *tgt = ash_mapping_target_column(m, src);
+		AttrNumber	attnum;
+
+		if (tgt == NULL || ash_list_contains_str(t->key_sources, src) ||
+			ash_list_contains_str(m->encrypted, src) ||
+			(OidIsValid(m->tenant_function) && m->tenant_column != NULL &&
+			 strcmp(m->tenant_column, src) == 0))
+			continue;
+		attnum = get_attnum(m->target_relid, tgt);
+		if (attnum == InvalidAttrNumber)
+			continue;			/* coverage's to judge */
+		t->val_sources = lappend(t->val_sources, pstrdup(src));
+		t->val_targets = lappend(t->val_targets, pstrdup(tgt));
+		t->val_casts = lappend(t->val_casts, target_cast(rel, attnum, false));
+	}
+	relation_close(rel, AccessShareLock);
 }
 
 /* The source columns feeding the key, now that the source table is known. */
@@ -483,29 +539,41 @@ resolve_source_keys(VerifyTable *t, AshSourceRel *r)
 	}
 }
 
-/*
- * SELECT count, digest over one table.  key_exprs: the SQL of each key
- * column's text; from: the FROM item; filter: a WHERE condition or NULL.
- * Every function and operator is schema-qualified (the source's
- * search_path is not ours), type names are keywords or qualified.
- */
-static char *
-digest_query(List *key_exprs, const char *from, const char *filter)
+/* The digest of ROW(exprs...) over a table's rows, as SQL */
+static void
+append_digest(StringInfo sql, List *exprs)
 {
-	StringInfoData sql;
 	ListCell   *lc;
 
-	initStringInfo(&sql);
-	appendStringInfoString(&sql,
-						   "SELECT pg_catalog.count(*)::pg_catalog.text,"
-						   " COALESCE(pg_catalog.sum((('x' OPERATOR(pg_catalog.||)"
+	appendStringInfoString(sql,
+						   "COALESCE(pg_catalog.sum((('x' OPERATOR(pg_catalog.||)"
 						   " pg_catalog.substr(pg_catalog.md5(pg_catalog.convert_to(ROW(");
-	foreach(lc, key_exprs)
-		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
+	foreach(lc, exprs)
+		appendStringInfo(sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
 						 (char *) lfirst(lc));
-	appendStringInfo(&sql,
-					 ")::pg_catalog.text, 'UTF8')), 1, 16))::bit(64)::bigint)::numeric), 0)"
-					 "::pg_catalog.text FROM %s", from);
+	appendStringInfoString(sql,
+						   ")::pg_catalog.text, 'UTF8')), 1, 16))::bit(64)::bigint)::numeric), 0)"
+						   "::pg_catalog.text");
+}
+
+/*
+ * SELECT count, key digest, row digest over one table.  key_exprs and
+ * val_exprs: the SQL of each key and value column's text; from: the FROM
+ * item; filter: a WHERE condition or NULL.  Every function and operator is
+ * schema-qualified (the source's search_path is not ours), type names are
+ * keywords or qualified.
+ */
+static char *
+digest_query(List *key_exprs, List *val_exprs, const char *from, const char *filter)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "SELECT pg_catalog.count(*)::pg_catalog.text, ");
+	append_digest(&sql, key_exprs);
+	appendStringInfoString(&sql, ", ");
+	append_digest(&sql, list_concat_copy(key_exprs, val_exprs));
+	appendStringInfo(&sql, " FROM %s", from);
 	if (filter != NULL)
 		appendStringInfo(&sql, " WHERE %s", filter);
 	return sql.data;
@@ -520,14 +588,15 @@ source_from(Verify *v, VerifyTable *t)
 					ash_conn_quote_ident(v->conn, t->m->source_table));
 }
 
-static char *
-source_query(Verify *v, VerifyTable *t)
+/* Each source column's text, cast as the target column's type makes it. */
+static List *
+source_exprs(Verify *v, List *sources, List *casts)
 {
 	List	   *exprs = NIL;
 	ListCell   *sc;
 	ListCell   *cc;
 
-	forboth(sc, t->key_sources, cc, t->key_casts)
+	forboth(sc, sources, cc, casts)
 	{
 		char	   *col = ash_conn_quote_ident(v->conn, (char *) lfirst(sc));
 
@@ -536,7 +605,15 @@ source_query(Verify *v, VerifyTable *t)
 		else
 			exprs = lappend(exprs, psprintf("(%s)::pg_catalog.text", col));
 	}
-	return digest_query(exprs, source_from(v, t), NULL);
+	return exprs;
+}
+
+static char *
+source_query(Verify *v, VerifyTable *t)
+{
+	return digest_query(source_exprs(v, t->key_sources, t->key_casts),
+						source_exprs(v, t->val_sources, t->val_casts),
+						source_from(v, t), NULL);
 }
 
 /* The tenants of the source's rows, as the text of a text[]. */
@@ -549,10 +626,10 @@ source_tenants_query(Verify *v, VerifyTable *t)
 }
 
 static void
-read_count_digest(PGresult *res, int64 *rows, char **digest)
+read_count_digest(PGresult *res, int64 *rows, char **digest, char **row_digest)
 {
-	if (PQntuples(res) != 1 || PQnfields(res) != 2 ||
-		PQgetisnull(res, 0, 0) || PQgetisnull(res, 0, 1))
+	if (PQntuples(res) != 1 || PQnfields(res) != 3 ||
+		PQgetisnull(res, 0, 0) || PQgetisnull(res, 0, 1) || PQgetisnull(res, 0, 2))
 	{
 		PQclear(res);
 		ereport(ERROR,
@@ -561,6 +638,7 @@ read_count_digest(PGresult *res, int64 *rows, char **digest)
 	}
 	*rows = strtoi64(PQgetvalue(res, 0, 0), NULL, 10);
 	*digest = pstrdup(PQgetvalue(res, 0, 1));
+	*row_digest = pstrdup(PQgetvalue(res, 0, 2));
 	PQclear(res);
 }
 
@@ -590,10 +668,12 @@ read_source(Verify *v)
 		PQclear(res);
 		v->source_lsn = ((uint64) hi << 32) | lo;
 
-		/* key text as the mirror's is made below; the source stops at the deadline */
+		/*
+		 * The session renders text as the mirror's is read below (its
+		 * options: ash_text_form); the source stops at the deadline.
+		 */
 		PQclear(ash_conn_exec(conn,
-							  psprintf("SET LOCAL TimeZone = 'UTC'; SET LOCAL bytea_output = 'hex';"
-									   " SET LOCAL statement_timeout = %d", Max(remaining_ms(v), 1)),
+							  psprintf("SET LOCAL statement_timeout = %d", Max(remaining_ms(v), 1)),
 							  false));
 		foreach(lc, v->tables)
 		{
@@ -603,7 +683,7 @@ read_source(Verify *v)
 				continue;
 			res = ash_conn_exec_timeout(conn, source_query(v, t), false,
 										Max(remaining_ms(v), 1));
-			read_count_digest(res, &t->source_rows, &t->source_digest);
+			read_count_digest(res, &t->source_rows, &t->source_digest, &t->source_row_digest);
 			if (t->tenant_source != NULL)
 			{
 				res = ash_conn_exec_timeout(conn, source_tenants_query(v, t), false,
@@ -662,6 +742,8 @@ source_work(Verify *v)
 
 		if (comparable(t))
 			resolve_source_keys(t, lfirst(rc));
+		if (comparable(t))
+			resolve_source_values(t, lfirst(rc));
 	}
 	read_source(v);
 }
@@ -852,8 +934,10 @@ read_mirror(Verify *v, VerifyTable *t)
 {
 	List	   *tables;
 	List	   *exprs = NIL;
+	List	   *vals = NIL;
 	StringInfoData sql;
 	ListCell   *lc;
+	ListCell   *cc;
 	int			nest;
 	bool		isnull;
 	char	   *filter = t->filter;
@@ -866,6 +950,11 @@ read_mirror(Verify *v, VerifyTable *t)
 		return;
 	foreach(lc, t->key_targets)
 		exprs = lappend(exprs, psprintf("(%s)::pg_catalog.text", quote_identifier(lfirst(lc))));
+	forboth(lc, t->val_targets, cc, t->val_casts)
+		vals = lappend(vals, lfirst(cc) != NULL ?
+					   psprintf("(%s)::%s::pg_catalog.text", quote_identifier(lfirst(lc)),
+								(char *) lfirst(cc)) :
+					   psprintf("(%s)::pg_catalog.text", quote_identifier(lfirst(lc))));
 	/* the source's tenants, a parameter: never in the statement's text */
 	if (t->tenant_target != NULL)
 		filter = psprintf("%s%s(%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
@@ -875,26 +964,21 @@ read_mirror(Verify *v, VerifyTable *t)
 	initStringInfo(&sql);
 	appendStringInfoString(&sql,
 						   "SELECT COALESCE(pg_catalog.sum(n::pg_catalog.int8), 0)::pg_catalog.int8,"
-						   " COALESCE(pg_catalog.sum(d::numeric), 0)::pg_catalog.text"
+						   " COALESCE(pg_catalog.sum(d::numeric), 0)::pg_catalog.text,"
+						   " COALESCE(pg_catalog.sum(r::numeric), 0)::pg_catalog.text"
 						   " FROM (");
 	foreach(lc, tables)
 		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? " UNION ALL " : "",
-						 digest_query(exprs, lfirst(lc), filter));
+						 digest_query(exprs, vals, lfirst(lc), filter));
 	if (tables == NIL)
-		appendStringInfoString(&sql, "SELECT '0'::pg_catalog.text, '0'::pg_catalog.text");
-	appendStringInfoString(&sql, ") AS x (n, d)");
+		appendStringInfoString(&sql, "SELECT '0'::pg_catalog.text, '0'::pg_catalog.text, '0'::pg_catalog.text");
+	appendStringInfoString(&sql, ") AS x (n, d, r)");
 
+	/* the text forms the source session renders (ash_text_form) */
 	nest = NewGUCNestLevel();
-	(void) set_config_option("DateStyle", "ISO", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("IntervalStyle", "postgres", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("TimeZone", "UTC", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("bytea_output", "hex", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
+	for (int i = 0; i < ASH_TEXT_FORM_SETTINGS; i++)
+		(void) set_config_option(ash_text_form[i][0], ash_text_form[i][1], PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
 	/* a fresh snapshot: the mirror as it is after the wait */
@@ -908,6 +992,7 @@ read_mirror(Verify *v, VerifyTable *t)
 		t->mirror_rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 													 SPI_tuptable->tupdesc, 1, &isnull));
 		t->mirror_digest = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		t->mirror_row_digest = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
@@ -939,6 +1024,11 @@ emit(ReturnSetInfo *rsinfo, VerifyTable *t)
 	{
 		verdict = VERDICT_MISMATCH;
 		reason = "verify_keys_differ";
+	}
+	else if (strcmp(t->source_row_digest, t->mirror_row_digest) != 0)
+	{
+		verdict = VERDICT_MISMATCH;
+		reason = "verify_values_differ";
 	}
 	else
 		verdict = VERDICT_MATCH;

@@ -139,6 +139,7 @@ static const AshReasonEntry reason_table[] = {
 	{"verify_timeout", ASH_REASON_DOCTOR},
 	{"verify_rows_differ", ASH_REASON_DOCTOR},
 	{"verify_keys_differ", ASH_REASON_DOCTOR},
+	{"verify_values_differ", ASH_REASON_DOCTOR},
 	{"verify_append_log", ASH_REASON_DOCTOR},
 	{"verify_tenant_scopes_unknown", ASH_REASON_DOCTOR},
 	/* recovery refusals */

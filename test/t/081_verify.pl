@@ -13,7 +13,9 @@
 #     a context mapping names its own target, never a tenant's schema;
 #     rows committed just before the call are waited for, not reported
 #   - a row deleted on the mirror: mismatch verify_rows_differ (ctl exit 1);
-#     a row of another key put in its place: verify_keys_differ; an SCD2
+#     a row of another key put in its place: verify_keys_differ; another
+#     value under the same keys (a plain table, an SCD2 open version, a
+#     tenant's table): verify_values_differ, put back: match; an SCD2
 #     open version closed on the mirror: verify_rows_differ; a row moved
 #     from one tenant table to another still counts; a row missing from
 #     one tenant's table: verify_rows_differ; repaired: match
@@ -167,6 +169,23 @@ like($out, qr/^public\.acct\s.*\smismatch\s+verify_rows_differ$/m, 'ctl verify: 
 $dst->safe_psql('postgres', "INSERT INTO acct VALUES ('impostor', 'x')");
 $v = verify($sink);
 is($v->{acct}, 'mismatch/verify_keys_differ/2/2', 'same count, another key: keys differ');
+
+# the same keys, another value: in a plain table (numeric cast to the
+# target's type), an SCD2 open version and a tenant's table
+$dst->safe_psql('postgres', q{UPDATE big SET amount = amount + 0.01 WHERE id = 5;
+UPDATE hist SET val = val || '?' WHERE id = 9 AND valid_to_lsn IS NULL;
+SET session_replication_role = replica; UPDATE pa.orgdocs SET v = 'w' WHERE id = 6});
+$v = verify($sink);
+is($v->{big}, 'mismatch/verify_values_differ/3000/3000', 'another amount: values differ');
+is($v->{hist}, 'mismatch/verify_values_differ/45/45', 'SCD2: an open version of another value');
+is($v->{orgdocs}, 'mismatch/verify_values_differ/90/90', 'context tenancy: a tenant row of another value');
+$dst->safe_psql('postgres', q{UPDATE big SET amount = amount - 0.01 WHERE id = 5;
+UPDATE hist SET val = rtrim(val, '?') WHERE id = 9 AND valid_to_lsn IS NULL;
+SET session_replication_role = replica; UPDATE pa.orgdocs SET v = 'v' WHERE id = 6});
+$v = verify($sink);
+is($v->{big}, 'match/-/3000/3000', 'the amount put back: match');
+is($v->{hist}, 'match/-/45/45', 'the SCD2 value put back: match');
+is($v->{orgdocs}, 'match/-/90/90', 'the tenant row put back: match');
 
 $dst->safe_psql('postgres', "UPDATE hist SET valid_to_lsn = valid_from_lsn + 1 WHERE id = 7 AND valid_to_lsn IS NULL");
 $v = verify($sink);

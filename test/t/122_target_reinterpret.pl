@@ -167,6 +167,8 @@ is(q_dst(q{SELECT r FROM f WHERE id = 1}), '1.100000023841858',
 	'1.1::real as the cast widens it');
 is(q_dst('SELECT string_agg(v::text, \',\' ORDER BY k) FROM fk'), '2,2',
 	'a real key copied, then updated by the stream: the same row');
+is(q_dst(q{SELECT string_agg(source_table || ':' || verdict, ',' ORDER BY source_table) FROM ash_replicant_verify('f') WHERE source_table NOT LIKE 'ash_marker%'}),
+	'f:match,fk:match', 'verify: keys and values match (the source\'s reals cast to double precision)');
 q_src(q{INSERT INTO f VALUES (8, 1, 42)});
 AshTest::wait_status($dst, 'f', 'halted', 'apply_failed',
 	name => 'the domain\'s check runs on a widened value');

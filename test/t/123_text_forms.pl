@@ -59,6 +59,8 @@ q_src(q{INSERT INTO t SELECT (row_of(g)).* FROM generate_series(4, 6) g;
 	UPDATE t SET f8 = f8 * 3, tt = tt + interval '1 hour' WHERE id = 2});
 AshTest::wait_caught_up($src, $dst, 't', name => 't applies changes');
 is(q_dst($rows), q_src($pinned . $rows), 'copied and streamed rows: the same text');
+is(q_dst(q{SELECT verdict || '/' || coalesce(reason, '-') FROM ash_replicant_verify('t') WHERE source_table = 't'}), 'match/-',
+	'verify: every value matches the source\'s text');
 is(q_dst('SELECT d || \' \' || ts || \' \' || f8 FROM t WHERE id = 1'),
 	'2024-03-11 2024-03-10 08:30:00.25+00 4.141592653589793',
 	'a copied date, timestamptz and double as ISO, UTC and shortest-exact');
