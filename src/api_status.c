@@ -34,6 +34,8 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "catalog/namespace.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -129,6 +131,32 @@ snapshot_slot(const char *sink_name, AshPipelineSlot *snap)
 }
 
 /*
+ * Has the worker pid waited on a heavyweight lock for LOCK_WAIT_SAID_MS or
+ * longer?  A session holding a lock on a target (a LOCK TABLE, a long
+ * ALTER, an open transaction that wrote its rows) stops the apply without
+ * an error: status says so rather than healthy.  Read from the worker's
+ * PGPROC (its wait event and when its lock wait began), as pg_locks does.
+ */
+#define LOCK_WAIT_SAID_MS 5000
+
+static bool
+waits_on_lock(int pid)
+{
+	PGPROC	   *proc;
+	TimestampTz since = 0;
+
+	if (pid == 0)
+		return false;
+	LWLockAcquire(ProcArrayLock, LW_SHARED);
+	proc = BackendPidGetProcWithLock(pid);
+	if (proc != NULL && (proc->wait_event_info & 0xFF000000) == PG_WAIT_LOCK)
+		since = (TimestampTz) pg_atomic_read_u64(&proc->waitStart);
+	LWLockRelease(ProcArrayLock);
+	return since != 0 &&
+		TimestampDifferenceExceeds(since, GetCurrentTimestamp(), LOCK_WAIT_SAID_MS);
+}
+
+/*
  * Is every shared-memory slot taken (ash_replicant.max_pipelines)?  A slot
  * stays taken by a halted pipeline until it is stopped: the slot keeps the
  * halt's in-memory leg.
@@ -211,6 +239,11 @@ derive_status(CatalogFacts *f, StatusRow *row)
 		{
 			row->state = "catching_up";
 			row->reason = pstrdup(st->wait_reason);
+		}
+		else if (waits_on_lock(snap.pid))
+		{
+			row->state = "catching_up";
+			row->reason = "destination_lock_wait";
 		}
 		return;
 	}

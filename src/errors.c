@@ -162,6 +162,8 @@ static const AshReasonEntry reason_table[] = {
 	{"source_slot_limit", ASH_REASON_WAITING},
 	/* the source ends the stream with an error again and again (pipeline.c) */
 	{"source_stream_failing", ASH_REASON_WAITING},
+	/* the worker waits for a lock on a target (api_status.c) */
+	{"destination_lock_wait", ASH_REASON_WAITING},
 };
 
 AshReasonClass

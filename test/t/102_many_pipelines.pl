@@ -7,7 +7,8 @@
 #     backlog    catching up 300,000 rows committed in one go
 #   -- and the two healthy ones keep catching up to markers committed after
 #   all of that, while the trouble is still there (the locked worker is still
-#   waiting on the lock, the halted one halted, the gone one's source down).
+#   waiting on the lock -- and its status says catching_up/destination_lock_wait,
+#   not healthy -- the halted one halted, the gone one's source down).
 #   Their catch-up times before and during the trouble are printed, not
 #   asserted (tests never fail on timing).  Then each troubled pipeline
 #   recovers on its own once its cause is removed.  A seventh pipeline finds
@@ -102,6 +103,8 @@ is($dst->safe_psql($DB,
 is(AshTest::status_row($dst, 'halted')->{state}, 'halted', 'the halted pipeline is still halted');
 isnt(AshTest::status_row($dst, 'gone')->{state}, 'healthy', 'the gone pipeline is not healthy (its source is down)');
 is($dst->safe_psql($DB, "SELECT count(*) FROM t_locked"), '0', 'nothing of the locked table was applied');
+AshTest::wait_status($dst, 'locked', 'catching_up', 'destination_lock_wait',
+	name => 'the locked pipeline says so: catching_up/destination_lock_wait');
 
 ##############################################################################
 # Every slot taken: a seventh pipeline says so.
@@ -120,6 +123,7 @@ $gate->query_safe('COMMIT');
 $gate->quit;
 AshTest::wait_caught_up($src, $dst, 'locked', name => 'the locked pipeline catches up once the lock is gone');
 AshTest::assert_mirror_equal($src, $dst, ['t_locked']);
+AshTest::wait_status($dst, 'locked', 'healthy', undef, name => '... and is healthy again');
 
 $src2->start;
 AshTest::wait_caught_up($src2, $dst, 'gone', name => 'the gone pipeline reconnects once its source is back');
