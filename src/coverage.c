@@ -30,6 +30,7 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 
 #include "coverage.h"
 #include "mapping_validate.h"
@@ -384,6 +385,72 @@ time_precision(int32 typmod)
 	return typmod < 0 ? 6 : typmod;
 }
 
+/*
+ * The fields of a composite type (or of an array's composite element), as
+ * the source's describe query writes them (SHAPE_SQL, source_catalog.c):
+ * "name type, ..." in order, a built-in field type by format_type, any
+ * other by its name.  NULL when the type is neither.  A composite value
+ * travels as text, its fields by position: a target type of the same name
+ * whose fields are in another order or of other types reads each field
+ * into another one without an error.
+ */
+static char *
+type_shape(Oid type)
+{
+	Oid			base = getBaseType(type);
+	Oid			elem = get_element_type(base);
+	Oid			comp = InvalidOid;
+	TupleDesc	desc;
+	StringInfoData buf;
+
+	if (get_typtype(base) == TYPTYPE_COMPOSITE)
+		comp = base;
+	else if (OidIsValid(elem) && get_typtype(elem) == TYPTYPE_COMPOSITE)
+		comp = elem;
+	if (!OidIsValid(comp))
+		return NULL;
+	desc = lookup_rowtype_tupdesc(comp, -1);
+	initStringInfo(&buf);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute f = TupleDescAttr(desc, i);
+
+		if (f->attisdropped)
+			continue;
+		appendStringInfo(&buf, "%s%s ", buf.len > 0 ? ", " : "",
+						 quote_identifier(NameStr(f->attname)));
+		if (f->atttypid < FirstGenbkiObjectId)
+			appendStringInfoString(&buf, format_type_with_typemod(f->atttypid, f->atttypmod));
+		else
+		{
+			HeapTuple	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(f->atttypid));
+
+			if (HeapTupleIsValid(tup))
+			{
+				appendStringInfoString(&buf, NameStr(((Form_pg_type) GETSTRUCT(tup))->typname));
+				ReleaseSysCache(tup);
+			}
+		}
+	}
+	ReleaseTupleDesc(desc);
+	return buf.data;
+}
+
+/*
+ * Does a composite source column land on a composite target type of other
+ * fields?  (Into a string target it is the text it renders as.)
+ */
+static bool
+reshapes(const AshSourceColumn *sc, Form_pg_attribute att)
+{
+	char	   *target;
+
+	if (sc->type_shape == NULL)
+		return false;
+	target = type_shape(att->atttypid);
+	return target != NULL && strcmp(sc->type_shape, target) != 0;
+}
+
 /* What a target column does to the values it takes without an error. */
 typedef enum Rewrite
 {
@@ -735,6 +802,7 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	StringInfoData badkey;
 	StringInfoData rewritten;
 	StringInfoData zoned;
+	StringInfoData reshaped;
 	List	   *seen = NIL;
 	List	   *keys;
 	ListCell   *lc;
@@ -752,6 +820,7 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	initStringInfo(&badkey);
 	initStringInfo(&rewritten);
 	initStringInfo(&zoned);
+	initStringInfo(&reshaped);
 	keys = key_attnums(m, business_key, target);
 
 	/* 1 and 3: every sent column lands on a live target column of a fitting type */
@@ -781,6 +850,11 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 		{
 			ash_append_name_list(&badkey, sc->name);
 			append_types(&badkey, sc, att);
+		}
+		else if (reshapes(sc, att))
+		{
+			ash_append_name_list(&reshaped, sc->name);
+			appendStringInfo(&reshaped, " (%s)", sc->type_name ? sc->type_name : "?");
 		}
 		else
 		{
@@ -828,6 +902,10 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 		ok = fail(out, "source_type_invalid",
 				  psprintf("table %s key columns whose target type could make two source keys one row: %s",
 						   qname, badkey.data));
+	else if (reshaped.len > 0)
+		ok = fail(out, "source_type_invalid",
+				  psprintf("table %s columns whose composite type has other fields at the destination: %s",
+						   qname, reshaped.data));
 	else if (rewritten.len > 0 || zoned.len > 0)
 	{
 		StringInfoData what;

@@ -100,6 +100,11 @@ typedef struct AshSourceColumn
 	char	   *type_display;	/* format_type at the source, or NULL */
 	bool		toastable;		/* its values may be stored out of line (a
 								 * change may leave them unsent) */
+	char	   *type_shape;		/* a composite type's fields (or an array's
+								 * composite element's) at the source, as
+								 * type_shape() in coverage.c writes them;
+								 * NULL: not composite, or not known (a
+								 * Relation message) */
 	char	   *unique_in;		/* the source's unique keys it is a key
 								 * column of, "index:nkeys" tokens joined by
 								 * commas, or NULL */

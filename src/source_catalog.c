@@ -48,6 +48,22 @@
 "     AND i.indimmediate AND i.indislive AND i.indpred IS NULL AND i.indexprs IS NULL" \
 "     AND a.attnum = ANY (" keycols "))"
 
+/*
+ * The fields of a composite column type (or of an array's composite
+ * element), as type_shape() in coverage.c writes them on the destination:
+ * "name type, ..." in order, a built-in field type by format_type, any
+ * other by its name (its schema is the two servers' own business).
+ */
+#define SHAPE_SQL(type_oid) \
+"  (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(f.attname) || ' ' ||" \
+"     CASE WHEN f.atttypid < 10000 THEN pg_catalog.format_type(f.atttypid, f.atttypmod)" \
+"      ELSE (SELECT ft.typname::pg_catalog.text FROM pg_catalog.pg_type ft WHERE ft.oid = f.atttypid) END," \
+"     ', ' ORDER BY f.attnum)" \
+"    FROM pg_catalog.pg_type ct JOIN pg_catalog.pg_attribute f ON f.attrelid = ct.typrelid" \
+"     AND f.attnum > 0 AND NOT f.attisdropped" \
+"   WHERE ct.typtype = 'c' AND ct.oid IN (" type_oid "," \
+"     (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid = " type_oid ")))"
+
 #define DESCRIBE_SQL(generated) \
 "SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT')," \
 "  a.attname::pg_catalog.text, a.atttypid::pg_catalog.int8, bt.typname::pg_catalog.text," \
@@ -58,7 +74,8 @@ ASH_SQL_IN_REPLICA_IDENTITY "," \
 "   ELSE (SELECT t.typtypmod FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) END," \
 "  pg_catalog.format_type(a.atttypid, a.atttypmod)," \
 "  a.attlen = -1 AND a.attstorage <> 'p'," \
-UNIQUE_IN_SQL("(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1]", "i.indnkeyatts") \
+UNIQUE_IN_SQL("(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1]", "i.indnkeyatts") "," \
+SHAPE_SQL("bt.oid") \
 " FROM pg_catalog.pg_class c" \
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" \
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0" \
@@ -79,7 +96,8 @@ static const char *describe_sql_pre12 =
 "     ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),"
 "  true, c.relkind, a.atttypmod, pg_catalog.format_type(a.atttypid, a.atttypmod),"
 "  a.attlen = -1 AND a.attstorage <> 'p',"
-UNIQUE_IN_SQL("i.indkey", "i.indnatts")
+UNIQUE_IN_SQL("i.indkey", "i.indnatts") ","
+SHAPE_SQL("t.oid")
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
@@ -368,6 +386,7 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 			c->type_display = PQgetisnull(res, i, 9) ? NULL : pstrdup(PQgetvalue(res, i, 9));
 			c->toastable = strcmp(PQgetvalue(res, i, 10), "t") == 0;
 			c->unique_in = PQgetisnull(res, i, 11) ? NULL : pstrdup(PQgetvalue(res, i, 11));
+			c->type_shape = PQgetisnull(res, i, 12) ? NULL : pstrdup(PQgetvalue(res, i, 12));
 		}
 		PQclear(res);
 		if (withheld.len > 0)

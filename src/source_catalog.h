@@ -61,7 +61,7 @@
 "    UNION ALL" \
 "    SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype" \
 "      FROM pg_catalog.pg_type t, b WHERE b.typtype = 'd' AND t.oid = b.typbasetype)" \
-"   SELECT typname, typnamespace FROM b WHERE typtype <> 'd') bt ON true"
+"   SELECT oid, typname, typnamespace FROM b WHERE typtype <> 'd') bt ON true"
 
 /* The decoder's table-set setting (as configured; never logged). */
 typedef struct AshTableSetSpec
