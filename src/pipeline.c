@@ -729,7 +729,7 @@ guard_applied(void)
 /*
  * Between batches: the change a death was charged to is applied (clear
  * the record, stop being careful); the session proved itself (reset the
- * death streak).
+ * death streak and the stream faults in a row).
  */
 static void
 guard_progress(void)
@@ -755,19 +755,17 @@ guard_progress(void)
 		careful_lsn = InvalidXLogRecPtr;
 		guard_set_careful(guard_careful());
 	}
-	if ((streak_open || stream_faults > 0) &&
-		(wm > session_start_watermark ||
-		 (session_streaming_at != 0 &&
-		  TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS))))
-	{
-		if (stream_faults >= STREAM_FAULTS_SAID)
-			set_wait_reason(NULL);
-		stream_faults = 0;
-	}
-	if (streak_open &&
-		(wm > session_start_watermark ||
-		 (session_streaming_at != 0 &&
-		  TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS))))
+	if (!streak_open && stream_faults == 0)
+		return;
+	/* has the session proved itself? */
+	if (wm <= session_start_watermark &&
+		(session_streaming_at == 0 ||
+		 !TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS)))
+		return;
+	if (stream_faults >= STREAM_FAULTS_SAID)
+		set_wait_reason(NULL);
+	stream_faults = 0;
+	if (streak_open)
 	{
 		AshCrashRecord *rec;
 
