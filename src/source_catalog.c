@@ -54,15 +54,15 @@
  * "name type, ..." in order, a built-in field type by format_type, any
  * other by its name (its schema is the two servers' own business).
  */
-#define SHAPE_SQL(type_oid) \
+#define SHAPE_SQL(type) \
 "  (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(f.attname) || ' ' ||" \
 "     CASE WHEN f.atttypid < 10000 THEN pg_catalog.format_type(f.atttypid, f.atttypmod)" \
 "      ELSE (SELECT ft.typname::pg_catalog.text FROM pg_catalog.pg_type ft WHERE ft.oid = f.atttypid) END," \
 "     ', ' ORDER BY f.attnum)" \
-"    FROM pg_catalog.pg_type ct JOIN pg_catalog.pg_attribute f ON f.attrelid = ct.typrelid" \
-"     AND f.attnum > 0 AND NOT f.attisdropped" \
-"   WHERE ct.typtype = 'c' AND ct.oid IN (" type_oid "," \
-"     (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid = " type_oid ")))"
+"    FROM pg_catalog.pg_attribute f" \
+"   WHERE f.attrelid = COALESCE(NULLIF(" type ".typrelid, 0)," \
+"      (SELECT e.typrelid FROM pg_catalog.pg_type e WHERE e.oid = " type ".typelem))" \
+"     AND f.attnum > 0 AND NOT f.attisdropped)"
 
 #define DESCRIBE_SQL(generated) \
 "SELECT c.relreplident, pg_catalog.has_table_privilege(c.oid, 'SELECT')," \
@@ -75,7 +75,7 @@ ASH_SQL_IN_REPLICA_IDENTITY "," \
 "  pg_catalog.format_type(a.atttypid, a.atttypmod)," \
 "  a.attlen = -1 AND a.attstorage <> 'p'," \
 UNIQUE_IN_SQL("(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1]", "i.indnkeyatts") "," \
-SHAPE_SQL("bt.oid") \
+SHAPE_SQL("bt") \
 " FROM pg_catalog.pg_class c" \
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" \
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0" \
@@ -97,7 +97,7 @@ static const char *describe_sql_pre12 =
 "  true, c.relkind, a.atttypmod, pg_catalog.format_type(a.atttypid, a.atttypmod),"
 "  a.attlen = -1 AND a.attstorage <> 'p',"
 UNIQUE_IN_SQL("i.indkey", "i.indnatts") ","
-SHAPE_SQL("t.oid")
+SHAPE_SQL("t")
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"

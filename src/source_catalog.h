@@ -55,13 +55,13 @@
 "   ELSE false END"
 
 #define ASH_SQL_BASE_TYPE_LATERAL \
-" LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typnamespace, typtype, typbasetype) AS (" \
-"    SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype" \
+" LEFT JOIN LATERAL (WITH RECURSIVE b(oid, typname, typnamespace, typtype, typbasetype, typrelid, typelem) AS (" \
+"    SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype, t.typrelid, t.typelem" \
 "      FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid" \
 "    UNION ALL" \
-"    SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype" \
+"    SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype, t.typrelid, t.typelem" \
 "      FROM pg_catalog.pg_type t, b WHERE b.typtype = 'd' AND t.oid = b.typbasetype)" \
-"   SELECT oid, typname, typnamespace FROM b WHERE typtype <> 'd') bt ON true"
+"   SELECT typname, typnamespace, typrelid, typelem FROM b WHERE typtype <> 'd') bt ON true"
 
 /* The decoder's table-set setting (as configured; never logged). */
 typedef struct AshTableSetSpec

@@ -147,6 +147,15 @@ ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
 	return SPI_processed;
 }
 
+const char *const ash_text_form[ASH_TEXT_FORM_SETTINGS][2] = {
+	{"DateStyle", "ISO"},
+	{"IntervalStyle", "postgres"},
+	{"extra_float_digits", "3"},
+	{"TimeZone", "UTC"},
+	{"bytea_output", "hex"},
+	{"lc_monetary", "C"},
+};
+
 /*
  * A worker's process settings (the pipeline worker's and its snapshot
  * helpers'): freed memory is kept for the next transaction (below); mirrored
@@ -165,15 +174,6 @@ ash_spi_execute_args(const char *sql, int nargs, Oid *types, Datum *values,
  * streamed one '2024-03-10', or a copied double lose digits
  * (docs/operations.md, "Values as text").
  */
-const char *const ash_text_form[ASH_TEXT_FORM_SETTINGS][2] = {
-	{"DateStyle", "ISO"},
-	{"IntervalStyle", "postgres"},
-	{"extra_float_digits", "3"},
-	{"TimeZone", "UTC"},
-	{"bytea_output", "hex"},
-	{"lc_monetary", "C"},
-};
-
 void
 ash_worker_session_settings(void)
 {

@@ -67,7 +67,8 @@ SELECT ash_replicant_acknowledge_checkpoint_timeline('rc', '7301234567890123456'
 SELECT * FROM regress_cp WHERE slot_name = 'rc_slot';
 
 -- adopt_checkpoint -----------------------------------------------------------------
--- sets the watermark (end_lsn = commit_lsn) and clears the tombstone
+-- sets the watermark and the restart point just past it (end_lsn = commit_lsn + 1)
+-- and clears the tombstone
 SELECT ash_replicant_adopt_checkpoint('rc', '7301234567890123456', 'app', '0/4000000') AS changed;
 SELECT * FROM regress_cp WHERE slot_name = 'rc_slot';
 SELECT ash_replicant_adopt_checkpoint('rc', '7301234567890123456', 'app', '0/4000000') AS changed;
