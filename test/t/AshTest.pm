@@ -754,6 +754,17 @@ sub log_lines_like
 	return @hits;
 }
 
+# halt_left_nothing($dst, $sink, $count_sql, $count, $facts): after a halt,
+# nothing of the failing transaction committed ($count_sql on the
+# destination still answers $count) and the checkpoint is as it was
+# before ($facts, from checkpoint_facts).
+sub halt_left_nothing
+{
+	my ($dst, $sink, $count_sql, $count, $facts) = @_;
+	is($dst->safe_psql($DB, $count_sql), $count, '... nothing of the transaction committed');
+	is(checkpoint_facts($dst, $sink), $facts, '... the checkpoint unchanged');
+}
+
 # Every fact of the sink's checkpoint row, one string: "a halt leaves the
 # checkpoint unchanged" compares two of these.
 sub checkpoint_facts
