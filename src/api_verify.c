@@ -588,17 +588,22 @@ source_from(Verify *v, VerifyTable *t)
 					ash_conn_quote_ident(v->conn, t->m->source_table));
 }
 
-/* Each source column's text, cast as the target column's type makes it. */
+/*
+ * Each column's text, cast as the target column's type makes it (casts:
+ * a type or NULL per column).  v: the source's, whose connection quotes
+ * the names; NULL: the mirror's.
+ */
 static List *
-source_exprs(Verify *v, List *sources, List *casts)
+text_exprs(Verify *v, List *cols, List *casts)
 {
 	List	   *exprs = NIL;
-	ListCell   *sc;
+	ListCell   *lc;
 	ListCell   *cc;
 
-	forboth(sc, sources, cc, casts)
+	forboth(lc, cols, cc, casts)
 	{
-		char	   *col = ash_conn_quote_ident(v->conn, (char *) lfirst(sc));
+		char	   *col = v != NULL ? ash_conn_quote_ident(v->conn, (char *) lfirst(lc)) :
+			(char *) quote_identifier(lfirst(lc));
 
 		if (lfirst(cc) != NULL)
 			exprs = lappend(exprs, psprintf("(%s)::%s::pg_catalog.text", col, (char *) lfirst(cc)));
@@ -611,8 +616,8 @@ source_exprs(Verify *v, List *sources, List *casts)
 static char *
 source_query(Verify *v, VerifyTable *t)
 {
-	return digest_query(source_exprs(v, t->key_sources, t->key_casts),
-						source_exprs(v, t->val_sources, t->val_casts),
+	return digest_query(text_exprs(v, t->key_sources, t->key_casts),
+						text_exprs(v, t->val_sources, t->val_casts),
 						source_from(v, t), NULL);
 }
 
@@ -934,10 +939,9 @@ read_mirror(Verify *v, VerifyTable *t)
 {
 	List	   *tables;
 	List	   *exprs = NIL;
-	List	   *vals = NIL;
+	List	   *vals;
 	StringInfoData sql;
 	ListCell   *lc;
-	ListCell   *cc;
 	int			nest;
 	bool		isnull;
 	char	   *filter = t->filter;
@@ -950,11 +954,7 @@ read_mirror(Verify *v, VerifyTable *t)
 		return;
 	foreach(lc, t->key_targets)
 		exprs = lappend(exprs, psprintf("(%s)::pg_catalog.text", quote_identifier(lfirst(lc))));
-	forboth(lc, t->val_targets, cc, t->val_casts)
-		vals = lappend(vals, lfirst(cc) != NULL ?
-					   psprintf("(%s)::%s::pg_catalog.text", quote_identifier(lfirst(lc)),
-								(char *) lfirst(cc)) :
-					   psprintf("(%s)::pg_catalog.text", quote_identifier(lfirst(lc))));
+	vals = text_exprs(NULL, t->val_targets, t->val_casts);
 	/* the source's tenants, a parameter: never in the statement's text */
 	if (t->tenant_target != NULL)
 		filter = psprintf("%s%s(%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
