@@ -63,11 +63,30 @@ rc_tap=${PIPESTATUS[0]}
 if [ -f "$work/regression.diffs" ]; then
     echo "=== regression.diffs ==="; cat "$work/regression.diffs"
 fi
+# prove's "Test Summary Report" names the files that failed, also those that
+# failed no subtest (a die, a non-zero exit, a missing plan).  Show their logs
+# and then the report itself, last, where a reader of the output's end finds
+# them.
 if [ $rc_tap -ne 0 ]; then
-    for f in "$work"/tmp_check/log/regress_log_*; do
+    report=$(sed -n '/^Test Summary Report/,/^Files=/p' "$log")
+    failed_files=$(printf '%s\n' "$report" | grep -oE '^test/t/[^ ]+\.pl' | sort -u)
+    [ -n "$failed_files" ] || failed_files=$(grep -oE 'test/t/[^ ]+\.pl \.+ (Dubious|Failed)' "$log" | cut -d' ' -f1 | sort -u)
+    for t in $failed_files; do
+        f="$work/tmp_check/log/regress_log_$(basename "$t" .pl)"
         [ -f "$f" ] || continue
-        echo "=== tail of $f ==="; tail -n 60 "$f"
+        echo "=== tail of $f ==="; tail -n 150 "$f"
+        for s in "$work/tmp_check/log/$(basename "$t" .pl)"_*.log; do
+            [ -f "$s" ] || continue
+            echo "=== faults in $s ==="
+            grep -E 'PANIC|FATAL|ERROR|TRAP|terminated by signal|exited with exit code' "$s" | tail -n 30
+        done
     done
+    [ -n "$failed_files" ] || for f in "$work"/tmp_check/log/regress_log_*; do
+        [ -f "$f" ] || continue
+        echo "=== tail of $f ==="; tail -n 40 "$f"
+    done
+    echo "=== TAP files that failed ==="
+    printf '%s\n' "${report:-(prove printed no summary report)}"
 fi
 
 # pg_regress: "ok N - name" / "not ok"; prove: "Files=.., Tests=N" and failures.
