@@ -172,6 +172,15 @@ stream_retry_ms(void)
 
 static int	apply_failures = 0;
 static int	transient_failures = 0;	/* in a row, since the last commit */
+
+/*
+ * A transient destination error (apply_error_transient) is retried for as
+ * long as it lasts.  From TRANSIENT_FAILURES_SAID in a row the status says so
+ * (catching_up, destination_apply_retrying): between two attempts the
+ * session streams and would read healthy while nothing is applied.  The next
+ * commit clears it.
+ */
+#define TRANSIENT_FAILURES_SAID 3
 static int	slot_busy_failures = 0;
 static int	census_faults = 0;
 /* the census ended the session so that the next one copies a table again */
@@ -226,6 +235,17 @@ static long backoff = 0;
  */
 #define STREAM_FAULTS_SAID 3
 static int	stream_faults = 0;
+
+/* the reason status gives for failures in a row, or NULL */
+static const char *
+retry_reason(void)
+{
+	if (stream_faults >= STREAM_FAULTS_SAID)
+		return "source_stream_failing";
+	if (transient_failures >= TRANSIENT_FAILURES_SAID)
+		return "destination_apply_retrying";
+	return NULL;
+}
 static AshCrashRecord last_crash;	/* how the previous worker died */
 static bool crashed_before = false; /* ... if it died by itself */
 static bool guard_started = false;	/* guard_start ran in this worker */
@@ -735,6 +755,7 @@ static void
 guard_progress(void)
 {
 	XLogRecPtr	wm;
+	bool		said;
 
 	if (!guard_started || ash_apply_in_remote_xact() || ash_apply_batch_pending())
 		return;
@@ -762,9 +783,10 @@ guard_progress(void)
 		(session_streaming_at == 0 ||
 		 !TimestampDifferenceExceeds(session_streaming_at, GetCurrentTimestamp(), STABLE_AFTER_MS)))
 		return;
-	if (stream_faults >= STREAM_FAULTS_SAID)
-		set_wait_reason(NULL);
+	said = stream_faults >= STREAM_FAULTS_SAID;
 	stream_faults = 0;
+	if (said)
+		set_wait_reason(retry_reason());
 	if (streak_open)
 	{
 		AshCrashRecord *rec;
@@ -1259,10 +1281,14 @@ commit_batch(bool drained)
 	bool		durable = ash_syncrep_source_waits() &&
 		(drained || !ash_stream_more_buffered(&stream));
 	AshBatchResult r = ash_apply_commit_batch(durable);
+	bool		said;
 
 	record_flush_position(&r);
 	apply_failures = 0;
+	said = transient_failures >= TRANSIENT_FAILURES_SAID;
 	transient_failures = 0;
+	if (said)
+		set_wait_reason(retry_reason());
 	guard_applied();
 	if (durable)
 	{
@@ -1942,8 +1968,9 @@ run_session(void)
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.streaming = true;
-	if (stream_faults < STREAM_FAULTS_SAID)
-		MySlot->stats.wait_reason[0] = '\0';
+	/* a limit waited for is there now; failures in a row still count */
+	strlcpy(MySlot->stats.wait_reason, retry_reason() ? retry_reason() : "",
+			ASH_REASON_LEN);
 	MySlot->stats.census_enabled = cfg->census.enabled;
 	MySlot->stats.applied_lsn = binding.commit_lsn;
 	SpinLockRelease(&MySlot->mutex);
@@ -2096,13 +2123,6 @@ handle_error(ErrorData *edata, long backoff)
 				do_halt_detail("source_slot_in_use", src,
 							   "another consumer keeps the replication slot active");
 		}
-		/* a source limit: retried, and said in status until it clears */
-		if (strcmp(src, "53300") == 0)
-			set_wait_reason("source_connection_limit");
-		else if (strcmp(src, "53400") == 0)
-			set_wait_reason("source_slot_limit");
-		else
-			set_wait_reason(NULL);
 		if (step == STEP_STREAM && ++stream_faults > 1)
 		{
 			long		delay = ash_reconnect_min_ms;
@@ -2110,9 +2130,14 @@ handle_error(ErrorData *edata, long backoff)
 			for (int i = 1; i < stream_faults && delay < ash_reconnect_max_ms; i++)
 				delay *= 2;
 			backoff = Max(backoff, Min(delay, ash_reconnect_max_ms));
-			if (stream_faults >= STREAM_FAULTS_SAID)
-				set_wait_reason("source_stream_failing");
 		}
+		/* a source limit: retried, and said in status until it clears */
+		if (strcmp(src, "53300") == 0)
+			set_wait_reason("source_connection_limit");
+		else if (strcmp(src, "53400") == 0)
+			set_wait_reason("source_slot_limit");
+		else
+			set_wait_reason(retry_reason());
 		ereport(LOG,
 				(errmsg("ash_replicant event=source.fault sink=%s step=%s source_sqlstate=%s retry_in_ms=%ld",
 						cfg->sink_name, step_names[step], src[0] ? src : "none", backoff)));
@@ -2132,6 +2157,7 @@ handle_error(ErrorData *edata, long backoff)
 			delay *= 2;
 		delay = Min(delay, ash_reconnect_max_ms);
 		transient_failures++;
+		set_wait_reason(retry_reason());
 		ereport(LOG,
 				(errmsg("ash_replicant event=apply.error sink=%s sqlstate=%s step=%s command=%s table=%s commit_lsn=%X/%X xid=%u attempt=transient/%d retry_in_ms=%ld",
 						cfg->sink_name, sqlstate, step_names[step],

@@ -10,6 +10,8 @@
 # status, stat_pipelines or any catalog row of the extension.  The operator
 # drops the constraint and calls ash_replicant_start: the mirror converges, the
 # failed transaction applied exactly once (write audit on the destination).
+# Round 3: a transient class on every attempt is retried, never halts, and
+# status says catching_up/destination_apply_retrying until it applies.
 #
 # Logs: log_statement is 'none' on BOTH nodes, so the test's own statements
 # (which carry the sentinel to the source) are not logged and every server log
@@ -177,6 +179,53 @@ INSERT INTO orders VALUES (2003, 2000, 1, 'fine');
 COMMIT;},
 	later => q{UPDATE customers SET name = 'renamed' WHERE id = 1},
 	fix   => 'DROP INDEX orders_note_uq');
+
+# Round 3: a transient class on every attempt (a target trigger raising
+# lock_not_available, as under a lock_timeout) never halts: the worker
+# retries with back-off, and from the third failure in a row status says
+# catching_up/destination_apply_retrying -- the previous build read healthy
+# between two attempts.  Nothing of the transaction is committed meanwhile;
+# once the cause is gone it applies exactly once and the reason clears.
+{
+	$faults++;
+	my $s3 = sentinel();
+	my $label = 'transient';
+	my $c0 = AshTest::checkpoint_lsn($dst, $sink);
+	my %h0 = map { $_ => AshTest::table_hash($dst, $_) } qw(customers orders orders_audit);
+	$dst->safe_psql('postgres', q{
+CREATE FUNCTION orders_busy() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'busy %', NEW.note USING ERRCODE = 'lock_not_available';
+END $$;
+CREATE TRIGGER orders_busy BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION orders_busy();
+ALTER TABLE orders ENABLE ALWAYS TRIGGER orders_busy;
+});
+	$src->safe_psql('postgres', qq{
+BEGIN;
+INSERT INTO customers VALUES (3000, 'customer 3000');
+INSERT INTO orders VALUES (3001, 3000, 1, '$s3');
+COMMIT;});
+	AshTest::wait_status($dst, $sink, 'catching_up', 'destination_apply_retrying', src => $src,
+		name => "$label: catching_up/destination_apply_retrying", no_early_exit => 1);
+	ok(AshTest::log_lines_like($dst, qr/event=apply\.error sink=$sink sqlstate=55P03 .*table=public\.orders .*attempt=transient\/3 /),
+		"$label: each attempt logged with its SQLSTATE and target");
+	for my $t (sort keys %h0)
+	{
+		is(AshTest::table_hash($dst, $t), $h0{$t}, "$label: nothing of the transaction visible in $t");
+	}
+	is(AshTest::checkpoint_lsn($dst, $sink), $c0, "$label: checkpoint watermark unchanged");
+	my $st = AshTest::status_row($dst, $sink);
+	is($st->{halt_sqlstate}, undef, "$label: not a halt");
+	assert_no_leak($s3, $label);
+
+	$dst->safe_psql('postgres', 'DROP TRIGGER orders_busy ON orders');
+	AshTest::wait_caught_up($src, $dst, $sink, name => "$label: applied once the cause is gone");
+	AshTest::assert_mirror_equal($src, $dst, [ 'customers', 'orders' ], name => "$label: converged");
+	is($dst->safe_psql('postgres', "SELECT count(*) FROM orders_audit WHERE id = 3001"),
+		'1', "$label: the row written exactly once");
+	AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src, name => "$label: healthy, the reason cleared");
+	assert_no_leak($s3, "$label after resume");
+}
 
 diag "ash-proof: faults_injected=$faults checks=" . Test::More->builder->current_test;
 done_testing();
