@@ -102,15 +102,24 @@ connect_sqlstate(const char *msg, char *buf)
 
 /*
  * The options of a source session: the text form the worker reads
- * (ash_text_form), and for a probe read-only statements with a timeout.
+ * (ash_text_form); for a probe, read-only statements with a timeout.
+ *
+ * A snapshot's reads and the replication session that exported their
+ * snapshot set the source's own timeouts aside, as pg_dump does: a COPY of
+ * a large table runs for as long as the destination takes to write it, and
+ * the exporting walsender stays idle in its transaction meanwhile.  A
+ * statement_timeout or idle_in_transaction_session_timeout of the source's
+ * role or database would end them at the same point of every attempt: the
+ * copy of a table that outlasts it would never complete.  (Options given at
+ * connection take precedence over the role's and database's settings.)
  * Built once per process.
  */
 static const char *
-session_options(bool probe)
+session_options(AshConnKind kind)
 {
-	static char *opts[2];
+	static char *opts[ASH_CONN_KINDS];
 
-	if (opts[probe] == NULL)
+	if (opts[kind] == NULL)
 	{
 		StringInfoData buf;
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
@@ -119,12 +128,16 @@ session_options(bool probe)
 		for (int i = 0; i < ASH_TEXT_FORM_SETTINGS; i++)
 			appendStringInfo(&buf, "%s-c %s=%s", i ? " " : "",
 							 ash_text_form[i][0], ash_text_form[i][1]);
-		if (probe)
-			appendStringInfoString(&buf, " -c default_transaction_read_only=on -c statement_timeout=60000");
-		opts[probe] = buf.data;
+		if (kind != ASH_CONN_REPLICATION)
+			appendStringInfoString(&buf, " -c default_transaction_read_only=on");
+		if (kind == ASH_CONN_PROBE)
+			appendStringInfoString(&buf, " -c statement_timeout=60000");
+		else
+			appendStringInfoString(&buf, " -c statement_timeout=0 -c idle_in_transaction_session_timeout=0");
+		opts[kind] = buf.data;
 		MemoryContextSwitchTo(old);
 	}
-	return opts[probe];
+	return opts[kind];
 }
 
 /* Wait for the socket (or latch / timeout).  Returns false on timeout. */
@@ -178,7 +191,7 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 	keys[i] = "client_encoding";
 	vals[i++] = GetDatabaseEncodingName();
 	keys[i] = "options";
-	vals[i++] = session_options(kind == ASH_CONN_PROBE);
+	vals[i++] = session_options(kind);
 	keys[i] = NULL;
 	vals[i] = NULL;
 

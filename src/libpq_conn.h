@@ -13,8 +13,12 @@
 typedef enum AshConnKind
 {
 	ASH_CONN_REPLICATION,		/* replication=database, streaming */
-	ASH_CONN_PROBE				/* ordinary, default_transaction_read_only */
+	ASH_CONN_PROBE,				/* ordinary, default_transaction_read_only */
+	ASH_CONN_DATA				/* a probe whose statements take as long as
+								 * they need: a snapshot's reads */
 } AshConnKind;
+
+#define ASH_CONN_KINDS 3
 
 typedef struct AshConn
 {

@@ -1436,7 +1436,7 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 	XLogRecPtr	snapshot_lsn;
 	int			npending = 0;
 
-	ash_snap_data_conn = ash_conn_open(ash_snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+	ash_snap_data_conn = ash_conn_open(ash_snap_cfg->connection, ASH_CONN_DATA, "ash_replicant snapshot");
 	if (!ash_source_identity_matches(ash_snap_data_conn, ash_snap_cfg->source_system_identifier,
 									 ash_snap_cfg->source_database))
 		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");

@@ -281,7 +281,7 @@ ash_snapshot_copier_main(Datum main_arg)
 			proc_exit(0);
 		}
 		ash_apply_init(cfg, key, InvalidXLogRecPtr, InvalidXLogRecPtr);
-		ash_snap_data_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+		ash_snap_data_conn = ash_conn_open(cfg->connection, ASH_CONN_DATA, "ash_replicant snapshot");
 		if (!ash_source_identity_matches(ash_snap_data_conn, cfg->source_system_identifier,
 										 cfg->source_database))
 			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");

@@ -259,7 +259,7 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	 * next session closes the connection before it opens its own.
 	 */
 	old = MemoryContextSwitchTo(incr_session_cxt);
-	incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+	incr_conn = ash_conn_open(cfg->connection, ASH_CONN_DATA, "ash_replicant snapshot");
 	MemoryContextSwitchTo(old);
 	if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
 									 cfg->source_database))
@@ -2031,7 +2031,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 												 "ash_replicant incremental session",
 												 ALLOCSET_DEFAULT_SIZES);
 		old = MemoryContextSwitchTo(incr_session_cxt);
-		incr_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+		incr_conn = ash_conn_open(cfg->connection, ASH_CONN_DATA, "ash_replicant snapshot");
 		MemoryContextSwitchTo(old);
 		if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
 										 cfg->source_database))

@@ -11,7 +11,8 @@
 # extra_float_digits = 0 a copied double lost its last digits.  Both ends
 # now render as the source connection is set up: DateStyle ISO,
 # IntervalStyle postgres, extra_float_digits 3, TimeZone UTC, bytea_output
-# hex, lc_monetary C.
+# hex, lc_monetary C.  Section 2: a source role's statement_timeout and
+# idle_in_transaction_session_timeout do not end a snapshot's sessions.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -67,5 +68,46 @@ is(q_dst('SELECT d || \' \' || ts || \' \' || f8 FROM t WHERE id = 1'),
 is(q_dst('SELECT d || \' \' || ts || \' \' || f8 FROM t WHERE id = 4'),
 	'2024-03-14 2024-03-10 11:30:00.25+00 7.141592653589793',
 	'a streamed one alike');
+
+# ---------------------------------------------------------------------------
+# Source session timeouts.  The source role the pipeline connects as has a
+# statement_timeout and an idle_in_transaction_session_timeout of one second
+# (as many production roles do).  A snapshot's COPY runs for as long as the
+# destination takes to write it, and the walsender that exported its
+# snapshot stays idle in its transaction meanwhile: every source session
+# the worker opens sets these aside, as pg_dump does.  The previous build
+# lost the walsender to the idle timeout during each copy (event
+# source.fault step=snapshot), and cancelled any COPY that ran past its own
+# 60 s statement_timeout, at every attempt: a table that large was never
+# copied.
+# ---------------------------------------------------------------------------
+q_src(q{
+CREATE ROLE copier LOGIN REPLICATION;
+GRANT pg_read_all_settings TO copier;
+ALTER ROLE copier SET statement_timeout = '1s';
+ALTER ROLE copier SET idle_in_transaction_session_timeout = '1s';
+CREATE TABLE big (id integer PRIMARY KEY, v text);
+INSERT INTO big SELECT g, repeat('v', 60) FROM generate_series(1, 200000) g;
+GRANT SELECT ON big TO copier;
+CREATE PUBLICATION pub_big FOR TABLE big;
+});
+# the destination writes slowly: 2.5 s at the first row (the COPY stays
+# open on the source), 2.5 s more at the copy's commit (the walsender and
+# the reading session wait, idle, in their transactions)
+q_dst(q{
+CREATE TABLE big (id integer PRIMARY KEY, v text);
+CREATE FUNCTION big_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.id = 1 THEN PERFORM pg_sleep(2.5); END IF; RETURN NEW; END $$;
+CREATE TRIGGER big_slow BEFORE INSERT ON big FOR EACH ROW EXECUTE FUNCTION big_slow();
+CREATE CONSTRAINT TRIGGER big_slow_commit AFTER INSERT ON big DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW EXECUTE FUNCTION big_slow();
+});
+AshTest::setup_pipeline($src, $dst, sink => 'big', publication => 'pub_big', maps => [ ['big'] ],
+	connection => AshTest::conninfo($src) =~ s/user=\S+/user=copier/r, source_role => 'copier',
+	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+AshTest::wait_caught_up($src, $dst, 'big', name => 'a copy outlasting the role\'s timeouts completes');
+AshTest::assert_mirror_equal($src, $dst, ['big']);
+is(join("\n", AshTest::log_lines_like($dst, qr/event=source\.fault sink=big /)), '',
+	'... without a source fault: no session of the worker was ended');
 
 done_testing();
