@@ -138,6 +138,8 @@ snapshot_slot(const char *sink_name, AshPipelineSlot *snap)
  * PGPROC (its wait event and when its lock wait began), as pg_locks does.
  */
 #define LOCK_WAIT_SAID_MS 5000
+/* ... and the source creating the worker's slot as long (source_slot.c) */
+#define SLOT_WAIT_SAID_MS 5000
 
 static bool
 waits_on_lock(int pid)
@@ -244,6 +246,13 @@ derive_status(CatalogFacts *f, StatusRow *row)
 		{
 			row->state = "catching_up";
 			row->reason = "destination_lock_wait";
+		}
+		else if (st->slot_wait_since != 0 &&
+				 TimestampDifferenceExceeds(st->slot_wait_since, GetCurrentTimestamp(),
+											SLOT_WAIT_SAID_MS))
+		{
+			row->state = "catching_up";
+			row->reason = "source_slot_wait";
 		}
 		return;
 	}

@@ -164,6 +164,8 @@ static const AshReasonEntry reason_table[] = {
 	{"source_stream_failing", ASH_REASON_WAITING},
 	/* the worker waits for a lock on a target (api_status.c) */
 	{"destination_lock_wait", ASH_REASON_WAITING},
+	/* the source creates the worker's slot, waiting for transactions (api_status.c) */
+	{"source_slot_wait", ASH_REASON_WAITING},
 	/* a transient destination error on every attempt (pipeline.c) */
 	{"destination_apply_retrying", ASH_REASON_WAITING},
 };

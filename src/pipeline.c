@@ -1879,7 +1879,7 @@ run_session(void)
 	ash_source_ensure_slot(conn, cfg, binding.commit_lsn, phase != ASH_SNAPSHOT_NONE,
 				snapshot && !is_incremental() && phase == ASH_SNAPSHOT_NONE &&
 				XLogRecPtrIsInvalid(binding.commit_lsn),
-				&slot_created, &slot_start);
+				&slot_created, &slot_start, MySlot);
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.slot_ready = true;
 	SpinLockRelease(&MySlot->mutex);

@@ -55,6 +55,9 @@ typedef struct AshPipelineStats
 	 * or "": status shows it with catching_up.
 	 */
 	char		wait_reason[ASH_REASON_LEN];
+
+	/* since when the source has been creating a slot for it, or 0 */
+	TimestampTz slot_wait_since;
 } AshPipelineStats;
 
 /*

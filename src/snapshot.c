@@ -71,6 +71,7 @@
 #include "snapshot.h"
 #include "snapshot_int.h"
 #include "source_catalog.h"
+#include "source_slot.h"
 #include "spi_util.h"
 
 #define PROGRESS_LOG_MS 10000
@@ -544,7 +545,7 @@ temporary_snapshot(AshConn **repl, XLogRecPtr *lsn)
 	cmd = psprintf("CREATE_REPLICATION_SLOT %s TEMPORARY LOGICAL pgoutput %s",
 				   ash_conn_quote_ident(c, name),
 				   c->server_version >= 150000 ? "(SNAPSHOT 'export')" : "EXPORT_SNAPSHOT");
-	res = ash_conn_exec(c, cmd, false);
+	res = ash_source_create_slot(c, cmd, ash_snap_slot);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < 3 ||
 		PQgetisnull(res, 0, 2))
 		ash_conn_report_result(res, "CREATE_REPLICATION_SLOT TEMPORARY");

@@ -21,9 +21,11 @@
 #include "libpq-fe.h"
 #include "utils/fmgrprotos.h"
 #include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
 
 #include "decoder.h"
 #include "errors.h"
+#include "shmem.h"
 #include "source_slot.h"
 
 void
@@ -61,9 +63,42 @@ ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg, uint32 *timelin
 				 "failover slots need a source of PostgreSQL 17 or later");
 }
 
+/*
+ * The source creates a logical slot only once every transaction that was
+ * running when it began has ended: as long as a transaction left open there
+ * lasts.  That wait is bounded by an hour, not by connect_timeout: a shorter
+ * bound ends it at the same point every time, and while transactions longer
+ * than it keep overlapping no attempt would ever get its slot.  Status says
+ * what the worker waits for (source_slot_wait, api_status.c).
+ */
+#define SLOT_CREATE_TIMEOUT_MS (60 * 60 * 1000)
+
+PGresult *
+ash_source_create_slot(AshConn *conn, const char *command, AshPipelineSlot *slot)
+{
+	PGresult   *volatile res = NULL;
+
+	SpinLockAcquire(&slot->mutex);
+	slot->stats.slot_wait_since = GetCurrentTimestamp();
+	SpinLockRelease(&slot->mutex);
+	PG_TRY();
+	{
+		res = ash_conn_exec_timeout(conn, command, false, SLOT_CREATE_TIMEOUT_MS);
+	}
+	PG_FINALLY();
+	{
+		SpinLockAcquire(&slot->mutex);
+		slot->stats.slot_wait_since = 0;
+		SpinLockRelease(&slot->mutex);
+	}
+	PG_END_TRY();
+	return res;
+}
+
 void
 ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr watermark,
-					   bool must_exist, bool export, bool *created, AshSlotStart *start)
+					   bool must_exist, bool export, bool *created, AshSlotStart *start,
+					   AshPipelineSlot *slot)
 {
 	XLogRecPtr *position = &start->slot_position;
 	const AshDecoderInfo *dec = ash_decoder_info(cfg->decoder);
@@ -103,7 +138,7 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 		/* failover: checked >= 17 by ash_source_identify */
 		if (conn->server_version >= 150000)
 			appendStringInfoString(&q, cfg->failover ? ", FAILOVER)" : ")");
-		res = ash_conn_exec(conn, q.data, false);
+		res = ash_source_create_slot(conn, q.data, slot);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			ash_conn_report_result(res, "CREATE_REPLICATION_SLOT");
 		*created = true;

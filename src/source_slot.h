@@ -13,6 +13,8 @@
 #include "config.h"
 #include "libpq_conn.h"
 
+struct AshPipelineSlot;
+
 /*
  * How the session reached its slot: the snapshot exported by creating it in
  * this session (exported, at exported_lsn; the replication connection must
@@ -45,6 +47,14 @@ extern void ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg,
  */
 extern void ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg,
 								   XLogRecPtr watermark, bool must_exist, bool export,
-								   bool *created, AshSlotStart *start);
+								   bool *created, AshSlotStart *start,
+								   struct AshPipelineSlot *slot);
+
+/*
+ * Send a CREATE_REPLICATION_SLOT and wait for its result, saying in slot's
+ * statistics (slot_wait_since) that the source is creating it.
+ */
+extern PGresult *ash_source_create_slot(AshConn *conn, const char *command,
+										struct AshPipelineSlot *slot);
 
 #endif							/* ASH_SOURCE_SLOT_H */

@@ -18,6 +18,10 @@
 #      the session streams): from the third time in a row, status says
 #      catching_up/source_stream_failing instead of healthy between two
 #      attempts; a session that applies a transaction clears it.
+#   4  a transaction left open at the source while the worker creates its
+#      slot: status catching_up/source_slot_wait, and the worker waits past
+#      connect_timeout instead of giving up and trying again; the slot is
+#      created once the transaction ends.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -113,6 +117,35 @@ AshTest::wait_status($dst, 'r', 'catching_up', 'source_stream_failing',
 q_src(q{INSERT INTO r VALUES (1)});
 AshTest::wait_caught_up($src, $dst, 'r', name => 'a session applies a transaction');
 AshTest::wait_status($dst, 'r', 'healthy', undef, name => '... healthy again');
+
+# ---------------------------------------------------------------------------
+# 4: a slot the source is slow to create
+# ---------------------------------------------------------------------------
+# The source creates a logical slot once every transaction running when it
+# began has ended.  With one left open, the previous build gave up after
+# connect_timeout (here 2 s) and tried again for as long as it stayed open,
+# catching_up without a reason; now it waits (source_slot_wait in status).
+q_dst(q{ALTER SYSTEM SET ash_replicant.connect_timeout = '2s'; SELECT pg_reload_conf()});
+q_src(q{CREATE TABLE w (id integer PRIMARY KEY); CREATE TABLE busy (id integer);
+	CREATE PUBLICATION pub_w FOR TABLE w});
+q_dst(q{CREATE TABLE w (id integer PRIMARY KEY)});
+my $open = $src->background_psql($DB, on_error_stop => 1);
+$open->query_safe('BEGIN; INSERT INTO busy VALUES (1)');
+AshTest::setup_pipeline($src, $dst, sink => 'w', publication => 'pub_w', maps => [ ['w'] ]);
+AshTest::wait_status($dst, 'w', 'catching_up', 'source_slot_wait',
+	name => 'a transaction open at the source: catching_up/source_slot_wait', no_early_exit => 1);
+# past connect_timeout twice over, the same session still waits
+ok(AshTest::poll($src, q{SELECT coalesce(bool_or(now() - backend_start > interval '5 s'), false)
+	FROM pg_stat_activity WHERE backend_type = 'walsender' AND application_name = 'ash_replicant w'}),
+	'... one session waits past connect_timeout');
+is(AshTest::status_row($dst, 'w')->{reason}, 'source_slot_wait', '... and says so while the transaction is open');
+$open->query_safe('COMMIT');
+$open->quit;
+q_src(q{INSERT INTO w VALUES (1)});
+AshTest::wait_caught_up($src, $dst, 'w', name => 'the slot created once it ends: w streams');
+is(join("\n", AshTest::log_lines_like($dst, qr/event=source\.fault sink=w /)), '',
+	'... the worker waited: no source fault');
+q_dst(q{ALTER SYSTEM RESET ash_replicant.connect_timeout; SELECT pg_reload_conf()});
 
 is(scalar(AshTest::grep_logs_for('enc_sentinel', $dst)), 0, 'no value in the destination log');
 
