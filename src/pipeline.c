@@ -226,7 +226,9 @@ static long backoff = 0;
 
 /*
  * A source that ends the stream with an error again and again, each time
- * before the session proved itself (as above), fails on something waiting
+ * before the session proved itself (as above), or a snapshot's reads each
+ * time before another table or row of the copy committed
+ * (snapshot_copied_at_fault), fails on something waiting
  * may or may not heal (a source error this worker does not know to be
  * final).  From STREAM_FAULTS_SAID such faults in a row the status says so
  * (catching_up, source_stream_failing) instead of healthy between two
@@ -235,6 +237,7 @@ static long backoff = 0;
  */
 #define STREAM_FAULTS_SAID 3
 static int	stream_faults = 0;
+static uint64 snapshot_copied_at_fault = 0;
 
 /* the reason status gives for failures in a row, or NULL */
 static const char *
@@ -2123,7 +2126,19 @@ handle_error(ErrorData *edata, long backoff)
 				do_halt_detail("source_slot_in_use", src,
 							   "another consumer keeps the replication slot active");
 		}
-		if (step == STEP_STREAM && ++stream_faults > 1)
+		/* a copy that got further since the last fault starts a new count */
+		if (step == STEP_SNAPSHOT)
+		{
+			uint64		copied;
+
+			SpinLockAcquire(&MySlot->mutex);
+			copied = MySlot->stats.snapshot_tables_copied + MySlot->stats.snapshot_rows_committed;
+			SpinLockRelease(&MySlot->mutex);
+			if (copied != snapshot_copied_at_fault)
+				stream_faults = 0;
+			snapshot_copied_at_fault = copied;
+		}
+		if ((step == STEP_STREAM || step == STEP_SNAPSHOT) && ++stream_faults > 1)
 		{
 			long		delay = ash_reconnect_min_ms;
 

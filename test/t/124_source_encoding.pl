@@ -17,7 +17,9 @@
 #      does not know to be final (here: its walsender terminated each time
 #      the session streams): from the third time in a row, status says
 #      catching_up/source_stream_failing instead of healthy between two
-#      attempts; a session that applies a transaction clears it.
+#      attempts; a session that applies a transaction clears it.  (3b)
+#      The same when the source ends a v1 copy's reads again and again
+#      before any table of it commits.
 #   4  a transaction left open at the source while the worker creates its
 #      slot: status catching_up/source_slot_wait, and the worker waits past
 #      connect_timeout instead of giving up and trying again; the slot is
@@ -117,6 +119,42 @@ AshTest::wait_status($dst, 'r', 'catching_up', 'source_stream_failing',
 q_src(q{INSERT INTO r VALUES (1)});
 AshTest::wait_caught_up($src, $dst, 'r', name => 'a session applies a transaction');
 AshTest::wait_status($dst, 'r', 'healthy', undef, name => '... healthy again');
+
+# ---------------------------------------------------------------------------
+# 3b: a snapshot whose reads keep failing
+# ---------------------------------------------------------------------------
+# The source ends the copy's reading session at every attempt, before any
+# table of it commits: from the third time in a row status says
+# catching_up/source_stream_failing (the previous build: catching_up
+# without a reason, the copy starting over for ever).
+q_src(q{CREATE TABLE sn (id integer PRIMARY KEY, v text);
+	INSERT INTO sn SELECT g, repeat('v', 60) FROM generate_series(1, 200000) g;
+	CREATE PUBLICATION pub_sn FOR TABLE sn});
+q_dst(q{CREATE TABLE sn (id integer PRIMARY KEY, v text);
+CREATE FUNCTION sn_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.id = 1 THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$;
+CREATE TRIGGER sn_slow BEFORE INSERT ON sn FOR EACH ROW EXECUTE FUNCTION sn_slow()});
+AshTest::setup_pipeline($src, $dst, sink => 'sn', publication => 'pub_sn', maps => [ ['sn'] ],
+	pipeline_extra => $v1);
+my $ended = 0;
+for my $i (1 .. 3)
+{
+	AshTest::poll($src, q{SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE application_name = 'ash_replicant snapshot' AND query LIKE 'COPY %sn%' AND state = 'active'})
+	  or last;
+	$ended += q_src(q{SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'ash_replicant snapshot' AND query LIKE 'COPY %sn%'});
+	AshTest::poll($src, q{SELECT count(*) = 0 FROM pg_stat_activity
+		WHERE application_name = 'ash_replicant snapshot' AND query LIKE 'COPY %sn%' AND state = 'active'});
+}
+is($ended, 3, 'the source ended the copy\'s reads three times');
+AshTest::wait_status($dst, 'sn', 'catching_up', 'source_stream_failing',
+	name => 'status: catching_up/source_stream_failing', no_early_exit => 1);
+AshTest::wait_caught_up($src, $dst, 'sn', name => 'left alone, the copy completes');
+q_src(q{INSERT INTO sn VALUES (0, 'after')});
+AshTest::wait_caught_up($src, $dst, 'sn', name => 'and a transaction applies');
+AshTest::assert_mirror_equal($src, $dst, ['sn']);
+AshTest::wait_status($dst, 'sn', 'healthy', undef, name => '... healthy again');
 
 # ---------------------------------------------------------------------------
 # 4: a slot the source is slow to create
