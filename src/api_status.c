@@ -158,6 +158,19 @@ waits_on_lock(int pid)
 		TimestampDifferenceExceeds(since, GetCurrentTimestamp(), LOCK_WAIT_SAID_MS);
 }
 
+/* ... the worker or a helper copying a table of its snapshot */
+static bool
+pipeline_waits_on_lock(const AshPipelineSlot *snap)
+{
+	if (waits_on_lock(snap->pid))
+		return true;
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (snap->copiers[i].pid != 0 && snap->copiers[i].pid != snap->pid &&
+			snap->copiers[i].end == ASH_COPIER_RUNNING && waits_on_lock(snap->copiers[i].pid))
+			return true;
+	return false;
+}
+
 /*
  * Is every shared-memory slot taken (ash_replicant.max_pipelines)?  A slot
  * stays taken by a halted pipeline until it is stopped: the slot keeps the
@@ -242,7 +255,7 @@ derive_status(CatalogFacts *f, StatusRow *row)
 			row->state = "catching_up";
 			row->reason = pstrdup(st->wait_reason);
 		}
-		else if (waits_on_lock(snap.pid))
+		else if (pipeline_waits_on_lock(&snap))
 		{
 			row->state = "catching_up";
 			row->reason = "destination_lock_wait";

@@ -238,17 +238,6 @@ static long backoff = 0;
 #define STREAM_FAULTS_SAID 3
 static int	stream_faults = 0;
 static uint64 snapshot_copied_at_fault = 0;
-
-/* the reason status gives for failures in a row, or NULL */
-static const char *
-retry_reason(void)
-{
-	if (stream_faults >= STREAM_FAULTS_SAID)
-		return "source_stream_failing";
-	if (transient_failures >= TRANSIENT_FAILURES_SAID)
-		return "destination_apply_retrying";
-	return NULL;
-}
 static AshCrashRecord last_crash;	/* how the previous worker died */
 static bool crashed_before = false; /* ... if it died by itself */
 static bool guard_started = false;	/* guard_start ran in this worker */
@@ -353,6 +342,17 @@ set_wait_reason(const char *reason)
 	SpinLockAcquire(&MySlot->mutex);
 	strlcpy(MySlot->stats.wait_reason, reason ? reason : "", ASH_REASON_LEN);
 	SpinLockRelease(&MySlot->mutex);
+}
+
+/* the reason status gives for failures in a row, or NULL */
+static const char *
+retry_reason(void)
+{
+	if (stream_faults >= STREAM_FAULTS_SAID)
+		return "source_stream_failing";
+	if (transient_failures >= TRANSIENT_FAILURES_SAID)
+		return "destination_apply_retrying";
+	return NULL;
 }
 
 /*

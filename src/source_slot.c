@@ -78,6 +78,8 @@ ash_source_create_slot(AshConn *conn, const char *command, AshPipelineSlot *slot
 {
 	PGresult   *volatile res = NULL;
 
+	if (slot == NULL)
+		return ash_conn_exec_timeout(conn, command, false, SLOT_CREATE_TIMEOUT_MS);
 	SpinLockAcquire(&slot->mutex);
 	slot->stats.slot_wait_since = GetCurrentTimestamp();
 	SpinLockRelease(&slot->mutex);

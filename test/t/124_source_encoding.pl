@@ -24,6 +24,8 @@
 #      slot: status catching_up/source_slot_wait, and the worker waits past
 #      connect_timeout instead of giving up and trying again; the slot is
 #      created once the transaction ends.
+#   5  a helper copier of a snapshot waiting for a lock on its target:
+#      status catching_up/destination_lock_wait, as for the worker itself.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -184,6 +186,34 @@ AshTest::wait_caught_up($src, $dst, 'w', name => 'the slot created once it ends:
 is(join("\n", AshTest::log_lines_like($dst, qr/event=source\.fault sink=w /)), '',
 	'... the worker waited: no source fault');
 q_dst(q{ALTER SYSTEM RESET ash_replicant.connect_timeout; SELECT pg_reload_conf()});
+
+# ---------------------------------------------------------------------------
+# 5: a helper copier waiting for a lock on its target
+# ---------------------------------------------------------------------------
+# destination_lock_wait read the pipeline worker's wait only: a helper
+# copier of its snapshot held back by a lock read catching_up without a
+# reason.  The worker copies the large table; the helper gets the other,
+# which a session holds locked.
+q_src(q{CREATE TABLE ca (id integer PRIMARY KEY, v text);
+	INSERT INTO ca SELECT g, repeat('v', 60) FROM generate_series(1, 300000) g;
+	CREATE TABLE cz (id integer PRIMARY KEY); INSERT INTO cz VALUES (1), (2);
+	CREATE PUBLICATION pub_cc FOR TABLE ca, cz});
+q_dst(q{CREATE TABLE ca (id integer PRIMARY KEY, v text); CREATE TABLE cz (id integer PRIMARY KEY)});
+my $lock = $dst->background_psql($DB, on_error_stop => 1);
+$lock->query_safe('BEGIN; LOCK TABLE cz IN EXCLUSIVE MODE');
+AshTest::setup_pipeline($src, $dst, sink => 'cc', publication => 'pub_cc', maps => [ ['ca'], ['cz'] ],
+	pipeline_extra => $v1);
+ok(AshTest::poll($dst, q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE wait_event_type = 'Lock' AND backend_type = 'ash_replicant snapshot'}),
+	'a helper copier waits for the lock on its target');
+diag($dst->safe_psql($DB, q{SELECT string_agg(backend_type || ':' || coalesce(wait_event_type, '-'), ', ')
+	FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant%'}));
+AshTest::wait_status($dst, 'cc', 'catching_up', 'destination_lock_wait',
+	name => 'status: catching_up/destination_lock_wait', no_early_exit => 1);
+$lock->query_safe('COMMIT');
+$lock->quit;
+AshTest::wait_caught_up($src, $dst, 'cc', name => 'the lock released: copied and streaming');
+AshTest::assert_mirror_equal($src, $dst, [ 'ca', 'cz' ]);
 
 is(scalar(AshTest::grep_logs_for('enc_sentinel', $dst)), 0, 'no value in the destination log');
 
