@@ -720,11 +720,14 @@ ash_replicant_wait_for_slot(PG_FUNCTION_ARGS)
 		if (snapshot_slot(f->sink_name, &snap) && snap.generation == f->start_generation &&
 			snap.state == ASH_SLOT_RUNNING && snap.stats.slot_ready)
 			PG_RETURN_VOID();
+		/* what it waits for, when status knows (a reason code, no value) */
 		if (GetCurrentTimestamp() >= deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("ash_replicant: pipeline of sink \"%s\" did not reach its replication slot within the timeout",
 							sink_name),
+					 row.reason != NULL ?
+					 errdetail("It is %s: %s (docs/reasons.md#%s).", row.state, row.reason, row.reason) : 0,
 					 errhint("ash_replicant_status() and the server log (event=source.fault) say why.")));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
 						 PG_WAIT_EXTENSION);

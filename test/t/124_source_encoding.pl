@@ -179,6 +179,9 @@ ok(AshTest::poll($src, q{SELECT coalesce(bool_or(now() - backend_start > interva
 	FROM pg_stat_activity WHERE backend_type = 'walsender' AND application_name = 'ash_replicant w'}),
 	'... one session waits past connect_timeout');
 is(AshTest::status_row($dst, 'w')->{reason}, 'source_slot_wait', '... and says so while the transaction is open');
+my (undef, undef, $wait_err) = $dst->psql($DB, "SELECT ash_replicant_wait_for_slot('w', '1 s')");
+like($wait_err, qr/DETAIL:  It is catching_up: source_slot_wait \(docs\/reasons\.md#source_slot_wait\)\./,
+	'... and so does ash_replicant_wait_for_slot when it times out');
 $open->query_safe('COMMIT');
 $open->quit;
 q_src(q{INSERT INTO w VALUES (1)});
