@@ -52,6 +52,13 @@
  *						 held now.  The checkpoint row must exist
  *						 (checkpoint_missing); watermark and tombstone
  *						 untouched.
+ *	  acknowledge_column_added
+ *						 mark the record of the source columns one mapped
+ *						 table feeds (source_columns.c): the operator made
+ *						 the target's rows agree with the source's in the
+ *						 columns added while mirrored, and the next
+ *						 description adding columns is taken as it is.
+ *						 Same checks.
  *
  *	  Tombstones: reset removes the row with its tombstone; adopt clears
  *	  the tombstone (the operator has decided where the pipeline resumes);
@@ -79,6 +86,7 @@ PG_FUNCTION_INFO_V1(ash_replicant_reset_checkpoint);
 PG_FUNCTION_INFO_V1(ash_replicant_adopt_checkpoint);
 PG_FUNCTION_INFO_V1(ash_replicant_acknowledge_checkpoint_timeline);
 PG_FUNCTION_INFO_V1(ash_replicant_acknowledge_publication_gap);
+PG_FUNCTION_INFO_V1(ash_replicant_acknowledge_column_added);
 
 #define STAGE_RECOVERY	"recovery"
 
@@ -418,11 +426,14 @@ ash_replicant_acknowledge_checkpoint_timeline(PG_FUNCTION_ARGS)
 }
 
 /*
- * ash_replicant_acknowledge_publication_gap(sink_name,
- * source_system_identifier, source_database, source_schema, source_table)
+ * Run sql on key's per-table records ($1-$3 the key, $4 and $5 the schema
+ * and table, or NULL for every table unless table_required), logging
+ * event when it changed any: the body of the acknowledge_* functions of
+ * per-table records.
  */
-Datum
-ash_replicant_acknowledge_publication_gap(PG_FUNCTION_ARGS)
+static bool
+table_records_exec(FunctionCallInfo fcinfo, const char *sql, int expected_ret,
+				   bool table_required, const char *event)
 {
 	RecoveryTarget t;
 	Oid			types[5];
@@ -434,9 +445,10 @@ ash_replicant_acknowledge_publication_gap(PG_FUNCTION_ARGS)
 	bool		changed;
 
 	/* both, or neither: every table of the checkpoint */
-	if (PG_ARGISNULL(3) != PG_ARGISNULL(4))
+	if (PG_ARGISNULL(3) != PG_ARGISNULL(4) || (table_required && PG_ARGISNULL(3)))
 		ash_reject(ERRCODE_NULL_VALUE_NOT_ALLOWED, STAGE_RECOVERY, "config_invalid",
-				   "source_schema and source_table are given together or not at all");
+				   table_required ? "source_schema and source_table are required"
+				   : "source_schema and source_table are given together or not at all");
 	if (!PG_ARGISNULL(3))
 	{
 		nspname = text_arg(fcinfo, 3, "source_schema");
@@ -452,18 +464,45 @@ ash_replicant_acknowledge_publication_gap(PG_FUNCTION_ARGS)
 	types[3] = types[4] = TEXTOID;
 	values[3] = nspname ? CStringGetTextDatum(nspname) : (Datum) 0;
 	values[4] = relname ? CStringGetTextDatum(relname) : (Datum) 0;
-	/* no schema and table given: every table's record */
-	if (SPI_execute_with_args("DELETE FROM ash_replicant.publication_members"
-							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-							  "   AND ($4 IS NULL OR (source_schema = $4 AND source_table = $5))",
-							  5, types, values, nspname ? "     " : "   nn", false, 0) != SPI_OK_DELETE)
+	if (SPI_execute_with_args(sql, 5, types, values, nspname ? "     " : "   nn", false, 0) != expected_ret)
 		elog(ERROR, "ash_replicant: catalog statement failed");
 	changed = SPI_processed > 0;
 	SPI_finish();
 	if (changed)
 		ereport(LOG,
-				(errmsg("ash_replicant event=publication.gap_acknowledged sink=%s table=%s",
-						t.sink_name,
+				(errmsg("ash_replicant event=%s sink=%s table=%s", event, t.sink_name,
 						nspname ? quote_qualified_identifier(nspname, relname) : "*")));
-	PG_RETURN_BOOL(changed);
+	return changed;
+}
+
+/*
+ * ash_replicant_acknowledge_publication_gap(sink_name,
+ * source_system_identifier, source_database, source_schema, source_table):
+ * forgets the records (no schema and table given: every table's).
+ */
+Datum
+ash_replicant_acknowledge_publication_gap(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(table_records_exec(fcinfo,
+									  "DELETE FROM ash_replicant.publication_members"
+									  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+									  "   AND ($4 IS NULL OR (source_schema = $4 AND source_table = $5))",
+									  SPI_OK_DELETE, false, "publication.gap_acknowledged"));
+}
+
+/*
+ * ash_replicant_acknowledge_column_added(sink_name,
+ * source_system_identifier, source_database, source_schema, source_table):
+ * marks one table's record so that the next description adding columns
+ * is taken as it is (source_columns.c).  Not every table at once: that
+ * would take additions nobody has seen yet.
+ */
+Datum
+ash_replicant_acknowledge_column_added(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(table_records_exec(fcinfo,
+									  "UPDATE ash_replicant.source_columns SET added_acknowledged = true"
+									  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+									  "   AND source_schema = $4 AND source_table = $5 AND NOT added_acknowledged",
+									  SPI_OK_UPDATE, true, "columns.added_acknowledged"));
 }

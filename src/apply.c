@@ -77,6 +77,7 @@
 #include "provenance.h"
 #include "shmem.h"
 #include "spi_util.h"
+#include "source_columns.h"
 
 AshApplyErrorContext ash_apply_errctx;
 
@@ -1653,6 +1654,9 @@ apply_row_change(AshChange *c)
 			return;
 		}
 	}
+	/* a description's columns, before the first change applied under it */
+	if (!rel->columns_recorded)
+		ash_source_columns_judge(rel, apply_cfg, meta.snapshot_attempt != NULL && meta.snapshot_whole);
 	ash_apply_errctx.relation = rel->target_name;
 	strategy = strategy_for(rel);
 	if (TransactionIdIsValid(stream_xid))
@@ -2338,7 +2342,7 @@ ash_apply_commit_batch(bool durable)
  * ---------------------------------------------------------------------
  */
 void
-ash_apply_snapshot_begin(XLogRecPtr position, int32 ordinal_base, bytea *attempt)
+ash_apply_snapshot_begin(XLogRecPtr position, int32 ordinal_base, bytea *attempt, bool whole)
 {
 	Assert(!batch_open && !in_remote_xact);
 	begin_batch();
@@ -2350,6 +2354,7 @@ ash_apply_snapshot_begin(XLogRecPtr position, int32 ordinal_base, bytea *attempt
 	meta.ordinal = ordinal_base;
 	meta.origin = "snapshot";
 	meta.snapshot_attempt = attempt;
+	meta.snapshot_whole = whole;
 	ash_apply_errctx.commit_lsn = meta.commit_lsn;
 	ash_apply_errctx.xid = InvalidTransactionId;
 	ash_apply_errctx.relation = NULL;

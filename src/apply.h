@@ -79,14 +79,15 @@ extern XLogRecPtr ash_apply_watermark(void);
 /*
  * Snapshot copy (snapshot.c; an incremental chunk: snapshot_incr.c): one
  * table's rows, as inserts, in one destination transaction.  begin opens it (origin "snapshot", commit LSN
- * position, ordinals from ordinal_base + 1); row changes go
+ * position, ordinals from ordinal_base + 1; whole: every row of the table,
+ * not a chunk of them); row changes go
  * through ash_apply_change; flush executes deferred writes and returns
  * the last ordinal used, leaving the transaction and SPI open for the
  * caller's progress writes; commit commits and returns the local commit
  * record's end.
  */
 extern void ash_apply_snapshot_begin(XLogRecPtr position, int32 ordinal_base,
-									 bytea *attempt);
+									 bytea *attempt, bool whole);
 extern int32 ash_apply_snapshot_flush(void);
 
 /*

@@ -101,6 +101,8 @@ typedef struct AshChangeMeta
 	int32		ordinal;
 	const char *origin;			/* "stream" (or "snapshot") */
 	bytea	   *snapshot_attempt;	/* the snapshot's attempt id, or NULL */
+	bool		snapshot_whole;	/* a snapshot copying whole tables (v1),
+								 * not an incremental chunk */
 } AshChangeMeta;
 
 extern const AshChangeMeta *ash_apply_current(void);

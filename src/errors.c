@@ -67,6 +67,8 @@ static const AshReasonEntry reason_table[] = {
 	{"source_truncate", ASH_REASON_HALTED},
 	/* a mapped table left the publication and came back, no snapshot (census.c) */
 	{"publication_gap", ASH_REASON_HALTED},
+	/* a written source column added while the target holds rows (source_columns.c) */
+	{"source_column_added", ASH_REASON_HALTED},
 	{"source_publication_missing", ASH_REASON_MISCONFIGURED},
 	{"mapping_unsupported", ASH_REASON_MISCONFIGURED},
 	{"destination_table_missing", ASH_REASON_MISCONFIGURED},

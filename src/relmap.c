@@ -135,6 +135,7 @@ release_resolution(AshApplyRel *rel)
 	rel->tenant_col = -1;
 	rel->tenant_remote_idx = -1;
 	rel->resolved = false;
+	rel->columns_recorded = false;
 	rel->ignored = false;
 	rel->map = NULL;
 	rel->cols = NULL;

@@ -79,6 +79,7 @@ typedef struct AshApplyRel
 	uint32		remote_relid;	/* hash key */
 	AshRelation remote;			/* latest Relation message (deep copy) */
 	bool		resolved;
+	bool		columns_recorded;	/* source_columns.c judged this description */
 	bool		ignored;		/* listed in ignored_sources */
 	AshMapping *map;
 	Oid			target;

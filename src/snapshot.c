@@ -934,7 +934,7 @@ ash_snap_copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 
 	tcxt = AllocSetContextCreate(cxt, "ash_replicant snapshot table", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(tcxt);
-	ash_apply_snapshot_begin(lsn - 1, base, attempt);
+	ash_apply_snapshot_begin(lsn - 1, base, attempt, true);
 
 	/* the largest table first: copiers finish closer together */
 	memset(&t, 0, sizeof(t));

@@ -1000,7 +1000,7 @@ chunk_write(IncrChunk *c, bool worker)
 	if (worker)
 		c->position = ash_snap_chunk_position(incr_attempt, ash_apply_watermark());
 	Assert(!XLogRecPtrIsInvalid(c->position));
-	ash_apply_snapshot_begin(c->position, 0, incr_attempt->id);
+	ash_apply_snapshot_begin(c->position, 0, incr_attempt->id, false);
 	if (ash_snap_key_exec("SELECT 1 FROM ash_replicant.checkpoints"
 						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
 						  "   AND snapshot_phase = 'copying' FOR SHARE",

@@ -26,7 +26,7 @@ run=/tmp/${name}_run
 mkdir -p "$run"
 rsync -a --delete --exclude .git --exclude tmp_check --exclude /results --exclude /log "$root/" "$run/"
 chown -R postgres: "$run" "$inst"
-as_pg() { runuser -u postgres -- env PATH="$pgi/bin:$PATH" ASH_LONG="${ASH_LONG:-}" ASH_SEED="${ASH_SEED:-}" "$@"; }
+as_pg() { runuser -u postgres -- env PATH="$pgi/bin:$PATH" ASH_LONG="${ASH_LONG:-}" ASH_SEED="${ASH_SEED:-}" ASH_SOAK_FAULTS="${ASH_SOAK_FAULTS:-}" "$@"; }
 as_pg make -C "$run" -s -j2 PG_CONFIG="$pgi/bin/pg_config" >/dev/null
 make -C "$run" -s install PG_CONFIG="$pgi/bin/pg_config" >/dev/null
 chown -R postgres: "$inst"

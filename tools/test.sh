@@ -80,6 +80,9 @@ if [ $rc_tap -ne 0 ]; then
             echo "=== faults in $s ==="
             grep -E 'PANIC|FATAL|ERROR|TRAP|terminated by signal|exited with exit code' "$s" | tail -n 30
         done
+        # the failed checks with their got/expected, nearest the end
+        echo "=== failed checks in $f ==="
+        grep -E -A 6 '(^|\) )not ok [0-9]+' "$f" | head -n 80
     done
     [ -n "$failed_files" ] || for f in "$work"/tmp_check/log/regress_log_*; do
         [ -f "$f" ] || continue

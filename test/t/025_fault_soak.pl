@@ -548,7 +548,7 @@ while (@queue)
 		$last_end = time;
 		$last_kind = $kind;
 		$injected{$kind}++;
-		$ineffective{$kind}++ unless $effective;
+		push @{ $ineffective{$kind} }, $what unless $effective;
 		note sprintf('%.1fs %s: %s', time - $t0, $kind, $what);
 		diag "  $kind did not take effect: $what" unless $effective;
 	}
@@ -578,7 +578,8 @@ is(AshTest::status_row($dst, $sink)->{state}, 'healthy', 'healthy at the end');
 is(scalar AshTest::grep_logs_for("event=pipeline.halt sink=$sink ", $dst), 0, 'no halt in the log');
 is(join(',', map { "$_=$halts{$_}" } sort keys %halts), '', 'no fault ended in a halt');
 is(join(',', map { "$_=$unrecovered{$_}" } sort keys %unrecovered), '', 'the pipeline streamed again after every fault');
-is(join(',', map { "$_=$ineffective{$_}" } sort keys %ineffective), '', 'every fault took effect');
+# what an ineffective fault saw, in the failure's "got"
+is(join('; ', map { "$_: @{ $ineffective{$_} }" } sort keys %ineffective), '', 'every fault took effect');
 # the trigger's failures were retried as transient, never counted towards
 # max_command_retries (a counted one reads attempt=N/M)
 my $transient_re = "event=apply\\.error sink=$sink sqlstate=(?:40001|40P01|55P03) .*attempt=";

@@ -14,7 +14,8 @@
 #    changed table arrives, the checkpoint untouched.
 #
 #  table added to the publication       source_table_unmapped    map it
-#  column added to a source table       source_column_unmapped   add it to the target
+#  column added to a source table       source_column_unmapped   add it to the target,
+#    (then source_column_added: the target holds rows)           acknowledge it
 #  column type changed                  source_type_invalid      skip it
 #  replica identity of a tenant-scoped  source_replica_identity  REPLICA IDENTITY FULL
 #    table no longer FULL
@@ -174,6 +175,7 @@ sub activation_case
 	$c{fix}->();
 	AshTest::start_sink($dst, $sink);
 	acknowledge_gap($label) if $c{gap};
+	AshTest::acknowledge_column_added($src, $dst, $sink, $c{added}, $label) if $c{added};
 	AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src, name => "$label: healthy after the fix");
 	$src->safe_psql($DB, $c{after}) if $c{after};
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$label: caught up");
@@ -201,6 +203,7 @@ sub census_case
 	acknowledge_gap($label) if $c{gap};
 	AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src, name => "$label: healthy after the fix");
 	$src->safe_psql($DB, $c{after}) if $c{after};
+	AshTest::acknowledge_column_added($src, $dst, $sink, $c{added}, $label) if $c{added};
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$label: caught up");
 	mirror_ok("$label: mirror");
 }
@@ -220,14 +223,15 @@ census_case(label => 'table added', reason => 'source_table_unmapped',
 	after => q{INSERT INTO extra2 SELECT g, 'e' || g FROM generate_series(1, 5) g});
 
 ########################################################################
-# a column added at the source: source_column_unmapped -> add it to the target
+# a column added at the source: source_column_unmapped -> add it to the
+# target; then source_column_added -> acknowledged (added without a default)
 ########################################################################
-activation_case(label => 'column added', reason => 'source_column_unmapped',
+activation_case(label => 'column added', reason => 'source_column_unmapped', added => 'base',
 	change => q{ALTER TABLE base ADD COLUMN c1 integer;
 		UPDATE base SET c1 = id WHERE id <= 5;},
 	fix => sub { $dst->safe_psql($DB, 'ALTER TABLE base ADD COLUMN c1 integer'); });
 
-census_case(label => 'column added', reason => 'source_column_unmapped',
+census_case(label => 'column added', reason => 'source_column_unmapped', added => 'extra1',
 	change => q{ALTER TABLE extra1 ADD COLUMN c2 text},
 	fix => sub { $dst->safe_psql($DB, 'ALTER TABLE extra1 ADD COLUMN c2 text'); },
 	after => q{UPDATE extra1 SET c2 = 'x' || id; INSERT INTO extra1 VALUES (10, 'e10', 'c10');});

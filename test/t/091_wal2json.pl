@@ -260,9 +260,11 @@ for my $s (qw(w_add w_src w_drop w_check w_lag))
 
 # a column added at both ends, the target first (an operator's order: the
 # census, every second here, halts source_column_unmapped if it sees the
-# source's column before the target has it): described again, mirrored
+# source's column before the target has it): described again, halted
+# source_column_added (the target held a row), acknowledged, mirrored
 AshTest::both($dst, $src, 'ALTER TABLE s_add ADD COLUMN c text');
 $src->safe_psql('postgres', "INSERT INTO s_add VALUES (2, 'b', 2, 'c'); UPDATE s_add SET c = 'cc' WHERE id = 1");
+AshTest::acknowledge_column_added($src, $dst, 'w_add', 's_add', 'a column added at both ends');
 AshTest::wait_caught_up($src, $dst, 'w_add', name => 'a column added at both ends: streams on');
 AshTest::assert_mirror_equal($src, $dst, ['s_add'], name => 'a column added at both ends');
 
@@ -274,6 +276,7 @@ is($dst->safe_psql('postgres', 'SELECT count(*) FROM s_src'), '1', 'nothing of t
 $dst->safe_psql('postgres', 'ALTER TABLE s_src ADD COLUMN extra text');
 AshTest::stop_sink($dst, 'w_src');
 AshTest::start_sink($dst, 'w_src');
+AshTest::acknowledge_column_added($src, $dst, 'w_src', 's_src', 'the target column added');
 AshTest::wait_caught_up($src, $dst, 'w_src', name => 'the target column added: streams on');
 AshTest::assert_mirror_equal($src, $dst, ['s_src'], name => 'after the column was added');
 

@@ -785,6 +785,25 @@ sub stop_settled
 	return;
 }
 
+# A source column added to public.$table while its target held rows: wait
+# for the halt source_column_added, stop, acknowledge it (the caller made the
+# rows agree, or they hold NULL at both ends) and start again
+# (docs/reasons.md#source_column_added).
+sub acknowledge_column_added
+{
+	my ($src, $dst, $sink, $table, $label) = @_;
+	$label //= $sink;
+	wait_status($dst, $sink, 'halted', 'source_column_added', src => $src,
+		name => "$label: halted source_column_added");
+	stop_settled($src, $dst, $sink);
+	my ($sysid, $db) = source_identity($src);
+	is($dst->safe_psql($DB, "SELECT ash_replicant_acknowledge_column_added(" . lit($sink) . ", "
+			  . lit($sysid) . ", " . lit($db) . ", 'public', " . lit($table) . ")"),
+		't', "$label: the added column acknowledged");
+	start_sink($dst, $sink);
+	return;
+}
+
 # Re-deliver everything a sink has applied: stop it, put back the copy of its
 # slot taken before the workload ($backup, dropped here), move its watermark
 # to 0/0 and start it again.

@@ -1,0 +1,168 @@
+/*-------------------------------------------------------------------------
+ *
+ * source_columns.c
+ *	  Source columns added while a table is mirrored.
+ *
+ * NOTES
+ *	  ALTER TABLE ... ADD COLUMN gives the rows that exist then a value --
+ *	  the column's default, computed once (a volatile one by rewriting the
+ *	  table), or NULL -- and writes no change any decoder sends.  A mirror
+ *	  that maps the column (its target column added after a halt
+ *	  source_column_unmapped, or ahead of the source) gets the values of
+ *	  rows changed later from their changes, and keeps for every other row
+ *	  whatever its target column held: the target's default, or NULL.
+ *	  Nothing would ever say so but verify.
+ *
+ *	  So each mapped table's record in ash_replicant.source_columns names
+ *	  the source columns its target is fed, as the last description
+ *	  applied (or copied) named them.  A later description naming a
+ *	  written column the record lacks is judged before its first change is
+ *	  applied: a target without rows takes it (no row predates the
+ *	  column); one with rows halts source_column_added, naming the
+ *	  columns.  Which value those rows hold at the source cannot be told
+ *	  from here: not from the source's rows now (changes made since the
+ *	  column was added are there, and are still to come down the stream),
+ *	  nor from its catalogs (a volatile default fills the rows by a rewrite
+ *	  and leaves no trace once the default is dropped).  The operator, who
+ *	  knows, makes the target's rows agree (nothing to do for a column
+ *	  added without a default) or copies the table again, and acknowledges
+ *	  (ash_replicant_acknowledge_column_added, docs/reasons.md): that marks
+ *	  the record, and the next description adding columns to it is taken
+ *	  as it is (one with fewer, delivered first -- a change of the table
+ *	  from before the addition, re-delivered -- leaves the mark).
+ *
+ *	  The record moves in the transaction that applies the description, so
+ *	  it is exactly as far as the rows.  A v1 snapshot's copy writes every
+ *	  row of the table: it records what it copied without judging.  An
+ *	  incremental chunk writes some rows only, and is judged like the
+ *	  stream (the rows of earlier chunks lack the column).  An append log is
+ *	  history -- an event keeps the columns it had -- and is not judged.
+ *	  A table with no record yet (mapped since, or recorded first after
+ *	  the update to 1.7.0) takes its first description as the record.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "coverage.h"
+#include "errors.h"
+#include "source_columns.h"
+#include "spi_util.h"
+
+#define RECORD_KEY \
+	" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3" \
+	"   AND source_schema = $4 AND source_table = $5"
+
+/* The source column written into rel->cols[c]. */
+static const char *
+written_name(AshApplyRel *rel, int c)
+{
+	return rel->remote.cols[rel->cols[c].remote_idx].name;
+}
+
+/*
+ * Columns added since the record: a target holding rows halts (module
+ * NOTES).  Under context tenancy the rows live in the tenants' tables.
+ */
+static void
+judge_added(AshApplyRel *rel, const int *added, int nadded)
+{
+	StringInfoData names;
+
+	if (rel->tenant_mode != ASH_TENANT_CONTEXT &&
+		ash_spi_execute_args(psprintf("SELECT 1 FROM %s LIMIT 1", rel->target_name),
+							 0, NULL, NULL, NULL, SPI_OK_SELECT,
+							 "reading the target of a new source column failed") == 0)
+		return;
+	initStringInfo(&names);
+	for (int i = 0; i < nadded; i++)
+		ash_append_name_list(&names, written_name(rel, added[i]));
+	ash_halt("source_column_added",
+			 "table %s.%s: source columns %s were added while its target held rows",
+			 quote_identifier(rel->remote.nspname), quote_identifier(rel->remote.relname),
+			 names.data);
+}
+
+void
+ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool whole_copy)
+{
+	Oid			types[7] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID, BOOLOID};
+	Datum		values[7];
+	Datum	   *names;
+	int		   *added;
+	int			nadded = 0;
+	bool		found;
+	bool		acknowledged = false;
+
+	if (rel->map->append_log)
+	{
+		rel->columns_recorded = true;
+		return;
+	}
+	values[0] = CStringGetTextDatum(cfg->source_system_identifier);
+	values[1] = CStringGetTextDatum(cfg->source_database);
+	values[2] = CStringGetTextDatum(cfg->slot_name);
+	values[3] = CStringGetTextDatum(rel->remote.nspname);
+	values[4] = CStringGetTextDatum(rel->remote.relname);
+	found = ash_spi_execute_args("SELECT columns, added_acknowledged FROM ash_replicant.source_columns"
+								 RECORD_KEY,
+								 5, types, values, NULL, SPI_OK_SELECT,
+								 "reading the source column records failed") == 1;
+
+	names = palloc(sizeof(Datum) * Max(rel->ncols, 1));
+	added = palloc(sizeof(int) * Max(rel->ncols, 1));
+	for (int c = 0; c < rel->ncols; c++)
+		names[c] = CStringGetTextDatum(written_name(rel, c));
+	if (found)
+	{
+		bool		isnull;
+		Datum	   *rec;
+		int			nrec;
+
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0],
+														   SPI_tuptable->tupdesc, 1, &isnull)),
+						  TEXTOID, -1, false, TYPALIGN_INT, &rec, NULL, &nrec);
+		acknowledged = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 2, &isnull));
+		for (int c = 0; c < rel->ncols; c++)
+		{
+			bool		known = false;
+
+			for (int r = 0; r < nrec && !known; r++)
+				known = strcmp(TextDatumGetCString(rec[r]), written_name(rel, c)) == 0;
+			if (!known)
+				added[nadded++] = c;
+		}
+		/* the same columns (a description repeated): nothing to write */
+		if (nadded == 0 && nrec == rel->ncols)
+		{
+			rel->columns_recorded = true;
+			return;
+		}
+	}
+	/* acknowledged: the operator made the rows agree (module NOTES) */
+	if (found && nadded > 0 && !whole_copy && !acknowledged)
+		judge_added(rel, added, nadded);
+
+	/* an addition taken uses the acknowledgement up; a removal keeps it */
+	values[5] = PointerGetDatum(construct_array(names, rel->ncols, TEXTOID, -1, false, TYPALIGN_INT));
+	values[6] = BoolGetDatum(acknowledged && nadded == 0);
+	(void) ash_spi_execute_args("INSERT INTO ash_replicant.source_columns"
+								"  (source_system_id, source_database, slot_name, source_schema, source_table,"
+								"   columns, added_acknowledged, recorded_at)"
+								" VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.clock_timestamp())"
+								" ON CONFLICT (source_system_id, source_database, slot_name,"
+								"              source_schema, source_table)"
+								" DO UPDATE SET columns = EXCLUDED.columns,"
+								"   added_acknowledged = EXCLUDED.added_acknowledged,"
+								"   recorded_at = EXCLUDED.recorded_at",
+								7, types, values, NULL, SPI_OK_INSERT,
+								"writing the source column records failed");
+	rel->columns_recorded = true;
+}

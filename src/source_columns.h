@@ -1,0 +1,26 @@
+/*-------------------------------------------------------------------------
+ *
+ * source_columns.h
+ *	  Source columns added while a table is mirrored (source_columns.c;
+ *	  docs/reasons.md#source_column_added).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ASH_SOURCE_COLUMNS_H
+#define ASH_SOURCE_COLUMNS_H
+
+#include "config.h"
+#include "relmap.h"
+
+/*
+ * Judge the source columns that rel's description writes against those
+ * recorded for its table, then record them; halts source_column_added.
+ * Called once per description, before its first change is applied, SPI
+ * connected, in the destination transaction that applies it (the record
+ * commits with the rows).  whole_copy: a snapshot copying the whole table
+ * (v1), which writes every row, records without judging.
+ */
+extern void ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg,
+									 bool whole_copy);
+
+#endif							/* ASH_SOURCE_COLUMNS_H */
