@@ -27,9 +27,13 @@ CREATE TABLE ash_replicant.source_columns (
 	added_acknowledged boolean NOT NULL DEFAULT false,
 	recorded_at timestamptz NOT NULL,
 	PRIMARY KEY (source_system_id, source_database, slot_name, source_schema, source_table),
-	-- the records go with their checkpoint row, wherever it goes
+	-- the records go with their checkpoint row, wherever it goes; checked at
+	-- commit: a snapshot's copy writes a record in a transaction as long as
+	-- the table's copy, and the row lock of an immediate check would hold
+	-- back every helper copier that reads the attempt (FOR UPDATE) meanwhile
 	FOREIGN KEY (source_system_id, source_database, slot_name)
 		REFERENCES ash_replicant.checkpoints ON UPDATE CASCADE ON DELETE CASCADE
+		DEFERRABLE INITIALLY DEFERRED
 );
 ALTER TABLE ash_replicant.source_columns ENABLE ROW LEVEL SECURITY;
 REVOKE ALL ON ash_replicant.source_columns FROM PUBLIC;

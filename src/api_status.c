@@ -172,6 +172,23 @@ pipeline_waits_on_lock(const AshPipelineSlot *snap)
 }
 
 /*
+ * Does a copier of the pipeline's snapshot wait for a lock at the source
+ * (snapshot.c: its COPY, for SOURCE_LOCK_SAID_MS)?
+ */
+#define SOURCE_LOCK_SAID_MS 1000
+
+static bool
+pipeline_waits_on_source_lock(const AshPipelineSlot *snap)
+{
+	for (int i = 0; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (snap->copiers[i].source_lock_since != 0 &&
+			TimestampDifferenceExceeds(snap->copiers[i].source_lock_since,
+									   GetCurrentTimestamp(), SOURCE_LOCK_SAID_MS))
+			return true;
+	return false;
+}
+
+/*
  * Is every shared-memory slot taken (ash_replicant.max_pipelines)?  A slot
  * stays taken by a halted pipeline until it is stopped: the slot keeps the
  * halt's in-memory leg.
@@ -259,6 +276,11 @@ derive_status(CatalogFacts *f, StatusRow *row)
 		{
 			row->state = "catching_up";
 			row->reason = "destination_lock_wait";
+		}
+		else if (pipeline_waits_on_source_lock(&snap))
+		{
+			row->state = "catching_up";
+			row->reason = "source_lock_wait";
 		}
 		else if (st->slot_wait_since != 0 &&
 				 TimestampDifferenceExceeds(st->slot_wait_since, GetCurrentTimestamp(),

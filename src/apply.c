@@ -1656,7 +1656,8 @@ apply_row_change(AshChange *c)
 	}
 	/* a description's columns, before the first change applied under it */
 	if (!rel->columns_recorded)
-		ash_source_columns_judge(rel, apply_cfg, meta.snapshot_attempt != NULL && meta.snapshot_whole);
+		ash_source_columns_judge(rel, apply_cfg,
+								 meta.snapshot_attempt != NULL && meta.snapshot_whole);
 	ash_apply_errctx.relation = rel->target_name;
 	strategy = strategy_for(rel);
 	if (TransactionIdIsValid(stream_xid))

@@ -321,10 +321,11 @@ ash_conn_report_result(PGresult *res, const char *what)
 
 /*
  * Collect the results of a sent command, waiting at most timeout_ms for
- * them; returns the last one.
+ * them; returns the last one.  With idle non-NULL, a wait that ends before
+ * any result arrived sets *idle and returns NULL: the caller may wait on.
  */
 static PGresult *
-collect_result(AshConn *c, const char *what, int timeout_ms)
+collect_result_idle(AshConn *c, const char *what, int timeout_ms, bool *idle)
 {
 	PGresult   *last = NULL;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -353,6 +354,11 @@ collect_result(AshConn *c, const char *what, int timeout_ms)
 				break;
 			if (!wait_socket(c->conn, WL_SOCKET_READABLE, deadline))
 			{
+				if (idle != NULL && last == NULL)
+				{
+					*idle = true;
+					return NULL;
+				}
 				if (last)
 					PQclear(last);
 				ereport(ERROR,
@@ -375,6 +381,12 @@ collect_result(AshConn *c, const char *what, int timeout_ms)
 			break;
 	}
 	return last;
+}
+
+static PGresult *
+collect_result(AshConn *c, const char *what, int timeout_ms)
+{
+	return collect_result_idle(c, what, timeout_ms, NULL);
 }
 
 static PGresult *
@@ -411,6 +423,35 @@ ash_conn_exec_timeout(AshConn *c, const char *query, bool allow_error, int timeo
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: could not send a command to the source")));
 	return finish_exec(c, collect_result(c, "command", timeout_ms), "command", allow_error);
+}
+
+PGresult *
+ash_conn_exec_waiting(AshConn *c, const char *query, bool (*waits) (AshConn *c, void *arg),
+					  void *arg)
+{
+	int			slice = Min(ASH_CONN_WAIT_ASK_MS, ash_connect_timeout_ms);
+	long		idle_ms = 0;
+
+	set_sqlstate(NULL);
+	if (!PQsendQuery(c->conn, query))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: could not send a command to the source")));
+	for (;;)
+	{
+		bool		idle = false;
+		PGresult   *res = collect_result_idle(c, "command", slice, &idle);
+
+		if (!idle)
+			return finish_exec(c, res, "command", false);
+		/* a wait the source says it makes does not count */
+		if (waits(c, arg))
+			idle_ms = 0;
+		else if ((idle_ms += slice) >= ash_connect_timeout_ms)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("ash_replicant: source command timed out: command")));
+	}
 }
 
 void

@@ -79,6 +79,16 @@ extern PGresult *ash_conn_exec(AshConn *c, const char *query, bool allow_error);
 extern PGresult *ash_conn_exec_timeout(AshConn *c, const char *query, bool allow_error,
 									   int timeout_ms);
 
+/*
+ * Same as ash_conn_exec (raising when the command fails), for a command the
+ * source may make wait for a lock: every ASH_CONN_WAIT_ASK_MS without an
+ * answer (or connect_timeout, if shorter) waits(c, arg) is asked whether the
+ * source makes it wait; such time does not count towards connect_timeout.
+ */
+#define ASH_CONN_WAIT_ASK_MS 2000
+extern PGresult *ash_conn_exec_waiting(AshConn *c, const char *query,
+									   bool (*waits) (AshConn *c, void *arg), void *arg);
+
 /* Same with out-of-line $n text parameters (probe connections only). */
 extern PGresult *ash_conn_exec_params(AshConn *c, const char *query, int nparams,
 									  const char *const *values, bool allow_error);

@@ -87,6 +87,8 @@ typedef struct AshCopier
 	char		source_sqlstate[6];
 	char		reason[ASH_REASON_LEN];
 	char		context[128];	/* structural (table names) only */
+	TimestampTz source_lock_since;	/* its COPY waits for a lock at the
+									 * source since (0: not) */
 } AshCopier;
 
 /*

@@ -905,6 +905,76 @@ ash_snap_target_is_empty(AshMapping *m)
 	return ret == SPI_OK_SELECT && SPI_processed == 0;
 }
 
+/* Say in the copier's slot whether its COPY waits for a source lock. */
+static void
+publish_source_lock(bool waits)
+{
+	AshCopier  *me = &ash_snap_slot->copiers[ash_snap_my_copier];
+
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	if (!waits)
+		me->source_lock_since = 0;
+	else if (me->source_lock_since == 0)
+		me->source_lock_since = GetCurrentTimestamp();
+	SpinLockRelease(&ash_snap_slot->mutex);
+}
+
+/*
+ * Does the source make the COPY on data wait for a lock (another session's
+ * ALTER TABLE, VACUUM FULL, LOCK TABLE, ...)?  Asked on a probe connection
+ * (*arg, opened on first use); status says source_lock_wait meanwhile.  The
+ * copy waits as long as the lock is held, as pg_dump does: a copy given up
+ * and started again would queue behind the same lock, one more session each
+ * time.
+ */
+static bool
+source_lock_waits(AshConn *data, void *arg)
+{
+	AshConn   **probe = (AshConn **) arg;
+	char		pid[16];
+	const char *params[1];
+	PGresult   *res;
+	bool		waits;
+
+	if (*probe == NULL)
+		*probe = ash_conn_open(ash_snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+	snprintf(pid, sizeof(pid), "%d", PQbackendPID(data->conn));
+	params[0] = pid;
+	res = ash_conn_exec_params(*probe,
+							   "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks"
+							   " WHERE pid = $1::pg_catalog.int4 AND NOT granted)",
+							   1, params, false);
+	waits = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	publish_source_lock(waits);
+	return waits;
+}
+
+/* Start the table's COPY on data, waiting out a source lock (above). */
+static PGresult *
+start_copy(AshConn *data, const char *sql)
+{
+	AshConn    *volatile probe = NULL;
+	PGresult   *res;
+
+	PG_TRY();
+	{
+		res = ash_conn_exec_waiting(data, sql, source_lock_waits, (void *) &probe);
+	}
+	PG_CATCH();
+	{
+		publish_source_lock(false);
+		if (probe != NULL)
+			ash_conn_close(probe);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	publish_source_lock(false);
+	if (probe != NULL)
+		ash_conn_close(probe);
+	return res;
+}
+
 /*
  * Claim a pending table and copy it: one destination transaction that
  * holds the table's catalog row locked (other copiers skip it), writes its
@@ -984,7 +1054,7 @@ ash_snap_copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	appendStringInfo(&sql, " FROM ONLY %s) TO STDOUT%s",
 					 quote_qualified_identifier(t.nspname, t.relname),
 					 binary ? " (FORMAT binary)" : "");
-	res = ash_conn_exec(data, sql.data, false);
+	res = start_copy(data, sql.data);
 	if (PQresultStatus(res) != PGRES_COPY_OUT)
 		ash_conn_report_result(res, "snapshot COPY");
 	PQclear(res);

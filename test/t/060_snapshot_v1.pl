@@ -136,6 +136,9 @@ $dst->safe_psql($DB, AshTest::write_audit_sql('wide1', 'int') . AshTest::write_a
 $src->safe_psql($DB, "INSERT INTO wide1 SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 400000) g;"
 	  . " INSERT INTO wide2 SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 400000) g;"
 	  . " ANALYZE wide1; ANALYZE wide2; CREATE PUBLICATION pub3 FOR TABLE wide1, wide2");
+# gates hold both copies halfway (a fast machine copies them before a poll)
+my $gate1 = AshTest::close_gate($dst, 'wide1', 200000, 7171);
+my $gate2 = AshTest::close_gate($dst, 'wide2', 200000, 7272);
 AshTest::setup_pipeline($src, $dst, sink => 's3', publication => 'pub3', maps => [ ['wide1'], ['wide2'] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
 ok(AshTest::poll($dst,
@@ -146,6 +149,8 @@ ok(AshTest::poll($dst,
 		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type IN ('ash_replicant snapshot', 'ash_replicant pipeline')"
 		  . " AND application_name LIKE '%s3'", 't', timeout => 20),
 	'a stop ends the pipeline worker and its helper copier');
+AshTest::open_gate($gate1, 7171);
+AshTest::open_gate($gate2, 7272);
 # switched off mid-attempt: the half-copied attempt is not streamed over
 my ($sysid, $sdb) = AshTest::source_identity($src);
 my $reconf = sub {

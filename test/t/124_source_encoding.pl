@@ -26,6 +26,10 @@
 #      created once the transaction ends.
 #   5  a helper copier of a snapshot waiting for a lock on its target:
 #      status catching_up/destination_lock_wait, as for the worker itself.
+#   6  a v1 copy whose table a session holds locked at the source: status
+#      catching_up/source_lock_wait, the COPY waiting past connect_timeout
+#      with no other queued behind it, no source fault; copied once the
+#      lock goes.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -209,14 +213,57 @@ AshTest::setup_pipeline($src, $dst, sink => 'cc', publication => 'pub_cc', maps 
 ok(AshTest::poll($dst, q{SELECT count(*) = 1 FROM pg_stat_activity
 	WHERE wait_event_type = 'Lock' AND backend_type = 'ash_replicant snapshot'}),
 	'a helper copier waits for the lock on its target');
-diag($dst->safe_psql($DB, q{SELECT string_agg(backend_type || ':' || coalesce(wait_event_type, '-'), ', ')
-	FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant%'}));
 AshTest::wait_status($dst, 'cc', 'catching_up', 'destination_lock_wait',
 	name => 'status: catching_up/destination_lock_wait', no_early_exit => 1);
 $lock->query_safe('COMMIT');
 $lock->quit;
 AshTest::wait_caught_up($src, $dst, 'cc', name => 'the lock released: copied and streaming');
 AshTest::assert_mirror_equal($src, $dst, [ 'ca', 'cz' ]);
+
+# ---------------------------------------------------------------------------
+# 6: a snapshot's COPY waiting for a lock at the source
+# ---------------------------------------------------------------------------
+# A session at the source holds the table locked, as an ALTER TABLE, a
+# VACUUM FULL or a LOCK TABLE does: the previous build gave up on the COPY
+# after connect_timeout (here 2 s; its session stayed queued at the source),
+# logged a source fault, and its next snapshot's slot waited for the lock's
+# transaction: status said source_slot_wait.  Now the COPY waits, and
+# status says source_lock_wait.
+q_dst(q{ALTER SYSTEM SET ash_replicant.connect_timeout = '2s'; SELECT pg_reload_conf()});
+# the lock is taken once the slot exists (an ACCESS EXCLUSIVE lock takes a
+# transaction ID, and the slot waits for it): both copiers are held at gates
+# on two larger tables meanwhile, and sl is the table they take next
+q_src(q{CREATE TABLE sl (id integer PRIMARY KEY, v text);
+	INSERT INTO sl SELECT g, 'v' || g FROM generate_series(1, 100) g;
+	CREATE TABLE ga (id integer PRIMARY KEY); INSERT INTO ga SELECT generate_series(1, 1000);
+	CREATE TABLE gb (id integer PRIMARY KEY); INSERT INTO gb SELECT generate_series(1, 1000);
+	CREATE PUBLICATION pub_sl FOR TABLE sl, ga, gb});
+q_dst(q{CREATE TABLE sl (id integer PRIMARY KEY, v text);
+	CREATE TABLE ga (id integer PRIMARY KEY); CREATE TABLE gb (id integer PRIMARY KEY)});
+my $gate_a = AshTest::close_gate($dst, 'ga', 1, 6161);
+my $gate_b = AshTest::close_gate($dst, 'gb', 1, 6262);
+AshTest::setup_pipeline($src, $dst, sink => 'sl', publication => 'pub_sl', maps => [ ['sl'], ['ga'], ['gb'] ],
+	pipeline_extra => $v1);
+ok(AshTest::gate_waiting($dst, 6161) || AshTest::gate_waiting($dst, 6262), 'a copier is held at a gate');
+my $slock = $src->background_psql($DB, on_error_stop => 1);
+$slock->query_safe('BEGIN; LOCK TABLE sl IN ACCESS EXCLUSIVE MODE');
+AshTest::open_gate($gate_a, 6161);
+AshTest::open_gate($gate_b, 6262);
+AshTest::wait_status($dst, 'sl', 'catching_up', 'source_lock_wait',
+	name => 'a table locked at the source: catching_up/source_lock_wait', no_early_exit => 1);
+my $copy_waits = q{FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'
+	AND query LIKE 'COPY %sl%' AND wait_event_type = 'Lock'};
+ok(AshTest::poll($src, "SELECT coalesce(bool_or(now() - query_start > interval '5 s'), false) $copy_waits"),
+	'... the COPY waits past connect_timeout');
+is(q_src("SELECT count(*) $copy_waits"), '1', '... one COPY, none queued behind it');
+is(AshTest::status_row($dst, 'sl')->{reason}, 'source_lock_wait', '... said while the lock is held');
+$slock->query_safe('COMMIT');
+$slock->quit;
+AshTest::wait_caught_up($src, $dst, 'sl', name => 'the lock released: copied and streaming');
+AshTest::assert_mirror_equal($src, $dst, [ 'sl', 'ga', 'gb' ]);
+is(join("\n", AshTest::log_lines_like($dst, qr/event=source\.fault sink=sl /)), '',
+	'... the copy waited: no source fault');
+q_dst(q{ALTER SYSTEM RESET ash_replicant.connect_timeout; SELECT pg_reload_conf()});
 
 is(scalar(AshTest::grep_logs_for('enc_sentinel', $dst)), 0, 'no value in the destination log');
 

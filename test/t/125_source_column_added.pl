@@ -27,17 +27,24 @@
 #   5  v1: the copy records the columns it copied, so a column added right
 #      after it is judged (the first streamed change of the table is the
 #      one after the ADD): halted source_column_added.
+#   5b incremental: a chunk writes some rows only, so a column added while
+#      a chunk is held (a gate) halts at the first chunk read with it (the
+#      next session's); the record keeps the earlier chunks' columns, no
+#      row of a later chunk committed.
 #   6  the records are default-deny and go with their checkpoint (reset).
 use strict;
 use warnings;
 use lib 'test/t';
+use AshTenancy;
 use AshTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $DB = $AshTest::DB;
 my $SENTINEL = 'SENTINEL_col_added_5e1d';
-my ($src, $dst) = AshTest::start_pair(log_statement => 'none');
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	dst_conf => "ash_replicant.keyring_file = 'keyring'\n");
+AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(31));
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
 
@@ -164,6 +171,25 @@ q_dst('ALTER TABLE b1 ADD COLUMN d integer');
 q_src("ALTER TABLE b1 ADD COLUMN d integer DEFAULT 3; INSERT INTO b1 VALUES (21, 'b21', 3)");
 halted_added('sb', 'v1: a column added after the copy halts source_column_added');
 is(q_dst('SELECT count(*) FROM b1'), '20', 'nothing of the transaction committed');
+
+# 5b: an incremental chunk writes some rows only: judged like the stream
+q_src(q{CREATE TABLE i1 (id bigint PRIMARY KEY, val text NOT NULL);
+INSERT INTO i1 SELECT g, 'v' || g FROM generate_series(1, 400) g;
+CREATE PUBLICATION pub_i FOR TABLE i1});
+q_dst(q{CREATE TABLE i1 (id bigint PRIMARY KEY, val text NOT NULL, d integer,
+	replica_fingerprint bytea, replica_seen_attempt bytea)});
+my $gate = AshTest::close_gate($dst, 'i1', 50, 4545);
+AshTest::setup_pipeline($src, $dst, sink => 'si', publication => 'pub_i', marker => 0,
+	maps => [ [ 'i1', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 20");
+ok(AshTest::gate_waiting($dst, 4545), 'incremental: a chunk waits at the gate');
+q_src('ALTER TABLE i1 ADD COLUMN d integer DEFAULT 3');
+# a session describes the table once: the next one reads it with the column
+is(AshTest::terminate_walsender($src, 'si'), '1', 'incremental: the session ends during the copy');
+AshTest::open_gate($gate, 4545);
+halted_added('si', 'incremental: a chunk read after the column was added halts source_column_added');
+is(record('si', 'i1'), 'id,val', 'the record keeps the columns the earlier chunks copied');
+is(q_dst('SELECT count(*) FROM i1 WHERE d IS NOT NULL'), '0', 'no row of a chunk under the new column committed');
 
 # 6: the records go with their checkpoint
 AshTest::stop_settled($src, $dst, 'sb');

@@ -814,8 +814,11 @@ sub redeliver
 	$src->safe_psql($DB, "SELECT pg_drop_replication_slot(" . lit($sink) . ");"
 		  . " SELECT pg_copy_logical_replication_slot(" . lit($backup) . ", " . lit($sink) . ");"
 		  . " SELECT pg_drop_replication_slot(" . lit($backup) . ")");
-	$dst->safe_psql($DB, "UPDATE ash_replicant.checkpoints SET commit_lsn = '0/0', end_lsn = '0/0'"
-		  . " WHERE slot_name = " . lit($sink));
+	# the acknowledged position forgotten too, as adopt_checkpoint does: the
+	# slot put back was confirmed up to what the erased watermark held
+	# (else checkpoint_behind_slot, when it is past the last keepalive's)
+	$dst->safe_psql($DB, "UPDATE ash_replicant.checkpoints SET commit_lsn = '0/0', end_lsn = '0/0',"
+		  . " acknowledged_lsn = NULL WHERE slot_name = " . lit($sink));
 	start_sink($dst, $sink);
 	return;
 }
