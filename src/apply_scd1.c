@@ -79,6 +79,7 @@ typedef struct Scd1Plans
 	int			update_optimism_paused; /* the same for a run's updates */
 	bool		many_unsupported;	/* a column type has no array type */
 	SPIPlanPtr	delete;
+	SPIPlanPtr	key_probe;		/* does the row a write missed exist? */
 	SPIPlanPtr	delete_many;	/* gathered deletes */
 	LocalTransactionId commutes_lxid;	/* transaction "commutes" was judged in */
 	uint64		commutes_epoch; /* ash_relmap_target_epoch it holds for */
@@ -396,6 +397,34 @@ same_identity(AshApplyRel *rel, AshRowImage *a, AshRowImage *b)
 }
 
 /*
+ * A write the target's BEFORE ROW trigger returned NULL for (state mirrors
+ * refuse rules that could, docs/sql-api-mapping.md): the row would differ
+ * from the source's without a word, so the pipeline halts.  Not seen for a
+ * table whose columns are all its key (key_only).
+ */
+static void
+write_suppressed(AshApplyTarget *tgt, const char *what)
+{
+	ash_halt("destination_write_suppressed",
+			 "%s of a row of %s affected no row: a trigger on it kept the write out",
+			 what, tgt->log_name);
+}
+
+/*
+ * Does every column written identify the row?  Its upsert is ON CONFLICT
+ * DO NOTHING (build_upsert), which counts no row that is there already:
+ * a row kept out by a trigger looks the same.
+ */
+static bool
+key_only(AshApplyRel *rel)
+{
+	for (int c = 0; c < rel->ncols; c++)
+		if (!rel->cols[c].is_identity)
+			return false;
+	return true;
+}
+
+/*
  * Can rows of this target observe each other's writes?  Only triggers,
  * rules, row security and further unique or exclusion indexes let them.
  * Judged when a run starts, under the lock the writes take anyway, so no
@@ -447,6 +476,38 @@ target_commutes(AshApplyTarget *tgt)
 	st->commutes = ok;
 	st->commutes_epoch = epoch;
 	return ok;
+}
+
+/*
+ * An update or delete of key affected no row: is the row there all the
+ * same (a trigger returned NULL)?  Only a target with triggers, rules or
+ * row security can keep a row that way (target_commutes).
+ */
+static bool
+kept_by_trigger(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
+{
+	Scd1Plans  *st = plans_of(tgt);
+	Datum	   *values = palloc(sizeof(Datum) * (rel->nkeys + 1));
+	char	   *nulls = palloc(rel->nkeys + 2);
+	int			nparams;
+
+	if (target_commutes(tgt))
+		return false;
+	if (st->key_probe == NULL)
+	{
+		StringInfoData sql;
+		Oid		   *types = palloc(sizeof(Oid) * (rel->nkeys + 1));
+		int			nkey;
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT 1 FROM %s", tgt->name);
+		nkey = append_key_predicate(&sql, rel, 1, types);
+		appendStringInfoString(&sql, " LIMIT 1");
+		st->key_probe = ash_spi_prepare_kept(sql.data, nkey, types);
+	}
+	nparams = ash_key_values(rel, key, values, nulls);
+	nulls[nparams] = '\0';
+	return ash_spi_execute(st->key_probe, values, nulls, SPI_OK_SELECT) > 0;
 }
 
 /*
@@ -812,8 +873,8 @@ scd1_flush(void)
 												column_arrays(rel, off, nw), NULL,
 												SPI_OK_INSERT);
 
-				/* a stamped run counts its rows (checked below) */
-				n = gbuf.stamped ? k : nw;
+				/* a trigger may keep rows out (checked below) */
+				n = k;
 			}
 			inserted = true;
 		}
@@ -858,11 +919,12 @@ scd1_flush(void)
 			elog(ERROR, "ash_replicant: multi-row upsert affected more rows than it wrote");
 
 		/*
-		 * Every row of a stamped run carries its stamp: one a trigger kept
-		 * out would be a snapshot row neither written nor marked.
+		 * Each row is inserted or updates the one it conflicts with: a row
+		 * not counted was kept out by a trigger (a snapshot row of a
+		 * stamped run would be neither written nor marked).
 		 */
-		if (gbuf.stamped && n < nw)
-			elog(ERROR, "ash_replicant: a snapshot row to stamp is not in its target");
+		if (n < nw && (gbuf.stamped || !key_only(rel)))
+			write_suppressed(tgt, "an insert or update");
 	}
 
 	PopActiveSnapshot();
@@ -976,6 +1038,8 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 	if (n == 0 && plans_of(tgt)->upsert_checks_tenant)
 		ash_halt("tenant_conflict", "a row of another tenant holds the identity in %s",
 				 tgt->log_name);
+	if (n == 0 && !key_only(rel))
+		write_suppressed(tgt, "an insert or update");
 	if (n > 1)
 		elog(ERROR, "ash_replicant: upsert affected more than one row");
 }
@@ -1103,6 +1167,8 @@ scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 		return;
 	if (n > 1)
 		elog(ERROR, "ash_replicant: update affected more than one row");
+	if (kept_by_trigger(rel, tgt, key))
+		write_suppressed(tgt, "an update");
 
 	/* the mirror lacks the row (go-forward mirror): insert when complete */
 	if (!newrow->complete)
@@ -1160,6 +1226,8 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	}
 	nulls[nparams] = '\0';
 	n = ash_spi_execute(st->delete, values, nulls, SPI_OK_DELETE);
+	if (n == 0 && kept_by_trigger(rel, tgt, key))
+		write_suppressed(tgt, "a delete");
 	if (n == 0)
 		ash_apply_count_missing_delete(tgt);
 	else if (n > 1)
@@ -1217,6 +1285,8 @@ scd1_release(AshApplyTarget *tgt)
 		SPI_freeplan(st->insert_many_prov);
 	if (st->delete)
 		SPI_freeplan(st->delete);
+	if (st->key_probe)
+		SPI_freeplan(st->key_probe);
 	if (st->delete_many)
 		SPI_freeplan(st->delete_many);
 	foreach(lc, st->updates)

@@ -67,6 +67,8 @@ static const AshReasonEntry reason_table[] = {
 	{"source_truncate", ASH_REASON_HALTED},
 	/* a mapped table left the publication and came back, no snapshot (census.c) */
 	{"publication_gap", ASH_REASON_HALTED},
+	/* a trigger on a state mirror's target kept a write out (apply_scd1.c) */
+	{"destination_write_suppressed", ASH_REASON_HALTED},
 	/* a written source column added while the target holds rows (source_columns.c) */
 	{"source_column_added", ASH_REASON_HALTED},
 	{"source_publication_missing", ASH_REASON_MISCONFIGURED},

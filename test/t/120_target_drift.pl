@@ -34,9 +34,16 @@
 #      (config_invalid), or with a foreign partition (destination_not_local:
 #      its rows would be committed elsewhere, apart from the checkpoint); a target set UNLOGGED under a running pipeline
 #      halts census_drift at the next write; set LOGGED again, it applies.
-#   Each: nothing of the transaction committed, the watermark unmoved,
-#   doctor fails destination_mappings with the registration code; the
-#   change reverted, a plain start applies the transaction once.
+#   8  a state mirror's BEFORE ROW trigger returning NULL for some rows
+#      (the previous build: healthy, an insert missing, an update and a
+#      delete not applied): an insert (of a gathered run), an update and a
+#      delete it keeps out halt destination_write_suppressed, nothing of
+#      the transaction committed, the checkpoint unchanged; the trigger
+#      letting it through, a start applies it; a delete of a row the
+#      mirror lacks is counted (missing_row_deletes), not a halt.
+#   Each of 1-7: nothing of the transaction committed, the watermark
+#   unmoved, doctor fails destination_mappings with the registration code;
+#   the change reverted, a plain start applies the transaction once.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -321,5 +328,67 @@ q_dst('ALTER TABLE ul SET LOGGED');
 AshTest::start_sink($dst, 'g');
 AshTest::wait_caught_up($src, $dst, 'g', name => 'g applies it with the target logged again');
 AshTest::assert_mirror_equal($src, $dst, ['ul']);
+
+# ---------------------------------------------------------------------------
+# 8: a state mirror's BEFORE ROW trigger that returns NULL
+# ---------------------------------------------------------------------------
+# A trigger may keep a write out (return NULL) without an error: the
+# previous build took it, healthy, with the rows missing, unchanged or not
+# deleted.  A write that affects no row where it must halts
+# destination_write_suppressed; a delete of a row the mirror lacks is still
+# only counted.
+q_src(q{
+CREATE TABLE ts (id integer PRIMARY KEY, v text);
+INSERT INTO ts SELECT g, 'row ' || g FROM generate_series(1, 4) g;
+CREATE PUBLICATION pub_ts FOR TABLE ts;
+});
+q_dst(q{
+CREATE TABLE ts (id integer PRIMARY KEY, v text);
+CREATE TABLE keep_out (id integer PRIMARY KEY);
+CREATE FUNCTION keep_out() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM keep_out k WHERE k.id = (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END)) THEN
+		RETURN NULL;
+	END IF;
+	IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER keep_out BEFORE INSERT OR UPDATE OR DELETE ON ts FOR EACH ROW EXECUTE FUNCTION keep_out();
+});
+AshTest::setup_pipeline($src, $dst, sink => 'ts', publication => 'pub_ts', maps => [ ['ts'] ],
+	pipeline_extra => $v1);
+AshTest::wait_caught_up($src, $dst, 'ts', name => 'ts copies and streams')
+  or BAIL_OUT('sink ts never streamed');
+sub suppressed
+{
+	my ($what, $change, $count_sql, $count) = @_;
+	my $facts = AshTest::checkpoint_facts($dst, 'ts');
+	q_src($change);
+	AshTest::wait_status($dst, 'ts', 'halted', 'destination_write_suppressed',
+		name => "$what kept out by a trigger halts destination_write_suppressed");
+	ok(scalar(AshTest::log_lines_like($dst,
+		qr/event=pipeline\.halt sink=ts reason=destination_write_suppressed .*of a row of public\.ts affected no row/)) >= 1,
+		'... the halt names the target');
+	AshTest::halt_left_nothing($dst, 'ts', $count_sql, $count, $facts);
+	q_dst('TRUNCATE keep_out');
+	AshTest::start_sink($dst, 'ts');
+	AshTest::wait_caught_up($src, $dst, 'ts', name => "... the trigger lets it through: applied");
+	AshTest::assert_mirror_equal($src, $dst, ['ts']);
+}
+# several rows in one statement (a gathered insert), one of them kept out
+q_dst('INSERT INTO keep_out VALUES (6)');
+suppressed('an insert', q{INSERT INTO ts SELECT g, 'row ' || g FROM generate_series(5, 8) g},
+	'SELECT count(*) FROM ts', '4');
+q_dst('INSERT INTO keep_out VALUES (2)');
+suppressed('an update', q{UPDATE ts SET v = 'changed' WHERE id = 2},
+	"SELECT count(*) FROM ts WHERE v = 'changed'", '0');
+q_dst('INSERT INTO keep_out VALUES (3)');
+suppressed('a delete', q{DELETE FROM ts WHERE id = 3}, 'SELECT count(*) FROM ts', '8');
+# a row the mirror lacks: counted, not a halt
+q_dst('ALTER TABLE ts DISABLE TRIGGER keep_out; DELETE FROM ts WHERE id = 4; ALTER TABLE ts ENABLE TRIGGER keep_out');
+q_src(q{DELETE FROM ts WHERE id = 4});
+AshTest::wait_caught_up($src, $dst, 'ts', name => 'a delete of a row the mirror lacks applies');
+is(AshTest::stat_row($dst, 'ts')->{missing_row_deletes}, '1', '... counted as a missing-row delete');
+AshTest::wait_status($dst, 'ts', 'healthy', undef, name => '... healthy');
 
 done_testing();
