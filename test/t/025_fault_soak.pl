@@ -34,6 +34,9 @@
 #
 # Before every fault the pipeline must stream again (its worker holds the
 # slot) and must never halt; the time it took is the fault's recovery time.
+# A fault that did not take effect (it missed its moment: the worker between
+# two sessions, a hog slower than the worker's reconnect) is injected once
+# more; one that misses twice fails the soak.
 # Faults run in rounds; after each round the workload stops and:
 #   - the watermark reaches a marker committed after it (wait_caught_up);
 #   - the mirror's content hash equals the source's;
@@ -545,6 +548,18 @@ while (@queue)
 		usleep(int((0.2 + rand(0.8)) * 1_000_000));    # fault spacing, not synchronization
 		$last_pid = eval { slot_pid() };
 		my ($effective, $what) = $inject{$kind}->();
+		# a fault can miss its moment (the worker between two sessions, a
+		# hog slower than the worker's reconnect): once more, settled first
+		unless ($effective)
+		{
+			note "  $kind missed its moment ($what): again";
+			$last_end = time;
+			$last_kind = $kind;
+			settle();
+			$last_pid = eval { slot_pid() };
+			($effective, my $again) = $inject{$kind}->();
+			$what .= "; again: $again";
+		}
 		$last_end = time;
 		$last_kind = $kind;
 		$injected{$kind}++;
