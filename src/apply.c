@@ -39,6 +39,7 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/catalog.h"
@@ -327,6 +328,20 @@ ash_key_values(AshApplyRel *rel, AshRowImage *img, Datum *values, char *nulls)
 		nulls[n++] = img->nulls[rel->tenant_col] ? 'n' : ' ';
 	}
 	return n;
+}
+
+void
+ash_apply_write_lost(AshApplyTarget *tgt, const char *what, const char *detail)
+{
+	Relation	r = table_open(tgt->relid, NoLock);
+	bool		triggers = r->rd_rel->relhastriggers;
+
+	table_close(r, NoLock);
+	if (triggers)
+		ash_halt("destination_write_suppressed",
+				 "%s of a row of %s affected no row: a trigger on it kept the write out",
+				 what, tgt->log_name);
+	elog(ERROR, "ash_replicant: %s", detail);
 }
 
 void

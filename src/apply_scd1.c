@@ -397,23 +397,9 @@ same_identity(AshApplyRel *rel, AshRowImage *a, AshRowImage *b)
 }
 
 /*
- * A write the target's BEFORE ROW trigger returned NULL for (state mirrors
- * refuse rules that could, docs/sql-api-mapping.md): the row would differ
- * from the source's without a word, so the pipeline halts.  Not seen for a
- * table whose columns are all its key (key_only).
- */
-static void
-write_suppressed(AshApplyTarget *tgt, const char *what)
-{
-	ash_halt("destination_write_suppressed",
-			 "%s of a row of %s affected no row: a trigger on it kept the write out",
-			 what, tgt->log_name);
-}
-
-/*
  * Does every column written identify the row?  Its upsert is ON CONFLICT
  * DO NOTHING (build_upsert), which counts no row that is there already:
- * a row kept out by a trigger looks the same.
+ * a row kept out by a trigger looks the same, and is not seen.
  */
 static bool
 key_only(AshApplyRel *rel)
@@ -924,7 +910,8 @@ scd1_flush(void)
 		 * stamped run would be neither written nor marked).
 		 */
 		if (n < nw && (gbuf.stamped || !key_only(rel)))
-			write_suppressed(tgt, "an insert or update");
+			ash_apply_write_lost(tgt, "an insert or update",
+								 "a multi-row upsert affected fewer rows than it wrote");
 	}
 
 	PopActiveSnapshot();
@@ -1039,7 +1026,7 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 		ash_halt("tenant_conflict", "a row of another tenant holds the identity in %s",
 				 tgt->log_name);
 	if (n == 0 && !key_only(rel))
-		write_suppressed(tgt, "an insert or update");
+		ash_apply_write_lost(tgt, "an insert or update", "an upsert affected no row");
 	if (n > 1)
 		elog(ERROR, "ash_replicant: upsert affected more than one row");
 }
@@ -1168,7 +1155,7 @@ scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 	if (n > 1)
 		elog(ERROR, "ash_replicant: update affected more than one row");
 	if (kept_by_trigger(rel, tgt, key))
-		write_suppressed(tgt, "an update");
+		ash_apply_write_lost(tgt, "an update", "an update missed a row that is there");
 
 	/* the mirror lacks the row (go-forward mirror): insert when complete */
 	if (!newrow->complete)
@@ -1227,7 +1214,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	nulls[nparams] = '\0';
 	n = ash_spi_execute(st->delete, values, nulls, SPI_OK_DELETE);
 	if (n == 0 && kept_by_trigger(rel, tgt, key))
-		write_suppressed(tgt, "a delete");
+		ash_apply_write_lost(tgt, "a delete", "a delete missed a row that is there");
 	if (n == 0)
 		ash_apply_count_missing_delete(tgt);
 	else if (n > 1)

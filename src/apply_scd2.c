@@ -551,7 +551,8 @@ erase_transient(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowI
 	nulls[rel->nkeys + 1] = '\0';
 	rows = ash_spi_execute(plan, values, nulls, returning ? SPI_OK_DELETE_RETURNING : SPI_OK_DELETE);
 	if (rows != 1)
-		elog(ERROR, "ash_replicant: the version opened by this transaction vanished");
+		ash_apply_write_lost(tgt, "a delete",
+							 "the version opened by this transaction vanished");
 	if (returning)
 		fill_from_returned(rel, fill);
 }
@@ -604,7 +605,7 @@ retire(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage *fil
 	if (state == SCD2_TRANSIENT)
 		erase_transient(rel, tgt, key, fill);
 	else if (state == SCD2_OPEN_EARLIER)
-		elog(ERROR, "ash_replicant: an open version escaped its close");
+		ash_apply_write_lost(tgt, "an update", "an open version escaped its close");
 	return state;
 }
 
@@ -624,7 +625,7 @@ scd2_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 		case SCD2_OPEN_EARLIER:
 			/* the mirror holds a row the source inserts again: supersede it */
 			if (close_version(rel, tgt, newrow, NULL) != 1)
-				elog(ERROR, "ash_replicant: an open version escaped its close");
+				ash_apply_write_lost(tgt, "an update", "an open version escaped its close");
 			break;
 		case SCD2_TRANSIENT:
 			erase_transient(rel, tgt, newrow, NULL);
@@ -633,7 +634,7 @@ scd2_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 			break;
 	}
 	if (!open_version(rel, tgt, newrow))
-		elog(ERROR, "ash_replicant: a version could not be opened");
+		ash_apply_write_lost(tgt, "an insert", "a version could not be opened");
 }
 
 static void
@@ -680,7 +681,7 @@ scd2_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 	if (same_key)
 	{
 		if (!open_version(rel, tgt, newrow) && !in_replay(tgt))
-			elog(ERROR, "ash_replicant: a version could not be opened");
+			ash_apply_write_lost(tgt, "an insert", "a version could not be opened");
 	}
 	else
 		scd2_insert(rel, tgt, newrow);

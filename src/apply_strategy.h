@@ -138,6 +138,15 @@ extern void ash_apply_flush_deferred(void);
 extern void ash_apply_seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img);
 extern void ash_apply_count_missing_delete(AshApplyTarget *tgt);
 
+/*
+ * A write (what: "an insert", ...) that affected no row where it must have:
+ * on a target with triggers one returned NULL for it, and the pipeline halts
+ * destination_write_suppressed (state mirrors refuse rules that could); on
+ * one without, it is an internal error (detail: what happened).
+ */
+extern void ash_apply_write_lost(AshApplyTarget *tgt, const char *what,
+								 const char *detail) pg_attribute_noreturn();
+
 /* Identity (+ tenant) predicate and its parameter values, for strategies. */
 extern int	ash_append_key_predicate(StringInfo sql, AshApplyRel *rel, int first,
 									 Oid *types, bool with_tenant);

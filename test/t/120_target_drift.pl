@@ -40,7 +40,9 @@
 #      delete it keeps out halt destination_write_suppressed, nothing of
 #      the transaction committed, the checkpoint unchanged; the trigger
 #      letting it through, a start applies it; a delete of a row the
-#      mirror lacks is counted (missing_row_deletes), not a halt.
+#      mirror lacks is counted (missing_row_deletes), not a halt.  SCD2
+#      history the same: a version opened or closed that the trigger keeps
+#      out (the previous build: apply_failed XX000 after the retries).
 #   Each of 1-7: nothing of the transaction committed, the watermark
 #   unmoved, doctor fails destination_mappings with the registration code;
 #   the change reverted, a plain start applies the transaction once.
@@ -390,5 +392,41 @@ q_src(q{DELETE FROM ts WHERE id = 4});
 AshTest::wait_caught_up($src, $dst, 'ts', name => 'a delete of a row the mirror lacks applies');
 is(AshTest::stat_row($dst, 'ts')->{missing_row_deletes}, '1', '... counted as a missing-row delete');
 AshTest::wait_status($dst, 'ts', 'healthy', undef, name => '... healthy');
+
+# SCD2 history: a version opened or closed that a trigger keeps out (the
+# previous build: apply_failed XX000 after the retries)
+q_src(q{
+CREATE TABLE th (id integer PRIMARY KEY, v text);
+INSERT INTO th SELECT g, 'row ' || g FROM generate_series(1, 3) g;
+CREATE PUBLICATION pub_th FOR TABLE th;
+});
+q_dst(q{
+CREATE TABLE th_hist (vid bigserial PRIMARY KEY, id integer NOT NULL, v text,
+	valid_from_lsn bigint NOT NULL, valid_to_lsn bigint, UNIQUE (id, valid_from_lsn));
+CREATE UNIQUE INDEX th_hist_open ON th_hist (id) WHERE valid_to_lsn IS NULL;
+CREATE TRIGGER keep_out BEFORE INSERT OR UPDATE OR DELETE ON th_hist FOR EACH ROW EXECUTE FUNCTION keep_out();
+});
+AshTest::setup_pipeline($src, $dst, sink => 'th', publication => 'pub_th',
+	maps => [ [ 'th_hist', source_table => 'th', history_strategy => 'scd2', history_business_key => ['id'] ] ],
+	pipeline_extra => $v1);
+AshTest::wait_caught_up($src, $dst, 'th', name => 'th copies and streams')
+  or BAIL_OUT('sink th never streamed');
+my $current = q{SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM };
+for my $c ([ 'a version opened', 5, q{INSERT INTO th VALUES (5, 'five')} ],
+	[ 'a version closed', 2, q{UPDATE th SET v = 'changed' WHERE id = 2} ])
+{
+	my ($what, $id, $change) = @$c;
+	q_dst("INSERT INTO keep_out VALUES ($id)");
+	my $facts = AshTest::checkpoint_facts($dst, 'th');
+	q_src($change);
+	AshTest::wait_status($dst, 'th', 'halted', 'destination_write_suppressed',
+		name => "SCD2: $what kept out by a trigger halts destination_write_suppressed");
+	is(AshTest::checkpoint_facts($dst, 'th'), $facts, '... the checkpoint unchanged');
+	q_dst('TRUNCATE keep_out');
+	AshTest::start_sink($dst, 'th');
+	AshTest::wait_caught_up($src, $dst, 'th', name => '... the trigger lets it through: applied');
+	is(q_dst($current . 'th_hist WHERE valid_to_lsn IS NULL'), q_src($current . 'th'),
+		'... the open versions equal the source');
+}
 
 done_testing();
