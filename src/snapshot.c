@@ -909,8 +909,11 @@ ash_snap_target_is_empty(AshMapping *m)
 static void
 publish_source_lock(bool waits)
 {
-	AshCopier  *me = &ash_snap_slot->copiers[ash_snap_my_copier];
+	AshCopier  *me;
 
+	if (ash_snap_slot == NULL)
+		return;
+	me = &ash_snap_slot->copiers[ash_snap_my_copier];
 	SpinLockAcquire(&ash_snap_slot->mutex);
 	if (!waits)
 		me->source_lock_since = 0;
