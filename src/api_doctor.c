@@ -544,6 +544,51 @@ load_mappings_fn(Doctor *d, void *arg)
 	ash_source_load_mappings(d->sink_name, &d->specs, &d->mappings);
 }
 
+/*
+ * The BEFORE ROW INSERT or UPDATE triggers of state mirrors' targets, as
+ * "<target>: <trigger>, ..." per target in arg (a StringInfo): such a
+ * trigger can change the values the pipeline writes, and nothing would say
+ * so (one that keeps a write out halts destination_write_suppressed).
+ * Context tenancy's tenant tables are not looked at.
+ */
+static void
+before_triggers_fn(Doctor *d, void *arg)
+{
+	StringInfo	out = (StringInfo) arg;
+	ListCell   *lc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	foreach(lc, d->specs)
+	{
+		AshMappingSpec *m = lfirst(lc);
+		Oid			types[1] = {OIDOID};
+		Datum		values[1];
+		char	   *names;
+
+		if (m->append_log || !OidIsValid(m->target))
+			continue;
+		values[0] = ObjectIdGetDatum(m->target);
+		/* tgtype: ROW 1, BEFORE 2, INSERT 4, UPDATE 16 */
+		if (SPI_execute_with_args("SELECT pg_catalog.string_agg(pg_catalog.quote_ident(tgname), ', '"
+								  "                             ORDER BY tgname)"
+								  "  FROM pg_catalog.pg_trigger"
+								  " WHERE tgrelid OPERATOR(pg_catalog.=) $1 AND NOT tgisinternal"
+								  "   AND tgenabled OPERATOR(pg_catalog.<>) 'D'"
+								  "   AND (tgtype OPERATOR(pg_catalog.&) 3) OPERATOR(pg_catalog.=) 3"
+								  "   AND (tgtype OPERATOR(pg_catalog.&) 20) OPERATOR(pg_catalog.<>) 0",
+								  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "ash_replicant: reading the targets' triggers failed");
+		names = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		if (names != NULL)
+			appendStringInfo(out, "%s%s: %s", out->len > 0 ? "; " : "",
+							 quote_qualified_identifier(get_namespace_name(get_rel_namespace(m->target)),
+														get_rel_name(m->target)),
+							 names);
+	}
+	SPI_finish();
+}
+
 static void
 validate_fn(Doctor *d, void *arg)
 {
@@ -577,6 +622,24 @@ check_destination_mappings(Doctor *d)
 		{
 			emit_judged(d, "destination_mappings", V_FAIL, reason_of(e, "config_invalid"),
 						context_of(e));
+			return;
+		}
+	}
+	{
+		StringInfoData triggers;
+
+		initStringInfo(&triggers);
+		e = guarded(d, before_triggers_fn, &triggers);
+		if (e != NULL)
+		{
+			emit_judged(d, "destination_mappings", V_FAIL, reason_of(e, "config_invalid"),
+						context_of(e));
+			return;
+		}
+		if (triggers.len > 0)
+		{
+			emit_judged(d, "destination_mappings", V_WARN, "target_before_row_trigger",
+						triggers.data);
 			return;
 		}
 	}

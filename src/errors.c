@@ -131,6 +131,8 @@ static const AshReasonEntry reason_table[] = {
 	{"extension_version_mismatch", ASH_REASON_MISCONFIGURED},	/* also a halt */
 	{"mapping_never_matches", ASH_REASON_DOCTOR},
 	{"target_column_narrower", ASH_REASON_DOCTOR},
+	/* a state mirror's target has a BEFORE ROW INSERT or UPDATE trigger (api_doctor.c) */
+	{"target_before_row_trigger", ASH_REASON_DOCTOR},
 	{"go_forward_rows_not_copied", ASH_REASON_DOCTOR},
 	{"go_forward_foreign_key", ASH_REASON_DOCTOR},
 	{"library_not_preloaded", ASH_REASON_DOCTOR},

@@ -40,7 +40,8 @@
 #      delete it keeps out halt destination_write_suppressed, nothing of
 #      the transaction committed, the checkpoint unchanged; the trigger
 #      letting it through, a start applies it; a delete of a row the
-#      mirror lacks is counted (missing_row_deletes), not a halt.  SCD2
+#      mirror lacks is counted (missing_row_deletes), not a halt; doctor
+#      warns target_before_row_trigger naming target and trigger.  SCD2
 #      history the same: a version opened or closed that the trigger keeps
 #      out (the previous build: apply_failed XX000 after the retries).
 #   Each of 1-7: nothing of the transaction committed, the watermark
@@ -361,6 +362,9 @@ AshTest::setup_pipeline($src, $dst, sink => 'ts', publication => 'pub_ts', maps 
 	pipeline_extra => $v1);
 AshTest::wait_caught_up($src, $dst, 'ts', name => 'ts copies and streams')
   or BAIL_OUT('sink ts never streamed');
+is(q_dst(q{SELECT verdict || '/' || reason || '/' || detail FROM ash_replicant_doctor('ts')
+	WHERE check_name = 'destination_mappings'}), 'warn/target_before_row_trigger/public.ts: keep_out',
+	'doctor warns of the BEFORE ROW trigger on the target');
 sub suppressed
 {
 	my ($what, $change, $count_sql, $count) = @_;
