@@ -51,6 +51,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/proc.h"
+#include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -334,10 +335,13 @@ void
 ash_apply_write_lost(AshApplyTarget *tgt, const char *what, const char *detail)
 {
 	Relation	r = table_open(tgt->relid, NoLock);
-	bool		triggers = r->rd_rel->relhastriggers;
+	TriggerDesc *td = r->trigdesc;
+	bool		before = td != NULL && (td->trig_insert_before_row ||
+										td->trig_update_before_row ||
+										td->trig_delete_before_row);
 
 	table_close(r, NoLock);
-	if (triggers)
+	if (before)
 		ash_halt("destination_write_suppressed",
 				 "%s of a row of %s affected no row: a trigger on it kept the write out",
 				 what, tgt->log_name);

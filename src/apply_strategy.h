@@ -140,9 +140,10 @@ extern void ash_apply_count_missing_delete(AshApplyTarget *tgt);
 
 /*
  * A write (what: "an insert", ...) that affected no row where it must have:
- * on a target with triggers one returned NULL for it, and the pipeline halts
- * destination_write_suppressed (state mirrors refuse rules that could); on
- * one without, it is an internal error (detail: what happened).
+ * on a target with BEFORE ROW triggers one returned NULL for it, and the
+ * pipeline halts destination_write_suppressed (state mirrors refuse rules
+ * that could); on one without, it is an internal error (detail: what
+ * happened).
  */
 extern void ash_apply_write_lost(AshApplyTarget *tgt, const char *what,
 								 const char *detail) pg_attribute_noreturn();
