@@ -410,6 +410,21 @@ key_only(AshApplyRel *rel)
 	return true;
 }
 
+/* "<head> <target> <identity predicate><tail>", kept; $n: the key values. */
+static SPIPlanPtr
+key_plan(AshApplyRel *rel, AshApplyTarget *tgt, const char *head, const char *tail)
+{
+	StringInfoData sql;
+	Oid		   *types = palloc(sizeof(Oid) * (rel->nkeys + 1));
+	int			nkey;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "%s %s", head, tgt->name);
+	nkey = append_key_predicate(&sql, rel, 1, types);
+	appendStringInfoString(&sql, tail);
+	return ash_spi_prepare_kept(sql.data, nkey, types);
+}
+
 /*
  * Can rows of this target observe each other's writes?  Only triggers,
  * rules, row security and further unique or exclusion indexes let them.
@@ -480,17 +495,7 @@ kept_by_trigger(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	if (target_commutes(tgt))
 		return false;
 	if (st->key_probe == NULL)
-	{
-		StringInfoData sql;
-		Oid		   *types = palloc(sizeof(Oid) * (rel->nkeys + 1));
-		int			nkey;
-
-		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT 1 FROM %s", tgt->name);
-		nkey = append_key_predicate(&sql, rel, 1, types);
-		appendStringInfoString(&sql, " LIMIT 1");
-		st->key_probe = ash_spi_prepare_kept(sql.data, nkey, types);
-	}
+		st->key_probe = key_plan(rel, tgt, "SELECT 1 FROM", " LIMIT 1");
 	nparams = ash_key_values(rel, key, values, nulls);
 	nulls[nparams] = '\0';
 	return ash_spi_execute(st->key_probe, values, nulls, SPI_OK_SELECT) > 0;
@@ -1201,16 +1206,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	scd1_flush();
 
 	if (st->delete == NULL)
-	{
-		StringInfoData sql;
-		Oid		   *types = palloc(sizeof(Oid) * (rel->nkeys + 1));
-		int			nkey;
-
-		initStringInfo(&sql);
-		appendStringInfo(&sql, "DELETE FROM %s", tgt->name);
-		nkey = append_key_predicate(&sql, rel, 1, types);
-		st->delete = ash_spi_prepare_kept(sql.data, nkey, types);
-	}
+		st->delete = key_plan(rel, tgt, "DELETE FROM", "");
 	nulls[nparams] = '\0';
 	n = ash_spi_execute(st->delete, values, nulls, SPI_OK_DELETE);
 	if (n == 0 && kept_by_trigger(rel, tgt, key))
