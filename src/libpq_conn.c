@@ -467,17 +467,19 @@ ash_conn_send_params(AshConn *c, const char *query, int nparams, const char *con
 
 /*
  * Prepare query as the named statement name (its $n parameters in text,
- * their types inferred by the source), waiting for the source's answer.
+ * their types inferred by the source), waiting for the source's answer;
+ * returned as ash_conn_get_result does.
  */
-void
-ash_conn_prepare(AshConn *c, const char *name, const char *query, int nparams)
+PGresult *
+ash_conn_prepare(AshConn *c, const char *name, const char *query, int nparams,
+				 bool allow_error)
 {
 	set_sqlstate(NULL);
 	if (!PQsendPrepare(c->conn, name, query, nparams, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: could not send a probe to the source")));
-	PQclear(ash_conn_get_result(c, false));
+	return ash_conn_get_result(c, allow_error);
 }
 
 /* Send the execution of a prepared statement, as ash_conn_send_params. */
@@ -490,6 +492,17 @@ ash_conn_send_prepared(AshConn *c, const char *name, int nparams, const char *co
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: could not send a probe to the source")));
+}
+
+/* Is a command sent on c still unanswered?  Asked without waiting. */
+bool
+ash_conn_busy(AshConn *c)
+{
+	if (PQconsumeInput(c->conn) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: source connection lost during probe")));
+	return PQisBusy(c->conn);
 }
 
 PGresult *

@@ -105,13 +105,15 @@ extern PGresult *ash_conn_exec_params_binary(AshConn *c, const char *query, int 
 extern void ash_conn_send_params(AshConn *c, const char *query, int nparams,
 								 const char *const *values, bool binary);
 extern PGresult *ash_conn_get_result(AshConn *c, bool allow_error);
+extern bool ash_conn_busy(AshConn *c);
 
 /*
  * A statement prepared once and executed many times (probe connections
  * only): prepare waits for the source's answer; send_prepared is sent like
  * ash_conn_send_params, its result collected by ash_conn_get_result.
  */
-extern void ash_conn_prepare(AshConn *c, const char *name, const char *query, int nparams);
+extern PGresult *ash_conn_prepare(AshConn *c, const char *name, const char *query,
+								  int nparams, bool allow_error);
 extern void ash_conn_send_prepared(AshConn *c, const char *name, int nparams,
 								   const char *const *values, bool binary);
 

@@ -1551,6 +1551,9 @@ incremental_work(void)
 			case ASH_INCR_STEP_WAIT_XIDS:
 				incr_wait_ms = INCR_RETRY_MS;
 				return;
+			case ASH_INCR_STEP_WAIT_LOCK:
+				incr_wait_ms = ash_snapshot_incremental_pause_ms();
+				return;
 		}
 	}
 }

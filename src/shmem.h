@@ -141,6 +141,7 @@ typedef struct AshIncrHelper
 	XLogRecPtr	high_lsn;
 	/* ... its rows, the table's last, its largest key; a read-ahead dropped */
 	bool		reread;
+	bool		locked;			/* dropped: its read met a lock at the source */
 	int64		nrows;
 	bool		done;
 	int			nkeys;			/* 0: the key did not fit, read the catalog */

@@ -905,15 +905,18 @@ ash_snap_target_is_empty(AshMapping *m)
 	return ret == SPI_OK_SELECT && SPI_processed == 0;
 }
 
-/* Say in the copier's slot whether its COPY waits for a source lock. */
-static void
-publish_source_lock(bool waits)
+/*
+ * Say in copier's slot whether its read of a table waits for a source lock
+ * (a v1 COPY, an incremental chunk); status reads source_lock_wait.
+ */
+void
+ash_snap_publish_source_lock(int copier, bool waits)
 {
 	AshCopier  *me;
 
 	if (ash_snap_slot == NULL)
 		return;
-	me = &ash_snap_slot->copiers[ash_snap_my_copier];
+	me = &ash_snap_slot->copiers[copier];
 	SpinLockAcquire(&ash_snap_slot->mutex);
 	if (!waits)
 		me->source_lock_since = 0;
@@ -949,7 +952,7 @@ source_lock_waits(AshConn *data, void *arg)
 							   1, params, false);
 	waits = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
-	publish_source_lock(waits);
+	ash_snap_publish_source_lock(ash_snap_my_copier, waits);
 	return waits;
 }
 
@@ -966,13 +969,13 @@ start_copy(AshConn *data, const char *sql)
 	}
 	PG_CATCH();
 	{
-		publish_source_lock(false);
+		ash_snap_publish_source_lock(ash_snap_my_copier, false);
 		if (probe != NULL)
 			ash_conn_close(probe);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	publish_source_lock(false);
+	ash_snap_publish_source_lock(ash_snap_my_copier, false);
 	if (probe != NULL)
 		ash_conn_close(probe);
 	return res;

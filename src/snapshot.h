@@ -63,14 +63,17 @@ typedef enum AshIncrStep
 	ASH_INCR_STEP_NONE,			/* no attempt in progress */
 	ASH_INCR_STEP_CHUNK,		/* a chunk committed */
 	ASH_INCR_STEP_WAIT_WINDOWS, /* max_pending_chunks windows are open */
-	ASH_INCR_STEP_WAIT_XIDS		/* the source does not show a delivered
+	ASH_INCR_STEP_WAIT_XIDS,	/* the source does not show a delivered
 								 * transaction yet */
+	ASH_INCR_STEP_WAIT_LOCK		/* the tables being copied are locked at the
+								 * source (ash_snapshot_incremental_pause_ms) */
 } AshIncrStep;
 
 extern void ash_snapshot_incremental_prepare(AshPipelineConfig *cfg);
 extern void ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 										   const AshSlotStart *start, AshBinding *binding);
 extern AshIncrStep ash_snapshot_incremental_step(void);
+extern long ash_snapshot_incremental_pause_ms(void);
 
 /* Entry point of a snapshot helper worker (snapshot_copier.c). */
 extern PGDLLEXPORT void ash_snapshot_copier_main(Datum main_arg);

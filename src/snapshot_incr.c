@@ -26,6 +26,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
 
 #include "ash_replicant.h"
 #include "errors.h"
@@ -85,7 +86,9 @@ static bool incr_fresh = false; /* its target was empty at its first chunk */
 static bool incr_ahead = false;
 static char *incr_ahead_table = NULL;	/* quoted name, in incr_session_cxt */
 static char **incr_ahead_cursor = NULL; /* the key it reads above */
-static int	incr_ahead_nkeys = 0;	/* ... of this many columns */
+static int	incr_ahead_nkeys = 0;	/* ... of this many columns (0: the
+									 * table's first chunk) */
+static TimestampTz incr_ahead_sent_at = 0;	/* ... when it was sent */
 static int64 incr_rereads = 0;	/* this table's chunks read again */
 
 /*
@@ -120,6 +123,17 @@ static int64 incr_helper_drops[ASH_SNAPSHOT_COPIERS_MAX];	/* chunks read, droppe
  */
 static SnapTable *incr_own_table = NULL;
 static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
+
+/*
+ * A read that meets a lock at the source gives up after INCR_LOCK_TIMEOUT_MS
+ * (lock_timeout).  The worker sends it again at once and asks for its
+ * answer every INCR_LOCK_POLL_MS; a helper's table is read again after a
+ * pause, doubled while the lock stays (SnapTable.lock_retry_at).
+ */
+#define INCR_LOCK_TIMEOUT_MS 200
+#define INCR_LOCK_POLL_MS 50
+#define INCR_LOCK_RETRY_MIN_MS 1000
+#define INCR_LOCK_RETRY_MAX_MS 4000
 
 static void drop_ahead(void);
 
@@ -208,6 +222,28 @@ describe_key(AshConn *conn, const char *nspname, const char *relname)
 }
 
 /*
+ * The chunk reads' connection (incr_conn, in incr_session_cxt), the worker's
+ * or a helper's.  A read waits at most INCR_LOCK_TIMEOUT_MS for a lock at
+ * the source (read_met_lock), the stream going on meanwhile.  Waiting for
+ * the lock instead, the worker would stream nothing until it is released
+ * -- and a source whose lock holder's commit waits for the pipeline as its
+ * synchronous standby would never release it.
+ */
+static void
+open_chunk_conn(AshPipelineConfig *cfg)
+{
+	MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
+
+	incr_conn = ash_conn_open(cfg->connection, ASH_CONN_DATA, "ash_replicant snapshot");
+	MemoryContextSwitchTo(old);
+	if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
+									 cfg->source_database))
+		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
+	PQclear(ash_conn_exec(incr_conn, "SET row_security = off; SET lock_timeout = '"
+						  CppAsString2(INCR_LOCK_TIMEOUT_MS) "ms'", false));
+}
+
+/*
  * Before the checkpoint is bound: the source connection of the chunk reads
  * and every mapped table's primary key (a table that cannot be copied in
  * key order halts here, with nothing recorded).
@@ -258,13 +294,7 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	 * session (reset when the next one starts, after an error too): the
 	 * next session closes the connection before it opens its own.
 	 */
-	old = MemoryContextSwitchTo(incr_session_cxt);
-	incr_conn = ash_conn_open(cfg->connection, ASH_CONN_DATA, "ash_replicant snapshot");
-	MemoryContextSwitchTo(old);
-	if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
-									 cfg->source_database))
-		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
-	PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
+	open_chunk_conn(cfg);
 
 	old = MemoryContextSwitchTo(incr_session_cxt);
 	tables = ash_snap_source_tables(incr_conn);
@@ -441,6 +471,7 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 	ash_snap_key = key;
 	ash_snap_slot = ash_snap_find_slot();
 	ash_snap_my_copier = 0;
+	ash_snap_publish_source_lock(0, false); /* of the last session's read */
 
 	drop_ahead();				/* the connection is used below */
 	old = MemoryContextSwitchTo(incr_session_cxt);
@@ -652,36 +683,64 @@ chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool bina
 }
 
 /*
+ * Did the source give up on a lock for this statement (lock_timeout:
+ * another session holds the table)?  Any other error is raised.
+ */
+static bool
+met_lock(PGresult *res, const char *what)
+{
+	const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	if (PQresultStatus(res) == PGRES_FATAL_ERROR && sqlstate != NULL &&
+		strcmp(sqlstate, "55P03") == 0)
+	{
+		PQclear(res);
+		return true;
+	}
+	if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+		ash_conn_report_result(res, what);
+	return false;
+}
+
+/*
  * Send the read of the chunk above cursor (NULL: the table's first, read
  * once).  The read above a cursor is prepared at the table's first such
  * read, the previous table's statement deallocated (nothing is pending on
- * the connection when a read is sent).
+ * the connection when a read is sent).  Preparing it locks the table: false
+ * when that met a lock, nothing sent.  Not prepared: the statement is sent
+ * whole (a read that met a lock is sent again so, without waiting).
  */
-static void
-send_chunk(IncrKeyDesc *k, const AshRelation *rel, char **cursor, bool binary)
+static bool
+send_chunk(IncrKeyDesc *k, const AshRelation *rel, char **cursor, bool binary, bool prepared)
 {
 	char	   *qname;
 
-	if (cursor == NULL)
+	if (cursor == NULL || !prepared)
 	{
-		ash_conn_send_params(incr_conn, chunk_query(k, rel, false, binary),
-							 0, NULL, binary);
-		return;
+		ash_conn_send_params(incr_conn, chunk_query(k, rel, cursor != NULL, binary),
+							 cursor != NULL ? k->nkeys : 0, (const char *const *) cursor, binary);
+		return true;
 	}
 	qname = quote_qualified_identifier(k->nspname, k->relname);
 	if (incr_prepared_for == NULL || strcmp(incr_prepared_for, qname) != 0)
 	{
+		PGresult   *res;
+
 		if (incr_prepared)
 			PQclear(ash_conn_exec(incr_conn, "DEALLOCATE " INCR_CHUNK_STATEMENT, false));
 		incr_prepared = false;
 		incr_prepared_for = NULL;
-		ash_conn_prepare(incr_conn, INCR_CHUNK_STATEMENT, chunk_query(k, rel, true, binary),
-						 k->nkeys);
+		res = ash_conn_prepare(incr_conn, INCR_CHUNK_STATEMENT, chunk_query(k, rel, true, binary),
+							   k->nkeys, true);
+		if (met_lock(res, "incremental snapshot chunk"))
+			return false;
+		PQclear(res);
 		incr_prepared = true;
 		incr_prepared_for = MemoryContextStrdup(incr_session_cxt, qname);
 	}
 	ash_conn_send_prepared(incr_conn, INCR_CHUNK_STATEMENT, k->nkeys,
 						   (const char *const *) cursor, binary);
+	return true;
 }
 
 /* Is the read sent ahead the one of this table's chunk above cursor? */
@@ -690,8 +749,11 @@ ahead_matches(IncrKeyDesc *k, char **cursor)
 {
 	const char *qname = quote_qualified_identifier(k->nspname, k->relname);
 
-	if (!incr_ahead || cursor == NULL || incr_ahead_cursor == NULL ||
-		incr_ahead_nkeys != k->nkeys || strcmp(incr_ahead_table, qname) != 0)
+	if (!incr_ahead || strcmp(incr_ahead_table, qname) != 0)
+		return false;
+	if (cursor == NULL || incr_ahead_cursor == NULL)
+		return cursor == NULL && incr_ahead_cursor == NULL;
+	if (incr_ahead_nkeys != k->nkeys)
 		return false;
 	for (int i = 0; i < k->nkeys; i++)
 		if (cursor[i] == NULL || incr_ahead_cursor[i] == NULL ||
@@ -803,24 +865,94 @@ chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable
 }
 
 /*
- * The chunk's rows and snapshot: the read sent ahead when it is this
- * chunk's and may_ahead, else read now.
+ * Send the read of c's table above cursor (NULL: its first chunk) ahead:
+ * its result is collected when the chunk's turn comes (chunk_read).
+ * prepared: through the table's prepared statement, which may have to be
+ * prepared first -- a wait for the source's answer.
  */
 static void
+send_ahead(IncrChunk *c, char **cursor, bool prepared)
+{
+	MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
+
+	if (incr_ahead_table != NULL)
+		pfree(incr_ahead_table);
+	if (incr_ahead_cursor != NULL)
+	{
+		for (int i = 0; i < incr_ahead_nkeys; i++)
+			pfree(incr_ahead_cursor[i]);
+		pfree(incr_ahead_cursor);
+	}
+	incr_ahead_table = pstrdup(quote_qualified_identifier(c->nspname, c->relname));
+	incr_ahead_cursor = NULL;
+	incr_ahead_nkeys = 0;
+	if (cursor != NULL)
+	{
+		incr_ahead_cursor = palloc(sizeof(char *) * c->k->nkeys);
+		incr_ahead_nkeys = c->k->nkeys;
+		for (int i = 0; i < c->k->nkeys; i++)
+			incr_ahead_cursor[i] = pstrdup(cursor[i]);
+	}
+	MemoryContextSwitchTo(old);
+	incr_ahead = send_chunk(c->k, &c->rel, cursor, c->binary, prepared);
+	incr_ahead_sent_at = GetCurrentTimestamp();
+}
+
+/*
+ * c's read met a lock at the source (lock_timeout).  The worker sends it
+ * again at once, whole, and does not wait for it: the stream goes on while
+ * it waits at the source (chunk_unanswered), and it is answered as soon as
+ * the lock is released.  A helper drops its chunk (the worker leaves the
+ * table alone for a while: copier_met_lock).
+ */
+static bool
+read_met_lock(IncrChunk *c)
+{
+	if (ash_snap_my_copier == 0)
+		send_ahead(c, c->cursor, false);
+	return false;
+}
+
+/*
+ * Is the worker's read of c, sent again after it met a lock, still
+ * unanswered?  Asked without waiting; after connect_timeout without an
+ * answer (the source answers a lock wait within lock_timeout), chunk_read
+ * waits for it as for any read.
+ */
+static bool
+chunk_unanswered(IncrChunk *c)
+{
+	if (!ahead_matches(c->k, c->cursor) ||
+		TimestampDifferenceExceeds(incr_ahead_sent_at, GetCurrentTimestamp(),
+								   ash_connect_timeout_ms))
+		return false;
+	return ash_conn_busy(incr_conn);
+}
+
+/*
+ * The chunk's rows and snapshot: the read sent ahead when it is this
+ * chunk's and may_ahead, else read now.  False when the read met a lock at
+ * the source (nothing read).
+ */
+static bool
 chunk_read(IncrChunk *c, bool may_ahead)
 {
 	PGresult   *res;
 	uint64		blcksz;
 	int			h;
 
+	c->res = NULL;
 	c->ahead = may_ahead && ahead_matches(c->k, c->cursor);
 	if (!c->ahead)
 	{
 		drop_ahead();
-		send_chunk(c->k, &c->rel, c->cursor, c->binary);
+		if (!send_chunk(c->k, &c->rel, c->cursor, c->binary, true))
+			return read_met_lock(c);
 	}
 	incr_ahead = false;
-	res = ash_conn_get_result(incr_conn, false);
+	res = ash_conn_get_result(incr_conn, true);
+	if (met_lock(res, "incremental snapshot chunk"))
+		return read_met_lock(c);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
 		PQnfields(res) != CHUNK_HEADER_COLS + c->rel.natts + (c->binary && !c->intkey ? c->k->nkeys : 0))
 		ash_conn_report_result(res, "incremental snapshot chunk");
@@ -860,6 +992,7 @@ chunk_read(IncrChunk *c, bool may_ahead)
 		(PQgetisnull(res, h, 3) || PQgetlength(res, h, 3) != 5 ||
 		 memcmp(PQgetvalue(res, h, 3), "false", 5) != 0))
 		ash_snap_refuse_origins(c->nspname, c->relname);
+	return true;
 }
 
 /* Forget a chunk read but not written. */
@@ -949,26 +1082,7 @@ chunk_bounds(IncrChunk *c)
 	c->chunk_no = c->st->chunks + 1;
 
 	if (!c->done)
-	{
-		MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
-
-		if (incr_ahead_table != NULL)
-			pfree(incr_ahead_table);
-		if (incr_ahead_cursor != NULL)
-		{
-			for (int i = 0; i < incr_ahead_nkeys; i++)
-				pfree(incr_ahead_cursor[i]);
-			pfree(incr_ahead_cursor);
-		}
-		incr_ahead_table = pstrdup(quote_qualified_identifier(c->nspname, c->relname));
-		incr_ahead_cursor = palloc(sizeof(char *) * k->nkeys);
-		incr_ahead_nkeys = k->nkeys;
-		for (int i = 0; i < k->nkeys; i++)
-			incr_ahead_cursor[i] = pstrdup(c->hi[i]);
-		MemoryContextSwitchTo(old);
-		send_chunk(k, &c->rel, c->hi, c->binary);
-		incr_ahead = true;
-	}
+		send_ahead(c, c->hi, true);
 }
 
 /*
@@ -1155,6 +1269,75 @@ table_progress(SnapTable *st, int copier, int64 chunk_no, int64 rows, bool done,
 	else
 		ash_snap_publish_table_at(copier, st->nspname, st->relname, st->rows,
 								  st->has_estimate ? st->estimate : -1);
+}
+
+/*
+ * Copier i's read of table st met a lock at the source (met), or read it:
+ * when the table may be read again, and what status and the log say.  A
+ * helper's chunk is waited for by the worker, so its table pauses, the
+ * pause doubling while the lock stays: a lock held for long costs the
+ * stream a lock_timeout's wait every INCR_LOCK_RETRY_MAX_MS at most.  The
+ * worker's read waits at the source instead (read_met_lock).
+ */
+static void
+copier_met_lock(int i, SnapTable *st, bool met)
+{
+	if (!met && st->lock_pause_ms == 0)
+		return;
+	if (!met || st->lock_pause_ms == 0)
+		ereport(LOG,
+				(errmsg("ash_replicant event=%s sink=%s table=%s copier=%d",
+						met ? "snapshot.source_lock" : "snapshot.source_lock_released",
+						ash_snap_cfg->sink_name, quote_qualified_identifier(st->nspname, st->relname),
+						i)));
+	if (!met)
+	{
+		st->lock_pause_ms = 0;
+		st->lock_retry_at = 0;
+	}
+	else if (i == 0)
+		st->lock_pause_ms = Max(st->lock_pause_ms, 1);
+	else
+	{
+		st->lock_pause_ms = st->lock_pause_ms == 0 ? INCR_LOCK_RETRY_MIN_MS :
+			Min(st->lock_pause_ms * 2, INCR_LOCK_RETRY_MAX_MS);
+		st->lock_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), st->lock_pause_ms);
+	}
+	ash_snap_publish_source_lock(i, met);
+}
+
+/* Is table st left alone for now (a lock met at the source)? */
+static bool
+table_paused(SnapTable *st)
+{
+	return st->lock_retry_at != 0 && GetCurrentTimestamp() < st->lock_retry_at;
+}
+
+/*
+ * How long until a table that met a lock at the source may be read again,
+ * or the worker's read of one answered, in ms (0: now).
+ */
+long
+ash_snapshot_incremental_pause_ms(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	long		ms = INCR_LOCK_RETRY_MAX_MS;
+	ListCell   *lc;
+
+	if (incr_attempt == NULL)
+		return 0;
+	foreach(lc, incr_attempt->tables)
+	{
+		SnapTable  *st = lfirst(lc);
+
+		if (st->copied || st->lock_pause_ms == 0)
+			continue;
+		if (table_paused(st))
+			ms = Min(ms, TimestampDifferenceMilliseconds(now, st->lock_retry_at));
+		else
+			ms = Min(ms, INCR_LOCK_POLL_MS);
+	}
+	return ms;
 }
 
 /*
@@ -1679,6 +1862,7 @@ ash_snapshot_incremental_step(void)
 			incr_helper_table[i] = unassigned_table();
 		if (incr_helper_table[i] == NULL)
 		{
+			ash_snap_publish_source_lock(i, false); /* it waits for no lock */
 			if (incr_helpers[i] != NULL && !incr_helper_gone[i])
 				incr_helper_stop_one(i, false);
 			continue;
@@ -1687,6 +1871,7 @@ ash_snapshot_incremental_step(void)
 		if (incr_helpers_refused)
 		{
 			incr_helper_table[i] = NULL;
+			ash_snap_publish_source_lock(i, false);
 			continue;
 		}
 		hst[i] = incr_helper_table[i];
@@ -1701,7 +1886,7 @@ ash_snapshot_incremental_step(void)
 		for (int j = 1; j < i && hst[i] != NULL; j++)
 			if (hst[j] != NULL && htarget[j] == htarget[i])
 				hst[i] = NULL;
-		if (nnoted < 0 || (hst[i] != NULL && !incr_helper_idle(i)))
+		if (nnoted < 0 || (hst[i] != NULL && (table_paused(hst[i]) || !incr_helper_idle(i))))
 			hst[i] = NULL;
 		if (hst[i] != NULL)
 			nasked++;
@@ -1717,18 +1902,33 @@ ash_snapshot_incremental_step(void)
 		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 			if (hst[i] != NULL)
 				incr_helper_request(i, hst[i], noted, nnoted);
-		chunk_setup(&c, nspname, relname, cursor, st);
-		chunk_read(&c, true);
 
 		/*
 		 * The worker's own chunk: one read ahead may miss a transaction the
 		 * stream delivered since (it changed a key of this chunk, above the
 		 * cursor: the stream left it to the chunk and noted it); then it is
 		 * read again, at once.  Either way the check is made now, with
-		 * nothing delivered between it and this chunk's commit.
+		 * nothing delivered between it and this chunk's commit.  A read
+		 * that meets a lock at the source leaves the table for a while.
 		 */
-		for (;;)
+		if (table_paused(st))
+			result = ASH_INCR_STEP_WAIT_LOCK;
+		else
 		{
+			chunk_setup(&c, nspname, relname, cursor, st);
+			if (st->lock_pause_ms > 0 && chunk_unanswered(&c))
+				result = ASH_INCR_STEP_WAIT_LOCK;
+		}
+		for (bool again = false; result != ASH_INCR_STEP_WAIT_LOCK; again = true)
+		{
+			bool		met = !chunk_read(&c, !again);
+
+			copier_met_lock(0, st, met);
+			if (met)
+			{
+				result = ASH_INCR_STEP_WAIT_LOCK;
+				break;
+			}
 			if (ash_incr_snapshot_covers(&c.snap))
 			{
 				chunk_bounds(&c);
@@ -1745,19 +1945,29 @@ ash_snapshot_incremental_step(void)
 				break;
 			}
 			incr_rereads++;
-			chunk_read(&c, false);
 		}
 
 		/* the helpers' commits, before anything more from the stream */
 		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 		{
+			bool		locked;
+
 			if (hst[i] == NULL)
 				continue;
 			hwrite[i] = incr_helper_wait(i) == ASH_INCR_HELPER_COMMITTED;
+			SpinLockAcquire(&ash_snap_slot->mutex);
+			locked = HELPER(i)->locked;
+			SpinLockRelease(&ash_snap_slot->mutex);
+			copier_met_lock(i, hst[i], locked);
 			if (hwrite[i])
 				incr_helper_snapshot(i, &hsnap[i], &hlsn[i]);
-			else
+			else if (!locked)
+			{
 				incr_helper_drops[i]++;
+				/* dropped: asked again soon, whatever the worker's table waits for */
+				if (result == ASH_INCR_STEP_WAIT_LOCK)
+					result = ASH_INCR_STEP_WAIT_XIDS;
+			}
 			SpinLockAcquire(&ash_snap_slot->mutex);
 			if (HELPER(i)->reread)
 				incr_helper_drops[i]++;
@@ -1819,6 +2029,7 @@ incr_helper_serve(void)
 		int			nnoted;
 		bool		write;
 		bool		reread;
+		bool		locked;
 		MemoryContext cxt = CurrentMemoryContext;
 		MemoryContext tcxt;
 
@@ -1904,30 +2115,32 @@ incr_helper_serve(void)
 		}
 
 		chunk_setup(&c, st->nspname, st->relname, st->cursor, st);
-		chunk_read(&c, ahead_ok);
+		locked = !chunk_read(&c, ahead_ok);
 
 		/*
 		 * Written only under a snapshot that shows what the stream delivered
 		 * (the worker's list, noted): a read-ahead that does not is read
 		 * again at once, a chunk that still does not is dropped.  Its
-		 * snapshot goes to the worker whole, so it must fit.
+		 * snapshot goes to the worker whole, so it must fit.  A read that
+		 * met a lock at the source is dropped too, the worker told why.
 		 */
 		SpinLockAcquire(&ash_snap_slot->mutex);
 		nnoted = HELPER(ash_snap_my_copier)->nnoted;
 		memcpy(noted, HELPER(ash_snap_my_copier)->noted, sizeof(TransactionId) * nnoted);
 		c.position = HELPER(ash_snap_my_copier)->position;
 		SpinLockRelease(&ash_snap_slot->mutex);
-		write = ash_incr_snapshot_shows(&c.snap, noted, nnoted);
-		reread = !write && c.ahead;
+		write = !locked && ash_incr_snapshot_shows(&c.snap, noted, nnoted);
+		reread = !locked && !write && c.ahead;
 		if (reread)
 		{
 			chunk_forget(&c);
-			chunk_read(&c, false);
-			write = ash_incr_snapshot_shows(&c.snap, noted, nnoted);
+			locked = !chunk_read(&c, false);
+			write = !locked && ash_incr_snapshot_shows(&c.snap, noted, nnoted);
 		}
 		write = write && c.snap.nxip <= ASH_INCR_HELPER_XIP_MAX;
 		SpinLockAcquire(&ash_snap_slot->mutex);
 		HELPER(ash_snap_my_copier)->reread = reread;
+		HELPER(ash_snap_my_copier)->locked = locked;
 		SpinLockRelease(&ash_snap_slot->mutex);
 		if (write)
 		{
@@ -2030,13 +2243,7 @@ ash_snapshot_incr_helper_main(Datum main_arg)
 		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
 												 "ash_replicant incremental session",
 												 ALLOCSET_DEFAULT_SIZES);
-		old = MemoryContextSwitchTo(incr_session_cxt);
-		incr_conn = ash_conn_open(cfg->connection, ASH_CONN_DATA, "ash_replicant snapshot");
-		MemoryContextSwitchTo(old);
-		if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
-										 cfg->source_database))
-			ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
-		PQclear(ash_conn_exec(incr_conn, "SET row_security = off", false));
+		open_chunk_conn(cfg);
 		ash_spi_transaction_begin();
 		old = MemoryContextSwitchTo(incr_session_cxt);
 		incr_attempt = palloc0(sizeof(Attempt));

@@ -44,6 +44,9 @@ typedef struct SnapTable
 								 * listed before 1.4.0, not recorded) */
 	char	   *published;		/* how the publication holds it (NULL:
 								 * not known; ash_source_publication_gap) */
+	TimestampTz lock_retry_at;	/* incremental: a read met a lock at the
+								 * source; read again from then on (0: now) */
+	int			lock_pause_ms;	/* ... after this pause (0: no lock met) */
 } SnapTable;
 
 /* The attempt as recorded on the checkpoint. */
@@ -101,6 +104,7 @@ extern void ash_snap_publish_attempt(Attempt *a, bool in_flight);
 extern void ash_snap_publish_table_at(int copier, const char *nspname, const char *relname,
 									  int64 rows, int64 estimate);
 extern void ash_snap_publish_copied_at(int copier, int64 rows);
+extern void ash_snap_publish_source_lock(int copier, bool waits);
 
 /* Copy. */
 extern void ash_snap_check_coordinator(void);

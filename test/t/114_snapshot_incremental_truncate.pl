@@ -69,9 +69,10 @@ sub big_row
 
 # Truncate big and write it again in one transaction, once rows_copied
 # passed $after.  One transaction: a chunk read waits for its lock and then
-# reads under a snapshot that shows it; its insert keeps the walsender
-# decoding for a while, so that chunk commits before the stream delivers
-# the truncate.  (A TRUNCATE committed on its own leaves the next chunk an
+# reads under a snapshot that shows it.  The transaction first writes a
+# million rows of a table no publication holds: the walsender goes through
+# them before it sends the truncate, and chunks read after the commit
+# commit meanwhile.  (A TRUNCATE committed on its own leaves the next chunk an
 # empty table under a snapshot that may not show it -- TRUNCATE is not
 # MVCC-safe -- and the truncate is then applied as any change is.)
 sub truncate_during_copy
@@ -79,8 +80,17 @@ sub truncate_during_copy
 	my ($sink, $after, $label, $rows) = @_;
 	ok(AshTest::poll($dst, "SELECT state = 'pending' AND rows_copied > $after FROM ash_replicant.snapshot_tables"
 			  . " WHERE slot_name = '$sink' AND source_table = 'big'"), "$label: big is being copied");
-	my ($commit) = AshTest::commit_tracked($src,
+	return padded_commit(
 		"TRUNCATE big; INSERT INTO big SELECT g, '$label ' || g, 1 FROM generate_series(1, $rows) g");
+}
+
+# Commit $sql after a million rows of pad (which no publication holds) in
+# the same transaction; returns the commit's LSN.
+sub padded_commit
+{
+	my ($sql) = @_;
+	my ($commit) = AshTest::commit_tracked($src,
+		"TRUNCATE pad; INSERT INTO pad SELECT generate_series(1, 1000000); $sql");
 	return $commit;
 }
 
@@ -93,6 +103,7 @@ INSERT INTO big SELECT g, md5(g::text), 0 FROM generate_series(1, 120000) g;
 CREATE TABLE side (id bigint PRIMARY KEY, v text NOT NULL);
 INSERT INTO side SELECT g, 's' || g FROM generate_series(1, 40000) g;
 CREATE PUBLICATION pub FOR TABLE big, side;
+CREATE TABLE pad (id integer);
 });
 q_dst(qq{
 CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL, n integer NOT NULL DEFAULT 0, $prov);
@@ -171,7 +182,7 @@ AshTest::setup_pipeline($src, $dst, sink => 'tk', publication => 'pub_k', marker
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
 ok(AshTest::poll($dst, "SELECT state = 'pending' AND rows_copied > 20000 FROM ash_replicant.snapshot_tables"
 		  . " WHERE slot_name = 'tk'"), 'composite: pair is being copied');
-my ($pair_commit) = AshTest::commit_tracked($src,
+my $pair_commit = padded_commit(
 	"TRUNCATE pair; INSERT INTO pair SELECT 'k' || lpad((g % 991)::text, 4, '0'), g / 991, 'after'"
 	  . " FROM generate_series(1, 200000) g");
 ok(AshTest::wait_lsn($src, $dst, 'tk', $pair_commit), 'composite: the truncate is applied');

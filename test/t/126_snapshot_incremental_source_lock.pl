@@ -1,0 +1,125 @@
+# An incremental snapshot (docs/snapshots.md, Incremental, Faults and
+# restarts) whose tables a session at the source holds locked, as an ALTER
+# TABLE, a VACUUM FULL or a LOCK TABLE does, while the pipeline streams.
+# The previous build read the chunk and waited for it, the stream standing
+# still meanwhile: after connect_timeout it gave up (its read left queued at
+# the source), logged a source fault and started the session again, to wait
+# again; and a source that waits for the pipeline as its synchronous standby
+# waited for it with the lock held -- nothing moved until the worker gave up.
+# Now:
+#   - a chunk's read gives up on a lock after 200 ms (lock_timeout at the
+#     source); the worker sends its read again without waiting for it, a
+#     helper's table pauses; both copiers log event=snapshot.source_lock;
+#     status says catching_up/source_lock_wait;
+#   - a commit of another table is mirrored while the tables stay locked,
+#     and a synchronous standby's commit made under the lock returns;
+#   - at most one read per copier waits at the source, no source fault is
+#     logged, the same worker process copies on once the lock is released
+#     (event=snapshot.source_lock_released, once a table), and the mirror
+#     equals the source.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use AshTenancy;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $sink = 'slk';
+my $DB   = $AshTest::DB;
+
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	dst_conf => "ash_replicant.keyring_file = 'keyring'\nash_replicant.connect_timeout = '3s'\n");
+AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(33));
+
+sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+sub q_src { return $src->safe_psql($DB, $_[0]); }
+
+my $prov = 'replica_fingerprint bytea, replica_seen_attempt bytea';
+q_src(q{
+CREATE TABLE ta (id bigint PRIMARY KEY, v text NOT NULL);
+CREATE TABLE tb (id bigint PRIMARY KEY, v text NOT NULL);
+CREATE TABLE s (id bigint PRIMARY KEY, v text NOT NULL);
+INSERT INTO ta SELECT g, 'a' || g FROM generate_series(1, 300) g;
+INSERT INTO tb SELECT g, 'b' || g FROM generate_series(1, 300) g;
+INSERT INTO s VALUES (1, 's1');
+CREATE PUBLICATION pub_slk FOR TABLE ta, tb, s;
+});
+q_dst(qq{
+CREATE TABLE ta (id bigint PRIMARY KEY, v text NOT NULL, $prov);
+CREATE TABLE tb (id bigint PRIMARY KEY, v text NOT NULL, $prov);
+CREATE TABLE s (id bigint PRIMARY KEY, v text NOT NULL, $prov);
+CREATE VIEW ta_v AS SELECT id, v FROM ta;
+CREATE VIEW tb_v AS SELECT id, v FROM tb;
+CREATE VIEW s_v AS SELECT id, v FROM s;
+});
+q_src(q{CREATE VIEW ta_v AS SELECT id, v FROM ta; CREATE VIEW tb_v AS SELECT id, v FROM tb;
+	CREATE VIEW s_v AS SELECT id, v FROM s});
+
+# The worker copies s first (one row), the helper ta, then the worker tb.
+# The worker is held at a gate on s's row while the tables are locked at
+# the source (after the slot exists: an ACCESS EXCLUSIVE lock takes a
+# transaction ID, which the slot's creation would wait for).
+my $gate = AshTest::close_gate($dst, 's', 1, 7171);
+AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_slk', marker => 0,
+	maps => [ map { [ $_, snapshot_provenance => 'true' ] } qw(ta tb s) ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 20");
+ok(AshTest::gate_waiting($dst, 7171), 'the worker waits at the gate on its first table');
+my $pid = q_dst("SELECT worker_pid FROM ash_replicant_status('$sink')");
+ok($pid =~ /^\d+$/, 'the worker runs');
+my $lock = $src->background_psql($DB, on_error_stop => 1);
+$lock->query_safe('BEGIN; LOCK TABLE ta, tb IN ACCESS EXCLUSIVE MODE');
+AshTest::open_gate($gate, 7171);
+
+for my $c ([ 'tb', 0 ], [ 'ta', 1 ])
+{
+	my ($t, $n) = @$c;
+	ok(AshTest::wait_until(sub {
+				AshTest::log_lines_like($dst,
+					qr/event=snapshot\.source_lock sink=$sink table=public\.$t copier=$n$/) }),
+		"copier $n meets the lock on $t");
+}
+AshTest::wait_status($dst, $sink, 'catching_up', 'source_lock_wait',
+	name => 'tables locked at the source: catching_up/source_lock_wait', no_early_exit => 1);
+
+# the stream goes on while the tables stay locked
+my ($c1) = AshTest::commit_tracked($src, "INSERT INTO s VALUES (2, 's2')");
+ok(AshTest::wait_lsn($src, $dst, $sink, $c1), 'a commit of another table is mirrored meanwhile');
+is(q_dst("SELECT v FROM s WHERE id = 2"), 's2', '... its row is there');
+
+# well past connect_timeout: nothing queued, no fault, status unchanged
+sleep 7;
+my $waits = q{FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'
+	AND wait_event_type = 'Lock'};
+cmp_ok(q_src("SELECT count(*) $waits"), '<=', 2, 'at most a read per copier waits at the source');
+is(q_dst("SELECT state FROM ash_replicant.stat_snapshot_tables WHERE source_table = 's'"), 'copied',
+	's was copied');
+is(AshTest::status_row($dst, $sink)->{reason}, 'source_lock_wait', '... status says so after connect_timeout');
+is(join("\n", AshTest::log_lines_like($dst, qr/event=source\.fault sink=$sink /)), '',
+	'no source fault while the tables are locked');
+
+# a synchronous standby's commit made under the lock returns
+ok(AshTest::sync_standby($src, $sink, 1), 'the pipeline is the source\'s synchronous standby');
+$lock->query_safe("INSERT INTO ta VALUES (1000, 'under the lock')");
+$lock->query_safe('COMMIT');
+pass('the commit made under the lock returned');
+$lock->quit;
+AshTest::sync_standby($src, $sink, 0);
+
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = '$sink'"),
+	'the lock released: the attempt completes');
+# (the worker takes the helper's table once its own is copied)
+for my $t (qw(ta tb))
+{
+	is(scalar(AshTest::log_lines_like($dst,
+				qr/event=snapshot\.source_lock_released sink=$sink table=public\.$t copier=\d$/)), 1,
+		"the lock on $t logged released, once");
+}
+my ($c2) = AshTest::commit_tracked($src, "UPDATE s SET v = 's1!' WHERE id = 1");
+ok(AshTest::wait_lsn($src, $dst, $sink, $c2), 'watermark reaches the last source commit');
+AshTest::wait_status($dst, $sink, 'healthy');
+is(q_dst("SELECT worker_pid FROM ash_replicant_status('$sink')"), $pid, 'the same worker process copied on');
+is(join("\n", AshTest::log_lines_like($dst, qr/event=source\.fault sink=$sink /)), '', 'no source fault at all');
+AshTest::assert_mirror_equal($src, $dst, [ 'ta_v', 'tb_v', 's_v' ], order_by => 'id');
+
+done_testing();
