@@ -216,7 +216,7 @@ AshTest::setup_pipeline($src, $dst, sink => 'cl', publication => 'pub_c', marker
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
 ok(AshTest::poll($dst, "SELECT rows_copied > 5000 FROM ash_replicant.snapshot_tables WHERE slot_name = 'cl'"),
 	'close: acct is being copied');
-AshTest::commit_tracked($src, "TRUNCATE acct; INSERT INTO acct SELECT g, -g FROM generate_series(1, 100000) g");
+padded_commit("TRUNCATE acct; INSERT INTO acct SELECT g, -g FROM generate_series(1, 100000) g");
 AshTest::wait_status($dst, 'cl', 'halted', 'snapshot_state_invalid', src => $src,
 	name => 'close: halts snapshot_state_invalid');
 is(q_dst("SELECT count(*) FROM acct_hist WHERE valid_to_lsn IS NOT NULL"), '0',
