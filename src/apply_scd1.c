@@ -80,6 +80,7 @@ typedef struct Scd1Plans
 	bool		many_unsupported;	/* a column type has no array type */
 	SPIPlanPtr	delete;
 	SPIPlanPtr	key_probe;		/* does the row a write missed exist? */
+	SPIPlanPtr	run_probe;		/* how many rows of a key-only run exist? */
 	SPIPlanPtr	delete_many;	/* gathered deletes */
 	LocalTransactionId commutes_lxid;	/* transaction "commutes" was judged in */
 	uint64		commutes_epoch; /* ash_relmap_target_epoch it holds for */
@@ -399,7 +400,8 @@ same_identity(AshApplyRel *rel, AshRowImage *a, AshRowImage *b)
 /*
  * Does every column written identify the row?  Its upsert is ON CONFLICT
  * DO NOTHING (build_upsert), which counts no row that is there already:
- * a row kept out by a trigger looks the same, and is not seen.
+ * a row kept out by a trigger looks the same (key_only_kept_out tells
+ * them apart).
  */
 static bool
 key_only(AshApplyRel *rel)
@@ -479,6 +481,22 @@ target_commutes(AshApplyTarget *tgt)
 	return ok;
 }
 
+/* Is the row with key's identity in the target? */
+static bool
+row_present(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
+{
+	Scd1Plans  *st = plans_of(tgt);
+	Datum	   *values = palloc(sizeof(Datum) * (rel->nkeys + 1));
+	char	   *nulls = palloc(rel->nkeys + 2);
+	int			nparams;
+
+	if (st->key_probe == NULL)
+		st->key_probe = key_plan(rel, tgt, "SELECT 1 FROM", " LIMIT 1");
+	nparams = ash_key_values(rel, key, values, nulls);
+	nulls[nparams] = '\0';
+	return ash_spi_execute(st->key_probe, values, nulls, SPI_OK_SELECT) > 0;
+}
+
 /*
  * An update or delete of key affected no row: is the row there all the
  * same (a trigger returned NULL)?  Only a target with triggers, rules or
@@ -487,18 +505,35 @@ target_commutes(AshApplyTarget *tgt)
 static bool
 kept_by_trigger(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 {
-	Scd1Plans  *st = plans_of(tgt);
-	Datum	   *values = palloc(sizeof(Datum) * (rel->nkeys + 1));
-	char	   *nulls = palloc(rel->nkeys + 2);
-	int			nparams;
+	return !target_commutes(tgt) && row_present(rel, tgt, key);
+}
 
-	if (target_commutes(tgt))
-		return false;
-	if (st->key_probe == NULL)
-		st->key_probe = key_plan(rel, tgt, "SELECT 1 FROM", " LIMIT 1");
-	nparams = ash_key_values(rel, key, values, nulls);
-	nulls[nparams] = '\0';
-	return ash_spi_execute(st->key_probe, values, nulls, SPI_OK_SELECT) > 0;
+/*
+ * A key-only row's upsert counted no row: kept out (a trigger returned
+ * NULL) rather than there already?
+ */
+static bool
+key_only_kept_out(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row)
+{
+	return !target_commutes(tgt) && !row_present(rel, tgt, row);
+}
+
+/*
+ * "(SELECT unnest($1) AS c1, ...) AS u WHERE t.k = u.cK ...": each target
+ * row t whose identity is a run row u's.
+ */
+static void
+append_run_match(StringInfo sql, AshApplyRel *rel)
+{
+	appendStringInfoChar(sql, '(');
+	append_unnest_select(sql, rel->ncols);
+	appendStringInfoString(sql, ") AS u WHERE ");
+	for (int k = 0; k < rel->nkeys; k++)
+		appendStringInfo(sql, "%st.%s OPERATOR(pg_catalog.=) u.c%d", k ? " AND " : "",
+						 quote_identifier(rel->cols[rel->keys[k]].name), rel->keys[k] + 1);
+	if (ash_tenant_scoped(rel))
+		appendStringInfo(sql, " AND t.%s OPERATOR(pg_catalog.=) u.c%d",
+						 quote_identifier(rel->cols[rel->tenant_col].name), rel->tenant_col + 1);
 }
 
 /*
@@ -524,16 +559,40 @@ build_update_many(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt)
 	}
 	if (!any_set)
 		return false;
-	appendStringInfoString(sql, " FROM (");
-	append_unnest_select(sql, rel->ncols);
-	appendStringInfoString(sql, ") AS u WHERE ");
-	for (int k = 0; k < rel->nkeys; k++)
-		appendStringInfo(sql, "%st.%s OPERATOR(pg_catalog.=) u.c%d", k ? " AND " : "",
-						 quote_identifier(rel->cols[rel->keys[k]].name), rel->keys[k] + 1);
-	if (ash_tenant_scoped(rel))
-		appendStringInfo(sql, " AND t.%s OPERATOR(pg_catalog.=) u.c%d",
-						 quote_identifier(rel->cols[rel->tenant_col].name), rel->tenant_col + 1);
+	appendStringInfoString(sql, " FROM ");
+	append_run_match(sql, rel);
 	return true;
+}
+
+/*
+ * A key-only run's upsert counted fewer rows than it wrote (values: its
+ * column arrays): were rows kept out rather than there already?
+ */
+static bool
+run_kept_out(AshApplyRel *rel, AshApplyTarget *tgt, Datum *values, uint64 nw)
+{
+	Scd1Plans  *st = plans_of(tgt);
+	bool		isnull;
+
+	if (target_commutes(tgt))
+		return false;
+	if (st->run_probe == NULL)
+	{
+		StringInfoData sql;
+		Oid		   *types = palloc(sizeof(Oid) * rel->ncols);
+
+		/* the types of the upsert's arrays (upsert_many_plan) */
+		for (int c = 0; c < rel->ncols; c++)
+			types[c] = get_array_type(rel->cols[c].typid);
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s AS t, ", tgt->name);
+		append_run_match(&sql, rel);
+		st->run_probe = ash_spi_prepare_kept(sql.data, rel->ncols, types);
+	}
+	if (ash_spi_execute(st->run_probe, values, NULL, SPI_OK_SELECT) != 1)
+		elog(ERROR, "ash_replicant: a key-only run's probe returned no count");
+	return (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+												&isnull)) < nw;
 }
 
 static SPIPlanPtr
@@ -914,7 +973,9 @@ scd1_flush(void)
 		 * not counted was kept out by a trigger (a snapshot row of a
 		 * stamped run would be neither written nor marked).
 		 */
-		if (n < nw && (gbuf.stamped || !key_only(rel)))
+		if (n < nw && (gbuf.stamped || !key_only(rel) ||
+					   run_kept_out(rel, tgt, values != NULL ? values : column_arrays(rel, off, nw),
+									nw)))
 			ash_apply_write_lost(tgt, "an insert or update",
 								 "a multi-row upsert affected fewer rows than it wrote");
 	}
@@ -1030,7 +1091,7 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 	if (n == 0 && plans_of(tgt)->upsert_checks_tenant)
 		ash_halt("tenant_conflict", "a row of another tenant holds the identity in %s",
 				 tgt->log_name);
-	if (n == 0 && !key_only(rel))
+	if (n == 0 && (!key_only(rel) || key_only_kept_out(rel, tgt, newrow)))
 		ash_apply_write_lost(tgt, "an insert or update", "an upsert affected no row");
 	if (n > 1)
 		elog(ERROR, "ash_replicant: upsert affected more than one row");
@@ -1270,6 +1331,8 @@ scd1_release(AshApplyTarget *tgt)
 		SPI_freeplan(st->delete);
 	if (st->key_probe)
 		SPI_freeplan(st->key_probe);
+	if (st->run_probe)
+		SPI_freeplan(st->run_probe);
 	if (st->delete_many)
 		SPI_freeplan(st->delete_many);
 	foreach(lc, st->updates)
