@@ -494,6 +494,19 @@ ash_conn_send_prepared(AshConn *c, const char *name, int nparams, const char *co
 				 errmsg("ash_replicant: could not send a probe to the source")));
 }
 
+/* Ask the source to cancel the command running on c (its result follows). */
+void
+ash_conn_cancel(AshConn *c)
+{
+	PGcancel   *cancel = PQgetCancel(c->conn);
+	char		errbuf[256];
+
+	if (cancel == NULL)
+		return;
+	(void) PQcancel(cancel, errbuf, sizeof(errbuf));
+	PQfreeCancel(cancel);
+}
+
 /* Is a command sent on c still unanswered?  Asked without waiting. */
 bool
 ash_conn_busy(AshConn *c)

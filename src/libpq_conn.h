@@ -106,6 +106,7 @@ extern void ash_conn_send_params(AshConn *c, const char *query, int nparams,
 								 const char *const *values, bool binary);
 extern PGresult *ash_conn_get_result(AshConn *c, bool allow_error);
 extern bool ash_conn_busy(AshConn *c);
+extern void ash_conn_cancel(AshConn *c);
 
 /*
  * A statement prepared once and executed many times (probe connections

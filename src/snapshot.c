@@ -926,15 +926,16 @@ ash_snap_publish_source_lock(int copier, bool waits)
 }
 
 /*
- * Does the source make the COPY on data wait for a lock (another session's
- * ALTER TABLE, VACUUM FULL, LOCK TABLE, ...)?  Asked on a probe connection
- * (*arg, opened on first use); status says source_lock_wait meanwhile.  The
+ * Does the source make the COPY (or the incremental chunk read) on data
+ * wait for a lock (another session's ALTER TABLE, VACUUM FULL, LOCK TABLE,
+ * ...)?  Asked on a probe connection (*arg, opened on first use, in the
+ * current memory context); status says source_lock_wait meanwhile.  The
  * copy waits as long as the lock is held, as pg_dump does: a copy given up
  * and started again would queue behind the same lock, one more session each
  * time.
  */
-static bool
-source_lock_waits(AshConn *data, void *arg)
+bool
+ash_snap_source_lock_waits(AshConn *data, void *arg)
 {
 	AshConn   **probe = (AshConn **) arg;
 	char		pid[16];
@@ -965,7 +966,7 @@ start_copy(AshConn *data, const char *sql)
 
 	PG_TRY();
 	{
-		res = ash_conn_exec_waiting(data, sql, source_lock_waits, (void *) &probe);
+		res = ash_conn_exec_waiting(data, sql, ash_snap_source_lock_waits, (void *) &probe);
 	}
 	PG_CATCH();
 	{

@@ -89,6 +89,16 @@ static char **incr_ahead_cursor = NULL; /* the key it reads above */
 static int	incr_ahead_nkeys = 0;	/* ... of this many columns (0: the
 									 * table's first chunk) */
 static TimestampTz incr_ahead_sent_at = 0;	/* ... when it was sent */
+
+/*
+ * The worker's read sent again after it met a lock waits at the source
+ * without lock_timeout (until a result is read); incr_probe asks the source
+ * whether it waits for a lock once connect_timeout has passed without an
+ * answer, every ASH_CONN_WAIT_ASK_MS (incr_asked_at).
+ */
+static bool incr_read_waits = false;
+static AshConn *incr_probe = NULL;
+static TimestampTz incr_asked_at = 0;
 static int64 incr_rereads = 0;	/* this table's chunks read again */
 
 /*
@@ -126,14 +136,14 @@ static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
 
 /*
  * A read that meets a lock at the source gives up after INCR_LOCK_TIMEOUT_MS
- * (lock_timeout).  The worker sends it again at once and asks for its
- * answer every INCR_LOCK_POLL_MS; a helper's table is read again after a
- * pause, doubled while the lock stays (SnapTable.lock_retry_at).
+ * (lock_timeout).  The worker sends it again at once, to wait for the lock,
+ * and asks for its answer every INCR_LOCK_POLL_MS; a helper's table is read
+ * again after a pause, doubled while the lock stays (SnapTable.lock_retry_at).
  */
 #define INCR_LOCK_TIMEOUT_MS 200
 #define INCR_LOCK_POLL_MS 50
 #define INCR_LOCK_RETRY_MIN_MS 1000
-#define INCR_LOCK_RETRY_MAX_MS 4000
+#define INCR_LOCK_RETRY_MAX_MS 8000
 
 static void drop_ahead(void);
 
@@ -270,6 +280,10 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	if (incr_conn != NULL)
 		ash_conn_close(incr_conn);
 	incr_conn = NULL;
+	if (incr_probe != NULL)
+		ash_conn_close(incr_probe);
+	incr_probe = NULL;
+	incr_read_waits = false;
 	if (incr_session_cxt == NULL)
 		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
 												 "ash_replicant incremental session",
@@ -762,14 +776,37 @@ ahead_matches(IncrKeyDesc *k, char **cursor)
 	return true;
 }
 
-/* Forget the read sent ahead (its result read and thrown away). */
+/*
+ * The worker's read that waited for a lock is answered: later reads wait
+ * at most lock_timeout again.
+ */
+static void
+read_answered(void)
+{
+	if (!incr_read_waits)
+		return;
+	incr_read_waits = false;
+	PQclear(ash_conn_exec(incr_conn, "SET lock_timeout = '" CppAsString2(INCR_LOCK_TIMEOUT_MS) "ms'",
+						  false));
+	if (incr_probe != NULL)
+		ash_conn_close(incr_probe);
+	incr_probe = NULL;
+}
+
+/*
+ * Forget the read sent ahead (its result read and thrown away; one that
+ * waits for a lock is cancelled first).
+ */
 static void
 drop_ahead(void)
 {
 	if (!incr_ahead)
 		return;
 	incr_ahead = false;
+	if (incr_read_waits && ash_conn_busy(incr_conn))
+		ash_conn_cancel(incr_conn);
 	PQclear(ash_conn_get_result(incr_conn, true));
+	read_answered();
 }
 
 /* Mark the attempt complete (no watermark change: the stream owns it). */
@@ -900,33 +937,55 @@ send_ahead(IncrChunk *c, char **cursor, bool prepared)
 
 /*
  * c's read met a lock at the source (lock_timeout).  The worker sends it
- * again at once, whole, and does not wait for it: the stream goes on while
- * it waits at the source (chunk_unanswered), and it is answered as soon as
- * the lock is released.  A helper drops its chunk (the worker leaves the
- * table alone for a while: copier_met_lock).
+ * again at once, whole, without lock_timeout, and does not wait for it: it
+ * waits at the source for the lock while the stream goes on
+ * (chunk_unanswered), and is answered as soon as the lock is released -- one
+ * read queued at the source, one lock timeout in its log.  A helper drops
+ * its chunk (the worker leaves the table alone for a while:
+ * copier_met_lock).
  */
 static bool
 read_met_lock(IncrChunk *c)
 {
 	if (ash_snap_my_copier == 0)
+	{
+		if (!incr_read_waits)
+			PQclear(ash_conn_exec(incr_conn, "SET lock_timeout = 0", false));
+		incr_read_waits = true;
+		incr_asked_at = 0;
 		send_ahead(c, c->cursor, false);
+	}
 	return false;
 }
 
 /*
  * Is the worker's read of c, sent again after it met a lock, still
- * unanswered?  Asked without waiting; after connect_timeout without an
- * answer (the source answers a lock wait within lock_timeout), chunk_read
- * waits for it as for any read.
+ * unanswered?  Asked without waiting.  After connect_timeout without an
+ * answer, only while the source says the read waits for a lock (asked on a
+ * probe connection every ASH_CONN_WAIT_ASK_MS); otherwise chunk_read waits
+ * for it as for any read, and gives up after connect_timeout.
  */
 static bool
 chunk_unanswered(IncrChunk *c)
 {
-	if (!ahead_matches(c->k, c->cursor) ||
-		TimestampDifferenceExceeds(incr_ahead_sent_at, GetCurrentTimestamp(),
-								   ash_connect_timeout_ms))
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!ahead_matches(c->k, c->cursor) || !ash_conn_busy(incr_conn))
 		return false;
-	return ash_conn_busy(incr_conn);
+	if (!TimestampDifferenceExceeds(incr_ahead_sent_at, now, ash_connect_timeout_ms) ||
+		!TimestampDifferenceExceeds(incr_asked_at, now, ASH_CONN_WAIT_ASK_MS))
+		return true;
+	if (incr_read_waits)
+	{
+		MemoryContext old = MemoryContextSwitchTo(incr_session_cxt);
+		bool		waits = ash_snap_source_lock_waits(incr_conn, (void *) &incr_probe);
+
+		MemoryContextSwitchTo(old);
+		incr_asked_at = now;
+		if (waits)
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -951,6 +1010,7 @@ chunk_read(IncrChunk *c, bool may_ahead)
 	}
 	incr_ahead = false;
 	res = ash_conn_get_result(incr_conn, true);
+	read_answered();
 	if (met_lock(res, "incremental snapshot chunk"))
 		return read_met_lock(c);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||

@@ -105,6 +105,7 @@ extern void ash_snap_publish_table_at(int copier, const char *nspname, const cha
 									  int64 rows, int64 estimate);
 extern void ash_snap_publish_copied_at(int copier, int64 rows);
 extern void ash_snap_publish_source_lock(int copier, bool waits);
+extern bool ash_snap_source_lock_waits(AshConn *data, void *arg);
 
 /* Copy. */
 extern void ash_snap_check_coordinator(void);

@@ -8,9 +8,10 @@
 # waited for it with the lock held -- nothing moved until the worker gave up.
 # Now:
 #   - a chunk's read gives up on a lock after 200 ms (lock_timeout at the
-#     source); the worker sends its read again without waiting for it, a
-#     helper's table pauses; both copiers log event=snapshot.source_lock;
-#     status says catching_up/source_lock_wait;
+#     source); the worker sends its read again to wait for the lock without
+#     waiting for it itself, a helper's table pauses; both copiers log
+#     event=snapshot.source_lock; status says catching_up/source_lock_wait,
+#     also past connect_timeout;
 #   - a commit of another table is mirrored while the tables stay locked,
 #     also by a session started meanwhile (the walsender ended: it reads
 #     only catalogs before it copies), and a synchronous standby's commit
