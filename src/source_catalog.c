@@ -301,29 +301,50 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 	return NULL;
 }
 
+/*
+ * The mapped tables with rows.  A table read under a lock another session
+ * holds (ALTER TABLE, VACUUM FULL, ...) is judged by the source's estimate
+ * after a second, one never estimated counting as one with rows: the
+ * question is asked at a go-forward start and by doctor, neither of which
+ * may wait for the lock's end.  Without SELECT on it, by its estimate too.
+ */
 List *
 ash_source_tables_with_rows(AshConn *conn, const List *mappings, const List *rels)
 {
 	List	   *out = NIL;
 	ListCell   *lc;
 
+	PQclear(ash_conn_exec(conn, "SET lock_timeout = '1s'", false));
 	foreach(lc, (List *) rels)
 	{
 		AshSourceRel *r = lfirst(lc);
 		char	   *qname;
 		PGresult   *res;
 		bool		rows;
+		bool		locked = false;
 
 		if (!r->exists || !ash_coverage_is_mapped(mappings, r->name.nspname, r->name.relname))
 			continue;
 		qname = quote_qualified_identifier(r->name.nspname, r->name.relname);
+		res = NULL;
 		if (r->has_select)
-			res = probe(conn, psprintf("SELECT EXISTS (SELECT 1 FROM %s)", qname),
-						0, NULL, NULL, NULL);
-		else
-			res = probe(conn, "SELECT c.reltuples > 0 FROM pg_catalog.pg_class c"
-						" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-						" WHERE n.nspname = $1 AND c.relname = $2",
+		{
+			res = ash_conn_exec_params(conn, psprintf("SELECT EXISTS (SELECT 1 FROM %s)", qname),
+									   0, NULL, true);
+			if (strcmp(ash_conn_last_sqlstate, "55P03") == 0)
+			{
+				PQclear(res);
+				res = NULL;
+				locked = true;
+			}
+			else if (PQresultStatus(res) != PGRES_TUPLES_OK)
+				ash_conn_report_result(res, "probe");
+		}
+		if (res == NULL)
+			res = probe(conn, psprintf("SELECT c.reltuples %s 0 FROM pg_catalog.pg_class c"
+									   " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+									   " WHERE n.nspname = $1 AND c.relname = $2",
+									   locked ? "<>" : ">"),
 						2, r->name.nspname, r->name.relname, NULL);
 		rows = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) &&
 			strcmp(PQgetvalue(res, 0, 0), "t") == 0;
@@ -331,6 +352,7 @@ ash_source_tables_with_rows(AshConn *conn, const List *mappings, const List *rel
 		if (rows)
 			out = lappend(out, qname);
 	}
+	PQclear(ash_conn_exec(conn, "RESET lock_timeout", false));
 	return out;
 }
 

@@ -162,7 +162,8 @@ extern const char *ash_source_read_table_set(AshConn *conn, const AshTableSetSpe
  * The mapped tables of a described table set that hold rows at the source
  * (quoted "schema"."table" strings), in set order: what a go-forward start
  * leaves out of the mirror.  Reads one row of each (SELECT), or the
- * planner's estimate where the role may not read the table.
+ * planner's estimate where the role may not read the table or another
+ * session holds it locked (one never estimated counts as one with rows).
  */
 extern List *ash_source_tables_with_rows(AshConn *conn, const List *mappings,
 										 const List *rels);

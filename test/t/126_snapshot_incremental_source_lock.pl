@@ -133,4 +133,24 @@ is(q_dst("SELECT worker_pid FROM ash_replicant_status('$sink')"), $pid, 'the sam
 is(scalar(AshTest::log_lines_like($dst, qr/event=source\.fault sink=$sink /)), 1, 'no other source fault');
 AshTest::assert_mirror_equal($src, $dst, [ 'ta_v', 'tb_v', 's_v' ], order_by => 'id');
 
+# A go-forward pipeline's question "which mapped tables have rows?" (its
+# first start, preflight and doctor: existing_rows) reads a row of each:
+# a table locked at the source is judged by its estimate after a second
+# (before: preflight waited connect_timeout for the lock, then failed the
+# check source_probe_failed).
+q_src(q{CREATE TABLE gl (id bigint PRIMARY KEY); INSERT INTO gl SELECT generate_series(1, 10);
+	CREATE TABLE ge (id bigint PRIMARY KEY); ANALYZE ge;
+	CREATE PUBLICATION pub_gl FOR TABLE gl, ge});
+q_dst(q{CREATE TABLE gl (id bigint PRIMARY KEY); CREATE TABLE ge (id bigint PRIMARY KEY)});
+AshTest::setup_pipeline($src, $dst, sink => 'gl', publication => 'pub_gl', marker => 0,
+	maps => [ ['gl'], ['ge'] ], start => 0);
+my $glock = $src->background_psql($DB, on_error_stop => 1);
+$glock->query_safe('BEGIN; LOCK TABLE gl, ge IN ACCESS EXCLUSIVE MODE');
+like(q_dst(q{SELECT verdict || '|' || reason || '|' || detail FROM ash_replicant_preflight('gl')
+	WHERE check_name = 'existing_rows'}),
+	qr/^warn\|go_forward_rows_not_copied\|tables with rows that a go-forward start does not copy: public\.gl;/,
+	'preflight: a locked table with rows (never estimated) is named, an analyzed empty one is not');
+$glock->query_safe('COMMIT');
+$glock->quit;
+
 done_testing();
