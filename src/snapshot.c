@@ -555,19 +555,30 @@ temporary_snapshot(AshConn **repl, XLogRecPtr *lsn)
 	return snapshot;
 }
 
+/*
+ * The settings of a connection that reads tables for a snapshot.  Row
+ * security must not thin the copy out silently: with it off, a table whose
+ * policies would filter rows for the source role fails the read (42501:
+ * privilege_select_missing) instead.  And where the source has it
+ * (PostgreSQL 14 and later), its session checks every second that this
+ * side is still there: a read left waiting for a lock by a session that
+ * ended goes away then, rather than when the lock is released.
+ */
+void
+ash_snap_read_settings(AshConn *data)
+{
+	PQclear(ash_conn_exec(data, data->server_version >= 140000 ?
+						  "SET row_security = off; SET client_connection_check_interval = '1s'" :
+						  "SET row_security = off", false));
+}
+
 /* Start the data connection's transaction under the snapshot. */
 void
 ash_snap_import_snapshot(AshConn *data, const char *snapshot)
 {
 	PGresult   *res;
 
-	/*
-	 * Row security must not thin the copy out silently: with it off, a
-	 * table whose policies would filter rows for the source role fails
-	 * the read (42501: privilege_select_missing) instead.
-	 */
-	res = ash_conn_exec(data, "SET row_security = off", false);
-	PQclear(res);
+	ash_snap_read_settings(data);
 	res = ash_conn_exec(data, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false);
 	PQclear(res);
 	res = ash_conn_exec(data, psprintf("SET TRANSACTION SNAPSHOT %s",

@@ -249,8 +249,9 @@ open_chunk_conn(AshPipelineConfig *cfg)
 	if (!ash_source_identity_matches(incr_conn, cfg->source_system_identifier,
 									 cfg->source_database))
 		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
-	PQclear(ash_conn_exec(incr_conn, "SET row_security = off; SET lock_timeout = '"
-						  CppAsString2(INCR_LOCK_TIMEOUT_MS) "ms'", false));
+	ash_snap_read_settings(incr_conn);
+	PQclear(ash_conn_exec(incr_conn, "SET lock_timeout = '" CppAsString2(INCR_LOCK_TIMEOUT_MS) "ms'",
+						  false));
 }
 
 /*

@@ -93,6 +93,7 @@ extern Attempt *ash_snap_read_attempt(void);
 /* Source side. */
 extern List *ash_snap_source_tables(AshConn *conn);
 extern XLogRecPtr ash_snap_parse_lsn(const char *s);
+extern void ash_snap_read_settings(AshConn *data);
 extern void ash_snap_import_snapshot(AshConn *data, const char *snapshot);
 extern void ash_snap_refuse_origins(const char *nspname, const char *relname);
 extern void ash_snap_describe_table(AshConn *data, SnapTable *t, AshRelation *rel);

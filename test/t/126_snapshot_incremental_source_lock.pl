@@ -108,6 +108,11 @@ AshTest::wait_status($dst, $sink, 'catching_up', 'source_lock_wait',
 	name => '... and its reads wait: catching_up/source_lock_wait', no_early_exit => 1);
 is(scalar(AshTest::log_lines_like($dst, qr/event=source\.fault sink=$sink /)), 1,
 	'... one source fault: the walsender ended');
+# the ended session's read left the lock's queue (client_connection_check_interval):
+# one read waits there for long, the new session's worker's
+sleep 3;
+is(q_src("SELECT count(*) $waits AND now() - query_start > interval '1 s'"), '1',
+	'... the ended session\'s read no longer waits at the source');
 
 # a synchronous standby's commit made under the lock returns
 ok(AshTest::sync_standby($src, $sink, 1), 'the pipeline is the source\'s synchronous standby');
