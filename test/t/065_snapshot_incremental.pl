@@ -227,10 +227,14 @@ AshTest::open_gate($gate, 6565);
 # faults at seeded progress points, in increasing order: the helper's while
 # big2 is being copied (at most a third of it, both tables advance a chunk
 # at a time), the others spread over the copy
+# (not one already signalled: a helper sent SIGTERM may still be exiting
+# while the worker starts its next session)
+my @signalled = (0);
 sub process_pid
 {
 	my ($type) = @_;
-	return q_dst("SELECT coalesce(min(pid), 0) FROM pg_stat_activity WHERE backend_type = '$type'");
+	return q_dst("SELECT coalesce(min(pid), 0) FROM pg_stat_activity WHERE backend_type = '$type'"
+		  . " AND pid NOT IN (" . join(',', @signalled) . ")");
 }
 my @kinds = map { (qw(helper_kill worker_kill helper_term postmaster))[ $_ % 4 ] } 0 .. $kills - 1;
 my @faults_at = sort { $a->[0] <=> $b->[0] }
@@ -253,13 +257,15 @@ for my $f (@faults_at)
 	}
 	my $type = $kind eq 'worker_kill' ? 'ash_replicant pipeline' : 'ash_replicant snapshot';
 	# the helper of this session (started again after each fault)
-	AshTest::poll($dst, "SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = '$type') >= 1"
+	AshTest::poll($dst, "SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = '$type'"
+		  . " AND pid NOT IN (" . join(',', @signalled) . ")) >= 1"
 		  . " OR (SELECT state FROM ash_replicant.snapshot_tables WHERE source_table = 'big2') = 'copied'");
 	my $pid = process_pid($type);
 	note "fault at >$at rows: $kind of pid $pid";
 	next unless $pid;
 	usleep(int(rand(200_000)));	# anywhere in a round
 	kill($kind eq 'helper_term' ? 'TERM' : 'KILL', $pid);
+	push @signalled, $pid;
 	$faults++;
 	$helper_faults++ if $kind =~ /^helper/;
 	# back up (after a SIGKILL the postmaster restarts every process)
