@@ -948,23 +948,48 @@ ash_snap_publish_source_lock(int copier, bool waits)
 bool
 ash_snap_source_lock_waits(AshConn *data, void *arg)
 {
+	static bool syncrep_said = false;	/* in this wait (probe opened) */
 	AshConn   **probe = (AshConn **) arg;
 	char		pid[16];
 	const char *params[1];
 	PGresult   *res;
 	bool		waits;
+	bool		syncrep;
 
 	if (*probe == NULL)
+	{
+		/* a wait's first question */
 		*probe = ash_conn_open(ash_snap_cfg->connection, ASH_CONN_PROBE, "ash_replicant snapshot");
+		syncrep_said = false;
+	}
 	snprintf(pid, sizeof(pid), "%d", PQbackendPID(data->conn));
 	params[0] = pid;
 	res = ash_conn_exec_params(*probe,
 							   "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks"
-							   " WHERE pid = $1::pg_catalog.int4 AND NOT granted)",
+							   " WHERE pid = $1::pg_catalog.int4 AND NOT granted),"
+							   " EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity"
+							   " WHERE pid OPERATOR(pg_catalog.=) ANY (pg_catalog.pg_blocking_pids($1::pg_catalog.int4))"
+							   " AND wait_event = 'SyncRep')",
 							   1, params, false);
 	waits = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	syncrep = waits && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
 	PQclear(res);
 	ash_snap_publish_source_lock(ash_snap_my_copier, waits);
+
+	/*
+	 * A holder whose commit waits for a synchronous standby may wait for
+	 * this pipeline, which acknowledges nothing until a v1 copy is done:
+	 * neither would move.  Said once a wait (the source role sees other
+	 * sessions' wait events with pg_read_all_stats; otherwise not at all).
+	 */
+	if (syncrep && !syncrep_said)
+	{
+		syncrep_said = true;
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.source_lock_syncrep sink=%s copier=%d",
+						ash_snap_cfg->sink_name, ash_snap_my_copier),
+				 errhint("A session holding the lock waits for a synchronous standby; if that is this pipeline, which does not stream while a v1 snapshot copies, end the wait (pg_cancel_backend) or take the pipeline out of synchronous_standby_names (docs/reasons.md#source_lock_wait).")));
+	}
 	return waits;
 }
 

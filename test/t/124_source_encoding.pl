@@ -30,6 +30,10 @@
 #      catching_up/source_lock_wait, the COPY waiting past connect_timeout
 #      with no other queued behind it, no source fault; copied once the
 #      lock goes.
+#   7  the same, the lock's holder committing with the pipeline as its
+#      synchronous standby: neither moves (a v1 copy comes before the
+#      stream); the worker logs event=snapshot.source_lock_syncrep, and
+#      ending the holder's wait (pg_cancel_backend) lets the copy go on.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -264,6 +268,45 @@ AshTest::assert_mirror_equal($src, $dst, [ 'sl', 'ga', 'gb' ]);
 is(join("\n", AshTest::log_lines_like($dst, qr/event=source\.fault sink=sl /)), '',
 	'... the copy waited: no source fault');
 q_dst(q{ALTER SYSTEM RESET ash_replicant.connect_timeout; SELECT pg_reload_conf()});
+
+# ---------------------------------------------------------------------------
+# 7: ... whose lock holder waits for the pipeline as its synchronous standby
+# ---------------------------------------------------------------------------
+# A v1 copy comes before the stream: nothing acknowledges the holder's
+# commit, whose locks stay until it is -- neither moves.  The worker says so
+# in the log; ending the holder's wait (pg_cancel_backend: its commit stays)
+# lets the copy go on.
+q_src(q{CREATE TABLE sy (id integer PRIMARY KEY, v text);
+	INSERT INTO sy SELECT g, 'v' || g FROM generate_series(1, 100) g;
+	CREATE TABLE gc (id integer PRIMARY KEY); INSERT INTO gc SELECT generate_series(1, 1000);
+	CREATE TABLE gd (id integer PRIMARY KEY); INSERT INTO gd SELECT generate_series(1, 1000);
+	CREATE PUBLICATION pub_sy FOR TABLE sy, gc, gd});
+q_dst(q{CREATE TABLE sy (id integer PRIMARY KEY, v text);
+	CREATE TABLE gc (id integer PRIMARY KEY); CREATE TABLE gd (id integer PRIMARY KEY)});
+my $gate_c = AshTest::close_gate($dst, 'gc', 1, 6363);
+my $gate_d = AshTest::close_gate($dst, 'gd', 1, 6464);
+AshTest::setup_pipeline($src, $dst, sink => 'sy', publication => 'pub_sy', maps => [ ['sy'], ['gc'], ['gd'] ],
+	pipeline_extra => $v1);
+ok(AshTest::gate_waiting($dst, 6363) || AshTest::gate_waiting($dst, 6464), 'a copier is held at a gate');
+q_src(q{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant sy"'});
+q_src('SELECT pg_reload_conf()');
+my $holder = AshTest::start_workload($src,
+	"BEGIN;\nLOCK TABLE sy IN ACCESS EXCLUSIVE MODE;\nINSERT INTO sy VALUES (1000, 'under the lock');\nCOMMIT;\n",
+	timeout => 300);
+ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'"),
+	'the lock holder\'s commit waits for the pipeline as its synchronous standby');
+AshTest::open_gate($gate_c, 6363);
+AshTest::open_gate($gate_d, 6464);
+ok(AshTest::wait_until(sub { AshTest::log_lines_like($dst, qr/event=snapshot\.source_lock_syncrep sink=sy copier=\d/) }),
+	'the worker says the lock\'s holder waits for a synchronous standby');
+AshTest::wait_status($dst, 'sy', 'catching_up', 'source_lock_wait',
+	name => '... status: catching_up/source_lock_wait', no_early_exit => 1);
+q_src(q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'});
+ok(AshTest::finish_workload($holder), 'its wait ended (pg_cancel_backend), the commit stays');
+q_src('ALTER SYSTEM RESET synchronous_standby_names');
+q_src('SELECT pg_reload_conf()');
+AshTest::wait_caught_up($src, $dst, 'sy', name => 'the copy goes on and the pipeline streams');
+AshTest::assert_mirror_equal($src, $dst, [ 'sy', 'gc', 'gd' ]);
 
 is(scalar(AshTest::grep_logs_for('enc_sentinel', $dst)), 0, 'no value in the destination log');
 
