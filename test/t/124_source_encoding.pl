@@ -234,25 +234,30 @@ AshTest::assert_mirror_equal($src, $dst, [ 'ca', 'cz' ]);
 # transaction: status said source_slot_wait.  Now the COPY waits, and
 # status says source_lock_wait.
 q_dst(q{ALTER SYSTEM SET ash_replicant.connect_timeout = '2s'; SELECT pg_reload_conf()});
-# the lock is taken once the slot exists (an ACCESS EXCLUSIVE lock takes a
+# The lock is taken once the slot exists (an ACCESS EXCLUSIVE lock takes a
 # transaction ID, and the slot waits for it): both copiers are held at gates
-# on two larger tables meanwhile, and sl is the table they take next
-q_src(q{CREATE TABLE sl (id integer PRIMARY KEY, v text);
-	INSERT INTO sl SELECT g, 'v' || g FROM generate_series(1, 100) g;
-	CREATE TABLE ga (id integer PRIMARY KEY); INSERT INTO ga SELECT generate_series(1, 1000);
-	CREATE TABLE gb (id integer PRIMARY KEY); INSERT INTO gb SELECT generate_series(1, 1000);
-	CREATE PUBLICATION pub_sl FOR TABLE sl, ga, gb});
-q_dst(q{CREATE TABLE sl (id integer PRIMARY KEY, v text);
-	CREATE TABLE ga (id integer PRIMARY KEY); CREATE TABLE gb (id integer PRIMARY KEY)});
-my $gate_a = AshTest::close_gate($dst, 'ga', 1, 6161);
-my $gate_b = AshTest::close_gate($dst, 'gb', 1, 6262);
-AshTest::setup_pipeline($src, $dst, sink => 'sl', publication => 'pub_sl', maps => [ ['sl'], ['ga'], ['gb'] ],
-	pipeline_extra => $v1);
-ok(AshTest::gate_waiting($dst, 6161) || AshTest::gate_waiting($dst, 6262), 'a copier is held at a gate');
+# on two larger tables ($g1, $g2) meanwhile, and $t is the table they take
+# next.  Returns a sub that opens the gates.
+sub copiers_held
+{
+	my ($t, $g1, $g2, $lock1, $lock2) = @_;
+	my $tables = qq{CREATE TABLE $t (id integer PRIMARY KEY, v text);
+	CREATE TABLE $g1 (id integer PRIMARY KEY); CREATE TABLE $g2 (id integer PRIMARY KEY);};
+	q_src($tables . qq{INSERT INTO $t SELECT g, 'v' || g FROM generate_series(1, 100) g;
+	INSERT INTO $g1 SELECT generate_series(1, 1000); INSERT INTO $g2 SELECT generate_series(1, 1000);
+	CREATE PUBLICATION pub_$t FOR TABLE $t, $g1, $g2});
+	q_dst($tables);
+	my $gate1 = AshTest::close_gate($dst, $g1, 1, $lock1);
+	my $gate2 = AshTest::close_gate($dst, $g2, 1, $lock2);
+	AshTest::setup_pipeline($src, $dst, sink => $t, publication => "pub_$t", maps => [ [$t], [$g1], [$g2] ],
+		pipeline_extra => $v1);
+	ok(AshTest::gate_waiting($dst, $lock1) || AshTest::gate_waiting($dst, $lock2), 'a copier is held at a gate');
+	return sub { AshTest::open_gate($gate1, $lock1); AshTest::open_gate($gate2, $lock2); };
+}
+my $open_gates = copiers_held('sl', 'ga', 'gb', 6161, 6262);
 my $slock = $src->background_psql($DB, on_error_stop => 1);
 $slock->query_safe('BEGIN; LOCK TABLE sl IN ACCESS EXCLUSIVE MODE');
-AshTest::open_gate($gate_a, 6161);
-AshTest::open_gate($gate_b, 6262);
+$open_gates->();
 AshTest::wait_status($dst, 'sl', 'catching_up', 'source_lock_wait',
 	name => 'a table locked at the source: catching_up/source_lock_wait', no_early_exit => 1);
 my $copy_waits = q{FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'
@@ -276,18 +281,7 @@ q_dst(q{ALTER SYSTEM RESET ash_replicant.connect_timeout; SELECT pg_reload_conf(
 # commit, whose locks stay until it is -- neither moves.  The worker says so
 # in the log; ending the holder's wait (pg_cancel_backend: its commit stays)
 # lets the copy go on.
-q_src(q{CREATE TABLE sy (id integer PRIMARY KEY, v text);
-	INSERT INTO sy SELECT g, 'v' || g FROM generate_series(1, 100) g;
-	CREATE TABLE gc (id integer PRIMARY KEY); INSERT INTO gc SELECT generate_series(1, 1000);
-	CREATE TABLE gd (id integer PRIMARY KEY); INSERT INTO gd SELECT generate_series(1, 1000);
-	CREATE PUBLICATION pub_sy FOR TABLE sy, gc, gd});
-q_dst(q{CREATE TABLE sy (id integer PRIMARY KEY, v text);
-	CREATE TABLE gc (id integer PRIMARY KEY); CREATE TABLE gd (id integer PRIMARY KEY)});
-my $gate_c = AshTest::close_gate($dst, 'gc', 1, 6363);
-my $gate_d = AshTest::close_gate($dst, 'gd', 1, 6464);
-AshTest::setup_pipeline($src, $dst, sink => 'sy', publication => 'pub_sy', maps => [ ['sy'], ['gc'], ['gd'] ],
-	pipeline_extra => $v1);
-ok(AshTest::gate_waiting($dst, 6363) || AshTest::gate_waiting($dst, 6464), 'a copier is held at a gate');
+$open_gates = copiers_held('sy', 'gc', 'gd', 6363, 6464);
 q_src(q{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant sy"'});
 q_src('SELECT pg_reload_conf()');
 my $holder = AshTest::start_workload($src,
@@ -295,8 +289,7 @@ my $holder = AshTest::start_workload($src,
 	timeout => 300);
 ok(AshTest::poll($src, "SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'"),
 	'the lock holder\'s commit waits for the pipeline as its synchronous standby');
-AshTest::open_gate($gate_c, 6363);
-AshTest::open_gate($gate_d, 6464);
+$open_gates->();
 ok(AshTest::wait_until(sub { AshTest::log_lines_like($dst, qr/event=snapshot\.source_lock_syncrep sink=sy copier=\d/) }),
 	'the worker says the lock\'s holder waits for a synchronous standby');
 AshTest::wait_status($dst, 'sy', 'catching_up', 'source_lock_wait',
