@@ -1807,22 +1807,30 @@ table_assigned(SnapTable *t)
 	return false;
 }
 
-/* The first table not yet copied that no copier copies (NULL: none). */
+/*
+ * The first table not yet copied that no copier copies, one a source lock
+ * does not keep waiting first (NULL: none; with only_ready, none of those).
+ */
 static SnapTable *
-unassigned_table(void)
+unassigned_table(bool only_ready)
 {
 	char	   *nspname;
 	char	   *relname;
 	char	  **cursor;
+	SnapTable  *paused = NULL;
 
 	for (int k = 0; ash_incr_pending_table(k, &nspname, &relname, &cursor); k++)
 	{
 		SnapTable  *t = attempt_table(nspname, relname);
 
-		if (t != NULL && !table_assigned(t))
+		if (t == NULL || table_assigned(t))
+			continue;
+		if (t->lock_pause_ms == 0)
 			return t;
+		if (paused == NULL)
+			paused = t;
 	}
-	return NULL;
+	return only_ready ? NULL : paused;
 }
 
 /*
@@ -1886,7 +1894,7 @@ ash_snapshot_incremental_step(void)
 			 incr_helpers_refused))
 			incr_helper_table[i] = NULL;
 	if (incr_own_table == NULL)
-		incr_own_table = unassigned_table();
+		incr_own_table = unassigned_table(false);
 	for (int i = 1; incr_own_table == NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
 	{
 		incr_own_table = incr_helper_table[i];
@@ -1920,7 +1928,24 @@ ash_snapshot_incremental_step(void)
 
 		if (i <= nhelpers && !incr_helper_gone[i] && !incr_helpers_refused &&
 			incr_helper_table[i] == NULL)
-			incr_helper_table[i] = unassigned_table();
+			incr_helper_table[i] = unassigned_table(false);
+
+		/*
+		 * A helper whose table a source lock keeps waiting copies another
+		 * meanwhile, if one is left (the waiting table goes back to the
+		 * pool; its next copier writes it with the upsert, as any table it
+		 * did not find empty).
+		 */
+		if (incr_helper_table[i] != NULL && table_paused(incr_helper_table[i]))
+		{
+			SnapTable  *ready = unassigned_table(true);
+
+			if (ready != NULL)
+			{
+				ash_snap_publish_source_lock(i, false);
+				incr_helper_table[i] = ready;
+			}
+		}
 		if (incr_helper_table[i] == NULL)
 		{
 			ash_snap_publish_source_lock(i, false); /* it waits for no lock */

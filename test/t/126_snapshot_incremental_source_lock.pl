@@ -16,6 +16,7 @@
 #     also by a session started meanwhile (the walsender ended: it reads
 #     only catalogs before it copies), and a synchronous standby's commit
 #     made under the lock returns;
+#   - a helper whose table is locked copies another table meanwhile;
 #   - at most one read per copier waits at the source, no source fault is
 #     logged, the same worker process copies on once the lock is released
 #     (event=snapshot.source_lock_released, once a table), and the mirror
@@ -37,6 +38,7 @@ AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy
 
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
+sub q_both { q_src($_[0]); q_dst($_[0]); return; }
 
 my $prov = 'replica_fingerprint bytea, replica_seen_attempt bytea';
 q_src(q{
@@ -137,6 +139,45 @@ AshTest::wait_status($dst, $sink, 'healthy');
 is(q_dst("SELECT worker_pid FROM ash_replicant_status('$sink')"), $pid, 'the same worker process copied on');
 is(scalar(AshTest::log_lines_like($dst, qr/event=source\.fault sink=$sink /)), 1, 'no other source fault');
 AshTest::assert_mirror_equal($src, $dst, [ 'ta_v', 'tb_v', 's_v' ], order_by => 'id');
+
+# A helper whose table is locked copies another meanwhile: the worker
+# copies wa (held at a gate while wb is locked), then wc (large); the
+# helper meets the lock on wb and copies wd instead (before: it tried wb
+# again and again, wd waiting for the worker).
+q_src(q{
+CREATE TABLE wa (id bigint PRIMARY KEY, v text NOT NULL);
+CREATE TABLE wb (id bigint PRIMARY KEY, v text NOT NULL);
+CREATE TABLE wc (id bigint PRIMARY KEY, v text NOT NULL);
+CREATE TABLE wd (id bigint PRIMARY KEY, v text NOT NULL);
+INSERT INTO wa VALUES (1, 'a1');
+INSERT INTO wb SELECT g, 'b' || g FROM generate_series(1, 300) g;
+INSERT INTO wc SELECT g, 'c' || g FROM generate_series(1, 3000) g;
+INSERT INTO wd SELECT g, 'd' || g FROM generate_series(1, 300) g;
+CREATE PUBLICATION pub_w FOR TABLE wa, wb, wc, wd;
+});
+for my $t (qw(wa wb wc wd))
+{
+	q_dst("CREATE TABLE $t (id bigint PRIMARY KEY, v text NOT NULL, $prov)");
+	q_both("CREATE VIEW ${t}_v AS SELECT id, v FROM $t");
+}
+my $wgate = AshTest::close_gate($dst, 'wa', 1, 7373);
+AshTest::setup_pipeline($src, $dst, sink => 'sw', publication => 'pub_w', marker => 0,
+	maps => [ map { [ $_, snapshot_provenance => 'true' ] } qw(wa wb wc wd) ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 20");
+ok(AshTest::gate_waiting($dst, 7373), 'sw: the worker waits at the gate on its first table');
+my $wlock = $src->background_psql($DB, on_error_stop => 1);
+$wlock->query_safe('BEGIN; LOCK TABLE wb IN ACCESS EXCLUSIVE MODE');
+AshTest::open_gate($wgate, 7373);
+ok(AshTest::wait_until(sub {
+			AshTest::log_lines_like($dst, qr/event=snapshot\.table_copied sink=sw table=public\.wd copier=1 /) }),
+	'sw: the helper copies wd while wb stays locked');
+is(q_dst("SELECT state FROM ash_replicant.snapshot_tables WHERE slot_name = 'sw' AND source_table = 'wb'"),
+	'pending', '... wb not yet');
+$wlock->query_safe('COMMIT');
+$wlock->quit;
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = 'sw'"),
+	'sw: the lock released, the attempt completes');
+AshTest::assert_mirror_equal($src, $dst, [ map { "${_}_v" } qw(wa wb wc wd) ], order_by => 'id');
 
 # A go-forward pipeline's question "which mapped tables have rows?" (its
 # first start, preflight and doctor: existing_rows) reads a row of each:
