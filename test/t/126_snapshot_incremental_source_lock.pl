@@ -17,10 +17,13 @@
 #     only catalogs before it copies), and a synchronous standby's commit
 #     made under the lock returns;
 #   - a helper whose table is locked copies another table meanwhile;
-#   - at most one read per copier waits at the source, no source fault is
-#     logged, the same worker process copies on once the lock is released
-#     (event=snapshot.source_lock_released, once a table), and the mirror
-#     equals the source.
+#   - at most one read per copier waits at the source (an ended session's
+#     read leaves the lock's queue: client_connection_check_interval), no
+#     source fault is logged, the same worker process copies on once the
+#     lock is released (event=snapshot.source_lock_released, once a table),
+#     and the mirror equals the source;
+#   - a go-forward pipeline's preflight (existing_rows) judges a locked
+#     table by its estimate after a second.
 use strict;
 use warnings;
 use lib 'test/t';
