@@ -103,6 +103,9 @@ static bytea *attempt_id = NULL;
 static TransactionId *noted = NULL;
 static int	nnoted = 0;
 static int	noted_cap = 0;
+static XLogRecPtr windows_passed = InvalidXLogRecPtr;	/* closed below it */
+static uint64 noted_adds = 0;	/* transactions noted, ever */
+static uint64 noted_drops = 0;	/* checks that forgot some, ever */
 
 void
 ash_incr_reset(const bytea *attempt)
@@ -114,6 +117,7 @@ ash_incr_reset(const bytea *attempt)
 	tables = NIL;
 	noted = NULL;
 	nnoted = noted_cap = 0;
+	windows_passed = InvalidXLogRecPtr;
 	attempt_id = NULL;
 	if (attempt != NULL)
 	{
@@ -291,7 +295,9 @@ ash_incr_chunk_committed(const char *nspname, const char *relname, char **cursor
 	if (t == NULL)
 		elog(ERROR, "ash_replicant: a chunk of a table outside the incremental attempt");
 	old = MemoryContextSwitchTo(incr_cxt);
-	add_window(t, chunk, lo, hi, snap, high_lsn);
+	/* a window the stream already passed is closed as it opens */
+	if (high_lsn > windows_passed)
+		add_window(t, chunk, lo, hi, snap, high_lsn);
 	t->started = true;
 	t->done = done;
 	t->cursor = done ? NULL : parse_key(t, cursor);
@@ -305,6 +311,7 @@ ash_incr_close_windows(XLogRecPtr passed)
 	ListCell   *lc;
 	int			open = 0;
 
+	windows_passed = Max(windows_passed, passed);
 	foreach(lc, tables)
 	{
 		IncrTable  *t = lfirst(lc);
@@ -374,6 +381,7 @@ ash_incr_note_xid(TransactionId xid)
 			repalloc(noted, sizeof(TransactionId) * noted_cap);
 	}
 	noted[nnoted++] = xid;
+	noted_adds++;
 }
 
 static int
@@ -410,6 +418,14 @@ ash_incr_noted_xids(TransactionId *xids, int max)
 	return nnoted;
 }
 
+/* How many transactions were noted, and how many checks forgot some, ever. */
+void
+ash_incr_noted_counts(uint64 *adds, uint64 *drops)
+{
+	*adds = noted_adds;
+	*drops = noted_drops;
+}
+
 /* Does snap show every transaction of xids (a helper's chunk)? */
 bool
 ash_incr_snapshot_shows(const AshIncrSnapshot *snap, const TransactionId *xids, int n)
@@ -433,6 +449,8 @@ ash_incr_snapshot_covers(const AshIncrSnapshot *snap)
 		covers = false;
 		noted[kept++] = noted[i];
 	}
+	if (kept < nnoted)
+		noted_drops++;
 	nnoted = kept;
 	return covers;
 }

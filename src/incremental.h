@@ -67,7 +67,8 @@ extern void ash_incr_add_window(const char *nspname, const char *relname, int64 
 
 /*
  * The stream has delivered every source commit below passed: close the
- * windows whose snapshot ended there.  Returns how many are still open.
+ * windows whose snapshot ended there (and those of chunks committed from
+ * now on that end there).  Returns how many are still open.
  */
 extern int	ash_incr_close_windows(XLogRecPtr passed);
 
@@ -122,6 +123,7 @@ extern bool ash_incr_truncate_keep(AshApplyRel *rel, TransactionId xid, StringIn
  * parallel").
  */
 extern int	ash_incr_noted_xids(TransactionId *xids, int max);
+extern void ash_incr_noted_counts(uint64 *adds, uint64 *drops);
 extern bool ash_incr_snapshot_shows(const AshIncrSnapshot *snap, const TransactionId *xids,
 									int n);
 

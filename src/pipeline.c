@@ -1398,6 +1398,17 @@ apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 	}
 }
 
+/* A keepalive: the source's position, and an answer when it asks for one. */
+static void
+keepalive_received(const AshStreamMsg *msg)
+{
+	if (msg->wal_end > idle_lsn)
+		idle_lsn = msg->wal_end;
+	incr_ping_sent = false;
+	if (msg->reply_requested)
+		send_feedback(true, false);
+}
+
 /*
  * Everything received so far: keepalives answered, DATA applied.  Returns
  * when the socket has nothing more.
@@ -1418,15 +1429,12 @@ drain_stream(DecoderState *dstate, MemoryContext loop_cxt, MemoryContext msg_cxt
 					 errmsg("ash_replicant: the source ended the replication stream")));
 		if (msg.kind == ASH_STREAM_KEEPALIVE)
 		{
-			if (msg.wal_end > idle_lsn)
-				idle_lsn = msg.wal_end;
-			incr_ping_sent = false;
-			if (msg.reply_requested)
-				send_feedback(true, false);
+			keepalive_received(&msg);
 			continue;
 		}
 
 		/* DATA: decoded into a per-message context, freed right after */
+		ash_snapshot_incremental_join();	/* no helper copies under it */
 		MemoryContextSwitchTo(msg_cxt);
 		apply_message_data(dstate, &msg);
 		MemoryContextSwitchTo(loop_cxt);
@@ -1509,11 +1517,62 @@ incremental_work(void)
 	incr_wait_ms = -1;
 	if (!incremental_session || ash_apply_in_remote_xact() || ash_apply_batch_pending())
 		return;
-	/* every commit below the watermark is delivered; a keepalive's position too */
-	(void) ash_incr_close_windows(Max(ash_apply_watermark() + 1, idle_lsn));
 	for (;;)
 	{
-		switch (ash_snapshot_incremental_step())
+		AshIncrStep step;
+
+		/*
+		 * Keepalives (the answers to our pings) are read here, the helpers
+		 * copying on; anything else of the stream ends the slice.  Every
+		 * commit below the watermark is delivered; a keepalive's position
+		 * too.
+		 */
+		while (ash_stream_keepalive_next(&stream))
+		{
+			AshStreamMsg msg;
+
+			ash_stream_receive(&stream, &msg);
+			keepalive_received(&msg);
+		}
+		if (ash_stream_more_buffered(&stream))
+		{
+			ash_snapshot_incremental_join();
+			incr_wait_ms = 0;
+			return;
+		}
+		(void) ash_incr_close_windows(Max(ash_apply_watermark() + 1, idle_lsn));
+		step = ash_snapshot_incremental_step();
+
+		/*
+		 * Ask for the position now rather than once the windows are full:
+		 * the answer, there before the next chunk is written, closes this
+		 * one's window (one ping at a time).
+		 */
+		if (step == ASH_INCR_STEP_CHUNK && !incr_ping_sent)
+		{
+			send_feedback(true, true);
+			incr_last_ping = GetCurrentTimestamp();
+			incr_ping_sent = true;
+		}
+
+		/*
+		 * While helpers copy, the worker stays: it takes their chunks and
+		 * lets them go on as windows close, waiting for them or the source
+		 * when it cannot copy itself -- until the stream has more than
+		 * keepalives or the slice ends.
+		 */
+		if (step != ASH_INCR_STEP_NONE && ash_snapshot_incremental_helping() &&
+			GetCurrentTimestamp() < until)
+		{
+			if (step == ASH_INCR_STEP_WAIT_WINDOWS)
+				incremental_ping();
+			if (step != ASH_INCR_STEP_CHUNK)
+				(void) ash_stream_wait(&stream, INCR_RETRY_MS);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		ash_snapshot_incremental_join();
+		switch (step)
 		{
 			case ASH_INCR_STEP_NONE:
 				/* copied: the last windows still judge until they close */
@@ -1525,20 +1584,7 @@ incremental_work(void)
 				incremental_ping();
 				return;
 			case ASH_INCR_STEP_CHUNK:
-
-				/*
-				 * Ask for the position now rather than once the windows
-				 * are full: the answer, there before the next chunk is
-				 * written, closes this one's window (one ping at a time).
-				 */
-				if (!incr_ping_sent)
-				{
-					send_feedback(true, true);
-					incr_last_ping = GetCurrentTimestamp();
-					incr_ping_sent = true;
-				}
-				if (ash_stream_more_buffered(&stream) ||
-					GetCurrentTimestamp() >= until)
+				if (GetCurrentTimestamp() >= until)
 				{
 					incr_wait_ms = 0;
 					return;

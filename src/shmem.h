@@ -94,30 +94,49 @@ typedef struct AshCopier
 /*
  * The helper of an incremental snapshot (snapshot_incr.c): a background
  * worker that writes the chunks of a second table while the pipeline
- * worker writes those of the first (fork-join: the pipeline worker applies
- * nothing from the stream until both chunks committed).  The pipeline
- * worker asks for a chunk (READ) with the transactions the stream
- * delivered that a chunk's snapshot must show (noted); the helper reads
- * the chunk, and commits it when its snapshot shows them (COMMITTED, its
- * snapshot below) or throws it away (DROPPED).  Two wake-ups per chunk:
- * in a virtual machine a wake-up of a sleeping process costs up to a
- * millisecond, a chunk of 1,000 rows a few.  Each side sets the other's
- * latch after it moves the state.  Protected by the slot's mutex.
+ * worker writes those of the first.  The pipeline worker asks for chunks
+ * (READ) with the transactions the stream delivered that a chunk's
+ * snapshot must show (noted) and how many chunks it may commit (granted,
+ * which the worker raises while the helper copies); the helper reads each
+ * chunk, commits it when its snapshot shows them and reports it in the
+ * ring (its window and where the table stands), and goes IDLE when the
+ * grant is used up, the worker revoked it, its table is copied or a chunk
+ * could not be written (dropped, locked).  The pipeline worker applies
+ * nothing from the stream while a helper is READ.  A helper's chunk costs
+ * no wake-up while the worker keeps its grant ahead: in a virtual machine
+ * a wake-up of a sleeping process costs up to a millisecond, a chunk of
+ * 1,000 rows a few.  Protected by the slot's mutex.
  */
 #define ASH_INCR_HELPER_XIP_MAX 1024
 #define ASH_INCR_HELPER_NOTED_MAX 1024
 #define ASH_INCR_HELPER_KEY_MAX 512
+#define ASH_INCR_HELPER_RING 4
 
 typedef enum AshIncrHelperState
 {
 	ASH_INCR_HELPER_OFF = 0,	/* no helper, or it is starting */
-	ASH_INCR_HELPER_IDLE,		/* ready for a chunk */
-	ASH_INCR_HELPER_READ,		/* worker: copy the next chunk of the table */
-	ASH_INCR_HELPER_COMMITTED,	/* helper: committed, its snapshot below */
-	ASH_INCR_HELPER_DROPPED,	/* helper: not shown, thrown away */
+	ASH_INCR_HELPER_IDLE,		/* ready for chunks (the last grant ended) */
+	ASH_INCR_HELPER_READ,		/* worker: copy chunks of the table */
 	ASH_INCR_HELPER_STOP,		/* worker: no chunk left for it, exit */
-	ASH_INCR_HELPER_ENDED		/* helper: gone (copiers[1].end says how) */
+	ASH_INCR_HELPER_ENDED		/* helper: gone (copiers[i].end says how) */
 } AshIncrHelperState;
+
+/* A chunk a helper committed: its window and where its table stands. */
+typedef struct AshIncrReport
+{
+	/* its snapshot (every xid: a larger one is not written) */
+	uint32		xmin;
+	uint32		xmax;
+	int			nxip;
+	uint32		xip[ASH_INCR_HELPER_XIP_MAX];
+	XLogRecPtr	high_lsn;
+	bool		reread;			/* its read-ahead was read again */
+	/* its rows, the table's last, its largest key */
+	int64		nrows;
+	bool		done;
+	int			nkeys;			/* 0: the key did not fit, read the catalog */
+	char		hi[ASH_INCR_HELPER_KEY_MAX];	/* the key's texts, each NUL-ended */
+} AshIncrReport;
 
 typedef struct AshIncrHelper
 {
@@ -129,23 +148,20 @@ typedef struct AshIncrHelper
 	char		table[NAMEDATALEN];
 	int64		chunks;
 	bool		ahead_ok;
-	/* ... the transactions the chunk's snapshot must show, its rows' position */
+	/* ... the transactions the chunks' snapshots must show, their rows' position */
 	int			nnoted;
 	uint32		noted[ASH_INCR_HELPER_NOTED_MAX];
 	XLogRecPtr	position;
-	/* the chunk committed: its snapshot (every xid: a larger one is dropped) */
-	uint32		xmin;
-	uint32		xmax;
-	int			nxip;
-	uint32		xip[ASH_INCR_HELPER_XIP_MAX];
-	XLogRecPtr	high_lsn;
-	/* ... its rows, the table's last, its largest key; a read-ahead dropped */
-	bool		reread;
-	bool		locked;			/* dropped: its read met a lock at the source */
-	int64		nrows;
-	bool		done;
-	int			nkeys;			/* 0: the key did not fit, read the catalog */
-	char		hi[ASH_INCR_HELPER_KEY_MAX];	/* the key's texts, each NUL-ended */
+	/* ... how many chunks it may commit; stop before the next one */
+	int			granted;
+	bool		revoked;
+	/* the chunks committed under the request ([n % ASH_INCR_HELPER_RING]) */
+	int			committed;
+	AshIncrReport reports[ASH_INCR_HELPER_RING];
+	/* how the request ended: a chunk not written (its read-ahead read again) */
+	int			rereads;
+	bool		dropped;
+	bool		locked;			/* ... its read met a lock at the source */
 } AshIncrHelper;
 
 typedef enum AshSlotState

@@ -55,7 +55,9 @@ extern XLogRecPtr ash_snapshot_frontier(const AshCheckpointKey *key);
  * the destination cannot order like the source, halts snapshot_unsupported
  * with nothing recorded); begin arms or resumes the attempt and installs
  * what apply judges by; step copies the next chunk when one may be copied
- * now (between source transactions, no batch open).  The chunk connection
+ * now (between source transactions, no batch open).  Helpers may go on
+ * copying after step returns (helping): join ends their requests, and must
+ * come before anything more of the stream is applied.  The chunk connection
  * lives until the next session's prepare (or the worker's exit).
  */
 typedef enum AshIncrStep
@@ -74,6 +76,8 @@ extern void ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpoint
 										   const AshSlotStart *start, AshBinding *binding);
 extern AshIncrStep ash_snapshot_incremental_step(void);
 extern long ash_snapshot_incremental_pause_ms(void);
+extern bool ash_snapshot_incremental_helping(void);
+extern void ash_snapshot_incremental_join(void);
 
 /* Entry point of a snapshot helper worker (snapshot_copier.c). */
 extern PGDLLEXPORT void ash_snapshot_copier_main(Datum main_arg);

@@ -122,8 +122,24 @@ static XLogRecPtr incr_kept_low = InvalidXLogRecPtr;
 static BackgroundWorkerHandle *incr_helpers[ASH_SNAPSHOT_COPIERS_MAX];	/* [1..]: started */
 static bool incr_helper_gone[ASH_SNAPSHOT_COPIERS_MAX]; /* stopped this session */
 static bool incr_helpers_refused = false;	/* no more helpers this session */
-static bool incr_helper_ahead_ok[ASH_SNAPSHOT_COPIERS_MAX];	/* read-ahead usable */
 static int64 incr_helper_drops[ASH_SNAPSHOT_COPIERS_MAX];	/* chunks read, dropped */
+
+/*
+ * Helper i's request as the worker knows it: outstanding (its end not
+ * taken yet), for which table, how many chunks it may commit and how many
+ * of those the worker took; whether the last chunk it read was written,
+ * and the transactions noted and forgotten then (its read-ahead's use,
+ * incr_helper_request); the count noted at this request.
+ */
+static bool incr_helper_active[ASH_SNAPSHOT_COPIERS_MAX];
+static SnapTable *incr_helper_asked[ASH_SNAPSHOT_COPIERS_MAX];
+static int	incr_helper_granted[ASH_SNAPSHOT_COPIERS_MAX];
+static int	incr_helper_taken[ASH_SNAPSHOT_COPIERS_MAX];
+static bool incr_helper_written[ASH_SNAPSHOT_COPIERS_MAX];
+static uint64 incr_helper_ref_adds[ASH_SNAPSHOT_COPIERS_MAX];
+static uint64 incr_helper_ref_drops[ASH_SNAPSHOT_COPIERS_MAX];
+static uint64 incr_helper_asked_adds[ASH_SNAPSHOT_COPIERS_MAX];
+static bool incr_helper_dropped_now = false;	/* a request ended dropped */
 
 /*
  * The table each copier copies (the worker's, helper i's): a copier keeps
@@ -276,6 +292,8 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_helpers_refused = false;
 	memset(incr_helper_gone, 0, sizeof(incr_helper_gone));
 	memset(incr_helper_drops, 0, sizeof(incr_helper_drops));
+	memset(incr_helper_active, 0, sizeof(incr_helper_active));
+	memset(incr_helper_written, 0, sizeof(incr_helper_written));
 	incr_own_table = NULL;
 	memset(incr_helper_table, 0, sizeof(incr_helper_table));
 	if (incr_conn != NULL)
@@ -1442,27 +1460,32 @@ chunk_committed(IncrChunk *c)
  * to copy, the pipeline worker starts up to N - 1 helpers (background
  * workers with a source connection and a replication origin of their own,
  * as v1's helper copiers); each copier keeps a table until it is copied.
- * It copies by fork-join: it asks each helper for the next chunk of its
- * table, handing it what the stream delivered that a chunk must show (fact
- * 2 of docs/snapshots.md: the noted transactions, before anything of the
- * round forgets one), and reads the next chunk of its own.  Each copier
- * judges its own chunk's snapshot: a helper whose chunk passes writes and
- * commits it while the worker writes and commits its own; one whose chunk
- * does not pass drops it.  Two wake-ups per helper chunk (asked; committed
- * or dropped), where the worker judging every snapshot took four: in a
- * virtual machine each can cost most of a millisecond.  The worker waits
- * for every helper before it applies anything more from the stream: the
- * stream delivers nothing between any chunk's check and its commit, and
- * the worker's judgment of the stream (cursors, windows) takes each
- * helper's chunk as the helper committed it (its snapshot and cursor in
- * shared memory, the cursor from its catalog row when the key is too long
- * for that).
+ * The worker asks a helper for chunks of its table, handing it what the
+ * stream delivered that a chunk must show (fact 2 of docs/snapshots.md: the
+ * noted transactions) and how many chunks it may commit; the helper reads
+ * each chunk, judges its snapshot, commits it when it shows them and
+ * reports it in shared memory (its window, where the table stands), then
+ * reads the next -- while the worker copies chunks of its own table.  The
+ * worker takes the helpers' reports between its own chunks and raises their
+ * grants as windows close, so a helper copies on without waiting for the
+ * worker (a wake-up of a sleeping process can cost most of a millisecond
+ * in a virtual machine, a chunk of 1,000 rows a few).
  *
- * A noted transaction is forgotten only by the worker's own check, after
- * the helpers were handed it; a helper's read-ahead (sent after its chunk
- * arrived) is used only when its chunk was written in the last round that
- * checked anything: that chunk's snapshot showed every transaction noted
- * then, so its read-ahead does.
+ * The worker applies nothing from the stream while a helper holds a
+ * request: before it does, it revokes the requests and waits until each
+ * helper ended its chunk (ash_snapshot_incremental_join), and takes every
+ * chunk they committed.  So nothing is delivered between any chunk's check
+ * and its commit, and the stream is judged with every committed chunk's
+ * window known.  The chunks a helper may commit but the worker has not
+ * taken count as open windows (max_pending_chunks).
+ *
+ * A noted transaction is forgotten by the worker's own check only; a helper
+ * keeps the list of its request.  A helper's first chunk of a request may be
+ * its read-ahead (sent after its last chunk arrived) only when that chunk
+ * was written and, since its request, nothing was noted or, since that
+ * request ended, nothing forgotten: a transaction noted after that list and
+ * forgotten before the new one could be missing from the read-ahead and
+ * from the new list alike.
  *
  * A helper that fails (or vanishes) fails the worker's session; the next
  * session waits until the helpers are gone before it reads where each
@@ -1502,7 +1525,7 @@ helper_set_state(int i, AshIncrHelperState s, bool to_helper)
 
 /*
  * Stop helper i (its table is no longer among those it would copy; it is
- * not started again this session).  Between chunks it exits by itself,
+ * not started again this session).  Between requests it exits by itself,
  * dropping its origin; otherwise it is terminated.  wait: until it is
  * gone, so that its chunk, committed or not, is final.
  */
@@ -1510,6 +1533,7 @@ static void
 incr_helper_stop_one(int i, bool wait)
 {
 	incr_helper_gone[i] = true;
+	incr_helper_active[i] = false;
 	if (incr_helpers[i] != NULL)
 	{
 		pid_t		pid;
@@ -1532,7 +1556,7 @@ incr_helper_stop_one(int i, bool wait)
 		memset(&ash_snap_slot->copiers[i], 0, sizeof(AshCopier));
 		SpinLockRelease(&ash_snap_slot->mutex);
 	}
-	incr_helper_ahead_ok[i] = false;
+	incr_helper_written[i] = false;
 }
 
 /*
@@ -1618,7 +1642,7 @@ incr_helper_ended(int i)
 	ash_snap_raise_helper_end(&c);
 }
 
-/* Is helper i there and waiting for a chunk? */
+/* Is helper i there and waiting for a request? */
 static bool
 incr_helper_idle(int i)
 {
@@ -1638,81 +1662,89 @@ incr_helper_idle(int i)
 	return false;
 }
 
-/*
- * Wait until helper i committed its chunk or dropped it, and say which;
- * an ended helper raises.
- */
-static AshIncrHelperState
-incr_helper_wait(int i)
+/* The target a table of the attempt is mapped to (InvalidOid: none). */
+static Oid
+table_target(SnapTable *st)
 {
-	for (;;)
-	{
-		AshIncrHelperState s = helper_state(i);
-		pid_t		pid;
+	AshMapping *m = ash_config_find_mapping(ash_snap_cfg, st->nspname, st->relname);
 
-		if (s == ASH_INCR_HELPER_COMMITTED || s == ASH_INCR_HELPER_DROPPED)
-			return s;
-		if (s == ASH_INCR_HELPER_ENDED ||
-			GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED)
-		{
-			s = helper_state(i);
-			if (s == ASH_INCR_HELPER_COMMITTED || s == ASH_INCR_HELPER_DROPPED)
-				return s;
-			incr_helper_ended(i);
-			ereport(ERROR,
-					(errcode(ERRCODE_ADMIN_SHUTDOWN),
-					 errmsg("ash_replicant: an incremental snapshot helper ended in a chunk")));
-		}
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
+	return m != NULL ? m->target_relid : InvalidOid;
 }
 
 /*
- * Ask helper i for the next chunk of st, to be committed if its snapshot
- * shows the nnoted transactions of noted.
+ * Ask helper i for up to grant chunks of st, each committed only if its
+ * snapshot shows the nnoted transactions of noted.
  */
 static void
-incr_helper_request(int i, SnapTable *st, const TransactionId *noted, int nnoted)
+incr_helper_request(int i, SnapTable *st, const TransactionId *noted, int nnoted, int grant)
 {
-	Assert(nnoted <= ASH_INCR_HELPER_NOTED_MAX);
+	uint64		adds;
+	uint64		drops;
+	bool		ahead_ok;
+
+	Assert(nnoted <= ASH_INCR_HELPER_NOTED_MAX && grant >= 1 &&
+		   grant <= ASH_INCR_HELPER_RING);
+	ash_incr_noted_counts(&adds, &drops);
+	ahead_ok = incr_helper_written[i] &&
+		(adds == incr_helper_ref_adds[i] || drops == incr_helper_ref_drops[i]);
 	SpinLockAcquire(&ash_snap_slot->mutex);
 	strlcpy(HELPER(i)->schema, st->nspname, NAMEDATALEN);
 	strlcpy(HELPER(i)->table, st->relname, NAMEDATALEN);
 	HELPER(i)->chunks = st->chunks;
-	HELPER(i)->ahead_ok = incr_helper_ahead_ok[i];
+	HELPER(i)->ahead_ok = ahead_ok;
 	HELPER(i)->nnoted = nnoted;
 	memcpy(HELPER(i)->noted, noted, sizeof(TransactionId) * nnoted);
 	HELPER(i)->position = ash_snap_chunk_position(incr_attempt, ash_apply_watermark());
+	HELPER(i)->granted = grant;
+	HELPER(i)->revoked = false;
+	HELPER(i)->committed = 0;
+	HELPER(i)->rereads = 0;
+	HELPER(i)->dropped = false;
+	HELPER(i)->locked = false;
 	SpinLockRelease(&ash_snap_slot->mutex);
+	incr_helper_active[i] = true;
+	incr_helper_asked[i] = st;
+	incr_helper_granted[i] = grant;
+	incr_helper_taken[i] = 0;
+	incr_helper_asked_adds[i] = adds;
 	helper_set_state(i, ASH_INCR_HELPER_READ, true);
 }
 
-/* The snapshot of helper i's committed chunk. */
+/* Let helper i commit more chunks of its request. */
 static void
-incr_helper_snapshot(int i, AshIncrSnapshot *snap, XLogRecPtr *high_lsn)
+incr_helper_raise(int i, int more)
 {
+	Latch	   *latch;
+
 	SpinLockAcquire(&ash_snap_slot->mutex);
-	snap->xmin = HELPER(i)->xmin;
-	snap->xmax = HELPER(i)->xmax;
-	snap->nxip = HELPER(i)->nxip;
-	snap->xip = palloc(sizeof(TransactionId) * Max(snap->nxip, 1));
-	for (int j = 0; j < snap->nxip; j++)
-		snap->xip[j] = HELPER(i)->xip[j];
-	*high_lsn = HELPER(i)->high_lsn;
+	HELPER(i)->granted += more;
+	latch = HELPER(i)->helper_latch;
 	SpinLockRelease(&ash_snap_slot->mutex);
+	incr_helper_granted[i] += more;
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/* Chunks the helpers may commit that the worker has not taken: windows. */
+static int
+incr_helpers_outstanding(void)
+{
+	int			n = 0;
+
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (incr_helper_active[i])
+			n += incr_helper_granted[i] - incr_helper_taken[i];
+	return n;
 }
 
 /*
- * Helper i committed its chunk of st (the next after the worker's count):
- * where the table stands now, from its catalog row, and the chunk's
- * window, for the stream's judgment.
+ * Helper i committed chunk r of st (the next after the worker's count):
+ * where the table stands now, and the chunk's window, for the stream's
+ * judgment.  A key too long for shared memory is read from the table's
+ * catalog row (the helper ends its request after such a chunk).
  */
 static void
-incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *snap,
-					  XLogRecPtr high_lsn)
+incr_helper_committed(int i, SnapTable *st, const AshIncrReport *r)
 {
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
@@ -1720,33 +1752,42 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 	bool		done;
 	int64		chunks;
 	int64		rows;
+	char	  **lo;
 	char	  **hi = NULL;
+	AshIncrSnapshot snap;
 	HeapTuple	tup;
 	TupleDesc	desc;
 	Datum		d;
 
-	/* as the helper said it (its key fitted in shared memory) */
-	SpinLockAcquire(&ash_snap_slot->mutex);
-	if (HELPER(i)->nkeys > 0 || HELPER(i)->done)
-	{
-		const char *p = HELPER(i)->hi;
+	if (!ash_incr_table_cursor(st->nspname, st->relname, &lo))
+		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
+				 quote_qualified_identifier(st->nspname, st->relname));
+	snap.xmin = r->xmin;
+	snap.xmax = r->xmax;
+	snap.nxip = r->nxip;
+	snap.xip = palloc(sizeof(TransactionId) * Max(snap.nxip, 1));
+	for (int j = 0; j < snap.nxip; j++)
+		snap.xip[j] = r->xip[j];
 
-		done = HELPER(i)->done;
-		rows = st->rows + HELPER(i)->nrows;
+	/* as the helper said it (its key fitted in shared memory) */
+	if (r->nkeys > 0 || r->done)
+	{
+		const char *p = r->hi;
+
+		done = r->done;
+		rows = st->rows + r->nrows;
 		chunks = st->chunks + 1;
 		if (!done)
 		{
-			hi = palloc(sizeof(char *) * HELPER(i)->nkeys);
-			for (int k = 0; k < HELPER(i)->nkeys; k++)
+			hi = palloc(sizeof(char *) * r->nkeys);
+			for (int k = 0; k < r->nkeys; k++)
 			{
 				hi[k] = pstrdup(p);
 				p += strlen(p) + 1;
 			}
 		}
-		SpinLockRelease(&ash_snap_slot->mutex);
 		goto judged;
 	}
-	SpinLockRelease(&ash_snap_slot->mutex);
 
 	values[0] = CStringGetTextDatum(st->nspname);
 	values[1] = CStringGetTextDatum(st->relname);
@@ -1779,14 +1820,165 @@ incr_helper_committed(int i, SnapTable *st, char **lo, const AshIncrSnapshot *sn
 		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 				 quote_qualified_identifier(st->nspname, st->relname));
 judged:
-	ash_incr_chunk_committed(st->nspname, st->relname, hi, done, chunks, lo, hi, snap,
-							 high_lsn);
+	if (r->reread)
+		incr_helper_drops[i]++;
+	ash_incr_chunk_committed(st->nspname, st->relname, hi, done, chunks, lo, hi, &snap,
+							 r->high_lsn);
 	/* its window row, kept in snapshot_windows too */
 	if (!XLogRecPtrIsInvalid(incr_kept_low))
-		incr_kept_low = Min(incr_kept_low, high_lsn);
+		incr_kept_low = Min(incr_kept_low, r->high_lsn);
 	table_progress(st, i, chunks, rows, done, incr_helper_drops[i]);
 	if (done)
 		incr_helper_drops[i] = 0;
+}
+
+/*
+ * Take the chunks helper i committed since the worker last looked (their
+ * windows judge the stream from now on) and, once its request ended, how
+ * it ended.  wait: revoke the request and wait until it ended.  A helper
+ * that ended in a request raises.
+ */
+static void
+incr_helper_collect(int i, bool wait)
+{
+	SnapTable  *st = incr_helper_asked[i];
+	AshIncrReport *r = NULL;
+	AshIncrHelperState s;
+	int			committed;
+	int			rereads;
+	bool		dropped;
+	bool		locked;
+	uint64		adds;
+
+	if (!incr_helper_active[i])
+		return;
+	if (wait)
+	{
+		Latch	   *latch;
+
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		HELPER(i)->revoked = true;
+		latch = HELPER(i)->helper_latch;
+		SpinLockRelease(&ash_snap_slot->mutex);
+		if (latch != NULL)
+			SetLatch(latch);
+	}
+	for (;;)
+	{
+		pid_t		pid;
+		bool		gone;
+
+		gone = GetBackgroundWorkerPid(incr_helpers[i], &pid) == BGWH_STOPPED;
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		s = HELPER(i)->state;
+		committed = HELPER(i)->committed;
+		SpinLockRelease(&ash_snap_slot->mutex);
+
+		/*
+		 * A report is written before committed counts it (under the mutex),
+		 * and its slot is not written again before the worker raises the
+		 * grant past it.
+		 */
+		while (incr_helper_taken[i] < committed)
+		{
+			if (r == NULL)
+				r = palloc(sizeof(AshIncrReport));
+			memcpy(r, &HELPER(i)->reports[incr_helper_taken[i] % ASH_INCR_HELPER_RING],
+				   sizeof(AshIncrReport));
+			incr_helper_committed(i, st, r);
+			incr_helper_taken[i]++;
+		}
+		if (s != ASH_INCR_HELPER_READ || gone)
+			break;
+		if (!wait)
+		{
+			if (r != NULL)
+				pfree(r);
+			return;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (r != NULL)
+		pfree(r);
+	if (s != ASH_INCR_HELPER_IDLE)
+	{
+		/* ended (or vanished) in the request: every chunk it committed taken */
+		incr_helper_ended(i);
+		ereport(ERROR,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("ash_replicant: an incremental snapshot helper ended in a chunk")));
+	}
+
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	rereads = HELPER(i)->rereads;
+	dropped = HELPER(i)->dropped;
+	locked = HELPER(i)->locked;
+	SpinLockRelease(&ash_snap_slot->mutex);
+	incr_helper_active[i] = false;
+	incr_helper_drops[i] += rereads + (dropped ? 1 : 0);
+	if (committed > 0 || dropped || locked)
+	{
+		/* a chunk was read: its read-ahead, and the lock it met or not */
+		incr_helper_written[i] = !dropped && !locked;
+		incr_helper_ref_adds[i] = incr_helper_asked_adds[i];
+		ash_incr_noted_counts(&adds, &incr_helper_ref_drops[i]);
+		copier_met_lock(i, st, locked);
+	}
+	if (dropped)
+		incr_helper_dropped_now = true;
+}
+
+/*
+ * Take what every helper committed; wait: after revoking their requests,
+ * until each ended.  A helper's failure stops the others.
+ */
+static void
+incr_helpers_collect(bool wait)
+{
+	int			nhelpers = Min(ash_snapshot_workers, ASH_SNAPSHOT_COPIERS_MAX) - 1;
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext rcxt = AllocSetContextCreate(cxt, "ash_replicant helper reports",
+											   ALLOCSET_DEFAULT_SIZES);
+
+	MemoryContextSwitchTo(rcxt);
+	PG_TRY();
+	{
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+			incr_helper_collect(i, wait || i > nhelpers || incr_helpers_refused);
+	}
+	PG_CATCH();
+	{
+		/* their chunks, committed or not, are read by the next session */
+		ash_snap_incr_helper_stop(false);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	MemoryContextDelete(rcxt);
+}
+
+/* Does a helper hold a request (the stream must not be applied)? */
+bool
+ash_snapshot_incremental_helping(void)
+{
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (incr_helper_active[i])
+			return true;
+	return false;
+}
+
+/*
+ * Before the stream is applied again: every helper's request revoked and
+ * ended, every chunk committed taken.
+ */
+void
+ash_snapshot_incremental_join(void)
+{
+	if (incr_attempt != NULL && ash_snapshot_incremental_helping())
+		incr_helpers_collect(true);
 }
 
 static SnapTable *
@@ -1834,9 +2026,74 @@ unassigned_table(bool only_ready)
 }
 
 /*
+ * Give helper i (idle) its table and, with room for a window and a target
+ * no other copier writes, a request.  avail: windows left, less those it
+ * is given.
+ */
+static void
+incr_helper_assign(int i, int nhelpers, Oid own_target, const TransactionId *noted,
+				   int nnoted, int cap, int *avail)
+{
+	SnapTable  *hst;
+	Oid			target;
+	char	  **cursor;
+
+	if (i <= nhelpers && !incr_helper_gone[i] && !incr_helpers_refused &&
+		incr_helper_table[i] == NULL)
+		incr_helper_table[i] = unassigned_table(false);
+
+	/*
+	 * A helper whose table a source lock keeps waiting copies another
+	 * meanwhile, if one is left (the waiting table goes back to the pool;
+	 * its next copier writes it with the upsert, as any table it did not
+	 * find empty).
+	 */
+	if (incr_helper_table[i] != NULL && table_paused(incr_helper_table[i]))
+	{
+		SnapTable  *ready = unassigned_table(true);
+
+		if (ready != NULL)
+		{
+			ash_snap_publish_source_lock(i, false);
+			incr_helper_table[i] = ready;
+		}
+	}
+	if (incr_helper_table[i] == NULL)
+	{
+		ash_snap_publish_source_lock(i, false); /* it waits for no lock */
+		if (incr_helpers[i] != NULL && !incr_helper_gone[i])
+			incr_helper_stop_one(i, false);
+		return;
+	}
+	incr_helper_start(i);
+	if (incr_helpers_refused)
+	{
+		incr_helper_table[i] = NULL;
+		ash_snap_publish_source_lock(i, false);
+		return;
+	}
+	hst = incr_helper_table[i];
+	target = table_target(hst);
+	if (!incr_helper_idle(i))	/* one that ended is noticed here */
+		return;
+	if (*avail < 1 || nnoted < 0 || !OidIsValid(own_target) || !OidIsValid(target) ||
+		target == own_target || table_paused(hst))
+		return;
+	for (int j = 1; j < ASH_SNAPSHOT_COPIERS_MAX; j++)
+		if (j != i && incr_helper_active[j] && table_target(incr_helper_asked[j]) == target)
+			return;
+	if (!ash_incr_table_cursor(hst->nspname, hst->relname, &cursor))
+		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
+				 quote_qualified_identifier(hst->nspname, hst->relname));
+	incr_helper_request(i, hst, noted, nnoted, Min(*avail, cap));
+	*avail -= incr_helper_granted[i];
+}
+
+/*
  * Copy the next chunk, when the configuration allows one now (with
- * helpers: the next chunks of several tables).  Runs between two source
- * transactions of the stream (no batch open).
+ * helpers: the next chunks of several tables, the helpers' going on after
+ * this returns, until ash_snapshot_incremental_join).  Runs between two
+ * source transactions of the stream (no batch open).
  */
 AshIncrStep
 ash_snapshot_incremental_step(void)
@@ -1847,19 +2104,10 @@ ash_snapshot_incremental_step(void)
 	XLogRecPtr	lowest;
 	MemoryContext cxt = CurrentMemoryContext;
 	MemoryContext tcxt;
-	int			open;
 	int			nhelpers;
-	int			nasked = 0;
 	SnapTable  *st;
-	SnapTable  *hst[ASH_SNAPSHOT_COPIERS_MAX];
-	char	  **hcursor[ASH_SNAPSHOT_COPIERS_MAX];
-	Oid			htarget[ASH_SNAPSHOT_COPIERS_MAX];
-	AshIncrSnapshot hsnap[ASH_SNAPSHOT_COPIERS_MAX];
 	TransactionId *noted;
 	int			nnoted;
-	XLogRecPtr	hlsn[ASH_SNAPSHOT_COPIERS_MAX];
-	bool		hwrite[ASH_SNAPSHOT_COPIERS_MAX];
-	AshMapping *m1;
 	IncrChunk	c;
 	volatile AshIncrStep result = ASH_INCR_STEP_CHUNK;
 	volatile bool written = false;
@@ -1867,127 +2115,107 @@ ash_snapshot_incremental_step(void)
 
 	if (incr_attempt == NULL)
 		return ASH_INCR_STEP_NONE;
+
+	/* what the helpers committed since: their windows judge from now on */
+	incr_helper_dropped_now = false;
+	incr_helpers_collect(false);
 	if (!ash_incr_next_table(&nspname, &relname, &cursor))
 	{
+		incr_helpers_collect(true);	/* each ended its request: stopped, not terminated */
 		ash_snap_incr_helper_stop(false);
 		incr_attempt_completed(false);
 		return ASH_INCR_STEP_NONE;
 	}
-	open = ash_incr_open_windows(&lowest);
-	if (open >= ash_snap_cfg->max_pending_chunks)
+	if (ash_incr_open_windows(&lowest) + incr_helpers_outstanding() >=
+		ash_snap_cfg->max_pending_chunks)
 		return ASH_INCR_STEP_WAIT_WINDOWS;
 
 	tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(tcxt);
-
-	/*
-	 * Each copier keeps its table until it is copied.  A helper that cannot
-	 * copy (not started, stopped, refused) keeps none; the worker takes a
-	 * helper's table when none is left for it.
-	 */
-	nhelpers = Min(ash_snapshot_workers, ASH_SNAPSHOT_COPIERS_MAX) - 1;
-	if (incr_own_table != NULL && incr_own_table->copied)
-		incr_own_table = NULL;
-	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		if (incr_helper_table[i] != NULL &&
-			(incr_helper_table[i]->copied || i > nhelpers || incr_helper_gone[i] ||
-			 incr_helpers_refused))
-			incr_helper_table[i] = NULL;
-	if (incr_own_table == NULL)
-		incr_own_table = unassigned_table(false);
-	for (int i = 1; incr_own_table == NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-	{
-		incr_own_table = incr_helper_table[i];
-		incr_helper_table[i] = NULL;
-	}
-	st = incr_own_table;
-	if (st == NULL || !ash_incr_table_cursor(st->nspname, st->relname, &cursor))
-		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
-				 quote_qualified_identifier(nspname, relname));
-	nspname = st->nspname;
-	relname = st->relname;
-	m1 = ash_config_find_mapping(ash_snap_cfg, nspname, relname);
-
-	/*
-	 * What a helper's chunk must show, taken before the worker's own check
-	 * below forgets what its snapshot shows.  More than a helper can hold:
-	 * the worker copies alone this time.
-	 */
-	noted = palloc(sizeof(TransactionId) * ASH_INCR_HELPER_NOTED_MAX);
-	nnoted = ash_incr_noted_xids(noted, ASH_INCR_HELPER_NOTED_MAX);
-
-	/*
-	 * Helper i copies its table in this round when there is room for one
-	 * more window and its target is not another chunk's.
-	 */
-	memset(hst, 0, sizeof(hst));
-	memset(hwrite, 0, sizeof(hwrite));
-	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-	{
-		AshMapping *m2;
-
-		if (i <= nhelpers && !incr_helper_gone[i] && !incr_helpers_refused &&
-			incr_helper_table[i] == NULL)
-			incr_helper_table[i] = unassigned_table(false);
-
-		/*
-		 * A helper whose table a source lock keeps waiting copies another
-		 * meanwhile, if one is left (the waiting table goes back to the
-		 * pool; its next copier writes it with the upsert, as any table it
-		 * did not find empty).
-		 */
-		if (incr_helper_table[i] != NULL && table_paused(incr_helper_table[i]))
-		{
-			SnapTable  *ready = unassigned_table(true);
-
-			if (ready != NULL)
-			{
-				ash_snap_publish_source_lock(i, false);
-				incr_helper_table[i] = ready;
-			}
-		}
-		if (incr_helper_table[i] == NULL)
-		{
-			ash_snap_publish_source_lock(i, false); /* it waits for no lock */
-			if (incr_helpers[i] != NULL && !incr_helper_gone[i])
-				incr_helper_stop_one(i, false);
-			continue;
-		}
-		incr_helper_start(i);
-		if (incr_helpers_refused)
-		{
-			incr_helper_table[i] = NULL;
-			ash_snap_publish_source_lock(i, false);
-			continue;
-		}
-		hst[i] = incr_helper_table[i];
-		if (!ash_incr_table_cursor(hst[i]->nspname, hst[i]->relname, &hcursor[i]))
-			ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
-					 quote_qualified_identifier(hst[i]->nspname, hst[i]->relname));
-		m2 = ash_config_find_mapping(ash_snap_cfg, hst[i]->nspname, hst[i]->relname);
-		htarget[i] = m2 != NULL ? m2->target_relid : InvalidOid;
-		if (open + nasked + 2 > ash_snap_cfg->max_pending_chunks ||
-			m1 == NULL || m2 == NULL || m1->target_relid == m2->target_relid)
-			hst[i] = NULL;
-		for (int j = 1; j < i && hst[i] != NULL; j++)
-			if (hst[j] != NULL && htarget[j] == htarget[i])
-				hst[i] = NULL;
-		if (nnoted < 0 || (hst[i] != NULL && (table_paused(hst[i]) || !incr_helper_idle(i))))
-			hst[i] = NULL;
-		if (hst[i] != NULL)
-			nasked++;
-	}
-
 	PG_TRY();
 	{
+		AshMapping *m1 = NULL;
+		int			avail;
+		int			cap;
+
 		/*
-		 * Each helper commits its chunk when its snapshot shows noted (the
-		 * stream delivers nothing before the commit), and drops it
-		 * otherwise: read afresh next time.
+		 * Each copier keeps its table until it is copied.  A helper that
+		 * cannot copy (not started, stopped, refused) keeps none; the worker
+		 * takes a helper's table when none is left for it, once the helper
+		 * ended its request.
 		 */
+		nhelpers = Min(ash_snapshot_workers, ASH_SNAPSHOT_COPIERS_MAX) - 1;
+		if (incr_own_table != NULL && incr_own_table->copied)
+			incr_own_table = NULL;
 		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-			if (hst[i] != NULL)
-				incr_helper_request(i, hst[i], noted, nnoted);
+			if (!incr_helper_active[i] && incr_helper_table[i] != NULL &&
+				(incr_helper_table[i]->copied || i > nhelpers || incr_helper_gone[i] ||
+				 incr_helpers_refused))
+				incr_helper_table[i] = NULL;
+		if (incr_own_table == NULL)
+			incr_own_table = unassigned_table(false);
+		for (int i = 1; incr_own_table == NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		{
+			if (incr_helper_table[i] == NULL)
+				continue;
+			incr_helper_collect(i, true);
+			if (!incr_helper_table[i]->copied)
+				incr_own_table = incr_helper_table[i];
+			incr_helper_table[i] = NULL;
+		}
+		st = incr_own_table;
+		if (st != NULL)
+		{
+			if (!ash_incr_table_cursor(st->nspname, st->relname, &cursor))
+				ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
+						 quote_qualified_identifier(st->nspname, st->relname));
+			nspname = st->nspname;
+			relname = st->relname;
+			m1 = ash_config_find_mapping(ash_snap_cfg, nspname, relname);
+
+			/* a helper writing the same target ends its request first */
+			for (int i = 1; m1 != NULL && i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+				if (incr_helper_active[i] &&
+					table_target(incr_helper_asked[i]) == m1->target_relid)
+					incr_helper_collect(i, true);
+		}
+
+		/*
+		 * What a helper's chunk must show, taken before the worker's own
+		 * check below forgets what its snapshot shows.  More than a helper
+		 * can hold: the helpers get no new request this time.
+		 */
+		noted = palloc(sizeof(TransactionId) * ASH_INCR_HELPER_NOTED_MAX);
+		nnoted = ash_incr_noted_xids(noted, ASH_INCR_HELPER_NOTED_MAX);
+
+		/*
+		 * Windows left for the helpers: one kept for the worker's own chunk,
+		 * each helper's share of the rest (at least one: none waits for
+		 * another to finish its table).  A helper still copying may commit
+		 * more; an idle one is asked again.
+		 */
+		avail = ash_snap_cfg->max_pending_chunks - ash_incr_open_windows(&lowest) -
+			incr_helpers_outstanding() - (st != NULL ? 1 : 0);
+		cap = nhelpers < 1 ? 1 :
+			Min(Max((ash_snap_cfg->max_pending_chunks - 1 + nhelpers - 1) / nhelpers, 1),
+				ASH_INCR_HELPER_RING);
+		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		{
+			if (incr_helper_active[i])
+			{
+				int			more = Min(avail, cap -
+									   (incr_helper_granted[i] - incr_helper_taken[i]));
+
+				if (more > 0)
+				{
+					incr_helper_raise(i, more);
+					avail -= more;
+				}
+				continue;
+			}
+			incr_helper_assign(i, nhelpers, m1 != NULL ? m1->target_relid : InvalidOid,
+							   noted, nnoted, cap, &avail);
+		}
 
 		/*
 		 * The worker's own chunk: one read ahead may miss a transaction the
@@ -1997,7 +2225,9 @@ ash_snapshot_incremental_step(void)
 		 * nothing delivered between it and this chunk's commit.  A read
 		 * that meets a lock at the source leaves the table for a while.
 		 */
-		if (table_paused(st))
+		if (st == NULL)
+			result = ASH_INCR_STEP_CHUNK;	/* the helpers' tables are the last */
+		else if (table_paused(st))
 			result = ASH_INCR_STEP_WAIT_LOCK;
 		else
 		{
@@ -2005,7 +2235,7 @@ ash_snapshot_incremental_step(void)
 			if (st->lock_pause_ms > 0 && chunk_unanswered(&c))
 				result = ASH_INCR_STEP_WAIT_LOCK;
 		}
-		for (bool again = false; result != ASH_INCR_STEP_WAIT_LOCK; again = true)
+		for (bool again = false; st != NULL && result != ASH_INCR_STEP_WAIT_LOCK; again = true)
 		{
 			bool		met = !chunk_read(&c, !again);
 
@@ -2033,48 +2263,13 @@ ash_snapshot_incremental_step(void)
 			incr_rereads++;
 		}
 
-		/* the helpers' commits, before anything more from the stream */
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		{
-			bool		locked;
-
-			if (hst[i] == NULL)
-				continue;
-			hwrite[i] = incr_helper_wait(i) == ASH_INCR_HELPER_COMMITTED;
-			SpinLockAcquire(&ash_snap_slot->mutex);
-			locked = HELPER(i)->locked;
-			SpinLockRelease(&ash_snap_slot->mutex);
-			copier_met_lock(i, hst[i], locked);
-			if (hwrite[i])
-				incr_helper_snapshot(i, &hsnap[i], &hlsn[i]);
-			else if (!locked)
-			{
-				incr_helper_drops[i]++;
-				/* dropped: asked again soon, whatever the worker's table waits for */
-				if (result == ASH_INCR_STEP_WAIT_LOCK)
-					result = ASH_INCR_STEP_WAIT_XIDS;
-			}
-			SpinLockAcquire(&ash_snap_slot->mutex);
-			if (HELPER(i)->reread)
-				incr_helper_drops[i]++;
-			SpinLockRelease(&ash_snap_slot->mutex);
-			helper_set_state(i, ASH_INCR_HELPER_IDLE, false);
-		}
-
-		/* what the worker forgot, a helper's read-ahead may not show */
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-			incr_helper_ahead_ok[i] = hwrite[i];
-
-		/* committed: now the stream judges by them */
+		/* committed: now the stream judges by it */
 		if (written)
 			chunk_committed(&c);
-		for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
-		{
-			if (!hwrite[i])
-				continue;
-			incr_helper_committed(i, hst[i], hcursor[i], &hsnap[i], hlsn[i]);
-			result = ASH_INCR_STEP_CHUNK;
-		}
+
+		/* a helper's chunk dropped: asked again soon, whatever the worker's table waits for */
+		if (incr_helper_dropped_now && result == ASH_INCR_STEP_WAIT_LOCK)
+			result = ASH_INCR_STEP_WAIT_XIDS;
 		if (!ash_incr_active())
 			incr_attempt_completed(recorded);
 	}
@@ -2094,10 +2289,124 @@ ash_snapshot_incremental_step(void)
 static SnapTable *helper_last_table = NULL;
 static MemoryContext helper_last_cxt = NULL;
 
+/* Where table nspname.relname stands for the helper: chunks committed before. */
+static SnapTable *
+helper_table(const char *nspname, const char *relname, int64 chunks)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	bool		isnull;
+	Datum		d;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	SnapTable  *st;
+
+	/* after its own chunk of this table, as it committed it */
+	if (helper_last_table != NULL && strcmp(helper_last_table->nspname, nspname) == 0 &&
+		strcmp(helper_last_table->relname, relname) == 0 &&
+		helper_last_table->chunks == chunks)
+		return helper_last_table;
+
+	/* otherwise from the table's committed catalog row */
+	values[0] = CStringGetTextDatum(nspname);
+	values[1] = CStringGetTextDatum(relname);
+	st = palloc0(sizeof(SnapTable));
+	st->nspname = pstrdup(nspname);
+	st->relname = pstrdup(relname);
+	ash_spi_transaction_begin();
+	if (ash_snap_key_exec("SELECT state, chunks_copied, chunk_cursor"
+						  "  FROM ash_replicant.snapshot_tables"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   AND source_schema = $4 AND source_table = $5",
+						  2, types, values, NULL, SPI_OK_SELECT) != 1)
+		ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
+				 quote_qualified_identifier(nspname, relname));
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	st->chunks = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	d = SPI_getbinval(tup, desc, 3, &isnull);
+	if (!isnull)
+	{
+		List	   *l = ash_text_array_to_list(d, false);
+		ListCell   *kc;
+		int			i = 0;
+
+		st->cursor = palloc0(sizeof(char *) * Max(list_length(l), 1));
+		foreach(kc, l)
+			st->cursor[i++] = lfirst(kc);
+	}
+	if (strcmp(SPI_getvalue(tup, desc, 1), "pending") != 0 || st->chunks != chunks)
+		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
+				 quote_qualified_identifier(nspname, relname));
+	ash_spi_transaction_end();
+	return st;
+}
+
+/*
+ * The helper's chunk c committed (reread: its read-ahead was read again):
+ * reported to the worker in slot n of the ring (false: its key is too long
+ * for it, the worker reads the catalog -- the request ends), and kept as where the table's next chunk starts (in a
+ * context of its own: the chunk's names may be the last one's).
+ */
+static bool
+helper_report(IncrChunk *c, int n, bool reread)
+{
+	AshIncrReport *r = &HELPER(ash_snap_my_copier)->reports[n % ASH_INCR_HELPER_RING];
+	MemoryContext lcxt;
+	SnapTable  *last;
+	int			len = 0;
+
+	/* the slot is the helper's until committed counts it (the worker's grant) */
+	r->xmin = c->snap.xmin;
+	r->xmax = c->snap.xmax;
+	r->nxip = c->snap.nxip;
+	for (int i = 0; i < c->snap.nxip; i++)
+		r->xip[i] = c->snap.xip[i];
+	r->high_lsn = c->high_lsn;
+	r->reread = reread;
+	r->nrows = c->nrows;
+	r->done = c->done;
+	r->nkeys = 0;
+	for (int k = 0; !c->done && k < c->k->nkeys; k++)
+		len += strlen(c->hi[k]) + 1;
+	if (!c->done && len <= ASH_INCR_HELPER_KEY_MAX)
+	{
+		char	   *p = r->hi;
+
+		for (int k = 0; k < c->k->nkeys; k++)
+		{
+			strcpy(p, c->hi[k]);
+			p += strlen(c->hi[k]) + 1;
+		}
+		r->nkeys = c->k->nkeys;
+	}
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	HELPER(ash_snap_my_copier)->committed = n + 1;
+	SpinLockRelease(&ash_snap_slot->mutex);
+
+	lcxt = AllocSetContextCreate(incr_session_cxt, "ash_replicant helper position",
+								 ALLOCSET_SMALL_SIZES);
+	last = MemoryContextAllocZero(lcxt, sizeof(SnapTable));
+	last->nspname = MemoryContextStrdup(lcxt, c->nspname);
+	last->relname = MemoryContextStrdup(lcxt, c->relname);
+	last->chunks = c->done ? -1 : c->chunk_no;
+	if (!c->done)
+	{
+		last->cursor = MemoryContextAlloc(lcxt, sizeof(char *) * c->k->nkeys);
+		for (int k = 0; k < c->k->nkeys; k++)
+			last->cursor[k] = MemoryContextStrdup(lcxt, c->hi[k]);
+	}
+	if (helper_last_cxt != NULL)
+		MemoryContextDelete(helper_last_cxt);
+	helper_last_cxt = lcxt;
+	helper_last_table = last;
+	return c->done || r->nkeys > 0;
+}
+
 /*
  * The incremental helper (a background worker the pipeline worker
- * started): read and write the chunks the worker asks for, one at a
- * time, until it is stopped.
+ * started): copy the chunks the worker grants, one after the other, until
+ * it is stopped.
  */
 static void
 incr_helper_serve(void)
@@ -2110,14 +2419,15 @@ incr_helper_serve(void)
 		int64		chunks;
 		bool		ahead_ok;
 		SnapTable  *st;
-		IncrChunk	c;
 		TransactionId noted[ASH_INCR_HELPER_NOTED_MAX];
 		int			nnoted;
-		bool		write;
-		bool		reread;
-		bool		locked;
+		XLogRecPtr	position;
+		int			rereads = 0;
+		bool		dropped = false;
+		bool		locked = false;
 		MemoryContext cxt = CurrentMemoryContext;
 		MemoryContext tcxt;
+		MemoryContext ccxt;
 
 		SpinLockAcquire(&ash_snap_slot->mutex);
 		s = HELPER(ash_snap_my_copier)->state;
@@ -2125,6 +2435,9 @@ incr_helper_serve(void)
 		strlcpy(relname, HELPER(ash_snap_my_copier)->table, NAMEDATALEN);
 		chunks = HELPER(ash_snap_my_copier)->chunks;
 		ahead_ok = HELPER(ash_snap_my_copier)->ahead_ok;
+		nnoted = HELPER(ash_snap_my_copier)->nnoted;
+		memcpy(noted, HELPER(ash_snap_my_copier)->noted, sizeof(TransactionId) * nnoted);
+		position = HELPER(ash_snap_my_copier)->position;
 		SpinLockRelease(&ash_snap_slot->mutex);
 		if (s == ASH_INCR_HELPER_STOP)
 			return;
@@ -2138,58 +2451,10 @@ incr_helper_serve(void)
 			continue;
 		}
 
-		tcxt = AllocSetContextCreate(cxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
+		tcxt = AllocSetContextCreate(cxt, "ash_replicant chunks", ALLOCSET_DEFAULT_SIZES);
+		ccxt = AllocSetContextCreate(tcxt, "ash_replicant chunk", ALLOCSET_DEFAULT_SIZES);
 		MemoryContextSwitchTo(tcxt);
-
-		/*
-		 * Where the table stands: after its own chunk of this table, as it
-		 * committed it; otherwise from the table's committed catalog row.
-		 */
-		if (helper_last_table != NULL && strcmp(helper_last_table->nspname, nspname) == 0 &&
-			strcmp(helper_last_table->relname, relname) == 0 &&
-			helper_last_table->chunks == chunks)
-			st = helper_last_table;
-		else
-		{
-			Oid			types[2] = {TEXTOID, TEXTOID};
-			Datum		values[2];
-			bool		isnull;
-			Datum		d;
-			HeapTuple	tup;
-			TupleDesc	desc;
-
-			values[0] = CStringGetTextDatum(nspname);
-			values[1] = CStringGetTextDatum(relname);
-			st = palloc0(sizeof(SnapTable));
-			st->nspname = pstrdup(nspname);
-			st->relname = pstrdup(relname);
-			ash_spi_transaction_begin();
-			if (ash_snap_key_exec("SELECT state, chunks_copied, chunk_cursor"
-								  "  FROM ash_replicant.snapshot_tables"
-								  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-								  "   AND source_schema = $4 AND source_table = $5",
-								  2, types, values, NULL, SPI_OK_SELECT) != 1)
-				ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
-						 quote_qualified_identifier(nspname, relname));
-			tup = SPI_tuptable->vals[0];
-			desc = SPI_tuptable->tupdesc;
-			st->chunks = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-			d = SPI_getbinval(tup, desc, 3, &isnull);
-			if (!isnull)
-			{
-				List	   *l = ash_text_array_to_list(d, false);
-				ListCell   *kc;
-				int			i = 0;
-
-				st->cursor = palloc0(sizeof(char *) * Max(list_length(l), 1));
-				foreach(kc, l)
-					st->cursor[i++] = lfirst(kc);
-			}
-			if (strcmp(SPI_getvalue(tup, desc, 1), "pending") != 0 || st->chunks != chunks)
-				ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
-						 quote_qualified_identifier(nspname, relname));
-			ash_spi_transaction_end();
-		}
+		st = helper_table(nspname, relname, chunks);
 		if (incr_key_desc(nspname, relname) == NULL)
 		{
 			MemoryContext old;
@@ -2200,96 +2465,80 @@ incr_helper_serve(void)
 			MemoryContextSwitchTo(old);
 		}
 
-		chunk_setup(&c, st->nspname, st->relname, st->cursor, st);
-		locked = !chunk_read(&c, ahead_ok);
-
-		/*
-		 * Written only under a snapshot that shows what the stream delivered
-		 * (the worker's list, noted): a read-ahead that does not is read
-		 * again at once, a chunk that still does not is dropped.  Its
-		 * snapshot goes to the worker whole, so it must fit.  A read that
-		 * met a lock at the source is dropped too, the worker told why.
-		 */
-		SpinLockAcquire(&ash_snap_slot->mutex);
-		nnoted = HELPER(ash_snap_my_copier)->nnoted;
-		memcpy(noted, HELPER(ash_snap_my_copier)->noted, sizeof(TransactionId) * nnoted);
-		c.position = HELPER(ash_snap_my_copier)->position;
-		SpinLockRelease(&ash_snap_slot->mutex);
-		write = !locked && ash_incr_snapshot_shows(&c.snap, noted, nnoted);
-		reread = !locked && !write && c.ahead;
-		if (reread)
+		for (int n = 0;; n++)
 		{
-			chunk_forget(&c);
-			locked = !chunk_read(&c, false);
-			write = !locked && ash_incr_snapshot_shows(&c.snap, noted, nnoted);
-		}
-		write = write && c.snap.nxip <= ASH_INCR_HELPER_XIP_MAX;
-		SpinLockAcquire(&ash_snap_slot->mutex);
-		HELPER(ash_snap_my_copier)->reread = reread;
-		HELPER(ash_snap_my_copier)->locked = locked;
-		SpinLockRelease(&ash_snap_slot->mutex);
-		if (write)
-		{
-			int			len = 0;
+			IncrChunk	c;
+			bool		write;
+			bool		reread;
+			bool		revoked;
 
-			chunk_bounds(&c);
-			chunk_write(&c, false);
-			for (int k = 0; !c.done && k < c.k->nkeys; k++)
-				len += strlen(c.hi[k]) + 1;
-			SpinLockAcquire(&ash_snap_slot->mutex);
-			HELPER(ash_snap_my_copier)->xmin = c.snap.xmin;
-			HELPER(ash_snap_my_copier)->xmax = c.snap.xmax;
-			HELPER(ash_snap_my_copier)->nxip = c.snap.nxip;
-			for (int i = 0; i < c.snap.nxip; i++)
-				HELPER(ash_snap_my_copier)->xip[i] = c.snap.xip[i];
-			HELPER(ash_snap_my_copier)->high_lsn = c.high_lsn;
-			HELPER(ash_snap_my_copier)->nrows = c.nrows;
-			HELPER(ash_snap_my_copier)->done = c.done;
-			HELPER(ash_snap_my_copier)->nkeys = 0;
-			if (!c.done && len <= ASH_INCR_HELPER_KEY_MAX)
+			/* granted (the worker raises it as windows close), not revoked */
+			for (;;)
 			{
-				char	   *p = HELPER(ash_snap_my_copier)->hi;
+				int			granted;
 
-				for (int k = 0; k < c.k->nkeys; k++)
-				{
-					strcpy(p, c.hi[k]);
-					p += strlen(c.hi[k]) + 1;
-				}
-				HELPER(ash_snap_my_copier)->nkeys = c.k->nkeys;
+				SpinLockAcquire(&ash_snap_slot->mutex);
+				revoked = HELPER(ash_snap_my_copier)->revoked;
+				granted = HELPER(ash_snap_my_copier)->granted;
+				SpinLockRelease(&ash_snap_slot->mutex);
+				if (revoked || n < granted)
+					break;
+				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+								 INCR_HELPER_WAIT_MS, PG_WAIT_EXTENSION);
+				ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+				ash_snap_check_coordinator();
 			}
-			SpinLockRelease(&ash_snap_slot->mutex);
-			helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_COMMITTED, false);
+			if (revoked)
+				break;
+
+			MemoryContextSwitchTo(ccxt);
+			chunk_setup(&c, st->nspname, st->relname, st->cursor, st);
+			locked = !chunk_read(&c, ahead_ok);
 
 			/*
-			 * The next chunk of this table starts where this one ended (in
-			 * a context of its own: the chunk's names may be the last one's).
+			 * Written only under a snapshot that shows what the stream
+			 * delivered (the worker's list, noted): a read-ahead that does
+			 * not is read again at once, a chunk that still does not is
+			 * dropped.  Its snapshot goes to the worker whole, so it must
+			 * fit.  A read that met a lock at the source is dropped too, the
+			 * worker told why.
 			 */
+			c.position = position;
+			write = !locked && ash_incr_snapshot_shows(&c.snap, noted, nnoted);
+			reread = !locked && !write && c.ahead;
+			if (reread)
 			{
-				MemoryContext lcxt = AllocSetContextCreate(incr_session_cxt,
-														   "ash_replicant helper position",
-														   ALLOCSET_SMALL_SIZES);
-				SnapTable  *last = MemoryContextAllocZero(lcxt, sizeof(SnapTable));
-
-				last->nspname = MemoryContextStrdup(lcxt, c.nspname);
-				last->relname = MemoryContextStrdup(lcxt, c.relname);
-				last->chunks = c.done ? -1 : c.chunk_no;
-				if (!c.done)
-				{
-					last->cursor = MemoryContextAlloc(lcxt, sizeof(char *) * c.k->nkeys);
-					for (int k = 0; k < c.k->nkeys; k++)
-						last->cursor[k] = MemoryContextStrdup(lcxt, c.hi[k]);
-				}
-				if (helper_last_cxt != NULL)
-					MemoryContextDelete(helper_last_cxt);
-				helper_last_cxt = lcxt;
-				helper_last_table = last;
+				chunk_forget(&c);
+				locked = !chunk_read(&c, false);
+				write = !locked && ash_incr_snapshot_shows(&c.snap, noted, nnoted);
 			}
+			write = write && c.snap.nxip <= ASH_INCR_HELPER_XIP_MAX;
+			if (!write)
+			{
+				chunk_forget(&c);
+				rereads = reread ? 1 : 0;
+				dropped = !locked;
+				break;
+			}
+			chunk_bounds(&c);
+			chunk_write(&c, false);
+			if (!helper_report(&c, n, reread))
+				break;
+			SetLatch(HELPER(ash_snap_my_copier)->worker_latch);
+			st = helper_last_table;
+			ahead_ok = true;	/* sent after this chunk arrived */
+			MemoryContextSwitchTo(tcxt);
+			MemoryContextReset(ccxt);
+			if (c.done)
+				break;
 		}
-		else
-		{
-			chunk_forget(&c);
-			helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_DROPPED, false);
-		}
+		SpinLockAcquire(&ash_snap_slot->mutex);
+		HELPER(ash_snap_my_copier)->rereads = rereads;
+		HELPER(ash_snap_my_copier)->dropped = dropped;
+		HELPER(ash_snap_my_copier)->locked = locked;
+		SpinLockRelease(&ash_snap_slot->mutex);
+		helper_set_state(ash_snap_my_copier, ASH_INCR_HELPER_IDLE, false);
 		MemoryContextSwitchTo(cxt);
 		MemoryContextDelete(tcxt);
 	}

@@ -257,6 +257,13 @@ ash_stream_more_buffered(AshStream *s)
 	return true;
 }
 
+/* Is the next message received a keepalive (one is buffered)? */
+bool
+ash_stream_keepalive_next(AshStream *s)
+{
+	return ash_stream_more_buffered(s) && s->peeked_len > 0 && s->peeked[0] == 'k';
+}
+
 void
 ash_stream_send_feedback(AshStream *s, XLogRecPtr write, XLogRecPtr flush,
 						 bool request_reply)

@@ -61,6 +61,9 @@ extern void ash_stream_receive(AshStream *s, AshStreamMsg *msg);
 /* Is a further complete message already received (not blocking)? */
 extern bool ash_stream_more_buffered(AshStream *s);
 
+/* ... and is it a keepalive? */
+extern bool ash_stream_keepalive_next(AshStream *s);
+
 /* Send a standby status update. */
 extern void ash_stream_send_feedback(AshStream *s, XLogRecPtr write,
 									 XLogRecPtr flush, bool request_reply);

@@ -6,20 +6,26 @@
 #   - the worker copies t1 and its helper t2, 10 rows a chunk (the worker's
 #     first chunk is held at a gate until the helper is there); t2's chunk 1
 #     (keys 1..10) is held at a destination gate once the helper has read
-#     ahead chunk 2 (keys 11..20) on the source;
+#     ahead chunk 2 (keys 11..20) on the source, and the worker's chunk of
+#     t1's key 150 at another;
 #   - the source then updates t2's key 15 and deletes its key 17; the
-#     walsender has sent both before the gate opens, so the stream delivers
-#     them after the round (the worker waits for the helper's commit), and
-#     notes them: above t2's cursor, they are left to the chunk;
+#     walsender has sent both before the gates open; the worker's gate
+#     opens first: it finds them on the stream and, before it applies them,
+#     revokes the helper's grant and waits for its chunk; then the helper's
+#     gate opens: it commits chunk 1 and stops; the stream delivers the
+#     update and the delete and notes them (above t2's cursor, they are
+#     left to the chunk), and the helper is asked for chunk 2 before the
+#     worker's own check forgets them;
 #   - the helper's read-ahead of chunk 2 does not show them: it reads the
 #     chunk again (rereads=1 on t2's table_copied line) and the mirror holds
 #     the update and not the deleted row.  A helper writing its read-ahead
 #     would keep key 15's old value and bring key 17 back.
 #
 # Then more transactions are left to the chunks at once than a helper is
-# handed (1,024): the helper sits out a round, the worker's own chunk shows
-# them, and the helper's next chunk is read afresh.  A helper asked anyway
-# would write its stale read-ahead.
+# handed (1,024), in the same way: the helper is not asked, the worker's own
+# chunk shows them, and the helper's next chunk is read afresh (a read-ahead
+# is used only while nothing noted since was forgotten).  A helper asked
+# anyway would write its stale read-ahead.
 #
 # Last, a helper that halts (its chunk meets a row of another tenant) halts
 # the pipeline with the helper's reason and context.
@@ -61,12 +67,13 @@ sub load_pair
 	q_dst(tables($prov, $a, $b));
 	return;
 }
-load_pair('t1', 300, 't2', 100, 'CREATE PUBLICATION pub_hc FOR TABLE t1, t2');
+load_pair('t1', 600, 't2', 100, 'CREATE PUBLICATION pub_hc FOR TABLE t1, t2');
 
 # gates the test closes to hold t1's chunk 1 (the worker's) and t2's chunk 1
-# (key 5) before their commits
+# (key 5) before their commits, and the worker's chunk of t1's key 150
 my $wgate = AshTest::close_gate($dst, 't1', 5, 4342);
 my $gate = AshTest::close_gate($dst, 't2', 5, 4343);
+my $wmid = AshTest::close_gate($dst, 't1', 150, 4344);
 
 # The worker's first chunk waits until its helper is there, idle: the next
 # round asks it for t2's chunk 1.
@@ -81,12 +88,25 @@ sub helper_round
 	return;
 }
 
+# The worker's chunk at its gate (lock) goes on once the stream holds what
+# the source sent: the worker waits for its helper's chunk (held at its own
+# gate) before it applies it.
+sub worker_joins
+{
+	my ($wg, $wlock) = @_;
+	AshTest::open_gate($wg, $wlock);
+	ok(AshTest::poll($dst,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ash_replicant pipeline'"
+		  . " AND wait_event = 'Extension'"), "the worker waits for its helper's chunk");
+	return;
+}
+
 # The helper's chunk 1 of table waits at its gate; it read chunk 2 ahead.
 sub helper_held
 {
 	my ($table, $lock) = @_;
 	ok(AshTest::gate_waiting($dst, $lock), "${table}'s chunk 1 waits at the gate, uncommitted");
-	is(AshTest::gate_holders($dst), 'ash_replicant snapshot', 'the writer held at the gate is the helper');
+	is(AshTest::gate_holders($dst, $lock), 'ash_replicant snapshot', 'the writer held at the gate is the helper');
 	ok(AshTest::poll($src,
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'"
 		  . " AND state = 'idle' AND query LIKE 'SELECT pg_catalog.txid_current_snapshot()%UNION ALL%$table%WHERE%'"),
@@ -101,8 +121,10 @@ helper_round($wgate, 4342);
 
 helper_held('t2', 4343);
 is(q_dst("SELECT count(*) FROM t2"), '0', "nothing of t2's chunk 1 is visible yet");
+ok(AshTest::gate_waiting($dst, 4344), "the worker's chunk of t1's key 150 waits at its gate");
 
-AshTest::change_read_ahead($src, $dst, $sink, 't2', $gate, 4343, "t2's ", "the helper's");
+AshTest::change_read_ahead($src, $dst, $sink, 't2', $gate, 4343, "t2's ", "the helper's",
+	sub { worker_joins($wmid, 4344); });
 AshTest::assert_mirror_equal($src, $dst, [ 't1_v', 't2_v' ], order_by => 'id',
 	name => "after the helper's read-ahead read again");
 
@@ -119,9 +141,10 @@ AshTest::stop_sink($dst, $sink);
 ok(AshTest::poll($dst,
 	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
 	'the pipeline stopped');
-load_pair('t3', 300, 't4', 200, 'ALTER PUBLICATION pub_hc ADD TABLE t3, t4');
+load_pair('t3', 600, 't4', 200, 'ALTER PUBLICATION pub_hc ADD TABLE t3, t4');
 my $wgate2 = AshTest::close_gate($dst, 't3', 5, 4444);
 my $gate2 = AshTest::close_gate($dst, 't4', 5, 4445);
+my $wmid2 = AshTest::close_gate($dst, 't3', 150, 4446);
 q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => '$_'::regclass,"
 	  . " snapshot_provenance => true)") for ('t3', 't4');
 AshTest::start_sink($dst, $sink);
@@ -130,6 +153,8 @@ helper_held('t4', 4445);
 q_src(join('', map { "UPDATE t4 SET n = n + 1 WHERE id = " . (11 + $_ % 10) . ";\n" } 1 .. 1100));
 my $lsn = q_src("SELECT pg_current_wal_lsn()");
 ok(AshTest::wait_sent($src, $lsn), 'the walsender has sent the 1,100 transactions');
+ok(AshTest::gate_waiting($dst, 4446), "the worker's chunk of t3's key 150 waits at its gate");
+worker_joins($wmid2, 4446);
 AshTest::open_gate($gate2, 4445);
 ok(AshTest::poll($dst, "SELECT count(*) = 4 FROM ash_replicant.snapshot_tables WHERE state = 'copied'"),
 	'the tables mapped later are copied');

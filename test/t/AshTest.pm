@@ -1019,14 +1019,16 @@ sub wait_sent
 # chunk 2 (keys 11..20) read ahead: the source updates key 15 and deletes
 # key 17, the walsender sends both, the gate opens; once the attempt is
 # complete, the mirror holds the update and not the deleted row (the chunk
-# read ahead was read again).  $whose names the read-ahead, $label the table.
+# read ahead was read again).  $whose names the read-ahead, $label the table;
+# $before_open (optional) runs once both are sent, before the gate opens.
 sub change_read_ahead
 {
-	my ($src, $dst, $sink, $table, $gate, $lock, $label, $whose) = @_;
+	my ($src, $dst, $sink, $table, $gate, $lock, $label, $whose, $before_open) = @_;
 	my (undef, $end) = commit_tracked($src,
 		"UPDATE $table SET val = 'after the read-ahead', n = n + 1 WHERE id = 15;"
 		  . " DELETE FROM $table WHERE id = 17");
 	Test::More::ok(wait_sent($src, $end), 'the walsender has sent the update and the delete');
+	$before_open->() if $before_open;
 	open_gate($gate, $lock);
 	Test::More::ok(poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints"),
 		'the incremental attempt completes');
@@ -1040,12 +1042,16 @@ sub change_read_ahead
 	return;
 }
 
-# The backend types of the sessions waiting at a gate, comma-separated.
+# The backend types of the sessions waiting at a gate (lock: that one),
+# comma-separated.
 sub gate_holders
 {
-	my ($dst) = @_;
+	my ($dst, $lock) = @_;
+	my $which = defined $lock
+	  ? " AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = $lock AND NOT granted)"
+	  : '';
 	return $dst->safe_psql($DB, "SELECT string_agg(backend_type, ',') FROM pg_stat_activity"
-		  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'");
+		  . " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'$which");
 }
 
 sub open_gate
