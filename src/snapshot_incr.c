@@ -1738,6 +1738,51 @@ incr_helpers_outstanding(void)
 }
 
 /*
+ * Where table nspname.relname stands in its committed catalog row: copied
+ * or not, its rows and chunks copied, its cursor (NULL: none).
+ */
+static void
+table_row(const char *nspname, const char *relname, bool *copied, int64 *rows,
+		  int64 *chunks, char ***cursor)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	bool		isnull;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	Datum		d;
+
+	values[0] = CStringGetTextDatum(nspname);
+	values[1] = CStringGetTextDatum(relname);
+	ash_spi_transaction_begin();
+	if (ash_snap_key_exec("SELECT state, rows_copied, chunks_copied, chunk_cursor"
+						  "  FROM ash_replicant.snapshot_tables"
+						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+						  "   AND source_schema = $4 AND source_table = $5",
+						  2, types, values, NULL, SPI_OK_SELECT) != 1)
+		ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
+				 quote_qualified_identifier(nspname, relname));
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	*copied = strcmp(SPI_getvalue(tup, desc, 1), "copied") == 0;
+	*rows = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	*chunks = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+	*cursor = NULL;
+	d = SPI_getbinval(tup, desc, 4, &isnull);
+	if (!isnull)
+	{
+		List	   *l = ash_text_array_to_list(d, false);
+		ListCell   *kc;
+		int			k = 0;
+
+		*cursor = palloc0(sizeof(char *) * Max(list_length(l), 1));
+		foreach(kc, l)
+			(*cursor)[k++] = lfirst(kc);
+	}
+	ash_spi_transaction_end();
+}
+
+/*
  * Helper i committed chunk r of st (the next after the worker's count):
  * where the table stands now, and the chunk's window, for the stream's
  * judgment.  A key too long for shared memory is read from the table's
@@ -1746,18 +1791,12 @@ incr_helpers_outstanding(void)
 static void
 incr_helper_committed(int i, SnapTable *st, const AshIncrReport *r)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		values[2];
-	bool		isnull;
 	bool		done;
 	int64		chunks;
 	int64		rows;
 	char	  **lo;
 	char	  **hi = NULL;
 	AshIncrSnapshot snap;
-	HeapTuple	tup;
-	TupleDesc	desc;
-	Datum		d;
 
 	if (!ash_incr_table_cursor(st->nspname, st->relname, &lo))
 		ash_halt("snapshot_state_invalid", "table %s of the attempt is no longer mapped",
@@ -1769,9 +1808,9 @@ incr_helper_committed(int i, SnapTable *st, const AshIncrReport *r)
 	for (int j = 0; j < snap.nxip; j++)
 		snap.xip[j] = r->xip[j];
 
-	/* as the helper said it (its key fitted in shared memory) */
 	if (r->nkeys > 0 || r->done)
 	{
+		/* as the helper said it (its key fitted in shared memory) */
 		const char *p = r->hi;
 
 		done = r->done;
@@ -1786,40 +1825,14 @@ incr_helper_committed(int i, SnapTable *st, const AshIncrReport *r)
 				p += strlen(p) + 1;
 			}
 		}
-		goto judged;
 	}
-
-	values[0] = CStringGetTextDatum(st->nspname);
-	values[1] = CStringGetTextDatum(st->relname);
-	ash_spi_transaction_begin();
-	if (ash_snap_key_exec("SELECT state, rows_copied, chunks_copied, chunk_cursor"
-						  "  FROM ash_replicant.snapshot_tables"
-						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						  "   AND source_schema = $4 AND source_table = $5",
-						  2, types, values, NULL, SPI_OK_SELECT) != 1)
-		ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
-				 quote_qualified_identifier(st->nspname, st->relname));
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	done = strcmp(SPI_getvalue(tup, desc, 1), "copied") == 0;
-	rows = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-	chunks = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-	d = SPI_getbinval(tup, desc, 4, &isnull);
-	if (!isnull)
+	else
 	{
-		List	   *l = ash_text_array_to_list(d, false);
-		ListCell   *kc;
-		int			k = 0;
-
-		hi = palloc0(sizeof(char *) * Max(list_length(l), 1));
-		foreach(kc, l)
-			hi[k++] = lfirst(kc);
+		table_row(st->nspname, st->relname, &done, &rows, &chunks, &hi);
+		if (chunks != st->chunks + 1 || done != (hi == NULL))
+			ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
+					 quote_qualified_identifier(st->nspname, st->relname));
 	}
-	ash_spi_transaction_end();
-	if (chunks != st->chunks + 1 || done != (hi == NULL))
-		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
-				 quote_qualified_identifier(st->nspname, st->relname));
-judged:
 	if (r->reread)
 		incr_helper_drops[i]++;
 	ash_incr_chunk_committed(st->nspname, st->relname, hi, done, chunks, lo, hi, &snap,
@@ -2293,13 +2306,9 @@ static MemoryContext helper_last_cxt = NULL;
 static SnapTable *
 helper_table(const char *nspname, const char *relname, int64 chunks)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		values[2];
-	bool		isnull;
-	Datum		d;
-	HeapTuple	tup;
-	TupleDesc	desc;
 	SnapTable  *st;
+	bool		copied;
+	int64		rows;
 
 	/* after its own chunk of this table, as it committed it */
 	if (helper_last_table != NULL && strcmp(helper_last_table->nspname, nspname) == 0 &&
@@ -2308,37 +2317,13 @@ helper_table(const char *nspname, const char *relname, int64 chunks)
 		return helper_last_table;
 
 	/* otherwise from the table's committed catalog row */
-	values[0] = CStringGetTextDatum(nspname);
-	values[1] = CStringGetTextDatum(relname);
 	st = palloc0(sizeof(SnapTable));
 	st->nspname = pstrdup(nspname);
 	st->relname = pstrdup(relname);
-	ash_spi_transaction_begin();
-	if (ash_snap_key_exec("SELECT state, chunks_copied, chunk_cursor"
-						  "  FROM ash_replicant.snapshot_tables"
-						  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-						  "   AND source_schema = $4 AND source_table = $5",
-						  2, types, values, NULL, SPI_OK_SELECT) != 1)
-		ash_halt("snapshot_state_invalid", "table %s left the attempt during its copy",
-				 quote_qualified_identifier(nspname, relname));
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	st->chunks = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-	d = SPI_getbinval(tup, desc, 3, &isnull);
-	if (!isnull)
-	{
-		List	   *l = ash_text_array_to_list(d, false);
-		ListCell   *kc;
-		int			i = 0;
-
-		st->cursor = palloc0(sizeof(char *) * Max(list_length(l), 1));
-		foreach(kc, l)
-			st->cursor[i++] = lfirst(kc);
-	}
-	if (strcmp(SPI_getvalue(tup, desc, 1), "pending") != 0 || st->chunks != chunks)
+	table_row(nspname, relname, &copied, &rows, &st->chunks, &st->cursor);
+	if (copied || st->chunks != chunks)
 		ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 				 quote_qualified_identifier(nspname, relname));
-	ash_spi_transaction_end();
 	return st;
 }
 

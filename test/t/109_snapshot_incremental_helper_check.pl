@@ -27,6 +27,11 @@
 # is used only while nothing noted since was forgotten).  A helper asked
 # anyway would write its stale read-ahead.
 #
+# Then the helper copies a table whose keys are longer than its report to
+# the worker holds (512 bytes of key text): the worker reads where each of
+# the helper's chunks ended from the table's catalog row, and the helper
+# ends its request after each such chunk.
+#
 # Last, a helper that halts (its chunk meets a row of another tenant) halts
 # the pipeline with the helper's reason and context.
 use strict;
@@ -165,6 +170,34 @@ is(q_dst("SELECT sum(n) FROM t4 WHERE id BETWEEN 11 AND 20"), '1100',
 AshTest::assert_mirror_equal($src, $dst, [ 't1_v', 't2_v', 't3_v', 't4_v' ], order_by => 'id',
 	name => 'after more transactions than a helper is handed');
 is(q_dst("SELECT state FROM ash_replicant_status('$sink')"), 'healthy', 'the pipeline is healthy');
+
+# Keys of 608 bytes: t8 (the helper's, 20 rows), t7 the worker's (1,200).
+AshTest::stop_sink($dst, $sink);
+ok(AshTest::poll($dst,
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
+	'the pipeline stopped before the long keys');
+q_src(tables('', 't7') . "INSERT INTO t7 SELECT g, 't7' || g, 0 FROM generate_series(1, 1200) g;"
+	  . " CREATE TABLE t8 (k text COLLATE \"C\" PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0);"
+	  . " CREATE VIEW t8_v AS SELECT k, val, n FROM t8;"
+	  . " INSERT INTO t8 SELECT repeat(md5(g::text), 19), 't8' || g, 0 FROM generate_series(1, 20) g;"
+	  . " ANALYZE t7, t8; ALTER PUBLICATION pub_hc ADD TABLE t7, t8");
+q_dst(tables($prov, 't7')
+	  . "CREATE TABLE t8 (k text COLLATE \"C\" PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0$prov);"
+	  . " CREATE VIEW t8_v AS SELECT k, val, n FROM t8;");
+q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => '$_'::regclass,"
+	  . " snapshot_provenance => true)") for ('t7', 't8');
+AshTest::start_sink($dst, $sink);
+ok(AshTest::poll($dst, "SELECT count(*) = 6 FROM ash_replicant.snapshot_tables WHERE state = 'copied'"),
+	'the tables with long keys are copied');
+my ($lcommit) = AshTest::commit_tracked($src,
+	"UPDATE t8 SET n = n + 1 WHERE k = repeat(md5('7'), 19); UPDATE t7 SET n = n + 1 WHERE id = 1");
+ok(AshTest::wait_lsn($src, $dst, $sink, $lcommit), 'watermark reaches the last source commit');
+@copied = AshTest::log_lines_like($dst, qr/event=snapshot\.table_copied sink=\Q$sink\E table=public\.t8 /);
+like($copied[-1] // '', qr/ copier=1 rows=20 chunks=3 rereads=0$/,
+	"t8's chunks written by the helper, each ended where the catalog says");
+AshTest::assert_mirror_equal($src, $dst, ['t7_v'], order_by => 'id', name => 'beside keys too long');
+AshTest::assert_mirror_equal($src, $dst, ['t8_v'], order_by => 'k COLLATE "C"',
+	name => 'keys too long for shared memory');
 
 # A helper's halt is the pipeline's, under its own reason: t5 (the worker's)
 # and t6 (the helper's, attribute tenancy) mapped later, t6's target holding
