@@ -260,7 +260,15 @@ for my $f (@faults_at)
 	AshTest::poll($dst, "SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = '$type'"
 		  . " AND pid NOT IN (" . join(',', @signalled) . ")) >= 1"
 		  . " OR (SELECT state FROM ash_replicant.snapshot_tables WHERE source_table = 'big2') = 'copied'");
+	# (the one polled may be a helper of the last session, stopped as the
+	# next one starts: then the next session's)
 	my $pid = process_pid($type);
+	for (my $i = 0; !$pid && $i < 200; $i++)
+	{
+		last if q_dst("SELECT state FROM ash_replicant.snapshot_tables WHERE source_table = 'big2'") eq 'copied';
+		usleep(50_000);
+		$pid = process_pid($type);
+	}
 	note "fault at >$at rows: $kind of pid $pid";
 	next unless $pid;
 	usleep(int(rand(200_000)));	# anywhere in a round
