@@ -80,12 +80,17 @@ my $wgate = AshTest::close_gate($dst, 't1', 5, 4342);
 my $gate = AshTest::close_gate($dst, 't2', 5, 4343);
 my $wmid = AshTest::close_gate($dst, 't1', 150, 4344);
 
-# The worker's first chunk waits until its helper is there, idle: the next
-# round asks it for t2's chunk 1.
+# The worker's first chunk waits until its helper is there, idle: the
+# worker's next step asks it for its table's chunk 1.  (Connected to the
+# source first: its wait for the connection looks idle too, and a worker
+# that finds no helper ready copies the helper's table itself.)
 sub helper_round
 {
 	my ($wg, $wlock) = @_;
 	ok(AshTest::gate_waiting($dst, $wlock), "the worker's chunk waits at its gate");
+	ok(AshTest::poll($src,
+		"SELECT count(*) >= 2 FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'"
+		  . " AND state = 'idle'"), "the worker's and its helper's chunk connections are open");
 	ok(AshTest::poll($dst,
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ash_replicant snapshot'"
 		  . " AND wait_event = 'Extension'"), 'its helper is idle');

@@ -85,12 +85,13 @@ sub truncate_during_copy
 }
 
 # Commit $sql after a million rows of pad (which no publication holds) in
-# the same transaction; returns the commit's LSN.
+# the same transaction; returns the commit's LSN.  $after (optional) runs as
+# soon as it committed.
 sub padded_commit
 {
-	my ($sql) = @_;
+	my ($sql, $after) = @_;
 	my ($commit) = AshTest::commit_tracked($src,
-		"TRUNCATE pad; INSERT INTO pad SELECT generate_series(1, 1000000); $sql");
+		"TRUNCATE pad; INSERT INTO pad SELECT generate_series(1, 1000000); $sql", $after);
 	return $commit;
 }
 
@@ -177,14 +178,32 @@ q_dst(qq{
 CREATE TABLE pair (a text, b integer, v text NOT NULL, $prov, PRIMARY KEY (a, b));
 INSERT INTO pair (a, b, v) VALUES ('k0000', 999999, 'the source never had it');
 });
+# A copy of a table this small can end between two looks at its progress,
+# or before the walsender has gone through the pad: the chunk of key
+# (k0200, 5) -- about 24,000 rows in -- is held at a gate until the truncate
+# committed, and each of the hundred rows (k0201..k0300, 5) written again
+# takes 50 ms to write (chunks and stream alike).
+my $pgate = AshTest::close_gate($dst, 'pair', 0, 4141,
+	where => "NEW.a = 'k0200' AND NEW.b = 5 AND NEW.v = 'orig'");
+q_dst(q{
+CREATE FUNCTION pair_brake() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+	IF NEW.v = 'after' AND NEW.b = 5 AND NEW.a > 'k0200' AND NEW.a <= 'k0300' THEN
+		PERFORM pg_sleep(0.05);
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER pair_brake BEFORE INSERT ON pair FOR EACH ROW EXECUTE FUNCTION pair_brake();
+});
 AshTest::setup_pipeline($src, $dst, sink => 'tk', publication => 'pub_k', marker => 0,
 	maps => [ [ 'pair', snapshot_provenance => 'true', on_truncate => 'mirror' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
+ok(AshTest::gate_waiting($dst, 4141), 'composite: a chunk of pair waits at the gate');
 ok(AshTest::poll($dst, "SELECT state = 'pending' AND rows_copied > 20000 FROM ash_replicant.snapshot_tables"
 		  . " WHERE slot_name = 'tk'"), 'composite: pair is being copied');
 my $pair_commit = padded_commit(
 	"TRUNCATE pair; INSERT INTO pair SELECT 'k' || lpad((g % 991)::text, 4, '0'), g / 991, 'after'"
-	  . " FROM generate_series(1, 200000) g");
+	  . " FROM generate_series(1, 200000) g", sub { AshTest::open_gate($pgate, 4141); });
 ok(AshTest::wait_lsn($src, $dst, 'tk', $pair_commit), 'composite: the truncate is applied');
 ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.truncate_kept_chunks sink=tk table=public\.pair/)) >= 1,
 	'composite: it kept what chunks copied after it');

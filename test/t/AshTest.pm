@@ -508,13 +508,15 @@ sub wait_status
 # commit LSN is what pgoutput reports as the transaction's commit LSN and what
 # the destination checkpoint stores as its watermark.  $sql must change a row:
 # pgoutput sends no empty transaction, so a caller waiting for its commit
-# would wait in vain -- croaks when it changed none.
+# would wait in vain -- croaks when it changed none.  $after (optional) runs
+# as soon as the transaction committed, before its WAL is read.
 sub commit_tracked
 {
-	my ($node, $sql) = @_;
+	my ($node, $sql, $after) = @_;
 	my $out = $node->safe_psql($DB,
 		"BEGIN;\nSELECT pg_current_wal_insert_lsn()::text;\n$sql;\n"
 		  . "SELECT pg_current_xact_id()::text || '|' || pg_current_wal_insert_lsn()::text;\nCOMMIT;");
+	$after->() if $after;
 	my @lines = split /\n/, $out;
 	my $began = $lines[0];
 	my ($xid, $from) = split /\|/, $lines[-1];
