@@ -7,7 +7,7 @@
 #     first chunk is held at a gate until the helper is there); t2's chunk 1
 #     (keys 1..10) is held at a destination gate once the helper has read
 #     ahead chunk 2 (keys 11..20) on the source, and the worker's chunk of
-#     t1's key 150 at another;
+#     t1's key 15 at another;
 #   - the source then updates t2's key 15 and deletes its key 17; the
 #     walsender has sent both before the gates open; the worker's gate
 #     opens first: it finds them on the stream and, before it applies them,
@@ -75,10 +75,12 @@ sub load_pair
 load_pair('t1', 600, 't2', 100, 'CREATE PUBLICATION pub_hc FOR TABLE t1, t2');
 
 # gates the test closes to hold t1's chunk 1 (the worker's) and t2's chunk 1
-# (key 5) before their commits, and the worker's chunk of t1's key 150
+# (key 5) before their commits, and the worker's chunk of t1's key 15 (its
+# next: held before its copy loop could end a slice and wait for the helper
+# held at its own gate)
 my $wgate = AshTest::close_gate($dst, 't1', 5, 4342);
 my $gate = AshTest::close_gate($dst, 't2', 5, 4343);
-my $wmid = AshTest::close_gate($dst, 't1', 150, 4344);
+my $wmid = AshTest::close_gate($dst, 't1', 15, 4344);
 
 # The worker's first chunk waits until its helper is there, idle: the
 # worker's next step asks it for its table's chunk 1.  (Connected to the
@@ -131,7 +133,7 @@ helper_round($wgate, 4342);
 
 helper_held('t2', 4343);
 is(q_dst("SELECT count(*) FROM t2"), '0', "nothing of t2's chunk 1 is visible yet");
-ok(AshTest::gate_waiting($dst, 4344), "the worker's chunk of t1's key 150 waits at its gate");
+ok(AshTest::gate_waiting($dst, 4344), "the worker's chunk of t1's key 15 waits at its gate");
 
 AshTest::change_read_ahead($src, $dst, $sink, 't2', $gate, 4343, "t2's ", "the helper's",
 	sub { worker_joins($wmid, 4344); });
@@ -154,7 +156,7 @@ ok(AshTest::poll($dst,
 load_pair('t3', 600, 't4', 200, 'ALTER PUBLICATION pub_hc ADD TABLE t3, t4');
 my $wgate2 = AshTest::close_gate($dst, 't3', 5, 4444);
 my $gate2 = AshTest::close_gate($dst, 't4', 5, 4445);
-my $wmid2 = AshTest::close_gate($dst, 't3', 150, 4446);
+my $wmid2 = AshTest::close_gate($dst, 't3', 15, 4446);
 q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => '$_'::regclass,"
 	  . " snapshot_provenance => true)") for ('t3', 't4');
 AshTest::start_sink($dst, $sink);
@@ -163,7 +165,7 @@ helper_held('t4', 4445);
 q_src(join('', map { "UPDATE t4 SET n = n + 1 WHERE id = " . (11 + $_ % 10) . ";\n" } 1 .. 1100));
 my $lsn = q_src("SELECT pg_current_wal_lsn()");
 ok(AshTest::wait_sent($src, $lsn), 'the walsender has sent the 1,100 transactions');
-ok(AshTest::gate_waiting($dst, 4446), "the worker's chunk of t3's key 150 waits at its gate");
+ok(AshTest::gate_waiting($dst, 4446), "the worker's chunk of t3's key 15 waits at its gate");
 worker_joins($wmid2, 4446);
 AshTest::open_gate($gate2, 4445);
 ok(AshTest::poll($dst, "SELECT count(*) = 4 FROM ash_replicant.snapshot_tables WHERE state = 'copied'"),
