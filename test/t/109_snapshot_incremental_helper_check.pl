@@ -193,7 +193,9 @@ q_dst(tables($prov, 't7')
 	  . " CREATE VIEW t8_v AS SELECT k, val, n FROM t8;");
 q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => '$_'::regclass,"
 	  . " snapshot_provenance => true)") for ('t7', 't8');
+my $wgate4 = AshTest::close_gate($dst, 't7', 5, 4747);
 AshTest::start_sink($dst, $sink);
+helper_round($wgate4, 4747);
 ok(AshTest::poll($dst, "SELECT count(*) = 6 FROM ash_replicant.snapshot_tables WHERE state = 'copied'"),
 	'the tables with long keys are copied');
 my ($lcommit) = AshTest::commit_tracked($src,
