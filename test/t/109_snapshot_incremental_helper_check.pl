@@ -113,6 +113,17 @@ sub worker_joins
 	return;
 }
 
+# The sink stopped, its worker gone.
+sub stop_pipeline
+{
+	my ($name) = @_;
+	AshTest::stop_sink($dst, $sink);
+	ok(AshTest::poll($dst,
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
+		$name);
+	return;
+}
+
 # The helper's chunk 1 of table waits at its gate; it read chunk 2 ahead.
 sub helper_held
 {
@@ -149,10 +160,7 @@ like($copied[0] // '', qr/ copier=1 rows=99 chunks=10 rereads=1$/,
 # t3 and t4 mapped later, copied in chunks by the worker and the helper;
 # 1,100 source transactions on t4's second chunk delivered after the
 # helper's chunk 1 (held at a gate) read ahead.
-AshTest::stop_sink($dst, $sink);
-ok(AshTest::poll($dst,
-	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
-	'the pipeline stopped');
+stop_pipeline('the pipeline stopped');
 load_pair('t3', 600, 't4', 200, 'ALTER PUBLICATION pub_hc ADD TABLE t3, t4');
 my $wgate2 = AshTest::close_gate($dst, 't3', 5, 4444);
 my $gate2 = AshTest::close_gate($dst, 't4', 5, 4445);
@@ -179,10 +187,7 @@ AshTest::assert_mirror_equal($src, $dst, [ 't1_v', 't2_v', 't3_v', 't4_v' ], ord
 is(q_dst("SELECT state FROM ash_replicant_status('$sink')"), 'healthy', 'the pipeline is healthy');
 
 # Keys of 608 bytes: t8 (the helper's, 20 rows), t7 the worker's (1,200).
-AshTest::stop_sink($dst, $sink);
-ok(AshTest::poll($dst,
-	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
-	'the pipeline stopped before the long keys');
+stop_pipeline('the pipeline stopped before the long keys');
 q_src(tables('', 't7') . "INSERT INTO t7 SELECT g, 't7' || g, 0 FROM generate_series(1, 1200) g;"
 	  . " CREATE TABLE t8 (k text COLLATE \"C\" PRIMARY KEY, val text NOT NULL, n bigint NOT NULL DEFAULT 0);"
 	  . " CREATE VIEW t8_v AS SELECT k, val, n FROM t8;"
@@ -214,10 +219,7 @@ AshTest::assert_mirror_equal($src, $dst, ['t8_v'], order_by => 'k COLLATE "C"',
 # tenant_conflict; the worker raises it as its own.  (The reason was read
 # from the helper's shared state after the worker had cleared it: the
 # pipeline halted tombstone_unknown.)
-AshTest::stop_sink($dst, $sink);
-ok(AshTest::poll($dst,
-	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'ash_replicant pipeline%'"),
-	'the pipeline stopped again');
+stop_pipeline('the pipeline stopped again');
 q_src(tables('', 't5') . "INSERT INTO t5 SELECT g, 't5' || g, 0 FROM generate_series(1, 300) g;"
 	  . " CREATE TABLE t6 (id bigint PRIMARY KEY, val text NOT NULL, tenant text NOT NULL);"
 	  . " ALTER TABLE t6 REPLICA IDENTITY FULL;"
