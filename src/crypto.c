@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * crypto.c
- *	  AES-256-GCM column encryption and HMAC-SHA-256 (OpenSSL EVP).
+ *	  AES-256-GCM column encryption and HMAC-SHA-256 (OpenSSL).
  *
  * NOTES
  *	  The ciphertext format and the authenticated data are described in
@@ -27,9 +27,13 @@
  */
 #include "postgres.h"
 
+/* SHA256_CTX for HMAC (see ash_hmac_sha256): deprecated in OpenSSL 3.0 */
+#define OPENSSL_SUPPRESS_DEPRECATED
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -388,35 +392,18 @@ ash_decrypt_column(const char *schema, const char *table, const char *column,
 /*
  * HMAC-SHA-256 (RFC 2104) with the key's padded blocks absorbed once: the
  * inner and outer SHA-256 states after K0 ^ ipad and K0 ^ opad, kept for
- * the last key used.  Each MAC then copies them, where OpenSSL's one-shot
- * HMAC() fetches the algorithm, builds and wipes a context and hashes the
- * pads again -- a snapshot fingerprints every row it copies.
+ * the last key used.  Each MAC then copies them.  They are SHA256_CTX
+ * values (OpenSSL's low-level interface, deprecated in 3.0 but kept):
+ * copying an EVP_MD_CTX of a provider's digest allocates and frees a
+ * context each time, and a snapshot fingerprints every row it copies --
+ * with EVP, the calls around the two hashes cost as much as the hashes.
  */
 #define HMAC_BLOCK	64
 
-static EVP_MD_CTX *hmac_inner = NULL;
-static EVP_MD_CTX *hmac_outer = NULL;
-static EVP_MD_CTX *hmac_work = NULL;
+static SHA256_CTX hmac_inner;
+static SHA256_CTX hmac_outer;
 static uint8 *hmac_key = NULL;	/* the key the states are of */
 static int	hmac_key_len = -1;
-
-static const EVP_MD *
-sha256_md(void)
-{
-#if OPENSSL_VERSION_NUMBER >= 0x30000000L
-	static EVP_MD *md = NULL;
-
-	if (md == NULL)
-		md = EVP_MD_fetch(NULL, "SHA256", NULL);
-	if (md == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("ash_replicant: SHA-256 is not available from OpenSSL")));
-	return md;
-#else
-	return EVP_sha256();
-#endif
-}
 
 /*
  * The key copy and the states derived from it, wiped with the keyring
@@ -432,13 +419,8 @@ forget_hmac_states(void)
 	}
 	hmac_key = NULL;
 	hmac_key_len = -1;
-	/* EVP_MD_CTX_reset cleanses the digest state it held */
-	if (hmac_inner != NULL)
-	{
-		EVP_MD_CTX_reset(hmac_inner);
-		EVP_MD_CTX_reset(hmac_outer);
-		EVP_MD_CTX_reset(hmac_work);
-	}
+	explicit_bzero(&hmac_inner, sizeof(hmac_inner));
+	explicit_bzero(&hmac_outer, sizeof(hmac_outer));
 }
 
 static void
@@ -457,40 +439,31 @@ hmac_prepare(const AshKey *key)
 {
 	uint8		k0[HMAC_BLOCK];
 	uint8		pad[HMAC_BLOCK];
-	unsigned int n = 0;
-	bool		ok;
+	bool		ok = true;
 
+	/*
+	 * Not a constant-time comparison: both sides are this process's key
+	 * material, nothing a caller chose, so how long it takes tells nobody
+	 * anything; it runs for every row a snapshot fingerprints.
+	 */
 	if (hmac_key != NULL && hmac_key_len == key->len &&
-		CRYPTO_memcmp(hmac_key, key->bytes, key->len) == 0)
+		memcmp(hmac_key, key->bytes, key->len) == 0)
 		return;
 	forget_hmac_states();
 	ash_keyring_on_reset(forget_keys);
-	if (hmac_inner == NULL)
-	{
-		hmac_inner = EVP_MD_CTX_new();
-		hmac_outer = EVP_MD_CTX_new();
-		hmac_work = EVP_MD_CTX_new();
-		if (hmac_inner == NULL || hmac_outer == NULL || hmac_work == NULL)
-			hmac_failed();
-	}
 
 	/* K0: the key, or its digest when longer than a block; zero-padded */
 	memset(k0, 0, sizeof(k0));
 	if (key->len > HMAC_BLOCK)
-		ok = EVP_Digest(key->bytes, key->len, k0, &n, sha256_md(), NULL) == 1;
+		ok = SHA256((const unsigned char *) key->bytes, key->len, k0) != NULL;
 	else
-	{
 		memcpy(k0, key->bytes, key->len);
-		ok = true;
-	}
 	for (int i = 0; i < HMAC_BLOCK; i++)
 		pad[i] = k0[i] ^ 0x36;
-	ok = ok && EVP_DigestInit_ex(hmac_inner, sha256_md(), NULL) == 1 &&
-		EVP_DigestUpdate(hmac_inner, pad, HMAC_BLOCK) == 1;
+	ok = ok && SHA256_Init(&hmac_inner) == 1 && SHA256_Update(&hmac_inner, pad, HMAC_BLOCK) == 1;
 	for (int i = 0; i < HMAC_BLOCK; i++)
 		pad[i] = k0[i] ^ 0x5c;
-	ok = ok && EVP_DigestInit_ex(hmac_outer, sha256_md(), NULL) == 1 &&
-		EVP_DigestUpdate(hmac_outer, pad, HMAC_BLOCK) == 1;
+	ok = ok && SHA256_Init(&hmac_outer) == 1 && SHA256_Update(&hmac_outer, pad, HMAC_BLOCK) == 1;
 	explicit_bzero(k0, sizeof(k0));
 	explicit_bzero(pad, sizeof(pad));
 	if (!ok)
@@ -505,21 +478,21 @@ ash_hmac_sha256(const AshKey *key, const char *data, int len,
 				uint8 out[ASH_HMAC_SHA256_LEN])
 {
 	uint8		inner[ASH_HMAC_SHA256_LEN];
-	unsigned int n1 = 0;
-	unsigned int n2 = 0;
+	SHA256_CTX	work;
 	bool		ok;
 
 	if (key == NULL || key->bytes == NULL || key->len <= 0 || len < 0)
 		elog(ERROR, "ash_replicant: HMAC needs a key and data");
 	hmac_prepare(key);
-	ok = EVP_MD_CTX_copy_ex(hmac_work, hmac_inner) == 1 &&
-		(len == 0 || EVP_DigestUpdate(hmac_work, data, (size_t) len) == 1) &&
-		EVP_DigestFinal_ex(hmac_work, inner, &n1) == 1 &&
-		EVP_MD_CTX_copy_ex(hmac_work, hmac_outer) == 1 &&
-		EVP_DigestUpdate(hmac_work, inner, sizeof(inner)) == 1 &&
-		EVP_DigestFinal_ex(hmac_work, out, &n2) == 1;
+	work = hmac_inner;
+	ok = (len == 0 || SHA256_Update(&work, data, (size_t) len) == 1) &&
+		SHA256_Final(inner, &work) == 1;
+	work = hmac_outer;
+	ok = ok && SHA256_Update(&work, inner, sizeof(inner)) == 1 &&
+		SHA256_Final(out, &work) == 1;
 	explicit_bzero(inner, sizeof(inner));
-	if (!ok || n1 != ASH_HMAC_SHA256_LEN || n2 != ASH_HMAC_SHA256_LEN)
+	explicit_bzero(&work, sizeof(work));
+	if (!ok)
 		hmac_failed();
 }
 

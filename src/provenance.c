@@ -86,7 +86,28 @@ typedef struct ProvTarget
 	bool	   *keybyval;
 	char	   *keyalign;
 	FmgrInfo   *send;			/* per column; fn_oid InvalidOid: output */
+	uint8	   *kind;			/* per column: FpKind */
+	char	  **head;			/* per column: its name's length and bytes */
+	int		   *headlen;
+	StringInfoData fp;			/* the fingerprint's message, built per row */
 } ProvTarget;
+
+/*
+ * How a column's value goes into a fingerprint: the bytes its send
+ * function would write, put directly for the commonest built-in types
+ * (put_value), else by calling it.
+ */
+typedef enum FpKind
+{
+	FP_CALL,					/* the send function */
+	FP_TEXT,					/* text, varchar, bpchar: pq_sendtext */
+	FP_BYTEA,
+	FP_INT2,
+	FP_INT4,					/* int4, date */
+	FP_OID,
+	FP_INT8,					/* int8, timestamp, timestamptz */
+	FP_PLAIN					/* an encrypted column: its plaintext */
+} FpKind;
 
 /*
  * A snapshot row waiting for its probe (a deep copy: the change's memory
@@ -114,6 +135,7 @@ typedef struct Stamp
 	bool		streamed;		/* a streamed row: it may be gone by the flush */
 } Stamp;
 
+static uint8 value_kind(Oid sendfn);
 static void stamp_singly(List *group);
 static bool stamp_group(ProvTarget *pt, List *group, bool streamed);
 static void queue_stamp(ProvTarget *pt, AshApplyRel *rel, Datum *values, char *nulls, int n,
@@ -164,15 +186,22 @@ active_key(void)
 	return key;
 }
 
+/* v big-endian at p[0..3] */
+static inline void
+put_uint32_at(char *p, uint32 v)
+{
+	p[0] = (char) (v >> 24);
+	p[1] = (char) (v >> 16);
+	p[2] = (char) (v >> 8);
+	p[3] = (char) v;
+}
+
 static void
 put_uint32(StringInfo buf, uint32 v)
 {
 	char		b[4];
 
-	b[0] = (char) (v >> 24);
-	b[1] = (char) (v >> 16);
-	b[2] = (char) (v >> 8);
-	b[3] = (char) v;
+	put_uint32_at(b, v);
 	appendBinaryStringInfo(buf, b, 4);
 }
 
@@ -369,16 +398,29 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 	pt->cols = rel->cols;
 	pt->scd2 = is_scd2(rel->map);
 	pt->send = palloc0(sizeof(FmgrInfo) * Max(rel->ncols, 1));
+	pt->kind = palloc(sizeof(uint8) * Max(rel->ncols, 1));
+	pt->head = palloc(sizeof(char *) * Max(rel->ncols, 1));
+	pt->headlen = palloc(sizeof(int) * Max(rel->ncols, 1));
 	for (int c = 0; c < rel->ncols; c++)
 	{
 		Oid			sendfn;
 		bool		varlena;
+		int			len = strlen(rel->cols[c].name);
 
+		pt->headlen[c] = 4 + len;
+		pt->head[c] = palloc(4 + len);
+		put_uint32_at(pt->head[c], (uint32) len);
+		memcpy(pt->head[c] + 4, rel->cols[c].name, len);
 		if (rel->cols[c].encrypt)
-			continue;			/* its plaintext is fingerprinted */
+		{
+			pt->kind[c] = FP_PLAIN; /* its plaintext is fingerprinted */
+			continue;
+		}
 		getTypeBinaryOutputInfo(rel->cols[c].typid, &sendfn, &varlena);
 		fmgr_info_cxt(sendfn, &pt->send[c], prov_cxt);
+		pt->kind[c] = value_kind(sendfn);
 	}
+	initStringInfo(&pt->fp);
 	MemoryContextSwitchTo(old);
 
 	types = palloc(sizeof(Oid) * (rel->nkeys + 3));
@@ -465,100 +507,153 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 }
 
 /*
- * The bytes the send function of one of the commonest built-in types
- * writes for d, put here without the StringInfo and bytea a send call
- * makes per value; false for any other send function.  Integer-like
- * types: pq_sendint16/32/64, big-endian.  text, varchar and bpchar:
- * pq_sendtext, the value's bytes unconverted when the client encoding is
- * the database's or SQL_ASCII (a background worker's; pg_server_to_any);
- * bytea: its bytes.
+ * The columns whose send function's bytes put_value writes itself,
+ * without the StringInfo and bytea a send call makes per value.
+ * Integer-like types: pq_sendint16/32/64, big-endian.  text, varchar and
+ * bpchar: pq_sendtext, the value's bytes unconverted when the client
+ * encoding is the database's or SQL_ASCII (a background worker's;
+ * pg_server_to_any; checked per row); bytea: its bytes.
  */
-static bool
-put_send_fast(StringInfo buf, Oid sendfn, Datum d)
+static uint8
+value_kind(Oid sendfn)
 {
-	uint64		v;
-	int			len;
-	char		b[8];
-
 	switch (sendfn)
 	{
 		case F_TEXTSEND:
 		case F_VARCHARSEND:
 		case F_BPCHARSEND:
-			{
-				int			enc = pg_get_client_encoding();
-
-				if (enc != GetDatabaseEncoding() && enc != PG_SQL_ASCII)
-					return false;
-			}
-			/* FALLTHROUGH */
+			return FP_TEXT;
 		case F_BYTEASEND:
-			{
-				struct varlena *t = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
-
-				put_bytes(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-				return true;
-			}
+			return FP_BYTEA;
 		case F_INT2SEND:
-			v = (uint16) DatumGetInt16(d);
-			len = 2;
-			break;
+			return FP_INT2;
 		case F_INT4SEND:
 		case F_DATE_SEND:
-			v = (uint32) DatumGetInt32(d);
-			len = 4;
-			break;
+			return FP_INT4;
 		case F_OIDSEND:
-			v = DatumGetObjectId(d);
-			len = 4;
-			break;
+			return FP_OID;
 		case F_INT8SEND:
 		case F_TIMESTAMP_SEND:
 		case F_TIMESTAMPTZ_SEND:
+			return FP_INT8;
+		default:
+			return FP_CALL;
+	}
+}
+
+/* n bytes at the end of buf, for the caller to fill. */
+static inline char *
+reserve(StringInfo buf, int n)
+{
+	char	   *p;
+
+	if (buf->len + n >= buf->maxlen)
+		enlargeStringInfo(buf, n);
+	p = buf->data + buf->len;
+	buf->len += n;
+	return p;
+}
+
+/* A length-prefixed byte string (put_bytes). */
+static inline void
+put_counted(StringInfo buf, const char *data, int len)
+{
+	char	   *p = reserve(buf, 4 + len);
+
+	put_uint32_at(p, (uint32) len);
+	memcpy(p + 4, data, len);
+}
+
+/* The value of a column of kind FP_TEXT .. FP_INT8: false if not put. */
+static inline bool
+put_value(StringInfo buf, uint8 kind, Datum d, bool text_as_is)
+{
+	uint64		v;
+	int			len;
+	char	   *p;
+
+	switch (kind)
+	{
+		case FP_TEXT:
+			if (!text_as_is)
+				return false;
+			/* FALLTHROUGH */
+		case FP_BYTEA:
+			{
+				struct varlena *t = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
+
+				put_counted(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+				return true;
+			}
+		case FP_INT2:
+			v = (uint16) DatumGetInt16(d);
+			len = 2;
+			break;
+		case FP_INT4:
+			v = (uint32) DatumGetInt32(d);
+			len = 4;
+			break;
+		case FP_OID:
+			v = DatumGetObjectId(d);
+			len = 4;
+			break;
+		case FP_INT8:
 			v = (uint64) DatumGetInt64(d);
 			len = 8;
 			break;
 		default:
 			return false;
 	}
+	p = reserve(buf, 4 + len);
+	put_uint32_at(p, (uint32) len);
 	for (int i = 0; i < len; i++)
-		b[i] = (char) (v >> (8 * (len - 1 - i)));
-	put_bytes(buf, b, len);
+		p[4 + i] = (char) (v >> (8 * (len - 1 - i)));
 	return true;
 }
 
-/* The values given to the write, by column name. */
+/*
+ * The values given to the write, by column name: for each column its
+ * name, then 'N' (NULL), 'P' and the plaintext (an encrypted column) or
+ * 'V' and its send function's bytes, each byte string after its length.
+ */
 static bytea *
 fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
 {
-	StringInfoData buf;
+	StringInfo	buf = &pt->fp;
+	int			enc = pg_get_client_encoding();
+	bool		text_as_is = enc == GetDatabaseEncoding() || enc == PG_SQL_ASCII;
 
-	initStringInfo(&buf);
+	resetStringInfo(buf);
 	for (int c = 0; c < rel->ncols; c++)
 	{
-		put_bytes(&buf, rel->cols[c].name, strlen(rel->cols[c].name));
+		uint8		kind = pt->kind[c];
+		char	   *p;
+
 		if (!row->present[c])
 			ash_halt("unchanged_value_unavailable", "a snapshot row of %s lacks a column value",
 					 rel->target_name);
+		p = reserve(buf, pt->headlen[c] + 1);
+		memcpy(p, pt->head[c], pt->headlen[c]);
+		p += pt->headlen[c];
 		if (row->nulls[c])
-			appendStringInfoChar(&buf, 'N');
-		else if (rel->cols[c].encrypt)
+			*p = 'N';
+		else if (kind == FP_PLAIN)
 		{
-			appendStringInfoChar(&buf, 'P');
-			put_bytes(&buf, row->plain[c], strlen(row->plain[c]));
+			*p = 'P';
+			put_counted(buf, row->plain[c], strlen(row->plain[c]));
 		}
 		else
 		{
-			appendStringInfoChar(&buf, 'V');
-			if (!put_send_fast(&buf, pt->send[c].fn_oid, row->values[c]))
+			*p = 'V';
+			if (!put_value(buf, kind, row->values[c], text_as_is))
 			{
 				bytea	   *b = SendFunctionCall(&pt->send[c], row->values[c]);
 
-				put_bytes(&buf, VARDATA(b), VARSIZE(b) - VARHDRSZ);
+				put_counted(buf, VARDATA(b), VARSIZE(b) - VARHDRSZ);
 			}
 		}
 	}
-	return tagged_mac(active_key(), buf.data, buf.len);
+	return tagged_mac(active_key(), buf->data, buf->len);
 }
 
 /* Does the stored fingerprint (NULL: none) equal fp? */
