@@ -1203,7 +1203,7 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 	a = ash_snap_read_attempt();
 	if (a->phase == ASH_SNAPSHOT_NONE)
 	{
-		bytea	   *id = palloc(VARHDRSZ + 32);
+		bytea	   *id = palloc(VARHDRSZ + ASH_SNAPSHOT_ATTEMPT_BYTES);
 
 		/* the stream resumes at the slot's position, or the watermark's */
 		if (start->exported != NULL)
@@ -1215,8 +1215,8 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 		if (XLogRecPtrIsInvalid(a->start_lsn))
 			ash_halt("snapshot_state_invalid", "the slot has no position to start the snapshot from");
 
-		SET_VARSIZE(id, VARHDRSZ + 32);
-		if (!pg_strong_random(VARDATA(id), 32))
+		SET_VARSIZE(id, VARHDRSZ + ASH_SNAPSHOT_ATTEMPT_BYTES);
+		if (!pg_strong_random(VARDATA(id), ASH_SNAPSHOT_ATTEMPT_BYTES))
 			elog(ERROR, "ash_replicant: could not generate a snapshot attempt id");
 		a->id = id;
 		(void) ash_snap_key_exec("DELETE FROM ash_replicant.snapshot_tables"

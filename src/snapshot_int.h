@@ -28,6 +28,14 @@
 #include "snapshot.h"
 #include "source_slot.h"
 
+/*
+ * An attempt's id: random, compared only for equality with the marks rows
+ * carry (replica_seen_attempt), so 128 bits keep attempts apart; every
+ * provenance row stores it.  Ids of attempts armed by earlier builds are
+ * 256-bit and compare the same way.
+ */
+#define ASH_SNAPSHOT_ATTEMPT_BYTES	16
+
 /* One table of the attempt. */
 typedef struct SnapTable
 {

@@ -599,7 +599,7 @@ CREATE TABLE $mk ($structural, id bigint, note text, $axes);
 	my ($wal_from, $S, $F) = drive(sink => $sink, table => $t, target => $lg, xacts => $xacts, restart => $o{restart});
 
 	my $attempt = $dst->safe_psql($DB, AshTest::checkpoint_sql($sink, "encode(c.snapshot_attempt, 'hex')"));
-	ok(length($attempt) == 64, "$sink: the checkpoint records a 256-bit snapshot attempt");
+	ok(length($attempt) == 32, "$sink: the checkpoint records a 128-bit snapshot attempt");
 	my $c = qq{WITH c AS (SELECT xid::text AS xid, (start_lsn - '0/0'::pg_lsn)::bigint AS lsn
            FROM pg_get_wal_records_info('$wal_from', pg_current_wal_flush_lsn())
            WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT')};
