@@ -355,7 +355,7 @@ my $mk_tp = AshTest::marker_table('tp');
 AshTest::setup_pipeline($src, $dst, sink => 'tp', publication => 'pub_tp', maps => [ ['tp_big'] ], pipeline_extra => $V1);
 poll_copying('tp', 'tp_big', 'tp');
 AshTest::stop_settled($src, $dst, 'tp');
-like(attempt_facts('tp'), qr/^copying\|[0-9A-F]+\/[0-9A-F]+\|[0-9a-f]{64}\|.*public:tp_big:pending:0:-$/,
+like(attempt_facts('tp'), qr/^copying\|[0-9A-F]+\/[0-9A-F]+\|[0-9a-f]{32}\|.*public:tp_big:pending:0:-$/,
 	'tp: stopped mid-copy: the attempt is copying, tp_big pending');
 is($dst->safe_psql($DB, 'SELECT count(*) FROM tp_big'), '3', 'tp: the stop rolled back the table in flight');
 
