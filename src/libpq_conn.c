@@ -4,11 +4,12 @@
  *	  Latch-aware, asynchronous libpq for background workers.
  *
  * NOTES
- *	  Every wait goes through WaitLatchOrSocket with WL_EXIT_ON_PM_DEATH, and
- *	  the latch path runs CHECK_FOR_INTERRUPTS, so SIGTERM is serviced while
- *	  connecting or waiting for a result (modelled on core's
- *	  libpqwalreceiver, which is not used directly because its API cannot
- *	  pass pgoutput's messages option or other plugins' options).
+ *	  Every wait has WL_EXIT_ON_PM_DEATH (once connected, on a wait set the
+ *	  connection keeps: conn_wait), and the latch path runs
+ *	  CHECK_FOR_INTERRUPTS, so SIGTERM is serviced while connecting or
+ *	  waiting for a result (modelled on core's libpqwalreceiver, which is
+ *	  not used directly because its API cannot pass pgoutput's messages
+ *	  option or other plugins' options).
  *
  *	  Sessions are set up so that text values parse identically on the
  *	  destination and read as the worker renders a value it received in
@@ -165,6 +166,49 @@ wait_socket(PGconn *conn, int io_events, TimestampTz deadline)
 	}
 }
 
+/*
+ * wait_socket on a connection made: with a wait set kept for the
+ * connection, as the stream's (ash_stream_wait), where WaitLatchOrSocket
+ * builds and closes an epoll set per call -- an incremental snapshot waits
+ * for each chunk's read.  (While connecting, libpq may move to another
+ * socket: wait_socket.)
+ */
+static bool
+conn_wait(AshConn *c, int io_events, TimestampTz deadline)
+{
+	WaitEvent	event;
+
+	if (c->wait_set == NULL)
+	{
+		c->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+		AddWaitEventToSet(c->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(c->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		AddWaitEventToSet(c->wait_set, io_events, PQsocket(c->conn), NULL, NULL);
+		c->wait_io = io_events;
+	}
+	else if (c->wait_io != io_events)
+	{
+		ModifyWaitEvent(c->wait_set, 2, io_events, NULL);
+		c->wait_io = io_events;
+	}
+	for (;;)
+	{
+		long		timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+		if (timeout <= 0)
+			return false;
+		if (WaitEventSetWait(c->wait_set, timeout, &event, 1, PG_WAIT_EXTENSION) != 1)
+			continue;
+		if (event.events & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (event.events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+			return true;
+	}
+}
+
 AshConn *
 ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 {
@@ -298,6 +342,9 @@ ash_conn_close(AshConn *c)
 {
 	if (c == NULL)
 		return;
+	if (c->wait_set != NULL)
+		FreeWaitEventSet(c->wait_set);
+	c->wait_set = NULL;
 	if (c->conn)
 		PQfinish(c->conn);
 	c->conn = NULL;
@@ -352,7 +399,7 @@ collect_result_idle(AshConn *c, const char *what, int timeout_ms, bool *idle)
 			}
 			if (!PQisBusy(c->conn))
 				break;
-			if (!wait_socket(c->conn, WL_SOCKET_READABLE, deadline))
+			if (!conn_wait(c, WL_SOCKET_READABLE, deadline))
 			{
 				if (idle != NULL && last == NULL)
 				{
@@ -608,7 +655,7 @@ ash_conn_copy_row(AshConn *c, char **buf, long idle_ms)
 				continue;
 			}
 			deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idle_ms);
-			if (!wait_socket(c->conn, WL_SOCKET_READABLE, deadline))
+			if (!conn_wait(c, WL_SOCKET_READABLE, deadline))
 				ereport(ERROR,
 						(errcode(ERRCODE_CONNECTION_FAILURE),
 						 errmsg("ash_replicant: the source sent no copy data within receive_timeout")));

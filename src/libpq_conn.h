@@ -25,6 +25,8 @@ typedef struct AshConn
 	PGconn	   *conn;
 	AshConnKind kind;
 	int			server_version;
+	struct WaitEventSet *wait_set;	/* once connected: latch, postmaster, socket */
+	int			wait_io;		/* the socket event's current flags */
 } AshConn;
 
 /*

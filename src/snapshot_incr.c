@@ -1252,50 +1252,44 @@ chunk_write(IncrChunk *c, bool worker)
 						retired)));
 	}
 	{
-		Oid			types[6] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID, LSNOID};
-		Datum		values[6];
-		char		nulls[7] = "      ";
+		Oid			types[10] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID, LSNOID,
+		INT8OID, INT8OID, INT8OID, INT8ARRAYOID};
+		Datum		values[10];
+		char		nulls[11] = "          ";
 
+		/*
+		 * The table's progress and the chunk's window in one statement (each
+		 * statement is a fixed cost of every chunk): the window is written
+		 * only when the progress row was where this chunk began.
+		 */
 		values[0] = CStringGetTextDatum(c->nspname);
 		values[1] = CStringGetTextDatum(c->relname);
 		values[2] = Int64GetDatum(c->nrows);
 		key_param(c->hi, k->nkeys, &values[3], &nulls[3]);
 		key_param(c->cursor, k->nkeys, &values[4], &nulls[4]);
 		values[5] = LSNGetDatum(c->high_lsn);
-		if (ash_snap_key_exec("UPDATE ash_replicant.snapshot_tables"
-							  "   SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
-							  "       chunk_cursor = $7,"
-							  "       state = CASE WHEN $7 IS NULL THEN 'copied' ELSE state END,"
-							  "       snapshot_lsn = CASE WHEN $7 IS NULL THEN $9 END,"
-							  "       copied_at = CASE WHEN $7 IS NULL THEN pg_catalog.clock_timestamp() END"
-							  " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
-							  "   AND source_schema = $4 AND source_table = $5 AND state = 'pending'"
-							  "   AND chunk_cursor IS NOT DISTINCT FROM $8",
-							  6, types, values, nulls, SPI_OK_UPDATE) != 1)
+		values[6] = Int64GetDatum(c->chunk_no);
+		values[7] = Int64GetDatum((int64) c->snap.xmin);
+		values[8] = Int64GetDatum((int64) c->snap.xmax);
+		values[9] = xip_array(&c->snap);
+		if (ash_snap_key_exec("WITH t AS ("
+							  " UPDATE ash_replicant.snapshot_tables"
+							  "    SET rows_copied = rows_copied + $6, chunks_copied = chunks_copied + 1,"
+							  "        chunk_cursor = $7,"
+							  "        state = CASE WHEN $7 IS NULL THEN 'copied' ELSE state END,"
+							  "        snapshot_lsn = CASE WHEN $7 IS NULL THEN $9 END,"
+							  "        copied_at = CASE WHEN $7 IS NULL THEN pg_catalog.clock_timestamp() END"
+							  "  WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
+							  "    AND source_schema = $4 AND source_table = $5 AND state = 'pending'"
+							  "    AND chunk_cursor IS NOT DISTINCT FROM $8"
+							  "  RETURNING 1)"
+							  " INSERT INTO ash_replicant.snapshot_windows"
+							  " (source_system_id, source_database, slot_name, source_schema, source_table,"
+							  "  chunk, lo, hi, snap_xmin, snap_xmax, snap_xip, high_lsn)"
+							  " SELECT $1, $2, $3, $4, $5, $10, $8, $7, $11, $12, $13, $9 FROM t",
+							  10, types, values, nulls, SPI_OK_INSERT) != 1)
 			ash_halt("snapshot_state_invalid", "table %s is not where its incremental copy left it",
 					 quote_qualified_identifier(c->nspname, c->relname));
-	}
-	{
-		Oid			types[9] = {TEXTOID, TEXTOID, INT8OID, TEXTARRAYOID, TEXTARRAYOID,
-		INT8OID, INT8OID, INT8ARRAYOID, LSNOID};
-		Datum		values[9];
-		char		nulls[10] = "         ";
-
-		values[0] = CStringGetTextDatum(c->nspname);
-		values[1] = CStringGetTextDatum(c->relname);
-		values[2] = Int64GetDatum(c->chunk_no);
-		key_param(c->cursor, k->nkeys, &values[3], &nulls[3]);
-		key_param(c->hi, k->nkeys, &values[4], &nulls[4]);
-		values[5] = Int64GetDatum((int64) c->snap.xmin);
-		values[6] = Int64GetDatum((int64) c->snap.xmax);
-		values[7] = xip_array(&c->snap);
-		values[8] = LSNGetDatum(c->high_lsn);
-		(void) ash_snap_key_exec("INSERT INTO ash_replicant.snapshot_windows"
-								 " (source_system_id, source_database, slot_name, source_schema, source_table,"
-								 "  chunk, lo, hi, snap_xmin, snap_xmax, snap_xip, high_lsn)"
-								 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
-								 "         $12)",
-								 9, types, values, nulls, SPI_OK_INSERT);
 	}
 	if (worker)
 	{
