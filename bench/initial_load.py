@@ -58,6 +58,7 @@ COPIER_GUCS = {g: os.environ.get(e) or os.environ.get("COPIERS")
                             ("max_sync_workers_per_subscription", "NATIVE_COPIERS"))}
 # rows per incremental chunk (chunk_rows) for ash_incr; unset: the product's default (1000)
 INCR_CHUNK_ROWS = os.environ.get("INCR_CHUNK_ROWS")
+INCR_MAX_PENDING = os.environ.get("INCR_MAX_PENDING")
 # rounds of every contender on one fill of the source, in alternating order (forward,
 # then reversed, ...): paired runs for ratios on a machine whose speed drifts by 20 %
 LOAD_ROUNDS = int(os.environ.get("LOAD_ROUNDS", "1"))
@@ -269,7 +270,9 @@ class AshIncrLoad(AshLoad):
                " source_system_identifier => %s, source_database => 'postgres',"
                " go_forward_only => false, snapshot => %s"
                + (", chunk_rows => %d" % int(INCR_CHUNK_ROWS)
-                  if INCR_CHUNK_ROWS and self.snapshot == "incremental" else "") + ")",
+                  if INCR_CHUNK_ROWS and self.snapshot == "incremental" else "")
+               + (", max_pending_chunks => %d" % int(INCR_MAX_PENDING)
+                  if INCR_MAX_PENDING and self.snapshot == "incremental" else "") + ")",
           (self.slot, B.SRC_DSN, self.w.pub, sysid, self.snapshot))
 
 
@@ -428,6 +431,7 @@ def run_round(wn, w, rep, rnd, contenders, src, dst, size, src_hash, copiers):
              "copiers": int(copiers[1] if isinstance(c, NativeLoad) else copiers[0])}
         if c.variant == "incremental":
             r["chunk_rows"] = int(INCR_CHUNK_ROWS or 1000)
+            r["max_pending_chunks"] = int(INCR_MAX_PENDING or 4)
 
         def body():
             w.fresh_dest(dst)   # before prepare: ash_replicant maps the tables by their oid
