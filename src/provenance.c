@@ -66,6 +66,7 @@
 #define PROVENANCE_FORMAT	1
 #define STAMP_QUEUE_MAX		1000
 #define PROBE_BATCH_MAX		1000
+#define FP_BUFFER_KEEP		(64 * 1024)	/* a fingerprint's message buffer kept */
 
 /* Plans and send functions of one target (rel's shape at first use). */
 typedef struct ProvTarget
@@ -620,6 +621,7 @@ static bytea *
 fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
 {
 	StringInfo	buf = &pt->fp;
+	bytea	   *mac;
 	int			enc = pg_get_client_encoding();
 	bool		text_as_is = enc == GetDatabaseEncoding() || enc == PG_SQL_ASCII;
 
@@ -653,7 +655,18 @@ fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
 			}
 		}
 	}
-	return tagged_mac(active_key(), buf->data, buf->len);
+	mac = tagged_mac(active_key(), buf->data, buf->len);
+
+	/* kept for the next row, unless a large value grew it */
+	if (buf->maxlen > FP_BUFFER_KEEP)
+	{
+		MemoryContext old = MemoryContextSwitchTo(prov_cxt);
+
+		pfree(buf->data);
+		initStringInfo(buf);
+		MemoryContextSwitchTo(old);
+	}
+	return mac;
 }
 
 /* Does the stored fingerprint (NULL: none) equal fp? */
