@@ -8,12 +8,17 @@
  *	  the rows its target already holds unchanged, the rows it must write,
  *	  and the rows the source no longer has (docs/snapshots.md):
  *
- *	  - each copied row's fingerprint is HMAC-SHA-256, with the active key
- *		of family snapshot_provenance, of the values given to the write
- *		(every mapped target column by name: NULL, or its type's send
+ *	  - each copied row's fingerprint is HMAC-SHA-256 of the values given
+ *		to the write (every mapped target column: NULL, or its type's send
  *		format; the plaintext of an encrypted column, whose ciphertext
  *		differs at every write), tagged with a format byte and the key
- *		version: replica_fingerprint;
+ *		version: replica_fingerprint.  Format 2 keys the HMAC per target
+ *		shape -- a key derived from the active key of family
+ *		snapshot_provenance and the columns' names and kinds -- so a row's
+ *		message holds only its values, and keeps the first 16 bytes of the
+ *		MAC: fewer hash blocks per row, and 16 bytes less in every target
+ *		row.  Format 1 (earlier builds: the names in every row's message,
+ *		the whole MAC) is still compared, by computing it for the row;
  *	  - a target row with the same fingerprint (the open version under
  *		SCD2) is not written: no host effect, no trigger; a new or
  *		different row is written by the mapping's strategy as any insert;
@@ -63,7 +68,9 @@
 #include "provenance.h"
 #include "spi_util.h"
 
-#define PROVENANCE_FORMAT	1
+#define STATE_FORMAT		1	/* the attempt's state */
+#define FP_FORMAT_1			1	/* fingerprints of earlier builds */
+#define FP_FORMAT_2			2	/* fingerprints written now */
 #define STAMP_QUEUE_MAX		1000
 #define PROBE_BATCH_MAX		1000
 #define FP_BUFFER_KEEP		(64 * 1024)	/* a fingerprint's message buffer kept */
@@ -91,6 +98,9 @@ typedef struct ProvTarget
 	char	  **head;			/* per column: its name's length and bytes */
 	int		   *headlen;
 	StringInfoData fp;			/* the fingerprint's message, built per row */
+	bool		tkey_valid;		/* format 2: the target's key, derived ... */
+	int32		tkey_version;	/* ... from this version of the family */
+	uint8		tkey[ASH_HMAC_SHA256_LEN];
 } ProvTarget;
 
 /*
@@ -213,20 +223,27 @@ put_bytes(StringInfo buf, const char *data, int len)
 	appendBinaryStringInfo(buf, data, len);
 }
 
-/* Format byte, key version, HMAC of data with that key. */
+/*
+ * Format byte, the family's key version, the first maclen bytes of the
+ * HMAC of data with key (that version's key, or one derived from it).
+ */
 static bytea *
-tagged_mac(const AshKey *key, const char *data, int len)
+tagged_mac(uint8 format, int32 version, const AshKey *key, const char *data, int len,
+		   int maclen)
 {
-	bytea	   *out = palloc(VARHDRSZ + ASH_PROVENANCE_BYTES);
+	bytea	   *out = palloc(VARHDRSZ + ASH_PROVENANCE_TAG_BYTES + maclen);
 	uint8	   *p = (uint8 *) VARDATA(out);
+	uint8		mac[ASH_HMAC_SHA256_LEN];
 
-	SET_VARSIZE(out, VARHDRSZ + ASH_PROVENANCE_BYTES);
-	p[0] = PROVENANCE_FORMAT;
-	p[1] = (uint8) ((uint32) key->version >> 24);
-	p[2] = (uint8) ((uint32) key->version >> 16);
-	p[3] = (uint8) ((uint32) key->version >> 8);
-	p[4] = (uint8) key->version;
-	ash_hmac_sha256(key, data, len, p + ASH_PROVENANCE_TAG_BYTES);
+	Assert(maclen <= ASH_HMAC_SHA256_LEN);
+	SET_VARSIZE(out, VARHDRSZ + ASH_PROVENANCE_TAG_BYTES + maclen);
+	p[0] = format;
+	p[1] = (uint8) ((uint32) version >> 24);
+	p[2] = (uint8) ((uint32) version >> 16);
+	p[3] = (uint8) ((uint32) version >> 8);
+	p[4] = (uint8) version;
+	ash_hmac_sha256(key, data, len, mac);
+	memcpy(p + ASH_PROVENANCE_TAG_BYTES, mac, maclen);
 	return out;
 }
 
@@ -236,7 +253,7 @@ tagged_version(const bytea *mac)
 {
 	const uint8 *p = (const uint8 *) VARDATA_ANY(mac);
 
-	if (VARSIZE_ANY_EXHDR(mac) != ASH_PROVENANCE_BYTES || p[0] != PROVENANCE_FORMAT)
+	if (VARSIZE_ANY_EXHDR(mac) != ASH_PROVENANCE_BYTES || p[0] != STATE_FORMAT)
 		return -1;
 	return (int32) (((uint32) p[1] << 24) | ((uint32) p[2] << 16) | ((uint32) p[3] << 8) | p[4]);
 }
@@ -263,10 +280,12 @@ bytea *
 ash_provenance_sign_state(const AshCheckpointKey *key, const bytea *attempt, XLogRecPtr start_lsn)
 {
 	StringInfoData buf;
+	const AshKey *k;
 
 	ash_keyring_load();
 	state_message(&buf, key, attempt, start_lsn);
-	return tagged_mac(active_key(), buf.data, buf.len);
+	k = active_key();
+	return tagged_mac(STATE_FORMAT, k->version, k, buf.data, buf.len, ASH_HMAC_SHA256_LEN);
 }
 
 void
@@ -287,7 +306,7 @@ ash_provenance_verify_state(const AshCheckpointKey *key, const bytea *attempt,
 		ash_halt("keyring_version_missing", "family %s lacks the version the snapshot state names",
 				 ASH_KEYS_SNAPSHOT_PROVENANCE);
 	state_message(&buf, key, attempt, start_lsn);
-	expected = tagged_mac(k, buf.data, buf.len);
+	expected = tagged_mac(STATE_FORMAT, k->version, k, buf.data, buf.len, ASH_HMAC_SHA256_LEN);
 	if (!ash_digest_equal((const uint8 *) VARDATA(expected), (const uint8 *) VARDATA_ANY(state),
 						  ASH_PROVENANCE_BYTES))
 		ash_halt("snapshot_state_invalid", "the snapshot attempt's state does not authenticate");
@@ -387,6 +406,7 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 		if (pt->relid == tgt->relid)
 		{
 			/* a new resolution of the relation: plans again */
+			explicit_bzero(pt->tkey, sizeof(pt->tkey));
 			targets = foreach_delete_current(targets, lc);
 			break;
 		}
@@ -555,19 +575,50 @@ reserve(StringInfo buf, int n)
 	return p;
 }
 
-/* A length-prefixed byte string (put_bytes). */
-static inline void
-put_counted(StringInfo buf, const char *data, int len)
+/*
+ * A value's length before its bytes: a uint32, big-endian (format 1), or
+ * in 7-bit groups, least significant first, the high bit set on all but
+ * the last (format 2: one byte below 128).
+ */
+static inline int
+len_bytes(uint32 len, bool v2)
 {
-	char	   *p = reserve(buf, 4 + len);
+	if (!v2)
+		return 4;
+	return len < (1U << 7) ? 1 : len < (1U << 14) ? 2 : len < (1U << 21) ? 3 :
+		len < (1U << 28) ? 4 : 5;
+}
 
-	put_uint32_at(p, (uint32) len);
-	memcpy(p + 4, data, len);
+/* len at p (in len_bytes(len, v2) bytes); returns the byte after it */
+static inline char *
+put_len_at(char *p, uint32 len, bool v2)
+{
+	if (!v2)
+	{
+		put_uint32_at(p, len);
+		return p + 4;
+	}
+	while (len >= 0x80)
+	{
+		*p++ = (char) (len | 0x80);
+		len >>= 7;
+	}
+	*p++ = (char) len;
+	return p;
+}
+
+/* A length-prefixed byte string. */
+static inline void
+put_counted(StringInfo buf, const char *data, int len, bool v2)
+{
+	char	   *p = reserve(buf, len_bytes((uint32) len, v2) + len);
+
+	memcpy(put_len_at(p, (uint32) len, v2), data, len);
 }
 
 /* The value of a column of kind FP_TEXT .. FP_INT8: false if not put. */
 static inline bool
-put_value(StringInfo buf, uint8 kind, Datum d, bool text_as_is)
+put_value(StringInfo buf, uint8 kind, Datum d, bool text_as_is, bool v2)
 {
 	uint64		v;
 	int			len;
@@ -583,7 +634,7 @@ put_value(StringInfo buf, uint8 kind, Datum d, bool text_as_is)
 			{
 				struct varlena *t = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
 
-				put_counted(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+				put_counted(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), v2);
 				return true;
 			}
 		case FP_INT2:
@@ -605,57 +656,137 @@ put_value(StringInfo buf, uint8 kind, Datum d, bool text_as_is)
 		default:
 			return false;
 	}
-	p = reserve(buf, 4 + len);
-	put_uint32_at(p, (uint32) len);
+	p = put_len_at(reserve(buf, len_bytes(len, v2) + len), len, v2);
 	for (int i = 0; i < len; i++)
-		p[4 + i] = (char) (v >> (8 * (len - 1 - i)));
+		p[i] = (char) (v >> (8 * (len - 1 - i)));
 	return true;
 }
 
+/* The family's active key, as fingerprint last found it. */
+static const AshKey *fp_active = NULL;
+
+/* Every target's format-2 key, wiped with the keyring. */
+static void
+forget_target_keys(void)
+{
+	ListCell   *lc;
+
+	fp_active = NULL;
+	foreach(lc, targets)
+	{
+		ProvTarget *pt = lfirst(lc);
+
+		explicit_bzero(pt->tkey, sizeof(pt->tkey));
+		pt->tkey_valid = false;
+	}
+}
+
 /*
- * The values given to the write, by column name: for each column its
- * name, then 'N' (NULL), 'P' and the plaintext (an encrypted column) or
- * 'V' and its send function's bytes, each byte string after its length.
+ * The key format 2 fingerprints pt's rows with: HMAC-SHA-256, with the
+ * family's key, of a label and, per mapped column in order, its name
+ * (after its length) and kind ('V' a value, 'P' an encrypted column's
+ * plaintext) -- what format 1 hashes again in every row's message.
+ * Derived once per key version (and after the keyring is reloaded).
+ */
+static AshKey
+target_key(ProvTarget *pt, AshApplyRel *rel, const AshKey *key)
+{
+	AshKey		tk;
+
+	if (!pt->tkey_valid || pt->tkey_version != key->version)
+	{
+		static const char label[] = "ash_replicant fingerprint 2";
+		StringInfoData msg;
+
+		ash_keyring_on_reset(forget_target_keys);
+		initStringInfo(&msg);
+		put_counted(&msg, label, sizeof(label) - 1, false);
+		for (int c = 0; c < rel->ncols; c++)
+		{
+			appendBinaryStringInfo(&msg, pt->head[c], pt->headlen[c]);
+			appendStringInfoChar(&msg, pt->kind[c] == FP_PLAIN ? 'P' : 'V');
+		}
+		ash_hmac_sha256(key, msg.data, msg.len, pt->tkey);
+		pfree(msg.data);
+		pt->tkey_version = key->version;
+		pt->tkey_valid = true;
+	}
+	tk.family = key->family;
+	tk.version = key->version;
+	tk.len = sizeof(pt->tkey);
+	tk.bytes = pt->tkey;
+	return tk;
+}
+
+/*
+ * The values given to the write, in the target's column order.  Format 2
+ * (written): a bitmap of the NULL columns (bit c % 8 of byte c / 8), then
+ * each other column's plaintext (an encrypted column) or send function's
+ * bytes, after its length (len_bytes), MACed with the target's key.
+ * Format 1 (compared only): for each column its name, then 'N' (NULL), 'P'
+ * and the plaintext or 'V' and the send bytes, each byte string after its
+ * 4-byte length, MACed with the family's key.
  */
 static bytea *
-fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
+fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row, uint8 format)
 {
 	StringInfo	buf = &pt->fp;
 	bytea	   *mac;
+	bool		v2 = format == FP_FORMAT_2;
+	const AshKey *key;
 	int			enc = pg_get_client_encoding();
 	bool		text_as_is = enc == GetDatabaseEncoding() || enc == PG_SQL_ASCII;
 
 	resetStringInfo(buf);
+	if (v2)
+		memset(reserve(buf, (rel->ncols + 7) / 8), 0, (rel->ncols + 7) / 8);
 	for (int c = 0; c < rel->ncols; c++)
 	{
 		uint8		kind = pt->kind[c];
-		char	   *p;
 
 		if (!row->present[c])
 			ash_halt("unchanged_value_unavailable", "a snapshot row of %s lacks a column value",
 					 rel->target_name);
-		p = reserve(buf, pt->headlen[c] + 1);
-		memcpy(p, pt->head[c], pt->headlen[c]);
-		p += pt->headlen[c];
-		if (row->nulls[c])
-			*p = 'N';
-		else if (kind == FP_PLAIN)
+		if (v2 && row->nulls[c])
 		{
-			*p = 'P';
-			put_counted(buf, row->plain[c], strlen(row->plain[c]));
+			buf->data[c / 8] |= (char) (1 << (c % 8));
+			continue;
 		}
-		else
+		if (!v2)
 		{
-			*p = 'V';
-			if (!put_value(buf, kind, row->values[c], text_as_is))
-			{
-				bytea	   *b = SendFunctionCall(&pt->send[c], row->values[c]);
+			char	   *p = reserve(buf, pt->headlen[c] + 1);
 
-				put_counted(buf, VARDATA(b), VARSIZE(b) - VARHDRSZ);
-			}
+			memcpy(p, pt->head[c], pt->headlen[c]);
+			p[pt->headlen[c]] = row->nulls[c] ? 'N' : kind == FP_PLAIN ? 'P' : 'V';
+			if (row->nulls[c])
+				continue;
+		}
+		if (kind == FP_PLAIN)
+			put_counted(buf, row->plain[c], strlen(row->plain[c]), v2);
+		else if (!put_value(buf, kind, row->values[c], text_as_is, v2))
+		{
+			bytea	   *b = SendFunctionCall(&pt->send[c], row->values[c]);
+
+			put_counted(buf, VARDATA(b), VARSIZE(b) - VARHDRSZ, v2);
 		}
 	}
-	mac = tagged_mac(active_key(), buf->data, buf->len);
+	/* looked up once per keyring load (the hook below forgets it) */
+	if (fp_active == NULL)
+	{
+		ash_keyring_on_reset(forget_target_keys);
+		fp_active = active_key();
+	}
+	key = fp_active;
+	if (v2)
+	{
+		AshKey		tk = target_key(pt, rel, key);
+
+		mac = tagged_mac(FP_FORMAT_2, key->version, &tk, buf->data, buf->len,
+						 ASH_FINGERPRINT_BYTES - ASH_PROVENANCE_TAG_BYTES);
+	}
+	else
+		mac = tagged_mac(FP_FORMAT_1, key->version, key, buf->data, buf->len,
+						 ASH_HMAC_SHA256_LEN);
 
 	/* kept for the next row, unless a large value grew it */
 	if (buf->maxlen > FP_BUFFER_KEEP)
@@ -669,13 +800,32 @@ fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row)
 	return mac;
 }
 
-/* Does the stored fingerprint (NULL: none) equal fp? */
+/*
+ * Does the fingerprint stored for r's key (NULL: none) equal r's?  r->fp
+ * is of format 2; one stored in format 1 (an earlier build copied the
+ * row) is compared with r's of format 1, computed for it.
+ */
 static bool
-same_fingerprint(bytea *stored, const bytea *fp)
+stored_matches(ProvTarget *pt, Pending *r, bytea *stored)
 {
-	return stored != NULL && VARSIZE_ANY_EXHDR(stored) == ASH_PROVENANCE_BYTES &&
-		ash_digest_equal((const uint8 *) VARDATA_ANY(stored),
-						 (const uint8 *) VARDATA_ANY(fp), ASH_PROVENANCE_BYTES);
+	const uint8 *p;
+	int			len;
+
+	if (stored == NULL)
+		return false;
+	p = (const uint8 *) VARDATA_ANY(stored);
+	len = VARSIZE_ANY_EXHDR(stored);
+	if (len == ASH_FINGERPRINT_BYTES && p[0] == FP_FORMAT_2)
+		return ash_digest_equal(p, (const uint8 *) VARDATA_ANY(r->fp), ASH_FINGERPRINT_BYTES);
+	if (len == ASH_PROVENANCE_BYTES && p[0] == FP_FORMAT_1)
+	{
+		bytea	   *fp1 = fingerprint(pt, r->rel, &r->row, FP_FORMAT_1);
+		bool		same = ash_digest_equal(p, (const uint8 *) VARDATA(fp1), ASH_PROVENANCE_BYTES);
+
+		pfree(fp1);
+		return same;
+	}
+	return false;
 }
 
 /*
@@ -722,7 +872,7 @@ ash_provenance_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row,
 {
 	ProvTarget *pt = target_of(rel, tgt);
 	const AshChangeMeta *meta = ash_apply_current();
-	bytea	   *fp = fingerprint(pt, rel, row);
+	bytea	   *fp = fingerprint(pt, rel, row, FP_FORMAT_2);
 	Datum	   *values = palloc(sizeof(Datum) * (pt->nkeyparams + 2));
 	char	   *nulls = palloc(pt->nkeyparams + 3);
 	int			n;
@@ -821,7 +971,7 @@ probe_group(ProvTarget *pt, List *rows, bool *unchanged)
 		if (o < 1 || o > nrows)
 			elog(ERROR, "ash_replicant: a provenance probe returned a row it was not asked for");
 		r = list_nth(rows, o - 1);
-		unchanged[o - 1] = !isnull && same_fingerprint(DatumGetByteaPP(d), r->fp);
+		unchanged[o - 1] = !isnull && stored_matches(pt, r, DatumGetByteaPP(d));
 	}
 	return true;
 }
@@ -855,7 +1005,7 @@ ash_provenance_resolve(void)
 				Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 											  &isnull);
 
-				unchanged[i] = !isnull && same_fingerprint(DatumGetByteaPP(d), r->fp);
+				unchanged[i] = !isnull && stored_matches(pt, r, DatumGetByteaPP(d));
 			}
 			i++;
 		}
@@ -1171,7 +1321,8 @@ ash_provenance_check_versions(AshMapping *m)
 		int32		version;
 
 		/* not one of ours: compared as different, rewritten */
-		if (VARSIZE_ANY_EXHDR(tag) != ASH_PROVENANCE_TAG_BYTES || p[0] != PROVENANCE_FORMAT)
+		if (VARSIZE_ANY_EXHDR(tag) != ASH_PROVENANCE_TAG_BYTES ||
+			(p[0] != FP_FORMAT_1 && p[0] != FP_FORMAT_2))
 			continue;
 		version = (int32) (((uint32) p[1] << 24) | ((uint32) p[2] << 16) | ((uint32) p[3] << 8) | p[4]);
 		if (ash_keyring_get(ASH_KEYS_SNAPSHOT_PROVENANCE, version) == NULL)

@@ -16,9 +16,14 @@
 #define ASH_PROVENANCE_FINGERPRINT_COLUMN	"replica_fingerprint"
 #define ASH_PROVENANCE_SEEN_COLUMN			"replica_seen_attempt"
 
-/* Format byte + key version + HMAC-SHA-256. */
+/*
+ * Format byte + key version, then the MAC: all 32 bytes of HMAC-SHA-256 in
+ * the attempt's state and in a fingerprint of format 1 (earlier builds
+ * wrote them; still compared), the first 16 in one of format 2.
+ */
 #define ASH_PROVENANCE_TAG_BYTES	5
 #define ASH_PROVENANCE_BYTES		(ASH_PROVENANCE_TAG_BYTES + 32)
+#define ASH_FINGERPRINT_BYTES		(ASH_PROVENANCE_TAG_BYTES + 16)
 
 /* Does any mapping of cfg keep snapshot provenance? */
 extern bool ash_provenance_in_use(AshPipelineConfig *cfg);

@@ -13,8 +13,8 @@
 #      version.  Checks: content equals the source (provenance columns
 #      excluded), audit triggers on the targets (insert/update/delete) show
 #      each effect exactly once, retired rows are deleted (SCD1) or closed
-#      (SCD2) in the table's copy transaction, fingerprints are 37 bytes
-#      \x01 || key version || HMAC, replica_seen_attempt is the attempt,
+#      (SCD2) in the table's copy transaction, fingerprints are 21 bytes
+#      \x02 || key version || 16 bytes of HMAC, replica_seen_attempt is the attempt,
 #      event=snapshot.retired is logged with the counts.
 #   2  refusals and halts: snapshot 'off' with a provenance mapping (start
 #      refused, snapshot_provenance_invalid); no snapshot_provenance key
@@ -342,11 +342,11 @@ is(bad_ids('ledger_audit', 'SELECT generate_series(1, 50)', "n_all = 1 AND n_ins
 	'SCD2: each source key opened once');
 
 # fingerprints and attempt stamps
-my $fp_ok = "(length(replica_fingerprint) = 37 AND substring(replica_fingerprint from 1 for 5) = '\\x0100000003'::bytea)";
+my $fp_ok = "(length(replica_fingerprint) = 21 AND substring(replica_fingerprint from 1 for 5) = '\\x0200000003'::bytea)";
 for my $t ('stock', 'ledger_hist')
 {
 	is(q_dst("SELECT count(*) FROM $t WHERE replica_fingerprint IS NOT NULL AND NOT $fp_ok"), '0',
-		"$t: every fingerprint is 37 bytes, format 1, key version 3 (the active one)");
+		"$t: every fingerprint is 21 bytes, format 2, key version 3 (the active one)");
 	is(q_dst("SELECT count(*) FROM $t WHERE replica_seen_attempt IS NOT NULL AND encode(replica_seen_attempt, 'hex') <> '$att1'"),
 		'0', "$t: every seen mark is the attempt");
 }
@@ -481,7 +481,7 @@ DELETE FROM ledger WHERE id = 10;
 UPDATE plain SET v = v || ' v2' WHERE id BETWEEN 11 AND 15;
 });
 my $fp400 = q_dst("SELECT encode(replica_fingerprint, 'hex') FROM stock WHERE id = 400");
-like($fp400, qr/^0100000003[0-9a-f]{64}$/, 'row 400 has a fingerprint of key version 3');
+like($fp400, qr/^0200000003[0-9a-f]{32}$/, 'row 400 has a fingerprint of key version 3');
 q_dst(q{
 INSERT INTO stock (id, name, qty, note) VALUES (90100, 'dest only again', 0, NULL);
 UPDATE stock SET replica_fingerprint = '\x01000000ff'::bytea || sha256('x') WHERE id = 400;

@@ -2,9 +2,24 @@
 # of ash_replicant must fingerprint the same under the next, or every later
 # snapshot would rewrite every unchanged row (and fire its triggers).  This
 # test recomputes each fingerprint independently and compares it with what
-# the copies stored (docs/snapshots.md#provenance):
+# the copies stored (docs/snapshots.md#provenance).  Format 2, written:
 #
-#   fingerprint = \x01 || key version (uint32, big-endian)
+#   fingerprint = \x02 || key version (uint32, big-endian)
+#                 || first 16 bytes of HMAC-SHA-256(target key, message)
+#   target key  = HMAC-SHA-256(snapshot_provenance key,
+#                   uint32 length || "ash_replicant fingerprint 2"
+#                   || for each mapped column, in the table's order:
+#                      name as uint32 length || bytes, then
+#                      'V' | 'P' (an encrypted column))
+#   message     = a bitmap of the NULL columns (column c: bit c % 8 of byte
+#                 c / 8), then for each other column its length (7 bits a
+#                 byte, least significant first, the high bit on all but the
+#                 last) || the type's send format | its plaintext (encrypted)
+#
+# Format 1, written by earlier builds and still compared (a row stamped so
+# and unchanged at the source is not written again, only restamped):
+#
+#   fingerprint = \x01 || key version
 #                 || HMAC-SHA-256(snapshot_provenance key, message)
 #   message     = for each mapped column, in the table's order:
 #                 name as uint32 length || bytes, then
@@ -77,18 +92,32 @@ my $sel = join(', ', map {
 	$n eq 'secret' ? "CASE WHEN secret IS NULL THEN 'N' ELSE 'P' || encode(convert_to(secret, 'UTF8'), 'hex') END"
 	  : "CASE WHEN $n IS NULL THEN 'N' ELSE 'V' || encode($sendfn{$n}($n), 'hex') END"
 } @names);
-my %want;
+sub varlen
+{
+	my ($n) = @_;
+	my $out = '';
+	while ($n >= 0x80) { $out .= chr(($n & 0x7f) | 0x80); $n >>= 7; }
+	return $out . chr($n);
+}
+my $tctx = pack('N', 27) . 'ash_replicant fingerprint 2'
+  . join('', map { pack('N', length $_) . $_ . ($_ eq 'secret' ? 'P' : 'V') } @names);
+my $tkey = hmac_sha256($tctx, pack('H*', $sp_key));
+my (%want, %want1);
 for my $line (split /\n/, $src->safe_psql($DB, "SELECT id, $sel FROM kat ORDER BY id"))
 {
 	my ($id, @v) = split /\|/, $line, -1;
-	my $msg = '';
+	my ($msg1, $vals, @nullbits) = ('', '');
 	for my $i (0 .. $#names)
 	{
-		$msg .= pack('N', length $names[$i]) . $names[$i];
+		$msg1 .= pack('N', length $names[$i]) . $names[$i];
 		my ($kind, $hex) = (substr($v[$i], 0, 1), substr($v[$i], 1));
-		$msg .= $kind eq 'N' ? 'N' : $kind . pack('N', length($hex) / 2) . pack('H*', $hex);
+		$msg1 .= $kind eq 'N' ? 'N' : $kind . pack('N', length($hex) / 2) . pack('H*', $hex);
+		$nullbits[$i] = $kind eq 'N' ? 1 : 0;
+		$vals .= varlen(length($hex) / 2) . pack('H*', $hex) unless $kind eq 'N';
 	}
-	$want{$id} = unpack('H*', "\x01" . pack('N', 3) . hmac_sha256($msg, pack('H*', $sp_key)));
+	my $bitmap = pack('b*', join('', @nullbits));
+	$want{$id} = unpack('H*', "\x02" . pack('N', 3) . substr(hmac_sha256($bitmap . $vals, $tkey), 0, 16));
+	$want1{$id} = unpack('H*', "\x01" . pack('N', 3) . hmac_sha256($msg1, pack('H*', $sp_key)));
 }
 is(scalar(keys %want), 11, 'expected fingerprints of the 11 source rows');
 
@@ -117,5 +146,37 @@ for my $t (qw(kat_v1 kat_in))
 	is($dst->safe_psql($DB, "SELECT count(*) FROM $t WHERE position(convert_to('top secret', 'UTF8') IN secret) > 0"),
 		'0', "$t: the encrypted column holds no plaintext");
 }
+
+# Rows stamped by an earlier build (format 1) and unchanged at the source
+# are found unchanged by the next snapshot: not written (no trigger fires),
+# only restamped in format 2.  Row 3's stamp is wrong: it is rewritten.
+my $f1 = join(', ', map { "($_, '\\x" . ($_ == 3 ? '0100000003' . '00' x 32 : $want1{$_}) . "'::bytea)" }
+	  sort { $a <=> $b } keys %want1);
+AshTest::stop_settled($src, $dst, 'kv1');
+$dst->safe_psql($DB, qq{
+UPDATE kat_v1 k SET replica_fingerprint = f.fp FROM (VALUES $f1) f(id, fp) WHERE k.id = f.id;
+CREATE TABLE kat_audit (id bigint, op text);
+CREATE FUNCTION kat_audit_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS \$\$
+BEGIN
+	INSERT INTO public.kat_audit VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END, TG_OP);
+	RETURN NULL;
+END \$\$;
+CREATE TRIGGER kat_audit AFTER INSERT OR UPDATE OR DELETE ON kat_v1 FOR EACH ROW EXECUTE FUNCTION kat_audit_fn();
+});
+is($dst->safe_psql($DB, "SELECT count(*) FROM kat_v1 WHERE length(replica_fingerprint) = 37"), '11',
+	'kat_v1: every row stamped in format 1');
+my ($sysid, $sdb) = AshTest::source_identity($src);
+is($dst->safe_psql($DB, "SELECT ash_replicant_reset_checkpoint('kv1', '$sysid', '$sdb')"), 't',
+	'kv1: checkpoint reset');
+AshTest::start_sink($dst, 'kv1');
+AshTest::wait_status($dst, 'kv1', 'healthy');
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.stat_pipelines"
+	  . " WHERE sink_name = 'kv1'"), 'kv1: second snapshot complete');
+is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || op, ',' ORDER BY id) FROM kat_audit"), '3:UPDATE',
+	'format 1 stamps: only the row whose stamp differs is written again');
+my %got = map { split /\|/ } split /\n/,
+  $dst->safe_psql($DB, "SELECT id, encode(replica_fingerprint, 'hex') FROM kat_v1 ORDER BY id");
+my @bad = grep { ($got{$_} // '') ne $want{$_} } sort { $a <=> $b } keys %want;
+is("@bad", '', 'kat_v1: every row restamped in format 2');
 
 done_testing();
