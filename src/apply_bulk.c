@@ -246,18 +246,19 @@ ash_bulk_build_indexes(void)
 }
 
 /*
- * The slots of the last table written in this transaction, kept from one
- * run to the next (in TopTransactionContext, with their own copy of the
- * descriptor): making and dropping a slot per row cost as much as the
- * NOT NULL checks.  Only row values are stored in them (no buffer pin),
- * each cleared before it is filled again; another table, descriptor or
- * transaction makes its own.
+ * The slots of the last table written, kept from one run to the next and
+ * across transactions (in a context of their own, with their own copy of
+ * the descriptor): making and dropping a slot per row cost as much as the
+ * NOT NULL checks, and a snapshot chunk is a transaction of its own.
+ * Only row values are stored in them, or a tuple the multi-insert
+ * materialized in the slot's own memory (no buffer pin), each cleared
+ * before it is filled again; another table or descriptor makes its own.
  */
+static MemoryContext kept_cxt = NULL;
 static TupleTableSlot **kept_slots = NULL;
 static TupleDesc kept_desc = NULL;
 static int	kept_nslots = 0;
 static Oid	kept_relid = InvalidOid;
-static LocalTransactionId kept_lxid = InvalidLocalTransactionId;
 
 /* Do slots of descriptor a store the rows of b as they are? */
 static bool
@@ -284,29 +285,22 @@ run_slots(Relation r, int nrows)
 {
 	MemoryContext o;
 
-	if (kept_lxid != MyProc->lxid || kept_relid != RelationGetRelid(r) ||
+	if (kept_cxt == NULL)
+		kept_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant bulk insert slots",
+										 ALLOCSET_DEFAULT_SIZES);
+	if (kept_relid != RelationGetRelid(r) ||
 		(kept_desc != NULL && !same_row_shape(kept_desc, RelationGetDescr(r))))
 	{
-		/*
-		 * Another table of this transaction: its slots go.  An older
-		 * transaction's went with its memory.
-		 */
-		if (kept_lxid == MyProc->lxid && kept_slots != NULL)
-		{
-			for (int i = 0; i < kept_nslots; i++)
-				ExecDropSingleTupleTableSlot(kept_slots[i]);
-			pfree(kept_slots);
-			FreeTupleDesc(kept_desc);
-		}
+		/* another table: its slots and their descriptor copy go */
+		MemoryContextReset(kept_cxt);
 		kept_slots = NULL;
 		kept_desc = NULL;
 		kept_nslots = 0;
 		kept_relid = RelationGetRelid(r);
-		kept_lxid = MyProc->lxid;
 	}
 	if (kept_nslots >= nrows)
 		return kept_slots;
-	o = MemoryContextSwitchTo(TopTransactionContext);
+	o = MemoryContextSwitchTo(kept_cxt);
 	if (kept_slots == NULL)
 	{
 		kept_slots = palloc(sizeof(TupleTableSlot *) * nrows);
