@@ -117,6 +117,7 @@ typedef enum FpKind
 	FP_INT4,					/* int4, date */
 	FP_OID,
 	FP_INT8,					/* int8, timestamp, timestamptz */
+	FP_NUMERIC,
 	FP_PLAIN					/* an encrypted column: its plaintext */
 } FpKind;
 
@@ -533,7 +534,8 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
  * Integer-like types: pq_sendint16/32/64, big-endian.  text, varchar and
  * bpchar: pq_sendtext, the value's bytes unconverted when the client
  * encoding is the database's or SQL_ASCII (a background worker's;
- * pg_server_to_any; checked per row); bytea: its bytes.
+ * pg_server_to_any; checked per row); bytea: its bytes; numeric: its
+ * stored form's fields (put_numeric).
  */
 static uint8
 value_kind(Oid sendfn)
@@ -557,6 +559,8 @@ value_kind(Oid sendfn)
 		case F_TIMESTAMP_SEND:
 		case F_TIMESTAMPTZ_SEND:
 			return FP_INT8;
+		case F_NUMERIC_SEND:
+			return FP_NUMERIC;
 		default:
 			return FP_CALL;
 	}
@@ -616,7 +620,66 @@ put_counted(StringInfo buf, const char *data, int len, bool v2)
 	memcpy(put_len_at(p, (uint32) len, v2), data, len);
 }
 
-/* The value of a column of kind FP_TEXT .. FP_INT8: false if not put. */
+/*
+ * numeric_send's bytes -- ndigits, weight, sign, display scale, then each
+ * base-10000 digit, every one an int16, big-endian -- read from the
+ * value's stored form (numeric.c, NumericData): a 2-byte header for short
+ * and special values (NaN, infinities: sign in its top four bits, the
+ * rest zero), else sign and display scale, then the weight; the digits
+ * after it.  The stored form is fixed within a major version, and test
+ * 106 checks these bytes against the source's own numeric_send.
+ */
+static void
+put_numeric(StringInfo buf, Datum d, bool v2)
+{
+	struct varlena *n = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
+	const char *data = VARDATA_ANY(n);
+	int			size = VARSIZE_ANY_EXHDR(n);
+	uint16		h;
+	uint16		field[4];
+	int			hdr;
+	int			ndigits;
+	char	   *p;
+
+	memcpy(&h, data, sizeof(h));
+	if (h & 0x8000)
+	{
+		/* short (10xx) or special (11xx) */
+		hdr = sizeof(uint16);
+		field[1] = (h & 0x0040) ? (uint16) (~0x003F | (h & 0x003F)) : (h & 0x003F);
+		field[2] = (h & 0xC000) == 0xC000 ? (h & 0xF000) : (h & 0x2000) ? 0x4000 : 0;
+		field[3] = (h & 0x1F80) >> 7;
+	}
+	else
+	{
+		int16		weight;
+
+		hdr = sizeof(uint16) + sizeof(int16);
+		memcpy(&weight, data + sizeof(uint16), sizeof(weight));
+		field[1] = (uint16) weight;
+		field[2] = h & 0xC000;
+		field[3] = h & 0x3FFF;
+	}
+	ndigits = (size - hdr) / (int) sizeof(int16);
+	field[0] = (uint16) ndigits;
+	p = reserve(buf, len_bytes(8 + 2 * ndigits, v2) + 8 + 2 * ndigits);
+	p = put_len_at(p, 8 + 2 * ndigits, v2);
+	for (int i = 0; i < 4; i++)
+	{
+		*p++ = (char) (field[i] >> 8);
+		*p++ = (char) field[i];
+	}
+	for (int i = 0; i < ndigits; i++)
+	{
+		int16		digit;
+
+		memcpy(&digit, data + hdr + i * sizeof(int16), sizeof(digit));
+		*p++ = (char) ((uint16) digit >> 8);
+		*p++ = (char) digit;
+	}
+}
+
+/* The value of a column of kind FP_TEXT .. FP_NUMERIC: false if not put. */
 static inline bool
 put_value(StringInfo buf, uint8 kind, Datum d, bool text_as_is, bool v2)
 {
@@ -653,6 +716,9 @@ put_value(StringInfo buf, uint8 kind, Datum d, bool text_as_is, bool v2)
 			v = (uint64) DatumGetInt64(d);
 			len = 8;
 			break;
+		case FP_NUMERIC:
+			put_numeric(buf, d, v2);
+			return true;
 		default:
 			return false;
 	}

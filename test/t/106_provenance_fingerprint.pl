@@ -50,32 +50,36 @@ AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 3 $sp_key",
 	'column_encryption 1 ' . AshTenancy::key_hex(22));
 
 # Every column kind whose send format a fast path reproduces (integers,
-# dates and timestamps, text, varchar, bpchar, bytea), and others that go
-# through their send function (numeric, float8, bool, uuid), with NULLs;
-# row 6's 120 kB text outgrows the message buffer a target keeps between
-# rows, which is then made afresh for the rows after it.
+# dates and timestamps, text, varchar, bpchar, bytea, numeric: short and
+# long stored headers, negative weights, NaN, infinities, zero, a display
+# scale of 100), and others that go through their send function (float8,
+# bool, uuid), with NULLs; row 6's 120 kB text outgrows the message buffer
+# a target keeps between rows, which is then made afresh for the rows
+# after it.
 my $cols = 'id bigint PRIMARY KEY, a smallint, b integer, t text, v varchar(12), c char(6),'
   . ' by bytea, n numeric(10,2), f float8, ok boolean, u uuid, d date, ts timestamp,'
-  . ' tz timestamptz, secret text';
-my @names = qw(id a b t v c by n f ok u d ts tz secret);
+  . ' tz timestamptz, nn numeric, secret text';
+my @names = qw(id a b t v c by n f ok u d ts tz nn secret);
 my %sendfn = (id => 'int8send', a => 'int2send', b => 'int4send', t => 'textsend',
 	v => 'varcharsend', c => 'bpcharsend', by => 'byteasend', n => 'numeric_send',
 	f => 'float8send', ok => 'boolsend', u => 'uuid_send', d => 'date_send',
-	ts => 'timestamp_send', tz => 'timestamptz_send');
+	ts => 'timestamp_send', tz => 'timestamptz_send', nn => 'numeric_send');
 
 $src->safe_psql($DB, qq{
 CREATE TABLE kat ($cols);
 INSERT INTO kat VALUES
   (1, 7, -70000, 'plain', 'short', 'ab', '\\x00ff10', 12.50, 1.5, true,
    'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2026-12-03', '2026-12-03 07:08:09.123456',
-   '2026-12-03 07:08:09.654321+00', 'top secret'),
-  (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+   '2026-12-03 07:08:09.654321+00', 12.5, 'top secret'),
+  (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
   (3, -32768, 2147483647, 'ünïcödé ✓', '', 'xyzuvw', '\\x', -3.00, -0.0, false,
-   '00000000-0000-0000-0000-000000000000', '1999-12-31', '-infinity', 'infinity', 'ünï'),
+   '00000000-0000-0000-0000-000000000000', '1999-12-31', '-infinity', 'infinity', -0.5, 'ünï'),
   (4, 1, 1, repeat('long ', 500), 'v4', 'c', decode(repeat('ab', 3000), 'hex'), 99999999.99,
    'NaN', true, 'ffffffff-ffff-ffff-ffff-ffffffffffff', '4713-01-01 BC', '2000-01-01',
-   '1970-01-01 00:00:00+00', repeat('s', 3000));
-INSERT INTO kat (id, t) SELECT g, CASE WHEN g = 6 THEN repeat('big ', 30000) ELSE 'row ' || g END
+   '1970-01-01 00:00:00+00', 1e-200, repeat('s', 3000));
+INSERT INTO kat (id, t, nn) SELECT g, CASE WHEN g = 6 THEN repeat('big ', 30000) ELSE 'row ' || g END,
+  (ARRAY[0, 'NaN', 'Infinity', '-Infinity', 1e300, round(1::numeric, 100),
+         -123456789.123456789012345678901234567890]::numeric[])[g - 4]
   FROM generate_series(5, 11) g;
 CREATE PUBLICATION pub FOR TABLE kat;
 });
