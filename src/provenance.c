@@ -836,7 +836,7 @@ fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row, uint8 format)
 			put_counted(buf, VARDATA(b), VARSIZE(b) - VARHDRSZ, v2);
 		}
 	}
-	/* looked up once per keyring load (the hook below forgets it) */
+	/* looked up once per keyring load (forget_target_keys forgets it) */
 	if (fp_active == NULL)
 	{
 		ash_keyring_on_reset(forget_target_keys);
