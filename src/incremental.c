@@ -339,6 +339,12 @@ ash_incr_close_windows(XLogRecPtr passed)
 	return open;
 }
 
+XLogRecPtr
+ash_incr_windows_passed(void)
+{
+	return windows_passed;
+}
+
 int
 ash_incr_open_windows(XLogRecPtr *lowest)
 {

@@ -72,6 +72,12 @@ extern void ash_incr_add_window(const char *nspname, const char *relname, int64 
  */
 extern int	ash_incr_close_windows(XLogRecPtr passed);
 
+/*
+ * The highest position ash_incr_close_windows was given this session:
+ * every source commit below it delivered and applied.
+ */
+extern XLogRecPtr ash_incr_windows_passed(void);
+
 /* Windows still open, the lowest high_lsn among them (Invalid: none). */
 extern int	ash_incr_open_windows(XLogRecPtr *lowest);
 

@@ -1296,14 +1296,17 @@ chunk_write(IncrChunk *c, bool worker)
 		Oid			ltypes[1] = {LSNOID};
 		Datum		lvalues[1];
 
-		lvalues[0] = LSNGetDatum(ash_apply_watermark() + 1);
+		lvalues[0] = LSNGetDatum(Max(ash_apply_watermark() + 1, ash_incr_windows_passed()));
 
 		/*
-		 * The stream delivered every commit below the watermark: closed.
-		 * Only when a kept row can be (the watermark stays where it is
-		 * while the source is quiet, and the rows of a long copy pile up
-		 * until it moves: a scan of them per chunk would grow with them).
-		 * A helper's rows are above the watermark when they commit.
+		 * The stream delivered and applied every commit below the
+		 * watermark, and below the position the windows were closed at (a
+		 * quiet source's: the watermark stays where it is while nothing
+		 * commits, and without it every chunk's row stayed): closed.  No
+		 * later session is delivered a commit below it -- the batches that
+		 * applied them precede this transaction.  Deleted only when a kept
+		 * row can be (a scan of them per chunk would grow with them).  A
+		 * helper's rows are above the watermark when they commit.
 		 */
 		if (XLogRecPtrIsInvalid(incr_kept_low) ||
 			Min(incr_kept_low, c->high_lsn) <= DatumGetLSN(lvalues[0]))

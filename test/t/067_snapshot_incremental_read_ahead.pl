@@ -70,4 +70,24 @@ like($copied[0] // '', qr/ rows=99 chunks=10 rereads=1$/,
 is(q_dst("SELECT count(*) FROM ash_replicant.snapshot_tables WHERE state = 'copied' AND chunk_cursor IS NULL"),
 	'1', 'the table is copied, its cursor cleared');
 
+# A window's row goes once the stream passed it: on a quiet source the
+# worker's chunks delete the closed ones as the copy goes, so of a copy of
+# 200 chunks, at most a few windows (the last ones, still open or closed
+# after the last chunk) are left -- not one a chunk.
+q_src(q{
+CREATE TABLE q (id bigint PRIMARY KEY, val text NOT NULL);
+INSERT INTO q SELECT g, 'q' || g FROM generate_series(1, 2000) g;
+CREATE PUBLICATION pub_q FOR TABLE q;
+});
+q_dst("CREATE TABLE q (id bigint PRIMARY KEY, val text NOT NULL, replica_fingerprint bytea, replica_seen_attempt bytea)");
+AshTest::setup_pipeline($src, $dst, sink => 'qp', publication => 'pub_q', marker => 0,
+	maps => [ [ 'q', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 10, max_pending_chunks => 4");
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.stat_pipelines WHERE sink_name = 'qp'"),
+	'qp: the quiet copy completes');
+my ($qchunks, $qwin) = split /\|/, q_dst("SELECT (SELECT sum(chunks_copied) FROM ash_replicant.snapshot_tables"
+	  . " WHERE slot_name = 'qp'), (SELECT count(*) FROM ash_replicant.snapshot_windows WHERE slot_name = 'qp')");
+note "qp: $qwin windows left of $qchunks chunks";
+ok($qchunks >= 200 && $qwin <= 8, "qp: closed windows are deleted during the copy ($qwin left of $qchunks chunks)");
+
 done_testing();
