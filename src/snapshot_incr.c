@@ -118,6 +118,14 @@ static bool incr_prepared = false;	/* the statement exists on incr_conn */
  */
 static XLogRecPtr incr_kept_low = InvalidXLogRecPtr;
 
+/*
+ * The worker deletes closed windows' rows once per this many of its chunks
+ * that find one (a statement per chunk otherwise; the rows left meanwhile
+ * are closed, and a later session reads them only to close them).
+ */
+#define INCR_PRUNE_CHUNKS 32
+static int	incr_unpruned = 0;
+
 /* The incremental helper (tables in parallel, below). */
 static BackgroundWorkerHandle *incr_helpers[ASH_SNAPSHOT_COPIERS_MAX];	/* [1..]: started */
 static bool incr_helper_gone[ASH_SNAPSHOT_COPIERS_MAX]; /* stopped this session */
@@ -314,6 +322,7 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_fresh = false;
 	incr_ahead = false;			/* its connection is closed here */
 	incr_kept_low = InvalidXLogRecPtr;
+	incr_unpruned = 0;
 	incr_ahead_table = NULL;
 	incr_ahead_cursor = NULL;
 	incr_ahead_nkeys = 0;
@@ -1305,11 +1314,13 @@ chunk_write(IncrChunk *c, bool worker)
 		 * commits, and without it every chunk's row stayed): closed.  No
 		 * later session is delivered a commit below it -- the batches that
 		 * applied them precede this transaction.  Deleted only when a kept
-		 * row can be (a scan of them per chunk would grow with them).  A
-		 * helper's rows are above the watermark when they commit.
+		 * row can be (a scan of them per chunk would grow with them), every
+		 * INCR_PRUNE_CHUNKS such chunks.  A helper's rows are above the
+		 * watermark when they commit.
 		 */
 		if (XLogRecPtrIsInvalid(incr_kept_low) ||
-			Min(incr_kept_low, c->high_lsn) <= DatumGetLSN(lvalues[0]))
+			(Min(incr_kept_low, c->high_lsn) <= DatumGetLSN(lvalues[0]) &&
+			 ++incr_unpruned >= INCR_PRUNE_CHUNKS))
 		{
 			(void) ash_snap_key_exec("DELETE FROM ash_replicant.snapshot_windows"
 									 " WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3"
@@ -1317,6 +1328,7 @@ chunk_write(IncrChunk *c, bool worker)
 									 1, ltypes, lvalues, NULL, SPI_OK_DELETE);
 			/* every row left is above the bound */
 			incr_kept_low = DatumGetLSN(lvalues[0]) + 1;
+			incr_unpruned = 0;
 		}
 		else
 			incr_kept_low = Min(incr_kept_low, c->high_lsn);
