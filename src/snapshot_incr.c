@@ -1251,7 +1251,21 @@ chunk_write(IncrChunk *c, bool worker)
 	}
 	chunk_forget(c);
 	(void) ash_apply_snapshot_flush();
-	if (c->done)
+	if (c->done && incr_fresh)
+	{
+		/*
+		 * The target was empty at this table's first chunk: every row in it
+		 * since is one the attempt wrote -- a chunk's, or the stream's at a
+		 * key the copy had passed -- and each is marked seen.  Nothing is
+		 * unseen, so the whole table is not scanned for it.  (Known only in
+		 * the session that copied the first chunk: after a restart the
+		 * table is scanned.)
+		 */
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.retired sink=%s table=%s rows=0 scan=skipped",
+						ash_snap_cfg->sink_name, quote_qualified_identifier(c->nspname, c->relname))));
+	}
+	else if (c->done)
 	{
 		int64		retired = ash_apply_snapshot_retire(c->map, c->position, false);
 

@@ -9,7 +9,9 @@
 # stragglers, the helper or the pipeline worker with SIGKILL (the postmaster
 # restarts every process), the helper with SIGTERM (it fails alone: the
 # worker restarts its session).  The destination starts with stale rows and
-# rows the source lacks.  Afterwards:
+# rows the source lacks in big1 and big2; big3's target starts empty (a
+# table copied whole in one session is then not scanned for unseen rows,
+# one whose copy a fault interrupted is).  Afterwards:
 #   - the watermark reaches the last source commit and the mirror's content
 #     hash equals the source's for both tables (provenance columns aside);
 #   - a destination audit trigger on provenance sinks shows every host effect
@@ -55,6 +57,23 @@ my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
 AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(21));
 
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+
+# Was table's event=snapshot.table_copied line lost to a crash?  The worker
+# logs it once the last chunk committed (a helper's: once the helper
+# reported it), so a fault between the commit and the line leaves the table
+# copied and no line: then the destination's log shows the crash's
+# recovery after the table's retirement (logged inside the last chunk's
+# transaction) and no table_copied line of the table.
+sub line_lost_to_crash
+{
+	my ($table) = @_;
+	my $log = join("\n", map { slurp_file($_) } AshTest::log_files($dst));
+	my $at = rindex($log, "event=snapshot.retired sink=$sink table=public.$table ");
+	return 0 if $at < 0;
+	my $rest = substr($log, $at);
+	return $rest =~ /automatic recovery in progress|terminated by signal/
+	  && $rest !~ /event=snapshot\.table_copied sink=\Q$sink\E table=public\.\Q$table\E /;
+}
 sub q_src { return $src->safe_psql($DB, $_[0]); }
 
 # big1 is the large table; big2 has a two-column key.  n is a version:
@@ -88,7 +107,6 @@ CREATE VIEW big2_v AS SELECT a, b, val, n, blob FROM big2;
 CREATE TABLE big3 (id bigint PRIMARY KEY, grp integer NOT NULL, val text, n bigint NOT NULL DEFAULT 0, blob text,
 	replica_fingerprint bytea, replica_seen_attempt bytea);
 CREATE VIEW big3_v AS SELECT id, grp, val, n, blob FROM big3;
-INSERT INTO big3 (id, grp, val, n) VALUES (5, 0, 'stale', -1), (90000001, 0, 'dest only', -1);
 -- stale rows (the source has these keys) and rows the source lacks
 INSERT INTO big1 (id, grp, val, n) SELECT g, 0, 'stale', -1 FROM generate_series(1, 50) g;
 INSERT INTO big1 (id, grp, val, n) SELECT g, 0, 'dest only', -1 FROM generate_series(90000001, 90000040) g;
@@ -318,7 +336,10 @@ is(q_dst("SELECT count(*) FROM audit WHERE tab = 'big1' AND op = 'DELETE' AND k:
 	'the rows the source lacks are retired, each once');
 is(q_dst("SELECT count(*) FROM big1 WHERE id > 90000000 AND id < 100000000"), '0', 'none of them is left');
 is(q_dst("SELECT count(*) FROM big2 WHERE b = 9999999"), '0', 'big2: the row the source lacks is retired');
-is(q_dst("SELECT count(*) FROM big3 WHERE id = 90000001"), '0', 'big3: the row the source lacks is retired');
+my @retired3 = AshTest::log_lines_like($dst, qr/event=snapshot\.retired sink=\Q$sink\E table=public\.big3 /);
+is(scalar(@retired3), 1, 'big3: one retired line');
+like($retired3[0] // '', qr/ rows=0( scan=skipped)?$/, 'big3, empty at its first chunk: nothing to retire');
+note 'big3 ' . (($retired3[0] // '') =~ /scan=skipped/ ? 'was copied in one session, not scanned' : 'was scanned');
 
 # catalog: complete, copied, windows closed
 is(q_dst("SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_table) FROM ash_replicant.snapshot_tables"),
@@ -329,6 +350,11 @@ is(q_dst("SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_ta
 for my $tc ([ 'big1', 0 ], [ 'big2', 1 ], [ 'big3', 2 ])
 {
 	my @l = AshTest::log_lines_like($dst, qr/event=snapshot\.table_copied sink=\Q$sink\E table=public\.$tc->[0] /);
+	if (!@l && line_lost_to_crash($tc->[0]))
+	{
+		pass("$tc->[0]: copied; its table_copied line was lost to a crash right after the commit");
+		next;
+	}
 	like($l[-1] // '', qr/ copier=$tc->[1] rows=/, "$tc->[0]: its last chunk written by copier $tc->[1]");
 }
 ok(q_dst("SELECT bool_and(chunks_copied > 1 AND chunk_cursor IS NULL) FROM ash_replicant.snapshot_tables") eq 't',

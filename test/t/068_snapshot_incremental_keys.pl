@@ -15,7 +15,11 @@
 #     a cursor below the chunk's largest key would copy a key twice (a
 #     fresh target takes no second insert: the copy halts), one above it
 #     would skip keys or chunks;
-#   - every mirror equals its source.
+#   - every mirror equals its source;
+#   - a target empty at its table's first chunk holds only rows the attempt
+#     wrote, so it is not scanned for unseen rows (retired: rows=0
+#     scan=skipped); kt's target starts with a row the source lacks, is
+#     scanned after the three others were skipped, and the row is retired.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -70,6 +74,7 @@ CREATE VIEW k8_v AS SELECT id, v FROM k8;
 CREATE VIEW k4_v AS SELECT id, v FROM k4;
 CREATE VIEW k2_v AS SELECT a, b, v FROM k2;
 CREATE VIEW kt_v AS SELECT k, v FROM kt;
+INSERT INTO kt (k, v) VALUES ('~ destination only', 'stale');
 });
 my %rows = (k8 => 105, k4 => 65, k2 => 69, kt => 45);
 for my $t (sort keys %rows)
@@ -93,6 +98,19 @@ for my $t (sort keys %rows)
 	is(scalar(@copied), 1, "$t: one table_copied line");
 	like($copied[0] // '', qr/ rows=$rows{$t} chunks=$chunks rereads=0$/,
 		"$t: $rows{$t} rows in $chunks chunks, each above the last one's largest key");
+}
+for my $t (sort keys %rows)
+{
+	my @retired = AshTest::log_lines_like($dst, qr/event=snapshot\.retired sink=\Q$sink\E table=public\.$t /);
+	is(scalar(@retired), 1, "$t: one retired line");
+	if ($t eq 'kt')
+	{
+		like($retired[0] // '', qr/ rows=1$/, 'kt: its target was scanned, the row the source lacks retired');
+	}
+	else
+	{
+		like($retired[0] // '', qr/ rows=0 scan=skipped$/, "$t: empty at its first chunk, not scanned");
+	}
 }
 AshTest::assert_mirror_equal($src, $dst, ['k8_v'], order_by => 'id', name => 'bigint key');
 AshTest::assert_mirror_equal($src, $dst, ['k4_v'], order_by => 'id', name => 'integer key');
