@@ -57,6 +57,7 @@ my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
 AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(21));
 
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+sub q_src { return $src->safe_psql($DB, $_[0]); }
 
 # Was table's event=snapshot.table_copied line lost to a crash?  The worker
 # logs it once the last chunk committed (a helper's: once the helper
@@ -74,7 +75,6 @@ sub line_lost_to_crash
 	return $rest =~ /automatic recovery in progress|terminated by signal/
 	  && $rest !~ /event=snapshot\.table_copied sink=\Q$sink\E table=public\.\Q$table\E /;
 }
-sub q_src { return $src->safe_psql($DB, $_[0]); }
 
 # big1 is the large table; big2 has a two-column key.  n is a version:
 # every update of the workload bumps it.
@@ -336,10 +336,12 @@ is(q_dst("SELECT count(*) FROM audit WHERE tab = 'big1' AND op = 'DELETE' AND k:
 	'the rows the source lacks are retired, each once');
 is(q_dst("SELECT count(*) FROM big1 WHERE id > 90000000 AND id < 100000000"), '0', 'none of them is left');
 is(q_dst("SELECT count(*) FROM big2 WHERE b = 9999999"), '0', 'big2: the row the source lacks is retired');
+# (a crash between the last chunk's retirement and its commit logs a second
+# line, when the chunk is copied again)
 my @retired3 = AshTest::log_lines_like($dst, qr/event=snapshot\.retired sink=\Q$sink\E table=public\.big3 /);
-is(scalar(@retired3), 1, 'big3: one retired line');
-like($retired3[0] // '', qr/ rows=0( scan=skipped)?$/, 'big3, empty at its first chunk: nothing to retire');
-note 'big3 ' . (($retired3[0] // '') =~ /scan=skipped/ ? 'was copied in one session, not scanned' : 'was scanned');
+ok(@retired3 >= 1 && !grep({ $_ !~ / rows=0( scan=skipped)?$/ } @retired3),
+	'big3, empty at its first chunk: nothing to retire');
+note 'big3 ' . (($retired3[-1] // '') =~ /scan=skipped/ ? 'was copied in one session, not scanned' : 'was scanned');
 
 # catalog: complete, copied, windows closed
 is(q_dst("SELECT string_agg(source_table || ':' || state, ',' ORDER BY source_table) FROM ash_replicant.snapshot_tables"),
