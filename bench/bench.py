@@ -218,7 +218,10 @@ def setup_clusters():
 
     for name, port in (("source", SRC_PORT), ("dest", DST_PORT)):
         d = os.path.join(BASE, name)
-        as_pg(["initdb", "-D", d, "-U", "postgres", "-A", "trust", "--locale=C", "-E", "UTF8"],
+        # SRC_CHECKSUMS=1: a source with data checksums (a read that sets a
+        # page's hint bits after a checkpoint writes its image to the WAL)
+        checksums = ["--data-checksums"] if name == "source" and os.environ.get("SRC_CHECKSUMS") == "1" else []
+        as_pg(["initdb", "-D", d, "-U", "postgres", "-A", "trust", "--locale=C", "-E", "UTF8"] + checksums,
               stdout=subprocess.DEVNULL)
         # MIN_WAL_SIZE: the segment pool filled before measuring (2GB); smaller
         # on a disk without room for it, the workload's WAL still within it

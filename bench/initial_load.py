@@ -62,6 +62,7 @@ INCR_MAX_PENDING = os.environ.get("INCR_MAX_PENDING")
 # rounds of every contender on one fill of the source, in alternating order (forward,
 # then reversed, ...): paired runs for ratios on a machine whose speed drifts by 20 %
 LOAD_ROUNDS = int(os.environ.get("LOAD_ROUNDS", "1"))
+LOAD_VACUUM = os.environ.get("LOAD_VACUUM", "1") != "0"
 
 
 class LoadWorkload(B.Workload):
@@ -95,7 +96,8 @@ class LoadWorkload(B.Workload):
             q(src, "INSERT INTO %s SELECT %s FROM generate_series(%d::bigint, %d) g"
               % (t, GEN, i * self.per_table + 1, (i + 1) * self.per_table))
             q(src, "ALTER TABLE %s ADD PRIMARY KEY (id)" % t)
-            q(src, "VACUUM (FREEZE, ANALYZE) %s" % t)
+            # LOAD_VACUUM=0: left as loaded (hint bits unset), analyzed only
+            q(src, ("VACUUM (FREEZE, ANALYZE) %s" if LOAD_VACUUM else "ANALYZE %s") % t)
         q(src, "CREATE PUBLICATION %s FOR TABLE %s" % (self.pub, ", ".join(self.tables)))
         q(src, "CHECKPOINT")
 

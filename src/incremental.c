@@ -9,10 +9,11 @@
  *	  at once with helpers, whose chunks the pipeline worker checks and
  *	  waits for: snapshot_incr.c, "Tables in parallel").
  *	  A chunk is read on a second source connection under a REPEATABLE READ
- *	  snapshot S and committed at once (rows, cursor and its window, one
- *	  destination transaction), between two source transactions of the
- *	  stream.  For a table of the attempt the stream then applies a change
- *	  to key k only when
+ *	  snapshot S and committed (rows, cursor and its window, one
+ *	  destination transaction) between two source transactions of the
+ *	  stream, once the source has flushed its WAL to where S was taken.
+ *	  For a table of the attempt the stream then applies a change to key k
+ *	  only when
  *
  *	  - k is at or below the table's cursor (copied: a key above it is left
  *		to the chunk that will copy it), and
@@ -34,6 +35,9 @@
  *	  3. After the chunk, a change to a key of its range is skipped when S
  *		 shows its transaction (prefix: in the chunk) and applied when it
  *		 does not (suffix: after the chunk, in commit order).
+ *	  4. Every transaction S shows is durable at the source when the chunk
+ *		 commits (an asynchronous commit is visible before it is flushed,
+ *		 and a crash loses it): snapshot_incr.c, chunk_flushed.
  *
  *	  Visibility is decided by the transaction's xid against the snapshot's
  *	  xmin, xmax and in-progress list, never by LSN: a commit record can be

@@ -46,7 +46,8 @@
  * order, chunk_rows rows per chunk (up to snapshot_workers tables at once,
  * with helpers: "Tables in parallel" below).  A chunk is read on a second
  * connection under a REPEATABLE READ snapshot (nothing is written on the
- * source) and committed at once in one destination transaction that holds
+ * source) and committed, once the source has flushed what the snapshot
+ * shows (chunk_flushed), in one destination transaction that holds
  * the checkpoint row locked: its rows (through apply, as snapshot rows of
  * a provenance mapping), the table's cursor and row count, and its window
  * (the key range, the snapshot's xmin, xmax and in-progress xids, and the
@@ -107,8 +108,8 @@ static int64 incr_rereads = 0;	/* this table's chunks read again */
  * and the table it reads (quoted, in incr_session_cxt; NULL: none).
  */
 #define INCR_CHUNK_STATEMENT "ash_replicant_chunk"
-/* the chunk's header: snapshot, WAL position, block size, origins */
-#define CHUNK_HEADER_COLS 4
+/* the chunk's header: snapshot, WAL position, block size, origins, WAL flushed */
+#define CHUNK_HEADER_COLS 5
 static char *incr_prepared_for = NULL;
 static bool incr_prepared = false;	/* the statement exists on incr_conn */
 
@@ -168,6 +169,30 @@ static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
 #define INCR_LOCK_POLL_MS 50
 #define INCR_LOCK_RETRY_MIN_MS 1000
 #define INCR_LOCK_RETRY_MAX_MS 8000
+
+/*
+ * A chunk read before the source flushed what its snapshot shows waits
+ * (chunk_flushed), asking again after 1, 2, 4 ... ms, at most every
+ * INCR_FLUSH_POLL_MAX_MS, for up to INCR_FLUSH_WAIT_MAX_MS (a source's WAL
+ * writer flushes every wal_writer_delay, 200 ms by default; 25 times that
+ * once it has been idle for a while): then it is dropped, the stream goes
+ * on, and the worker reads its next chunk once the source has flushed past
+ * the dropped one's position (incr_flush_awaited, asked between
+ * transactions of the stream).
+ */
+#define INCR_FLUSH_POLL_MAX_MS 16
+#define INCR_FLUSH_WAIT_MAX_MS 1000
+static XLogRecPtr incr_flush_awaited = InvalidXLogRecPtr;
+
+/*
+ * The last snapshot read on incr_conn whose transactions were flushed at
+ * the source (xmax and in-progress xids; incr_durable_nxip -1: none since
+ * the connection opened): see chunk_flushed.
+ */
+static TransactionId incr_durable_xmax = InvalidTransactionId;
+static int	incr_durable_nxip = -1;
+static TransactionId *incr_durable_xip = NULL;	/* in incr_session_cxt */
+static int	incr_durable_cap = 0;	/* ... of this many */
 
 static void drop_ahead(void);
 
@@ -311,6 +336,10 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 		ash_conn_close(incr_probe);
 	incr_probe = NULL;
 	incr_read_waits = false;
+	incr_flush_awaited = InvalidXLogRecPtr;
+	incr_durable_nxip = -1;		/* with the connection */
+	incr_durable_xip = NULL;	/* with the session's context, below */
+	incr_durable_cap = 0;
 	if (incr_session_cxt == NULL)
 		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
 												 "ash_replicant incremental session",
@@ -689,10 +718,11 @@ chunk_query(IncrKeyDesc *k, const AshRelation *rel, bool after_cursor, bool bina
 						   " pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text,"
 						   " pg_catalog.current_setting('wal_block_size'),");
 	appendStringInfoString(&sql, ash_snap_cfg->origin_none ?
-						   " (" ASH_SOURCE_ORIGINS_SQL ")::pg_catalog.text" : " NULL::pg_catalog.text");
+						   " (" ASH_SOURCE_ORIGINS_SQL ")::pg_catalog.text," : " NULL::pg_catalog.text,");
+	appendStringInfoString(&sql, " pg_catalog.pg_current_wal_flush_lsn()::pg_catalog.text");
 	for (int i = 0; i < rel->natts + nkeytext; i++)
 		appendStringInfoString(&sql, ", NULL");
-	appendStringInfoString(&sql, " UNION ALL (SELECT NULL, NULL, NULL, NULL");
+	appendStringInfoString(&sql, " UNION ALL (SELECT NULL, NULL, NULL, NULL, NULL");
 	for (int i = 0; i < rel->natts; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(rel->cols[i].name));
 	for (int i = 0; i < nkeytext; i++)
@@ -871,6 +901,7 @@ typedef struct IncrChunk
 	int			header;			/* the row of res with the snapshot */
 	AshIncrSnapshot snap;
 	XLogRecPtr	high_lsn;
+	XLogRecPtr	flushed_lsn;	/* the source's WAL flushed, read with it */
 	XLogRecPtr	position;		/* its rows' (chunk_write) */
 	int			nrows;			/* the others: the chunk's rows */
 	bool		done;			/* the table's last chunk */
@@ -1074,6 +1105,7 @@ chunk_read(IncrChunk *c, bool may_ahead)
 	blcksz = strtoull(pnstrdup(PQgetvalue(res, h, 2), PQgetlength(res, h, 2)), NULL, 10);
 	if (blcksz > 0 && c->high_lsn % blcksz <= SizeOfXLogLongPHD)
 		c->high_lsn -= c->high_lsn % blcksz;
+	c->flushed_lsn = ash_snap_parse_lsn(pnstrdup(PQgetvalue(res, h, 4), PQgetlength(res, h, 4)));
 
 	/* origins read by the chunk's statement, under the chunk's snapshot */
 	if (ash_snap_cfg->origin_none && PQntuples(res) > 1 &&
@@ -1090,6 +1122,109 @@ chunk_forget(IncrChunk *c)
 	if (c->res != NULL)
 		PQclear(c->res);
 	c->res = NULL;
+}
+
+/* The source's WAL flush position, asked on the chunk connection. */
+static XLogRecPtr
+source_flush_position(void)
+{
+	PGresult   *res = ash_conn_exec(incr_conn,
+									"SELECT pg_catalog.pg_current_wal_flush_lsn()::pg_catalog.text",
+									false);
+	XLogRecPtr	flushed;
+
+	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
+		ash_conn_report_result(res, "incremental snapshot flush position");
+	flushed = ash_snap_parse_lsn(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return flushed;
+}
+
+/*
+ * Has the source flushed its WAL up to the position read with c's snapshot?
+ * A transaction committed with synchronous_commit = off is visible before
+ * its commit record is flushed, and a crash of the source loses it: a chunk
+ * that showed it, written here, would keep its effect for good (the stream
+ * never delivers a lost transaction, nor anything undoing it).  Every commit
+ * the snapshot shows is below that position, so a chunk is written only once
+ * the source has flushed that far (docs/snapshots.md, "Why incremental is
+ * exact", fact 4).  The flush position read with the snapshot usually covers
+ * it already (a quiet source, or one whose commits are synchronous and
+ * flushed); otherwise the source is asked again, on the connection that read
+ * the chunk (idle: the next read is sent after this), until a commit or its
+ * WAL writer has flushed that far.  A crash of the source in between ends
+ * that connection -- an error: the chunk is not written, and read again by
+ * the next session -- so a position reported after a crash, over WAL
+ * written anew, is never taken for the one the snapshot saw.  False after
+ * INCR_FLUSH_WAIT_MAX_MS (the chunk is dropped, the stream goes on).
+ *
+ * A snapshot with the same xmax and in-progress xids as one read earlier on
+ * this connection and found flushed shows the same transactions (none
+ * ended in between: an end either removes an xid from the in-progress list
+ * or raises xmax), so it needs no wait.  On a source where nothing commits
+ * while the copy runs, only the first chunk can wait -- for WAL its own
+ * reads may write (a page image when a read sets hint bits, with data
+ * checksums), which no commit needs.
+ */
+static bool
+chunk_flushed(IncrChunk *c)
+{
+	TimestampTz began = 0;
+	long		sleep_ms = 0;
+
+	if (c->flushed_lsn < c->high_lsn && incr_durable_nxip == c->snap.nxip &&
+		incr_durable_xmax == c->snap.xmax &&
+		(c->snap.nxip == 0 ||
+		 memcmp(incr_durable_xip, c->snap.xip, sizeof(TransactionId) * c->snap.nxip) == 0))
+		return true;
+	while (c->flushed_lsn < c->high_lsn)
+	{
+		if (began == 0)
+			began = GetCurrentTimestamp();
+		else if (TimestampDifferenceExceeds(began, GetCurrentTimestamp(), INCR_FLUSH_WAIT_MAX_MS))
+		{
+			ereport(LOG,
+					(errmsg("ash_replicant event=snapshot.flush_wait sink=%s table=%s copier=%d waited_ms=%d",
+							ash_snap_cfg->sink_name,
+							quote_qualified_identifier(c->nspname, c->relname),
+							ash_snap_my_copier, INCR_FLUSH_WAIT_MAX_MS),
+					 errdetail("The source has not flushed its WAL to where the chunk was read; it is read again once it has.")));
+			if (ash_snap_my_copier == 0)
+				incr_flush_awaited = c->high_lsn;
+			return false;
+		}
+		if (sleep_ms > 0)
+			pg_usleep(sleep_ms * 1000L);
+		CHECK_FOR_INTERRUPTS();
+		sleep_ms = Min(Max(sleep_ms * 2, 1), INCR_FLUSH_POLL_MAX_MS);
+		c->flushed_lsn = source_flush_position();
+	}
+	if (incr_durable_cap < Max(c->snap.nxip, 1))
+	{
+		if (incr_durable_xip != NULL)
+			pfree(incr_durable_xip);
+		incr_durable_cap = Max(c->snap.nxip, 16);
+		incr_durable_xip = MemoryContextAlloc(incr_session_cxt,
+											  sizeof(TransactionId) * incr_durable_cap);
+	}
+	memcpy(incr_durable_xip, c->snap.xip, sizeof(TransactionId) * c->snap.nxip);
+	incr_durable_nxip = c->snap.nxip;
+	incr_durable_xmax = c->snap.xmax;
+	return true;
+}
+
+/*
+ * Has the source flushed past the chunk the worker dropped at the flush
+ * wait?  Asked only on an idle connection (a read sent ahead will wait at
+ * the check anyway).
+ */
+static bool
+flush_awaited_passed(void)
+{
+	if (XLogRecPtrIsInvalid(incr_flush_awaited) || ash_conn_busy(incr_conn) ||
+		source_flush_position() >= incr_flush_awaited)
+		incr_flush_awaited = InvalidXLogRecPtr;
+	return XLogRecPtrIsInvalid(incr_flush_awaited);
 }
 
 /*
@@ -2270,8 +2405,10 @@ ash_snapshot_incremental_step(void)
 			chunk_setup(&c, nspname, relname, cursor, st);
 			if (st->lock_pause_ms > 0 && chunk_unanswered(&c))
 				result = ASH_INCR_STEP_WAIT_LOCK;
+			else if (!flush_awaited_passed())
+				result = ASH_INCR_STEP_WAIT_XIDS;
 		}
-		for (bool again = false; st != NULL && result != ASH_INCR_STEP_WAIT_LOCK; again = true)
+		for (bool again = false; st != NULL && result == ASH_INCR_STEP_CHUNK; again = true)
 		{
 			bool		met = !chunk_read(&c, !again);
 
@@ -2283,6 +2420,12 @@ ash_snapshot_incremental_step(void)
 			}
 			if (ash_incr_snapshot_covers(&c.snap))
 			{
+				if (!chunk_flushed(&c))
+				{
+					chunk_forget(&c);
+					result = ASH_INCR_STEP_WAIT_XIDS;
+					break;
+				}
 				chunk_bounds(&c);
 				recorded = c.done && ash_incr_remaining() == 1;
 				chunk_write(&c, true);
@@ -2521,7 +2664,7 @@ incr_helper_serve(void)
 				locked = !chunk_read(&c, false);
 				write = !locked && ash_incr_snapshot_shows(&c.snap, noted, nnoted);
 			}
-			write = write && c.snap.nxip <= ASH_INCR_HELPER_XIP_MAX;
+			write = write && c.snap.nxip <= ASH_INCR_HELPER_XIP_MAX && chunk_flushed(&c);
 			if (!write)
 			{
 				chunk_forget(&c);

@@ -1,0 +1,158 @@
+# An incremental snapshot of a source that commits asynchronously
+# (docs/snapshots.md, Incremental, fact 4): a transaction committed with
+# synchronous_commit = off is visible to other sessions before its commit
+# record is flushed, and a crash of the source before the flush loses it.  A
+# chunk read under a snapshot that shows such a transaction must not be
+# committed at the destination before the source flushed it: the stream
+# never delivers a lost transaction, so nothing would take its effect out of
+# the mirror again.
+#
+# Here the source's WAL writer runs every 10 s and nothing else flushes: an
+# asynchronous UPDATE of a row the third chunk copies stays unflushed while
+# the copy runs.  Then the source loses its WAL buffers twice, one table
+# each: stopped in immediate mode and started again (a new postmaster), and
+# a backend killed with SIGKILL (the same postmaster restarts every backend
+# and recovers: its start time does not change).  Afterwards each mirror
+# must equal the source, which no longer has the update.
+#
+# Last, a quiet source whose reads write WAL (wal_log_hints, as with data
+# checksums: the first read of a page since a checkpoint that sets its hint
+# bits logs the page): no commit needs that WAL, and a chunk whose snapshot
+# shows what an earlier chunk's showed does not wait for it.
+use strict;
+use warnings;
+use lib 'test/t';
+use AshTest;
+use AshTenancy;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $DB = $AshTest::DB;
+
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	src_conf => "wal_writer_delay = 10s\nautovacuum = off\nbgwriter_lru_maxpages = 0\n"
+	  . "checkpoint_timeout = 1h\nrestart_after_crash = on\nwal_log_hints = on\n",
+	# the worker waits at the gate while the source's WAL writer comes round
+	dst_conf => "ash_replicant.keyring_file = 'keyring'\nash_replicant.receive_timeout = '120s'\n");
+AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy::key_hex(37));
+
+sub q_dst { return $dst->safe_psql($DB, $_[0]); }
+sub q_src { return $src->safe_psql($DB, $_[0]); }
+
+# The source answers again after a crash (its recovery takes a moment).
+sub source_back
+{
+	my $deadline = time + 60;
+	while (time < $deadline)
+	{
+		my ($rc) = $src->psql($DB, 'SELECT 1');
+		return 1 if $rc == 0;
+		sleep 1;
+	}
+	return 0;
+}
+
+# kill -9 one client backend of the source: the postmaster ends every
+# backend and runs crash recovery, its WAL buffers lost.
+sub kill_backend
+{
+	my $bg = $src->background_psql($DB, on_error_stop => 0);
+	my $pid = $bg->query_safe('SELECT pg_backend_pid()');
+	my $started = q_src('SELECT pg_postmaster_start_time()');
+	kill 'KILL', $pid;
+	eval { $bg->quit; };
+	ok(source_back(), 'the source recovered from the killed backend');
+	is(q_src('SELECT pg_postmaster_start_time()'), $started, 'the same postmaster (its start time kept)');
+	return;
+}
+
+my $n = 0;
+for my $crash ('immediate', 'backend')
+{
+	$n++;
+	my $sink = "incasync$n";
+	my $t    = "t$n";
+	my $lock = 4544 + $n;
+	q_src(qq{
+CREATE TABLE $t (id bigint PRIMARY KEY, val text NOT NULL);
+CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
+INSERT INTO $t SELECT g, 'v' || g FROM generate_series(1, 2000) g;
+CREATE PUBLICATION pub_$sink FOR TABLE $t;
+CHECKPOINT;
+});
+	q_dst(qq{
+CREATE TABLE $t (id bigint PRIMARY KEY, val text NOT NULL,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
+});
+	# the first chunk waits at the gate until the asynchronous update is in
+	my $gate = AshTest::close_gate($dst, $t, 10, $lock);
+	AshTest::setup_pipeline($src, $dst, sink => $sink, publication => "pub_$sink", marker => 0,
+		maps => [ [ $t, snapshot_provenance => 'true' ] ],
+		pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
+	ok(AshTest::gate_waiting($dst, $lock), "$crash: the copy waits at the gate, its first chunk uncommitted");
+
+	# Right after the WAL writer's round (an asynchronous commit of its
+	# own flushed), so that the next one is 10 s away: committed, visible,
+	# not flushed (no other commit on the source flushes it).
+	my $mark = q_src("SET synchronous_commit = off; CREATE TEMP TABLE m (); SELECT pg_current_wal_insert_lsn()");
+	ok(AshTest::poll($src, "SELECT pg_current_wal_flush_lsn() >= '$mark'"), "$crash: the WAL writer ran");
+	my $lsn = q_src("SET synchronous_commit = off; UPDATE $t SET val = 'async' WHERE id = 1500;"
+		  . " SELECT pg_current_wal_insert_lsn()");
+	is(q_src("SELECT val FROM $t WHERE id = 1500"), 'async', "$crash: the asynchronous update is visible at the source");
+	AshTest::open_gate($gate, $lock);
+
+	# the third chunk (1001..1500) reads the update: it waits for the flush
+	ok(AshTest::poll($dst, "SELECT count(*) >= 1000 FROM $t"), "$crash: the copy passes its second chunk");
+	sleep(1);
+	is(q_dst("SELECT count(*) FROM $t WHERE id > 1000"), '0',
+		"$crash: the chunk that read the unflushed update is not written");
+	is(q_src("SELECT pg_current_wal_flush_lsn() < '$lsn'"), 't', "$crash: the update is still unflushed");
+
+	if ($crash eq 'immediate')
+	{
+		$src->stop('immediate');
+		$src->start;
+	}
+	else
+	{
+		kill_backend();
+	}
+	is(q_src("SELECT val FROM $t WHERE id = 1500"), 'v1500', "$crash: the crash lost the unflushed update");
+
+	ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = '$sink'"),
+		"$crash: the copy completes");
+	my ($c1) = AshTest::commit_tracked($src, "UPDATE $t SET val = val || '!' WHERE id = 7");
+	ok(AshTest::wait_lsn($src, $dst, $sink, $c1), "$crash: the pipeline streams after the source's crash");
+	AshTest::assert_mirror_equal($src, $dst, ["${t}_v"], order_by => 'id',
+		name => "$crash: after the source lost an update a chunk had read");
+	is(AshTest::status_row($dst, $sink)->{state} // '', 'healthy', "$crash: healthy");
+}
+
+# A table loaded, then a checkpoint: every chunk's read logs the pages whose
+# hint bits it sets, WAL the source's WAL writer flushes every 10 s.
+q_src(q{
+CREATE TABLE t3 (id bigint PRIMARY KEY, val text NOT NULL);
+CREATE VIEW t3_v AS SELECT id, val FROM t3;
+INSERT INTO t3 SELECT g, repeat('h', 200) || g FROM generate_series(1, 5000) g;
+CREATE PUBLICATION pub_incasync3 FOR TABLE t3;
+CHECKPOINT;
+});
+q_dst(q{
+CREATE TABLE t3 (id bigint PRIMARY KEY, val text NOT NULL,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE VIEW t3_v AS SELECT id, val FROM t3;
+});
+my $walsz = q_src("SELECT pg_current_wal_insert_lsn()");
+AshTest::setup_pipeline($src, $dst, sink => 'incasync3', publication => 'pub_incasync3', marker => 0,
+	maps => [ [ 't3', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = 'incasync3'"),
+	'hint bits: the copy completes');
+cmp_ok(q_src("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$walsz')"), '>', 8192 * 10,
+	'hint bits: the chunks\' reads wrote page images to the WAL');
+my @waits = grep { /event=snapshot\.flush_wait sink=incasync3 / } split /\n/, slurp_file($dst->logfile);
+cmp_ok(scalar(@waits), '<=', 1, 'hint bits: at most the first chunk waited for the WAL writer (' . scalar(@waits) . ')');
+AshTest::assert_mirror_equal($src, $dst, ['t3_v'], order_by => 'id', name => 'hint bits: the mirror');
+
+done_testing();
