@@ -108,6 +108,17 @@ static TransactionId *noted = NULL;
 static int	nnoted = 0;
 static int	noted_cap = 0;
 static XLogRecPtr windows_passed = InvalidXLogRecPtr;	/* closed below it */
+
+/*
+ * The snapshot of the last window closed (nxip -1: none yet).  A window
+ * whose snapshot shows the same transactions -- the same xmax and
+ * in-progress xids: none ended in between -- is closed with it, whatever
+ * its WAL position: every transaction it shows was delivered.  (On a quiet
+ * source whose reads write WAL, a page image when a read sets hint bits
+ * under data checksums, that WAL is flushed and streamed only at the WAL
+ * writer's next round: each window would wait for it.)
+ */
+static AshIncrSnapshot closed_snap = {InvalidTransactionId, InvalidTransactionId, -1, NULL};
 static uint64 noted_adds = 0;	/* transactions noted, ever */
 static uint64 noted_drops = 0;	/* checks that forgot some, ever */
 
@@ -122,6 +133,8 @@ ash_incr_reset(const bytea *attempt)
 	noted = NULL;
 	nnoted = noted_cap = 0;
 	windows_passed = InvalidXLogRecPtr;
+	closed_snap.nxip = -1;
+	closed_snap.xip = NULL;		/* was in incr_cxt */
 	attempt_id = NULL;
 	if (attempt != NULL)
 	{
@@ -260,6 +273,13 @@ copy_snapshot(AshIncrSnapshot *dst, const AshIncrSnapshot *src)
 	memcpy(dst->xip, src->xip, sizeof(TransactionId) * src->nxip);
 }
 
+static bool
+same_snapshot(const AshIncrSnapshot *a, const AshIncrSnapshot *b)
+{
+	return a->nxip == b->nxip && a->xmax == b->xmax &&
+		(a->nxip == 0 || memcmp(a->xip, b->xip, sizeof(TransactionId) * a->nxip) == 0);
+}
+
 static void
 add_window(IncrTable *t, int64 chunk, char **lo, char **hi, const AshIncrSnapshot *snap,
 		   XLogRecPtr high_lsn)
@@ -300,7 +320,7 @@ ash_incr_chunk_committed(const char *nspname, const char *relname, char **cursor
 		elog(ERROR, "ash_replicant: a chunk of a table outside the incremental attempt");
 	old = MemoryContextSwitchTo(incr_cxt);
 	/* a window the stream already passed is closed as it opens */
-	if (high_lsn > windows_passed)
+	if (high_lsn > windows_passed && !same_snapshot(snap, &closed_snap))
 		add_window(t, chunk, lo, hi, snap, high_lsn);
 	t->started = true;
 	t->done = done;
@@ -316,28 +336,43 @@ ash_incr_close_windows(XLogRecPtr passed)
 	int			open = 0;
 
 	windows_passed = Max(windows_passed, passed);
-	foreach(lc, tables)
+	for (int pass = 0; pass < 2; pass++)
 	{
-		IncrTable  *t = lfirst(lc);
-		ListCell   *wc;
-
-		foreach(wc, t->windows)
+		open = 0;
+		foreach(lc, tables)
 		{
-			IncrWindow *w = lfirst(wc);
+			IncrTable  *t = lfirst(lc);
+			ListCell   *wc;
 
-			/* closed: nothing it would skip can be delivered any more */
-			if (w->high_lsn <= passed)
+			foreach(wc, t->windows)
 			{
-				t->windows = foreach_delete_current(t->windows, wc);
-				if (w->lo)
-					pfree(w->lo);
-				if (w->hi)
-					pfree(w->hi);
-				pfree(w->snap.xip);
-				pfree(w);
-				continue;
+				IncrWindow *w = lfirst(wc);
+
+				/*
+				 * Closed: nothing it would skip can be delivered any more.
+				 * First by position, then (pass 1) those showing what the
+				 * last one closed showed.
+				 */
+				if (pass == 0 ? w->high_lsn <= passed : same_snapshot(&w->snap, &closed_snap))
+				{
+					t->windows = foreach_delete_current(t->windows, wc);
+					if (w->lo)
+						pfree(w->lo);
+					if (w->hi)
+						pfree(w->hi);
+					if (pass == 0)
+					{
+						if (closed_snap.xip != NULL)
+							pfree(closed_snap.xip);
+						closed_snap = w->snap;	/* its xip kept */
+					}
+					else
+						pfree(w->snap.xip);
+					pfree(w);
+					continue;
+				}
+				open++;
 			}
-			open++;
 		}
 	}
 	return open;

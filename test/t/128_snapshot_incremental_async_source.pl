@@ -130,7 +130,13 @@ CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
 }
 
 # A table loaded, then a checkpoint: every chunk's read logs the pages whose
-# hint bits it sets, WAL the source's WAL writer flushes every 10 s.
+# hint bits it sets.  The copy waits at a gate in its second chunk; the
+# source then flushes everything (a checkpoint, which commits nothing) and
+# its WAL writer is stopped: from then on the page images the chunks' reads
+# write stay unflushed, so the walsender's position passes no later chunk's
+# WAL position.  Each chunk shows what the second showed: none may wait for
+# that WAL, neither at the flush check nor with its window open, and the
+# copy completes with the WAL writer stopped.
 q_src(q{
 CREATE TABLE t3 (id bigint PRIMARY KEY, val text NOT NULL);
 CREATE VIEW t3_v AS SELECT id, val FROM t3;
@@ -143,14 +149,24 @@ CREATE TABLE t3 (id bigint PRIMARY KEY, val text NOT NULL,
 	replica_fingerprint bytea, replica_seen_attempt bytea);
 CREATE VIEW t3_v AS SELECT id, val FROM t3;
 });
-my $walsz = q_src("SELECT pg_current_wal_insert_lsn()");
+my $gate3 = AshTest::close_gate($dst, 't3', 600, 4548);
 AshTest::setup_pipeline($src, $dst, sink => 'incasync3', publication => 'pub_incasync3', marker => 0,
 	maps => [ [ 't3', snapshot_provenance => 'true' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
-ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = 'incasync3'"),
-	'hint bits: the copy completes');
-cmp_ok(q_src("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$walsz')"), '>', 8192 * 10,
-	'hint bits: the chunks\' reads wrote page images to the WAL');
+ok(AshTest::gate_waiting($dst, 4548), 'hint bits: the copy waits at the gate in its second chunk');
+q_src("CHECKPOINT");	# everything written so far flushed
+my $walwriter = q_src("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+ok($walwriter =~ /^\d+$/ && kill('STOP', $walwriter), 'hint bits: the source\'s WAL writer stopped');
+my $walsz = q_src("SELECT pg_current_wal_insert_lsn()");
+AshTest::open_gate($gate3, 4548);
+my $done3 = AshTest::poll($dst,
+	"SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = 'incasync3'",
+	't', timeout => 60);
+my $unflushed = q_src("SELECT pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()"
+	  . " AND pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$walsz') > 8192 * 4");
+kill('CONT', $walwriter);
+ok($done3, 'hint bits: the copy completes while its reads\' WAL is unflushed');
+is($unflushed, 't', 'hint bits: the chunks\' reads wrote page images, unflushed');
 my @waits = grep { /event=snapshot\.flush_wait sink=incasync3 / } split /\n/, slurp_file($dst->logfile);
 cmp_ok(scalar(@waits), '<=', 1, 'hint bits: at most the first chunk waited for the WAL writer (' . scalar(@waits) . ')');
 AshTest::assert_mirror_equal($src, $dst, ['t3_v'], order_by => 'id', name => 'hint bits: the mirror');
