@@ -273,8 +273,8 @@ copy_snapshot(AshIncrSnapshot *dst, const AshIncrSnapshot *src)
 	memcpy(dst->xip, src->xip, sizeof(TransactionId) * src->nxip);
 }
 
-static bool
-same_snapshot(const AshIncrSnapshot *a, const AshIncrSnapshot *b)
+bool
+ash_incr_same_snapshot(const AshIncrSnapshot *a, const AshIncrSnapshot *b)
 {
 	return a->nxip == b->nxip && a->xmax == b->xmax &&
 		(a->nxip == 0 || memcmp(a->xip, b->xip, sizeof(TransactionId) * a->nxip) == 0);
@@ -320,7 +320,7 @@ ash_incr_chunk_committed(const char *nspname, const char *relname, char **cursor
 		elog(ERROR, "ash_replicant: a chunk of a table outside the incremental attempt");
 	old = MemoryContextSwitchTo(incr_cxt);
 	/* a window the stream already passed is closed as it opens */
-	if (high_lsn > windows_passed && !same_snapshot(snap, &closed_snap))
+	if (high_lsn > windows_passed && !ash_incr_same_snapshot(snap, &closed_snap))
 		add_window(t, chunk, lo, hi, snap, high_lsn);
 	t->started = true;
 	t->done = done;
@@ -353,7 +353,7 @@ ash_incr_close_windows(XLogRecPtr passed)
 				 * First by position, then (pass 1) those showing what the
 				 * last one closed showed.
 				 */
-				if (pass == 0 ? w->high_lsn <= passed : same_snapshot(&w->snap, &closed_snap))
+				if (pass == 0 ? w->high_lsn <= passed : ash_incr_same_snapshot(&w->snap, &closed_snap))
 				{
 					t->windows = foreach_delete_current(t->windows, wc);
 					if (w->lo)

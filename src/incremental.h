@@ -30,6 +30,12 @@ typedef struct AshIncrSnapshot
 	TransactionId *xip;			/* sorted */
 } AshIncrSnapshot;
 
+/*
+ * Do two snapshots show the same transactions (the same xmax and
+ * in-progress xids: none ended between them)?  nxip -1 matches none.
+ */
+extern bool ash_incr_same_snapshot(const AshIncrSnapshot *a, const AshIncrSnapshot *b);
+
 /* Forget every table (no attempt, or a new session). */
 extern void ash_incr_reset(const bytea *attempt);
 

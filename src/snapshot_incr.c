@@ -186,13 +186,11 @@ static XLogRecPtr incr_flush_awaited = InvalidXLogRecPtr;
 
 /*
  * The last snapshot read on incr_conn whose transactions were flushed at
- * the source (xmax and in-progress xids; incr_durable_nxip -1: none since
- * the connection opened): see chunk_flushed.
+ * the source (nxip -1: none since the connection opened): see
+ * chunk_flushed.
  */
-static TransactionId incr_durable_xmax = InvalidTransactionId;
-static int	incr_durable_nxip = -1;
-static TransactionId *incr_durable_xip = NULL;	/* in incr_session_cxt */
-static int	incr_durable_cap = 0;	/* ... of this many */
+static AshIncrSnapshot incr_durable = {InvalidTransactionId, InvalidTransactionId, -1, NULL};
+static int	incr_durable_cap = 0;	/* xip's room, in incr_session_cxt */
 
 static void drop_ahead(void);
 
@@ -337,8 +335,8 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_probe = NULL;
 	incr_read_waits = false;
 	incr_flush_awaited = InvalidXLogRecPtr;
-	incr_durable_nxip = -1;		/* with the connection */
-	incr_durable_xip = NULL;	/* with the session's context, below */
+	incr_durable.nxip = -1;		/* with the connection */
+	incr_durable.xip = NULL;	/* with the session's context, below */
 	incr_durable_cap = 0;
 	if (incr_session_cxt == NULL)
 		incr_session_cxt = AllocSetContextCreate(TopMemoryContext,
@@ -1172,10 +1170,7 @@ chunk_flushed(IncrChunk *c)
 	TimestampTz began = 0;
 	long		sleep_ms = 0;
 
-	if (c->flushed_lsn < c->high_lsn && incr_durable_nxip == c->snap.nxip &&
-		incr_durable_xmax == c->snap.xmax &&
-		(c->snap.nxip == 0 ||
-		 memcmp(incr_durable_xip, c->snap.xip, sizeof(TransactionId) * c->snap.nxip) == 0))
+	if (c->flushed_lsn < c->high_lsn && ash_incr_same_snapshot(&c->snap, &incr_durable))
 		return true;
 	while (c->flushed_lsn < c->high_lsn)
 	{
@@ -1201,15 +1196,16 @@ chunk_flushed(IncrChunk *c)
 	}
 	if (incr_durable_cap < Max(c->snap.nxip, 1))
 	{
-		if (incr_durable_xip != NULL)
-			pfree(incr_durable_xip);
+		if (incr_durable.xip != NULL)
+			pfree(incr_durable.xip);
 		incr_durable_cap = Max(c->snap.nxip, 16);
-		incr_durable_xip = MemoryContextAlloc(incr_session_cxt,
+		incr_durable.xip = MemoryContextAlloc(incr_session_cxt,
 											  sizeof(TransactionId) * incr_durable_cap);
 	}
-	memcpy(incr_durable_xip, c->snap.xip, sizeof(TransactionId) * c->snap.nxip);
-	incr_durable_nxip = c->snap.nxip;
-	incr_durable_xmax = c->snap.xmax;
+	memcpy(incr_durable.xip, c->snap.xip, sizeof(TransactionId) * c->snap.nxip);
+	incr_durable.nxip = c->snap.nxip;
+	incr_durable.xmin = c->snap.xmin;
+	incr_durable.xmax = c->snap.xmax;
 	return true;
 }
 
