@@ -13,12 +13,14 @@
 # each: stopped in immediate mode and started again (a new postmaster), and
 # a backend killed with SIGKILL (the same postmaster restarts every backend
 # and recovers: its start time does not change).  Afterwards each mirror
-# must equal the source, which no longer has the update.
+# must equal the source, which no longer has the update.  Then the same in
+# a table a helper copies.
 #
 # Last, a quiet source whose reads write WAL (wal_log_hints, as with data
 # checksums: the first read of a page since a checkpoint that sets its hint
 # bits logs the page): no commit needs that WAL, and a chunk whose snapshot
-# shows what an earlier chunk's showed does not wait for it.
+# shows what an earlier chunk's showed waits for it neither at the flush
+# check nor with its window open.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -78,6 +80,7 @@ CREATE TABLE $t (id bigint PRIMARY KEY, val text NOT NULL);
 CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
 INSERT INTO $t SELECT g, 'v' || g FROM generate_series(1, 2000) g;
 CREATE PUBLICATION pub_$sink FOR TABLE $t;
+VACUUM $t;
 CHECKPOINT;
 });
 	q_dst(qq{
@@ -128,6 +131,72 @@ CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
 		name => "$crash: after the source lost an update a chunk had read");
 	is(AshTest::status_row($dst, $sink)->{state} // '', 'healthy', "$crash: healthy");
 }
+
+# The same with a helper (ash_replicant.snapshot_workers = 2, the default):
+# the pipeline worker copies h1 (its first chunk held at a gate until the
+# helper is there, idle: a worker that finds no helper ready copies the
+# helper's table itself), a helper copies h2, granted four chunks at once
+# (max_pending_chunks 5), and waits at a gate in its second (the third read
+# ahead before it).
+# The asynchronous update is to a key of h2's fourth chunk, read after the
+# gate opens.  (Tables vacuumed: their reads write no WAL, nothing flushes
+# the update.)
+q_src(q{
+CREATE TABLE h1 (id bigint PRIMARY KEY, val text NOT NULL);
+CREATE TABLE h2 (id bigint PRIMARY KEY, val text NOT NULL);
+CREATE VIEW h1_v AS SELECT id, val FROM h1;
+CREATE VIEW h2_v AS SELECT id, val FROM h2;
+INSERT INTO h1 SELECT g, 'v' || g FROM generate_series(1, 30000) g;
+INSERT INTO h2 SELECT g, 'v' || g FROM generate_series(1, 3000) g;
+CREATE PUBLICATION pub_incasync4 FOR TABLE h1, h2;
+VACUUM h1;
+VACUUM h2;
+CHECKPOINT;
+});
+q_dst(q{
+CREATE TABLE h1 (id bigint PRIMARY KEY, val text NOT NULL,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE TABLE h2 (id bigint PRIMARY KEY, val text NOT NULL,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE VIEW h1_v AS SELECT id, val FROM h1;
+CREATE VIEW h2_v AS SELECT id, val FROM h2;
+});
+my $t4 = q_src("SELECT now()");
+my $wgate4 = AshTest::close_gate($dst, 'h1', 5, 4550);
+my $gate4 = AshTest::close_gate($dst, 'h2', 800, 4549);
+AshTest::setup_pipeline($src, $dst, sink => 'incasync4', publication => 'pub_incasync4', marker => 0,
+	maps => [ [ 'h1', snapshot_provenance => 'true' ], [ 'h2', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500,"
+	  . " max_pending_chunks => 5");
+ok(AshTest::gate_waiting($dst, 4550), "helper: the worker's first chunk waits at its gate");
+ok(AshTest::poll($src, "SELECT count(*) >= 2 FROM pg_stat_activity"
+	  . " WHERE application_name = 'ash_replicant snapshot' AND backend_start > '$t4'"),
+	"helper: the worker's and its helper's chunk connections are open");
+ok(AshTest::poll($dst,
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ash_replicant snapshot'"
+	  . " AND wait_event = 'Extension'"), 'helper: the helper is idle');
+AshTest::open_gate($wgate4, 4550);
+ok(AshTest::gate_waiting($dst, 4549), 'helper: the helper waits at the gate in its second chunk');
+my $mark4 = q_src("SET synchronous_commit = off; CREATE TEMP TABLE m (); SELECT pg_current_wal_insert_lsn()");
+ok(AshTest::poll($src, "SELECT pg_current_wal_flush_lsn() >= '$mark4'"), 'helper: the WAL writer ran');
+my $lsn4 = q_src("SET synchronous_commit = off; UPDATE h2 SET val = 'async' WHERE id = 1900;"
+	  . " SELECT pg_current_wal_insert_lsn()");
+AshTest::open_gate($gate4, 4549);
+ok(AshTest::poll($dst, "SELECT count(*) >= 1500 FROM h2"), 'helper: the helper passes its third chunk');
+sleep(2);	# a chunk waits for the flush for 1 s, then is dropped
+ok(grep({ /event=snapshot\.flush_wait sink=incasync4 table=public\.h2 copier=[1-9]/ }
+		split /\n/, slurp_file($dst->logfile)),
+	'helper: the helper dropped the chunk at the flush check');
+is(q_dst("SELECT count(*) FROM h2 WHERE id > 1500"), '0',
+	'helper: the chunk that read the unflushed update is not written');
+is(q_src("SELECT pg_current_wal_flush_lsn() < '$lsn4'"), 't', 'helper: the update is still unflushed');
+$src->stop('immediate');
+$src->start;
+is(q_src("SELECT val FROM h2 WHERE id = 1900"), 'v1900', 'helper: the crash lost the unflushed update');
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = 'incasync4'"),
+	'helper: the copy completes');
+AshTest::assert_mirror_equal($src, $dst, [ 'h1_v', 'h2_v' ], order_by => 'id',
+	name => 'helper: after the source lost an update a helper\'s chunk had read');
 
 # A table loaded, then a checkpoint: every chunk's read logs the pages whose
 # hint bits it sets.  The copy waits at a gate in its second chunk; the
