@@ -100,7 +100,7 @@ sub padded_commit
 # ---------------------------------------------------------------------------
 q_src(q{
 CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL, n integer NOT NULL DEFAULT 0);
-INSERT INTO big SELECT g, md5(g::text), 0 FROM generate_series(1, 120000) g;
+INSERT INTO big SELECT g, md5(g::text), 0 FROM generate_series(1, 600000) g;
 CREATE TABLE side (id bigint PRIMARY KEY, v text NOT NULL);
 INSERT INTO side SELECT g, 's' || g FROM generate_series(1, 40000) g;
 CREATE PUBLICATION pub FOR TABLE big, side;
@@ -127,20 +127,22 @@ AshTest::setup_pipeline($src, $dst, sink => 'tr', publication => 'pub', marker =
 		[ 'side', snapshot_provenance => 'true', on_truncate => 'mirror' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
 
-# each truncate writes 200,000 rows: the copy goes on long enough to
-# truncate again during it
-my $first = truncate_during_copy('tr', 20000, 'first', 200000);
+# big starts with 600,000 rows and each truncate writes 800,000: the copy
+# (chunks whose windows close at once on a quiet source) goes on long
+# enough to truncate again during it, also once a truncate's transaction, a
+# million rows of pad before it, is streamed and applied
+my $first = truncate_during_copy('tr', 20000, 'first', 800000);
 ok(AshTest::wait_lsn($src, $dst, 'tr', $first), 'first: the truncate is applied');
 is(kept('tr'), 1, 'first: it kept what chunks copied after it (event=snapshot.truncate_kept_chunks)');
 is(AshTest::status_row($dst, 'tr')->{state}, 'catching_up', 'first: no halt, still copying');
 is(q_dst("SELECT count(*) FROM big WHERE v NOT LIKE 'first %'"), '0',
 	'first: nothing of before it left (the stale and the destination-only row included)');
 
-my $second = truncate_during_copy('tr', 60000, 'second', 200000);
+my $second = truncate_during_copy('tr', 60000, 'second', 800000);
 ok(AshTest::wait_lsn($src, $dst, 'tr', $second), 'second: the truncate is applied');
 is(kept('tr'), 2, 'twice: the same');
 
-my $third = truncate_during_copy('tr', 100000, 'third', 200000);
+my $third = truncate_during_copy('tr', 100000, 'third', 800000);
 AshTest::wait_sent($src, $third);
 usleep(int(rand(1_500_000)));
 AshTest::crash_restart($dst);
@@ -217,7 +219,7 @@ AshTest::assert_mirror_equal($src, $dst, ['(SELECT a, b, v FROM pair)'], order_b
 # ---------------------------------------------------------------------------
 q_src(q{
 CREATE TABLE acct (id bigint PRIMARY KEY, bal integer NOT NULL);
-INSERT INTO acct SELECT g, g FROM generate_series(1, 60000) g;
+INSERT INTO acct SELECT g, g FROM generate_series(1, 200000) g;
 CREATE PUBLICATION pub_c FOR TABLE acct;
 });
 q_dst(qq{
