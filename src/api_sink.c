@@ -62,6 +62,7 @@
 #include "errors.h"
 #include "launcher.h"
 #include "mapping_validate.h"
+#include "messages.h"
 #include "origin.h"
 #include "qualname.h"
 #include "shmem.h"
@@ -1022,6 +1023,9 @@ ash_replicant_add_message_route(PG_FUNCTION_ARGS)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
 				   "retention must be positive");
 
+	if (strcmp(prefix, ASH_MESSAGE_PREFIX_FLUSH) == 0)
+		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
+				   "the prefix is reserved: ash_replicant's own messages are never routed");
 	if (prefix_is_ignored(&sink, prefix))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
 				   "the prefix is listed in ignored_message_prefixes of sink \"%s\"",

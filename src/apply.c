@@ -1850,7 +1850,8 @@ apply_message(AshChange *c)
 			(batch_open && batch_xacts > 0 && c->u.message.lsn - 1 <= batch_commit_lsn))
 			return;				/* applied before */
 	}
-	if (ash_list_contains_str(apply_cfg->ignored_prefixes, prefix))
+	if (ash_list_contains_str(apply_cfg->ignored_prefixes, prefix) ||
+		strcmp(prefix, ASH_MESSAGE_PREFIX_FLUSH) == 0)
 		return;					/* acknowledged, no effect */
 	route = ash_message_route(apply_cfg, prefix);
 	/* the prefix itself is message content: never printed */

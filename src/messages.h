@@ -14,6 +14,13 @@
 #include "checkpoint.h"
 #include "config.h"
 
+/*
+ * The prefix of the transactional logical message with which an incremental
+ * snapshot has the source flush its WAL (snapshot_incr.c, source_flush_now):
+ * reserved, never routed, always acknowledged with no effect.
+ */
+#define ASH_MESSAGE_PREFIX_FLUSH	"ash_replicant.flush"
+
 /* Format byte of operation keys, content digests and the key witness. */
 #define ASH_MESSAGE_DIGEST_FORMAT_V1	1
 

@@ -31,6 +31,7 @@
 #include "ash_replicant.h"
 #include "errors.h"
 #include "incremental.h"
+#include "messages.h"
 #include "provenance.h"
 #include "shmem.h"
 #include "snapshot.h"
@@ -171,7 +172,8 @@ static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
 #define INCR_LOCK_RETRY_MAX_MS 8000
 
 /*
- * A chunk read before the source flushed what its snapshot shows waits
+ * A chunk read before the source flushed what its snapshot shows has the
+ * source flush (source_flush_now).  Where the source refuses that, it waits
  * (chunk_flushed), asking again after 1, 2, 4 ... ms, at most every
  * INCR_FLUSH_POLL_MAX_MS, for up to INCR_FLUSH_WAIT_MAX_MS (a source's WAL
  * writer flushes every wal_writer_delay, 200 ms by default; 25 times that
@@ -183,6 +185,7 @@ static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
 #define INCR_FLUSH_POLL_MAX_MS 16
 #define INCR_FLUSH_WAIT_MAX_MS 1000
 static XLogRecPtr incr_flush_awaited = InvalidXLogRecPtr;
+static bool incr_flush_refused = false; /* this session: wait instead */
 
 /*
  * The last snapshot read on incr_conn whose transactions were flushed at
@@ -335,6 +338,7 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	incr_probe = NULL;
 	incr_read_waits = false;
 	incr_flush_awaited = InvalidXLogRecPtr;
+	incr_flush_refused = false;
 	incr_durable.nxip = -1;		/* with the connection */
 	incr_durable.xip = NULL;	/* with the session's context, below */
 	incr_durable_cap = 0;
@@ -1139,6 +1143,63 @@ source_flush_position(void)
 }
 
 /*
+ * Have the source flush its WAL now, on the connection that read chunk c: a
+ * transactional logical message (ASH_MESSAGE_PREFIX_FLUSH, no content)
+ * committed with synchronous_commit = local, so that the commit returns only
+ * once the source's WAL is flushed through it -- past everything c's
+ * snapshot shows.  PostgreSQL allows it in a read-only transaction; it
+ * writes no table, takes a transaction id, and every logical decoding
+ * consumer of the database sees the message (ash_replicant's own acknowledge
+ * it with no effect).  On a source whose commits are asynchronous its WAL
+ * writer flushes every wal_writer_delay: a chunk waiting for that took
+ * 200 ms, the copy of a busy source two orders of magnitude longer
+ * (bench/README.md, "Initial load from a busy source").
+ *
+ * True when the source flushed: c's flushed position is raised, and *xid
+ * is the message's transaction.  Refused (EXECUTE revoked, say), the
+ * session waits for the source's own flushes from then on (logged once).
+ * A crash of the source fails the connection: an error, as for the read.
+ */
+static bool
+source_flush_now(IncrChunk *c, TransactionId *xid)
+{
+	PGresult   *res;
+	XLogRecPtr	lsn;
+
+	if (incr_flush_refused)
+		return false;
+	res = ash_conn_exec(incr_conn,
+						"SET synchronous_commit = local;"
+						" SELECT pg_catalog.pg_logical_emit_message(true, '"
+						ASH_MESSAGE_PREFIX_FLUSH "', '')::pg_catalog.text,"
+						" (pg_catalog.txid_current() % 4294967296)::pg_catalog.text",
+						true);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+		PQgetisnull(res, 0, 0) || PQgetisnull(res, 0, 1))
+	{
+		const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		if (PQstatus(incr_conn->conn) != CONNECTION_OK)
+			ash_conn_report_result(res, "incremental snapshot flush request");
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.flush_request_refused sink=%s copier=%d sqlstate=%s",
+						ash_snap_cfg->sink_name, ash_snap_my_copier,
+						sqlstate != NULL ? sqlstate : "none"),
+				 errdetail("Chunks wait for the source's own WAL flushes instead (pg_logical_emit_message)."),
+				 errhint("Grant the source role EXECUTE on pg_logical_emit_message, or see docs/snapshots.md, \"Why incremental is exact\".")));
+		PQclear(res);
+		incr_flush_refused = true;
+		return false;
+	}
+	lsn = ash_snap_parse_lsn(PQgetvalue(res, 0, 0));
+	*xid = (TransactionId) strtoul(PQgetvalue(res, 0, 1), NULL, 10);
+	PQclear(res);
+	/* its commit record follows the message and was flushed with it */
+	c->flushed_lsn = Max(c->flushed_lsn, lsn);
+	return true;
+}
+
+/*
  * Has the source flushed its WAL up to the position read with c's snapshot?
  * A transaction committed with synchronous_commit = off is visible before
  * its commit record is flushed, and a crash of the source loses it: a chunk
@@ -1170,8 +1231,12 @@ chunk_flushed(IncrChunk *c)
 	TimestampTz began = 0;
 	long		sleep_ms = 0;
 
+	TransactionId flush_xid = InvalidTransactionId;
+
 	if (c->flushed_lsn < c->high_lsn && ash_incr_same_snapshot(&c->snap, &incr_durable))
 		return true;
+	if (c->flushed_lsn < c->high_lsn)
+		(void) source_flush_now(c, &flush_xid);
 	while (c->flushed_lsn < c->high_lsn)
 	{
 		if (began == 0)
@@ -1206,6 +1271,18 @@ chunk_flushed(IncrChunk *c)
 	incr_durable.nxip = c->snap.nxip;
 	incr_durable.xmin = c->snap.xmin;
 	incr_durable.xmax = c->snap.xmax;
+
+	/*
+	 * The flush request's own transaction, when it took the first xid after
+	 * c's snapshot: the next snapshot shows c's transactions and it (flushed
+	 * too) while nothing else ends or begins -- on a quiet source whose reads
+	 * log hint bits, the next chunks then need no request.
+	 */
+	if (TransactionIdIsNormal(flush_xid) && flush_xid == c->snap.xmax)
+	{
+		TransactionIdAdvance(flush_xid);
+		incr_durable.xmax = flush_xid;
+	}
 	return true;
 }
 

@@ -71,6 +71,8 @@ SELECT ash_replicant_add_message_route('mail', 'secret-prefix', 'regress_outbox'
 SELECT ash_replicant_add_message_route('mail', 'secret-prefix', 'regress_outbox'::regclass, '0');
 SELECT ash_replicant_add_message_route('mail', 'secret-prefix', 'regress_outbox'::regclass, '-2 days');
 SELECT ash_replicant_add_message_route('log', 'secret-prefix', 'regress_append'::regclass, '0');
+-- ash_replicant's own prefix (incremental snapshots' flush requests) is reserved
+SELECT ash_replicant_add_message_route('mail', 'ash_replicant.flush', 'regress_outbox'::regclass, '1 day');
 -- an ignored prefix cannot be routed; a prefix is routed once
 SELECT ash_replicant_add_message_route('mail', 'noise', 'regress_outbox'::regclass, '2 days');
 SELECT ash_replicant_add_message_route('mail', 'mail', 'regress_outbox_text'::regclass, '2 days');

@@ -7,7 +7,11 @@
 # never delivers a lost transaction, so nothing would take its effect out of
 # the mirror again.
 #
-# Here the source's WAL writer runs every 10 s and nothing else flushes: an
+# A chunk has the source flush (a logical message committed with
+# synchronous_commit = local).  Where the source refuses that -- a role
+# without EXECUTE on pg_logical_emit_message, as the first three scenarios
+# connect -- the chunk waits for the source's own flushes.  Here the
+# source's WAL writer runs every 10 s and nothing else flushes: an
 # asynchronous UPDATE of a row the third chunk copies stays unflushed while
 # the copy runs.  Then the source loses its WAL buffers twice, one table
 # each: stopped in immediate mode and started again (a new postmaster), and
@@ -15,6 +19,12 @@
 # and recovers: its start time does not change).  Afterwards each mirror
 # must equal the source, which no longer has the update.  Then the same in
 # a table a helper copies.
+#
+# Then with the flush request allowed: the chunk that reads the unflushed
+# update has the source flush it at once (no wait for the WAL writer, the
+# message seen by a logical decoding consumer of the source, acknowledged
+# with no effect by the pipeline's own stream); after an immediate stop the
+# source still has the update, and so has the mirror.
 #
 # Last, a quiet source whose reads write WAL (wal_log_hints, as with data
 # checksums: the first read of a page since a checkpoint that sets its hint
@@ -40,6 +50,24 @@ AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy
 
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
+
+# The first three scenarios' role: no superuser, and no EXECUTE on
+# pg_logical_emit_message (revoked from PUBLIC): its chunks wait.
+q_src(q{
+CREATE ROLE snapread LOGIN REPLICATION;
+GRANT pg_read_all_settings TO snapread;
+ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO snapread;
+REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC;
+});
+my $snapread = "host=127.0.0.1 port=" . $src->port . " dbname=$DB user=snapread";
+
+sub refused_logged
+{
+	my ($sink) = @_;
+	return scalar(grep { /event=snapshot\.flush_request_refused sink=$sink copier=\d+ sqlstate=42501/ }
+		  split /\n/, slurp_file($dst->logfile));
+}
 
 # The source answers again after a crash (its recovery takes a moment).
 sub source_back
@@ -91,6 +119,7 @@ CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
 	# the first chunk waits at the gate until the asynchronous update is in
 	my $gate = AshTest::close_gate($dst, $t, 10, $lock);
 	AshTest::setup_pipeline($src, $dst, sink => $sink, publication => "pub_$sink", marker => 0,
+		connection => $snapread, source_role => 'snapread',
 		maps => [ [ $t, snapshot_provenance => 'true' ] ],
 		pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
 	ok(AshTest::gate_waiting($dst, $lock), "$crash: the copy waits at the gate, its first chunk uncommitted");
@@ -111,6 +140,7 @@ CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
 	is(q_dst("SELECT count(*) FROM $t WHERE id > 1000"), '0',
 		"$crash: the chunk that read the unflushed update is not written");
 	is(q_src("SELECT pg_current_wal_flush_lsn() < '$lsn'"), 't', "$crash: the update is still unflushed");
+	cmp_ok(refused_logged($sink), '>=', 1, "$crash: the source refused the flush request (event=snapshot.flush_request_refused)");
 
 	if ($crash eq 'immediate')
 	{
@@ -165,6 +195,7 @@ my $t4 = q_src("SELECT now()");
 my $wgate4 = AshTest::close_gate($dst, 'h1', 5, 4550);
 my $gate4 = AshTest::close_gate($dst, 'h2', 800, 4549);
 AshTest::setup_pipeline($src, $dst, sink => 'incasync4', publication => 'pub_incasync4', marker => 0,
+	connection => $snapread, source_role => 'snapread',
 	maps => [ [ 'h1', snapshot_provenance => 'true' ], [ 'h2', snapshot_provenance => 'true' ] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500,"
 	  . " max_pending_chunks => 5");
@@ -198,6 +229,53 @@ ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.ch
 AshTest::assert_mirror_equal($src, $dst, [ 'h1_v', 'h2_v' ], order_by => 'id',
 	name => 'helper: after the source lost an update a helper\'s chunk had read');
 
+# ---------------------------------------------------------------------------
+# forced  the flush request allowed (the test's superuser): the chunk that
+#         reads the unflushed update has the source flush it
+# ---------------------------------------------------------------------------
+q_src(q{
+CREATE TABLE t5 (id bigint PRIMARY KEY, val text NOT NULL);
+CREATE VIEW t5_v AS SELECT id, val FROM t5;
+INSERT INTO t5 SELECT g, 'v' || g FROM generate_series(1, 2000) g;
+CREATE PUBLICATION pub_incforce FOR TABLE t5;
+VACUUM t5;
+CHECKPOINT;
+SELECT 1 FROM pg_create_logical_replication_slot('watch', 'test_decoding');
+});
+q_dst(q{
+CREATE TABLE t5 (id bigint PRIMARY KEY, val text NOT NULL,
+	replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE VIEW t5_v AS SELECT id, val FROM t5;
+});
+my $gate5 = AshTest::close_gate($dst, 't5', 10, 4551);
+AshTest::setup_pipeline($src, $dst, sink => 'incforce', publication => 'pub_incforce', marker => 0,
+	maps => [ [ 't5', snapshot_provenance => 'true' ] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
+ok(AshTest::gate_waiting($dst, 4551), 'forced: the copy waits at the gate, its first chunk uncommitted');
+my $mark5 = q_src("SET synchronous_commit = off; CREATE TEMP TABLE m (); SELECT pg_current_wal_insert_lsn()");
+ok(AshTest::poll($src, "SELECT pg_current_wal_flush_lsn() >= '$mark5'"), 'forced: the WAL writer ran');
+my $lsn5 = q_src("SET synchronous_commit = off; UPDATE t5 SET val = 'async' WHERE id = 1500;"
+	  . " SELECT pg_current_wal_insert_lsn()");
+is(q_src("SELECT pg_current_wal_flush_lsn() < '$lsn5'"), 't', 'forced: the asynchronous update is unflushed');
+AshTest::open_gate($gate5, 4551);
+ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = 'incforce'"),
+	'forced: the copy completes');
+is(q_src("SELECT pg_current_wal_flush_lsn() >= '$lsn5'"), 't', 'forced: the source flushed the update');
+is(scalar(grep { /event=snapshot\.(flush_wait|flush_request_refused) sink=incforce / } split /\n/, slurp_file($dst->logfile)),
+	0, 'forced: no chunk waited for the source\'s WAL writer');
+cmp_ok(q_src("SELECT count(*) FROM pg_logical_slot_peek_changes('watch', NULL, NULL)"
+	  . " WHERE data LIKE 'message: transactional: 1 prefix: ash_replicant.flush,%'"), '>=', 1,
+	'forced: a logical decoding consumer of the source saw the flush request');
+q_src("SELECT pg_drop_replication_slot('watch')");
+$src->stop('immediate');
+$src->start;
+is(q_src("SELECT val FROM t5 WHERE id = 1500"), 'async', 'forced: the update survived the immediate stop');
+my ($c5) = AshTest::commit_tracked($src, "UPDATE t5 SET val = val || '!' WHERE id = 7");
+ok(AshTest::wait_lsn($src, $dst, 'incforce', $c5), 'forced: the pipeline streams after the stop');
+AshTest::assert_mirror_equal($src, $dst, ['t5_v'], order_by => 'id', name => 'forced: the mirror');
+is(AshTest::status_row($dst, 'incforce')->{state} // '', 'healthy',
+	'forced: healthy (its stream acknowledged its own flush requests with no effect)');
+
 # A table loaded, then a checkpoint: every chunk's read logs the pages whose
 # hint bits it sets.  The copy waits at a gate in its second chunk; the
 # source then flushes everything (a checkpoint, which commits nothing) and
@@ -227,14 +305,17 @@ q_src("CHECKPOINT");	# everything written so far flushed
 my $walwriter = q_src("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
 ok($walwriter =~ /^\d+$/ && kill('STOP', $walwriter), 'hint bits: the source\'s WAL writer stopped');
 my $walsz = q_src("SELECT pg_current_wal_insert_lsn()");
+my $xmax3 = q_src("SELECT txid_snapshot_xmax(txid_current_snapshot())");
 AshTest::open_gate($gate3, 4548);
 my $done3 = AshTest::poll($dst,
 	"SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints WHERE slot_name = 'incasync3'",
 	't', timeout => 60);
 my $unflushed = q_src("SELECT pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()"
 	  . " AND pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$walsz') > 8192 * 4");
+my $xids3 = q_src("SELECT txid_snapshot_xmax(txid_current_snapshot()) - $xmax3");
 kill('CONT', $walwriter);
 ok($done3, 'hint bits: the copy completes while its reads\' WAL is unflushed');
+cmp_ok($xids3, '<=', 1, "hint bits: at most one flush request after the gate ($xids3 transaction ids)");
 is($unflushed, 't', 'hint bits: the chunks\' reads wrote page images, unflushed');
 my @waits = grep { /event=snapshot\.flush_wait sink=incasync3 / } split /\n/, slurp_file($dst->logfile);
 cmp_ok(scalar(@waits), '<=', 1, 'hint bits: at most the first chunk waited for the WAL writer (' . scalar(@waits) . ')');
