@@ -32,6 +32,8 @@ the measurement (both servers and everything else running: noisy on a shared
 machine).
 """
 import os
+import subprocess
+import tempfile
 import time
 
 import psycopg2
@@ -63,6 +65,39 @@ INCR_MAX_PENDING = os.environ.get("INCR_MAX_PENDING")
 # then reversed, ...): paired runs for ratios on a machine whose speed drifts by 20 %
 LOAD_ROUNDS = int(os.environ.get("LOAD_ROUNDS", "1"))
 LOAD_VACUUM = os.environ.get("LOAD_VACUUM", "1") != "0"
+# a write load on the source while each contender copies: RATE inserts a second into a
+# table no publication holds (pgbench, 2 sessions), "/async" committed with
+# synchronous_commit = off (bench/README.md, "Initial load from a busy source")
+LOAD_NOISE = os.environ.get("LOAD_NOISE", "")
+
+
+class Noise:
+    """pgbench writing to bench_noise on the source for the duration of a with block."""
+
+    def __init__(self, src):
+        rate, _, mode = LOAD_NOISE.partition("/")
+        self.rate, self.asynchronous = int(rate), mode == "async"
+        q(src, "CREATE TABLE IF NOT EXISTS bench_noise (id bigserial PRIMARY KEY, v text)")
+        self.script = os.path.join(tempfile.mkdtemp(prefix="noise"), "noise.sql")
+        with open(self.script, "w") as f:
+            f.write("INSERT INTO bench_noise (v) VALUES ('noise');\n")
+        os.chmod(os.path.dirname(self.script), 0o755)
+        os.chmod(self.script, 0o644)
+
+    def __enter__(self):
+        opts = "PGOPTIONS=-c synchronous_commit=%s" % ("off" if self.asynchronous else "on")
+        self.p = subprocess.Popen(["runuser", "-u", "postgres", "--", "env", opts,
+                                   os.path.join(B.PGBIN, "pgbench"), "-n", "-h", "127.0.0.1", "-p", str(B.SRC_PORT),
+                                   "-U", "postgres", "-c", "2", "-j", "1", "-R", str(self.rate), "-T", "100000",
+                                   "-f", self.script, "postgres"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)   # connected and writing before the contender starts
+        return self
+
+    def __exit__(self, *exc):
+        self.p.terminate()
+        self.p.wait()
+        return False
 
 
 class LoadWorkload(B.Workload):
@@ -439,7 +474,12 @@ def run_round(wn, w, rep, rnd, contenders, src, dst, size, src_hash, copiers):
             w.fresh_dest(dst)   # before prepare: ash_replicant maps the tables by their oid
             c.prepare(src, dst)
             lsn0 = q1(dst, "SELECT pg_current_wal_lsn()")
-            m = c.measure(src, dst)
+            if LOAD_NOISE:
+                with Noise(src):
+                    m = c.measure(src, dst)
+                r["load_noise"] = LOAD_NOISE
+            else:
+                m = c.measure(src, dst)
             r.update(m)
             # the destination's WAL written while the contender ran (the copy, its index, catalogs)
             r["dest_wal_bytes"] = int(q1(dst, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,)))

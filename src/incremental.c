@@ -280,6 +280,38 @@ ash_incr_same_snapshot(const AshIncrSnapshot *a, const AshIncrSnapshot *b)
 		(a->nxip == 0 || memcmp(a->xip, b->xip, sizeof(TransactionId) * a->nxip) == 0);
 }
 
+static int	xid_cmp(const void *a, const void *b);
+
+static bool
+in_progress(const AshIncrSnapshot *snap, TransactionId xid)
+{
+	return bsearch(&xid, snap->xip, snap->nxip, sizeof(TransactionId), xid_cmp) != NULL;
+}
+
+bool
+ash_incr_shows_no_more(const AshIncrSnapshot *later, const AshIncrSnapshot *earlier)
+{
+	TransactionId xid;
+
+	if (earlier->nxip < 0 || later->nxip < 0 ||
+		TransactionIdPrecedes(later->xmax, earlier->xmax) ||
+		later->xmax - earlier->xmax > (uint32) later->nxip)
+		return false;
+	/* none that earlier saw in progress has ended ... */
+	for (int i = 0; i < earlier->nxip; i++)
+		if (!in_progress(later, earlier->xip[i]))
+			return false;
+	/* ... nor any that began since */
+	xid = earlier->xmax;
+	while (TransactionIdPrecedes(xid, later->xmax))
+	{
+		if (!in_progress(later, xid))
+			return false;
+		TransactionIdAdvance(xid);
+	}
+	return true;
+}
+
 static void
 add_window(IncrTable *t, int64 chunk, char **lo, char **hi, const AshIncrSnapshot *snap,
 		   XLogRecPtr high_lsn)

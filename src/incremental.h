@@ -36,6 +36,14 @@ typedef struct AshIncrSnapshot
  */
 extern bool ash_incr_same_snapshot(const AshIncrSnapshot *a, const AshIncrSnapshot *b);
 
+/*
+ * Does later show no transaction committed that earlier did not (none that
+ * earlier saw in progress has ended, and every one begun since is in
+ * progress in later)?  What holds of earlier's committed transactions then
+ * holds of later's.  nxip -1 (unknown) on either side: false.
+ */
+extern bool ash_incr_shows_no_more(const AshIncrSnapshot *later, const AshIncrSnapshot *earlier);
+
 /* Forget every table (no attempt, or a new session). */
 extern void ash_incr_reset(const bytea *attempt);
 

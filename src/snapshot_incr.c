@@ -187,6 +187,9 @@ static SnapTable *incr_helper_table[ASH_SNAPSHOT_COPIERS_MAX];
 static XLogRecPtr incr_flush_awaited = InvalidXLogRecPtr;
 static bool incr_flush_refused = false; /* this session: wait instead */
 
+/* xids begun between a chunk's snapshot and its flush request, at most */
+#define INCR_FLUSH_XIDS_MAX 64
+
 /*
  * The last snapshot read on incr_conn whose transactions were flushed at
  * the source (nxip -1: none since the connection opened): see
@@ -1186,7 +1189,7 @@ source_flush_now(IncrChunk *c, TransactionId *xid)
 						ash_snap_cfg->sink_name, ash_snap_my_copier,
 						sqlstate != NULL ? sqlstate : "none"),
 				 errdetail("Chunks wait for the source's own WAL flushes instead (pg_logical_emit_message)."),
-				 errhint("Grant the source role EXECUTE on pg_logical_emit_message, or see docs/snapshots.md, \"Why incremental is exact\".")));
+				 errhint("Grant the source role EXECUTE on pg_logical_emit_message, or see docs/snapshots.md, \"Faults and restarts\".")));
 		PQclear(res);
 		incr_flush_refused = true;
 		return false;
@@ -1230,19 +1233,27 @@ chunk_flushed(IncrChunk *c)
 {
 	TimestampTz began = 0;
 	long		sleep_ms = 0;
-
 	TransactionId flush_xid = InvalidTransactionId;
+	bool		asked = false;
 
-	if (c->flushed_lsn < c->high_lsn && ash_incr_same_snapshot(&c->snap, &incr_durable))
+	if (c->flushed_lsn < c->high_lsn && ash_incr_shows_no_more(&c->snap, &incr_durable))
 		return true;
-	if (c->flushed_lsn < c->high_lsn)
-		(void) source_flush_now(c, &flush_xid);
+
+	/*
+	 * The source is asked to flush once a snapshot of this connection has
+	 * passed: the first waits for the source's own flush, as a quiet
+	 * source's does, whose stream then carries no request of ours.
+	 */
+	if (c->flushed_lsn < c->high_lsn && incr_durable.nxip >= 0)
+		asked = source_flush_now(c, &flush_xid);
 	while (c->flushed_lsn < c->high_lsn)
 	{
 		if (began == 0)
 			began = GetCurrentTimestamp();
 		else if (TimestampDifferenceExceeds(began, GetCurrentTimestamp(), INCR_FLUSH_WAIT_MAX_MS))
 		{
+			if (!asked && (asked = source_flush_now(c, &flush_xid)))
+				continue;
 			ereport(LOG,
 					(errmsg("ash_replicant event=snapshot.flush_wait sink=%s table=%s copier=%d waited_ms=%d",
 							ash_snap_cfg->sink_name,
@@ -1273,13 +1284,26 @@ chunk_flushed(IncrChunk *c)
 	incr_durable.xmax = c->snap.xmax;
 
 	/*
-	 * The flush request's own transaction, when it took the first xid after
-	 * c's snapshot: the next snapshot shows c's transactions and it (flushed
-	 * too) while nothing else ends or begins -- on a quiet source whose reads
-	 * log hint bits, the next chunks then need no request.
+	 * The flush request's own transaction is flushed too: taken as ended,
+	 * with those begun between c's snapshot and it as in progress (nothing
+	 * is claimed of them), the next snapshot of a source where nothing else
+	 * ended shows no more and needs no request.
 	 */
-	if (TransactionIdIsNormal(flush_xid) && flush_xid == c->snap.xmax)
+	if (TransactionIdIsNormal(flush_xid) && !TransactionIdPrecedes(flush_xid, c->snap.xmax) &&
+		flush_xid - c->snap.xmax <= INCR_FLUSH_XIDS_MAX)
 	{
+		TransactionId x = c->snap.xmax;
+
+		if (incr_durable_cap < c->snap.nxip + INCR_FLUSH_XIDS_MAX)
+		{
+			incr_durable_cap = c->snap.nxip + INCR_FLUSH_XIDS_MAX;
+			incr_durable.xip = repalloc(incr_durable.xip, sizeof(TransactionId) * incr_durable_cap);
+		}
+		while (TransactionIdPrecedes(x, flush_xid))
+		{
+			incr_durable.xip[incr_durable.nxip++] = x;
+			TransactionIdAdvance(x);
+		}
 		TransactionIdAdvance(flush_xid);
 		incr_durable.xmax = flush_xid;
 	}
