@@ -47,6 +47,8 @@ typedef struct AshPipelineStats
 	int32		snapshot_tables_copied;
 	uint64		snapshot_rows_committed;	/* rows of the copied tables */
 	uint64		snapshot_rows_estimate;
+	uint64		snapshot_flush_requests;	/* incremental: the source asked to
+											 * flush, since the worker started */
 	bool		streaming;		/* reached the streaming phase */
 
 	/*

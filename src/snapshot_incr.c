@@ -1197,6 +1197,9 @@ source_flush_now(IncrChunk *c, TransactionId *xid)
 	lsn = ash_snap_parse_lsn(PQgetvalue(res, 0, 0));
 	*xid = (TransactionId) strtoul(PQgetvalue(res, 0, 1), NULL, 10);
 	PQclear(res);
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	ash_snap_slot->stats.snapshot_flush_requests++;
+	SpinLockRelease(&ash_snap_slot->mutex);
 	/* its commit record follows the message and was flushed with it */
 	c->flushed_lsn = Max(c->flushed_lsn, lsn);
 	return true;
@@ -1683,6 +1686,8 @@ ash_snapshot_incremental_pause_ms(void)
 static void
 incr_attempt_completed(bool recorded)
 {
+	uint64		requests;
+
 	if (incr_attempt->phase == ASH_SNAPSHOT_COMPLETE)
 		return;
 	if (!recorded)
@@ -1694,9 +1699,12 @@ incr_attempt_completed(bool recorded)
 	}
 	incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
 	ash_snap_publish_attempt(incr_attempt, false);
+	SpinLockAcquire(&ash_snap_slot->mutex);
+	requests = ash_snap_slot->stats.snapshot_flush_requests;
+	SpinLockRelease(&ash_snap_slot->mutex);
 	ereport(LOG,
-			(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental",
-					ash_snap_cfg->sink_name, list_length(incr_attempt->tables))));
+			(errmsg("ash_replicant event=snapshot.complete sink=%s tables=%d mode=incremental flush_requests=" UINT64_FORMAT,
+					ash_snap_cfg->sink_name, list_length(incr_attempt->tables), requests)));
 }
 
 /* The worker's own chunk committed: now the stream judges by it. */

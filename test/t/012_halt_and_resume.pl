@@ -207,7 +207,7 @@ INSERT INTO orders VALUES (3001, 3000, 1, '$s3');
 COMMIT;});
 	AshTest::wait_status($dst, $sink, 'catching_up', 'destination_apply_retrying', src => $src,
 		name => "$label: catching_up/destination_apply_retrying", no_early_exit => 1);
-	ok(AshTest::log_lines_like($dst, qr/event=apply\.error sink=$sink sqlstate=55P03 .*table=public\.orders .*attempt=transient\/3 /),
+	ok(scalar(AshTest::log_lines_like($dst, qr/event=apply\.error sink=$sink sqlstate=55P03 .*table=public\.orders .*attempt=transient\/3 /)),
 		"$label: each attempt logged with its SQLSTATE and target");
 	for my $t (sort keys %h0)
 	{

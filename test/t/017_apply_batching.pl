@@ -323,7 +323,7 @@ my $st = AshTest::status_row($dst, 'priv');
 is($st->{state} . '/' . ($st->{reason} // ''), 'halted/apply_failed', 'priv: revoked INSERT halts apply_failed');
 is($dst->safe_psql('postgres', 'SELECT count(*) FROM priv'), '20', 'priv: nothing of the refused rows committed');
 is(AshTest::checkpoint_lsn($dst, 'priv'), $cp, 'priv: checkpoint unchanged');
-ok(AshTest::log_lines_like($dst, qr/event=apply\.error sink=priv sqlstate=42501/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=apply\.error sink=priv sqlstate=42501/)),
 	'priv: the apply error names the privilege SQLSTATE');
 $dst->safe_psql('postgres', 'GRANT INSERT ON priv TO priv_owner');
 AshTest::start_sink($dst, 'priv');

@@ -98,7 +98,7 @@ is(join(',', map { "$_->{source_table}:$_->{state}" } @$tabs),
 	'ash_marker_s1:copied,empty:copied,items:copied,typed:copied', 'stat_snapshot_tables lists every table copied');
 AshTest::wait_status($dst, 's1', 'healthy');
 is(AshTest::status_row($dst, 's1')->{state}, 'healthy', 'healthy once the snapshot is complete');
-ok(AshTest::log_lines_like($dst, qr/event=snapshot\.complete sink=s1 tables=4/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.complete sink=s1 tables=4/)),
 	'snapshot.complete logged');
 {
 	my ($out, $err) = ('', '');

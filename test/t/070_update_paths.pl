@@ -184,8 +184,8 @@ $src->safe_psql($DB, "CREATE PUBLICATION pub_up FOR TABLE acct");
 # the 1.1.0 library refuses to run a pipeline on 1.0.0 catalogs
 AshTest::setup_pipeline($src, $dst, sink => 'up', publication => 'pub_up', maps => [ ['acct'] ]);
 AshTest::wait_status($dst, 'up', 'misconfigured', 'extension_version_mismatch');
-ok(AshTest::log_lines_like($dst,
-		qr/event=pipeline\.halt sink=up reason=extension_version_mismatch class=misconfigured context=".*ALTER EXTENSION ash_replicant UPDATE/),
+ok(scalar(AshTest::log_lines_like($dst,
+		qr/event=pipeline\.halt sink=up reason=extension_version_mismatch class=misconfigured context=".*ALTER EXTENSION ash_replicant UPDATE/)),
 	'the worker says an update is needed');
 is($dst->safe_psql($DB, "SELECT count(*) FROM pg_replication_slots"), '0', 'no slot was created');
 

@@ -302,7 +302,7 @@ is($q->safe_psql($DB, 'SELECT count(*) FROM t3'), '0', 'v1: nothing copied');
 is($q->safe_psql($DB,
 		"SELECT count(*) FROM ash_replicant.snapshot_tables WHERE slot_name = 'snap_p' AND state = 'copied'"),
 	'0', 'v1: no table recorded copied');
-ok(AshTest::log_lines_like($q, qr/ash_replicant event=pipeline\.halt sink=snap_p reason=snapshot_unsupported/),
+ok(scalar(AshTest::log_lines_like($q, qr/ash_replicant event=pipeline\.halt sink=snap_p reason=snapshot_unsupported/)),
 	'v1: the halt line names the reason');
 
 AshTest::setup_pipeline($p, $q, sink => 'incr_p', publication => 'pub_t3i', marker => 0,

@@ -112,7 +112,7 @@ AshTest::wait_status($dst, 'locked', 'catching_up', 'destination_lock_wait',
 
 AshTest::setup_pipeline($src, $dst, sink => 'extra', publication => 'pub_extra', maps => [ ['t_extra'] ]);
 AshTest::wait_status($dst, 'extra', 'catching_up', 'pipeline_slots_exhausted');
-ok(AshTest::log_lines_like($dst, qr/event=launcher\.no_free_slot sink=extra reason=pipeline_slots_exhausted/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=launcher\.no_free_slot sink=extra reason=pipeline_slots_exhausted/)),
 	'the launcher logs the limit it hit');
 
 ##############################################################################

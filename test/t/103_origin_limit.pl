@@ -36,7 +36,7 @@ AshTest::wait_caught_up($src, $dst, 'one', name => 'the first pipeline holds the
 AshTest::setup_pipeline($src, $dst, sink => 'two', publication => 'pub_two', maps => [ ['t_two'] ]);
 AshTest::wait_status($dst, 'two', 'catching_up', 'destination_origin_limit',
 	name => 'the second waits for an origin slot, and status says so');
-ok(AshTest::log_lines_like($dst, qr/event=pipeline\.origin_unavailable sink=two sqlstate=53400/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=pipeline\.origin_unavailable sink=two sqlstate=53400/)),
 	'the worker logs the limit it hit');
 $src->safe_psql($DB, "INSERT INTO t_two SELECT g, 'v' FROM generate_series(1, 10) g");
 is($dst->safe_psql($DB, 'SELECT count(*) FROM t_two'), '0', 'nothing is applied without the origin');
@@ -49,7 +49,7 @@ $dst->safe_psql($DB, "SELECT ash_replicant_drop_sink('one')");
 is(origin_count('ash_replicant_one'), '0', 'the first sink\'s origin is gone');
 AshTest::wait_status($dst, 'two', 'catching_up', 'source_slot_limit',
 	name => 'with its origin, the second finds every source slot taken, and status says so');
-ok(AshTest::log_lines_like($dst, qr/event=source\.fault sink=two step=slot source_sqlstate=53400/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=source\.fault sink=two step=slot source_sqlstate=53400/)),
 	'the source\'s refusal is logged');
 is(origin_count('ash_replicant_two'), '1', 'the second holds its origin now');
 

@@ -89,7 +89,7 @@ AshTest::start_sink($dst, 's1');
 q_src("UPDATE orders SET n = n + 1 WHERE id % 7 = 0; INSERT INTO keep VALUES (1001, 'after start')");
 ok(AshTest::wait_caught_up($src, $dst, 's1'), 're-created target: caught up');
 AshTest::assert_mirror_equal($src, $dst, [ 'orders', 'keep' ], name => 're-created target copied again');
-ok(AshTest::log_lines_like($dst, qr/event=snapshot\.target_replaced sink=s1 table=public\.orders/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.target_replaced sink=s1 table=public\.orders/)),
 	'snapshot.target_replaced logged for the re-created target');
 ok(!AshTest::log_lines_like($dst, qr/event=snapshot\.target_replaced sink=s1 table=public\.keep/),
 	'no target_replaced for a kept target');
@@ -117,7 +117,7 @@ AshTest::setup_pipeline($src, $dst, sink => 's1', publication => 'pub', marker =
 	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
 ok(AshTest::wait_caught_up($src, $dst, 's1'), 're-created sink: caught up');
 AshTest::assert_mirror_equal($src, $dst, [ 'orders', 'keep' ], name => 're-created sink');
-ok(AshTest::log_lines_like($dst, qr/event=snapshot\.target_replaced sink=s1 table=public\.keep/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.target_replaced sink=s1 table=public\.keep/)),
 	'the re-created sink copies the re-created target again');
 is(q_dst("SELECT count(*) FROM orders_audit WHERE op = 'INSERT'"), '0',
 	'the kept target of the re-created sink was not copied again');
@@ -180,7 +180,7 @@ q_src("ALTER PUBLICATION pub ADD TABLE orders");
 q_src("UPDATE orders SET n = n + 1 WHERE id = 40");
 ok(AshTest::wait_until(sub { gaps_logged() >= 3 }),
 	'the census finds the table back after a gap (logged by it, and by the next session that copies it)');
-ok(AshTest::log_lines_like($dst, qr/event=pipeline\.session_end sink=s1 cause=snapshot\.publication_gap /),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=pipeline\.session_end sink=s1 cause=snapshot\.publication_gap /)),
 	'the census ends the session to copy the table again: logged as such');
 is(scalar(AshTest::log_lines_like($dst, qr/event=source\.fault sink=s1 step=stream source_sqlstate=none/)), 0,
 	'... and not as a source fault');
@@ -260,7 +260,7 @@ AshTest::start_sink($dst, 's2');
 q_src("UPDATE inc SET v = 'streamed' WHERE id % 5 = 0");
 incr_caught_up('incremental, re-created target: copied and caught up');
 AshTest::assert_mirror_equal($src, $dst, ['inc_v'], name => 'incremental re-created target', order_by => 'id');
-ok(AshTest::log_lines_like($dst, qr/event=snapshot\.target_replaced sink=s2 table=public\.inc/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.target_replaced sink=s2 table=public\.inc/)),
 	'incremental: snapshot.target_replaced logged');
 is(q_dst("SELECT chunks_copied > 1 FROM ash_replicant.snapshot_tables WHERE slot_name = 's2' AND source_table = 'inc'"),
 	't', 'incremental: the re-created target was copied in chunks');

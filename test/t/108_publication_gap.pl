@@ -98,8 +98,8 @@ AshTest::wait_status($dst, 's1', 'halted', 'publication_gap', name => 'out and b
 is(AshTest::checkpoint_facts($dst, 's1'), $facts, 'the halt left the checkpoint as it was');
 is(AshTest::table_hash($dst, 'orders'), $mirror, 'the halt left the mirror as it was');
 is(q_dst("SELECT v FROM keep WHERE id = 1"), 'k1', 'nothing after the gap was applied, to any table');
-ok(AshTest::log_lines_like($dst,
-		qr/event=pipeline\.halt sink=s1 reason=publication_gap .*public\.orders/),
+ok(scalar(AshTest::log_lines_like($dst,
+		qr/event=pipeline\.halt sink=s1 reason=publication_gap .*public\.orders/)),
 	'the halt names the table');
 
 # a restart alone finds the same gap
@@ -125,7 +125,7 @@ is(q_dst("SELECT ash_replicant_acknowledge_publication_gap('s1', $identity, 'pub
 is(q_dst("SELECT ash_replicant_acknowledge_publication_gap('s1', $identity, 'public', 'orders')"),
 	'f', 'a second acknowledgement changes nothing');
 is(publication_check('preflight', 's1'), 'pass/', 'preflight passes once the gap is acknowledged');
-ok(AshTest::log_lines_like($dst, qr/event=publication\.gap_acknowledged sink=s1 table=public\.orders/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=publication\.gap_acknowledged sink=s1 table=public\.orders/)),
 	'the acknowledgement is logged');
 AshTest::start_sink($dst, 's1');
 q_src("UPDATE orders SET v = 'after the acknowledgement' WHERE id = 30");
@@ -235,7 +235,7 @@ q_src("ALTER PUBLICATION pub2 ADD TABLE sch.w");
 AshTest::start_sink($dst, 's2');
 AshTest::wait_status($dst, 's2', 'halted', 'publication_gap',
 	name => 'census disabled: the start finds the gap');
-ok(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=s2 reason=publication_gap .*sch\.w/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=s2 reason=publication_gap .*sch\.w/)),
 	'the halt names the schema-qualified table');
 
 # acknowledging every table at once (no schema and table given)

@@ -82,6 +82,8 @@ AshTest::setup_pipeline($src, $dst, sink => 'quiet', publication => 'pub_q', mar
 ok(complete('quiet'), 'a: the incremental attempt completes on a quiet source')
   or AshTest::diag_pipeline($src, $dst, 'quiet');
 my $start = q_dst("SELECT (snapshot_lsn - '0/0'::pg_lsn)::bigint FROM ash_replicant.checkpoints WHERE slot_name = 'quiet'");
+ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.complete sink=quiet tables=2 mode=incremental flush_requests=0$/)),
+	'a: no chunk had the quiet source flush');
 for my $t ('qa', 'qb')
 {
 	AshTest::assert_mirror_equal($src, $dst, ["${t}_v"], order_by => 'id',

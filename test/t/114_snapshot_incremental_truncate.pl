@@ -242,7 +242,7 @@ AshTest::wait_status($dst, 'cl', 'halted', 'snapshot_state_invalid', src => $src
 	name => 'close: halts snapshot_state_invalid');
 is(q_dst("SELECT count(*) FROM acct_hist WHERE valid_to_lsn IS NOT NULL"), '0',
 	'close: no version closed (nothing of the truncate applied)');
-ok(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=cl reason=snapshot_state_invalid/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=cl reason=snapshot_state_invalid/)),
 	'close: the halt line names the reason');
 
 done_testing();

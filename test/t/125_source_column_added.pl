@@ -98,8 +98,8 @@ q_src("ALTER TABLE a3 ADD COLUMN n text; INSERT INTO a3 VALUES (6, 'r6', 'n6')")
 AshTest::start_sink($dst, 'sa');
 halted_added('sa', 'a nullable column without a default halts source_column_added');
 is(q_dst('SELECT count(*) FROM a3 WHERE id = 6'), '0', 'nothing of the transaction committed');
-ok(AshTest::log_lines_like($dst,
-		qr/event=pipeline\.halt sink=sa reason=source_column_added .*public\.a3: source columns n were added while its target held rows/),
+ok(scalar(AshTest::log_lines_like($dst,
+		qr/event=pipeline\.halt sink=sa reason=source_column_added .*public\.a3: source columns n were added while its target held rows/)),
 	'the halt names the table and the column');
 my $halts = () = AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=sa reason=source_column_added /);
 AshTest::start_sink($dst, 'sa');
@@ -122,7 +122,7 @@ is(q_dst("SELECT added_acknowledged FROM ash_replicant.source_columns WHERE slot
 	't', 'the record is marked');
 is(q_dst("SELECT ash_replicant_acknowledge_column_added('sa', $identity, 'public', 'a3')"), 'f',
 	'a second acknowledgement changes nothing');
-ok(AshTest::log_lines_like($dst, qr/event=columns\.added_acknowledged sink=sa table=public\.a3/),
+ok(scalar(AshTest::log_lines_like($dst, qr/event=columns\.added_acknowledged sink=sa table=public\.a3/)),
 	'the acknowledgement is logged');
 AshTest::start_sink($dst, 'sa');
 AshTest::wait_caught_up($src, $dst, 'sa', name => 'acknowledged: streams on');

@@ -160,6 +160,8 @@ CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
 	AshTest::assert_mirror_equal($src, $dst, ["${t}_v"], order_by => 'id',
 		name => "$crash: after the source lost an update a chunk had read");
 	is(AshTest::status_row($dst, $sink)->{state} // '', 'healthy', "$crash: healthy");
+	my ($done) = grep { /event=snapshot\.complete sink=$sink / } split /\n/, slurp_file($dst->logfile);
+	like($done // '', qr/ flush_requests=0$/, "$crash: no flush request made (refused)");
 }
 
 # The same with a helper (ash_replicant.snapshot_workers = 2, the default):
@@ -215,8 +217,8 @@ my $lsn4 = q_src("SET synchronous_commit = off; UPDATE h2 SET val = 'async' WHER
 AshTest::open_gate($gate4, 4549);
 ok(AshTest::poll($dst, "SELECT count(*) >= 1500 FROM h2"), 'helper: the helper passes its third chunk');
 sleep(2);	# a chunk waits for the flush for 1 s, then is dropped
-ok(grep({ /event=snapshot\.flush_wait sink=incasync4 table=public\.h2 copier=[1-9]/ }
-		split /\n/, slurp_file($dst->logfile)),
+ok(scalar(grep({ /event=snapshot\.flush_wait sink=incasync4 table=public\.h2 copier=[1-9]/ }
+		split /\n/, slurp_file($dst->logfile))),
 	'helper: the helper dropped the chunk at the flush check');
 is(q_dst("SELECT count(*) FROM h2 WHERE id > 1500"), '0',
 	'helper: the chunk that read the unflushed update is not written');
@@ -263,6 +265,9 @@ ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.ch
 is(q_src("SELECT pg_current_wal_flush_lsn() >= '$lsn5'"), 't', 'forced: the source flushed the update');
 is(scalar(grep { /event=snapshot\.(flush_wait|flush_request_refused) sink=incforce / } split /\n/, slurp_file($dst->logfile)),
 	0, 'forced: no chunk waited for the source\'s WAL writer');
+my ($done5) = grep { /event=snapshot\.complete sink=incforce / } split /\n/, slurp_file($dst->logfile);
+like($done5 // '', qr/ mode=incremental flush_requests=[1-9]\d*$/,
+	'forced: the completion line counts the flush requests');
 cmp_ok(q_src("SELECT count(*) FROM pg_logical_slot_peek_changes('watch', NULL, NULL)"
 	  . " WHERE data LIKE 'message: transactional: 1 prefix: ash_replicant.flush,%'"), '>=', 1,
 	'forced: a logical decoding consumer of the source saw the flush request');
