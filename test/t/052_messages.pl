@@ -181,7 +181,12 @@ sub redeliver
 	AshTest::poll($src, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$sink'", 't');
 	$src->safe_psql('postgres', qq{SELECT pg_drop_replication_slot('$sink');
 		SELECT pg_copy_logical_replication_slot('msgs_backup', '$sink');});
-	$dst->safe_psql('postgres', "UPDATE ash_replicant.checkpoints SET commit_lsn = '0/0', end_lsn = '0/0' WHERE slot_name = '$sink'");
+	# the checkpoint rewound as an operator would adopt a slot: the position
+	# recorded acknowledged goes too (left, it could be below the copy's
+	# confirmed position, when the stream's last idle moment came before the
+	# copy was taken, and the pipeline rightly halted checkpoint_behind_slot)
+	$dst->safe_psql('postgres', "UPDATE ash_replicant.checkpoints SET commit_lsn = '0/0', end_lsn = '0/0',"
+		  . " acknowledged_lsn = NULL WHERE slot_name = '$sink'");
 	AshTest::start_sink($dst, $sink);
 	return;
 }
