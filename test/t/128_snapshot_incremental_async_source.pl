@@ -62,6 +62,29 @@ REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea) FROM PU
 });
 my $snapread = "host=127.0.0.1 port=" . $src->port . " dbname=$DB user=snapread";
 
+# The destination side of source tables (id, val): provenance columns, and
+# a view of what the source has, for the comparison.
+sub mirror_tables
+{
+	q_dst(join '', map { "CREATE TABLE $_ (id bigint PRIMARY KEY, val text NOT NULL,"
+		  . " replica_fingerprint bytea, replica_seen_attempt bytea);"
+		  . " CREATE VIEW ${_}_v AS SELECT id, val FROM $_;" } @_);
+	return;
+}
+
+# An incremental pipeline copying @$tables in chunks of 500; %o: restricted
+# (connect as snapread), pending (max_pending_chunks).
+sub incremental
+{
+	my ($sink, $pub, $tables, %o) = @_;
+	AshTest::setup_pipeline($src, $dst, sink => $sink, publication => $pub, marker => 0,
+		($o{restricted} ? (connection => $snapread, source_role => 'snapread') : ()),
+		maps => [ map { [ $_, snapshot_provenance => 'true' ] } @$tables ],
+		pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500"
+		  . ($o{pending} ? ", max_pending_chunks => $o{pending}" : ''));
+	return;
+}
+
 sub refused_logged
 {
 	my ($sink) = @_;
@@ -111,17 +134,10 @@ CREATE PUBLICATION pub_$sink FOR TABLE $t;
 VACUUM $t;
 CHECKPOINT;
 });
-	q_dst(qq{
-CREATE TABLE $t (id bigint PRIMARY KEY, val text NOT NULL,
-	replica_fingerprint bytea, replica_seen_attempt bytea);
-CREATE VIEW ${t}_v AS SELECT id, val FROM $t;
-});
+	mirror_tables($t);
 	# the first chunk waits at the gate until the asynchronous update is in
 	my $gate = AshTest::close_gate($dst, $t, 10, $lock);
-	AshTest::setup_pipeline($src, $dst, sink => $sink, publication => "pub_$sink", marker => 0,
-		connection => $snapread, source_role => 'snapread',
-		maps => [ [ $t, snapshot_provenance => 'true' ] ],
-		pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
+	incremental($sink, "pub_$sink", [$t], restricted => 1);
 	ok(AshTest::gate_waiting($dst, $lock), "$crash: the copy waits at the gate, its first chunk uncommitted");
 
 	# Right after the WAL writer's round (an asynchronous commit of its
@@ -185,22 +201,11 @@ VACUUM h1;
 VACUUM h2;
 CHECKPOINT;
 });
-q_dst(q{
-CREATE TABLE h1 (id bigint PRIMARY KEY, val text NOT NULL,
-	replica_fingerprint bytea, replica_seen_attempt bytea);
-CREATE TABLE h2 (id bigint PRIMARY KEY, val text NOT NULL,
-	replica_fingerprint bytea, replica_seen_attempt bytea);
-CREATE VIEW h1_v AS SELECT id, val FROM h1;
-CREATE VIEW h2_v AS SELECT id, val FROM h2;
-});
+mirror_tables('h1', 'h2');
 my $t4 = q_src("SELECT now()");
 my $wgate4 = AshTest::close_gate($dst, 'h1', 5, 4550);
 my $gate4 = AshTest::close_gate($dst, 'h2', 800, 4549);
-AshTest::setup_pipeline($src, $dst, sink => 'incasync4', publication => 'pub_incasync4', marker => 0,
-	connection => $snapread, source_role => 'snapread',
-	maps => [ [ 'h1', snapshot_provenance => 'true' ], [ 'h2', snapshot_provenance => 'true' ] ],
-	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500,"
-	  . " max_pending_chunks => 5");
+incremental('incasync4', 'pub_incasync4', [ 'h1', 'h2' ], restricted => 1, pending => 5);
 ok(AshTest::gate_waiting($dst, 4550), "helper: the worker's first chunk waits at its gate");
 ok(AshTest::poll($src, "SELECT count(*) >= 2 FROM pg_stat_activity"
 	  . " WHERE application_name = 'ash_replicant snapshot' AND backend_start > '$t4'"),
@@ -244,15 +249,9 @@ VACUUM t5;
 CHECKPOINT;
 SELECT 1 FROM pg_create_logical_replication_slot('watch', 'test_decoding');
 });
-q_dst(q{
-CREATE TABLE t5 (id bigint PRIMARY KEY, val text NOT NULL,
-	replica_fingerprint bytea, replica_seen_attempt bytea);
-CREATE VIEW t5_v AS SELECT id, val FROM t5;
-});
+mirror_tables('t5');
 my $gate5 = AshTest::close_gate($dst, 't5', 10, 4551);
-AshTest::setup_pipeline($src, $dst, sink => 'incforce', publication => 'pub_incforce', marker => 0,
-	maps => [ [ 't5', snapshot_provenance => 'true' ] ],
-	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
+incremental('incforce', 'pub_incforce', ['t5']);
 ok(AshTest::gate_waiting($dst, 4551), 'forced: the copy waits at the gate, its first chunk uncommitted');
 my $mark5 = q_src("SET synchronous_commit = off; CREATE TEMP TABLE m (); SELECT pg_current_wal_insert_lsn()");
 ok(AshTest::poll($src, "SELECT pg_current_wal_flush_lsn() >= '$mark5'"), 'forced: the WAL writer ran');
@@ -296,15 +295,9 @@ INSERT INTO t3 SELECT g, repeat('h', 200) || g FROM generate_series(1, 5000) g;
 CREATE PUBLICATION pub_incasync3 FOR TABLE t3;
 CHECKPOINT;
 });
-q_dst(q{
-CREATE TABLE t3 (id bigint PRIMARY KEY, val text NOT NULL,
-	replica_fingerprint bytea, replica_seen_attempt bytea);
-CREATE VIEW t3_v AS SELECT id, val FROM t3;
-});
+mirror_tables('t3');
 my $gate3 = AshTest::close_gate($dst, 't3', 600, 4548);
-AshTest::setup_pipeline($src, $dst, sink => 'incasync3', publication => 'pub_incasync3', marker => 0,
-	maps => [ [ 't3', snapshot_provenance => 'true' ] ],
-	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 500");
+incremental('incasync3', 'pub_incasync3', ['t3']);
 ok(AshTest::gate_waiting($dst, 4548), 'hint bits: the copy waits at the gate in its second chunk');
 q_src("CHECKPOINT");	# everything written so far flushed
 my $walwriter = q_src("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
