@@ -51,7 +51,8 @@ off)  LAT_SECONDS=60  LAT_CLIENTS (load sessions; default: one per 500 transacti
 per second, at most 8)  LAT_POLL_MS=1  CONTENDERS=ash,native (also: pair --
 ash_replicant and native at once; PAIR_ASH names the ash variant, default ash --,
 nativesync, and the diagnostic ash variants ashbatch1 -- batch_max_transactions =
-1 -- and ashnocensus)
+1 --, ashnocensus and ashbinary -- binary_transfer = true)  LAT_TRACE=1 (paired:
+bench/path_trace.py; TRACE_MARKS, LAT_TRACE_KEEP=1 keeps its recording)
 SYNC_CONTENDERS=none,ash,native,nativesync  SYNC_CLIENTS=1,8  SYNC_SECONDS=30
 REPEAT=1, and bench.py's BENCH_DIR, BENCH_SRC_PORT, BENCH_DST_PORT, KEEP.
 Results: bench/results/<date>-latency.{jsonl,txt}.
@@ -150,12 +151,13 @@ class LatAsh(B.Ash):
     never lingers for the next one) or with the census off."""
     kind = "ash"
 
-    def __init__(self, w, rep, batch1=False, nocensus=False):
-        self.batch1, self.nocensus = batch1, nocensus
+    def __init__(self, w, rep, batch1=False, nocensus=False, binary=False):
+        self.batch1, self.nocensus, self.binary = batch1, nocensus, binary
         super().__init__(w, rep)
-        if batch1 or nocensus:
-            self.variant = "batch_max_transactions=1" if batch1 else "census off"
-            self.slot += "_b1" if batch1 else "_nc"
+        if batch1 or nocensus or binary:
+            self.variant = ("batch_max_transactions=1" if batch1 else "census off" if nocensus
+                            else "binary_transfer")
+            self.slot += "_b1" if batch1 else "_nc" if nocensus else "_bin"
 
     def prepare(self, src, dst):
         sysid = q1(src, "SELECT system_identifier::text FROM pg_control_system()")
@@ -164,8 +166,9 @@ class LatAsh(B.Ash):
         self.map_table(dst, getattr(self, "target", self.w.table), "bench", self.w.table.split(".")[1], {})
         self.map_table(dst, "bench.marker", "bench", "marker", {})
         q(dst, "SELECT ash_replicant_configure_pipeline(%%s, connection => %%s, publication => %%s,"
-               " source_system_identifier => %%s, source_database => 'postgres'%s)"
-          % (", census => '{\"enabled\": false}'" if self.nocensus else ""),
+               " source_system_identifier => %%s, source_database => 'postgres'%s%s)"
+          % (", census => '{\"enabled\": false}'" if self.nocensus else "",
+             ", binary_transfer => true" if self.binary else ""),
           (self.slot, B.SRC_DSN, self.w.pub, sysid))
         B.Contender.prepare(self, src, dst)
 
@@ -240,6 +243,8 @@ def make(kind, w, rep):
         return LatAsh(w, rep, batch1=True)
     if kind == "ashnocensus":
         return LatAsh(w, rep, nocensus=True)
+    if kind == "ashbinary":
+        return LatAsh(w, rep, binary=True)
     if kind == "native":
         return LatNative(w, rep)
     if kind == "nativesync":
@@ -521,7 +526,8 @@ def run_rate(rate, per, asynchronous, kind, rep, order):
                 fh.write("# %s rep %d, walsenders woken in the order: %s\n%s%s"
                          % (name, rep, ", ".join(wal_order), analysis.stdout, analysis.stderr))
             r0["trace"] = os.path.basename(out)
-            shutil.rmtree(trace_dir, ignore_errors=True)
+            if analysis.returncode == 0 and os.environ.get("LAT_TRACE_KEEP") != "1":  # else kept
+                shutil.rmtree(trace_dir, ignore_errors=True)
         pcpu1, dcpu1 = proc_cpu(poll_pid), sum(os.times()[:2])
         pc.close()
         for sm in samplers:
@@ -835,7 +841,7 @@ def main():
     try:
         for rep in range(1, B.REPEAT + 1):
             if "rates" in PARTS:
-                kinds = [k for k in B.CONTENDERS if k in ("ash", "ashbatch1", "ashnocensus", "native", "nativesync",
+                kinds = [k for k in B.CONTENDERS if k in ("ash", "ashbatch1", "ashnocensus", "ashbinary", "native", "nativesync",
                                                           "pair")]
                 for i, (rate, per, asynchronous) in enumerate(LOADS):
                     # alternate who goes first, so a drift of the machine's load hits both

@@ -23,6 +23,11 @@ each contender's own step times, and how many reads each worker made per commit.
   python3 bench/path_trace.py record DIR [SECONDS]   # during the load (6 s)
   python3 bench/path_trace.py analyze DIR
 
+TRACE_MARKS (a comma-separated list of the server's functions, e.g.
+StartTransactionCommand,CommitTransactionCommand, or LIB.so:function of a library
+in the server's lib directory) adds a uprobe on each in both workers; the analysis then prints, per contender, when the first call of each
+after the read of a transaction came (from that read, and to the visible commit).
+
 `record` finds the processes itself: the one ash_replicant pipeline worker and the
 one native apply worker on this machine, and the walsenders from the source's
 pg_stat_replication (BENCH_SRC_PORT, default 57001). Needs perf and root.
@@ -34,6 +39,7 @@ import sys
 
 EVENTS = ["syscalls:sys_exit_recvfrom", "syscalls:sys_exit_epoll_wait", "syscalls:sys_enter_sendto"]
 VISIBLE = "probe_postgres:ProcArrayEndTransaction"
+MARKS = [m for m in os.environ.get("TRACE_MARKS", "").split(",") if m]
 BEGIN_LEN, COMMIT_LEN = "len: 0x00000033", "len: 0x00000038"
 
 
@@ -60,15 +66,27 @@ def record(d, seconds):
         for pid, role in roles.items():
             f.write("%d %s\n" % (pid, role))
     exe = os.readlink("/proc/%d/exe" % next(p for p, r in roles.items() if r == "ash"))
-    subprocess.run(["perf", "probe", "-q", "-d", VISIBLE], capture_output=True)
-    subprocess.run(["perf", "probe", "-q", "-x", exe, "--add", "ProcArrayEndTransaction"], check=True)
+    # a mark is the server's function, or LIB.so:function of a library beside it
+    libdir = os.path.join(os.path.dirname(os.path.dirname(exe)), "lib")
+    probes = [(exe, VISIBLE)]
+    for m in MARKS:
+        lib, _, fn = m.rpartition(":")
+        path = os.path.join(libdir, lib) if lib else exe
+        probes.append((path, "probe_%s:%s" % (os.path.basename(path).split(".")[0], fn)))
+    with open(os.path.join(d, "marks.txt"), "w") as f:
+        f.write("\n".join(p.split(":")[1] for _, p in probes[1:]))
+    for path, p in probes:
+        subprocess.run(["perf", "probe", "-q", "-d", p], capture_output=True)
+        subprocess.run(["perf", "probe", "-q", "-x", path, "--add", p.split(":")[1]], check=True)
+    probes = [p for _, p in probes]
     cmd = ["perf", "record", "-q", "-o", os.path.join(d, "trace.data"), "-p", ",".join(map(str, roles))]
-    for e in EVENTS + [VISIBLE]:
+    for e in EVENTS + probes:
         cmd += ["-e", e]
     try:
         subprocess.run(cmd + ["--", "sleep", str(seconds)], check=True)
     finally:
-        subprocess.run(["perf", "probe", "-q", "-d", VISIBLE], capture_output=True)
+        for p in probes:
+            subprocess.run(["perf", "probe", "-q", "-d", p], capture_output=True)
 
 
 def load(d):
@@ -110,7 +128,26 @@ def worker(ev):
         elif e == "ProcArrayEndTransaction":
             per.append(reads)
             reads = 0
-    return data, commits, (sum(per) / len(per) if per else 0.0)
+    marks = {}
+    for t, e, r in ev:
+        if e != "ProcArrayEndTransaction" and not e.startswith("sys_"):
+            marks.setdefault(e, []).append(t)
+    return data, commits, (sum(per) / len(per) if per else 0.0), marks
+
+
+def mark_offsets(chains, w, marks):
+    """Per mark: (from the read, to the visible commit) of its first call between the two."""
+    out = []
+    for m in marks:
+        ts = w[3].get(m, [])
+        since, until = [], []
+        for c in chains:
+            i = bisect.bisect_left(ts, c[3])
+            if i < len(ts) and ts[i] <= c[4]:
+                since.append(ts[i] - c[3])
+                until.append(c[4] - ts[i])
+        out.append((m, since, until))
+    return out
 
 
 def dist(xs):
@@ -124,6 +161,8 @@ def dist(xs):
 
 def analyze(d):
     ev = load(d)
+    path = os.path.join(d, "marks.txt")
+    marks = [m for m in open(path).read().split("\n") if m] if os.path.exists(path) else []
     sa, sn = sender_txns(ev["ws_ash"]), sender_txns(ev["ws_native"])
     wa, wn = worker(ev["ash"]), worker(ev["native"])
 
@@ -165,6 +204,9 @@ def analyze(d):
         print("%s (reads returning data per transaction made visible: %.2f):" % (who, w[2]))
         for s in range(1, 5):
             print("  %-22s %s" % (steps[s], dist([p[idx][s] - p[idx][s - 1] for p in pairs])))
+        for m, since, until in mark_offsets([p[idx] for p in pairs], w, marks):
+            print("  recv -> %-14s %s (in %d)" % (m[:14], dist(since), len(since)))
+            print("  %-14s -> visible %s" % (m[:14], dist(until)))
 
 
 if __name__ == "__main__":
