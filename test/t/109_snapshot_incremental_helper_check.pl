@@ -218,7 +218,10 @@ AshTest::assert_mirror_equal($src, $dst, ['t8_v'], order_by => 'k COLLATE "C"',
 # key 3 under another tenant than the source's.  The helper's chunk 1 halts
 # tenant_conflict; the worker raises it as its own.  (The reason was read
 # from the helper's shared state after the worker had cleared it: the
-# pipeline halted tombstone_unknown.)
+# pipeline halted tombstone_unknown.)  A gate in t5's last chunk holds the
+# worker, should it get there, until the helper has failed: a worker done
+# with its own table takes the helper's (its request revoked), and t5's 30
+# chunks once took it less time than the helper's first chunk.
 stop_pipeline('the pipeline stopped again');
 q_src(tables('', 't5') . "INSERT INTO t5 SELECT g, 't5' || g, 0 FROM generate_series(1, 300) g;"
 	  . " CREATE TABLE t6 (id bigint PRIMARY KEY, val text NOT NULL, tenant text NOT NULL);"
@@ -229,20 +232,25 @@ q_dst(tables($prov, 't5')
 	  . "CREATE TABLE t6 (id bigint PRIMARY KEY, val text NOT NULL, tenant text NOT NULL$prov);"
 	  . " INSERT INTO t6 (id, val, tenant) VALUES (3, 'other', 'b')");
 my $wgate3 = AshTest::close_gate($dst, 't5', 5, 4546);
+my $wgate3_last = AshTest::close_gate($dst, 't5', 300, 4547);
 q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => 't5'::regclass,"
 	  . " snapshot_provenance => true)");
 q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => 't6'::regclass,"
 	  . " snapshot_provenance => true, tenant_column => 'tenant', tenant_strategy => 'attribute')");
 AshTest::start_sink($dst, $sink);
 helper_round($wgate3, 4546);
+ok(AshTest::wait_until(sub {
+	scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.ash_snap_copier_failed sink=\Q$sink\E copier=1 /)) >= 1 }),
+	'the helper failed meanwhile');
+AshTest::open_gate($wgate3_last, 4547);
 AshTest::wait_status($dst, $sink, 'halted', 'tenant_conflict',
 	name => "the helper's halt is the pipeline's, with its reason");
 is(AshTest::checkpoint_row($dst, $sink)->{terminal_cause}, 'tenant_conflict',
 	'the tombstone records the reason');
-ok(AshTest::log_lines_like($dst, qr/event=snapshot\.ash_snap_copier_failed sink=\Q$sink\E copier=1 /) >= 1,
+ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.ash_snap_copier_failed sink=\Q$sink\E copier=1 /)) >= 1,
 	'it was the helper that failed');
-ok(AshTest::log_lines_like($dst,
-		qr/event=pipeline\.halt sink=\Q$sink\E reason=tenant_conflict class=halted context="[^"]*\(a row of another tenant/) >= 1,
+ok(scalar(AshTest::log_lines_like($dst,
+		qr/event=pipeline\.halt sink=\Q$sink\E reason=tenant_conflict class=halted context="[^"]*\(a row of another tenant/)) >= 1,
 	'the halt line names the reason once, with the helper\'s context');
 is(q_dst("SELECT id || ':' || tenant FROM t6"), '3:b', "nothing of t6's chunk is written");
 
