@@ -68,6 +68,16 @@ static AshCatalogRowSpec checkpoint_row = {
 	.cols = {"commit_lsn", "end_lsn", "updated_at"},
 };
 static ItemPointerData checkpoint_hint;	/* where it was last written */
+
+/*
+ * updated_at is refreshed by a batch only once it is this old.  The row
+ * carries the contract (a kilobyte or more) between commit_lsn and
+ * updated_at, and a HOT update logs the new version from its first changed
+ * byte to its last: a batch that moves only the watermark logs 16 bytes of
+ * it, one that moves updated_at too the whole span (docs/operations.md,
+ * Apply speed: WAL per batch).
+ */
+#define CHECKPOINT_TOUCH_MS 1000
 static SPIPlanPtr witness_plan = NULL;
 
 static void
@@ -377,11 +387,15 @@ ash_checkpoint_advance(const AshCheckpointKey *key, XLogRecPtr commit_lsn, XLogR
 
 		if (!isnull && at < commit_lsn)
 		{
+			TimestampTz now = GetCurrentTransactionStartTimestamp();
+			bool		tnull;
+			TimestampTz touched = DatumGetTimestampTz(ash_catalog_row_get(&row, 2, &tnull));
+
 			ash_catalog_row_set(&row, 0, LSNGetDatum(commit_lsn), false);
 			ash_catalog_row_set(&row, 1, LSNGetDatum(end_lsn), false);
-			ash_catalog_row_set(&row, 2,
-								TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
-								false);
+			if (tnull || touched > now ||
+				TimestampDifferenceExceeds(touched, now, CHECKPOINT_TOUCH_MS))
+				ash_catalog_row_set(&row, 2, TimestampTzGetDatum(now), false);
 			if (ash_catalog_row_update(&row))
 				return;
 		}
