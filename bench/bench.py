@@ -237,7 +237,13 @@ def setup_clusters():
                 if len(plugins) > 2 and "output_plugin_libraries" in f.read():
                     conf += "output_plugin_libraries = '%s'\n" % ", ".join(plugins)
         else:
-            conf += "wal_level = logical\n"   # pglogical wants it on both; same for every contender
+            # pglogical wants it on both; same for every contender.  DST_WAL_LEVEL=replica
+            # (PostgreSQL's default; no pglogical contender): a destination that feeds no
+            # logical decoding itself
+            dst_level = os.environ.get("DST_WAL_LEVEL", "logical")
+            if dst_level not in ("logical", "replica") or (dst_level != "logical" and use_pgl):
+                raise SystemExit("DST_WAL_LEVEL: logical, or replica without a pglogical contender")
+            conf += "wal_level = %s\n" % dst_level
             conf += "shared_preload_libraries = '%s'\n" % ("ash_replicant,pglogical" if use_pgl else "ash_replicant")
             conf += "ash_replicant.database = 'postgres'\n"
             conf += "ash_replicant.keyring_file = '%s'\n" % keyring
