@@ -71,11 +71,11 @@ static ItemPointerData checkpoint_hint;	/* where it was last written */
 
 /*
  * updated_at is refreshed by a batch only once it is this old.  The row
- * carries the contract (a kilobyte or more) between commit_lsn and
- * updated_at, and a HOT update logs the new version from its first changed
- * byte to its last: a batch that moves only the watermark logs 16 bytes of
- * it, one that moves updated_at too the whole span (docs/operations.md,
- * Apply speed: WAL per batch).
+ * carries the contract (often near a kilobyte) between commit_lsn and
+ * updated_at, and at wal_level replica a HOT update logs the new version
+ * from its first changed byte to its last: a batch that moves only the
+ * watermark logs 16 bytes of it, one that moves updated_at too the whole
+ * span (docs/operations.md, Apply speed: WAL per batch).
  */
 #define CHECKPOINT_TOUCH_MS 1000
 static SPIPlanPtr witness_plan = NULL;
