@@ -48,9 +48,10 @@ BEGIN
 	END LOOP;
 END $$;
 });
-my $seconds = time - $t0 + 1;
 my ($lcommit) = AshTest::commit_tracked($src, "INSERT INTO items VALUES (61, 'v61')");
 ok(AshTest::wait_lsn($src, $dst, $sink, $lcommit), 'watermark reaches the last source commit');
+# every batch was applied in these (whole) seconds, and one more
+my $seconds = time - $t0 + 1;
 my $lsn1 = $dst->safe_psql($DB, 'SELECT pg_current_wal_lsn()');
 my $batches = $dst->safe_psql($DB,
 	"SELECT batches - $batches0 FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink'");
