@@ -841,8 +841,8 @@ def main():
     try:
         for rep in range(1, B.REPEAT + 1):
             if "rates" in PARTS:
-                kinds = [k for k in B.CONTENDERS if k in ("ash", "ashbatch1", "ashnocensus", "ashbinary", "native", "nativesync",
-                                                          "pair")]
+                kinds = [k for k in B.CONTENDERS if k in ("ash", "ashbatch1", "ashnocensus", "ashbinary",
+                                                          "native", "nativesync", "pair")]
                 for i, (rate, per, asynchronous) in enumerate(LOADS):
                     # alternate who goes first, so a drift of the machine's load hits both
                     order = kinds if (i + rep) % 2 == 1 else kinds[::-1]
