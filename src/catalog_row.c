@@ -220,7 +220,17 @@ prune_for_update(Relation rel, Buffer buf, OffsetNumber off)
 		}
 		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
 	}
-	heap_page_prune_opt(rel, buf);
+
+	/*
+	 * heap_page_prune_opt's own test, made first: before it gets there it
+	 * asks whether the page's newest dead version is removable, which for
+	 * a row updated by the previous batch recomputes the horizons (a scan
+	 * of the process array), twice a batch, to prune nothing.
+	 */
+	if (PageIsFull(p) ||
+		PageGetHeapFreeSpace(p) < Max(RelationGetTargetPageFreeSpace(rel, HEAP_DEFAULT_FILLFACTOR),
+									  BLCKSZ / 10))
+		heap_page_prune_opt(rel, buf);
 }
 
 /* Do tuple's key columns hold keys[] (NULL: IS NULL)? */

@@ -8,6 +8,8 @@
 #     transactions logs a few dozen bytes per checkpoint advance instead of a
 #     kilobyte (on wal_level = replica; a logical destination logs every new
 #     version whole);
+#   - the row's page is pruned before the next version would not fit: every
+#     advance is a HOT update and the table stays one page;
 #   - updated_at still follows the watermark to the second.
 use strict;
 use warnings;
@@ -69,6 +71,12 @@ cmp_ok($n, '>=', $batches, "a checkpoint update per batch ($n for $batches)");
 cmp_ok($large, '<=', $seconds + 1,
 	"a kilobyte-sized checkpoint update at most once a second ($large in ${seconds} s)");
 cmp_ok($small, '>=', $n - $seconds - 1, "the others log under 200 bytes ($small of $n, $avg bytes on average)");
+my $cold = $dst->safe_psql($DB, qq{
+SELECT count(*) FROM pg_get_wal_records_info('$lsn0', '$lsn1')
+ WHERE resource_manager = 'Heap' AND record_type ~ '^UPDATE' AND block_ref ~ '/$node fork '});
+is($cold, 0, 'every checkpoint update is a HOT update: its page is pruned before it fills');
+is($dst->safe_psql($DB, "SELECT pg_relation_size('ash_replicant.checkpoints')"), 8192,
+	'the checkpoints table is still one page');
 my $per = $dst->safe_psql($DB, "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / $batches)");
 cmp_ok($per, '<', 1000, "all the WAL of a one-row batch: $per bytes");
 
