@@ -39,6 +39,8 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/toast_compression.h"
+#include "access/toast_internals.h"
 #include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
@@ -397,6 +399,42 @@ ash_catalog_row_set(AshCatalogRow *row, int col, Datum value, bool isnull)
 
 	row->values[i] = value;
 	row->nulls[i] = isnull;
+}
+
+/*
+ * Column col compressed, as the toaster would store it were the row over
+ * its threshold (about 2 kB).  Below it a value stays plain however well it
+ * compresses, and at wal_level logical each update logs the new version
+ * whole: the checkpoint's contract, near a kilobyte of JSON, is most of
+ * what a batch writes to the WAL there.  A value stored compressed stays so
+ * through later in-place updates (heap_form_tuple copies it as it is).
+ * Nothing happens to a value below min_size, already compressed or out of
+ * line, of a column whose storage forbids compression, or that does not
+ * compress: then its size is left in *failed_size, and a value of that size
+ * is not tried again (compressing costs more than the update).
+ */
+void
+ash_catalog_row_compress(AshCatalogRow *row, int col, Size min_size, Size *failed_size)
+{
+	int			i = row->spec->colatt[col] - 1;
+	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(row->rel), i);
+	struct varlena *v;
+	char		method;
+	Datum		z;
+
+	if (row->nulls[i] || att->attlen != -1 ||
+		(att->attstorage != TYPSTORAGE_EXTENDED && att->attstorage != TYPSTORAGE_MAIN))
+		return;
+	v = (struct varlena *) DatumGetPointer(row->values[i]);
+	if (VARATT_IS_EXTENDED(v) || VARSIZE(v) < min_size || VARSIZE(v) == *failed_size)
+		return;
+	method = CompressionMethodIsValid(att->attcompression) ? att->attcompression :
+		(char) default_toast_compression;
+	z = toast_compress_datum(row->values[i], method);
+	if (DatumGetPointer(z) != NULL)
+		row->values[i] = z;
+	else
+		*failed_size = VARSIZE(v);
 }
 
 /*

@@ -69,6 +69,13 @@ extern Datum ash_catalog_row_get(AshCatalogRow *row, int col, bool *isnull);
 extern void ash_catalog_row_set(AshCatalogRow *row, int col, Datum value, bool isnull);
 
 /*
+ * Store column col compressed if it is plain and at least min_size bytes;
+ * *failed_size: the caller's memory of a size that did not compress.
+ */
+extern void ash_catalog_row_compress(AshCatalogRow *row, int col, Size min_size,
+									 Size *failed_size);
+
+/*
  * Write the changed row (the next command sees it) and release it.  False,
  * with nothing written, when the version read was updated or deleted
  * concurrently (waited for, then committed): the caller writes through SQL

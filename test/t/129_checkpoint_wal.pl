@@ -10,7 +10,10 @@
 #     version whole);
 #   - the row's page is pruned before the next version would not fit: every
 #     advance is a HOT update and the table stays one page;
-#   - updated_at still follows the watermark to the second.
+#   - updated_at still follows the watermark to the second;
+#   - the contract is stored compressed, so that at wal_level = logical,
+#     where each advance logs the new row whole, an advance logs less than
+#     the row would take with its contract plain.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -33,8 +36,8 @@ CREATE EXTENSION pg_walinspect;
 });
 AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_cw', maps => [ ['items'] ]);
 AshTest::wait_caught_up($src, $dst, $sink, name => 'pipeline streams') or BAIL_OUT('no stream');
-cmp_ok($dst->safe_psql($DB, 'SELECT pg_column_size(contract) FROM ash_replicant.checkpoints'), '>', 500,
-	'the checkpoint row carries a contract of more than 500 bytes');
+my $contract_len = $dst->safe_psql($DB, 'SELECT octet_length(contract::text) FROM ash_replicant.checkpoints');
+cmp_ok($contract_len, '>', 500, "the checkpoint row carries a contract of more than 500 bytes ($contract_len)");
 
 # One-row source transactions, each applied in a batch of its own.
 my $lsn0 = $dst->safe_psql($DB, 'SELECT pg_current_wal_lsn()');
@@ -88,6 +91,48 @@ ok(AshTest::wait_lsn($src, $dst, $sink, $lcommit), 'the next commit is applied')
 is($dst->safe_psql($DB, "SELECT updated_at > '$u1'::timestamptz + interval '1 second'"
 		. " AND updated_at <= pg_catalog.now() FROM ash_replicant.checkpoints"),
 	't', 'updated_at moved with the watermark');
+
+# The contract is stored compressed (the first advance after it was written
+# compresses it): a row half its plain size, which matters where the WAL
+# holds each new version whole.
+my ($method, $stored) = split /\|/, $dst->safe_psql($DB,
+	'SELECT pg_column_compression(contract), pg_column_size(contract) FROM ash_replicant.checkpoints');
+ok(defined $method && $method ne '', "the contract is stored compressed ($method)");
+cmp_ok($stored, '<', 0.75 * $contract_len, "in $stored of its $contract_len bytes");
+
+# wal_level = logical: each checkpoint advance logs the new row whole, the
+# contract as stored -- compressed.
+$dst->append_conf('postgresql.conf', "wal_level = logical\n");
+$dst->restart;
+is($dst->safe_psql($DB, 'SHOW wal_level'), 'logical', 'the destination now logs at wal_level logical');
+($lcommit) = AshTest::commit_tracked($src, "INSERT INTO items VALUES (63, 'v63')");
+ok(AshTest::wait_lsn($src, $dst, $sink, $lcommit), 'the pipeline resumes after the restart');
+$lsn0 = $dst->safe_psql($DB, 'SELECT pg_current_wal_lsn()');
+$src->safe_psql($DB, q{
+DO $$
+BEGIN
+	FOR i IN 64..83 LOOP
+		INSERT INTO items VALUES (i, 'v' || i);
+		COMMIT;
+		PERFORM pg_sleep(0.02);
+	END LOOP;
+END $$;
+});
+($lcommit) = AshTest::commit_tracked($src, "INSERT INTO items VALUES (84, 'v84')");
+ok(AshTest::wait_lsn($src, $dst, $sink, $lcommit), 'the logical-level commits are applied');
+$lsn1 = $dst->safe_psql($DB, 'SELECT pg_current_wal_lsn()');
+$node = $dst->safe_psql($DB, "SELECT pg_relation_filenode('ash_replicant.checkpoints'::regclass)");
+my ($ln, $lmax, $lavg) = split /\|/, $dst->safe_psql($DB, qq{
+SELECT count(*), max(record_length), round(avg(record_length))
+  FROM pg_get_wal_records_info('$lsn0', '$lsn1')
+ WHERE resource_manager = 'Heap' AND record_type ~ 'UPDATE' AND block_ref ~ '/$node fork '});
+cmp_ok($ln, '>=', 10, "checkpoint advances at wal_level logical ($ln)");
+# the row as it would be with the contract plain (a varlena header more)
+my $plain_row = $dst->safe_psql($DB, 'SELECT pg_column_size(c.*) - pg_column_size(contract)'
+	. ' + octet_length(contract::text) + 5 FROM ash_replicant.checkpoints c');
+cmp_ok($lmax, '<', $plain_row,
+	"each logs less than the row would take with its contract plain, $plain_row bytes"
+	  . " ($lavg bytes on average, at most $lmax)");
 AshTest::assert_mirror_equal($src, $dst, ['items'], order_by => 'id', name => 'mirror equals source');
 
 done_testing();
