@@ -39,20 +39,28 @@ AshTest::wait_caught_up($src, $dst, $sink, name => 'pipeline streams') or BAIL_O
 my $contract_len = $dst->safe_psql($DB, 'SELECT octet_length(contract::text) FROM ash_replicant.checkpoints');
 cmp_ok($contract_len, '>', 500, "the checkpoint row carries a contract of more than 500 bytes ($contract_len)");
 
-# One-row source transactions, each applied in a batch of its own.
-my $lsn0 = $dst->safe_psql($DB, 'SELECT pg_current_wal_lsn()');
-my $batches0 = $dst->safe_psql($DB, "SELECT batches FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink'");
-my $t0 = time;
-$src->safe_psql($DB, q{
-DO $$
+# One-row source transactions $from..$to, 20 ms apart: each applied in a
+# batch of its own.
+sub one_row_transactions
+{
+	my ($from, $to) = @_;
+	$src->safe_psql($DB, qq{
+DO \$\$
 BEGIN
-	FOR i IN 1..60 LOOP
+	FOR i IN $from..$to LOOP
 		INSERT INTO items VALUES (i, 'v' || i);
 		COMMIT;
 		PERFORM pg_sleep(0.02);
 	END LOOP;
-END $$;
+END \$\$;
 });
+	return;
+}
+
+my $lsn0 = $dst->safe_psql($DB, 'SELECT pg_current_wal_lsn()');
+my $batches0 = $dst->safe_psql($DB, "SELECT batches FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink'");
+my $t0 = time;
+one_row_transactions(1, 60);
 my ($lcommit) = AshTest::commit_tracked($src, "INSERT INTO items VALUES (61, 'v61')");
 ok(AshTest::wait_lsn($src, $dst, $sink, $lcommit), 'watermark reaches the last source commit');
 # every batch was applied in these (whole) seconds, and one more
@@ -108,16 +116,7 @@ is($dst->safe_psql($DB, 'SHOW wal_level'), 'logical', 'the destination now logs 
 ($lcommit) = AshTest::commit_tracked($src, "INSERT INTO items VALUES (63, 'v63')");
 ok(AshTest::wait_lsn($src, $dst, $sink, $lcommit), 'the pipeline resumes after the restart');
 $lsn0 = $dst->safe_psql($DB, 'SELECT pg_current_wal_lsn()');
-$src->safe_psql($DB, q{
-DO $$
-BEGIN
-	FOR i IN 64..83 LOOP
-		INSERT INTO items VALUES (i, 'v' || i);
-		COMMIT;
-		PERFORM pg_sleep(0.02);
-	END LOOP;
-END $$;
-});
+one_row_transactions(64, 83);
 ($lcommit) = AshTest::commit_tracked($src, "INSERT INTO items VALUES (84, 'v84')");
 ok(AshTest::wait_lsn($src, $dst, $sink, $lcommit), 'the logical-level commits are applied');
 $lsn1 = $dst->safe_psql($DB, 'SELECT pg_current_wal_lsn()');
