@@ -2092,6 +2092,30 @@ flush_deferred(void)
 	as_owner_end(save_userid, save_sec);
 }
 
+/*
+ * Gathered rows wait for their batch's end, to be written together.  A
+ * source that commits one small transaction at a time sends its messages
+ * one by one (each of the walsender's writes is a send of its own), so the
+ * worker often reads a transaction's BEGIN and rows some tens of
+ * microseconds before its COMMIT is even sent, and then waits for it.
+ * Written in that wait, the rows are off the path from the COMMIT to the
+ * commit here -- where the source's sessions wait, when it waits for us,
+ * and where its rows become visible.  Only for a transaction received
+ * whole (a streamed one applies as it arrives anyway).
+ */
+void
+ash_apply_write_gathered(void)
+{
+	MemoryContext old;
+
+	if (!in_remote_xact || TransactionIdIsValid(stream_xid) || !batch_open)
+		return;
+	old = MemoryContextSwitchTo(change_cxt);
+	flush_deferred();
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(change_cxt);
+}
+
 /* Deferred writes, then the provenance stamps of their rows. */
 void
 ash_apply_flush_deferred(void)

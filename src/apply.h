@@ -48,6 +48,12 @@ extern void ash_apply_change(AshChange *change);
 extern bool ash_apply_in_remote_xact(void);
 
 /*
+ * The stream paused inside a source transaction: write the rows gathered
+ * so far now, while the rest of it is still on its way.
+ */
+extern void ash_apply_write_gathered(void);
+
+/*
  * Set when apply gave up applying a streamed (in-progress) transaction as
  * it arrives and raised an error to roll it back: the pipeline then
  * streams again from its checkpoint without streaming, so the transaction

@@ -1745,6 +1745,8 @@ receive_loop(void)
 			(void) commit_batch(true);
 		else if (!ash_apply_in_remote_xact())
 			ash_apply_publish_idle();
+		else if (!sender_behind)
+			ash_apply_write_gathered();	/* the rest is not sent yet */
 
 		send_feedback(false, false);
 		guard_progress();
