@@ -57,6 +57,7 @@ ash_replicant and native at once; PAIR_ASH names the ash variant, default ash --
 nativesync, and the diagnostic ash variants ashbatch1 -- batch_max_transactions =
 1 --, ashnocensus and ashbinary -- binary_transfer = true)  LAT_TRACE=1 (paired:
 bench/path_trace.py; TRACE_MARKS, LAT_TRACE_KEEP=1 keeps its recording)
+SYNC_TRACE=1 (one-client synchronous runs: bench/sync_trace.py, SYNC_TRACE_S=4)
 SYNC_CONTENDERS=none,ash,native,nativesync  SYNC_CLIENTS=1,8  SYNC_SECONDS=30  SYNC_WARM_S=2
 REPEAT=1, and bench.py's BENCH_DIR, BENCH_SRC_PORT, BENCH_DST_PORT, KEEP.
 Results: bench/results/<date>-latency.{jsonl,txt}.
@@ -104,9 +105,14 @@ SAMPLE_S = 0.2
 # paired loads: trace each transaction's path for 6 s from the load's 10th second
 # (bench/path_trace.py; perf and root), the analysis into results/<date>-trace-<load>-<rep>.txt
 TRACE = os.environ.get("LAT_TRACE", "0") == "1"
+# one-client synchronous runs: trace each commit's cycle for SYNC_TRACE_S s from the run's
+# 3rd second (bench/sync_trace.py; perf and root), into results/<date>-synctrace-<kind>-<rep>.txt
+SYNC_TRACE = os.environ.get("SYNC_TRACE", "0") == "1"
+SYNC_TRACE_S = float(os.environ.get("SYNC_TRACE_S", "4"))
 
 B.OUT = os.path.join(B.RESULTS_DIR, "%s-latency.jsonl" % B.STAMP)
 PATH_TRACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "path_trace.py")
+SYNC_TRACER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sync_trace.py")
 
 # the mirror: bench.py's 7 columns plus the source's timestamp of the insert
 COLS = B.COLS7 + ", src_ts timestamptz NOT NULL"
@@ -730,9 +736,27 @@ def run_sync(kind, rep):
                     stoppers.append(sampler.stop)
                 busy0 = host_busy()
                 pid = c.pid(dst) if c is not None else None
+                tracer, trace_dir = None, os.path.join(B.BASE, "synctrace")
+                if SYNC_TRACE and c is not None and n == 1:
+                    shutil.rmtree(trace_dir, ignore_errors=True)
+
+                    def trace():
+                        time.sleep(3)
+                        subprocess.run(["/usr/bin/python3", SYNC_TRACER, "record", trace_dir, str(SYNC_TRACE_S)],
+                                       env=dict(os.environ, BENCH_SRC_PORT=str(B.SRC_PORT)))
+                    tracer = threading.Thread(target=trace)
+                    tracer.start()
                 cpu0 = proc_cpu(pid)
                 tps, avg, xacts, lats = pgbench(n, workdir)
                 cpu1 = proc_cpu(pid)
+                if tracer is not None:
+                    tracer.join()
+                    analysis = subprocess.run(["/usr/bin/python3", SYNC_TRACER, "analyze", trace_dir],
+                                              capture_output=True, text=True)
+                    out = os.path.join(B.RESULTS_DIR, "%s-synctrace-%s-%d.txt" % (B.STAMP, kind, SYNC_RUNS[kind]))
+                    with open(out, "w") as fh:
+                        fh.write("# %s rep %d, one client\n%s%s" % (label, rep, analysis.stdout, analysis.stderr))
+                    r["trace"] = os.path.basename(out)
                 busy1 = host_busy()
                 if sampler:
                     sampler.stop.set()
