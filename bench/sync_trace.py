@@ -11,7 +11,7 @@ ptrace: they run at speed):
   backend fsync     its commit's WAL flush (fdatasync, entry and exit)
   walsender wake    the walsender returns from its wait
   BEGIN / COMMIT    its sends of the transaction's first and last message
-  worker recv       the apply worker's first read returning data after BEGIN
+  worker recv       the apply worker's first read returning data after the COMMIT's send
   worker fsync      the worker's commit's WAL flush (entry and exit)
   worker ack        its first send after that flush (the acknowledgement)
   walsender reply   the walsender's first read returning data after it
@@ -22,7 +22,12 @@ ptrace: they run at speed):
   pgbench send      and sends the next statement
 
 Printed: each step's duration (p25, p50, p75, mean over the cycles recorded),
-and the cycle.  Run once per contender; compare the files.
+the cycle, the contender's part of it (COMMIT send -> walsender reply); how often
+the worker read the transaction's first messages before its COMMIT was sent, and
+its read -> WAL flush with and without such a read; and from the scheduler's
+events, how long each process took from its wake-up to a CPU, its CPU time per
+cycle, and the worker's time from its acknowledgement to sleep.  Run once per
+contender; compare the files.
 
   python3 bench/sync_trace.py record DIR [SECONDS]   # during the pgbench run
   python3 bench/sync_trace.py analyze DIR
@@ -135,13 +140,13 @@ def after(ev, key, t):
     return ts[i] if i < len(ts) else None
 
 
-def dist(xs):
+def dist(xs, scale=1e6, unit="us"):
     xs = sorted(xs)
     n = len(xs)
     if not n:
         return "n=0"
-    return "p25 %7.1f  p50 %7.1f  p75 %7.1f  mean %7.1f us" % (
-        xs[n // 4] * 1e6, xs[n // 2] * 1e6, xs[3 * n // 4] * 1e6, sum(xs) / n * 1e6)
+    return "p25 %7.1f  p50 %7.1f  p75 %7.1f  mean %7.1f %s" % (
+        xs[n // 4] * scale, xs[n // 2] * scale, xs[3 * n // 4] * scale, sum(xs) / n * scale, unit)
 
 
 def sched(d, roles):
@@ -198,30 +203,29 @@ def analyze(d):
     for i in range(1, len(names)):
         print("  %-42s %s" % ("%s -> %s" % (names[i - 1], names[i]), dist([c[i] - c[i - 1] for c in cycles])))
     print("  %-42s %s" % ("cycle", dist([c[-1] - c[0] for c in cycles])))
-    # the contender's part: from the COMMIT's send to its acknowledgement read by the walsender
-    print("  %-42s %s" % ("COMMIT send -> walsender reply (contender)", dist([c[10] - c[5] for c in cycles])))
-    print("  %-42s %s" % ("the rest of the cycle (source, pgbench)", dist([c[-1] - c[0] - (c[10] - c[5]) for c in cycles])))
+    begin, commit, recv, flush, reply = (names.index(x) for x in
+                                         ("BEGIN send", "COMMIT send", "worker recv", "worker fsync start",
+                                          "walsender reply"))
+    print("  %-42s %s" % ("COMMIT send -> walsender reply (contender)",
+                          dist([c[reply] - c[commit] for c in cycles])))
+    print("  %-42s %s" % ("the rest of the cycle (source, pgbench)",
+                          dist([c[-1] - c[0] - (c[reply] - c[commit]) for c in cycles])))
     # did the worker read the transaction's first messages before its COMMIT was sent?
     rx = ev.get(("worker", "sys_exit_recvfrom"), [])
-    early, idle = [], []
+    sizes = dict(ev.get(("worker", "sys_exit_recvfrom:bytes"), []))
+    early, idle, early_bytes = [], [], []
     for c in cycles:
-        b, cm = c[4], c[5]      # BEGIN send, COMMIT send
-        i, j = bisect.bisect_right(rx, b), bisect.bisect_right(rx, cm)
+        i, j = bisect.bisect_right(rx, c[begin]), bisect.bisect_right(rx, c[commit])
         early.append(j - i)
         if j > i:
-            idle.append(cm - rx[j - 1])
+            idle.append(c[commit] - rx[j - 1])
+            early_bytes.append(sum(sizes.get(t, 0) for t in rx[i:j]))
     print("worker reads between BEGIN send and COMMIT send: none in %d, one or more in %d of %d cycles;"
           " last such read -> COMMIT send %s" % (early.count(0), len(early) - early.count(0), len(early), dist(idle)))
-    sizes = dict(ev.get(("worker", "sys_exit_recvfrom:bytes"), []))
-    early_bytes = []
-    for c in cycles:
-        i, j = bisect.bisect_right(rx, c[4]), bisect.bisect_right(rx, c[5])
-        if j > i:
-            early_bytes.append(sum(sizes.get(t, 0) for t in rx[i:j]))
-    print("  %-42s %s" % ("bytes read before the COMMIT's send", dist([b / 1e6 for b in early_bytes])))
+    print("  %-42s %s" % ("bytes read before the COMMIT's send", dist(early_bytes, 1, "bytes")))
     for what, pick in (("without", lambda k: k == 0), ("with", lambda k: k > 0)):
         print("  %-42s %s" % ("worker recv -> fsync start, %s them" % what,
-                              dist([c[7] - c[6] for c, k in zip(cycles, early) if pick(k)])))
+                              dist([c[flush] - c[recv] for c, k in zip(cycles, early) if pick(k)])))
     if not os.path.exists(os.path.join(d, "sched.data")):
         return
     wakes, runs = sched(d, roles_of(d))
