@@ -150,13 +150,14 @@ def mark_offsets(chains, w, marks):
     return out
 
 
-def dist(xs):
+def dist(xs, scale=1e6, unit="us"):
+    """p25, p50, p75 and mean of xs (seconds, printed in µs unless told)."""
     xs = sorted(xs)
     n = len(xs)
     if not n:
         return "n=0"
-    return "p25 %7.1f  p50 %7.1f  p75 %7.1f  mean %7.1f us" % (
-        xs[n // 4] * 1e6, xs[n // 2] * 1e6, xs[3 * n // 4] * 1e6, sum(xs) / n * 1e6)
+    return "p25 %7.1f  p50 %7.1f  p75 %7.1f  mean %7.1f %s" % (
+        xs[n // 4] * scale, xs[n // 2] * scale, xs[3 * n // 4] * scale, sum(xs) / n * scale, unit)
 
 
 def analyze(d):

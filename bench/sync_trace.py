@@ -42,6 +42,8 @@ import os
 import subprocess
 import sys
 
+from path_trace import dist
+
 EVENTS = ["syscalls:sys_exit_recvfrom", "syscalls:sys_exit_epoll_wait", "syscalls:sys_enter_sendto",
           "syscalls:sys_enter_fdatasync", "syscalls:sys_exit_fdatasync", "syscalls:sys_enter_kill"]
 BEGIN_LEN, COMMIT_LEN = "len: 0x00000033", "len: 0x00000038"
@@ -138,15 +140,6 @@ def after(ev, key, t):
     ts = ev.get(key, [])
     i = bisect.bisect_right(ts, t)
     return ts[i] if i < len(ts) else None
-
-
-def dist(xs, scale=1e6, unit="us"):
-    xs = sorted(xs)
-    n = len(xs)
-    if not n:
-        return "n=0"
-    return "p25 %7.1f  p50 %7.1f  p75 %7.1f  mean %7.1f %s" % (
-        xs[n // 4] * scale, xs[n // 2] * scale, xs[3 * n // 4] * scale, sum(xs) / n * scale, unit)
 
 
 def sched(d, roles):
