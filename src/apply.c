@@ -2100,8 +2100,9 @@ flush_deferred(void)
  * microseconds before its COMMIT is even sent, and then waits for it.
  * Written in that wait, the rows are off the path from the COMMIT to the
  * commit here -- where the source's sessions wait, when it waits for us,
- * and where its rows become visible.  Only for a transaction received
- * whole (a streamed one applies as it arrives anyway).
+ * and where its rows become visible.  Not inside a streamed (in-progress)
+ * transaction, which applies as it arrives anyway.  The rows' provenance
+ * stamps, if any, still follow at the batch's end.
  */
 void
 ash_apply_write_gathered(void)
