@@ -1630,6 +1630,8 @@ wait_for_stream(TimestampTz now)
 
 	if (incr_wait_ms == 0)
 		return;					/* chunks to copy: back to the loop at once */
+	if (ash_syncrep_reread_wanted() && !IsTransactionOrTransactionBlock())
+		ash_syncrep_reread(cfg->connection);
 	if (incr_wait_ms > 0)
 		wait_ms = Min(wait_ms, incr_wait_ms);
 

@@ -11,13 +11,18 @@
  *	  synchronous_standby_names lists us holds every commit until we
  *	  acknowledge it, so then each one is acknowledged at once.  The
  *	  setting is read at every session's start on the replication
- *	  connection and again at every census on its probe connection.
+ *	  connection, again at every census on its probe connection, and on a
+ *	  probe connection of its own when the stream suggests that the source
+ *	  waits for us although the last reading said it does not.
  *
  *	  Nothing read here is logged: the setting names other standbys.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "syncrep.h"
 
@@ -34,11 +39,25 @@
  */
 #define SYNCREP_REPLIES 8
 
+/*
+ * The first such answer has the setting read again at once (a probe
+ * connection, ash_syncrep_reread), so that a pipeline listed after its
+ * session began holds a commit or two, each up to the deferral, not
+ * SYNCREP_REPLIES of them.  At most every SYNCREP_REREAD_MS: a source that
+ * does not wait for us answers so now and then by chance, and each reading
+ * is a connection (the readings at a session's start and at each census
+ * do not count: the setting may have changed since).  The replies still
+ * decide where the reading cannot.
+ */
+#define SYNCREP_REREAD_MS 30000
+
 static char source_appname[NAMEDATALEN];
 static char syncrep_sink[NAMEDATALEN];
 static bool source_waits = false;
 static bool known = false;
 static int	replies_in_a_row = 0;
+static TimestampTz last_reread = 0;
+static bool reread_wanted = false;
 
 /*
  * One standby name of the setting, as the source's own parser reads it:
@@ -136,6 +155,7 @@ judge(AshConn *conn)
 		waits = ash_syncrep_lists(PQgetvalue(res, 0, 0), source_appname);
 	PQclear(res);
 	set_mode(waits, "setting");
+	reread_wanted = false;
 }
 
 void
@@ -169,4 +189,50 @@ ash_syncrep_note_reply(bool prompt)
 	replies_in_a_row = prompt ? replies_in_a_row + 1 : 0;
 	if (replies_in_a_row >= SYNCREP_REPLIES)
 		set_mode(true, "replies");
+	else if (prompt && TimestampDifferenceExceeds(last_reread, GetCurrentTimestamp(),
+												  SYNCREP_REREAD_MS))
+		reread_wanted = true;
+}
+
+bool
+ash_syncrep_reread_wanted(void)
+{
+	return reread_wanted && !source_waits;
+}
+
+void
+ash_syncrep_reread(const char *conninfo)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	AshConn    *volatile conn = NULL;
+
+	reread_wanted = false;
+	last_reread = GetCurrentTimestamp();	/* a refused probe waits as long */
+	PG_TRY();
+	{
+		conn = ash_conn_open(conninfo, ASH_CONN_PROBE, "ash_replicant acknowledgement");
+		judge(conn);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		if (conn)
+			ash_conn_close(conn);
+		conn = NULL;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		if (edata->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
+			ReThrowError(edata);
+		/* only a guess failed: the replies go on deciding */
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.acknowledgement_probe sink=%s result=failed source_sqlstate=%s",
+						syncrep_sink, ash_conn_last_sqlstate[0] ? ash_conn_last_sqlstate : "none")));
+		ash_conn_last_sqlstate[0] = '\0';
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	if (conn)
+		ash_conn_close(conn);
 }

@@ -39,4 +39,12 @@ extern bool ash_syncrep_source_waits(void);
 #define SYNCREP_REPLY_MS 10
 extern void ash_syncrep_note_reply(bool prompt);
 
+/*
+ * Does such an answer want the setting read again?  Then read it on a
+ * probe connection of conninfo, outside any transaction; a connection
+ * failure is logged value-free and leaves the mode as it was.
+ */
+extern bool ash_syncrep_reread_wanted(void);
+extern void ash_syncrep_reread(const char *conninfo);
+
 #endif							/* ASH_SYNCREP_H */

@@ -11,8 +11,10 @@
 # synchronous_standby_names (at session start, then at every census) and
 # logs its acknowledgement mode: per_commit when listed, else grouped (a
 # flush at most every 20 ms); the setting's syntax variants are checked.
-# Without a census, a pipeline listed after its start switches on evidence:
-# its deferred acknowledgements keep being answered at once.
+# Without a census, a pipeline listed after its start notices from the
+# stream: a deferred acknowledgement answered at once by a new transaction
+# has it read the setting again on a probe connection (at most every 30 s);
+# where the probe is refused, eight such answers in a row decide.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -93,27 +95,55 @@ cmp_ok($elapsed, '<', 0.4 * $n, 'acknowledged promptly (a late acknowledgement c
 $src->safe_psql($DB, q{ALTER SYSTEM RESET synchronous_standby_names});
 $src->safe_psql($DB, "SELECT pg_reload_conf()");
 
-# Evidence instead of the setting: a pipeline without census reads the
-# setting only at its start.  Listed afterwards, its deferred
-# acknowledgements (across a silent stream) are answered by a new
-# transaction at once, again and again: it switches to per_commit.
-AshTest::both($src, $dst, "CREATE TABLE acks2 (id int PRIMARY KEY)");
-$src->safe_psql($DB, "CREATE PUBLICATION pub_ack2 FOR TABLE acks2");
-AshTest::setup_pipeline($src, $dst, sink => 'ack2', publication => 'pub_ack2',
-	maps => [ ['acks2'] ], census => '{"enabled": false}');
-ok(AshTest::wait_caught_up($src, $dst, 'ack2'), 'the second pipeline streams');
-ok($dst->wait_for_log(qr/event=pipeline\.acknowledgement sink=ack2 mode=grouped by=setting/, 0),
-	'not listed at its start: grouped');
-my $offset2 = -s $dst->logfile;
-ok(list_as_synchronous('ack2'), 'the second pipeline is the synchronous standby');
-my $m = 300;
-commit_one_by_one(join('', map { "INSERT INTO acks2 VALUES ($_);\n" } 1 .. $m), "$m synchronous commits");
-is($dst->safe_psql($DB, "SELECT count(*) FROM acks2"), $m, 'every acknowledged commit is visible');
-ok($dst->log_contains(qr/event=pipeline\.acknowledgement sink=ack2 mode=per_commit by=replies/, $offset2),
-	'held commits answered at once: acknowledgements per commit');
-ok(!$dst->log_contains(qr/sink=ack mode=per_commit by=replies/, 0),
-	'the pipeline nobody waited for never guessed so');
+# A pipeline without census reads the setting only at its start.  Listed
+# afterwards, its first deferred acknowledgement (across a silent stream)
+# answered by a new transaction at once has it read the setting again: it
+# switches to per_commit after a commit or two held, not eight.
+sub listed_later
+{
+	my ($sink, $table, %o) = @_;
+	AshTest::both($src, $dst, "CREATE TABLE $table (id int PRIMARY KEY)");
+	$src->safe_psql($DB, "GRANT SELECT ON $table TO $o{source_role}") if $o{source_role};
+	$src->safe_psql($DB, "CREATE PUBLICATION pub_$sink FOR TABLE $table");
+	AshTest::setup_pipeline($src, $dst, sink => $sink, publication => "pub_$sink",
+		maps => [ [$table] ], census => '{"enabled": false}', %o);
+	ok(AshTest::wait_caught_up($src, $dst, $sink), "$sink streams");
+	ok($dst->wait_for_log(qr/event=pipeline\.acknowledgement sink=$sink mode=grouped by=setting/, 0),
+		"$sink not listed at its start: grouped");
+	$o{before_listing}->() if $o{before_listing};
+	my $offset = -s $dst->logfile;
+	ok(list_as_synchronous($sink), "$sink is the synchronous standby");
+	my $m = 300;
+	commit_one_by_one(join('', map { "INSERT INTO $table VALUES ($_);\n" } 1 .. $m), "$m synchronous commits");
+	is($dst->safe_psql($DB, "SELECT count(*) FROM $table"), $m, 'every acknowledged commit is visible');
+	$src->safe_psql($DB, q{ALTER SYSTEM RESET synchronous_standby_names});
+	$src->safe_psql($DB, "SELECT pg_reload_conf()");
+	return $offset;
+}
 
-$src->safe_psql($DB, q{ALTER SYSTEM RESET synchronous_standby_names});
-$src->safe_psql($DB, "SELECT pg_reload_conf()");
+my $offset2 = listed_later('ack2', 'acks2');
+ok($dst->log_contains(qr/event=pipeline\.acknowledgement sink=ack2 mode=per_commit by=setting/, $offset2),
+	'a held commit answered at once: the setting read again, acknowledgements per commit');
+ok(!$dst->log_contains(qr/sink=ack2 mode=per_commit by=replies/, $offset2), 'without waiting for eight');
+
+# The same where the source refuses the probe (pg_hba rejects the role's
+# ordinary connections, not its replication connection): the replies
+# decide, after eight, and the refusal is logged value-free.
+$src->safe_psql($DB, "CREATE ROLE mirror3 LOGIN REPLICATION; GRANT pg_read_all_settings TO mirror3");
+my $offset3 = listed_later('ack3', 'acks3', source_role => 'mirror3',
+	connection => AshTest::conninfo($src) =~ s/user=\S+/user=mirror3/r,
+	before_listing => sub {
+		my $hba = $src->data_dir . '/pg_hba.conf';
+		my $text = PostgreSQL::Test::Utils::slurp_file($hba);
+		open(my $fh, '>', $hba) or die $!;
+		print $fh "host all mirror3 127.0.0.1/32 reject\n" . $text;
+		close($fh);
+		$src->reload;
+	});
+ok($dst->log_contains(qr/event=pipeline\.acknowledgement_probe sink=ack3 result=failed/, $offset3),
+	'the refused probe is logged');
+ok($dst->log_contains(qr/event=pipeline\.acknowledgement sink=ack3 mode=per_commit by=replies/, $offset3),
+	'held commits answered at once eight times: acknowledgements per commit');
+ok(!$dst->log_contains(qr/sink=ack mode=per_commit by=(replies|setting)/, $offset2),
+	'the pipeline nobody waited for never guessed so');
 done_testing();
