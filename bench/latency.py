@@ -46,7 +46,7 @@ synchronous_commit = on, which PostgreSQL's documentation advises for a
 subscription serving synchronous replication.  Once the contender is the
 synchronous standby, SYNC_WARM_S (2) seconds of the same pgbench with one client
 go unmeasured: the moment the setting changed under a running pipeline, which
-ash_replicant notices from the stream (its first commits held up to 20 ms each);
+ash_replicant notices from the stream (its first commit or two held up to 20 ms);
 reported apart (warm-up commits over 10 ms, and the slowest).
 
 Knobs: PARTS=rates,sync  LAT_LOADS=1000x1,1000x10,10000x1,10000x10 (rows
@@ -710,9 +710,10 @@ def run_sync(kind, rep):
             if SYNC_WARM_S > 0:
                 # the first commits after the setting changed, not measured: ash_replicant
                 # read the setting when its session started, before it was listed, and
-                # switches to acknowledging each commit on the stream's evidence (eight
-                # deferred acknowledgements answered at once, each commit held up to
-                # 20 ms until then; docs/operations.md); reported here, apart
+                # switches to acknowledging each commit on the stream's evidence (a
+                # deferred acknowledgement answered at once has it read the setting
+                # again; the commits until then held up to 20 ms each;
+                # docs/operations.md); reported here, apart
                 wt, wa, wx, wl = pgbench(1, workdir, SYNC_WARM_S)
                 warm.update({"seconds": SYNC_WARM_S, "transactions": wx, "max_ms": round(max(wl), 2),
                              "over_10ms": sum(1 for x in wl if x > 10)})
