@@ -48,10 +48,12 @@ extern void ash_apply_change(AshChange *change);
 extern bool ash_apply_in_remote_xact(void);
 
 /*
- * The stream paused inside a source transaction: write the rows gathered
- * so far now, while the rest of it is still on its way.
+ * The stream paused inside a source transaction, having received up to
+ * WAL position received: write the rows gathered so far now, while the
+ * rest of it (no more than its COMMIT, judged by received) is still on
+ * its way.
  */
-extern void ash_apply_write_gathered(void);
+extern void ash_apply_write_gathered(XLogRecPtr received);
 
 /*
  * Set when apply gave up applying a streamed (in-progress) transaction as

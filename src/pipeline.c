@@ -1748,7 +1748,7 @@ receive_loop(void)
 		else if (!ash_apply_in_remote_xact())
 			ash_apply_publish_idle();
 		else if (!sender_behind)
-			ash_apply_write_gathered();	/* the rest is not sent yet */
+			ash_apply_write_gathered(stream.received_lsn);	/* the rest is not sent yet */
 
 		send_feedback(false, false);
 		guard_progress();
