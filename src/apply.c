@@ -2104,14 +2104,16 @@ flush_deferred(void)
  * transaction, which applies as it arrives anyway.  The rows' provenance
  * stamps, if any, still follow at the batch's end.
  *
- * Only once what was received reaches within EARLY_WRITE_TAIL bytes of
- * WAL of the transaction's commit record (a message's WAL position is its
- * change's record): a large transaction pauses whenever the walsender is
- * still decoding it, and writing at each of those pauses would cut its
- * runs into many small ones (test 017 saw a 1,000-row transaction written
- * in 114 pieces, 29 of one row).  Near its end, the write is the one the
- * COMMIT would have made, only sooner.
+ * Only in a small transaction (at most EARLY_WRITE_MAX_CHANGES changes so
+ * far) once what was received reaches within EARLY_WRITE_TAIL bytes of WAL
+ * of its commit record (a message's WAL position is its change's record):
+ * a large transaction pauses whenever the walsender is still decoding it,
+ * and writing at each of those pauses cut its runs into many small ones
+ * (test 017 saw a 1,000-row transaction written in 114 pieces, 29 of one
+ * row).  Near a small transaction's end, the write is the one its COMMIT
+ * would have made, only sooner.
  */
+#define EARLY_WRITE_MAX_CHANGES 16
 #define EARLY_WRITE_TAIL 1024
 
 void
@@ -2120,7 +2122,8 @@ ash_apply_write_gathered(XLogRecPtr received)
 	MemoryContext old;
 
 	if (!in_remote_xact || TransactionIdIsValid(stream_xid) || !batch_open ||
-		XLogRecPtrIsInvalid(xact_final_lsn) || received + EARLY_WRITE_TAIL < xact_final_lsn)
+		meta.ordinal > EARLY_WRITE_MAX_CHANGES || XLogRecPtrIsInvalid(xact_final_lsn) ||
+		received + EARLY_WRITE_TAIL < xact_final_lsn)
 		return;
 	old = MemoryContextSwitchTo(change_cxt);
 	flush_deferred();
