@@ -34,6 +34,7 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "nodes/parsenodes.h"
 #include "utils/builtins.h"
 
 #include "contract.h"
@@ -164,12 +165,30 @@ static const char *widened_sql =
 " SELECT m.doc OPERATOR(pg_catalog.@>) " WIDENED_SQL
 " FROM m JOIN cur ON cur.contract IS NOT NULL";
 
-static char *
-judge_query(void)
-{
-	char	   *inner = psprintf("%s", manifest_sql);
+/*
+ * The judgement's plan, made once per process: planning the statement (a
+ * manifest built from five catalogs) took a census ~6 ms of the worker's
+ * time, and the worker applies nothing while the census runs.  Generic:
+ * its parameters are keys, and custom plans would plan it again each time.
+ * Every name in it is qualified, and the plan cache replans after DDL on
+ * what it reads.
+ */
+static SPIPlanPtr judge_plan = NULL;
 
-	return psprintf(judge_sql, inner);
+static SPIPlanPtr
+judge_prepared(Oid *types)
+{
+	if (judge_plan == NULL)
+	{
+		char	   *sql = psprintf(judge_sql, manifest_sql);
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, 4, types, CURSOR_OPT_GENERIC_PLAN);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "ash_replicant: could not prepare the contract judgement");
+		pfree(sql);
+		judge_plan = plan;
+	}
+	return judge_plan;
 }
 
 bool
@@ -194,7 +213,7 @@ ash_contract_judge(const char *sink_name, const char *system_id, const char *dat
 	values[2] = CStringGetTextDatum(database);
 	values[3] = CStringGetTextDatum(slot_name);
 
-	ret = SPI_execute_with_args(judge_query(), 4, types, values, NULL, false, 1);
+	ret = SPI_execute_plan(judge_prepared(types), values, NULL, false, 1);
 	if (ret != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "ash_replicant: could not build the contract manifest");
 	tup = SPI_tuptable->vals[0];
