@@ -615,14 +615,7 @@ census_connection(AshPipelineConfig *cfg)
 		}
 		PG_CATCH();
 		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			if (edata->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
-				ReThrowError(edata);
-			FreeErrorData(edata);
+			FreeErrorData(ash_conn_failure_caught(cxt));
 			alive = false;
 		}
 		PG_END_TRY();
@@ -692,22 +685,13 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		ash_connect_timeout_ms = saved_timeout;
 		census_conn_drop();
 		conn = NULL;
 		if (ash_pending_halt != NULL)
 			PG_RE_THROW();
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		if (edata->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
-		{
-			/* a failure on our side is not a source fault */
-			ReThrowError(edata);
-		}
-		FreeErrorData(edata);
+		/* a failure on our side is not a source fault: raised again */
+		FreeErrorData(ash_conn_failure_caught(cxt));
 		verdict = ASH_CENSUS_FAULT;
 		ereport(LOG,
 				(errmsg("ash_replicant event=census.fault sink=%s source_sqlstate=%s",

@@ -351,6 +351,19 @@ ash_conn_close(AshConn *c)
 	pfree(c);
 }
 
+ErrorData *
+ash_conn_failure_caught(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	if (edata->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
+		ReThrowError(edata);
+	return edata;
+}
+
 void
 ash_conn_report_result(PGresult *res, const char *what)
 {

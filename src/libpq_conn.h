@@ -131,6 +131,14 @@ extern int	ash_conn_copy_row(AshConn *c, char **buf, long idle_ms);
 /* Raise the value-free error for a failed command result. */
 extern void ash_conn_report_result(PGresult *res, const char *what) pg_attribute_noreturn();
 
+/*
+ * In a PG_CATCH block, after the caller's own cleanup: the error raised,
+ * copied into cxt (the current context when it returns) with the error
+ * state flushed, when it is a connection failure -- the source unreachable,
+ * gone, or refusing us; any other error is raised again.
+ */
+extern ErrorData *ash_conn_failure_caught(MemoryContext cxt);
+
 /* Quote a string literal / identifier for the replication grammar. */
 extern char *ash_conn_quote_literal(AshConn *c, const char *s);
 extern char *ash_conn_quote_ident(AshConn *c, const char *s);

@@ -215,22 +215,15 @@ ash_syncrep_reread(const char *conninfo)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		if (conn)
 			ash_conn_close(conn);
 		conn = NULL;
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		if (edata->sqlerrcode != ERRCODE_CONNECTION_FAILURE)
-			ReThrowError(edata);
+		FreeErrorData(ash_conn_failure_caught(cxt));
 		/* only a guess failed: the replies go on deciding */
 		ereport(LOG,
 				(errmsg("ash_replicant event=pipeline.acknowledgement_probe sink=%s result=failed source_sqlstate=%s",
 						syncrep_sink, ash_conn_last_sqlstate[0] ? ash_conn_last_sqlstate : "none")));
 		ash_conn_last_sqlstate[0] = '\0';
-		FreeErrorData(edata);
 	}
 	PG_END_TRY();
 	if (conn)
