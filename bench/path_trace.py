@@ -210,10 +210,15 @@ def analyze(d):
             print("  %-14s -> visible %s" % (m[:14], dist(until)))
 
 
-if __name__ == "__main__":
+def main(record_fn, analyze_fn, usage, seconds):
+    """The tracers' command line: record DIR [SECONDS] | analyze DIR."""
     if len(sys.argv) >= 3 and sys.argv[1] == "record":
-        record(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 6)
+        record_fn(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else seconds)
     elif len(sys.argv) == 3 and sys.argv[1] == "analyze":
-        analyze(sys.argv[2])
+        analyze_fn(sys.argv[2])
     else:
-        sys.exit(__doc__)
+        sys.exit(usage)
+
+
+if __name__ == "__main__":
+    main(record, analyze, __doc__, 6)

@@ -42,7 +42,7 @@ import os
 import subprocess
 import sys
 
-from path_trace import dist
+from path_trace import dist, main
 
 EVENTS = ["syscalls:sys_exit_recvfrom", "syscalls:sys_exit_epoll_wait", "syscalls:sys_enter_sendto",
           "syscalls:sys_enter_fdatasync", "syscalls:sys_exit_fdatasync", "syscalls:sys_enter_kill"]
@@ -244,9 +244,4 @@ def analyze(d):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "record":
-        record(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 4)
-    elif len(sys.argv) == 3 and sys.argv[1] == "analyze":
-        analyze(sys.argv[2])
-    else:
-        sys.exit(__doc__)
+    main(record, analyze, __doc__, 4)
