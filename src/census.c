@@ -633,6 +633,8 @@ census_connection(AshPipelineConfig *cfg)
 	MemoryContextSwitchTo(TopMemoryContext);
 	census_conn = ash_conn_open(cfg->connection, ASH_CONN_PROBE, "ash_replicant census");
 	MemoryContextSwitchTo(cxt);
+	/* its catalog queries planned once, not at every run */
+	ash_conn_keep_plans(census_conn);
 	return census_conn;
 }
 

@@ -337,11 +337,45 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 	return c;
 }
 
+/*
+ * The statements ash_conn_keep_plans keeps, by query text (a query built
+ * per table is prepared per table: ASH_CONN_PLANS_MAX bounds them, and
+ * further texts go unprepared).
+ */
+#define ASH_CONN_PLANS_MAX 64
+
+typedef struct AshConnPlans
+{
+	int			n;
+	char	   *query[ASH_CONN_PLANS_MAX];
+	int			nparams[ASH_CONN_PLANS_MAX];
+} AshConnPlans;
+
+void
+ash_conn_keep_plans(AshConn *c)
+{
+	/* planned once, not again at each of a statement's first executions */
+	PQclear(ash_conn_exec(c, "SET plan_cache_mode = force_generic_plan", false));
+	c->plans = MemoryContextAllocZero(GetMemoryChunkContext(c), sizeof(AshConnPlans));
+}
+
+static void
+free_plans(AshConnPlans *plans)
+{
+	if (plans == NULL)
+		return;
+	for (int i = 0; i < plans->n; i++)
+		pfree(plans->query[i]);
+	pfree(plans);
+}
+
 void
 ash_conn_close(AshConn *c)
 {
 	if (c == NULL)
 		return;
+	free_plans(c->plans);
+	c->plans = NULL;
 	if (c->wait_set != NULL)
 		FreeWaitEventSet(c->wait_set);
 	c->wait_set = NULL;
@@ -585,11 +619,58 @@ ash_conn_get_result(AshConn *c, bool allow_error)
 					   allow_error);
 }
 
+/*
+ * On a connection that keeps plans: the name of query's statement, prepared
+ * now if it was not yet, in name; NULL when it goes unprepared, or when
+ * preparing it failed (and allow_error): then *failed is that result.
+ */
+static const char *
+kept_statement(AshConn *c, const char *query, int nparams, bool allow_error,
+			   char *name, PGresult **failed)
+{
+	AshConnPlans *plans = c->plans;
+	int			i;
+
+	*failed = NULL;
+	if (plans == NULL)
+		return NULL;
+	for (i = 0; i < plans->n; i++)
+		if (plans->nparams[i] == nparams && strcmp(plans->query[i], query) == 0)
+			break;
+	if (i == ASH_CONN_PLANS_MAX)
+		return NULL;
+	snprintf(name, NAMEDATALEN, "ash_replicant_%d", i);
+	if (i == plans->n)
+	{
+		PGresult   *res = ash_conn_prepare(c, name, query, nparams, allow_error);
+
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		{
+			*failed = res;
+			return NULL;
+		}
+		PQclear(res);
+		plans->query[i] = MemoryContextStrdup(GetMemoryChunkContext(plans), query);
+		plans->nparams[i] = nparams;
+		plans->n++;
+	}
+	return name;
+}
+
 static PGresult *
 exec_params(AshConn *c, const char *query, int nparams, const char *const *values,
 			bool allow_error, int result_format)
 {
-	ash_conn_send_params(c, query, nparams, values, result_format == 1);
+	char		name[NAMEDATALEN];
+	PGresult   *failed;
+	const char *stmt = kept_statement(c, query, nparams, allow_error, name, &failed);
+
+	if (failed != NULL)
+		return failed;
+	if (stmt != NULL)
+		ash_conn_send_prepared(c, stmt, nparams, values, result_format == 1);
+	else
+		ash_conn_send_params(c, query, nparams, values, result_format == 1);
 	return ash_conn_get_result(c, allow_error);
 }
 

@@ -27,6 +27,7 @@ typedef struct AshConn
 	int			server_version;
 	struct WaitEventSet *wait_set;	/* once connected: latch, postmaster, socket */
 	int			wait_io;		/* the socket event's current flags */
+	struct AshConnPlans *plans; /* ash_conn_keep_plans: statements kept */
 } AshConn;
 
 /*
@@ -69,6 +70,15 @@ extern const char *ash_conn_final_failure(const char **context);
 extern AshConn *ash_conn_open(const char *conninfo, AshConnKind kind,
 							  const char *appname);
 extern void ash_conn_close(AshConn *c);
+
+/*
+ * For a probe connection kept open between uses: from now on every
+ * ash_conn_exec_params(_binary) of a query text prepares it on the source
+ * once and executes the statement after, planned once (generic plans).
+ * The source's catalog queries take milliseconds to plan and well under
+ * one to run; a connection used once gains nothing from it.
+ */
+extern void ash_conn_keep_plans(AshConn *c);
 
 /*
  * Run one command (simple query protocol) and return its last result;

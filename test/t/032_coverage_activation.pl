@@ -452,4 +452,19 @@ is($dst->safe_psql($DB,
 unlike(slurp_file($dst->logfile, $census_log), qr/event=census\.fault sink=$sink /,
 	'no census fault for the ended connection');
 
+# Its catalog queries are prepared on it once and planned once (a run spent
+# most of its time planning them): every run executes named statements,
+# none of them sent unprepared.
+$src->safe_psql($DB, "ALTER SYSTEM SET log_statement = 'all'");
+$src->safe_psql($DB, 'SELECT pg_reload_conf()');
+my $src_log = -s $src->logfile;
+ok(census_runs(2), 'two census runs logged on the source');
+my @census_lines = grep { /ash_replicant census LOG:  (?:execute|statement)/ }
+  split /\n/, slurp_file($src->logfile, $src_log);
+ok((grep { /execute ash_replicant_\d+: SELECT/ } @census_lines) >= 4,
+	'the census executes its catalog queries as prepared statements');
+is(scalar(grep { /execute <unnamed>/ } @census_lines), 0, 'none of them unprepared');
+$src->safe_psql($DB, 'ALTER SYSTEM RESET log_statement');
+$src->safe_psql($DB, 'SELECT pg_reload_conf()');
+
 done_testing();
