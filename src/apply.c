@@ -220,6 +220,12 @@ ash_apply_in_remote_xact(void)
 }
 
 bool
+ash_apply_in_streamed_xact(void)
+{
+	return TransactionIdIsValid(stream_xid);
+}
+
+bool
 ash_apply_batch_pending(void)
 {
 	return batch_open && batch_xacts > 0 && !in_remote_xact;

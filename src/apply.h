@@ -35,6 +35,12 @@ typedef struct AshBatchResult
  */
 extern bool ash_apply_error_location(XLogRecPtr *commit_lsn, const char **target);
 
+/*
+ * Is a streamed transaction open (one the source has not committed yet)?
+ * Call before ash_apply_abort.
+ */
+extern bool ash_apply_in_streamed_xact(void);
+
 extern void ash_apply_init(AshPipelineConfig *cfg, AshCheckpointKey *key,
 						   XLogRecPtr watermark, XLogRecPtr watermark_end);
 

@@ -416,6 +416,7 @@ attach_origin(void)
  */
 static XLogRecPtr error_lsn = InvalidXLogRecPtr;
 static char *error_target = NULL;
+static bool error_in_stream = false;	/* in a streamed transaction */
 
 static void
 note_error_location(void)
@@ -427,6 +428,7 @@ note_error_location(void)
 		pfree(error_target);
 	error_target = NULL;
 	error_lsn = InvalidXLogRecPtr;
+	error_in_stream = ash_apply_in_streamed_xact();
 	if (ash_apply_error_location(&lsn, &target))
 	{
 		error_lsn = lsn;
@@ -2086,6 +2088,25 @@ handle_error(ErrorData *edata, long backoff)
 	MySlot->stats.streaming = false;
 	MySlot->stats.slot_ready = false;
 	SpinLockRelease(&MySlot->mutex);
+
+	/*
+	 * A halt or an apply error inside a streamed transaction, which the
+	 * source may still roll back: nothing of it may stop the pipeline or
+	 * count against the retries yet (its commit LSN is not even known).
+	 * Streamed again whole after its commit, it raises the same halt or
+	 * error with its commit LSN; rolled back, it never arrives.  A lost
+	 * connection streams it again anyway.
+	 */
+	if (error_in_stream && ash_apply_stream_fallback == NULL &&
+		edata->sqlerrcode != ERRCODE_CONNECTION_FAILURE &&
+		edata->sqlerrcode != ERRCODE_PROTOCOL_VIOLATION)
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=apply.stream_deferred sink=%s halt=%s sqlstate=%s",
+						cfg->sink_name, halt != NULL ? halt : "none", sqlstate)));
+		ash_apply_stream_fallback = halt != NULL ? "halt" : "error";
+		halt = NULL;
+	}
 
 	if (halt != NULL)
 		do_halt_detail(halt, NULL, edata->message);

@@ -33,16 +33,24 @@
 #              terminated while another one is: mirror equals source, and a
 #              per-row write audit on both ends shows every row written
 #              exactly as often at both (effect-once).
+#  deferred    a streamed transaction with a row the destination rejects
+#              (CHECK), and one that truncates the mapped table (on_truncate
+#              halt), both rolled back by the source: neither halts nor counts
+#              against the retries -- the worker falls back (reasons error and
+#              halt), the rolled-back transaction never arrives, and the
+#              pipeline stays healthy.
 #  leak        a streamed transaction with a row the destination rejects
-#              (CHECK) halts apply_failed; nothing of it is visible, the
-#              checkpoint is unchanged, and the planted sentinel appears in no
-#              log line or status output.
+#              (CHECK), committed, halts apply_failed at its commit LSN
+#              (halt_lsn); nothing of it is visible, the checkpoint is
+#              unchanged, and the planted sentinel appears in no log line or
+#              status output.
 use strict;
 use warnings;
 use lib 'test/t';
 use AshTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $SENTINEL = 'STRM_SENTINEL_7c41e2';
 my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
@@ -73,6 +81,20 @@ AshTest::wait_caught_up($src, $dst, 'strm', name => 'pipeline streams')
 
 sub streamed_events   { return scalar(AshTest::log_lines_like($dst, qr/event=apply\.streamed sink=strm /)); }
 sub fallback_events   { my ($r) = @_; return scalar(AshTest::log_lines_like($dst, qr/event=apply\.stream_fallback sink=strm reason=$r /)); }
+sub resume_events     { return scalar(AshTest::log_lines_like($dst, qr/event=apply\.stream_resume sink=strm$/)); }
+
+# Wait (up to a minute) until $cond->() holds.
+sub wait_until
+{
+	my ($cond) = @_;
+	for (1 .. 300)
+	{
+		return 1 if $cond->();
+		usleep(200_000);
+	}
+	return 0;
+}
+sub wait_fallback { my ($r, $before) = @_; return wait_until(sub { fallback_events($r) > $before }); }
 sub mirror_equal      { my ($label) = @_; AshTest::assert_mirror_equal($src, $dst, [ 'big' ], name => "$label: mirror equals source"); }
 
 # Does the destination worker hold a lock on "big" (it is writing a streamed
@@ -259,16 +281,47 @@ UPDATE big SET val = 'crash+' WHERE id BETWEEN 8000001 AND 8005000;});
 	is(AshTest::status_row($dst, 'strm')->{state}, 'healthy', 'crash: healthy');
 }
 
-# --- leak -------------------------------------------------------------------
+# --- deferred ---------------------------------------------------------------
 {
 	$dst->safe_psql('postgres', qq{ALTER TABLE big ADD CONSTRAINT no_sentinel CHECK (val NOT LIKE '%$SENTINEL%')});
+	my %case = (
+		error => qq{INSERT INTO big SELECT g, 9, 'rb' FROM generate_series(9200001, 9210000) g;
+INSERT INTO big VALUES (9300001, 9, 'x-$SENTINEL-x');
+INSERT INTO big SELECT g, 9, 'rb' FROM generate_series(9300002, 9310000) g},
+		halt => q{TRUNCATE big;
+INSERT INTO big SELECT g, 9, 'rb' FROM generate_series(9400001, 9420000) g});
+	my $errors = scalar(AshTest::log_lines_like($dst, qr/event=apply\.error sink=strm /));
+	my %id = (error => 9500001, halt => 9500002);
+	for my $reason ('error', 'halt')
+	{
+		my $label = "deferred ($reason)";
+		my $before = fallback_events($reason);
+		my $resumed = resume_events();
+		my $s = open_xact($case{$reason});
+		ok(wait_fallback($reason, $before),
+			"$label: a streamed change that would stop the pipeline falls back");
+		$s->query_safe('ROLLBACK');
+		$s->quit;
+		my ($commit) = AshTest::commit_tracked($src, qq{INSERT INTO big VALUES ($id{$reason}, 9, 'after $reason')});
+		ok(AshTest::wait_lsn($src, $dst, 'strm', $commit), "$label: the next transaction applies");
+		is(AshTest::status_row($dst, 'strm')->{state}, 'healthy', "$label: the pipeline stays healthy");
+		is($dst->safe_psql('postgres', q{SELECT count(*) FROM big WHERE val = 'rb'}), '0',
+			"$label: nothing of the rolled-back transaction");
+		mirror_equal($label);
+		ok(wait_until(sub { resume_events() > $resumed }), "$label: streaming resumes");
+	}
+	is(scalar(AshTest::log_lines_like($dst, qr/event=apply\.error sink=strm /)), $errors,
+		'deferred: no apply error counted');
+}
+
+# --- leak -------------------------------------------------------------------
+{
 	my $facts = AshTest::checkpoint_facts($dst, 'strm');
-	$src->safe_psql('postgres', qq{
-BEGIN;
+	my ($commit) = AshTest::commit_tracked($src, qq{
 INSERT INTO big SELECT g, 9, 'ok' FROM generate_series(9000001, 9006000) g;
-INSERT INTO big VALUES (9100001, 9, 'x-$SENTINEL-x');
-COMMIT;});
+INSERT INTO big VALUES (9100001, 9, 'x-$SENTINEL-x')});
 	AshTest::wait_status($dst, 'strm', 'halted', 'apply_failed', src => $src);
+	is(AshTest::status_row($dst, 'strm')->{halt_lsn}, $commit, 'leak: the halt names the commit LSN');
 	is($dst->safe_psql('postgres', 'SELECT count(*) FROM big WHERE id BETWEEN 9000001 AND 9100001'), '0',
 		'leak: nothing of the failed transaction is visible');
 	is(AshTest::checkpoint_facts($dst, 'strm'), $facts, 'leak: the checkpoint is unchanged');
