@@ -21,7 +21,11 @@
  *	  the rows recorded for it was out in between, however briefly -- while
  *	  the pipeline was stopped too.  pglogical's replication sets hold their
  *	  tables by rows without OIDs: their tokens are the set and the row's
- *	  xmin, which a row removed and added again does not keep either.  The records live in
+ *	  xmin, which a row removed and added again does not keep either.  The
+ *	  table's own OID is recorded too: a table replaced under its name (dropped
+ *	  and created again, or another renamed into it) leaves the mirror with
+ *	  rows no change deleted, while a schema's or FOR ALL TABLES membership
+ *	  holds both tables.  The records live in
  *	  ash_replicant.publication_members, one row per mapped table of the
  *	  checkpoint, written at every start and census.
  *

@@ -604,6 +604,8 @@ ash_source_publication_tables_sql(AshConn *conn)
 					"  (SELECT pg_catalog.string_agg(m.tok, ',' ORDER BY m.tok) FROM ("
 					"    SELECT 'def:' || p.oid::pg_catalog.text || ':' || p.xmin::pg_catalog.text"
 					"    UNION ALL"
+					"    SELECT 'def:tbl:' || c.oid::pg_catalog.text"
+					"    UNION ALL"
 					"    SELECT 'all:' || p.oid::pg_catalog.text WHERE p.puballtables"
 					"    UNION ALL"
 					"    SELECT 'rel:' || r.oid::pg_catalog.text FROM pg_catalog.pg_publication_rel r"
@@ -638,6 +640,8 @@ ash_source_replication_set_tables_sql(void)
 		"    UNION ALL"
 		"    SELECT 'def:set:' || rs.set_id::pg_catalog.text || ':' || rs.xmin::pg_catalog.text"
 		ASH_SETS_OF_C
+		"    UNION ALL"
+		"    SELECT 'def:tbl:' || c.oid::pg_catalog.text"
 		"    ) m(tok))"
 		"  FROM pg_catalog.pg_class c"
 		"  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"

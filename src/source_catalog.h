@@ -190,7 +190,12 @@ extern List *ash_source_rel_names(const List *rels);
  * (PostgreSQL 15+), "all:<oid>" for FOR ALL TABLES; and the publication's
  * own row as "def:<oid>:<xmin>", which ALTER PUBLICATION ... SET (publish,
  * publish_via_partition_root), OWNER TO and RENAME rewrite (ADD and DROP
- * TABLE do not); sorted, comma-separated.  In schema and name order.
+ * TABLE do not); and the table's own OID as "def:tbl:<oid>": a table
+ * dropped and created again under its name, or another renamed into it, is
+ * another table, whose predecessor's rows the mirror holds without any
+ * change that deleted them (under a schema's or FOR ALL TABLES membership
+ * no catalog row of the publication changes).  Sorted, comma-separated.
+ * In schema and name order.
  */
 extern char *ash_source_publication_tables_sql(AshConn *conn);
 
@@ -200,7 +205,7 @@ extern char *ash_source_publication_tables_sql(AshConn *conn);
  * pglogical.replication_set_table (which have no OID; a row removed and
  * added again, or replaced, is written by another transaction), with
  * "def:set:<set_id>:<xmin>" of each of those sets' own rows (alter_
- * replication_set rewrites them).
+ * replication_set rewrites them), and "def:tbl:<oid>" as above.
  */
 extern const char *ash_source_replication_set_tables_sql(void);
 
@@ -220,7 +225,8 @@ extern PGresult *ash_source_table_set_membership(AshConn *conn, const char *deco
  * held it then, it was out in between, and pgoutput decoded none of its
  * changes of that time (it reads membership as of each change).  So with
  * a "def:" token of then missing now: the publication (a set) was
- * redefined since, and what it withheld meanwhile is unknown.  Not known
+ * redefined since, and what it withheld meanwhile is unknown, or the table
+ * was replaced by another of its name.  Not known
  * (NULL: another decoder, or recorded before 1.4.0): false.
  */
 extern bool ash_source_publication_gap(const char *then, const char *now);

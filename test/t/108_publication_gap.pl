@@ -19,7 +19,10 @@
 #     after it was mapped is recorded when it appears, no gap;
 #   - census disabled: the start alone finds a gap; every table of a sink
 #     acknowledged at once;
-#   - the records follow the checkpoint: a reset drops them.
+#   - the records follow the checkpoint: a reset drops them;
+#   - a mapped table dropped and created again (while streaming: the census
+#     halts) or replaced by a rename (while stopped: the start halts) under a
+#     schema's membership, which no catalog row of the publication shows.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -74,7 +77,7 @@ ok(AshTest::wait_caught_up($src, $dst, 's1'), 'go-forward pipeline: caught up');
 AshTest::assert_mirror_equal($src, $dst, [ 'orders', 'keep' ], name => 'streamed');
 is(records('s1'), 'ash_marker_s1,keep,orders', 'the start records how the publication holds each mapped table');
 like(q_dst("SELECT published FROM ash_replicant.publication_members WHERE slot_name = 's1' AND source_table = 'orders'"),
-	qr/^def:\d+:\d+,rel:\d+$/, 'a table held by its own publication row is recorded by that row (and the publication by its own)');
+	qr/^def:\d+:\d+,def:tbl:\d+,rel:\d+$/, 'a table held by its own publication row is recorded by that row (and the publication and the table by their own)');
 is(q_dst("SELECT has_table_privilege('ash_replicant_monitor', 'ash_replicant.publication_members', 'SELECT')"),
 	'f', 'the records are not readable by a monitor (default-deny)');
 
@@ -210,7 +213,7 @@ q_dst("SELECT ash_replicant_wait_for_slot('s2', '60s')");
 q_src("INSERT INTO sch.w SELECT g, 'w' || g FROM generate_series(1, 50) g");
 ok(AshTest::wait_caught_up($src, $dst, 's2'), 'schema-published pipeline: caught up');
 like(q_dst("SELECT published FROM ash_replicant.publication_members WHERE slot_name = 's2' AND source_table = 'w'"),
-	qr/^def:\d+:\d+,ns:\d+,rel:\d+$/, 'a table held by its row and its schema is recorded by both');
+	qr/^def:\d+:\d+,def:tbl:\d+,ns:\d+,rel:\d+$/, 'a table held by its row and its schema is recorded by both (and by its own OID)');
 is(records('s2'), 'ash_marker_s2,w', 'a mapped table not published yet is not recorded');
 
 AshTest::stop_settled($src, $dst, 's2');
@@ -256,6 +259,44 @@ is(records('s2'), 'ash_marker_s2,late,w', 'the start recorded every table again'
 AshTest::stop_settled($src, $dst, 's2');
 q_dst("SELECT ash_replicant_reset_checkpoint('s2', $identity)");
 is(records('s2'), '', 'a reset drops the records with the checkpoint');
+
+##############################################################################
+# A table dropped and created again under its name, or another renamed into
+# it, is another table: the mirror holds its predecessor's rows, which no
+# change deleted -- a gap, though no catalog row of the publication changed
+# (a schema's membership holds both)
+##############################################################################
+
+AshTest::both($src, $dst,
+	"CREATE SCHEMA rep; CREATE TABLE rep.r (id integer PRIMARY KEY, v text); CREATE TABLE rep.q (id integer PRIMARY KEY, v text)");
+q_src("CREATE PUBLICATION pub3 FOR TABLES IN SCHEMA rep");
+AshTest::setup_pipeline($src, $dst, sink => 's3', publication => 'pub3',
+	maps => [ ['rep.r'], ['rep.q'] ], census => '{"interval_ms": 1000}');
+q_src("INSERT INTO rep.r SELECT g, 'r' || g FROM generate_series(1, 20) g;"
+	  . " INSERT INTO rep.q SELECT g, 'q' || g FROM generate_series(1, 20) g");
+ok(AshTest::wait_caught_up($src, $dst, 's3'), 'schema publication: caught up');
+AshTest::wait_status($dst, 's3', 'healthy');
+q_src("DROP TABLE rep.r");
+q_src("CREATE TABLE rep.r (id integer PRIMARY KEY, v text); INSERT INTO rep.r VALUES (100, '$SENTINEL')");
+AshTest::wait_status($dst, 's3', 'halted', 'publication_gap',
+	name => 'a table dropped and created again while streaming: the census halts publication_gap');
+ok(scalar(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=s3 reason=publication_gap .*rep\.r/)),
+	'the halt names the replaced table');
+
+AshTest::stop_settled($src, $dst, 's3');
+is(q_dst("SELECT ash_replicant_acknowledge_publication_gap('s3', $identity)"), 't', 'the replacement acknowledged');
+AshTest::start_sink($dst, 's3');
+AshTest::wait_status($dst, 's3', 'healthy', undef, name => 'acknowledged: healthy');
+AshTest::stop_settled($src, $dst, 's3');
+$facts = AshTest::checkpoint_facts($dst, 's3');
+q_src("BEGIN; CREATE TABLE rep.q_new (id integer PRIMARY KEY, v text);"
+	  . " ALTER TABLE rep.q RENAME TO q_old; ALTER TABLE rep.q_new RENAME TO q; DROP TABLE rep.q_old;"
+	  . " INSERT INTO rep.q VALUES (7, '$SENTINEL'); COMMIT");
+AshTest::start_sink($dst, 's3');
+AshTest::wait_status($dst, 's3', 'halted', 'publication_gap',
+	name => 'another table renamed into a mapped name while stopped: the start halts publication_gap');
+is(q_dst("SELECT v FROM rep.q WHERE id = 7"), 'q7', 'nothing of the new table is applied');
+is(AshTest::checkpoint_facts($dst, 's3'), $facts, 'the checkpoint is unchanged');
 
 ##############################################################################
 # No value in any log
