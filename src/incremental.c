@@ -52,6 +52,7 @@
 #include "postgres.h"
 
 #include "access/transam.h"
+#include "access/xact.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
@@ -204,13 +205,23 @@ copy_text_key(IncrTable *t, char **text)
 	return c;
 }
 
+/*
+ * The key's values from their text.  A chunk's bounds arrive once its
+ * transaction committed: the input function of a container type (an
+ * array, a range) reads the catalog, which needs a transaction, so one of
+ * their own is opened when none is.
+ */
 static Datum *
 parse_key(IncrTable *t, char **text)
 {
+	MemoryContext caller = CurrentMemoryContext;
+	bool		own_xact = !IsTransactionState();
 	Datum	   *d;
 
 	if (text == NULL)
 		return NULL;
+	if (own_xact)
+		StartTransactionCommand();
 	d = MemoryContextAlloc(incr_cxt, sizeof(Datum) * t->nkeys);
 	for (int i = 0; i < t->nkeys; i++)
 	{
@@ -221,6 +232,11 @@ parse_key(IncrTable *t, char **text)
 					 quote_qualified_identifier(t->nspname, t->relname));
 		d[i] = InputFunctionCall(&t->keys[i].input, text[i], t->keys[i].ioparam, -1);
 		MemoryContextSwitchTo(old);
+	}
+	if (own_xact)
+	{
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(caller);
 	}
 	return d;
 }

@@ -9,8 +9,11 @@
 # walsender's position closes each before the next chunk):
 #
 #   - bigint, integer and (smallint, integer) keys with negative values and
-#     the extremes of each type, and a text key in "C" order, are copied in
-#     one session, one table after the other;
+#     the extremes of each type, a text key in "C" order, an integer[] key
+#     (empty, a NULL element, two dimensions) and an int4range key, are
+#     copied in one session, one table after the other (a container key's
+#     input function reads the catalog: a chunk's bounds are parsed after
+#     its transaction committed, once in a transaction of their own);
 #   - each table's copy took rows div 7 + 1 chunks (the last one short):
 #     a cursor below the chunk's largest key would copy a key twice (a
 #     fresh target takes no second insert: the copy halts), one above it
@@ -19,7 +22,7 @@
 #   - a target empty at its table's first chunk holds only rows the attempt
 #     wrote, so it is not scanned for unseen rows (retired: rows=0
 #     scan=skipped); kt's target starts with a row the source lacks, is
-#     scanned after the three others were skipped, and the row is retired.
+#     scanned after the five others were skipped, and the row is retired.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -43,6 +46,10 @@ CREATE TABLE k8 (id bigint PRIMARY KEY, v text NOT NULL);
 CREATE TABLE k4 (id integer PRIMARY KEY, v text NOT NULL);
 CREATE TABLE k2 (a smallint, b integer, v text NOT NULL, PRIMARY KEY (a, b));
 CREATE TABLE kt (k text COLLATE "C" PRIMARY KEY, v text NOT NULL);
+CREATE TABLE ka (k integer[] PRIMARY KEY, v text NOT NULL);
+CREATE TABLE kr (k int4range PRIMARY KEY, v text NOT NULL);
+CREATE VIEW ka_v AS SELECT k, v FROM ka;
+CREATE VIEW kr_v AS SELECT k, v FROM kr;
 CREATE VIEW k8_v AS SELECT id, v FROM k8;
 CREATE VIEW k4_v AS SELECT id, v FROM k4;
 CREATE VIEW k2_v AS SELECT a, b, v FROM k2;
@@ -60,8 +67,12 @@ INSERT INTO k2 VALUES (-32768, 0, 'min'), (32767, 0, 'max'), (0, -2147483648, 'b
 	(0, 2147483647, 'b max'), (-1, 70000, 'x'), (1, -70000, 'y');
 INSERT INTO kt SELECT md5(g::text), 'v' || g FROM generate_series(1, 40) g;
 INSERT INTO kt VALUES ('', 'empty'), ('A', 'upper'), ('a', 'lower'), ('-1', 'minus'), ('é', 'accent');
+INSERT INTO ka SELECT ARRAY[g % 5, g], 'v' || g FROM generate_series(1, 20) g;
+INSERT INTO ka VALUES ('{}', 'empty'), ('{-1,NULL}', 'null element'), ('{{1,2},{3,4}}', 'two dimensions');
+INSERT INTO kr SELECT int4range(g, g + g % 3 + 1), 'v' || g FROM generate_series(1, 20) g;
+INSERT INTO kr VALUES ('empty', 'empty'), ('(,5)', 'unbounded');
 ANALYZE;
-CREATE PUBLICATION pub_keys FOR TABLE k8, k4, k2, kt;
+CREATE PUBLICATION pub_keys FOR TABLE k8, k4, k2, kt, ka, kr;
 });
 q_dst(q{
 CREATE TABLE k8 (id bigint PRIMARY KEY, v text NOT NULL, replica_fingerprint bytea, replica_seen_attempt bytea);
@@ -74,16 +85,20 @@ CREATE VIEW k8_v AS SELECT id, v FROM k8;
 CREATE VIEW k4_v AS SELECT id, v FROM k4;
 CREATE VIEW k2_v AS SELECT a, b, v FROM k2;
 CREATE VIEW kt_v AS SELECT k, v FROM kt;
+CREATE TABLE ka (k integer[] PRIMARY KEY, v text NOT NULL, replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE TABLE kr (k int4range PRIMARY KEY, v text NOT NULL, replica_fingerprint bytea, replica_seen_attempt bytea);
+CREATE VIEW ka_v AS SELECT k, v FROM ka;
+CREATE VIEW kr_v AS SELECT k, v FROM kr;
 INSERT INTO kt (k, v) VALUES ('~ destination only', 'stale');
 });
-my %rows = (k8 => 105, k4 => 65, k2 => 69, kt => 45);
+my %rows = (k8 => 105, k4 => 65, k2 => 69, kt => 45, ka => 23, kr => 22);
 for my $t (sort keys %rows)
 {
 	is(q_src("SELECT count(*) FROM $t"), $rows{$t}, "$t: $rows{$t} rows at the source");
 }
 
 AshTest::setup_pipeline($src, $dst, sink => $sink, publication => 'pub_keys', marker => 0,
-	maps => [ map { [ $_, snapshot_provenance => 'true' ] } qw(k8 k4 k2 kt) ],
+	maps => [ map { [ $_, snapshot_provenance => 'true' ] } qw(k8 k4 k2 kt ka kr) ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'incremental', chunk_rows => 7, max_pending_chunks => 1");
 
 ok(AshTest::poll($dst, "SELECT snapshot_phase = 'complete' FROM ash_replicant.checkpoints"),
@@ -116,8 +131,11 @@ AshTest::assert_mirror_equal($src, $dst, ['k8_v'], order_by => 'id', name => 'bi
 AshTest::assert_mirror_equal($src, $dst, ['k4_v'], order_by => 'id', name => 'integer key');
 AshTest::assert_mirror_equal($src, $dst, ['k2_v'], order_by => 'a, b', name => 'two-column key');
 AshTest::assert_mirror_equal($src, $dst, ['kt_v'], order_by => 'k COLLATE "C"', name => 'text key');
+AshTest::assert_mirror_equal($src, $dst, ['ka_v'], order_by => 'k', name => 'array key');
+AshTest::assert_mirror_equal($src, $dst, ['kr_v'], order_by => 'k', name => 'range key');
+is(scalar(AshTest::log_lines_like($dst, qr/terminated by signal/)), 0, 'no server process crashed');
 is(q_dst("SELECT v FROM k8 WHERE id = 9223372036854775807"), 'streamed', 'the stream applies after the copy');
 is(q_dst("SELECT count(*) FROM ash_replicant.snapshot_tables WHERE state = 'copied' AND chunk_cursor IS NULL"),
-	'4', 'every table is copied, its cursor cleared');
+	'6', 'every table is copied, its cursor cleared');
 
 done_testing();
