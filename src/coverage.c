@@ -25,11 +25,13 @@
 #include "lib/stringinfo.h"
 #include "parser/parse_coerce.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 #include "utils/typcache.h"
 
 #include "coverage.h"
@@ -465,7 +467,9 @@ typedef enum Rewrite
  * fields or precision round (1.2345 into numeric(10,2) is 1.23); a
  * floating-point target rounds the integers and numerics it takes
  * implicitly; a char(n) pads what it takes to its length (and drops
- * trailing spaces past it); a name cuts text at 63 bytes.  A timetz takes
+ * trailing spaces past it); a name cuts text at 63 bytes; an oid reads an
+ * integer unsigned; a time into an interval of fewer fields or digits
+ * loses some.  A timetz takes
  * a time, and a timestamptz a timestamp or a date, as a local time of the
  * destination's TimeZone: an instant that moves when that setting does,
  * and under daylight saving time a local time in the spring-forward gap
@@ -505,8 +509,21 @@ rewrites(const AshSourceColumn *sc, Form_pg_attribute att)
 				return ZONED;
 			break;
 		case INTERVALOID:
-			return f.tmod >= 0 && strcmp(f.s, "interval") == 0 && f.smod != f.tmod ?
-				ROUNDS : KEEPS;
+			if (f.tmod < 0)
+				return KEEPS;
+			if (strcmp(f.s, "interval") == 0)
+				return f.smod != f.tmod ? ROUNDS : KEEPS;
+			if (strcmp(f.s, "time") == 0)
+			{
+				/* hours to seconds: a range without seconds drops some */
+				int			range = INTERVAL_RANGE(f.tmod);
+				int			precision = INTERVAL_PRECISION(f.tmod);
+
+				return (range != INTERVAL_FULL_RANGE && !(range & INTERVAL_MASK(SECOND))) ||
+					(precision != INTERVAL_FULL_PRECISION &&
+					 precision < time_precision(f.smod)) ? ROUNDS : KEEPS;
+			}
+			return KEEPS;
 		case FLOAT4OID:
 			return strcmp(f.s, "int4") == 0 || strcmp(f.s, "int8") == 0 ||
 				strcmp(f.s, "numeric") == 0 ? ROUNDS : KEEPS;
@@ -516,6 +533,9 @@ rewrites(const AshSourceColumn *sc, Form_pg_attribute att)
 			return strcmp(f.s, "bpchar") != 0 || f.smod != f.tmod ? ROUNDS : KEEPS;
 		case NAMEOID:
 			return strcmp(f.s, "name") != 0 ? ROUNDS : KEEPS;	/* cut at 63 bytes */
+		case OIDOID:
+			/* an unsigned reading: -1 of an integer is 4294967295 */
+			return strcmp(f.s, "oid") != 0 ? ROUNDS : KEEPS;
 		case TIMESTAMPOID:
 		case TIMEOID:
 			break;

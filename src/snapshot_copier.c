@@ -145,7 +145,7 @@ ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
 	me->rows = 0;
 	SpinLockRelease(&slot->mutex);
 	ereport(LOG,
-			(errmsg("ash_replicant event=snapshot.ash_snap_copier_failed sink=%s copier=%d sqlstate=%s",
+			(errmsg("ash_replicant event=snapshot.copier_failed sink=%s copier=%d sqlstate=%s",
 					sink_name, index, unpack_sql_state(edata->sqlerrcode))));
 }
 

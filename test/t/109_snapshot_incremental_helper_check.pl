@@ -249,14 +249,14 @@ q_dst("SELECT ash_replicant_map_table(sink_name => '$sink', target => 't6'::regc
 AshTest::start_sink($dst, $sink);
 helper_round($wgate3, 4546);
 ok(AshTest::wait_until(sub {
-	scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.ash_snap_copier_failed sink=\Q$sink\E copier=1 /)) >= 1 }),
+	scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.copier_failed sink=\Q$sink\E copier=1 /)) >= 1 }),
 	'the helper failed meanwhile');
 AshTest::open_gate($wgate3_last, 4547);
 AshTest::wait_status($dst, $sink, 'halted', 'tenant_conflict',
 	name => "the helper's halt is the pipeline's, with its reason");
 is(AshTest::checkpoint_row($dst, $sink)->{terminal_cause}, 'tenant_conflict',
 	'the tombstone records the reason');
-ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.ash_snap_copier_failed sink=\Q$sink\E copier=1 /)) >= 1,
+ok(scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.copier_failed sink=\Q$sink\E copier=1 /)) >= 1,
 	'it was the helper that failed');
 ok(scalar(AshTest::log_lines_like($dst,
 		qr/event=pipeline\.halt sink=\Q$sink\E reason=tenant_conflict class=halted context="[^"]*\(a row of another tenant/)) >= 1,

@@ -1,7 +1,9 @@
 # Target columns that change values without an error (docs/operations.md,
 # "Target columns that round"): a numeric of a smaller scale, a timestamp,
-# time or interval of a lower precision, a floating-point target for
-# integers or numerics, a char(n) that pads -- the write succeeds and the
+# time or interval of a lower precision (a time into an interval of fewer
+# fields or digits too), a floating-point target for integers or numerics,
+# a char(n) that pads, an oid for an integer (-1 became 4294967295) -- the
+# write succeeds and the
 # mirror holds another value than the source (1.2345 became 1.23,
 # '10:00:00.5' became '10:00:01'), healthy, with only a doctor warning that
 # claimed such values would halt.  They are refused as types that do not
@@ -37,10 +39,11 @@ sub q_src { return $src->safe_psql($DB, $_[0]); }
 
 q_src(q{
 CREATE TABLE r (id integer PRIMARY KEY, n numeric(10,4), u numeric, ts timestamp,
-	tz timestamptz(6), t time, iv interval, f numeric, big bigint, c text, na numeric(8,3)[]);
+	tz timestamptz(6), t time, iv interval, f numeric, big bigint, c text, na numeric(8,3)[],
+	ti time, tm time(0), o integer);
 INSERT INTO r VALUES (1, 1.2345, 2.71828, '2026-01-01 10:00:00.123456',
 	'2026-01-01 10:00:00.654321+00', '10:00:00.5', '1 day 00:00:00.25',
-	0.12345678901234567890, 9007199254740993, 'ab', '{1.125,2.5}');
+	0.12345678901234567890, 9007199254740993, 'ab', '{1.125,2.5}', '10:00:00.5', '10:00:30', -1);
 CREATE TABLE ok (id integer PRIMARY KEY, s text, d numeric(12,2), w numeric(6,2), v varchar(10));
 INSERT INTO ok VALUES (1, 'short', 12.5, 1.25, 'abc');
 CREATE PUBLICATION pub_r FOR TABLE r;
@@ -49,7 +52,7 @@ CREATE PUBLICATION pub_ok FOR TABLE ok;
 q_dst(q{
 CREATE TABLE r (id integer PRIMARY KEY, n numeric(10,2), u numeric(12,2), ts timestamp(0),
 	tz timestamptz(3), t time(0), iv interval second(0), f double precision, big double precision,
-	c char(4), na numeric(8,2)[]);
+	c char(4), na numeric(8,2)[], ti interval second(0), tm interval hour to minute, o oid);
 CREATE TABLE ok (id integer PRIMARY KEY, s varchar(8), d numeric(4,2), w numeric(8,2), v varchar(20));
 });
 
@@ -71,7 +74,8 @@ for my $c ('n (numeric(10,4) -> numeric(10,2))', 'u (numeric -> numeric(12,2))',
 	't (time without time zone -> time(0) without time zone)',
 	'iv (interval -> interval second(0))', 'f (numeric -> double precision)',
 	'big (bigint -> double precision)', 'c (text -> character(4))',
-	'na (numeric(8,3)[] -> numeric(8,2)[])')
+	'na (numeric(8,3)[] -> numeric(8,2)[])', 'ti (time without time zone -> interval second(0))',
+	'tm (time(0) without time zone -> interval hour to minute)', 'o (integer -> oid)')
 {
 	like($pf, qr/\Q$c\E/, "... names $c");
 }
@@ -80,7 +84,8 @@ q_dst(q{
 ALTER TABLE r ALTER COLUMN n TYPE numeric(10,4), ALTER COLUMN u TYPE numeric,
 	ALTER COLUMN ts TYPE timestamp, ALTER COLUMN tz TYPE timestamptz,
 	ALTER COLUMN t TYPE time, ALTER COLUMN iv TYPE interval, ALTER COLUMN f TYPE numeric,
-	ALTER COLUMN big TYPE numeric, ALTER COLUMN c TYPE text, ALTER COLUMN na TYPE numeric[];
+	ALTER COLUMN big TYPE numeric, ALTER COLUMN c TYPE text, ALTER COLUMN na TYPE numeric[],
+	ALTER COLUMN ti TYPE interval, ALTER COLUMN tm TYPE interval second, ALTER COLUMN o TYPE bigint;
 });
 is(q_dst("SELECT verdict FROM ash_replicant_doctor('r') WHERE check_name = 'columns'"), 'pass',
 	'the target widened: doctor passes');
@@ -88,7 +93,8 @@ AshTest::start_sink($dst, 'r');
 AshTest::wait_caught_up($src, $dst, 'r', name => 'r copies and streams')
   or BAIL_OUT('sink r never streamed');
 q_src(q{INSERT INTO r VALUES (2, 9.8765, 1.000001, '2026-02-02 02:02:02.999999',
-	'2026-02-02 02:02:02.000001+00', '23:59:59.999999', '00:00:00.000001', 1e-20, 9007199254740995, 'x ', '{0.001}')});
+	'2026-02-02 02:02:02.000001+00', '23:59:59.999999', '00:00:00.000001', 1e-20, 9007199254740995, 'x ', '{0.001}',
+	'23:59:59.999999', '00:00:59', -2147483648)});
 AshTest::wait_caught_up($src, $dst, 'r', name => 'r applies a change');
 AshTest::assert_mirror_equal($src, $dst, ['r']);
 
