@@ -969,5 +969,21 @@ ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t)
 		tmap.target_relid = t->relid;
 		judge_coverage(rel, &tmap, NULL);
 	}
+
+	/*
+	 * The statements name the target: renamed (or its schema), that name
+	 * is another table or none, and what the judgement above passed is not
+	 * what would be written.
+	 */
+	{
+		char	   *relname = get_rel_name(t->relid);
+		Oid			nsp = get_rel_namespace(t->relid);
+		char	   *nspname = OidIsValid(nsp) ? get_namespace_name(nsp) : NULL;
+
+		if (relname == NULL || nspname == NULL ||
+			strcmp(relname, t->relname) != 0 || strcmp(nspname, t->nspname) != 0)
+			ash_halt("census_drift", "the target %s was renamed: its name stands for another table, or none",
+					 t->log_name);
+	}
 	t->checked_epoch = epoch;
 }

@@ -10,6 +10,10 @@
 #   1  a state mirror whose key column is given a nondeterministic
 #      collation: two source keys differing only in case would be one row
 #      (the previous build merged them, healthy).
+#   1b a state mirror's target renamed and another table created under its
+#      name: the worker's statements name the new table (the previous
+#      build wrote into it, healthy, until the census halted); halts
+#      census_drift before any write; reverted, it applies exactly.
 #   2  an append log given a BEFORE ROW trigger that drops rows: events
 #      lost (the previous build: healthy, the event missing).
 #   3  an append log given an ON INSERT ... DO INSTEAD NOTHING rule: the
@@ -122,6 +126,23 @@ q_dst('ALTER TABLE kd ALTER COLUMN k TYPE text COLLATE "C"');
 AshTest::start_sink($dst, 'k');
 AshTest::wait_caught_up($src, $dst, 'k', name => 'k applies it with the collation reverted');
 AshTest::assert_mirror_equal($src, $dst, ['kd']);
+
+# ---------------------------------------------------------------------------
+# 1b: the target renamed and another table created under its name: the
+# statements name the new one (the previous build wrote into it, healthy,
+# until the next census)
+# ---------------------------------------------------------------------------
+q_dst(q{BEGIN; ALTER TABLE kd RENAME TO kd_old; CREATE TABLE kd (LIKE kd_old INCLUDING ALL); COMMIT;});
+$facts = AshTest::checkpoint_facts($dst, 'k');
+q_src(q{INSERT INTO kd VALUES ('c', 'swapped'); UPDATE kd SET v = 'changed' WHERE k = 'b'});
+AshTest::wait_status($dst, 'k', 'halted', 'census_drift',
+	name => 'a target renamed and replaced under its name: halts census_drift');
+is(q_dst('SELECT count(*) FROM kd'), '0', '... nothing written into the table now under its name');
+is(AshTest::checkpoint_facts($dst, 'k'), $facts, '... the checkpoint unchanged');
+q_dst(q{BEGIN; DROP TABLE kd; ALTER TABLE kd_old RENAME TO kd; COMMIT;});
+AshTest::start_sink($dst, 'k');
+AshTest::wait_caught_up($src, $dst, 'k', name => 'k applies it with the rename reverted');
+AshTest::assert_mirror_equal($src, $dst, ['kd'], name => 'the rename reverted: mirror equals source');
 
 # ---------------------------------------------------------------------------
 # 2, 3: an append log given a row-dropping trigger, then a rule
