@@ -317,6 +317,7 @@ attach_slot(int slotno)
 	MySlot = slot;
 	LWLockRelease(AshShmem->lock);
 	before_shmem_exit(pipeline_detach, (Datum) 0);
+	before_shmem_exit(ash_snapshot_helpers_exit, (Datum) 0);
 	return true;
 }
 

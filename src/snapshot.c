@@ -1408,6 +1408,13 @@ stop_helpers(void)
 	nhelpers = 0;
 }
 
+void
+ash_snapshot_helpers_exit(int code, Datum arg)
+{
+	stop_helpers();
+	ash_snap_incr_helper_terminate();
+}
+
 /* How a helper ended, raised as the pipeline worker's own error. */
 void
 ash_snap_raise_helper_end(AshCopier *c)

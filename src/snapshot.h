@@ -42,6 +42,14 @@ extern void ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key,
 							 const AshSlotStart *start, AshBinding *binding);
 
 /*
+ * At the pipeline worker's exit: end the snapshot helpers it started.  A
+ * stop ends the worker by SIGTERM, with FATAL, past every error handler; a
+ * helper waiting on a lock would otherwise outlive it with its transaction
+ * open (the offline recovery functions wait for its locks).
+ */
+extern void ash_snapshot_helpers_exit(int code, Datum arg);
+
+/*
  * Highest position of an event a snapshot wrote under this checkpoint
  * (copied tables' snapshot LSN - 1), InvalidXLogRecPtr when none: the
  * append-log frontier check must not count them as above the watermark.

@@ -1822,6 +1822,14 @@ incr_helper_stop_one(int i, bool wait)
 	incr_helper_written[i] = false;
 }
 
+void
+ash_snap_incr_helper_terminate(void)
+{
+	for (int i = 1; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
+		if (incr_helpers[i] != NULL)
+			TerminateBackgroundWorker(incr_helpers[i]);
+}
+
 /*
  * Stop every helper (a session ends or fails); none is started again this
  * session.  wait: until they are gone (the next session waits otherwise).

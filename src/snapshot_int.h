@@ -147,4 +147,7 @@ extern void ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char 
 /* Stop the incremental helpers of this session (snapshot_incr.c). */
 extern void ash_snap_incr_helper_stop(bool wait);
 
+/* Ask every incremental helper started to end, at once (snapshot_incr.c). */
+extern void ash_snap_incr_helper_terminate(void);
+
 #endif							/* ASH_SNAPSHOT_INT_H */
