@@ -830,6 +830,18 @@ idle_ackable(void)
 		!ash_apply_batch_pending();
 }
 
+/*
+ * A deferred acknowledgement and what followed it, as evidence that the
+ * source waits for us after all (syncrep.c): BEGINs received, those at
+ * the deferral, and when the deferred acknowledgement went out across a
+ * silent stream (0: none pending).
+ */
+static uint64 begins_received = 0;
+static bool ack_deferred = false;
+static uint64 ack_deferred_begins = 0;
+static TimestampTz reply_probe_at = 0;
+static void deferred_ack_sent(void);
+
 static void
 send_feedback(bool force, bool request_reply)
 {
@@ -838,6 +850,7 @@ send_feedback(bool force, bool request_reply)
 	XLogRecPtr	flush = flushed_remote;
 	XLogRecPtr	write;
 	TimestampTz now = GetCurrentTimestamp();
+	bool		deferred_goes_out;
 
 	dlist_foreach_modify(iter, &flush_positions)
 	{
@@ -876,7 +889,11 @@ send_feedback(bool force, bool request_reply)
 		 !TimestampDifferenceExceeds(stream.last_send_time, now, FEEDBACK_WRITE_MS)) &&
 		!TimestampDifferenceExceeds(stream.last_send_time, now, 10000))
 		return;
+	deferred_goes_out = ack_deferred && dlist_is_empty(&flush_positions) &&
+		flush > stream.last_flush_sent;
 	ash_stream_send_feedback(&stream, write, flush, request_reply);
+	if (deferred_goes_out)
+		deferred_ack_sent();
 }
 
 /*
@@ -1208,16 +1225,6 @@ static bool sender_behind = false;
 #define ACK_FLUSH_INTERVAL_MS 20
 static TimestampTz last_ack_flush = 0;
 
-/*
- * A deferred acknowledgement and what followed it, as evidence that the
- * source waits for us after all (syncrep.c): BEGINs received, those at
- * the deferral, and when the deferred acknowledgement went out across a
- * silent stream (0: none pending).
- */
-static uint64 begins_received = 0;
-static bool ack_deferred = false;
-static uint64 ack_deferred_begins = 0;
-static TimestampTz reply_probe_at = 0;
 
 /*
  * Note how far behind its source's commits the walsender sent this one (at
@@ -1614,12 +1621,24 @@ incremental_work(void)
 static void
 flush_and_acknowledge(TimestampTz now)
 {
-	bool		silent = ack_deferred && begins_received == ack_deferred_begins;
-
 	XLogFlush(dlist_tail_element(FlushPosition, node, &flush_positions)->local_end);
 	send_feedback(false, false);
 	last_ack_flush = now;
-	if (ack_deferred && !silent)
+	if (ack_deferred)
+		deferred_ack_sent();
+}
+
+/*
+ * The deferred acknowledgement went out (by flush_and_acknowledge, or by
+ * any reply that carried the position once the WAL writer had flushed it):
+ * across a silent stream, the next BEGIN is timed from now.
+ */
+static void
+deferred_ack_sent(void)
+{
+	bool		silent = begins_received == ack_deferred_begins;
+
+	if (!silent)
 		ash_syncrep_note_reply(false);	/* nobody was held */
 	ack_deferred = false;
 	reply_probe_at = silent ? GetCurrentTimestamp() : 0;
