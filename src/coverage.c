@@ -222,6 +222,36 @@ user_type_named(const char *source_typname, Oid target_type)
 	return false;
 }
 
+/*
+ * An OID alias type (regclass, regtype, ...) or an array of one: its value
+ * is an object of the source's catalog.  Streamed as text it is the
+ * object's name there, copied in binary the bare OID, which names another
+ * object at the destination, or none: no target reads it the same way.
+ */
+static bool
+oid_alias_type(Oid type)
+{
+	Oid			elem = get_element_type(type);
+
+	switch (OidIsValid(elem) ? elem : type)
+	{
+		case REGCLASSOID:
+		case REGTYPEOID:
+		case REGPROCOID:
+		case REGPROCEDUREOID:
+		case REGOPEROID:
+		case REGOPERATOROID:
+		case REGCONFIGOID:
+		case REGDICTIONARYOID:
+		case REGNAMESPACEOID:
+		case REGROLEOID:
+		case REGCOLLATIONOID:
+			return true;
+		default:
+			return false;
+	}
+}
+
 bool
 ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
 							  Oid target_type)
@@ -231,6 +261,8 @@ ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
 	char		tcat;
 	bool		tpref;
 
+	if (builtin && oid_alias_type((Oid) source_oid))
+		return false;
 	if (builtin && (source_oid == target_type || source_oid == target_base))
 		return true;
 

@@ -32,6 +32,10 @@
 #      (source_type_invalid, doctor names the column and its array); the
 #      target type's fields renamed into the source's order, it copies and
 #      streams exactly, a composite into a text column unjudged.
+#   6  OID alias types (regclass, regtype[]) into text targets: a streamed
+#      value is the object's name at the source, a copied one the bare OID
+#      (the previous build: the two in one mirror, healthy); refused at
+#      start (source_type_invalid), doctor names both columns.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -205,6 +209,23 @@ AshTest::wait_caught_up($src, $dst, 'p', name => 'p applies a change');
 is(q_dst(q{SELECT string_agg((a).street || '/' || (a).city, ',' ORDER BY id) FROM p}),
 	'Main/Springfield,Oak/Capital City', 'each street a street, each city a city');
 AshTest::assert_mirror_equal($src, $dst, ['p']);
+
+# ---------------------------------------------------------------------------
+# 6: OID alias types
+# ---------------------------------------------------------------------------
+q_src(q{
+CREATE TABLE o (id integer PRIMARY KEY, rc regclass, rt regtype[], v text);
+INSERT INTO o VALUES (1, 'o', '{integer}', 'x');
+CREATE PUBLICATION pub_o FOR TABLE o;
+});
+q_dst(q{CREATE TABLE o (id integer PRIMARY KEY, rc text, rt text, v text)});
+AshTest::setup_pipeline($src, $dst, sink => 'o', publication => 'pub_o',
+	maps => [ ['o'] ], pipeline_extra => $v1);
+AshTest::wait_status($dst, 'o', 'misconfigured', 'source_type_invalid',
+	name => 'OID alias types (a copy gave bare OIDs, the stream names): start halts source_type_invalid');
+is(q_dst('SELECT count(*) FROM o'), '0', '... nothing copied');
+like(q_dst("SELECT detail FROM ash_replicant_doctor('o') WHERE check_name = 'columns'"),
+	qr/rc \(regclass -> text\).*rt \(regtype\[\] -> text\)/, 'doctor names both columns');
 
 # the source logs every statement (log_statement = all): the destination's
 is(scalar(AshTest::grep_logs_for('spaces_sentinel', $dst)), 0, 'no failing value in the destination log');
