@@ -299,8 +299,10 @@ target_cast(Relation rel, AttrNumber attnum, bool key)
 
 	if (base >= FirstGenbkiObjectId)
 		return NULL;
-	if (!key && (base == VARCHAROID || base == BITOID || base == VARBITOID))
+	if (!key && (base == VARCHAROID || base == BITOID || base == VARBITOID ||
+				 get_element_type(base) == VARCHAROID))
 	{
+		/* a length limit would cut what it compares (spaces, silently) */
 		base = base == BITOID ? VARBITOID : base;
 		typmod = -1;
 	}

@@ -876,6 +876,17 @@ fast_timestamp_in(const char *s, bool with_tz, Datum *result)
 	return true;
 }
 
+/*
+ * The typmod a value is read with: a varchar(n)[] target's elements are
+ * read whole and counted (check_elements_fit), since its input would cut
+ * an excess of spaces without an error.
+ */
+static inline int32
+read_typmod(AshTargetCol *col)
+{
+	return col->elem_maxchars >= 0 ? -1 : col->typmod;
+}
+
 static Datum
 convert_value(AshTargetCol *col, AshColumnValue *v)
 {
@@ -885,7 +896,7 @@ convert_value(AshTargetCol *col, AshColumnValue *v)
 		col->typmod == -1 &&
 		fast_timestamp_in(v->data, col->infunc.fn_oid == F_TIMESTAMPTZ_IN, &d))
 		return d;
-	return InputFunctionCall(&col->infunc, v->data, col->ioparam, col->typmod);
+	return InputFunctionCall(&col->infunc, v->data, col->ioparam, read_typmod(col));
 }
 
 /*
@@ -1037,11 +1048,11 @@ binary_value(AshApplyRel *rel, AshTargetCol *col, AshColumnValue *v)
 
 	if (type != col->typid || type >= FirstGenbkiObjectId || !OidIsValid(col->recvfunc.fn_oid))
 		return InputFunctionCall(&col->infunc, value_text(rel, col->remote_idx, v),
-								 col->ioparam, col->typmod);
+								 col->ioparam, read_typmod(col));
 	if (fast_receive(col, v, &d))
 		return d;
 	buf = binary_buffer(v);
-	d = ReceiveFunctionCall(&col->recvfunc, &buf, col->recv_ioparam, col->typmod);
+	d = ReceiveFunctionCall(&col->recvfunc, &buf, col->recv_ioparam, read_typmod(col));
 	if (buf.cursor != buf.len)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
@@ -1116,6 +1127,32 @@ check_fits(AshApplyRel *rel, AshTargetCol *col, AshColumnValue *v)
 						col->maxchars, rel->target_name)));
 }
 
+/* Every element of a varchar(n)[] value read whole: within n characters? */
+static void
+check_elements_fit(AshApplyRel *rel, AshTargetCol *col, Datum value)
+{
+	ArrayType  *arr = DatumGetArrayTypeP(value);
+	ArrayIterator it = array_create_iterator(arr, 0, NULL);
+	Datum		elem;
+	bool		isnull;
+
+	while (array_iterate(it, &elem, &isnull))
+	{
+		text	   *t;
+
+		if (isnull)
+			continue;
+		t = DatumGetTextPP(elem);
+		if (VARSIZE_ANY_EXHDR(t) > col->elem_maxchars &&
+			pg_mbstrlen_with_len(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)) > col->elem_maxchars)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("ash_replicant: a value too long for type character varying(%d)[] in a column of %s",
+							col->elem_maxchars, rel->target_name)));
+	}
+	array_free_iterator(it);
+}
+
 static void
 build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 {
@@ -1164,6 +1201,8 @@ build_image(AshApplyRel *rel, AshTuple *tup, AshRowImage *img)
 						img->values[c] = convert_value(col, v);
 					else
 						img->values[c] = binary_value(rel, col, v);
+					if (col->elem_maxchars >= 0)
+						check_elements_fit(rel, col, img->values[c]);
 				}
 				img->present[c] = true;
 				break;

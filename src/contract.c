@@ -83,7 +83,8 @@ static const char *manifest_sql =
 /*
  * Is a target column's type change from o to n a widening: every value the
  * old type held is held by the new one, rendered the same (no scale or
- * padding change)?  varchar(n) to a longer varchar, varchar or text; an
+ * padding change)?  varchar(n) to a longer varchar, varchar or text (also
+ * as an array's elements); an
  * integer to a larger one or numeric; real to double precision; numeric(p,s)
  * to more integer digits at the same scale, or unconstrained; a time or
  * timestamp to a higher or unconstrained precision.  Anything else changes
@@ -98,6 +99,11 @@ static const char *manifest_sql =
 "     OR (" n " LIKE 'character varying(%)' AND" \
 "         pg_catalog.rtrim(pg_catalog.split_part(" n ", '(', 2), ')')::pg_catalog.int4" \
 "           >= pg_catalog.rtrim(pg_catalog.split_part(" o ", '(', 2), ')')::pg_catalog.int4)" \
+"   ELSE false END" \
+" OR CASE WHEN " o " LIKE 'character varying(%)[]' THEN " n " IN ('text[]', 'character varying[]')" \
+"     OR (" n " LIKE 'character varying(%)[]' AND" \
+"         pg_catalog.split_part(pg_catalog.split_part(" n ", '(', 2), ')', 1)::pg_catalog.int4" \
+"           >= pg_catalog.split_part(pg_catalog.split_part(" o ", '(', 2), ')', 1)::pg_catalog.int4)" \
 "   ELSE false END" \
 " OR (" o " = 'smallint' AND " n " IN ('integer', 'bigint', 'numeric'))" \
 " OR (" o " = 'integer' AND " n " IN ('bigint', 'numeric'))" \

@@ -592,6 +592,14 @@ narrower(const AshSourceColumn *sc, Form_pg_attribute att)
 
 	if (!type_fit(sc, att, &f) || f.tmod < 0)
 		return false;			/* an unlimited target holds anything */
+	if (OidIsValid(get_element_type(f.tbase)))
+	{
+		/* an array's typmod is its elements': judged as theirs */
+		if (f.s[0] != '_')
+			return false;
+		f.tbase = get_element_type(f.tbase);
+		f.s++;
+	}
 	switch (f.tbase)
 	{
 		case VARCHAROID:

@@ -698,6 +698,8 @@ resolve_column_io(AshApplyRel *rel, AshTargetCol *tc, Form_pg_attribute att)
 	tc->typid = att->atttypid;
 	tc->typmod = att->atttypmod;
 	tc->maxchars = base == VARCHAROID && basemod >= VARHDRSZ ? basemod - VARHDRSZ : -1;
+	tc->elem_maxchars = get_element_type(base) == VARCHAROID && basemod >= VARHDRSZ ?
+		basemod - VARHDRSZ : -1;
 	tc->widen_float4 = base == FLOAT8OID &&
 		rel->remote.cols[tc->remote_idx].type_oid == FLOAT4OID;
 	getTypeInputInfo(att->atttypid, &infunc, &tc->ioparam);

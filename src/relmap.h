@@ -34,6 +34,8 @@ typedef struct AshTargetCol
 	bool		encrypt;		/* sealed with column encryption (bytea) */
 	int32		maxchars;		/* a varchar(n) target's n, else -1: its input
 								 * cuts an excess of spaces without an error */
+	int32		elem_maxchars;	/* a varchar(n)[] target's n, else -1: read
+								 * without the typmod, each element counted */
 	bool		widen_float4;	/* a real into a double precision target:
 								 * widened as the cast does, not via text */
 } AshTargetCol;

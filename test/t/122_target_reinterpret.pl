@@ -19,7 +19,8 @@
 #      'ab    ' into varchar(3) became 'ab ' on the previous build, healthy.  Now such a
 #      value fails as any longer value does (apply_failed, 22001), in the
 #      copy (binary) and streamed (text), its value in no log; widened, a
-#      plain start writes it exactly.
+#      plain start writes it exactly.  An element of a varchar(n)[] the
+#      same (the previous build cut each element's spaces, healthy).
 #   4  a real into a double precision target holds the real's own value, as
 #      the cast gives it (1.1::real::float8 is 1.10000002384185791015625):
 #      the previous build read it through text, and held 1.1 for a copied
@@ -57,6 +58,8 @@ CREATE TABLE s (id integer PRIMARY KEY, v text, w varchar(30));
 INSERT INTO s VALUES (1, 'abc', 'ab');
 CREATE TABLE c (id integer PRIMARY KEY, w varchar(30));
 INSERT INTO c VALUES (1, 'ok'), (2, 'cpy_spaces_sentinel      ');
+CREATE TABLE ca (id integer PRIMARY KEY, w varchar(30)[]);
+INSERT INTO ca VALUES (1, '{ok}'), (2, '{x,"arr_spaces_sentinel      "}');
 CREATE TABLE f (id integer PRIMARY KEY, r real, rd real);
 INSERT INTO f VALUES (1, 1.1, 1.1), (2, 3.4028235e38, 'Infinity'), (3, 'NaN', -0.1), (4, NULL, 16777217);
 CREATE TYPE addr AS (street text, city text);
@@ -69,11 +72,13 @@ INSERT INTO fk VALUES (1.1, 1), (2.2, 1);
 CREATE PUBLICATION pub_f FOR TABLE f, fk;
 CREATE PUBLICATION pub_s FOR TABLE s;
 CREATE PUBLICATION pub_c FOR TABLE c;
+CREATE PUBLICATION pub_ca FOR TABLE ca;
 });
 q_dst(q{
 CREATE TABLE z (id integer PRIMARY KEY, a timestamptz, d timestamptz, k timestamptz);
 CREATE TABLE s (id integer PRIMARY KEY, v varchar(20), w varchar(20));
 CREATE TABLE c (id integer PRIMARY KEY, w varchar(20));
+CREATE TABLE ca (id integer PRIMARY KEY, w varchar(20)[]);
 CREATE DOMAIN dbl AS double precision CHECK (VALUE <> 42);
 CREATE TABLE f (id integer PRIMARY KEY, r double precision, rd dbl);
 CREATE TABLE fk (k double precision PRIMARY KEY, v integer);
@@ -163,6 +168,22 @@ q_dst('ALTER TABLE c ALTER COLUMN w TYPE varchar(30)');
 AshTest::start_sink($dst, 'c');
 AshTest::wait_caught_up($src, $dst, 'c', name => 'c copies with the target widened');
 AshTest::assert_mirror_equal($src, $dst, ['c']);
+
+# an array of varchar(n): its elements the same (the previous build cut
+# the spaces of each, copied and streamed, healthy, verify saying match)
+AshTest::setup_pipeline($src, $dst, sink => 'ca', publication => 'pub_ca',
+	maps => [ ['ca'] ], pipeline_extra => $v1, census => '{"interval_ms": 600000}');
+AshTest::wait_status($dst, 'ca', 'halted', 'apply_failed',
+	name => 'a copied array element whose excess is spaces: halts apply_failed');
+is(AshTest::status_row($dst, 'ca')->{halt_condition}, 'string_data_right_truncation',
+	'... string_data_right_truncation');
+is(q_dst('SELECT count(*) FROM ca'), '0', '... nothing of the table copied');
+like(q_dst("SELECT verdict || '/' || reason FROM ash_replicant_doctor('ca') WHERE check_name = 'columns'"),
+	qr{^warn/target_column_narrower}, '... doctor warns target_column_narrower');
+q_dst('ALTER TABLE ca ALTER COLUMN w TYPE varchar(30)[]');
+AshTest::start_sink($dst, 'ca');
+AshTest::wait_caught_up($src, $dst, 'ca', name => 'ca copies with the target widened');
+AshTest::assert_mirror_equal($src, $dst, ['ca']);
 
 # ---------------------------------------------------------------------------
 # 4: a real into double precision, copied and streamed
