@@ -1763,20 +1763,11 @@ check_runtime(Doctor *d)
 {
 	char	   *extversion;
 	bool		isnull;
+	const char *unsupervised;
 
-	if (AshShmem == NULL)
+	if ((unsupervised = ash_unsupervised_reason()) != NULL)
 	{
-		emit(d, "runtime", V_FAIL, "library_not_preloaded");
-		return;
-	}
-	if (AshShmem->launcher_pid == 0)
-	{
-		emit(d, "runtime", V_FAIL, "launcher_not_running");
-		return;
-	}
-	if (ash_database == NULL || strcmp(ash_database, get_database_name(MyDatabaseId)) != 0)
-	{
-		emit(d, "runtime", V_FAIL, "launcher_database_mismatch");
+		emit(d, "runtime", V_FAIL, unsupervised);
 		return;
 	}
 	if (SPI_connect() != SPI_OK_CONNECT)

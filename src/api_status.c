@@ -300,6 +300,8 @@ derive_status(CatalogFacts *f, StatusRow *row)
 		if (snap.generation == f->start_generation && snap.register_failed)
 			row->reason = "worker_processes_exhausted";
 	}
+	else if ((row->reason = ash_unsupervised_reason()) != NULL)
+		;						/* nothing will start it here */
 	else if (all_slots_taken())
 		row->reason = "pipeline_slots_exhausted";
 }

@@ -28,6 +28,7 @@
  */
 #include "postgres.h"
 
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
@@ -249,4 +250,19 @@ ash_worker_prepare(BackgroundWorker *w, const char *function, const char *type,
 	w->bgw_main_arg = Int32GetDatum(slotno);
 	memcpy(w->bgw_extra, &generation, sizeof(int64));
 	w->bgw_notify_pid = MyProcPid;
+}
+
+const char *
+ash_unsupervised_reason(void)
+{
+	char	   *here;
+
+	if (AshShmem == NULL)
+		return "library_not_preloaded";
+	if (AshShmem->launcher_pid == 0)
+		return "launcher_not_running";
+	here = get_database_name(MyDatabaseId);
+	if (ash_database == NULL || here == NULL || strcmp(ash_database, here) != 0)
+		return "launcher_database_mismatch";
+	return NULL;
 }

@@ -264,6 +264,14 @@ extern void ash_require_shmem(void);
  */
 extern bool ash_pipeline_is_running(const char *sink_name);
 
+/*
+ * Why no worker runs for a pipeline of this database, whatever its
+ * configuration: library_not_preloaded, launcher_not_running (none at the
+ * moment), launcher_database_mismatch (the launcher supervises the
+ * database of ash_replicant.database); NULL when none of them holds.
+ */
+extern const char *ash_unsupervised_reason(void);
+
 /* Find the slot of sink_name in database dboid (caller holds lock). */
 extern AshPipelineSlot *ash_slot_find(Oid dboid, const char *sink_name);
 

@@ -60,6 +60,21 @@ ok($node->poll_query_until('postgres',
 	'launcher back after restart');
 is_deeply(error_lines($node), [], 'no error after restart');
 
+# 3b. a pipeline configured in a database the launcher does not supervise:
+# nothing will start it, and status says why (before: catching_up, no reason)
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', q{CREATE EXTENSION ash_replicant;
+SELECT ash_replicant_create_sink(sink_name => 'elsewhere', slot_name => 'elsewhere');
+SELECT ash_replicant_configure_pipeline(sink_name => 'elsewhere',
+	connection => 'host=127.0.0.1 port=1 dbname=app', publication => 'pub',
+	source_system_identifier => '1', source_database => 'app');
+SELECT ash_replicant_start('elsewhere');});
+is($node->safe_psql('other', q{SELECT state || '/' || coalesce(reason, '') FROM ash_replicant_status('elsewhere')}),
+	'catching_up/launcher_database_mismatch', 'status: launcher_database_mismatch');
+is($node->safe_psql('other', q{SELECT verdict || '/' || reason FROM ash_replicant_doctor('elsewhere') WHERE check_name = 'runtime'}),
+	'fail/launcher_database_mismatch', 'doctor: the same');
+$node->safe_psql('other', 'DROP EXTENSION ash_replicant');
+
 # 4. dropping the extension puts the launcher back to idle without errors
 $node->safe_psql('postgres', 'DROP EXTENSION ash_replicant');
 sleep(1);
