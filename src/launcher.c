@@ -62,6 +62,7 @@
 
 #include "ash_replicant.h"
 #include "launcher.h"
+#include "origin.h"
 #include "pipeline.h"
 #include "shmem.h"
 
@@ -509,6 +510,7 @@ ash_launcher_main(Datum main_arg)
 {
 	volatile bool logged_idle = false;
 	volatile bool logged_absent = false;
+	volatile bool origins_to_sweep = true;
 	volatile bool logged_update = false;
 	volatile int last_read_error = 0;
 	volatile TimestampTz last_read_error_logged = 0;
@@ -637,9 +639,15 @@ ash_launcher_main(Datum main_arg)
 						(errmsg("ash_replicant launcher: extension not installed in database \"%s\"; supervising nothing",
 								ash_database)));
 			logged_absent = true;
+			/* DROP EXTENSION left the sinks' origins (each holds a slot) */
+			if (origins_to_sweep)
+				origins_to_sweep = ash_origin_drop_orphans() > 0;
 		}
 		else
+		{
 			logged_absent = false;
+			origins_to_sweep = true;
+		}
 
 		if (npipes == PIPES_UPDATE_NEEDED)
 		{

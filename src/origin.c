@@ -24,7 +24,8 @@
  *	  stays the only record the pipeline resumes from.  Origins are created
  *	  on first use, so an install updated from 1.2.0 gets them when its
  *	  workers start, and are dropped with the sink (ash_replicant_drop_sink)
- *	  and by the rollback to 1.2.0.
+ *	  and by the rollback to 1.2.0; DROP EXTENSION runs no code of ours, so
+ *	  the launcher drops those left once it finds the extension gone.
  *
  *	  A destination holds at most max_replication_slots origins with
  *	  progress (shared with native subscriptions): a worker that cannot set
@@ -36,10 +37,12 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "replication/origin.h"
 #include "replication/slot.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 #include "origin.h"
 #include "shmem.h"
@@ -119,4 +122,74 @@ ash_origin_release_and_drop(const char *sink_name, int copier)
 	StartTransactionCommand();
 	replorigin_drop_by_name(name, true, true);
 	CommitTransactionCommand();
+}
+
+/* Drop origin name unless a process holds it (then false). */
+static bool
+drop_unheld(const char *name)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool dropped = true;
+
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		replorigin_drop_by_name(name, true, true);
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		/* held by a process (nowait): tried again later */
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		AbortCurrentTransaction();
+		dropped = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	return dropped;
+}
+
+int
+ash_origin_drop_orphans(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *names = NIL;
+	ListCell   *lc;
+	int			left = 0;
+	int			dropped = 0;
+
+	if (max_replication_slots == 0)
+		return 0;				/* no origin could have been created */
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	if (SPI_execute("SELECT roname FROM pg_catalog.pg_replication_origin"
+					" WHERE roname LIKE 'ash\\_replicant\\_%'", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the replication origins failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+		names = lappend(names, MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
+																	 SPI_tuptable->tupdesc, 1)));
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+
+	foreach(lc, names)
+	{
+		if (drop_unheld(lfirst(lc)))
+			dropped++;
+		else
+			left++;
+	}
+	if (dropped > 0)
+		ereport(LOG,
+				(errmsg("ash_replicant event=launcher.origins_dropped count=%d held=%d",
+						dropped, left),
+				 errdetail("The extension is not installed: its replication origins are dropped with it.")));
+	list_free_deep(names);
+	return left;
 }

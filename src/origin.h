@@ -51,4 +51,12 @@ extern void ash_origin_release_and_drop(const char *sink_name, int copier);
  */
 extern void ash_origin_drop_all(const char *sink_name);
 
+/*
+ * With the extension gone (DROP EXTENSION, which runs no code of ours):
+ * drop every origin of this naming that no process holds, each in its own
+ * transaction (none may be open).  Returns how many are left, held by a
+ * process (a worker still leaving): the caller tries again later.
+ */
+extern int	ash_origin_drop_orphans(void);
+
 #endif							/* ASH_ORIGIN_H */

@@ -325,4 +325,24 @@ $b->safe_psql($DB, "SELECT ash_replicant_drop_sink('hop2')");
 is(origin_count($b, 'ash_replicant_hop2'), '0', 'dropping the sink dropped its origin');
 is(origin_count($a, 'ash_replicant_hop1'), '1', 'other sinks keep theirs');
 
+##############################################################################
+# DROP EXTENSION (which runs no code of ours) leaves the sinks' origins,
+# each holding a replication state slot: the launcher drops them once it
+# finds the extension gone (before: kept for good).
+##############################################################################
+
+ok(AshTest::poll($a, "SELECT count(*) > 0 FROM pg_replication_origin WHERE roname LIKE 'ash\\_replicant\\_%'"),
+	'the first hop holds origins of its sinks');
+for my $s (@{ AshTest::json_rows($a, 'SELECT sink_name FROM ash_replicant.sinks') })
+{
+	AshTest::stop_sink($a, $s->{sink_name});
+}
+$a->safe_psql($DB, "SELECT pg_replication_origin_create('not_ours')");
+$a->safe_psql($DB, 'DROP EXTENSION ash_replicant CASCADE');
+ok(AshTest::poll($a, "SELECT count(*) = 0 FROM pg_replication_origin WHERE roname LIKE 'ash\\_replicant\\_%'"),
+	'the launcher dropped every origin of the dropped extension');
+is(origin_count($a, 'not_ours'), '1', 'an origin of another name stays');
+ok(scalar(AshTest::log_lines_like($a, qr/event=launcher\.origins_dropped count=\d+ held=0/)),
+	'the launcher says how many it dropped');
+
 done_testing();
