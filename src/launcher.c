@@ -20,7 +20,9 @@
  *		(pipeline.c) judges the death.
  *
  *	  With no extension installed, or no enabled pipeline, it supervises
- *	  nothing: it logs that once and sleeps.  Errors while reading the
+ *	  nothing: it logs that once and sleeps.  A database of that name that
+ *	  does not exist kills the launcher connecting to it; the next one
+ *	  waits for it without one (wait_for_database), and logs that once.  Errors while reading the
  *	  catalogs (a lock held past its lock_timeout among them) are logged
  *	  once a minute at most, never crash-loop, and change nothing: the
  *	  running workers go on.
@@ -40,7 +42,12 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "catalog/namespace.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -505,6 +512,73 @@ launcher_on_exit(int code, Datum arg)
 	LWLockRelease(AshShmem->lock);
 }
 
+/*
+ * The launcher before this one died connecting to ash_replicant.database:
+ * most likely it does not exist, and every launcher would die of it again,
+ * a FATAL line every bgw_restart_time for ever.  Connected to no database,
+ * this one says so once and looks for the database every naptime; once it
+ * exists, it exits to be started again (a process connects only once).
+ */
+/*
+ * Does pg_database hold this name?  Read as the autovacuum launcher reads
+ * it without a database: a plain scan (an index needs pg_class).
+ */
+static bool
+database_exists(const char *name)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+	bool		found = false;
+
+	if (name == NULL)
+		return false;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while (!found && HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection)))
+		found = strcmp(NameStr(((Form_pg_database) GETSTRUCT(tup))->datname), name) == 0;
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	return found;
+}
+
+static void
+wait_for_database(void)
+{
+	bool		logged = false;
+
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	for (;;)
+	{
+		bool		exists;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
+		exists = database_exists(ash_database);
+		if (exists)
+		{
+			AshShmem->launcher_connecting = false;
+			ereport(LOG,
+					(errmsg("ash_replicant launcher: database \"%s\" exists now; starting again to connect to it",
+							ash_database)));
+			proc_exit(1);
+		}
+		if (!logged)
+			ereport(LOG,
+					(errmsg("ash_replicant launcher: database \"%s\" (ash_replicant.database) does not exist; supervising nothing until it is created",
+							ash_database ? ash_database : "")));
+		logged = true;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 ash_naptime_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
 void
 ash_launcher_main(Datum main_arg)
 {
@@ -524,7 +598,12 @@ ash_launcher_main(Datum main_arg)
 	if (AshShmem == NULL)
 		ereport(FATAL, (errmsg("ash_replicant launcher: shared memory not initialised")));
 
+	/* only launchers write it, one at a time */
+	if (AshShmem->launcher_connecting)
+		wait_for_database();
+	AshShmem->launcher_connecting = true;
 	BackgroundWorkerInitializeConnection(ash_database, NULL, 0);
+	AshShmem->launcher_connecting = false;
 
 	/*
 	 * The catalog read waits for a lock at most this long, then the loop

@@ -224,6 +224,8 @@ typedef struct AshShared
 	LWLock	   *lock;			/* protects slots' identity fields */
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
+	bool		launcher_connecting;	/* still set at a launcher's start:
+										 * the one before died connecting */
 	int			nslots;
 	AshPipelineSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } AshShared;

@@ -1,5 +1,6 @@
 # The launcher boots with the library preloaded: without the extension, then
-# with the extension and no pipeline, and never loops on errors.
+# with the extension and no pipeline, and never loops on errors -- also when
+# ash_replicant.database names no database yet.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -79,6 +80,21 @@ $node->safe_psql('other', 'DROP EXTENSION ash_replicant');
 $node->safe_psql('postgres', 'DROP EXTENSION ash_replicant');
 sleep(1);
 is_deeply(error_lines($node), [], 'no error after DROP EXTENSION');
+
+# 5. ash_replicant.database names no database: the first launcher dies
+# connecting (one FATAL), the next waits for the database and says so once
+# (before: a FATAL every 5 s, for ever); created, the launcher connects
+$node->append_conf('postgresql.conf', "ash_replicant.database = 'later'\n");
+$node->restart;
+sleep(13);    # more than two restart intervals of a launcher (5 s)
+my @fatal = grep { /FATAL:  database "later" does not exist/ } split /\n/, slurp_file($node->logfile);
+cmp_ok(scalar(@fatal), '<=', 1, 'a missing database: at most one FATAL, not one every 5 s');
+like(slurp_file($node->logfile), qr/database "later" \(ash_replicant\.database\) does not exist; supervising nothing until it is created/,
+	'the launcher says it waits for the database');
+$node->safe_psql('postgres', 'CREATE DATABASE later');
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ash_replicant launcher' AND datname = 'later'"),
+	'created, the launcher connects to it');
 
 $node->stop;
 done_testing();
