@@ -984,8 +984,13 @@ ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t)
 
 		if (relname == NULL || nspname == NULL ||
 			strcmp(relname, t->relname) != 0 || strcmp(nspname, t->nspname) != 0)
+		{
+			/* a tenant's table: its schema is a value, never printed */
+			if (t->tenant != NULL)
+				ash_halt("tenant_scope_missing", "a tenant table of %s was renamed", t->log_name);
 			ash_halt("census_drift", "the target %s was renamed: its name stands for another table, or none",
 					 t->log_name);
+		}
 	}
 	t->checked_epoch = epoch;
 }

@@ -272,6 +272,7 @@ AshTest::both($src, $dst,
 q_src("CREATE PUBLICATION pub3 FOR TABLES IN SCHEMA rep");
 AshTest::setup_pipeline($src, $dst, sink => 's3', publication => 'pub3',
 	maps => [ ['rep.r'], ['rep.q'] ], census => '{"interval_ms": 1000}');
+q_dst("SELECT ash_replicant_wait_for_slot('s3', '60s')");
 q_src("INSERT INTO rep.r SELECT g, 'r' || g FROM generate_series(1, 20) g;"
 	  . " INSERT INTO rep.q SELECT g, 'q' || g FROM generate_series(1, 20) g");
 ok(AshTest::wait_caught_up($src, $dst, 's3'), 'schema publication: caught up');
