@@ -22,10 +22,10 @@
  *	  With no extension installed, or no enabled pipeline, it supervises
  *	  nothing: it logs that once and sleeps.  A database of that name that
  *	  does not exist kills the launcher connecting to it; the next one
- *	  waits for it without one (wait_for_database), and logs that once.  Errors while reading the
- *	  catalogs (a lock held past its lock_timeout among them) are logged
- *	  once a minute at most, never crash-loop, and change nothing: the
- *	  running workers go on.
+ *	  waits for it without one (wait_for_database), and logs that once.
+ *	  Errors while reading the catalogs (a lock held past its lock_timeout
+ *	  among them) are logged once a minute at most, never crash-loop, and
+ *	  change nothing: the running workers go on.
  *
  *	  A launcher terminated (pg_terminate_backend) exits with code 1, so the
  *	  postmaster starts it again; the new one adopts the workers its
@@ -513,13 +513,6 @@ launcher_on_exit(int code, Datum arg)
 }
 
 /*
- * The launcher before this one died connecting to ash_replicant.database:
- * most likely it does not exist, and every launcher would die of it again,
- * a FATAL line every bgw_restart_time for ever.  Connected to no database,
- * this one says so once and looks for the database every naptime; once it
- * exists, it exits to be started again (a process connects only once).
- */
-/*
  * Does pg_database hold this name?  Read as the autovacuum launcher reads
  * it without a database: a plain scan (an index needs pg_class).
  */
@@ -546,6 +539,13 @@ database_exists(const char *name)
 	return found;
 }
 
+/*
+ * The launcher before this one died connecting to ash_replicant.database:
+ * most likely it does not exist, and every launcher would die of it again,
+ * a FATAL line every bgw_restart_time for ever.  Connected to no database,
+ * this one says so once and looks for the database every naptime; once it
+ * exists, it exits to be started again (a process connects only once).
+ */
 static void
 wait_for_database(void)
 {
