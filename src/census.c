@@ -538,7 +538,9 @@ find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *con
 			if (strcmp(PQgetvalue(res, r, 0), recorded[i * 3]) == 0 &&
 				strcmp(PQgetvalue(res, r, 1), recorded[i * 3 + 1]) == 0 &&
 				!PQgetisnull(res, r, 3) &&
-				ash_source_publication_gap(recorded[i * 3 + 2], PQgetvalue(res, r, 3)))
+				ash_source_publication_gap(recorded[i * 3 + 2], PQgetvalue(res, r, 3),
+										   ash_config_find_mapping(cfg, recorded[i * 3],
+																   recorded[i * 3 + 1])))
 				gap = quote_qualified_identifier(recorded[i * 3], recorded[i * 3 + 1]);
 	PQclear(res);
 	return gap;
@@ -549,7 +551,7 @@ static void
 halt_publication_gap(const char *tables)
 {
 	ash_halt("publication_gap",
-			 "mapped tables left the publication and came back, their changes in between never decoded: %s",
+			 "mapped tables left the publication and came back, or they or columns of theirs were replaced, since they were recorded: %s",
 			 tables);
 }
 
@@ -668,7 +670,7 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 				ereport(LOG,
 						(errmsg("ash_replicant event=snapshot.publication_gap sink=%s table=%s",
 								cfg->sink_name, gap),
-						 errdetail("The table left the publication and came back while the pipeline streamed; the next session copies it again.")));
+						 errdetail("The table left the publication and came back, or it or a column of it was replaced, while the pipeline streamed; the next session copies it again.")));
 				publication_gap = strdup(gap);
 			}
 			else if ((gap = ash_publication_record(cfg, key, conn, false)) != NULL)

@@ -25,7 +25,10 @@
  *	  table's own OID is recorded too: a table replaced under its name (dropped
  *	  and created again, or another renamed into it) leaves the mirror with
  *	  rows no change deleted, while a schema's or FOR ALL TABLES membership
- *	  holds both tables.  The records live in
+ *	  holds both tables.  So are its columns' numbers by name: a written
+ *	  column dropped and added again under its name gave every row a value
+ *	  no change carried, and the decoder describes it as before.  The
+ *	  records live in
  *	  ash_replicant.publication_members, one row per mapped table of the
  *	  checkpoint, written at every start and census.
  *
@@ -119,10 +122,11 @@ ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res, Memor
 		char	   *nspname = SPI_getvalue(tt->vals[i], tt->tupdesc, 1);
 		char	   *relname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
 		int			r = published_row(res, nspname, relname);
+		AshMapping *m = ash_mappings_find(mappings, nspname, relname);
 
-		if (r >= 0 && ash_mappings_find(mappings, nspname, relname) != NULL &&
+		if (r >= 0 && m != NULL &&
 			ash_source_publication_gap(SPI_getvalue(tt->vals[i], tt->tupdesc, 3),
-									   PQgetvalue(res, r, 3)))
+									   PQgetvalue(res, r, 3), m))
 			appendStringInfo(&gaps, "%s%s", gaps.len > 0 ? ", " : "",
 							 quote_qualified_identifier(nspname, relname));
 	}

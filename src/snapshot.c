@@ -344,7 +344,9 @@ known_row_stands(SnapTable *known, const SnapTable *now, const bytea *attempt)
 
 	replaced = OidIsValid(known->target) && OidIsValid(now->target) &&
 		known->target != now->target;
-	gap = !replaced && ash_source_publication_gap(known->published, now->published);
+	gap = !replaced && ash_source_publication_gap(known->published, now->published,
+												  ash_config_find_mapping(ash_snap_cfg, known->nspname,
+																		  known->relname));
 	values[0] = CStringGetTextDatum(known->nspname);
 	values[1] = CStringGetTextDatum(known->relname);
 	if (!replaced && !gap)
@@ -390,7 +392,7 @@ known_row_stands(SnapTable *known, const SnapTable *now, const bytea *attempt)
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.publication_gap sink=%s table=%s",
 						ash_snap_cfg->sink_name, quote_qualified_identifier(known->nspname, known->relname)),
-				 errdetail("The table left the publication and came back; its changes in between were not decoded, so it is copied again.")));
+				 errdetail("The table left the publication and came back, or it or a column of it was replaced: what happened meanwhile was not decoded, so it is copied again.")));
 	return false;
 }
 

@@ -22,6 +22,7 @@
  */
 #include "postgres.h"
 
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 
 #include "coverage.h"
@@ -596,15 +597,27 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 		out->narrowing.context = narrow.data;
 }
 
+/*
+ * "col:<name>:<attnum>" of each live column of table c the decoder sends,
+ * the name's UTF-8 bytes in hex (a name may hold the separators).
+ */
+#define COLUMN_TOKENS_SQL(sent) \
+"    UNION ALL" \
+"    SELECT 'col:' || pg_catalog.encode(pg_catalog.convert_to(a.attname::pg_catalog.text, 'UTF8'), 'hex')" \
+"      || ':' || a.attnum::pg_catalog.text FROM pg_catalog.pg_attribute a" \
+"     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped" sent
+
 char *
 ash_source_publication_tables_sql(AshConn *conn)
 {
+	/* pgoutput sends no generated column (before 12 there is none) */
 	return psprintf("SELECT pt.schemaname::pg_catalog.text, pt.tablename::pg_catalog.text,"
 					"  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END,"
 					"  (SELECT pg_catalog.string_agg(m.tok, ',' ORDER BY m.tok) FROM ("
 					"    SELECT 'def:' || p.oid::pg_catalog.text || ':' || p.xmin::pg_catalog.text"
 					"    UNION ALL"
 					"    SELECT 'def:tbl:' || c.oid::pg_catalog.text"
+					COLUMN_TOKENS_SQL("%s")
 					"    UNION ALL"
 					"    SELECT 'all:' || p.oid::pg_catalog.text WHERE p.puballtables"
 					"    UNION ALL"
@@ -617,6 +630,7 @@ ash_source_publication_tables_sql(AshConn *conn)
 					"  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
 					"  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
 					" WHERE pt.pubname = $1 ORDER BY 1, 2",
+					conn->server_version < 120000 ? "" : " AND a.attgenerated = ''",
 					conn->server_version < 150000 ? "" :
 					"    UNION ALL"
 					"    SELECT 'ns:' || s.oid::pg_catalog.text FROM pg_catalog.pg_publication_namespace s"
@@ -642,6 +656,7 @@ ash_source_replication_set_tables_sql(void)
 		ASH_SETS_OF_C
 		"    UNION ALL"
 		"    SELECT 'def:tbl:' || c.oid::pg_catalog.text"
+		COLUMN_TOKENS_SQL("")
 		"    ) m(tok))"
 		"  FROM pg_catalog.pg_class c"
 		"  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
@@ -686,8 +701,59 @@ has_token(const char *list, const char *tok)
 	return false;
 }
 
+/* Does the mapping leave the column out (hexname: its UTF-8 name in hex)? */
+static bool
+column_skipped(const char *hexname, size_t len, const AshMapping *map)
+{
+	ListCell   *lc;
+
+	foreach(lc, map->skip)
+	{
+		const char *name = lfirst(lc);
+		char	   *utf8 = pg_server_to_any(name, strlen(name), PG_UTF8);
+		size_t		n = strlen(utf8);
+		char	   *hex = palloc(n * 2 + 1);
+		bool		same;
+
+		hex[hex_encode(utf8, n, hex)] = '\0';
+		same = strlen(hex) == len && strncmp(hex, hexname, len) == 0;
+		pfree(hex);
+		if (same)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A "col:<hexname>:<attnum>" token of then: does its name stand now for
+ * another column (dropped and added again, or another renamed into the
+ * name)?  A column gone now is the coverage's to judge
+ * (source_column_missing); one the mapping skips is not written, and an
+ * append log's events keep what they held: neither is judged.
+ */
+static bool
+column_replaced(const char *tok, const char *now, const AshMapping *map)
+{
+	const char *num = strrchr(tok, ':');
+	size_t		prefix = num - tok + 1; /* "col:<hexname>:" */
+	size_t		len = strlen(tok);
+
+	if (num == NULL || num < tok + 4)
+		return false;
+	if (map != NULL && (map->append_log || column_skipped(tok + 4, num - tok - 4, map)))
+		return false;
+	for (const char *p = now; (p = strstr(p, "col:")) != NULL; p++)
+	{
+		size_t		toklen = strcspn(p, ",");
+
+		if ((p == now || p[-1] == ',') && toklen >= prefix && strncmp(p, tok, prefix) == 0)
+			return toklen != len || strncmp(p, tok, len) != 0;
+	}
+	return false;
+}
+
 bool
-ash_source_publication_gap(const char *then, const char *now)
+ash_source_publication_gap(const char *then, const char *now, const AshMapping *map)
 {
 	char	   *copy;
 	char	   *tok;
@@ -703,6 +769,8 @@ ash_source_publication_gap(const char *then, const char *now)
 	{
 		if (strncmp(tok, "def:", 4) == 0)
 			redefined |= !has_token(now, tok);
+		else if (strncmp(tok, "col:", 4) == 0)
+			redefined |= column_replaced(tok, now, map);
 		else
 		{
 			members = true;

@@ -194,8 +194,10 @@ extern List *ash_source_rel_names(const List *rels);
  * dropped and created again under its name, or another renamed into it, is
  * another table, whose predecessor's rows the mirror holds without any
  * change that deleted them (under a schema's or FOR ALL TABLES membership
- * no catalog row of the publication changes).  Sorted, comma-separated.
- * In schema and name order.
+ * no catalog row of the publication changes); and each column the decoder
+ * sends as "col:<name>:<attnum>" (the name's UTF-8 bytes in hex): a column
+ * dropped and added again under its name keeps the name, not the number.
+ * Sorted, comma-separated.  In schema and name order.
  */
 extern char *ash_source_publication_tables_sql(AshConn *conn);
 
@@ -205,7 +207,8 @@ extern char *ash_source_publication_tables_sql(AshConn *conn);
  * pglogical.replication_set_table (which have no OID; a row removed and
  * added again, or replaced, is written by another transaction), with
  * "def:set:<set_id>:<xmin>" of each of those sets' own rows (alter_
- * replication_set rewrites them), and "def:tbl:<oid>" as above.
+ * replication_set rewrites them), "def:tbl:<oid>" and the "col:" tokens
+ * as above (generated columns too: pglogical sends them).
  */
 extern const char *ash_source_replication_set_tables_sql(void);
 
@@ -226,10 +229,16 @@ extern PGresult *ash_source_table_set_membership(AshConn *conn, const char *deco
  * changes of that time (it reads membership as of each change).  So with
  * a "def:" token of then missing now: the publication (a set) was
  * redefined since, and what it withheld meanwhile is unknown, or the table
- * was replaced by another of its name.  Not known
- * (NULL: another decoder, or recorded before 1.4.0): false.
+ * was replaced by another of its name.  A "col:" token of then whose
+ * column name stands now for another column number: the column was
+ * replaced (dropped and added again, or another renamed into its name),
+ * and the rows that existed then hold at the source what no change
+ * carried -- unless map (NULL: every column) skips the column or is an
+ * append log.  Not known (NULL: another decoder, or recorded before
+ * 1.4.0): false.
  */
-extern bool ash_source_publication_gap(const char *then, const char *now);
+extern bool ash_source_publication_gap(const char *then, const char *now,
+									   const AshMapping *map);
 
 /*
  * Every mapping of a sink as stored (ash_mapping_load_sink: *specs,

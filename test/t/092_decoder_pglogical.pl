@@ -20,7 +20,7 @@
 # source database without pglogical halts decoder_extension_missing; a
 # snapshot v1 copies existing rows before the stream; a mapped table out of
 # its set and back halts publication_gap without a snapshot (re-seeded with
-# v1) and is copied again with one.  The
+# v1) and is copied again with one, as after a mapped column replaced.  The
 # shared scenarios (types, TOAST, kill -9 ...) run under pglogical in
 # 090_decoders.pl too.
 use strict;
@@ -386,7 +386,7 @@ AshTest::setup_pipeline($src, $dst,
 	connection => $conn, marker => 0, maps => [ ['gapt'] ]);
 AshTest::wait_status($dst, 'pgl_gap', 'healthy', undef, src => $src);
 like($dst->safe_psql($DB, "SELECT published FROM ash_replicant.publication_members WHERE slot_name = 'pgl_gap'"),
-	qr/^def:set:\d+:\d+,def:tbl:\d+,set:\d+:\d+$/, 'the start records how the replication set holds the table');
+	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,set:\d+:\d+$/, 'the start records how the replication set holds the table');
 $src->safe_psql($DB, "INSERT INTO gapt VALUES (100, 'streamed')");
 AshTest::poll($dst, "SELECT count(*) FROM gapt WHERE id = 100", '1');
 AshTest::stop_settled($src, $dst, 'pgl_gap');
@@ -410,7 +410,7 @@ AshTest::wait_status($dst, 'pgl_gap', 'healthy', undef, src => $src, name => 're
 AshTest::poll($dst, "SELECT v FROM gapt WHERE id = 100", 'while out');
 AshTest::assert_mirror_equal($src, $dst, ['gapt'], name => 're-seeded under pglogical');
 like($dst->safe_psql($DB, "SELECT published FROM ash_replicant.snapshot_tables WHERE slot_name = 'pgl_gap'"),
-	qr/^def:set:\d+:\d+,def:tbl:\d+,set:\d+:\d+$/, 'the snapshot records how the set holds the table');
+	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,set:\d+:\d+$/, 'the snapshot records how the set holds the table');
 # with the snapshot configured: out and back while streaming, copied again
 $src->safe_psql($DB, "SELECT pglogical.replication_set_remove_table('gap_set', 'gapt')");
 $src->safe_psql($DB, "UPDATE gapt SET v = 'out, streaming' WHERE id <= 5");
@@ -421,6 +421,16 @@ ok(AshTest::wait_until(sub {
 	'the census finds the table back in its set and the next session copies it');
 AshTest::poll($dst, "SELECT count(*) FROM gapt WHERE v = 'out, streaming'", '5');
 AshTest::assert_mirror_equal($src, $dst, ['gapt'], name => 'copied again under pglogical');
+# a mapped column replaced under its name: the census finds it by its number
+# (docs/reasons.md#publication_gap) and the table is copied again
+my $gaps = () = AshTest::log_lines_like($dst, qr/event=snapshot\.publication_gap sink=pgl_gap table=public\.gapt/);
+$src->safe_psql($DB, "BEGIN; ALTER TABLE gapt DROP COLUMN v; ALTER TABLE gapt ADD COLUMN v text DEFAULT 'new v'; COMMIT");
+ok(AshTest::wait_until(sub {
+			scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.publication_gap sink=pgl_gap table=public\.gapt/)) > $gaps;
+		}),
+	'a mapped column replaced: the census finds it and the next session copies the table');
+AshTest::poll($dst, "SELECT count(*) FILTER (WHERE v = 'new v') = count(*) FROM gapt", 't');
+AshTest::assert_mirror_equal($src, $dst, ['gapt'], name => 'copied again under pglogical after a column was replaced');
 AshTest::stop_sink($dst, 'pgl_gap');
 
 # a source database without pglogical
