@@ -997,8 +997,7 @@ publication_gaps_fn(Doctor *d, void *arg)
 	/* catalogs older than the library (check runtime says so): none recorded */
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("publication_members", nsp)))
 		return;
-	res = ash_source_table_set_membership(d->conn, d->f.decoder, d->f.publication,
-										  d->f.replication_sets);
+	res = ash_source_table_set_membership(d->conn, &d->tableset);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
 	*(char **) arg = ash_publication_gaps(&key, d->mappings, res, d->cxt);

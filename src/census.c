@@ -403,7 +403,6 @@ static void
 describe_relations(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 {
 	AshTableSetSpec spec;
-	List	   *names = NIL;
 	List	   *rels = NIL;
 	List	   *out = NIL;
 	const char *absent;
@@ -419,18 +418,7 @@ describe_relations(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 	 * without a destination transaction: this runs inside the apply's
 	 * when a change does not fit its description
 	 */
-	foreach(lc, cfg->tables)
-	{
-		AshSourceName *n = palloc(sizeof(AshSourceName));
-
-		n->nspname = linitial((List *) lfirst(lc));
-		n->relname = lsecond((List *) lfirst(lc));
-		names = lappend(names, n);
-	}
-	memset(&spec, 0, sizeof(spec));
-	spec.decoder = cfg->decoder;
-	spec.tables = names;
-	spec.allow_keyless = cfg->allow_keyless_tables;
+	ash_source_table_set_of(cfg, &spec);
 
 	absent = ash_source_read_table_set(conn, &spec, &rels, NULL);
 	if (absent != NULL)
@@ -496,9 +484,9 @@ find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *con
 	uint64		n;
 	char	  **recorded;
 	char	   *gap = NULL;
+	AshTableSetSpec spec;
 
-	if (cfg->snapshot == NULL || strcmp(cfg->snapshot, "off") == 0 || key == NULL ||
-		strcmp(cfg->decoder, "wal2json") == 0)
+	if (cfg->snapshot == NULL || strcmp(cfg->snapshot, "off") == 0 || key == NULL)
 		return NULL;
 
 	/* what the attempt recorded: schema, table, membership, by threes */
@@ -528,9 +516,9 @@ find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *con
 	if (n == 0)
 		return NULL;
 
-	/* how the publication (or the replication sets) holds them now */
-	res = ash_source_table_set_membership(conn, cfg->decoder, cfg->publication,
-										  cfg->replication_sets);
+	/* how the publication (the replication sets, the tables) holds them now */
+	ash_source_table_set_of(cfg, &spec);
+	res = ash_source_table_set_membership(conn, &spec);
 	if (res == NULL)
 		return NULL;
 	for (uint64 i = 0; i < n && gap == NULL; i++)

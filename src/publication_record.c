@@ -96,7 +96,8 @@ ash_publication_watched_by(const char *decoder, const char *publication,
 	if (decoder == NULL)
 		return false;
 	return (strcmp(decoder, "pgoutput") == 0 && publication != NULL) ||
-		(strcmp(decoder, "pglogical") == 0 && replication_sets != NULL);
+		(strcmp(decoder, "pglogical") == 0 && replication_sets != NULL) ||
+		strcmp(decoder, "wal2json") == 0;
 }
 
 bool
@@ -150,8 +151,12 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	if (key == NULL || (!watched && !starting))
 		return NULL;
 	if (watched)
-		res = ash_source_table_set_membership(conn, cfg->decoder, cfg->publication,
-											  cfg->replication_sets);
+	{
+		AshTableSetSpec spec;
+
+		ash_source_table_set_of(cfg, &spec);
+		res = ash_source_table_set_membership(conn, &spec);
+	}
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();

@@ -412,20 +412,6 @@ mark_complete(XLogRecPtr start_lsn)
  * ---------------------------------------------------------------------
  */
 
-/* One element of a text[] literal: quoted, backslash and quote escaped. */
-static void
-append_array_element(StringInfo buf, const char *s)
-{
-	appendStringInfoString(buf, buf->len > 1 ? ",\"" : "\"");
-	for (; *s; s++)
-	{
-		if (*s == '"' || *s == '\\')
-			appendStringInfoChar(buf, '\\');
-		appendStringInfoChar(buf, *s);
-	}
-	appendStringInfoChar(buf, '"');
-}
-
 /*
  * pglogical: the replication sets must exist (fetched as coverage fetches
  * them, source_catalog.c); their tables come with the membership query.
@@ -452,48 +438,18 @@ pglogical_sets_exist(AshConn *conn)
 List *
 ash_snap_source_tables(AshConn *conn)
 {
-	const char *params[2];
+	AshTableSetSpec spec;
 	PGresult   *res;
 	List	   *tables = NIL;
 
-	if (strcmp(ash_snap_cfg->decoder, "wal2json") == 0)
-	{
-		StringInfoData nsps;
-		StringInfoData rels;
-		ListCell   *lc;
-
-		initStringInfo(&nsps);
-		initStringInfo(&rels);
-		appendStringInfoChar(&nsps, '{');
-		appendStringInfoChar(&rels, '{');
-		foreach(lc, ash_snap_cfg->tables)
-		{
-			append_array_element(&nsps, linitial((List *) lfirst(lc)));
-			append_array_element(&rels, lsecond((List *) lfirst(lc)));
-		}
-		appendStringInfoChar(&nsps, '}');
-		appendStringInfoChar(&rels, '}');
-		params[0] = nsps.data;
-		params[1] = rels.data;
-		res = ash_conn_exec_params(conn,
-								   "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text,"
-								   "  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END"
-								   "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
-								   "   pg_catalog.unnest($2::pg_catalog.text[])) AS s(nsp, rel)"
-								   "  JOIN pg_catalog.pg_namespace n ON n.nspname = s.nsp"
-								   "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.rel"
-								   " ORDER BY 1, 2",
-								   2, params, false);
-	}
-	else
-	{
-		/* how the table set holds each table ("A table out of the publication and back") */
-		if (strcmp(ash_snap_cfg->decoder, "pglogical") == 0)
-			pglogical_sets_exist(conn);
-		res = ash_source_table_set_membership(conn, ash_snap_cfg->decoder,
-											  ash_snap_cfg->publication,
-											  ash_snap_cfg->replication_sets);
-	}
+	/*
+	 * How the table set holds each table ("A table out of the publication
+	 * and back"; wal2json's: the table and its columns)
+	 */
+	if (strcmp(ash_snap_cfg->decoder, "pglogical") == 0)
+		pglogical_sets_exist(conn);
+	ash_source_table_set_of(ash_snap_cfg, &spec);
+	res = ash_source_table_set_membership(conn, &spec);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		ash_conn_report_result(res, "snapshot table list");
 	for (int i = 0; i < PQntuples(res); i++)

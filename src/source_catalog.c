@@ -665,28 +665,106 @@ ash_source_replication_set_tables_sql(void)
 #undef ASH_SETS_OF_C
 }
 
+/* One element of a text[] literal: quoted, backslash and quote escaped. */
+static void
+append_array_element(StringInfo buf, const char *s)
+{
+	appendStringInfoString(buf, buf->len > 1 ? ",\"" : "\"");
+	for (; *s; s++)
+	{
+		if (*s == '"' || *s == '\\')
+			appendStringInfoChar(buf, '\\');
+		appendStringInfoChar(buf, *s);
+	}
+	appendStringInfoChar(buf, '"');
+}
+
+/*
+ * wal2json's table set, the configured tables ($1 schemas, $2 names, text[]
+ * literals in step): it has no membership, each table is held by its OID
+ * and its columns (generated ones too: wal2json sends them).
+ */
+static const char *wal2json_tables_sql =
+"SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text,"
+"  CASE WHEN c.reltuples >= 0 THEN c.reltuples::pg_catalog.int8 END,"
+"  (SELECT pg_catalog.string_agg(m.tok, ',' ORDER BY m.tok) FROM ("
+"    SELECT 'def:tbl:' || c.oid::pg_catalog.text"
+COLUMN_TOKENS_SQL("")
+"    ) m(tok))"
+"  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
+"   pg_catalog.unnest($2::pg_catalog.text[])) AS s(nsp, rel)"
+"  JOIN pg_catalog.pg_namespace n ON n.nspname = s.nsp"
+"  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.rel"
+" ORDER BY 1, 2";
+
 PGresult *
-ash_source_table_set_membership(AshConn *conn, const char *decoder, const char *publication,
-								const char *replication_sets)
+ash_source_table_set_membership(AshConn *conn, const AshTableSetSpec *spec)
 {
 	PGresult   *res;
-	const char *params[1];
+	const char *params[2];
+	const char *decoder = spec->decoder;
 
-	if (decoder != NULL && strcmp(decoder, "pgoutput") == 0 && publication != NULL)
+	if (decoder != NULL && strcmp(decoder, "pgoutput") == 0 && spec->publication != NULL)
 	{
-		params[0] = publication;
+		params[0] = spec->publication;
 		res = ash_conn_exec_params(conn, ash_source_publication_tables_sql(conn), 1, params, false);
 	}
-	else if (decoder != NULL && strcmp(decoder, "pglogical") == 0 && replication_sets != NULL)
+	else if (decoder != NULL && strcmp(decoder, "pglogical") == 0 && spec->replication_sets != NULL)
 	{
-		params[0] = replication_sets;
+		params[0] = spec->replication_sets;
 		res = ash_conn_exec_params(conn, ash_source_replication_set_tables_sql(), 1, params, false);
+	}
+	else if (decoder != NULL && strcmp(decoder, "wal2json") == 0 && spec->tables != NIL)
+	{
+		StringInfoData nsps;
+		StringInfoData rels;
+		ListCell   *lc;
+
+		initStringInfo(&nsps);
+		initStringInfo(&rels);
+		appendStringInfoChar(&nsps, '{');
+		appendStringInfoChar(&rels, '{');
+		foreach(lc, (List *) spec->tables)
+		{
+			AshSourceName *n = lfirst(lc);
+
+			append_array_element(&nsps, n->nspname);
+			append_array_element(&rels, n->relname);
+		}
+		appendStringInfoChar(&nsps, '}');
+		appendStringInfoChar(&rels, '}');
+		params[0] = nsps.data;
+		params[1] = rels.data;
+		res = ash_conn_exec_params(conn, wal2json_tables_sql, 2, params, false);
 	}
 	else
 		return NULL;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		ash_conn_report_result(res, "table set membership");
 	return res;
+}
+
+void
+ash_source_table_set_of(const AshPipelineConfig *cfg, AshTableSetSpec *spec)
+{
+	ListCell   *lc;
+	List	   *names = NIL;
+
+	/* stored as (schema, table) Lists: the worker restarts on a change */
+	foreach(lc, cfg->tables)
+	{
+		AshSourceName *n = palloc(sizeof(AshSourceName));
+
+		n->nspname = linitial((List *) lfirst(lc));
+		n->relname = lsecond((List *) lfirst(lc));
+		names = lappend(names, n);
+	}
+	memset(spec, 0, sizeof(*spec));
+	spec->decoder = cfg->decoder;
+	spec->publication = cfg->publication;
+	spec->replication_sets = cfg->replication_sets;
+	spec->tables = names;
+	spec->allow_keyless = cfg->allow_keyless_tables;
 }
 
 /* Is tok one of the comma-separated tokens of list? */

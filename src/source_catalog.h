@@ -214,12 +214,17 @@ extern const char *ash_source_replication_set_tables_sql(void);
 
 /*
  * How the decoder's table set holds each of its tables now, in the shape
- * above: pgoutput's publication or pglogical's replication sets (NULL for
- * another decoder, or no table set configured).
+ * above: pgoutput's publication, pglogical's replication sets, or
+ * wal2json's configured tables (which it holds whatever happens: only
+ * "def:tbl:" and the "col:" tokens); NULL when none is configured.
  */
-extern PGresult *ash_source_table_set_membership(AshConn *conn, const char *decoder,
-												 const char *publication,
-												 const char *replication_sets);
+extern PGresult *ash_source_table_set_membership(AshConn *conn, const AshTableSetSpec *spec);
+
+/*
+ * The table-set setting of cfg (its tables as AshSourceName *, pointing
+ * into cfg).
+ */
+extern void ash_source_table_set_of(const AshPipelineConfig *cfg, AshTableSetSpec *spec);
 
 /*
  * Did a table held by the publication as "then" say (the tokens above)

@@ -16,6 +16,9 @@
 #     the start halts;
 #   - with a v1 snapshot configured, a mapped column replaced while
 #     streaming: the table is copied again, mirror = source by content hash;
+#   - wal2json, which has no membership, records each table by its OID and
+#     columns: a column replaced halts (with v1: copied again), and so does
+#     a table dropped and created again under its name;
 #   - no value in any log.
 use strict;
 use warnings;
@@ -24,7 +27,8 @@ use AshTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my ($src, $dst) = AshTest::start_pair(log_statement => 'none');
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	src_conf => "output_plugin_libraries = 'pgoutput, wal2json'\n");
 my $DB = $AshTest::DB;
 my $SENTINEL = 'SENTINEL_COLREPL_5d20e7';
 
@@ -162,6 +166,56 @@ ok(AshTest::wait_caught_up($src, $dst, 's2'), 'copied again and caught up');
 AshTest::wait_status($dst, 's2', 'healthy');
 AshTest::assert_mirror_equal($src, $dst, ['u'], name => 'v1: copied again after the column was replaced');
 is(q_dst("SELECT count(*) FROM u WHERE n = 7"), '200', 'every row holds the new column\'s value');
+
+##############################################################################
+# wal2json: no membership, but each table is held by its OID and columns
+##############################################################################
+
+AshTest::both($src, $dst, "CREATE TABLE w (id integer PRIMARY KEY, a text, b text)");
+AshTest::setup_pipeline($src, $dst, sink => 's3', decoder => 'wal2json', tables => ['public.w'],
+	maps => [ ['w'] ]);
+q_dst("SELECT ash_replicant_wait_for_slot('s3', '60s')");
+q_src("INSERT INTO w SELECT g, 'w' || g, 'x' || g FROM generate_series(1, 30) g");
+ok(AshTest::wait_caught_up($src, $dst, 's3'), 'wal2json: caught up');
+AshTest::wait_status($dst, 's3', 'healthy');
+like(record_of('s3', 'w'), qr/^col:61:2,col:62:3,col:6964:1,def:tbl:\d+$/,
+	'wal2json: the start records the table by its OID and columns');
+$mirror = AshTest::table_hash($dst, 'w');
+q_src("BEGIN; ALTER TABLE w DROP COLUMN b; ALTER TABLE w ADD COLUMN b text DEFAULT '$SENTINEL'; COMMIT");
+AshTest::wait_status($dst, 's3', 'halted', 'publication_gap',
+	name => 'wal2json: a mapped column replaced while streaming: the census halts publication_gap');
+is(AshTest::table_hash($dst, 'w'), $mirror, 'wal2json: the mirror as it was');
+AshTest::stop_settled($src, $dst, 's3');
+is(q_dst("SELECT ash_replicant_acknowledge_publication_gap('s3', $identity)"), 't', 'wal2json: acknowledged');
+AshTest::start_sink($dst, 's3');
+q_src("UPDATE w SET b = 'b again' WHERE id = 1");
+ok(AshTest::wait_caught_up($src, $dst, 's3'), 'wal2json: acknowledged, caught up');
+is(q_dst("SELECT b FROM w WHERE id = 1"), 'b again', 'wal2json: streams on');
+AshTest::stop_settled($src, $dst, 's3');
+$facts = AshTest::checkpoint_facts($dst, 's3');
+q_src("BEGIN; DROP TABLE w; CREATE TABLE w (id integer PRIMARY KEY, a text, b text);"
+	  . " INSERT INTO w VALUES (100, '$SENTINEL', 'new'); COMMIT");
+AshTest::start_sink($dst, 's3');
+AshTest::wait_status($dst, 's3', 'halted', 'publication_gap',
+	name => 'wal2json: a table dropped and created again while stopped: the start halts publication_gap');
+is(AshTest::checkpoint_facts($dst, 's3'), $facts, 'wal2json: nothing applied');
+AshTest::stop_sink($dst, 's3');
+
+# wal2json with a v1 snapshot: copied again
+AshTest::both($src, $dst, "CREATE TABLE wv (id integer PRIMARY KEY, a text, n integer)");
+q_src("INSERT INTO wv SELECT g, 'v' || g, g FROM generate_series(1, 100) g");
+AshTest::setup_pipeline($src, $dst, sink => 's4', decoder => 'wal2json', tables => ['public.wv'],
+	maps => [ ['wv'] ], pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+ok(AshTest::wait_caught_up($src, $dst, 's4'), 'wal2json v1: copied and caught up');
+q_src("BEGIN; ALTER TABLE wv DROP COLUMN n; ALTER TABLE wv ADD COLUMN n integer DEFAULT 8; COMMIT");
+ok(AshTest::wait_until(sub {
+			scalar(AshTest::log_lines_like($dst, qr/event=snapshot\.publication_gap sink=s4 table=public\.wv/)) >= 1;
+		}),
+	'wal2json v1: a mapped column replaced: the table is to be copied again');
+q_src("UPDATE wv SET a = 'after' WHERE id = 1");
+ok(AshTest::wait_caught_up($src, $dst, 's4'), 'wal2json v1: copied again and caught up');
+AshTest::assert_mirror_equal($src, $dst, ['wv'], name => 'wal2json v1: copied again after the column was replaced');
+AshTest::stop_sink($dst, 's4');
 
 ##############################################################################
 # No value in any log
