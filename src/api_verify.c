@@ -92,6 +92,7 @@
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "owner_scope.h"
 #include "provenance.h"
 #include "shmem.h"
 #include "source_catalog.h"
@@ -898,19 +899,17 @@ scope_tables(Verify *v, VerifyTable *t)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		int			nest;
+		AshOwnerScope scope;
 
-		SetUserIdAndSecContext(v->cfg->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
-							   SECURITY_RESTRICTED_OPERATION | SECURITY_NOFORCE_RLS);
-		nest = NewGUCNestLevel();
+		/* the owner's function sets nothing the definer's statements see */
+		ash_owner_scope_enter(&scope, v->cfg->owner, SECURITY_RESTRICTED_OPERATION);
 		(void) set_config_option("row_security", "off", PGC_SUSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "ash_replicant: SPI_connect failed");
-		tables = ash_provenance_tables(t->m);
+		tables = ash_provenance_tables(t->m, v->cfg->owner);
 		SPI_finish();
-		AtEOXact_GUC(true, nest);
-		SetUserIdAndSecContext(save_userid, save_sec);
+		ash_owner_scope_exit(&scope);
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();

@@ -79,6 +79,7 @@
 #include "provenance.h"
 #include "shmem.h"
 #include "spi_util.h"
+#include "owner_scope.h"
 #include "source_columns.h"
 
 AshApplyErrorContext ash_apply_errctx;
@@ -1346,20 +1347,13 @@ require_xact(const char *what)
  * Write as the sink owner.  FORCE ROW LEVEL SECURITY does not apply to the
  * owner of a table here (as in a foreign key's check): the owner's writes
  * are not re-gated by policies (docs/sql-api-mapping.md, "Row-level
- * security").
+ * security").  What the owner's code (a trigger, the tenant function) sets
+ * is undone at the end (owner_scope.c).
  */
 static void
-as_owner_begin(Oid *save_userid, int *save_sec)
+as_owner_begin(AshOwnerScope *scope)
 {
-	GetUserIdAndSecContext(save_userid, save_sec);
-	SetUserIdAndSecContext(apply_cfg->owner,
-						   *save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
-}
-
-static void
-as_owner_end(Oid save_userid, int save_sec)
-{
-	SetUserIdAndSecContext(save_userid, save_sec);
+	ash_owner_scope_enter(scope, apply_cfg->owner, 0);
 }
 
 /*
@@ -1688,8 +1682,7 @@ apply_row_change(AshChange *c)
 	AshChange	part;
 	AshApplyRel *rel;
 	const AshApplyStrategy *strategy;
-	Oid			save_userid;
-	int			save_sec;
+	AshOwnerScope owner_scope;
 	uint32		relid;
 	char	   *told = NULL;
 	char	   *tnew = NULL;
@@ -1736,7 +1729,7 @@ apply_row_change(AshChange *c)
 		ash_halt("protocol_violation", "delete without an old key");
 
 	PushActiveSnapshot(GetTransactionSnapshot());
-	as_owner_begin(&save_userid, &save_sec);
+	as_owner_begin(&owner_scope);
 	if (rel->tenant_mode != ASH_TENANT_NONE)
 		resolve_change_tenants(rel, c, &told, &tnew);
 	switch (c->kind)
@@ -1754,7 +1747,7 @@ apply_row_change(AshChange *c)
 			table_stats_count(rel, target_for(rel, told), told, STAT_DELETED);
 			break;
 	}
-	as_owner_end(save_userid, save_sec);
+	ash_owner_scope_exit(&owner_scope);
 	PopActiveSnapshot();
 	pending.applied_changes++;
 	batch_changes++;
@@ -1763,8 +1756,7 @@ apply_row_change(AshChange *c)
 static void
 apply_truncate(AshChange *c)
 {
-	Oid			save_userid;
-	int			save_sec;
+	AshOwnerScope owner_scope;
 
 	require_xact("truncate");
 	meta.ordinal++;
@@ -1829,7 +1821,7 @@ apply_truncate(AshChange *c)
 			 strategy_for(rel) == &ash_append_strategy))
 		{
 			PushActiveSnapshot(GetTransactionSnapshot());
-			as_owner_begin(&save_userid, &save_sec);
+			as_owner_begin(&owner_scope);
 			if (keeps)
 			{
 				ash_scd1_truncate_keeping(rel, rel->target_default, keep.data, nkeep,
@@ -1841,7 +1833,7 @@ apply_truncate(AshChange *c)
 			}
 			else
 				strategy_for(rel)->truncate(rel, rel->target_default);
-			as_owner_end(save_userid, save_sec);
+			ash_owner_scope_exit(&owner_scope);
 			PopActiveSnapshot();
 			table_stats_count(rel, rel->target_default, NULL, STAT_TRUNCATED);
 		}
@@ -1920,14 +1912,13 @@ apply_message(AshChange *c)
 	if (ash_config_is_append_log(apply_cfg))
 	{
 		/* an event of the append log, written as the sink owner */
-		Oid			save_userid;
-		int			save_sec;
+		AshOwnerScope owner_scope;
 
 		PushActiveSnapshot(GetTransactionSnapshot());
-		as_owner_begin(&save_userid, &save_sec);
+		as_owner_begin(&owner_scope);
 		ash_append_message(apply_cfg, route->target, prefix,
 						   c->u.message.content, c->u.message.content_len);
-		as_owner_end(save_userid, save_sec);
+		ash_owner_scope_exit(&owner_scope);
 		PopActiveSnapshot();
 	}
 	else
@@ -2126,15 +2117,14 @@ stream_abort(AshChange *c)
 static void
 flush_deferred(void)
 {
-	Oid			save_userid;
-	int			save_sec;
+	AshOwnerScope owner_scope;
 
 	if (!batch_open || !ash_scd1_strategy.flush)
 		return;
-	as_owner_begin(&save_userid, &save_sec);
+	as_owner_begin(&owner_scope);
 	ash_provenance_resolve();	/* snapshot rows waiting for their probe */
 	ash_scd1_strategy.flush();
-	as_owner_end(save_userid, save_sec);
+	ash_owner_scope_exit(&owner_scope);
 }
 
 /*
@@ -2180,13 +2170,12 @@ ash_apply_write_gathered(XLogRecPtr received)
 void
 ash_apply_flush_deferred(void)
 {
-	Oid			save_userid;
-	int			save_sec;
+	AshOwnerScope owner_scope;
 
 	flush_deferred();
-	as_owner_begin(&save_userid, &save_sec);
+	as_owner_begin(&owner_scope);
 	ash_provenance_flush();
-	as_owner_end(save_userid, save_sec);
+	ash_owner_scope_exit(&owner_scope);
 }
 
 void
@@ -2505,16 +2494,15 @@ ash_apply_indexes_after(Oid relid)
 int64
 ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn, bool nothing_past)
 {
-	Oid			save_userid;
-	int			save_sec;
+	AshOwnerScope owner_scope;
 	int64		rows;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	Assert(batch_open && meta.snapshot_attempt != NULL);
 	ash_apply_errctx.command = "retire";
-	as_owner_begin(&save_userid, &save_sec);
+	as_owner_begin(&owner_scope);
 	rows = ash_provenance_retire(m, meta.snapshot_attempt, close_lsn, nothing_past);
-	as_owner_end(save_userid, save_sec);
+	ash_owner_scope_exit(&owner_scope);
 	MemoryContextSwitchTo(cxt);
 	return rows;
 }
@@ -2522,13 +2510,12 @@ ash_apply_snapshot_retire(AshMapping *m, XLogRecPtr close_lsn, bool nothing_past
 void
 ash_apply_snapshot_forget(AshMapping *m, const bytea *attempt)
 {
-	Oid			save_userid;
-	int			save_sec;
+	AshOwnerScope owner_scope;
 
 	ash_apply_errctx.command = "forget";
-	as_owner_begin(&save_userid, &save_sec);
+	as_owner_begin(&owner_scope);
 	ash_provenance_forget(m, attempt);
-	as_owner_end(save_userid, save_sec);
+	ash_owner_scope_exit(&owner_scope);
 }
 
 XLogRecPtr

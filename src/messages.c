@@ -81,6 +81,7 @@
 #include "errors.h"
 #include "keyring.h"
 #include "messages.h"
+#include "owner_scope.h"
 #include "spi_util.h"
 
 #define DIGEST_LEN		(1 + 4 + ASH_HMAC_SHA256_LEN)
@@ -572,8 +573,7 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 	Datum		values[4];
 	char		nulls[5] = "    ";
 	bytea	   *raw;
-	Oid			save_userid;
-	int			save_sec;
+	AshOwnerScope owner_scope;
 
 	raw = palloc(VARHDRSZ + len);
 	SET_VARSIZE(raw, VARHDRSZ + len);
@@ -602,13 +602,11 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 		values[3] = PointerGetDatum(digest);
 	}
 
-	/* the effect is the sink owner's write */
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(cfg->owner,
-						   save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
+	/* the effect is the sink owner's write (owner_scope.c) */
+	ash_owner_scope_enter(&owner_scope, cfg->owner, 0);
 	(void) ash_spi_execute(rp->effect, values, nulls,
 						   OidIsValid(rp->route->target) ? SPI_OK_INSERT : SPI_OK_SELECT);
-	SetUserIdAndSecContext(save_userid, save_sec);
+	ash_owner_scope_exit(&owner_scope);
 }
 
 /* Look up a claim under every retained version; NULL digest when none. */

@@ -59,12 +59,14 @@
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "miscadmin.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
 #include "crypto.h"
 #include "errors.h"
 #include "keyring.h"
+#include "owner_scope.h"
 #include "provenance.h"
 #include "spi_util.h"
 
@@ -1273,12 +1275,15 @@ qualified_name(Oid relid)
 	return quote_qualified_identifier(nsp, rel);
 }
 
-/* The tenants tenant_scope_function returns (it runs in a subtransaction). */
+/*
+ * The tenants tenant_scope_function returns: run as owner, restricted, in
+ * a subtransaction (owner_scope.c).
+ */
 static List *
-scope_tenants(AshMapping *m)
+scope_tenants(AshMapping *m, Oid owner)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
+	ResourceOwner resowner = CurrentResourceOwner;
 	List	   *volatile tenants = NIL;
 	char	   *fn;
 
@@ -1292,10 +1297,13 @@ scope_tenants(AshMapping *m)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
+		AshOwnerScope scope;
 		int			ret;
 
 		PushActiveSnapshot(GetTransactionSnapshot());
+		ash_owner_scope_enter(&scope, owner, SECURITY_RESTRICTED_OPERATION);
 		ret = SPI_execute(psprintf("SELECT s::pg_catalog.text FROM %s() AS s", fn), true, 0);
+		ash_owner_scope_exit(&scope);
 		PopActiveSnapshot();
 		MemoryContextSwitchTo(cxt);
 		if (ret != SPI_OK_SELECT)
@@ -1304,7 +1312,7 @@ scope_tenants(AshMapping *m)
 			tenants = lappend(tenants, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
+		CurrentResourceOwner = resowner;
 	}
 	PG_CATCH();
 	{
@@ -1313,7 +1321,7 @@ scope_tenants(AshMapping *m)
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
+		CurrentResourceOwner = resowner;
 		tenants = NIL;
 		ash_halt("snapshot_scope_incomplete", "the tenant_scope_function of %s raised",
 				 qualified_name(m->target_relid));
@@ -1329,14 +1337,14 @@ scope_tenants(AshMapping *m)
  * table: tenant_scope_missing).
  */
 List *
-ash_provenance_tables(AshMapping *m)
+ash_provenance_tables(AshMapping *m, Oid owner)
 {
 	List	   *tables = NIL;
 	ListCell   *lc;
 
 	if (!is_context(m))
 		return list_make1(qualified_name(m->target_relid));
-	foreach(lc, scope_tenants(m))
+	foreach(lc, scope_tenants(m, owner))
 	{
 		char	   *tenant = lfirst(lc);
 		char	   *schema;
@@ -1356,7 +1364,7 @@ ash_provenance_tables(AshMapping *m)
 }
 
 void
-ash_provenance_check_versions(AshMapping *m)
+ash_provenance_check_versions(AshMapping *m, Oid owner)
 {
 	StringInfoData sql;
 	MemoryContext cxt = CurrentMemoryContext;
@@ -1365,7 +1373,7 @@ ash_provenance_check_versions(AshMapping *m)
 
 	ash_keyring_load();
 	initStringInfo(&sql);
-	foreach(lc, ash_provenance_tables(m))
+	foreach(lc, ash_provenance_tables(m, owner))
 		appendStringInfo(&sql, "%sSELECT pg_catalog.substr(%s, 1, %d) FROM %s WHERE %s IS NOT NULL",
 						 sql.len > 0 ? " UNION " : "",
 						 ASH_PROVENANCE_FINGERPRINT_COLUMN, ASH_PROVENANCE_TAG_BYTES,
@@ -1435,7 +1443,7 @@ check_nothing_past(AshMapping *m, const char *table, Oid *types, Datum *values)
 }
 
 void
-ash_provenance_check_history(AshMapping *m, XLogRecPtr position)
+ash_provenance_check_history(AshMapping *m, XLogRecPtr position, Oid owner)
 {
 	Oid			types[1] = {INT8OID};
 	Datum		values[1];
@@ -1444,7 +1452,7 @@ ash_provenance_check_history(AshMapping *m, XLogRecPtr position)
 	if (!is_scd2(m))
 		return;
 	values[0] = Int64GetDatum((int64) position);
-	foreach(lc, ash_provenance_tables(m))
+	foreach(lc, ash_provenance_tables(m, owner))
 	{
 		StringInfoData sql;
 
@@ -1509,7 +1517,7 @@ ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn,
 	ListCell   *lc;
 	int64		rows = 0;
 
-	foreach(lc, ash_provenance_tables(m))
+	foreach(lc, ash_provenance_tables(m, GetUserId()))
 		rows += retire_in(m, lfirst(lc), attempt, close_lsn, nothing_past);
 	return rows;
 }
@@ -1528,7 +1536,7 @@ ash_provenance_forget(AshMapping *m, const bytea *attempt)
 	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	PushActiveSnapshot(GetTransactionSnapshot());
-	foreach(lc, ash_provenance_tables(m))
+	foreach(lc, ash_provenance_tables(m, GetUserId()))
 	{
 		if (SPI_execute_with_args(psprintf("UPDATE %s SET %s = NULL WHERE %s = $1",
 										   (char *) lfirst(lc), ASH_PROVENANCE_SEEN_COLUMN,

@@ -84,15 +84,16 @@ extern void ash_provenance_discard(void);
  * under context tenancy the table of every scope its tenant_scope_function
  * returns (snapshot_scope_incomplete when the function is missing, raises
  * or returns a NULL or blank scope; tenant_scope_missing for a scope
- * without its table).  Runs the function as the current user.
+ * without its table).  Runs the function as owner, restricted
+ * (owner_scope.c).
  */
-extern List *ash_provenance_tables(AshMapping *m);
+extern List *ash_provenance_tables(AshMapping *m, Oid owner);
 
 /*
  * Halt keyring_version_missing when a fingerprint in a target of m names a
  * key version the keyring lacks (every scope of context tenancy).
  */
-extern void ash_provenance_check_versions(AshMapping *m);
+extern void ash_provenance_check_versions(AshMapping *m, Oid owner);
 
 /*
  * Retire the rows of m's target(s) the attempt did not see: delete (SCD1)
@@ -100,15 +101,15 @@ extern void ash_provenance_check_versions(AshMapping *m);
  * tenant_scope_function returns (snapshot_scope_incomplete when it raises
  * or returns a blank or NULL scope).  nothing_past (v1, whose stream has
  * not touched the table): an unseen SCD2 open version starting at or past
- * close_lsn halts snapshot_history_ahead.  As the sink owner; returns the
- * rows retired.
+ * close_lsn halts snapshot_history_ahead.  As the sink owner (the current
+ * user, who runs tenant_scope_function too); returns the rows retired.
  */
 /*
  * Halts snapshot_history_ahead when an SCD2 target of m (every tenant scope
  * under context tenancy) holds a version starting or ending past position:
  * history an incremental copy positioned there could not be placed under.
  */
-extern void ash_provenance_check_history(AshMapping *m, XLogRecPtr position);
+extern void ash_provenance_check_history(AshMapping *m, XLogRecPtr position, Oid owner);
 
 extern int64 ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn,
 								   bool nothing_past);

@@ -1225,7 +1225,8 @@ ash_snap_arm(List *source, const AshSlotStart *start, const AshBinding *binding)
 			 * the arming transaction: a halt leaves the table unarmed.
 			 */
 			if (m != NULL)
-				ash_provenance_check_history(m, ash_snap_chunk_position(a, binding->commit_lsn));
+				ash_provenance_check_history(m, ash_snap_chunk_position(a, binding->commit_lsn),
+											 ash_snap_cfg->owner);
 		}
 	}
 
@@ -1500,7 +1501,7 @@ ash_snap_check_provenance_versions(Attempt *a)
 		if (!begun)
 			ash_spi_transaction_begin();
 		begun = true;
-		ash_provenance_check_versions(m);
+		ash_provenance_check_versions(m, ash_snap_cfg->owner);
 	}
 	if (begun)
 		ash_spi_transaction_end();

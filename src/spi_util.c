@@ -24,6 +24,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "owner_scope.h"
 #include "spi_util.h"
 
 uint64
@@ -196,6 +197,7 @@ ash_worker_session_settings(void)
 	SetConfigOption("row_security", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	for (int i = 0; i < ASH_TEXT_FORM_SETTINGS; i++)
 		SetConfigOption(ash_text_form[i][0], ash_text_form[i][1], PGC_SUSET, PGC_S_OVERRIDE);
+	ash_owner_scope_pin_catalog();
 }
 
 ErrorData *

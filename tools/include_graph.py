@@ -21,7 +21,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)\.h"', re.M)
 # the same layer or a lower one, never up.
 LAYERS = [
     ("base", ["errors", "sqlstate_names", "ash_replicant", "shmem", "spi_util", "qualname",
-              "origin", "catalog_row", "hex"]),
+              "origin", "catalog_row", "hex", "owner_scope"]),
     ("transport", ["libpq_conn", "walproto"]),
     ("decoders", ["change", "decode_pgoutput", "decode_wal2json", "decode_pglogical", "decoder",
                   "copy_row"]),

@@ -1,0 +1,67 @@
+/*-------------------------------------------------------------------------
+ *
+ * owner_scope.c
+ *	  Running what the sink owner controls inside a worker.
+ *
+ * NOTES
+ *	  A pipeline's worker and its snapshot helpers connect as the bootstrap
+ *	  superuser and run two kinds of SQL: their own statements on the
+ *	  ash_replicant catalogs, and writes to the targets, done as the sink
+ *	  owner -- during which code the owner (or a target's owner) controls
+ *	  runs: triggers, a tenant_function, a tenant_scope_function, a message
+ *	  route's function, a column default.  Such code can change the
+ *	  session's settings (set_config('search_path', 'evil, pg_catalog',
+ *	  false) in a trigger), and the worker's own statements, parsed after
+ *	  it as the superuser, would then resolve an unqualified "=" to an
+ *	  operator of the owner's schema: its function run as the superuser.
+ *	  So the owner's code runs in a GUC nest level of its own, rolled back
+ *	  like an aborted transaction's at the exit (as REFRESH MATERIALIZED
+ *	  VIEW does around a view owner's functions): whatever it set is
+ *	  undone before the worker's next statement.
+ *
+ *	  The other way to put a schema before pg_catalog is a setting of the
+ *	  database or the role (ALTER DATABASE ... SET search_path, open to the
+ *	  database's owner).  pg_catalog searched first is what PostgreSQL does
+ *	  when the path does not name it, so a worker pins it first: nothing
+ *	  changes for a path that does not name it, and one that names it later
+ *	  cannot shadow a built-in operator in the worker's statements (PostgreSQL's
+ *	  own apply worker empties its search_path; the owner's code here keeps
+ *	  the database's path otherwise, unqualified table names and all).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+#include "owner_scope.h"
+
+void
+ash_owner_scope_enter(AshOwnerScope *scope, Oid owner, int sec_flags)
+{
+	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec);
+	SetUserIdAndSecContext(owner, scope->save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_NOFORCE_RLS | sec_flags);
+	scope->nest = NewGUCNestLevel();
+}
+
+void
+ash_owner_scope_exit(AshOwnerScope *scope)
+{
+	/* false: undo every change made at the level, a session-wide SET too */
+	AtEOXact_GUC(false, scope->nest);
+	SetUserIdAndSecContext(scope->save_userid, scope->save_sec);
+}
+
+void
+ash_owner_scope_pin_catalog(void)
+{
+	const char *path = GetConfigOption("search_path", false, false);
+
+	if (path == NULL || strncmp(path, "pg_catalog,", 11) == 0 || strcmp(path, "pg_catalog") == 0)
+		return;
+	SetConfigOption("search_path",
+					path[0] == '\0' ? "pg_catalog" : psprintf("pg_catalog, %s", path),
+					PGC_SUSET, PGC_S_OVERRIDE);
+}
