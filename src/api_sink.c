@@ -61,6 +61,7 @@
 
 #include "errors.h"
 #include "launcher.h"
+#include "libpq_conn.h"
 #include "mapping_validate.h"
 #include "messages.h"
 #include "origin.h"
@@ -1474,6 +1475,10 @@ cp_check_source(FunctionCallInfo fcinfo)
 			if (opts == NULL)
 				CONFIG_REJECT("connection is not a valid libpq connection string");
 			PQconninfoFree(opts);
+			/* the server's own identity is not a non-superuser's to lend */
+			if (!superuser_arg(GetOuterUserId()) && !ash_conn_has_password(conninfo))
+				ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_PIPELINE, "source_password_required",
+						   "a connection set by a role without superuser must carry its password");
 		}
 	}
 	if (!PG_ARGISNULL(CP_SOURCE_SYSID))

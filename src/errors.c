@@ -102,6 +102,8 @@ static const AshReasonEntry reason_table[] = {
 	{"privilege_replication_missing", ASH_REASON_MISCONFIGURED},
 	{"source_connection_invalid", ASH_REASON_MISCONFIGURED},
 	{"source_authentication_failed", ASH_REASON_MISCONFIGURED},
+	/* a password the source did not ask for, or none set by a non-superuser */
+	{"source_password_required", ASH_REASON_MISCONFIGURED},
 	{"destination_owner_invalid", ASH_REASON_MISCONFIGURED},
 	/* registration / configuration rejections */
 	{"multitenancy_required", ASH_REASON_REGISTRATION},

@@ -56,10 +56,28 @@ ash_conn_final_failure(const char **context)
 		case ASH_CONN_AUTH_FAILED:
 			*context = "the source rejected the authentication of the connection";
 			return "source_authentication_failed";
+		case ASH_CONN_PASSWORD_UNUSED:
+			*context = "the source let the connection in without the password it carries";
+			return "source_password_required";
 		default:
 			*context = NULL;
 			return NULL;
 	}
+}
+
+bool
+ash_conn_has_password(const char *conninfo)
+{
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	bool		has = false;
+
+	if (opts == NULL)
+		return false;
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+		if (strcmp(o->keyword, "password") == 0 && o->val != NULL && o->val[0] != '\0')
+			has = true;
+	PQconninfoFree(opts);
+	return has;
 }
 
 static void
@@ -328,6 +346,15 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: could not connect to the source: %s", cls)));
+	}
+
+	if (ash_conn_has_password(conninfo) && !PQconnectionUsedPassword(conn))
+	{
+		PQfinish(conn);
+		ash_conn_last_failure = ASH_CONN_PASSWORD_UNUSED;
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: source connection refused: the source did not ask for its password")));
 	}
 
 	c = palloc0(sizeof(AshConn));

@@ -43,7 +43,9 @@ typedef enum AshConnFailure
 	ASH_CONN_COMMAND_FAILED,	/* server returned an error; see sqlstate */
 	ASH_CONN_INVALID_SETTINGS,	/* libpq cannot use the connection string */
 	ASH_CONN_AUTH_FAILED,		/* the source rejected the credentials */
-	ASH_CONN_DATABASE_MISSING	/* the source has no such database (3D000) */
+	ASH_CONN_DATABASE_MISSING,	/* the source has no such database (3D000) */
+	ASH_CONN_PASSWORD_UNUSED	/* the source did not ask for the password
+								 * the connection string carries */
 } AshConnFailure;
 
 /*
@@ -51,6 +53,17 @@ typedef enum AshConnFailure
  * connection the source refused sets the server's SQLSTATE too.
  */
 extern char ash_conn_last_sqlstate[6];
+
+/*
+ * Does conninfo carry a (non-empty) password?  A connection string set by
+ * a role without superuser must (ash_replicant_configure_pipeline), and a
+ * connection whose string carries one is refused unless the source asked
+ * for it (PQconnectionUsedPassword): else it would run under the
+ * destination server's own identity -- trust or peer for its OS user, its
+ * ~/.pgpass, its client certificate -- which such a role must not borrow
+ * (docs/reasons.md#source_password_required).
+ */
+extern bool ash_conn_has_password(const char *conninfo);
 
 /* Why the last ash_conn_open failed (ASH_CONN_OK after a success). */
 extern AshConnFailure ash_conn_last_failure;

@@ -148,6 +148,10 @@ SELECT ash_replicant_create_sink('admin_sink');
 SELECT sink_name, owner FROM ash_replicant.sinks WHERE sink_name = 'admin_sink';
 -- ... but may not make a role it does not act for the owner
 SELECT ash_replicant_create_sink('admin_sink2', owner => 'regress_ash_other');
+-- ... nor lend it the server's own identity: a conninfo without a password
+SELECT ash_replicant_configure_pipeline('admin_sink', 'host=db.invalid user=postgres',
+    publication => 'pub', source_system_identifier => '7000000000000000001',
+    source_database => 'src');
 SELECT ash_replicant_configure_pipeline('admin_sink', 'host=db.invalid password=secret',
     publication => 'pub', source_system_identifier => '7000000000000000001',
     source_database => 'src');
