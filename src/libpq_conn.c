@@ -731,6 +731,23 @@ ash_conn_quote_literal(AshConn *c, const char *s)
 }
 
 char *
+ash_conn_quote_repl_literal(const char *s)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '\'');
+	for (; *s; s++)
+	{
+		if (*s == '\'')
+			appendStringInfoChar(&buf, '\'');
+		appendStringInfoChar(&buf, *s);
+	}
+	appendStringInfoChar(&buf, '\'');
+	return buf.data;
+}
+
+char *
 ash_conn_quote_ident(AshConn *c, const char *s)
 {
 	char	   *q = PQescapeIdentifier(c->conn, s, strlen(s));

@@ -162,8 +162,15 @@ extern void ash_conn_report_result(PGresult *res, const char *what) pg_attribute
  */
 extern ErrorData *ash_conn_failure_caught(MemoryContext cxt);
 
-/* Quote a string literal / identifier for the replication grammar. */
+/* Quote a string literal / identifier for SQL on c. */
 extern char *ash_conn_quote_literal(AshConn *c, const char *s);
 extern char *ash_conn_quote_ident(AshConn *c, const char *s);
+
+/*
+ * Quote a string literal for a replication command (START_REPLICATION's
+ * plugin options): '...' with quotes doubled.  Its grammar has no E'...'
+ * form, which PQescapeLiteral gives a string holding a backslash.
+ */
+extern char *ash_conn_quote_repl_literal(const char *s);
 
 #endif							/* ASH_LIBPQ_CONN_H */

@@ -943,7 +943,7 @@ pgoutput_options(AshConn *conn)
 		proto = 1;
 	initStringInfo(&o);
 	appendStringInfo(&o, "proto_version '%d', publication_names %s", proto,
-					 ash_conn_quote_literal(conn, quote_identifier(cfg->publication)));
+					 ash_conn_quote_repl_literal(quote_identifier(cfg->publication)));
 	if (conn->server_version >= 140000)
 		appendStringInfoString(&o, ", messages 'true'");
 	if (cfg->binary_transfer && conn->server_version >= 140000 && !ash_apply_binary_refused())
@@ -1011,7 +1011,7 @@ wal2json_options(AshConn *conn)
 					 " \"actions\" 'insert,update,delete,truncate',"
 					 " \"add-tables\" %s",
 					 cfg->origin_none ? "true" : "false",
-					 ash_conn_quote_literal(conn, tables.data));
+					 ash_conn_quote_repl_literal(tables.data));
 	session_streams = false;
 	streams_withheld = false;
 	return o.data;

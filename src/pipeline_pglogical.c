@@ -166,8 +166,8 @@ ash_pglogical_plugin_options(AshConn *conn)
 					 " \"pglogical.forward_origins\" 'all',"
 					 " \"pglogical.replication_set_names\" %s,"
 					 " relmeta_cache_size '-1'",
-					 ash_conn_quote_literal(conn, GetDatabaseEncodingName()),
-					 ash_conn_quote_literal(conn, pgl_set_names));
+					 ash_conn_quote_repl_literal(GetDatabaseEncodingName()),
+					 ash_conn_quote_repl_literal(pgl_set_names));
 	return o.data;
 }
 
