@@ -41,6 +41,8 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/table.h"
 #include "catalog/dependency.h"
@@ -463,11 +465,39 @@ resolve_tenancy(AshApplyRel *rel, AshMapping *map)
 }
 
 /*
+ * Is relid the target of a mapping (of any sink)?  Read past the
+ * catalog's row security: the caller may be acting as the sink owner.
+ */
+static bool
+mapped_target(Oid relid)
+{
+	Oid			nsp = get_namespace_oid("ash_replicant", false);
+	Relation	resources = table_open(get_relname_relid("resources", nsp), AccessShareLock);
+	AttrNumber	att = get_attnum(RelationGetRelid(resources), "target");
+	SysScanDesc scan = systable_beginscan(resources, InvalidOid, false, NULL, 0, NULL);
+	HeapTuple	tup;
+	bool		found = false;
+
+	while (!found && (tup = systable_getnext(scan)) != NULL)
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, att, RelationGetDescr(resources), &isnull);
+
+		found = !isnull && DatumGetObjectId(d) == relid;
+	}
+	systable_endscan(scan);
+	table_close(resources, AccessShareLock);
+	return found;
+}
+
+/*
  * The table of one tenant under context tenancy: the template's name in
  * schema format(tenant_schema_format, tenant) (*schema set); InvalidOid
  * when it does not exist.  Source data chooses the schema: it must never
  * reach a system schema, the extension's catalogs or the template's own
- * schema (tenant_scope_invalid, naming template_name, never the tenant).
+ * schema, nor a table some mapping mirrors into -- another source table's
+ * mirror, whose rows a tenant's would overwrite (tenant_scope_invalid,
+ * naming template_name, never the tenant).
  */
 Oid
 ash_tenant_relid(Oid template, const char *template_name, const char *format,
@@ -477,6 +507,7 @@ ash_tenant_relid(Oid template, const char *template_name, const char *format,
 	const char *p = strstr(fmt, "%s");
 	StringInfoData buf;
 	Oid			nspoid;
+	Oid			relid;
 
 	/* format(tenant_schema_format, tenant): the format holds exactly one %s */
 	initStringInfo(&buf);
@@ -498,7 +529,11 @@ ash_tenant_relid(Oid template, const char *template_name, const char *format,
 		 nspoid == get_rel_namespace(template)))
 		ash_halt("tenant_scope_invalid", "a row of %s names a schema that is not a tenant scope",
 				 template_name);
-	return OidIsValid(nspoid) ? get_relname_relid(get_rel_name(template), nspoid) : InvalidOid;
+	relid = OidIsValid(nspoid) ? get_relname_relid(get_rel_name(template), nspoid) : InvalidOid;
+	if (OidIsValid(relid) && mapped_target(relid))
+		ash_halt("tenant_scope_invalid", "a row of %s names a schema whose table is the target of a mapping",
+				 template_name);
+	return relid;
 }
 
 AshApplyTarget *
