@@ -22,6 +22,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_class.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 
@@ -299,6 +300,31 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 		*rels = lappend(*rels, r);
 	}
 	PQclear(res);
+
+	/*
+	 * pglogical.tables leaves out a partitioned table a set holds; listed,
+	 * it is judged (ash_source_judge_coverage: its partitions stream, it
+	 * never does).
+	 */
+	if (strcmp(decoder, "pglogical") == 0)
+	{
+		res = probe(conn, "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text"
+					" FROM pglogical.replication_set_table st"
+					" JOIN pglogical.replication_set s ON s.set_id = st.set_id"
+					" JOIN pg_catalog.pg_class c ON c.oid = st.set_reloid"
+					" JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+					" WHERE c.relkind = 'p' AND s.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[])"
+					" GROUP BY 1, 2 ORDER BY 1, 2",
+					1, spec->replication_sets, NULL, NULL);
+		for (int i = 0; i < PQntuples(res); i++)
+		{
+			AshSourceRel *r = new_rel(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), NULL);
+
+			r->generated = true;
+			*rels = lappend(*rels, r);
+		}
+		PQclear(res);
+	}
 	return NULL;
 }
 
@@ -571,6 +597,36 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 		(void) ash_coverage_judge_publication(mappings, &sets, tables, &out->publication);
 	}
 	list_free(tables);
+
+	/*
+	 * A partitioned table listed itself: pgoutput lists one only under
+	 * publish_via_partition_root (judged above); wal2json and pglogical
+	 * decode its partitions under their own names, so nothing of it would
+	 * ever stream, and COPY ... FROM ONLY of it reads no row.
+	 */
+	if (out->publication.reason == NULL)
+	{
+		StringInfoData parents;
+
+		initStringInfo(&parents);
+		foreach(lc, (List *) rels)
+		{
+			AshSourceRel *r = lfirst(lc);
+
+			if (r->exists && r->desc.relkind == RELKIND_PARTITIONED_TABLE &&
+				!(pub != NULL && pub->known && pub->via_root) &&
+				ash_coverage_is_mapped(mappings, r->name.nspname, r->name.relname))
+				appendStringInfo(&parents, "%s%s", parents.len > 0 ? ", " : "",
+								 quote_qualified_identifier(r->name.nspname, r->name.relname));
+		}
+		if (parents.len > 0)
+		{
+			out->publication.reason = "decoder_capability_unsupported";
+			out->publication.context =
+				psprintf("partitioned %s: the decoder streams its partitions, each under its own name; list and map the partitions",
+						 parents.data);
+		}
+	}
 
 	forboth(lc, (List *) mappings, sc, (List *) specs)
 	{

@@ -335,6 +335,23 @@ $src->safe_psql('postgres', 'INSERT INTO s_gen (id, a) VALUES (11, 11); UPDATE s
 AshTest::wait_caught_up($src, $dst, 'w_gen');
 AshTest::assert_mirror_equal($src, $dst, ['s_gen'], name => 'a generated column, computed at the destination');
 
+# a partitioned table listed itself: wal2json decodes its partitions under
+# their own names, and a copy FROM ONLY it reads nothing -- refused before
+# anything is copied (it stayed healthy with an empty mirror)
+$src->safe_psql('postgres', q{
+CREATE TABLE s_part (id integer PRIMARY KEY, v text) PARTITION BY RANGE (id);
+CREATE TABLE s_part1 PARTITION OF s_part FOR VALUES FROM (0) TO (100);
+INSERT INTO s_part SELECT g, 'p' || g FROM generate_series(1, 5) g;
+GRANT SELECT ON s_part, s_part1 TO mirror;
+});
+$dst->safe_psql('postgres', 'CREATE TABLE s_part (id integer PRIMARY KEY, v text)');
+w2j_sink('w_part', ['s_part'], maps => [ ['s_part'] ], pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+AshTest::wait_status($dst, 'w_part', 'misconfigured', 'decoder_capability_unsupported',
+	name => 'a partitioned table in the tables: misconfigured decoder_capability_unsupported');
+is(preflight('w_part', 'publication'), 'fail:decoder_capability_unsupported', 'preflight names it');
+is($dst->safe_psql('postgres', 'SELECT count(*) FROM s_part'), '0', 'nothing copied');
+AshTest::stop_sink($dst, 'w_part');
+
 # ---------------------------------------------------------------------------
 # 7. NaN
 # ---------------------------------------------------------------------------

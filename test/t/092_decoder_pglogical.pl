@@ -433,6 +433,27 @@ AshTest::poll($dst, "SELECT count(*) FILTER (WHERE v = 'new v') = count(*) FROM 
 AshTest::assert_mirror_equal($src, $dst, ['gapt'], name => 'copied again under pglogical after a column was replaced');
 AshTest::stop_sink($dst, 'pgl_gap');
 
+# a partitioned table in a replication set: pglogical decodes its partitions
+# under their own names, and a copy FROM ONLY it reads nothing -- refused
+# before anything is copied (it stayed healthy with an empty mirror)
+$src->safe_psql($DB, q{
+SELECT pglogical.create_replication_set('part_set');
+CREATE TABLE ppart (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+CREATE TABLE ppart1 PARTITION OF ppart FOR VALUES FROM (0) TO (100);
+INSERT INTO ppart SELECT g, 'p' || g FROM generate_series(1, 5) g;
+SELECT pglogical.replication_set_add_table('part_set', 'ppart');
+GRANT SELECT ON ppart, ppart1 TO mirror;
+});
+$dst->safe_psql($DB, "CREATE TABLE ppart (id int PRIMARY KEY, v text)");
+AshTest::setup_pipeline($src, $dst,
+	sink => 'pgl_part', decoder => 'pglogical', replication_sets => ['part_set'],
+	connection => $conn, marker => 0, maps => [ ['ppart'] ],
+	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
+AshTest::wait_status($dst, 'pgl_part', 'misconfigured', 'decoder_capability_unsupported', src => $src,
+	name => 'a partitioned table in a replication set: misconfigured decoder_capability_unsupported');
+is($dst->safe_psql($DB, "SELECT count(*) FROM ppart"), '0', 'nothing copied');
+AshTest::stop_sink($dst, 'pgl_part');
+
 # a source database without pglogical
 $src->safe_psql($DB, "CREATE DATABASE nopgl");
 $src->safe_psql('nopgl', "CREATE TABLE narrow2 (id int PRIMARY KEY)");
