@@ -59,6 +59,8 @@
 #include "tcop/tcopprot.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "catalog/namespace.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 #include "utils/guc.h"
@@ -1018,6 +1020,17 @@ wal2json_options(AshConn *conn)
 }
 
 static bool is_wal2json = false;	/* cfg->decoder, looked up once */
+
+/*
+ * The source database's encoding (its server_encoding at connection),
+ * for wal2json, which writes values in it: pgoutput and pglogical send
+ * them in our client_encoding, the source converting.
+ */
+static int	source_encoding = -1;
+
+/* Its conversion into ours, looked up at connection (needs the catalogs). */
+static FmgrInfo source_conversion;
+static bool source_converts = false;
 static bool is_pglogical = false;
 
 /* pglogical_output (pipeline_pglogical.c): no streaming either. */
@@ -1311,6 +1324,63 @@ commit_batch(bool drained)
 	return r;
 }
 
+/*
+ * A wal2json message as the source wrote it, in its database's encoding:
+ * into ours, in place (msg_cxt), checked either way.  A byte sequence
+ * invalid there (an SQL_ASCII source's high bytes), or a character ours
+ * lacks, fails the same change at every attempt: halted, never echoed.
+ */
+static void
+wal2json_to_database_encoding(AshStreamMsg *msg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *volatile converted = NULL;
+
+	if (source_encoding < 0)
+		ash_halt("source_value_unrepresentable", "the source did not report its encoding");
+	/* the source validated what its own encoding holds (not SQL_ASCII) */
+	if ((source_encoding == GetDatabaseEncoding() && source_encoding != PG_SQL_ASCII) ||
+		GetDatabaseEncoding() == PG_SQL_ASCII)
+		return;
+	PG_TRY();
+	{
+		if (source_converts)
+		{
+			/* as pg_do_encoding_conversion, with the function looked up */
+			unsigned char *result = MemoryContextAllocHuge(CurrentMemoryContext,
+														   (Size) msg->len * MAX_CONVERSION_GROWTH + 1);
+
+			FunctionCall6(&source_conversion, Int32GetDatum(source_encoding),
+						  Int32GetDatum(GetDatabaseEncoding()), CStringGetDatum(msg->data),
+						  CStringGetDatum((char *) result), Int32GetDatum(msg->len),
+						  BoolGetDatum(false));
+			converted = (char *) result;
+		}
+		else
+		{
+			/* SQL_ASCII: bytes as they are, if ours can hold them */
+			(void) pg_verify_mbstr(GetDatabaseEncoding(), msg->data, msg->len, false);
+			converted = (char *) msg->data;
+		}
+	}
+	PG_CATCH();
+	{
+		/* the message quotes the bytes: a value */
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		converted = NULL;
+	}
+	PG_END_TRY();
+	if (converted == NULL)
+		ash_halt("source_value_unrepresentable",
+				 "a wal2json change holds a value the destination database's encoding cannot represent");
+	if (converted != msg->data)
+	{
+		msg->data = converted;
+		msg->len = strlen(converted);
+	}
+}
+
 /* What the decoders keep across the messages of a session. */
 typedef struct DecoderState
 {
@@ -1336,6 +1406,7 @@ decode_message(DecoderState *dstate, AshStreamMsg *msg, AshChange *change)
 			ash_halt("protocol_violation", "undecodable pgoutput message: %s", derr);
 		return true;
 	}
+	wal2json_to_database_encoding(msg);
 	if (ash_decode_wal2json(&dstate->wal2json, msg->data, msg->len, change, &derr))
 		return true;
 	if (dstate->wal2json.drift)
@@ -1930,6 +2001,37 @@ run_session(void)
 	conn = ash_conn_open(cfg->connection, ASH_CONN_REPLICATION, appname);
 	stream.conn = conn;
 	stream_open = true;
+	{
+		const char *enc = PQparameterStatus(conn->conn, "server_encoding");
+
+		source_encoding = enc != NULL ? pg_char_to_encoding(enc) : -1;
+		source_converts = false;
+		if (is_wal2json && source_encoding >= 0 && source_encoding != PG_SQL_ASCII &&
+			source_encoding != GetDatabaseEncoding() && GetDatabaseEncoding() != PG_SQL_ASCII)
+		{
+			Oid			proc;
+			bool		own = !IsTransactionState();
+			MemoryContext cxt = CurrentMemoryContext;
+			ResourceOwner owner = CurrentResourceOwner;
+
+			if (own)
+			{
+				SetCurrentStatementStartTimestamp();
+				StartTransactionCommand();
+			}
+			proc = FindDefaultConversionProc(source_encoding, GetDatabaseEncoding());
+			if (OidIsValid(proc))
+				fmgr_info_cxt(proc, &source_conversion, TopMemoryContext);
+			if (own)
+				CommitTransactionCommand();
+			MemoryContextSwitchTo(cxt);
+			CurrentResourceOwner = owner;
+			if (!OidIsValid(proc))
+				ash_halt("source_value_unrepresentable",
+						 "no conversion from the source database's encoding into the destination's");
+			source_converts = true;
+		}
+	}
 
 	step = STEP_IDENTIFY;
 	ash_source_identify(conn, cfg, &timeline, &xlogpos);
