@@ -2294,6 +2294,14 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "42501") == 0 && (step == STEP_SLOT || step == STEP_START))
 				do_halt_detail("decoder_plugin_not_allowed", src,
 							   "the source refused the decoder's output plugin to this role");
+			/*
+			 * pglogical_output refuses an expected_encoding (ours) other
+			 * than the source database's: "encoding conversion ... not
+			 * supported", at every start
+			 */
+			if (is_pglogical && strcmp(src, "0A000") == 0 && step == STEP_START)
+				do_halt_detail("decoder_capability_unsupported", src,
+							   "pglogical cannot send the source database's encoding as the destination's");
 			/* the source cannot load the plugin's library (wal2json) */
 			if (strcmp(src, "58P01") == 0 && (step == STEP_SLOT || step == STEP_START))
 				do_halt_detail("decoder_extension_missing", src,

@@ -454,6 +454,25 @@ AshTest::wait_status($dst, 'pgl_part', 'misconfigured', 'decoder_capability_unsu
 is($dst->safe_psql($DB, "SELECT count(*) FROM ppart"), '0', 'nothing copied');
 AshTest::stop_sink($dst, 'pgl_part');
 
+# a source database of another encoding than the destination's: pglogical
+# refuses to convert (0A000 at every start) -- the pipeline reconnected for
+# ever, catching_up without a reason
+$src->safe_psql($DB, "CREATE DATABASE lat ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+$src->safe_psql('lat', q{
+CREATE EXTENSION pglogical;
+SELECT pglogical.create_node(node_name := 'lat', dsn := 'dbname=lat');
+CREATE TABLE enc (id int PRIMARY KEY, t text);
+SELECT pglogical.create_replication_set('lat_set');
+SELECT pglogical.replication_set_add_table('lat_set', 'enc');
+});
+$dst->safe_psql($DB, "CREATE TABLE enc (id int PRIMARY KEY, t text)");
+AshTest::setup_pipeline($src, $dst, sink => 'pgl_lat', decoder => 'pglogical', replication_sets => ['lat_set'],
+	connection => AshTest::conninfo($src, dbname => 'lat'), source_database => 'lat', marker => 0,
+	maps => [ ['enc'] ]);
+AshTest::wait_status($dst, 'pgl_lat', 'misconfigured', 'decoder_capability_unsupported', src => $src,
+	name => 'pglogical from a LATIN1 source database: misconfigured decoder_capability_unsupported');
+AshTest::stop_sink($dst, 'pgl_lat');
+
 # a source database without pglogical
 $src->safe_psql($DB, "CREATE DATABASE nopgl");
 $src->safe_psql('nopgl', "CREATE TABLE narrow2 (id int PRIMARY KEY)");
