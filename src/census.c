@@ -111,6 +111,9 @@ check_destination(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
+	/* a pipeline with nothing to write finds it here, not at its next write */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(cfg->owner)))
+		ash_halt("destination_owner_invalid", "the sink owner role no longer exists");
 	foreach(lc, cfg->mappings)
 	{
 		AshMapping *m = lfirst(lc);

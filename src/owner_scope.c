@@ -28,18 +28,27 @@
  *	  own apply worker empties its search_path; the owner's code here keeps
  *	  the database's path otherwise, unqualified table names and all).
  *
+ *	  A sink owner's role dropped (DROP ROLE checks no dependency of ours)
+ *	  would leave its OID acting with PUBLIC's rights: entering a scope
+ *	  for it halts destination_owner_invalid.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/syscache.h"
 
+#include "errors.h"
 #include "owner_scope.h"
 
 void
 ash_owner_scope_enter(AshOwnerScope *scope, Oid owner, int sec_flags)
 {
+	/* a dropped role's OID would still act, with PUBLIC's rights */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
+		ash_halt("destination_owner_invalid", "the sink owner role no longer exists");
 	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec);
 	SetUserIdAndSecContext(owner, scope->save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_NOFORCE_RLS | sec_flags);
