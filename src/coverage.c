@@ -1162,6 +1162,8 @@ ash_coverage_judge_publication(const List *mappings, const AshPublicationFacts *
 		any_mapped = true;
 		if (t->row_filter)
 			append_qualified(&filtered, t->nspname, t->relname);
+		if (t->truncate_unqueued != NULL)
+			append_problem(&problems, t->truncate_unqueued);
 		if (t->withheld != NULL)
 			append_problem(&problems,
 						   psprintf("the column list of %s withholds columns: %s (publish every column; exclude columns with the mapping's skip)",

@@ -137,6 +137,8 @@ typedef struct AshSourceTable
 	char	   *withheld;		/* live columns the publication's column list
 								 * leaves out (quoted, comma-separated), or
 								 * NULL */
+	char	   *truncate_unqueued;	/* pglogical: why a TRUNCATE might
+									 * queue nothing, or NULL */
 	bool		unique_known;	/* the columns' unique_in were read (false
 								 * for a table a decoder's Relation message
 								 * describes) */

@@ -23,6 +23,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_class.h"
+#include "commands/trigger.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 
@@ -172,6 +173,50 @@ new_rel(const char *nsp, const char *rel, const char *attnames)
 	return r;
 }
 
+/* pglogical's TRUNCATE trigger tg on relation rel (from pg_trigger tg) */
+#define ASH_PGL_QUEUE_TRUNCATE_OF(rel) \
+	" JOIN pg_catalog.pg_proc qp ON qp.oid = tg.tgfoid" \
+	" JOIN pg_catalog.pg_namespace qn ON qn.oid = qp.pronamespace" \
+	" WHERE tg.tgrelid = " rel " AND qp.proname = 'queue_truncate' AND qn.nspname = 'pglogical'"
+
+/*
+ * pglogical queues a TRUNCATE from a trigger (queue_truncate_trigger_<oid>):
+ * the coverage problem when the table's would not queue every one (trigger:
+ * its tgenabled followed by its name, NULL when it has none), or NULL.  An
+ * ordinary trigger ('O') does not fire under session_replication_role =
+ * replica, the role in which a source that is itself a subscriber applies
+ * what it receives: a source holding replication origins is taken for one.
+ */
+static char *
+truncate_unqueued(const char *nsp, const char *rel, const char *trigger, bool origins)
+{
+	const char *table = quote_qualified_identifier(nsp, rel);
+	const char *why;
+
+	if (trigger == NULL)
+		return psprintf("%s has no pglogical TRUNCATE trigger: a TRUNCATE would queue nothing"
+						" and the mirror would silently keep the rows", table);
+	switch (trigger[0])
+	{
+		case TRIGGER_FIRES_ALWAYS:
+			return NULL;
+		case TRIGGER_DISABLED:
+			why = "is disabled";
+			break;
+		case TRIGGER_FIRES_ON_REPLICA:
+			why = "fires only in replica sessions";
+			break;
+		default:
+			if (!origins)
+				return NULL;
+			why = "does not fire in replica sessions, and the source holds replication origins";
+			break;
+	}
+	return psprintf("pglogical's TRUNCATE trigger on %s %s: a TRUNCATE would queue nothing"
+					" and the mirror would silently keep the rows (ALTER TABLE %s ENABLE ALWAYS TRIGGER %s)",
+					table, why, table, quote_identifier(trigger + 1));
+}
+
 const char *
 ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **rels,
 						   AshPublicationFacts *pub)
@@ -231,7 +276,11 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 					"    AND s2.set_name::pg_catalog.text = ANY ($1::pg_catalog.text[]))::pg_catalog.text,"
 					" pg_catalog.bool_or(st.set_row_filter IS NOT NULL),"
 					" pg_catalog.bool_or(s.replicate_insert), pg_catalog.bool_or(s.replicate_update),"
-					" pg_catalog.bool_or(s.replicate_delete), pg_catalog.bool_or(s.replicate_truncate)"
+					" pg_catalog.bool_or(s.replicate_delete), pg_catalog.bool_or(s.replicate_truncate),"
+					" (SELECT tg.tgenabled::pg_catalog.text || tg.tgname::pg_catalog.text"
+					"   FROM pg_catalog.pg_trigger tg" ASH_PGL_QUEUE_TRUNCATE_OF("t.relid")
+					"  ORDER BY tg.tgenabled = 'A' DESC, tg.oid LIMIT 1),"
+					" " ASH_SOURCE_ORIGINS_SQL
 					" FROM pglogical.tables t"
 					" JOIN pglogical.local_node n ON true"
 					" JOIN pglogical.replication_set s"
@@ -296,6 +345,11 @@ ash_source_fetch_table_set(AshConn *conn, const AshTableSetSpec *spec, List **re
 			r->set_actions.update = strcmp(PQgetvalue(res, i, 5), "t") == 0;
 			r->set_actions.delete = strcmp(PQgetvalue(res, i, 6), "t") == 0;
 			r->set_actions.truncate = strcmp(PQgetvalue(res, i, 7), "t") == 0;
+			if (r->set_actions.truncate)
+				r->truncate_unqueued =
+					truncate_unqueued(r->name.nspname, r->name.relname,
+									  PQgetisnull(res, i, 8) ? NULL : PQgetvalue(res, i, 8),
+									  strcmp(PQgetvalue(res, i, 9), "t") == 0);
 		}
 		*rels = lappend(*rels, r);
 	}
@@ -407,6 +461,7 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 		r->desc.natts = 0;
 		r->desc.cols = palloc0(sizeof(AshSourceColumn) * Max(n, 1));
 		r->desc.row_filter = r->row_filter;
+		r->desc.truncate_unqueued = r->truncate_unqueued;
 		r->desc.withheld = NULL;
 		r->desc.unique_known = true;
 		initStringInfo(&withheld);
@@ -695,6 +750,12 @@ ash_source_publication_tables_sql(AshConn *conn)
 					"        JOIN pg_catalog.pg_class ac ON ac.oid = a.relid))");
 }
 
+/*
+ * A pglogical table is held by its sets' rows and each set's own row (the
+ * transactions that wrote them: the rows have no OID), its OID and columns,
+ * and its TRUNCATE trigger by the transaction that last wrote it (disabled
+ * and enabled again since, a TRUNCATE in between may have queued nothing).
+ */
 const char *
 ash_source_replication_set_tables_sql(void)
 {
@@ -713,6 +774,9 @@ ash_source_replication_set_tables_sql(void)
 		"    UNION ALL"
 		"    SELECT 'def:tbl:' || c.oid::pg_catalog.text"
 		COLUMN_TOKENS_SQL("")
+		"    UNION ALL"
+		"    SELECT 'def:trg:' || tg.oid::pg_catalog.text || ':' || tg.xmin::pg_catalog.text"
+		"      FROM pg_catalog.pg_trigger tg" ASH_PGL_QUEUE_TRUNCATE_OF("c.oid")
 		"    ) m(tok))"
 		"  FROM pg_catalog.pg_class c"
 		"  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"

@@ -86,6 +86,9 @@ typedef struct AshSourceRel
 	AshPublicationFacts set_actions;	/* pglogical: what the named sets that
 										 * hold it replicate of it (known:
 										 * false for the other decoders) */
+	char	   *truncate_unqueued;	/* pglogical: why its TRUNCATE trigger
+									 * would not queue every TRUNCATE, or
+									 * NULL */
 	bool		exists;			/* set by ash_source_describe_tables */
 	bool		has_select;		/* the probe role may SELECT it */
 	AshSourceTable desc;		/* only when exists */

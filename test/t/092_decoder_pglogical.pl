@@ -72,6 +72,19 @@ AshTest::both($src, $dst, "CREATE TABLE ash_marker_pgl (id bigint PRIMARY KEY, n
 $src->safe_psql($DB, q{
 SELECT pglogical.replication_set_add_table('mirror_set', 'ash_marker_pgl');
 CREATE ROLE mirror LOGIN REPLICATION;
+-- the origin created below makes this source look like a subscriber, whose
+-- replica sessions an ordinary trigger ignores: pglogical's TRUNCATE trigger
+-- must fire always (test 139)
+CREATE FUNCTION truncate_triggers_always() RETURNS void LANGUAGE plpgsql AS $$
+DECLARE r record;
+BEGIN
+	FOR r IN SELECT tgrelid::regclass AS rel, tgname FROM pg_trigger
+	          WHERE tgfoid = 'pglogical.queue_truncate()'::regprocedure AND tgenabled <> 'A'
+	LOOP
+		EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', r.rel, r.tgname);
+	END LOOP;
+END $$;
+SELECT truncate_triggers_always();
 GRANT SELECT ON items, accounts, scratch, ash_marker_pgl TO mirror;
 GRANT USAGE ON SCHEMA pglogical TO mirror;
 GRANT SELECT ON pglogical.replication_set, pglogical.replication_set_table,
@@ -128,6 +141,7 @@ AshTest::both($src, $dst, 'CREATE TABLE onone (id int PRIMARY KEY, v text NOT NU
 $src->safe_psql($DB, q{
 SELECT pglogical.create_replication_set('none_set');
 SELECT pglogical.replication_set_add_table('none_set', 'onone');
+SELECT truncate_triggers_always();
 GRANT SELECT ON onone TO mirror;
 });
 AshTest::setup_pipeline($src, $dst,
@@ -147,6 +161,7 @@ ok(AshTest::wait_lsn($src, $dst, 'pgl_none', $none_last), 'origin none under pgl
 is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM onone"),
 	'1:local,3:local again', 'origin none under pglogical: the transactions of an origin are skipped');
 AshTest::stop_sink($dst, 'pgl_none');
+$src->safe_psql($DB, "SELECT pg_replication_origin_drop('upstream')");
 
 # effect-once across a kill -9 of the destination mid-stream
 $src->safe_psql($DB, q{
@@ -386,7 +401,7 @@ AshTest::setup_pipeline($src, $dst,
 	connection => $conn, marker => 0, maps => [ ['gapt'] ]);
 AshTest::wait_status($dst, 'pgl_gap', 'healthy', undef, src => $src);
 like($dst->safe_psql($DB, "SELECT published FROM ash_replicant.publication_members WHERE slot_name = 'pgl_gap'"),
-	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,set:\d+:\d+$/, 'the start records how the replication set holds the table');
+	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,def:trg:\d+:\d+,set:\d+:\d+$/, 'the start records how the replication set holds the table');
 $src->safe_psql($DB, "INSERT INTO gapt VALUES (100, 'streamed')");
 AshTest::poll($dst, "SELECT count(*) FROM gapt WHERE id = 100", '1');
 AshTest::stop_settled($src, $dst, 'pgl_gap');
@@ -410,7 +425,7 @@ AshTest::wait_status($dst, 'pgl_gap', 'healthy', undef, src => $src, name => 're
 AshTest::poll($dst, "SELECT v FROM gapt WHERE id = 100", 'while out');
 AshTest::assert_mirror_equal($src, $dst, ['gapt'], name => 're-seeded under pglogical');
 like($dst->safe_psql($DB, "SELECT published FROM ash_replicant.snapshot_tables WHERE slot_name = 'pgl_gap'"),
-	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,set:\d+:\d+$/, 'the snapshot records how the set holds the table');
+	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,def:trg:\d+:\d+,set:\d+:\d+$/, 'the snapshot records how the set holds the table');
 # with the snapshot configured: out and back while streaming, copied again
 $src->safe_psql($DB, "SELECT pglogical.replication_set_remove_table('gap_set', 'gapt')");
 $src->safe_psql($DB, "UPDATE gapt SET v = 'out, streaming' WHERE id <= 5");
