@@ -17,7 +17,8 @@
  *	  Attribute tenancy adds "AND tenant = old tenant" to updates and
  *	  deletes, and "WHERE t.tenant = EXCLUDED.tenant" to the upsert's
  *	  DO UPDATE: an upsert that affects no row met another tenant's row
- *	  under the same identity and halts tenant_conflict.
+ *	  under the same identity and halts tenant_conflict (a snapshot row
+ *	  with provenance replaces one its attempt has not seen: stale).
  *
  *	  Consecutive writes to one target are gathered and written by
  *	  multi-row statements (see "Gathered writes" below): inserts always,
@@ -207,6 +208,17 @@ build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many, b
 		const char *n = quote_identifier(rel->cols[rel->tenant_col].name);
 
 		appendStringInfo(sql, " WHERE t.%s OPERATOR(pg_catalog.=) EXCLUDED.%s", n, n);
+
+		/*
+		 * A snapshot row is the source's at the snapshot, where its
+		 * identity names one row: another tenant's row this attempt has not
+		 * seen is a stale one (the key moved while nothing streamed), which
+		 * retirement would delete anyway.  One it has seen was copied from
+		 * another source row under the same identity: tenant_conflict.
+		 */
+		if (prov)
+			appendStringInfo(sql, " OR t.%s IS DISTINCT FROM EXCLUDED.%s",
+							 prov_columns[1], prov_columns[1]);
 		return true;
 	}
 	return false;
