@@ -174,6 +174,33 @@ ash_relmap_update_type(uint32 type_oid, const char *nspname, const char *typname
 	strlcpy(t->typname, typname, NAMEDATALEN);
 }
 
+/*
+ * A mapped relation described again under another name was renamed.  A
+ * mapping names its source table, so the table now feeds whatever mapping
+ * its new name finds: another mapping's target (two tables swapping names
+ * would each write into the other's mirror) or none, as an ignored table
+ * (its changes dropped).  The mapping's own name now holds another table,
+ * or none: replaced under its name (docs/reasons.md#publication_gap).  A
+ * new name neither mapped nor ignored halts source_table_unmapped when the
+ * relation is resolved.
+ */
+static void
+judge_rename(AshApplyRel *rel, const AshRelation *in)
+{
+	if (rel->remote.relname == NULL ||
+		(strcmp(rel->remote.nspname, in->nspname) == 0 &&
+		 strcmp(rel->remote.relname, in->relname) == 0) ||
+		ash_config_find_mapping(relmap_cfg, rel->remote.nspname, rel->remote.relname) == NULL)
+		return;
+	if (ash_config_find_mapping(relmap_cfg, in->nspname, in->relname) == NULL &&
+		!ash_config_is_ignored(relmap_cfg, in->nspname, in->relname))
+		return;
+	ash_halt("publication_gap", "mapped table %s was renamed to %s, a name the pipeline %s",
+			 quote_qualified_identifier(rel->remote.nspname, rel->remote.relname),
+			 quote_qualified_identifier(in->nspname, in->relname),
+			 ash_config_is_ignored(relmap_cfg, in->nspname, in->relname) ? "ignores" : "maps to another target");
+}
+
 void
 ash_relmap_update_relation(const AshRelation *in)
 {
@@ -198,15 +225,18 @@ ash_relmap_update_relation(const AshRelation *in)
 	if (found)
 	{
 		/* keep what it was resolved with, to judge the change */
+		judge_rename(rel, in);
 		if (rel->resolved && !rel->ignored)
 		{
 			rel->prev_natts = rel->remote.natts;
 			rel->prev_names = palloc(sizeof(char *) * Max(rel->remote.natts, 1));
 			rel->prev_types = palloc(sizeof(uint32) * Max(rel->remote.natts, 1));
+			rel->prev_typmods = palloc(sizeof(int32) * Max(rel->remote.natts, 1));
 			for (int i = 0; i < rel->remote.natts; i++)
 			{
 				rel->prev_names[i] = pstrdup(rel->remote.cols[i].name);
 				rel->prev_types[i] = rel->remote.cols[i].type_oid;
+				rel->prev_typmods[i] = rel->remote.cols[i].typmod;
 			}
 		}
 		else if (rel->prev_natts > 0)
@@ -214,14 +244,17 @@ ash_relmap_update_relation(const AshRelation *in)
 			/* not judged yet: carry the earlier baseline over */
 			char	  **names = palloc(sizeof(char *) * rel->prev_natts);
 			uint32	   *types = palloc(sizeof(uint32) * rel->prev_natts);
+			int32	   *typmods = palloc(sizeof(int32) * rel->prev_natts);
 
 			for (int i = 0; i < rel->prev_natts; i++)
 			{
 				names[i] = pstrdup(rel->prev_names[i]);
 				types[i] = rel->prev_types[i];
+				typmods[i] = rel->prev_typmods[i];
 			}
 			rel->prev_names = names;
 			rel->prev_types = types;
+			rel->prev_typmods = typmods;
 		}
 		release_resolution(rel);
 	}
@@ -267,6 +300,40 @@ remote_type_name(uint32 remote_oid)
 	return rt ? rt->typname : NULL;
 }
 
+/*
+ * A source column's type modifier changed from old to new: does the
+ * rewrite ALTER TABLE made of its rows keep every value as it was?  Only a
+ * limit lifted or widened does: numeric's precision with the same scale,
+ * a time precision, a varying string's length.  A smaller scale or
+ * precision rounded values (numeric(10,2) to (10,0), timestamp(6) to (0)),
+ * a larger scale rewrote them (1.5 became 1.50): none of it is in the
+ * stream, and the mirror would keep the old values.
+ */
+static bool
+typmod_keeps_values(uint32 typid, int32 old, int32 new)
+{
+	if (new == old || new == -1)
+		return true;
+	switch (typid)
+	{
+		case TIMESTAMPOID:
+		case TIMESTAMPTZOID:
+		case TIMEOID:
+		case TIMETZOID:
+			/* no modifier: microseconds, the most there is */
+			return new >= (old == -1 ? 6 : old);
+		case NUMERICOID:
+			return old != -1 &&
+				((old - VARHDRSZ) & 0xffff) == ((new - VARHDRSZ) & 0xffff) &&
+				((new - VARHDRSZ) >> 16) >= ((old - VARHDRSZ) >> 16);
+		case VARCHAROID:
+		case VARBITOID:
+			return old != -1 && new > old;
+		default:
+			return false;
+	}
+}
+
 /* Judge a re-described relation against what it was resolved with. */
 static void
 judge_schema_change(AshApplyRel *rel)
@@ -284,11 +351,15 @@ judge_schema_change(AshApplyRel *rel)
 			if (strcmp(rel->remote.cols[i].name, rel->prev_names[p]) == 0)
 			{
 				still = true;
-				if (rel->remote.cols[i].type_oid != rel->prev_types[p])
-					ash_halt("source_type_invalid", "table %s.%s column %s changed type",
+				if (rel->remote.cols[i].type_oid != rel->prev_types[p] ||
+					!typmod_keeps_values(rel->prev_types[p], rel->prev_typmods[p],
+										 rel->remote.cols[i].typmod))
+					ash_halt("source_type_invalid", "table %s.%s column %s changed type%s",
 							 quote_identifier(rel->remote.nspname),
 							 quote_identifier(rel->remote.relname),
-							 quote_identifier(rel->prev_names[p]));
+							 quote_identifier(rel->prev_names[p]),
+							 rel->remote.cols[i].type_oid == rel->prev_types[p] ?
+							 " modifier (its rows were rewritten under it)" : "");
 				break;
 			}
 		}

@@ -111,6 +111,7 @@ typedef struct AshApplyRel
 	int			prev_natts;
 	char	  **prev_names;
 	uint32	   *prev_types;
+	int32	   *prev_typmods;
 } AshApplyRel;
 
 /* Called before a target's plans are discarded. */

@@ -718,6 +718,42 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 "      || ':' || a.attnum::pg_catalog.text FROM pg_catalog.pg_attribute a" \
 "     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped" sent
 
+/*
+ * A table a publication holds only through a partitioned ancestor leaves
+ * it when detached (and is back when attached again), which changes no row
+ * of the publication: its pg_inherits rows up the chain (by the
+ * transaction that wrote each) hold it.  Not judged for a table the
+ * publication holds itself, or through its own schema (held_own: another
+ * condition on p and c), or FOR ALL TABLES.
+ */
+#define HELD_BY_ANCESTOR_TOKENS_SQL(held_own) \
+"    UNION ALL" \
+"    SELECT 'def:inh:' || i.inhrelid::pg_catalog.text || ':' || i.xmin::pg_catalog.text" \
+"      FROM pg_catalog.pg_partition_ancestors(c.oid) pa" \
+"      JOIN pg_catalog.pg_inherits i ON i.inhrelid = pa.relid" \
+"     WHERE NOT p.puballtables AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r" \
+"       WHERE r.prpubid = p.oid AND r.prrelid = c.oid)" held_own
+
+#define HELD_BY_OWN_SCHEMA_SQL \
+" AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace s" \
+"   WHERE s.pnpubid = p.oid AND s.pnnspid = c.relnamespace)"
+
+/*
+ * A table a publication holds only through its schema leaves it when moved
+ * to another schema (and is back when moved again), which changes no row of
+ * the publication: its row type's pg_type row, by the transaction that last
+ * wrote it, holds it (SET SCHEMA and RENAME rewrite it, and OWNER TO, which
+ * the catalog cannot tell apart; ADD COLUMN, GRANT, ANALYZE do not).
+ */
+#define HELD_BY_SCHEMA_TOKENS_SQL \
+"    UNION ALL" \
+"    SELECT 'def:row:' || ty.oid::pg_catalog.text || ':' || ty.xmin::pg_catalog.text" \
+"      FROM pg_catalog.pg_type ty WHERE ty.oid = c.reltype AND NOT p.puballtables" \
+"       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r" \
+"        WHERE r.prpubid = p.oid AND r.prrelid = c.oid)" \
+"       AND EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace s" \
+"        WHERE s.pnpubid = p.oid AND s.pnnspid = c.relnamespace)"
+
 char *
 ash_source_publication_tables_sql(AshConn *conn)
 {
@@ -729,6 +765,7 @@ ash_source_publication_tables_sql(AshConn *conn)
 					"    UNION ALL"
 					"    SELECT 'def:tbl:' || c.oid::pg_catalog.text"
 					COLUMN_TOKENS_SQL("%s")
+					"%s"
 					"    UNION ALL"
 					"    SELECT 'all:' || p.oid::pg_catalog.text WHERE p.puballtables"
 					"    UNION ALL"
@@ -742,6 +779,9 @@ ash_source_publication_tables_sql(AshConn *conn)
 					"  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
 					" WHERE pt.pubname = $1 ORDER BY 1, 2",
 					conn->server_version < 120000 ? "" : " AND a.attgenerated = ''",
+					conn->server_version < 120000 ? "" : conn->server_version < 150000 ?
+					HELD_BY_ANCESTOR_TOKENS_SQL("") :
+					HELD_BY_ANCESTOR_TOKENS_SQL(HELD_BY_OWN_SCHEMA_SQL) HELD_BY_SCHEMA_TOKENS_SQL,
 					conn->server_version < 150000 ? "" :
 					"    UNION ALL"
 					"    SELECT 'ns:' || s.oid::pg_catalog.text FROM pg_catalog.pg_publication_namespace s"
@@ -802,7 +842,10 @@ append_array_element(StringInfo buf, const char *s)
 /*
  * wal2json's table set, the configured tables ($1 schemas, $2 names, text[]
  * literals in step): it has no membership, each table is held by its OID
- * and its columns (generated ones too: wal2json sends them).
+ * and its columns (generated ones too: wal2json sends them), and by its
+ * row type's pg_type row: wal2json selects tables by name as it decodes,
+ * so a table renamed away and back (RENAME or SET SCHEMA, which rewrite
+ * that row) had changes it never sent.
  */
 static const char *wal2json_tables_sql =
 "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text,"
@@ -810,6 +853,9 @@ static const char *wal2json_tables_sql =
 "  (SELECT pg_catalog.string_agg(m.tok, ',' ORDER BY m.tok) FROM ("
 "    SELECT 'def:tbl:' || c.oid::pg_catalog.text"
 COLUMN_TOKENS_SQL("")
+"    UNION ALL"
+"    SELECT 'def:row:' || ty.oid::pg_catalog.text || ':' || ty.xmin::pg_catalog.text"
+"      FROM pg_catalog.pg_type ty WHERE ty.oid = c.reltype"
 "    ) m(tok))"
 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
 "   pg_catalog.unnest($2::pg_catalog.text[])) AS s(nsp, rel)"
@@ -923,6 +969,30 @@ column_skipped(const char *hexname, size_t len, const AshMapping *map)
 }
 
 /*
+ * Does now hold tok changed: a token that begins as tok does, up to its
+ * last ':', and ends otherwise?  (None: false.)
+ */
+static bool
+token_changed(const char *tok, const char *now)
+{
+	size_t		prefix = strrchr(tok, ':') - tok + 1;
+	size_t		len = strlen(tok);
+	const char *p = now;
+
+	while (*p != '\0')
+	{
+		size_t		toklen = strcspn(p, ",");
+
+		if (toklen >= prefix && strncmp(p, tok, prefix) == 0)
+			return toklen != len || strncmp(p, tok, len) != 0;
+		p += toklen;
+		if (*p == ',')
+			p++;
+	}
+	return false;
+}
+
+/*
  * A "col:<hexname>:<attnum>" token of then: does its name stand now for
  * another column (dropped and added again, or another renamed into the
  * name)?  A column gone now is the coverage's to judge
@@ -933,21 +1003,12 @@ static bool
 column_replaced(const char *tok, const char *now, const AshMapping *map)
 {
 	const char *num = strrchr(tok, ':');
-	size_t		prefix = num - tok + 1; /* "col:<hexname>:" */
-	size_t		len = strlen(tok);
 
 	if (num == NULL || num < tok + 4)
 		return false;
 	if (map != NULL && (map->append_log || column_skipped(tok + 4, num - tok - 4, map)))
 		return false;
-	for (const char *p = now; (p = strstr(p, "col:")) != NULL; p++)
-	{
-		size_t		toklen = strcspn(p, ",");
-
-		if ((p == now || p[-1] == ',') && toklen >= prefix && strncmp(p, tok, prefix) == 0)
-			return toklen != len || strncmp(p, tok, len) != 0;
-	}
-	return false;
+	return token_changed(tok, now);
 }
 
 bool
@@ -965,7 +1026,14 @@ ash_source_publication_gap(const char *then, const char *now, const AshMapping *
 	copy = pstrdup(then);
 	for (tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
 	{
-		if (strncmp(tok, "def:", 4) == 0)
+		/*
+		 * "def:inh:<oid>:<xmin>", "def:row:<oid>:<xmin>": the row written
+		 * since; absent now, the table is held some other way (its own
+		 * publication row, say), or out, which its other tokens judge.
+		 */
+		if (strncmp(tok, "def:inh:", 8) == 0 || strncmp(tok, "def:row:", 8) == 0)
+			redefined |= token_changed(tok, now);
+		else if (strncmp(tok, "def:", 4) == 0)
 			redefined |= !has_token(now, tok);
 		else if (strncmp(tok, "col:", 4) == 0)
 			redefined |= column_replaced(tok, now, map);

@@ -178,7 +178,7 @@ q_dst("SELECT ash_replicant_wait_for_slot('s3', '60s')");
 q_src("INSERT INTO w SELECT g, 'w' || g, 'x' || g FROM generate_series(1, 30) g");
 ok(AshTest::wait_caught_up($src, $dst, 's3'), 'wal2json: caught up');
 AshTest::wait_status($dst, 's3', 'healthy');
-like(record_of('s3', 'w'), qr/^col:61:2,col:62:3,col:6964:1,def:tbl:\d+$/,
+like(record_of('s3', 'w'), qr/^col:61:2,col:62:3,col:6964:1,def:row:\d+:\d+,def:tbl:\d+$/,
 	'wal2json: the start records the table by its OID and columns');
 $mirror = AshTest::table_hash($dst, 'w');
 q_src("BEGIN; ALTER TABLE w DROP COLUMN b; ALTER TABLE w ADD COLUMN b text DEFAULT '$SENTINEL'; COMMIT");
