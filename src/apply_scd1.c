@@ -203,6 +203,18 @@ build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many, b
 		appendStringInfoString(sql, " DO NOTHING");
 		return false;
 	}
+
+	/*
+	 * The identity too: the row found is equal under the index's operators,
+	 * not necessarily the same value (numeric 1.0 and 1.00, float 0 and -0,
+	 * interval '1 day' and '24 hours'), and the mirror holds the source's.
+	 */
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		const char *n = quote_identifier(rel->cols[rel->keys[k]].name);
+
+		appendStringInfo(sql, ", %s = EXCLUDED.%s", n, n);
+	}
 	if (ash_tenant_scoped(rel))
 	{
 		const char *n = quote_identifier(rel->cols[rel->tenant_col].name);

@@ -155,6 +155,8 @@ const char *const ash_text_form[ASH_TEXT_FORM_SETTINGS][2] = {
 	{"TimeZone", "UTC"},
 	{"bytea_output", "hex"},
 	{"lc_monetary", "C"},
+	{"array_nulls", "on"},
+	{"xmloption", "content"},
 };
 
 /*

@@ -42,9 +42,12 @@ extern void ash_worker_session_settings(void);
 /*
  * The settings that decide a value's text form, the same in the worker's
  * session (it renders values it received in binary) and in every source
- * session (a walsender renders the values it streams): name, value.
+ * session (a walsender renders the values it streams), and how the worker
+ * reads that text back (array_nulls: an unquoted NULL element is NULL;
+ * xmloption: an XML value may be content, as any the source stores):
+ * name, value.
  */
-#define ASH_TEXT_FORM_SETTINGS 6
+#define ASH_TEXT_FORM_SETTINGS 8
 extern const char *const ash_text_form[ASH_TEXT_FORM_SETTINGS][2];
 
 /*
