@@ -9,8 +9,13 @@
  *	  { "version": 1, "decoder": ..., "table_set": {...}, "ignores": [...],
  *		"relations": { "<schema>.<table>": { "target", "strategy",
  *			"append_log", "tenant": null | {...}, "skips": [...],
- *			"columns": { "<source column>": { "target", "type",
+ *			"columns": { "<source column>": { "target", "attnum", "type",
  *						 "protect": plain | encrypted | bytea } } } } }
+ *
+ *	  attnum: a target column dropped and added again under its name is
+ *	  another column, empty where the mirror had values.  (Manifests
+ *	  recorded before it was kept are contained in one with it: admitted as
+ *	  an addition.)
  *
  *	  Transitions are set-monotone, which is exactly jsonb containment:
  *	  the new manifest must contain the recorded one (new @> old).  Adding
@@ -62,6 +67,7 @@ static const char *manifest_sql =
 "         'skips', pg_catalog.to_jsonb(r.skip),"
 "         'columns', coalesce((SELECT pg_catalog.jsonb_object_agg(m.src, pg_catalog.jsonb_build_object("
 "              'target', a.attname,"
+"              'attnum', a.attnum,"
 "              'type', pg_catalog.format_type(a.atttypid, a.atttypmod),"
 "              'protect', CASE WHEN m.src OPERATOR(pg_catalog.=) ANY (r.encrypted) THEN 'encrypted'"
 "                              WHEN m.src OPERATOR(pg_catalog.=) ANY (r.sensitive) THEN 'bytea'"
