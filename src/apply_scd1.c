@@ -81,7 +81,8 @@ typedef struct Scd1Plans
 	bool		many_unsupported;	/* a column type has no array type */
 	SPIPlanPtr	delete;
 	SPIPlanPtr	key_probe;		/* does the row a write missed exist? */
-	SPIPlanPtr	run_probe;		/* how many rows of a key-only run exist? */
+	SPIPlanPtr	run_probe;		/* how many rows of a run exist? */
+	SPIPlanPtr	run_probe_any;	/* ... under any tenant? */
 	SPIPlanPtr	delete_many;	/* gathered deletes */
 	LocalTransactionId commutes_lxid;	/* transaction "commutes" was judged in */
 	uint64		commutes_epoch; /* ash_relmap_target_epoch it holds for */
@@ -208,12 +209,15 @@ build_upsert(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt, bool many, b
 	 * The identity too: the row found is equal under the index's operators,
 	 * not necessarily the same value (numeric 1.0 and 1.00, float 0 and -0,
 	 * interval '1 day' and '24 hours'), and the mirror holds the source's.
+	 * (Not a GENERATED ALWAYS identity column, which only DEFAULT may
+	 * update: an integer, whose equal values are the same.)
 	 */
 	for (int k = 0; k < rel->nkeys; k++)
 	{
 		const char *n = quote_identifier(rel->cols[rel->keys[k]].name);
 
-		appendStringInfo(sql, ", %s = EXCLUDED.%s", n, n);
+		if (!rel->cols[rel->keys[k]].identity_always)
+			appendStringInfo(sql, ", %s = EXCLUDED.%s", n, n);
 	}
 	if (ash_tenant_scoped(rel))
 	{
@@ -547,7 +551,7 @@ key_only_kept_out(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *row)
  * row t whose identity is a run row u's.
  */
 static void
-append_run_match(StringInfo sql, AshApplyRel *rel)
+append_run_match(StringInfo sql, AshApplyRel *rel, bool any_tenant)
 {
 	appendStringInfoChar(sql, '(');
 	append_unnest_select(sql, rel->ncols);
@@ -555,7 +559,7 @@ append_run_match(StringInfo sql, AshApplyRel *rel)
 	for (int k = 0; k < rel->nkeys; k++)
 		appendStringInfo(sql, "%st.%s OPERATOR(pg_catalog.=) u.c%d", k ? " AND " : "",
 						 quote_identifier(rel->cols[rel->keys[k]].name), rel->keys[k] + 1);
-	if (ash_tenant_scoped(rel))
+	if (ash_tenant_scoped(rel) && !any_tenant)
 		appendStringInfo(sql, " AND t.%s OPERATOR(pg_catalog.=) u.c%d",
 						 quote_identifier(rel->cols[rel->tenant_col].name), rel->tenant_col + 1);
 }
@@ -584,23 +588,22 @@ build_update_many(StringInfo sql, AshApplyRel *rel, AshApplyTarget *tgt)
 	if (!any_set)
 		return false;
 	appendStringInfoString(sql, " FROM ");
-	append_run_match(sql, rel);
+	append_run_match(sql, rel, false);
 	return true;
 }
 
 /*
- * A key-only run's upsert counted fewer rows than it wrote (values: its
- * column arrays): were rows kept out rather than there already?
+ * How many target rows hold the identities of a run (values: its column
+ * arrays) -- under the run's tenants, or any_tenant under any?
  */
-static bool
-run_kept_out(AshApplyRel *rel, AshApplyTarget *tgt, Datum *values, uint64 nw)
+static uint64
+run_present(AshApplyRel *rel, AshApplyTarget *tgt, Datum *values, bool any_tenant)
 {
 	Scd1Plans  *st = plans_of(tgt);
+	SPIPlanPtr *plan = any_tenant ? &st->run_probe_any : &st->run_probe;
 	bool		isnull;
 
-	if (target_commutes(tgt))
-		return false;
-	if (st->run_probe == NULL)
+	if (*plan == NULL)
 	{
 		StringInfoData sql;
 		Oid		   *types = palloc(sizeof(Oid) * rel->ncols);
@@ -610,13 +613,23 @@ run_kept_out(AshApplyRel *rel, AshApplyTarget *tgt, Datum *values, uint64 nw)
 			types[c] = get_array_type(rel->cols[c].typid);
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s AS t, ", tgt->name);
-		append_run_match(&sql, rel);
-		st->run_probe = ash_spi_prepare_kept(sql.data, rel->ncols, types);
+		append_run_match(&sql, rel, any_tenant);
+		*plan = ash_spi_prepare_kept(sql.data, rel->ncols, types);
 	}
-	if (ash_spi_execute(st->run_probe, values, NULL, SPI_OK_SELECT) != 1)
-		elog(ERROR, "ash_replicant: a key-only run's probe returned no count");
+	if (ash_spi_execute(*plan, values, NULL, SPI_OK_SELECT) != 1)
+		elog(ERROR, "ash_replicant: a run's probe returned no count");
 	return (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-												&isnull)) < nw;
+												&isnull));
+}
+
+/*
+ * A key-only run's upsert counted fewer rows than it wrote: were rows kept
+ * out rather than there already?
+ */
+static bool
+run_kept_out(AshApplyRel *rel, AshApplyTarget *tgt, Datum *values, uint64 nw)
+{
+	return !target_commutes(tgt) && run_present(rel, tgt, values, false) < nw;
 }
 
 static SPIPlanPtr
@@ -985,8 +998,17 @@ scd1_flush(void)
 			n = ash_spi_execute(gbuf.stamped ? st->upsert_many_prov : st->upsert_many, values,
 								NULL, SPI_OK_INSERT);
 		}
-		if (nw > 0 && n < nw &&
-			(gbuf.stamped ? st->prov_checks_tenant : st->upsert_checks_tenant))
+		if (values == NULL && n < nw)
+			values = column_arrays(rel, off, nw);
+
+		/*
+		 * Only the upsert meets rows (a plain insert that met one failed);
+		 * a row it did not count is another tenant's under its identity,
+		 * or kept out by a trigger when no row holds the identity at all.
+		 */
+		if (!inserted && n < nw &&
+			(gbuf.stamped ? st->prov_checks_tenant : st->upsert_checks_tenant) &&
+			run_present(rel, tgt, values, true) == nw)
 			ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s",
 					 tgt->log_name);
 		if (n > nw)
@@ -997,9 +1019,7 @@ scd1_flush(void)
 		 * not counted was kept out by a trigger (a snapshot row of a
 		 * stamped run would be neither written nor marked).
 		 */
-		if (n < nw && (gbuf.stamped || !key_only(rel) ||
-					   run_kept_out(rel, tgt, values != NULL ? values : column_arrays(rel, off, nw),
-									nw)))
+		if (n < nw && (gbuf.stamped || !key_only(rel) || run_kept_out(rel, tgt, values, nw)))
 			ash_apply_write_lost(tgt, "an insert or update",
 								 "a multi-row upsert affected fewer rows than it wrote");
 	}
@@ -1357,6 +1377,8 @@ scd1_release(AshApplyTarget *tgt)
 		SPI_freeplan(st->key_probe);
 	if (st->run_probe)
 		SPI_freeplan(st->run_probe);
+	if (st->run_probe_any)
+		SPI_freeplan(st->run_probe_any);
 	if (st->delete_many)
 		SPI_freeplan(st->delete_many);
 	foreach(lc, st->updates)

@@ -803,6 +803,7 @@ resolve_column_io(AshApplyRel *rel, AshTargetCol *tc, Form_pg_attribute att)
 
 	tc->typid = att->atttypid;
 	tc->typmod = att->atttypmod;
+	tc->identity_always = att->attidentity == ATTRIBUTE_IDENTITY_ALWAYS;
 	tc->maxchars = base == VARCHAROID && basemod >= VARHDRSZ ? basemod - VARHDRSZ : -1;
 	tc->elem_maxchars = get_element_type(base) == VARCHAROID && basemod >= VARHDRSZ ?
 		basemod - VARHDRSZ : -1;

@@ -31,6 +31,8 @@ typedef struct AshTargetCol
 	bool		typbyval;
 	char		typalign;		/* for arrays of them */
 	bool		is_identity;
+	bool		identity_always;	/* GENERATED ALWAYS AS IDENTITY: an
+									 * UPDATE may set it only to DEFAULT */
 	bool		encrypt;		/* sealed with column encryption (bytea) */
 	int32		maxchars;		/* a varchar(n) target's n, else -1: its input
 								 * cuts an excess of spaces without an error */
