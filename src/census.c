@@ -87,6 +87,52 @@ ash_census_next_delay(AshPipelineConfig *cfg)
 /* ash_census_targets_changed() */
 static bool targets_changed = false;
 
+/* ash_census_watch_xact(): the transaction, and whether it aborted */
+static TransactionId watched_xid = InvalidTransactionId;
+static bool watched_aborted = false;
+
+void
+ash_census_watch_xact(TransactionId xid)
+{
+	watched_xid = xid;
+	watched_aborted = false;
+}
+
+bool
+ash_census_watched_xact_aborted(void)
+{
+	return watched_aborted;
+}
+
+/*
+ * Has the watched transaction aborted at the source?  Its full id from
+ * the 32-bit one and the source's next id (the same epoch, or the one
+ * before when the low half is above the next's); a status the source no
+ * longer keeps (NULL) is not an abort.
+ */
+static void
+observe_watched_xact(AshConn *conn)
+{
+	char		xid[16];
+	const char *params[1] = {xid};
+	PGresult   *res;
+
+	if (!TransactionIdIsValid(watched_xid) || watched_aborted)
+		return;
+	snprintf(xid, sizeof(xid), "%u", watched_xid);
+	res = ash_conn_exec_params(conn, conn->server_version >= 130000 ?
+							   "SELECT pg_catalog.pg_xact_status(((n / 4294967296 - (CASE WHEN $1::pg_catalog.int8 > n % 4294967296 THEN 1 ELSE 0 END))"
+							   " * 4294967296 + $1::pg_catalog.int8)::pg_catalog.text::pg_catalog.xid8)"
+							   " FROM (SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::pg_catalog.text::pg_catalog.int8 AS n) s" :
+							   "SELECT pg_catalog.txid_status((n / 4294967296 - (CASE WHEN $1::pg_catalog.int8 > n % 4294967296 THEN 1 ELSE 0 END))"
+							   " * 4294967296 + $1::pg_catalog.int8)"
+							   " FROM (SELECT pg_catalog.txid_snapshot_xmax(pg_catalog.txid_current_snapshot()) AS n) s",
+							   1, params, true);
+	watched_aborted = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		!PQgetisnull(res, 0, 0) && strcmp(PQgetvalue(res, 0, 0), "aborted") == 0;
+	PQclear(res);
+}
+
 /* ash_census_publication_gap(): malloc'd, NULL when none */
 static char *publication_gap = NULL;
 
@@ -677,6 +723,7 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 			}
 		}
 		ash_syncrep_observe(conn);
+		observe_watched_xact(conn);
 	}
 	PG_CATCH();
 	{

@@ -34,6 +34,15 @@ extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey 
 extern bool ash_census_targets_changed(void);
 
 /*
+ * A source transaction the caller waits for whole (the crash guard's:
+ * streamed when the worker died): each ash_census_run asks the source
+ * whether it aborted, which ash_census_watched_xact_aborted then answers
+ * (such a transaction never arrives).  InvalidTransactionId: none.
+ */
+extern void ash_census_watch_xact(TransactionId xid);
+extern bool ash_census_watched_xact_aborted(void);
+
+/*
  * A mapped table the last ash_census_run found back in the publication
  * after it left it (with a snapshot configured; qualified name, NULL when
  * none): the caller ends the session, the next one copies it again.

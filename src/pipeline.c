@@ -685,7 +685,11 @@ guard_start(XLogRecPtr watermark)
 		}
 	}
 	else if (crashed_before && TransactionIdIsValid(last_crash.applying_xid))
+	{
 		careful_xid = last_crash.applying_xid;
+		/* rolled back, it never arrives: the census asks (below) */
+		ash_census_watch_xact(careful_xid);
+	}
 
 	if (!XLogRecPtrIsInvalid(crash_lsn) && crashes > 0 && crash_lsn > watermark)
 	{
@@ -725,6 +729,7 @@ guard_note_change(AshChange *c)
 				/* the streamed transaction arrives whole: careful through it */
 				careful_lsn = Max(careful_lsn, c->u.begin.final_lsn);
 				careful_xid = InvalidTransactionId;
+				ash_census_watch_xact(InvalidTransactionId);
 			}
 			break;
 		case ASH_CHANGE_STREAM_START:
@@ -1184,6 +1189,17 @@ run_census_if_due(void)
 
 	if (census_faults >= cfg->census.max_consecutive_faults)
 		ash_halt("census_unverifiable", "%d consecutive census faults", census_faults);
+
+	/* the streamed transaction a death was charged to rolled back */
+	if (TransactionIdIsValid(careful_xid) && ash_census_watched_xact_aborted())
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.crash_passed sink=%s xid=%u outcome=aborted",
+						cfg->sink_name, careful_xid)));
+		careful_xid = InvalidTransactionId;
+		ash_census_watch_xact(InvalidTransactionId);
+		guard_set_careful(guard_careful());
+	}
 
 	/* a table back in the publication after a gap: the next session copies it */
 	if (ash_census_publication_gap() != NULL)
