@@ -224,8 +224,9 @@ ash_relmap_update_relation(const AshRelation *in)
 
 	if (found)
 	{
-		/* keep what it was resolved with, to judge the change */
 		judge_rename(rel, in);
+
+		/* keep what it was resolved with, to judge the change */
 		if (rel->resolved && !rel->ignored)
 		{
 			rel->prev_natts = rel->remote.natts;
