@@ -81,6 +81,7 @@ typedef struct Scd1Plans
 	bool		many_unsupported;	/* a column type has no array type */
 	SPIPlanPtr	delete;
 	SPIPlanPtr	key_probe;		/* does the row a write missed exist? */
+	SPIPlanPtr	key_probe_any;	/* ... under any tenant? */
 	SPIPlanPtr	run_probe;		/* how many rows of a run exist? */
 	SPIPlanPtr	run_probe_any;	/* ... under any tenant? */
 	SPIPlanPtr	delete_many;	/* gathered deletes */
@@ -523,6 +524,34 @@ row_present(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	nparams = ash_key_values(rel, key, values, nulls);
 	nulls[nparams] = '\0';
 	return ash_spi_execute(st->key_probe, values, nulls, SPI_OK_SELECT) > 0;
+}
+
+/*
+ * Does a row of any tenant hold key's identity?  (row_present: of key's
+ * tenant, under tenancy.)
+ */
+static bool
+identity_held(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
+{
+	Scd1Plans  *st = plans_of(tgt);
+	Datum	   *values = palloc(sizeof(Datum) * (rel->nkeys + 1));
+	char	   *nulls = palloc(rel->nkeys + 2);
+
+	if (st->key_probe_any == NULL)
+	{
+		StringInfoData sql;
+		Oid		   *types = palloc(sizeof(Oid) * (rel->nkeys + 1));
+		int			nkey;
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE ", tgt->name);
+		nkey = ash_append_key_predicate(&sql, rel, 1, types, false) - 1;
+		appendStringInfoString(&sql, " LIMIT 1");
+		st->key_probe_any = ash_spi_prepare_kept(sql.data, nkey, types);
+	}
+	(void) ash_key_values(rel, key, values, nulls);
+	nulls[rel->nkeys] = '\0';
+	return ash_spi_execute(st->key_probe_any, values, nulls, SPI_OK_SELECT) > 0;
 }
 
 /*
@@ -1003,12 +1032,15 @@ scd1_flush(void)
 
 		/*
 		 * Only the upsert meets rows (a plain insert that met one failed);
-		 * a row it did not count is another tenant's under its identity,
-		 * or kept out by a trigger when no row holds the identity at all.
+		 * a row it did not count met another tenant's row under its
+		 * identity, or a trigger kept it out (its insert, or its update of
+		 * the same tenant's row).  The run's identities are distinct and
+		 * each names one target row: some row is another tenant's when
+		 * more of them are held under any tenant than under the run's.
 		 */
 		if (!inserted && n < nw &&
 			(gbuf.stamped ? st->prov_checks_tenant : st->upsert_checks_tenant) &&
-			run_present(rel, tgt, values, true) == nw)
+			run_present(rel, tgt, values, true) > run_present(rel, tgt, values, false))
 			ash_halt("tenant_conflict", "a row of another tenant holds an identity in %s",
 					 tgt->log_name);
 		if (n > nw)
@@ -1132,7 +1164,10 @@ scd1_insert(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *newrow)
 	}
 	plan = upsert_plan(rel, tgt);
 	n = ash_spi_execute(plan, newrow->values, nulls_of(rel, newrow), SPI_OK_INSERT);
-	if (n == 0 && plans_of(tgt)->upsert_checks_tenant)
+	/* as a gathered run's (scd1_flush): else a trigger kept it out */
+	if (n == 0 && plans_of(tgt)->upsert_checks_tenant &&
+		(target_commutes(tgt) || (identity_held(rel, tgt, newrow) &&
+								  !row_present(rel, tgt, newrow))))
 		ash_halt("tenant_conflict", "a row of another tenant holds the identity in %s",
 				 tgt->log_name);
 	if (n == 0 && (!key_only(rel) || key_only_kept_out(rel, tgt, newrow)))
@@ -1375,6 +1410,8 @@ scd1_release(AshApplyTarget *tgt)
 		SPI_freeplan(st->delete);
 	if (st->key_probe)
 		SPI_freeplan(st->key_probe);
+	if (st->key_probe_any)
+		SPI_freeplan(st->key_probe_any);
 	if (st->run_probe)
 		SPI_freeplan(st->run_probe);
 	if (st->run_probe_any)
