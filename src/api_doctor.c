@@ -1000,7 +1000,7 @@ publication_gaps_fn(Doctor *d, void *arg)
 	res = ash_source_table_set_membership(d->conn, &d->tableset);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	*(char **) arg = ash_publication_gaps(&key, d->mappings, res, d->cxt);
+	*(char **) arg = ash_publication_gaps(&key, d->mappings, res, d->cxt, NULL);
 	SPI_finish();
 	PQclear(res);
 }

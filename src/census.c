@@ -520,11 +520,13 @@ ash_census_describe_relations(AshPipelineConfig *cfg)
  * that left the publication (the replication sets) and came back since the
  * attempt recorded how it was held (snapshot_tables.published,
  * ash_source_publication_gap).
- * Returns its qualified name (NULL: none); the pipeline ends the session
- * and the next one copies the table again.
+ * Returns its qualified name (NULL: none), *retyped whether it only had
+ * columns retyped; the pipeline ends the session and the next one copies
+ * the table again.
  */
 static char *
-find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *conn)
+find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *conn,
+					 bool *retyped)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	PGresult   *res;
@@ -572,15 +574,39 @@ find_publication_gap(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *con
 		return NULL;
 	for (uint64 i = 0; i < n && gap == NULL; i++)
 		for (int r = 0; r < PQntuples(res) && gap == NULL; r++)
-			if (strcmp(PQgetvalue(res, r, 0), recorded[i * 3]) == 0 &&
-				strcmp(PQgetvalue(res, r, 1), recorded[i * 3 + 1]) == 0 &&
-				!PQgetisnull(res, r, 3) &&
-				ash_source_publication_gap(recorded[i * 3 + 2], PQgetvalue(res, r, 3),
+		{
+			AshTableGap g;
+
+			if (strcmp(PQgetvalue(res, r, 0), recorded[i * 3]) != 0 ||
+				strcmp(PQgetvalue(res, r, 1), recorded[i * 3 + 1]) != 0 ||
+				PQgetisnull(res, r, 3))
+				continue;
+			g = ash_source_publication_gap(recorded[i * 3 + 2], PQgetvalue(res, r, 3),
 										   ash_config_find_mapping(cfg, recorded[i * 3],
-																   recorded[i * 3 + 1])))
+																   recorded[i * 3 + 1]));
+			if (g != ASH_GAP_NONE)
+			{
 				gap = quote_qualified_identifier(recorded[i * 3], recorded[i * 3 + 1]);
+				*retyped = g == ASH_GAP_RETYPED;
+			}
+		}
 	PQclear(res);
 	return gap;
+}
+
+/*
+ * Mapped columns retyped while streaming, found by the census before any
+ * change of their table was decoded under the new type: the halt the
+ * stream makes then (relmap.c), whatever finds it first.  The record
+ * keeps the old type: the next start finds the rewrite a gap (or copies
+ * the table again, with a snapshot configured).
+ */
+static void
+halt_retyped(const char *tables)
+{
+	ash_halt("source_type_invalid",
+			 "mapped columns were retyped while streaming, which rewrote their rows at the source: %s",
+			 tables);
 }
 
 /* A pipeline without a snapshot cannot fill what the gap lost: it halts. */
@@ -588,14 +614,14 @@ static void
 halt_publication_gap(const char *tables)
 {
 	ash_halt("publication_gap",
-			 "mapped tables left the publication and came back, or they or columns of theirs were replaced, since they were recorded: %s",
+			 "mapped tables left the publication and came back, or they or columns of theirs were replaced or retyped, since they were recorded: %s",
 			 tables);
 }
 
 static void
 record_publication(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 {
-	char	   *gap = ash_publication_record(cfg, (AshCheckpointKey *) arg, conn, true);
+	char	   *gap = ash_publication_record(cfg, (AshCheckpointKey *) arg, conn, true, NULL);
 
 	if (gap != NULL)
 		halt_publication_gap(gap);
@@ -607,7 +633,7 @@ ash_census_record_publication(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	if (ash_publication_watched(cfg))
 		with_activation_probe(cfg, record_publication, key);
 	else
-		(void) ash_publication_record(cfg, key, NULL, true);
+		(void) ash_publication_record(cfg, key, NULL, true, NULL);
 }
 
 /*
@@ -700,9 +726,12 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 		conn = census_connection(cfg);
 		judge_source(cfg, conn, "census");
 		{
-			char	   *gap = find_publication_gap(cfg, key, conn);
+			bool		retyped = false;
+			char	   *gap = find_publication_gap(cfg, key, conn, &retyped);
 
-			if (gap != NULL)
+			if (gap != NULL && retyped)
+				halt_retyped(gap);
+			else if (gap != NULL)
 			{
 				ereport(LOG,
 						(errmsg("ash_replicant event=snapshot.publication_gap sink=%s table=%s",
@@ -710,7 +739,7 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 						 errdetail("The table left the publication and came back, or it or a column of it was replaced, while the pipeline streamed; the next session copies it again.")));
 				publication_gap = strdup(gap);
 			}
-			else if ((gap = ash_publication_record(cfg, key, conn, false)) != NULL)
+			else if ((gap = ash_publication_record(cfg, key, conn, false, &retyped)) != NULL)
 			{
 				/*
 				 * The publication changed since judge_source read it (one
@@ -719,6 +748,8 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 				 * with that reason, which the operator must fix first.
 				 */
 				judge_source(cfg, conn, "census");
+				if (retyped)
+					halt_retyped(gap);
 				halt_publication_gap(gap);
 			}
 		}

@@ -252,6 +252,59 @@ oid_alias_type(Oid type)
 	}
 }
 
+/*
+ * A source column's type changed from (old_type, old_typmod) to (new_type,
+ * new_typmod): does the rewrite ALTER TABLE made of its rows keep every
+ * value as its text was?  Only a limit lifted or widened does: numeric's
+ * precision with the same scale, a time precision, a varying string's
+ * length, an integer widened, varchar to text.  A smaller scale or
+ * precision rounded values (numeric(10,2) to (10,0), timestamp(6) to (0)),
+ * a larger scale rewrote them (1.5 became 1.50), another type read them
+ * anew (timestamp to timestamptz in the session's time zone): none of it
+ * is in any stream, and the mirror would keep the old values.
+ */
+bool
+ash_coverage_retype_keeps_values(uint32 old_type, int32 old_typmod,
+								 uint32 new_type, int32 new_typmod)
+{
+	if (old_type != new_type)
+	{
+		switch (new_type)
+		{
+			case INT4OID:
+				return old_type == INT2OID;
+			case INT8OID:
+				return old_type == INT2OID || old_type == INT4OID;
+			case TEXTOID:
+				return old_type == VARCHAROID;
+			case VARCHAROID:
+				return old_type == TEXTOID && new_typmod == -1;
+			default:
+				return false;
+		}
+	}
+	if (new_typmod == old_typmod || new_typmod == -1)
+		return true;
+	switch (new_type)
+	{
+		case TIMESTAMPOID:
+		case TIMESTAMPTZOID:
+		case TIMEOID:
+		case TIMETZOID:
+			/* no modifier: microseconds, the most there is */
+			return new_typmod >= (old_typmod == -1 ? 6 : old_typmod);
+		case NUMERICOID:
+			return old_typmod != -1 &&
+				((old_typmod - VARHDRSZ) & 0xffff) == ((new_typmod - VARHDRSZ) & 0xffff) &&
+				((new_typmod - VARHDRSZ) >> 16) >= ((old_typmod - VARHDRSZ) >> 16);
+		case VARCHAROID:
+		case VARBITOID:
+			return old_typmod != -1 && new_typmod > old_typmod;
+		default:
+			return false;
+	}
+}
+
 bool
 ash_coverage_types_compatible(uint32 source_oid, const char *source_typname,
 							  Oid target_type)

@@ -159,6 +159,13 @@ typedef struct AshCoverageVerdict
 } AshCoverageVerdict;
 
 /*
+ * Does a source column's retype (type and modifier, old to new) keep every
+ * value's text as it was (a limit lifted or widened, an integer widened)?
+ */
+extern bool ash_coverage_retype_keeps_values(uint32 old_type, int32 old_typmod,
+											 uint32 new_type, int32 new_typmod);
+
+/*
  * Can text output of the source type be read by the target type?  A
  * built-in source type (OID below FirstGenbkiObjectId) is the same type
  * here; a user type is known by its name only.

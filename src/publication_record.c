@@ -27,7 +27,8 @@
  *	  rows no change deleted, while a schema's or FOR ALL TABLES membership
  *	  holds both tables.  So are its columns' numbers by name: a written
  *	  column dropped and added again under its name gave every row a value
- *	  no change carried, and the decoder describes it as before.  The
+ *	  no change carried, and the decoder describes it as before; and their
+ *	  types: a retype rewrote the rows outside the stream.  The
  *	  records live in
  *	  ash_replicant.publication_members, one row per mapped table of the
  *	  checkpoint, written at every start and census.
@@ -108,11 +109,13 @@ ash_publication_watched(AshPipelineConfig *cfg)
 }
 
 char *
-ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res, MemoryContext into)
+ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res, MemoryContext into,
+					 bool *retyped_only)
 {
 	Datum		values[3];
 	SPITupleTable *tt;
 	StringInfoData gaps;
+	bool		out = false;
 
 	key_values(key, values);
 	read_records(values);
@@ -124,19 +127,26 @@ ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res, Memor
 		char	   *relname = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
 		int			r = published_row(res, nspname, relname);
 		AshMapping *m = ash_mappings_find(mappings, nspname, relname);
+		AshTableGap gap;
 
-		if (r >= 0 && m != NULL &&
-			ash_source_publication_gap(SPI_getvalue(tt->vals[i], tt->tupdesc, 3),
-									   PQgetvalue(res, r, 3), m))
-			appendStringInfo(&gaps, "%s%s", gaps.len > 0 ? ", " : "",
-							 quote_qualified_identifier(nspname, relname));
+		if (r < 0 || m == NULL)
+			continue;
+		gap = ash_source_publication_gap(SPI_getvalue(tt->vals[i], tt->tupdesc, 3),
+										 PQgetvalue(res, r, 3), m);
+		if (gap == ASH_GAP_NONE)
+			continue;
+		out |= gap == ASH_GAP_OUT;
+		appendStringInfo(&gaps, "%s%s", gaps.len > 0 ? ", " : "",
+						 quote_qualified_identifier(nspname, relname));
 	}
+	if (retyped_only != NULL)
+		*retyped_only = !out;
 	return gaps.len > 0 ? MemoryContextStrdup(into, gaps.data) : NULL;
 }
 
 char *
 ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *conn,
-					   bool starting)
+					   bool starting, bool *retyped_only)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	bool		watched = ash_publication_watched(cfg);
@@ -171,7 +181,7 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	}
 
 	/* the records, compared first: a gap leaves them as they are */
-	gap = ash_publication_gaps(key, cfg->mappings, res, cxt);
+	gap = ash_publication_gaps(key, cfg->mappings, res, cxt, retyped_only);
 	if (gap != NULL)
 		goto done;
 

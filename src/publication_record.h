@@ -25,18 +25,21 @@ extern bool ash_publication_watched_by(const char *decoder, const char *publicat
 /*
  * The mapped tables (mappings: AshMapping *) that key's records show out of
  * the publication and back, by res (ash_source_table_set_membership): their
- * qualified names, ", " between them, in into; NULL when none.  SPI
- * connected, read only: doctor and preflight judge with it too.
+ * qualified names, ", " between them, in into; NULL when none.  When
+ * retyped_only is given, it says whether each of them only had columns
+ * retyped (ASH_GAP_RETYPED).  SPI connected, read only: doctor and
+ * preflight judge with it too.
  */
 extern char *ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresult *res,
-								  MemoryContext into);
+								  MemoryContext into, bool *retyped_only);
 
 /*
  * Compare how the publication holds cfg's mapped tables now (read on conn)
  * with what key's checkpoint recorded.  A table held by none of the rows
  * that held it when recorded left the publication and came back: the
  * qualified names of every such table are returned (", " between them),
- * nothing recorded.  Otherwise the memberships
+ * nothing recorded (*retyped_only as ash_publication_gaps says; may be
+ * NULL).  Otherwise the memberships
  * of the tables published now are recorded (a table out now keeps its
  * record, so that its return is found) and NULL returned.
  *
@@ -47,6 +50,6 @@ extern char *ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresul
  * nothing.  Runs outside a transaction.
  */
 extern char *ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key,
-									AshConn *conn, bool starting);
+									AshConn *conn, bool starting, bool *retyped_only);
 
 #endif							/* ASH_PUBLICATION_RECORD_H */

@@ -301,40 +301,6 @@ remote_type_name(uint32 remote_oid)
 	return rt ? rt->typname : NULL;
 }
 
-/*
- * A source column's type modifier changed from old to new: does the
- * rewrite ALTER TABLE made of its rows keep every value as it was?  Only a
- * limit lifted or widened does: numeric's precision with the same scale,
- * a time precision, a varying string's length.  A smaller scale or
- * precision rounded values (numeric(10,2) to (10,0), timestamp(6) to (0)),
- * a larger scale rewrote them (1.5 became 1.50): none of it is in the
- * stream, and the mirror would keep the old values.
- */
-static bool
-typmod_keeps_values(uint32 typid, int32 old, int32 new)
-{
-	if (new == old || new == -1)
-		return true;
-	switch (typid)
-	{
-		case TIMESTAMPOID:
-		case TIMESTAMPTZOID:
-		case TIMEOID:
-		case TIMETZOID:
-			/* no modifier: microseconds, the most there is */
-			return new >= (old == -1 ? 6 : old);
-		case NUMERICOID:
-			return old != -1 &&
-				((old - VARHDRSZ) & 0xffff) == ((new - VARHDRSZ) & 0xffff) &&
-				((new - VARHDRSZ) >> 16) >= ((old - VARHDRSZ) >> 16);
-		case VARCHAROID:
-		case VARBITOID:
-			return old != -1 && new > old;
-		default:
-			return false;
-	}
-}
-
 /* Judge a re-described relation against what it was resolved with. */
 static void
 judge_schema_change(AshApplyRel *rel)
@@ -352,15 +318,15 @@ judge_schema_change(AshApplyRel *rel)
 			if (strcmp(rel->remote.cols[i].name, rel->prev_names[p]) == 0)
 			{
 				still = true;
-				if (rel->remote.cols[i].type_oid != rel->prev_types[p] ||
-					!typmod_keeps_values(rel->prev_types[p], rel->prev_typmods[p],
-										 rel->remote.cols[i].typmod))
-					ash_halt("source_type_invalid", "table %s.%s column %s changed type%s",
+				if (!ash_coverage_retype_keeps_values(rel->prev_types[p], rel->prev_typmods[p],
+													  rel->remote.cols[i].type_oid,
+													  rel->remote.cols[i].typmod))
+					ash_halt("source_type_invalid",
+							 "table %s.%s column %s changed type%s (its rows were rewritten under it)",
 							 quote_identifier(rel->remote.nspname),
 							 quote_identifier(rel->remote.relname),
 							 quote_identifier(rel->prev_names[p]),
-							 rel->remote.cols[i].type_oid == rel->prev_types[p] ?
-							 " modifier (its rows were rewritten under it)" : "");
+							 rel->remote.cols[i].type_oid == rel->prev_types[p] ? " modifier" : "");
 				break;
 			}
 		}

@@ -346,7 +346,7 @@ known_row_stands(SnapTable *known, const SnapTable *now, const bytea *attempt)
 		known->target != now->target;
 	gap = !replaced && ash_source_publication_gap(known->published, now->published,
 												  ash_config_find_mapping(ash_snap_cfg, known->nspname,
-																		  known->relname));
+																		  known->relname)) != ASH_GAP_NONE;
 	values[0] = CStringGetTextDatum(known->nspname);
 	values[1] = CStringGetTextDatum(known->relname);
 	if (!replaced && !gap)

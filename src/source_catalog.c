@@ -709,13 +709,21 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 }
 
 /*
- * "col:<name>:<attnum>" of each live column of table c the decoder sends,
- * the name's UTF-8 bytes in hex (a name may hold the separators).
+ * "col:<name>:<attnum>" and "typ:<name>:<type>.<typmod>" of each live
+ * column of table c the decoder sends, the name's UTF-8 bytes in hex (a
+ * name may hold the separators).
  */
+#define COLUMN_HEXNAME_SQL \
+"pg_catalog.encode(pg_catalog.convert_to(a.attname::pg_catalog.text, 'UTF8'), 'hex')"
 #define COLUMN_TOKENS_SQL(sent) \
 "    UNION ALL" \
-"    SELECT 'col:' || pg_catalog.encode(pg_catalog.convert_to(a.attname::pg_catalog.text, 'UTF8'), 'hex')" \
+"    SELECT 'col:' || " COLUMN_HEXNAME_SQL \
 "      || ':' || a.attnum::pg_catalog.text FROM pg_catalog.pg_attribute a" \
+"     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped" sent \
+"    UNION ALL" \
+"    SELECT 'typ:' || " COLUMN_HEXNAME_SQL \
+"      || ':' || a.atttypid::pg_catalog.text || '.' || a.atttypmod::pg_catalog.text" \
+"      FROM pg_catalog.pg_attribute a" \
 "     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped" sent
 
 /*
@@ -778,6 +786,7 @@ ash_source_publication_tables_sql(AshConn *conn)
 					"  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
 					"  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
 					" WHERE pt.pubname = $1 ORDER BY 1, 2",
+					conn->server_version < 120000 ? "" : " AND a.attgenerated = ''",
 					conn->server_version < 120000 ? "" : " AND a.attgenerated = ''",
 					conn->server_version < 120000 ? "" : conn->server_version < 150000 ?
 					HELD_BY_ANCESTOR_TOKENS_SQL("") :
@@ -969,27 +978,35 @@ column_skipped(const char *hexname, size_t len, const AshMapping *map)
 }
 
 /*
- * Does now hold tok changed: a token that begins as tok does, up to its
- * last ':', and ends otherwise?  (None: false.)
+ * The token of now that begins as tok does, up to its last ':' (NULL:
+ * none); *toklen its length.
  */
-static bool
-token_changed(const char *tok, const char *now)
+static const char *
+token_like(const char *tok, const char *now, size_t *toklen)
 {
 	size_t		prefix = strrchr(tok, ':') - tok + 1;
-	size_t		len = strlen(tok);
 	const char *p = now;
 
 	while (*p != '\0')
 	{
-		size_t		toklen = strcspn(p, ",");
-
-		if (toklen >= prefix && strncmp(p, tok, prefix) == 0)
-			return toklen != len || strncmp(p, tok, len) != 0;
-		p += toklen;
+		*toklen = strcspn(p, ",");
+		if (*toklen >= prefix && strncmp(p, tok, prefix) == 0)
+			return p;
+		p += *toklen;
 		if (*p == ',')
 			p++;
 	}
-	return false;
+	return NULL;
+}
+
+/* Does now hold tok changed, after its last ':'?  (None: false.) */
+static bool
+token_changed(const char *tok, const char *now)
+{
+	size_t		toklen;
+	const char *p = token_like(tok, now, &toklen);
+
+	return p != NULL && (toklen != strlen(tok) || strncmp(p, tok, toklen) != 0);
 }
 
 /*
@@ -1011,7 +1028,39 @@ column_replaced(const char *tok, const char *now, const AshMapping *map)
 	return token_changed(tok, now);
 }
 
-bool
+/*
+ * A "typ:<hexname>:<type>.<typmod>" token of then: was the column retyped
+ * since in a way that rewrote its values at the source (numeric(10,2) to
+ * (10,1) rounded them, timestamp to timestamptz read them anew), outside
+ * any stream?  A widening keeps them (ash_coverage_retype_keeps_values).
+ * Columns are judged as column_replaced judges them; a token recorded
+ * recorded by an earlier release has none to compare.
+ */
+static bool
+column_retyped(const char *tok, const char *now, const AshMapping *map)
+{
+	const char *sep = strrchr(tok, ':');
+	const char *p;
+	size_t		toklen;
+	unsigned int old_type,
+				new_type;
+	int			old_typmod,
+				new_typmod;
+
+	if (sep == NULL || sep < tok + 4)
+		return false;
+	if (map != NULL && (map->append_log || column_skipped(tok + 4, sep - tok - 4, map)))
+		return false;
+	p = token_like(tok, now, &toklen);
+	if (p == NULL)
+		return false;
+	if (sscanf(sep + 1, "%u.%d", &old_type, &old_typmod) != 2 ||
+		sscanf(p + (sep + 1 - tok), "%u.%d", &new_type, &new_typmod) != 2)
+		return true;			/* unreadable: not proven the same */
+	return !ash_coverage_retype_keeps_values(old_type, old_typmod, new_type, new_typmod);
+}
+
+AshTableGap
 ash_source_publication_gap(const char *then, const char *now, const AshMapping *map)
 {
 	char	   *copy;
@@ -1020,9 +1069,10 @@ ash_source_publication_gap(const char *then, const char *now, const AshMapping *
 	bool		held = false;
 	bool		members = false;
 	bool		redefined = false;
+	bool		retyped = false;
 
 	if (then == NULL || now == NULL || then[0] == '\0')
-		return false;
+		return ASH_GAP_NONE;
 	copy = pstrdup(then);
 	for (tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
 	{
@@ -1037,6 +1087,8 @@ ash_source_publication_gap(const char *then, const char *now, const AshMapping *
 			redefined |= !has_token(now, tok);
 		else if (strncmp(tok, "col:", 4) == 0)
 			redefined |= column_replaced(tok, now, map);
+		else if (strncmp(tok, "typ:", 4) == 0)
+			retyped |= column_retyped(tok, now, map);
 		else
 		{
 			members = true;
@@ -1044,5 +1096,7 @@ ash_source_publication_gap(const char *then, const char *now, const AshMapping *
 		}
 	}
 	pfree(copy);
-	return redefined || (members && !held);
+	if (redefined || (members && !held))
+		return ASH_GAP_OUT;
+	return retyped ? ASH_GAP_RETYPED : ASH_GAP_NONE;
 }

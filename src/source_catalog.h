@@ -199,7 +199,8 @@ extern List *ash_source_rel_names(const List *rels);
  * change that deleted them (under a schema's or FOR ALL TABLES membership
  * no catalog row of the publication changes); and each column the decoder
  * sends as "col:<name>:<attnum>" (the name's UTF-8 bytes in hex): a column
- * dropped and added again under its name keeps the name, not the number.
+ * dropped and added again under its name keeps the name, not the number;
+ * and as "typ:<name>:<type>.<typmod>": a retype rewrote its rows.
  * Sorted, comma-separated.  In schema and name order.
  */
 extern char *ash_source_publication_tables_sql(AshConn *conn);
@@ -210,8 +211,8 @@ extern char *ash_source_publication_tables_sql(AshConn *conn);
  * pglogical.replication_set_table (which have no OID; a row removed and
  * added again, or replaced, is written by another transaction), with
  * "def:set:<set_id>:<xmin>" of each of those sets' own rows (alter_
- * replication_set rewrites them), "def:tbl:<oid>" and the "col:" tokens
- * as above (generated columns too: pglogical sends them).
+ * replication_set rewrites them), "def:tbl:<oid>", the "col:" and "typ:"
+ * tokens as above (generated columns too: pglogical sends them).
  */
 extern const char *ash_source_replication_set_tables_sql(void);
 
@@ -219,7 +220,7 @@ extern const char *ash_source_replication_set_tables_sql(void);
  * How the decoder's table set holds each of its tables now, in the shape
  * above: pgoutput's publication, pglogical's replication sets, or
  * wal2json's configured tables (which it holds whatever happens: only
- * "def:tbl:" and the "col:" tokens); NULL when none is configured.
+ * "def:tbl:", the "col:" and "typ:" tokens); NULL when none is configured.
  */
 extern PGresult *ash_source_table_set_membership(AshConn *conn, const AshTableSetSpec *spec);
 
@@ -242,11 +243,22 @@ extern void ash_source_table_set_of(const AshPipelineConfig *cfg, AshTableSetSpe
  * replaced (dropped and added again, or another renamed into its name),
  * and the rows that existed then hold at the source what no change
  * carried -- unless map (NULL: every column) skips the column or is an
- * append log.  Not known (NULL: another decoder, or recorded before
- * 1.4.0): false.
+ * append log.  A "typ:" token of then whose column has another type or
+ * modifier now that does not keep every value (a narrowed numeric, a
+ * timestamp read as timestamptz): its rows were rewritten at the source,
+ * outside any stream; the same columns are judged (ASH_GAP_RETYPED when
+ * that is all).  Not known (NULL: another decoder, or recorded before
+ * 1.4.0): ASH_GAP_NONE.
  */
-extern bool ash_source_publication_gap(const char *then, const char *now,
-									   const AshMapping *map);
+typedef enum AshTableGap
+{
+	ASH_GAP_NONE = 0,
+	ASH_GAP_RETYPED,			/* "typ:" tokens only */
+	ASH_GAP_OUT					/* out and back, redefined, replaced */
+} AshTableGap;
+
+extern AshTableGap ash_source_publication_gap(const char *then, const char *now,
+											  const AshMapping *map);
 
 /*
  * Every mapping of a sink as stored (ash_mapping_load_sink: *specs,

@@ -401,7 +401,7 @@ AshTest::setup_pipeline($src, $dst,
 	connection => $conn, marker => 0, maps => [ ['gapt'] ]);
 AshTest::wait_status($dst, 'pgl_gap', 'healthy', undef, src => $src);
 like($dst->safe_psql($DB, "SELECT published FROM ash_replicant.publication_members WHERE slot_name = 'pgl_gap'"),
-	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,def:trg:\d+:\d+,set:\d+:\d+$/, 'the start records how the replication set holds the table');
+	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,def:trg:\d+:\d+,set:\d+:\d+,typ:6964:23\.-1,typ:76:25\.-1$/, 'the start records how the replication set holds the table');
 $src->safe_psql($DB, "INSERT INTO gapt VALUES (100, 'streamed')");
 AshTest::poll($dst, "SELECT count(*) FROM gapt WHERE id = 100", '1');
 AshTest::stop_settled($src, $dst, 'pgl_gap');
@@ -425,7 +425,7 @@ AshTest::wait_status($dst, 'pgl_gap', 'healthy', undef, src => $src, name => 're
 AshTest::poll($dst, "SELECT v FROM gapt WHERE id = 100", 'while out');
 AshTest::assert_mirror_equal($src, $dst, ['gapt'], name => 're-seeded under pglogical');
 like($dst->safe_psql($DB, "SELECT published FROM ash_replicant.snapshot_tables WHERE slot_name = 'pgl_gap'"),
-	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,def:trg:\d+:\d+,set:\d+:\d+$/, 'the snapshot records how the set holds the table');
+	qr/^col:6964:1,col:76:2,def:set:\d+:\d+,def:tbl:\d+,def:trg:\d+:\d+,set:\d+:\d+,typ:6964:23\.-1,typ:76:25\.-1$/, 'the snapshot records how the set holds the table');
 # with the snapshot configured: out and back while streaming, copied again
 $src->safe_psql($DB, "SELECT pglogical.replication_set_remove_table('gap_set', 'gapt')");
 $src->safe_psql($DB, "UPDATE gapt SET v = 'out, streaming' WHERE id <= 5");

@@ -178,8 +178,8 @@ q_dst("SELECT ash_replicant_wait_for_slot('s3', '60s')");
 q_src("INSERT INTO w SELECT g, 'w' || g, 'x' || g FROM generate_series(1, 30) g");
 ok(AshTest::wait_caught_up($src, $dst, 's3'), 'wal2json: caught up');
 AshTest::wait_status($dst, 's3', 'healthy');
-like(record_of('s3', 'w'), qr/^col:61:2,col:62:3,col:6964:1,def:row:\d+:\d+,def:tbl:\d+$/,
-	'wal2json: the start records the table by its OID and columns');
+like(record_of('s3', 'w'), qr/^col:61:2,col:62:3,col:6964:1,def:row:\d+:\d+,def:tbl:\d+,typ:61:25\.-1,typ:62:25\.-1,typ:6964:23\.-1$/,
+	'wal2json: the start records the table by its OID, columns and their types');
 $mirror = AshTest::table_hash($dst, 'w');
 q_src("BEGIN; ALTER TABLE w DROP COLUMN b; ALTER TABLE w ADD COLUMN b text DEFAULT '$SENTINEL'; COMMIT");
 AshTest::wait_status($dst, 's3', 'halted', 'publication_gap',
