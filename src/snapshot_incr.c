@@ -574,10 +574,11 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 		{
 			if (t->copied)
 				continue;		/* unmapped since: nothing to judge */
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("ash_replicant: source table %s left the publication during the snapshot",
-							quote_qualified_identifier(t->nspname, t->relname))));
+			/* no fault to retry: it is back only when the operator says so */
+			ash_halt("snapshot_state_invalid",
+					 "source table %s of the attempt is out of the publication (or the source) before its copy ended:"
+					 " add it back and restart",
+					 quote_qualified_identifier(t->nspname, t->relname));
 		}
 		ash_incr_add_table(t->nspname, t->relname, k->nkeys, k->names, k->types,
 						   t->copied ? NULL : t->cursor, t->copied);
