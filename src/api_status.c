@@ -735,7 +735,8 @@ ash_replicant_wait_for_slot(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("ash_replicant: pipeline of sink \"%s\" is %s: %s",
 							sink_name, row.state, row.reason ? row.reason : "unknown"),
-					 errhint("SELECT * FROM ash_replicant_doctor('%s') says more.", sink_name)));
+					 errhint("SELECT * FROM ash_replicant_doctor(%s) says more.",
+							 quote_literal_cstr(sink_name))));
 		if (strcmp(row.state, "not_started") == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
