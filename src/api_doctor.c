@@ -1553,7 +1553,9 @@ check_slot(Doctor *d)
 
 	if (skip_source(d, "slot") || skip_checkpoint(d, "slot"))
 		return;
-	watermark = d->cp.ours && d->cp.commit_lsn != InvalidXLogRecPtr;
+	/* as the slot check of a session (pipeline.c) */
+	watermark = d->cp.ours && (d->cp.commit_lsn != InvalidXLogRecPtr ||
+							   (d->cp.recorded_known && strcmp(d->f.snapshot, "off") == 0));
 	res = probe(d, d->conn->server_version >= 130000 ?
 				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, wal_status, active,"
 				" confirmed_flush_lsn::pg_catalog.text"
@@ -1569,7 +1571,10 @@ check_slot(Doctor *d)
 	}
 	if (PQntuples(res) == 0)
 	{
-		/* created at activation; recreating it under a watermark skips changes */
+		/*
+		 * created at activation; recreating it under a watermark, or after
+		 * a go-forward checkpoint acknowledged it, skips changes
+		 */
 		if (watermark)
 			fail_reason = "source_slot_missing";
 	}
@@ -1690,7 +1695,10 @@ check_watermark(Doctor *d)
 	}
 	PQclear(res);
 	flush = ((uint64) hi << 32) | lo;
-	if (d->cp.commit_lsn > flush)
+	/* once behind, for good: the binding keeps the halt (checkpoint.c) */
+	if (d->cp.commit_lsn > flush ||
+		(d->cp.terminal_cause != NULL &&
+		 strcmp(d->cp.terminal_cause, "checkpoint_ahead_of_source") == 0))
 		emit(d, "watermark", V_FAIL, "checkpoint_ahead_of_source");
 	else
 		emit(d, "watermark", V_PASS, NULL);

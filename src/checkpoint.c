@@ -147,7 +147,8 @@ ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key, uint32 timelin
 				 "another pipeline of this database holds the slot");
 
 	ret = SPI_execute_with_args(
-		"SELECT source_system_id, source_database, timeline_id, commit_lsn, end_lsn, decoder"
+		"SELECT source_system_id, source_database, timeline_id, commit_lsn, end_lsn, decoder,"
+		"       acknowledged_lsn IS NOT NULL, terminal_cause"
 		" FROM ash_replicant.checkpoints WHERE slot_name = $3 FOR UPDATE",
 		3, types, values, NULL, false, 0);
 	if (ret != SPI_OK_SELECT)
@@ -163,6 +164,7 @@ ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key, uint32 timelin
 		int32		tli;
 		XLogRecPtr	commit_lsn;
 		char	   *rec_decoder;
+		char	   *cause;
 
 		if (strcmp(sysid, key->system_id) != 0 || strcmp(db, key->database) != 0)
 			conflict(sink_name, "checkpoint_identity_conflict",
@@ -173,12 +175,26 @@ ash_checkpoint_bind(const char *sink_name, AshCheckpointKey *key, uint32 timelin
 		out->commit_lsn = commit_lsn;
 		out->end_lsn = DatumGetLSN(SPI_getbinval(tup, desc, 5, &isnull));
 		rec_decoder = SPI_getvalue(tup, desc, 6);
+		out->acknowledged = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
 		if ((uint32) tli != timeline)
 			conflict(sink_name, "source_timeline_changed",
 					 "the source's timeline differs from the recorded one");
 		if (commit_lsn > source_flush)
 			conflict(sink_name, "checkpoint_ahead_of_source",
 					 "the watermark is beyond the source's WAL");
+
+		/*
+		 * Once seen behind the watermark, the source lost WAL the mirror
+		 * applied (a restore, a replacement): the WAL it writes since is
+		 * another history, and passing the watermark again proves nothing
+		 * -- streaming from there would skip the new history's commits
+		 * below it.  Only a reset or an adoption (which clears the
+		 * tombstone) ends it.
+		 */
+		cause = SPI_getvalue(tup, desc, 8);
+		if (cause != NULL && strcmp(cause, "checkpoint_ahead_of_source") == 0)
+			conflict(sink_name, "checkpoint_ahead_of_source",
+					 "the source was behind the watermark at an earlier start: the WAL it wrote since is another history");
 		if (rec_decoder != NULL && strcmp(rec_decoder, decoder) != 0)
 			conflict(sink_name, "decoder_contract_incompatible",
 					 "the checkpoint was written by another decoder");

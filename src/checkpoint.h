@@ -25,6 +25,7 @@ typedef struct AshBinding
 	XLogRecPtr	commit_lsn;		/* durable watermark */
 	XLogRecPtr	end_lsn;		/* end of that commit: the restart point */
 	bool		created;		/* no checkpoint existed before */
+	bool		acknowledged;	/* a slot of it was judged (acknowledged_lsn) */
 } AshBinding;
 
 /*

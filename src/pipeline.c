@@ -184,6 +184,7 @@ static int	transient_failures = 0;	/* in a row, since the last commit */
  */
 #define TRANSIENT_FAILURES_SAID 3
 static int	slot_busy_failures = 0;
+static bool slot_holder_stale = false;	/* the last refusal: our own session */
 static int	census_faults = 0;
 /* the census ended the session so that the next one copies a table again */
 static bool session_recopy = false;
@@ -1160,6 +1161,48 @@ wal2json_check_if_due(AshWal2jsonState *dstate)
 	wal2json_describe(dstate);
 }
 
+/*
+ * The slot is active: is its walsender an earlier session of this
+ * pipeline whose client is gone (its worker ended, the network or the
+ * walsender itself stalled)?  Same application name, no reply for a
+ * receive_timeout: it is ended (pg_terminate_backend; a stopped process
+ * takes the signal when it runs again), and the refusal it caused is not
+ * counted towards source_slot_in_use.  One that replies is another
+ * consumer.  Sources before 12 report no reply time: never stale.
+ */
+static bool
+end_stale_holder(AshConn *conn)
+{
+	StringInfoData q;
+	PGresult   *res;
+	const char *appname = PQparameterStatus(conn->conn, "application_name");
+	bool		ended;
+
+	if (conn->server_version < 120000 || appname == NULL)
+		return false;
+	/* a replication connection takes simple queries only */
+	initStringInfo(&q);
+	appendStringInfo(&q,
+					 "SELECT pg_catalog.bool_or(pg_catalog.pg_terminate_backend(r.pid))"
+					 "  FROM pg_catalog.pg_replication_slots s"
+					 "  JOIN pg_catalog.pg_stat_replication r ON r.pid = s.active_pid"
+					 " WHERE s.slot_name = %s AND r.application_name = %s"
+					 "   AND COALESCE(r.reply_time, r.backend_start) <"
+					 "       pg_catalog.now() - pg_catalog.make_interval(secs => %d)",
+					 ash_conn_quote_literal(conn, cfg->slot_name),
+					 ash_conn_quote_literal(conn, appname),
+					 Max(ash_receive_timeout_ms / 1000, 1));
+	res = ash_conn_exec(conn, q.data, true);	/* refused: not ours to end */
+	ended = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		!PQgetisnull(res, 0, 0) && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	if (ended)
+		ereport(LOG,
+				(errmsg("ash_replicant event=slot.stale_session_ended sink=%s", cfg->sink_name),
+				 errdetail("The slot's walsender was an earlier session of this pipeline that has not heard from its client for receive_timeout.")));
+	return ended;
+}
+
 static void
 run_census_if_due(void)
 {
@@ -2072,7 +2115,17 @@ run_session(void)
 	step = STEP_SLOT;
 	/* an attempt recorded under this checkpoint binds whatever is configured now */
 	phase = ash_snapshot_phase(ckey);
-	ash_source_ensure_slot(conn, cfg, binding.commit_lsn, phase != ASH_SNAPSHOT_NONE,
+	/*
+	 * A go-forward mirror that applied nothing yet owes every commit since
+	 * its slot was created (ash_replicant_wait_for_slot): a slot it
+	 * acknowledged, gone, is as missing as one under a watermark.  (With a
+	 * snapshot configured and none recorded, a new slot is copied under.)
+	 */
+	ash_source_ensure_slot(conn, cfg,
+						   !XLogRecPtrIsInvalid(binding.commit_lsn) ? "a watermark exists" :
+						   phase != ASH_SNAPSHOT_NONE ? "a snapshot attempt is recorded" :
+						   binding.acknowledged && !snapshot ?
+						   "the checkpoint acknowledged what the slot sent" : NULL,
 				snapshot && !is_incremental() && phase == ASH_SNAPSHOT_NONE &&
 				XLogRecPtrIsInvalid(binding.commit_lsn),
 				&slot_created, &slot_start, MySlot);
@@ -2085,8 +2138,10 @@ run_session(void)
 	 * position is still moving): that is the source's refusal of
 	 * START_REPLICATION, retried and in the end source_slot_in_use.
 	 */
+	slot_holder_stale = false;
 	if (slot_start.slot_active)
 	{
+		slot_holder_stale = end_stale_holder(conn);
 		strlcpy(ash_conn_last_sqlstate, "55006", sizeof(ash_conn_last_sqlstate));
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -2342,7 +2397,7 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "42501") == 0 || strcmp(src, "28000") == 0)
 				do_halt_detail("privilege_replication_missing", src,
 							   "the source refused the replication connection for lack of privilege");
-			if (strcmp(src, "55006") == 0 && ++slot_busy_failures > 10)
+			if (strcmp(src, "55006") == 0 && !slot_holder_stale && ++slot_busy_failures > 10)
 				do_halt_detail("source_slot_in_use", src,
 							   "another consumer keeps the replication slot active");
 		}

@@ -98,8 +98,8 @@ ash_source_create_slot(AshConn *conn, const char *command, AshPipelineSlot *slot
 }
 
 void
-ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr watermark,
-					   bool must_exist, bool export, bool *created, AshSlotStart *start,
+ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, const char *must_exist,
+					   bool export, bool *created, AshSlotStart *start,
 					   AshPipelineSlot *slot)
 {
 	XLogRecPtr *position = &start->slot_position;
@@ -125,11 +125,9 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, XLogRecPtr w
 	{
 		PQclear(res);
 		/* recreating it would skip what was committed since */
-		if (watermark != InvalidXLogRecPtr)
-			ash_halt("source_slot_missing", "the slot is gone from the source while a watermark exists");
-		if (must_exist)
-			ash_halt("source_slot_missing",
-					 "the slot is gone from the source while a snapshot attempt is recorded");
+		if (must_exist != NULL)
+			ash_halt("source_slot_missing", "the slot is gone from the source while %s",
+					 must_exist);
 		resetStringInfo(&q);
 		appendStringInfo(&q, "CREATE_REPLICATION_SLOT %s LOGICAL %s %s",
 						 ash_conn_quote_ident(conn, cfg->slot_name),

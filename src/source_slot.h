@@ -38,15 +38,16 @@ extern void ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg,
 								uint32 *timeline, XLogRecPtr *xlogpos);
 
 /*
- * Check or create the slot.  watermark: the checkpoint's (a slot missing
- * under one halts source_slot_missing: a new slot would skip what was
- * committed since).  must_exist: a snapshot attempt is recorded against it
- * (a new slot would start after what the attempt copied).  export: create
- * it exporting a snapshot (start->exported; the connection must then stay
- * idle until the snapshot is imported).
+ * Check or create the slot.  must_exist: why it may not be created (NULL:
+ * it may): the checkpoint has a watermark, or acknowledged what a slot
+ * sent, or a snapshot attempt is recorded against it -- a new slot would
+ * skip what was committed since; missing, it halts source_slot_missing
+ * with that context.  export: create it exporting a snapshot
+ * (start->exported; the connection must then stay idle until the snapshot
+ * is imported).
  */
 extern void ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg,
-								   XLogRecPtr watermark, bool must_exist, bool export,
+								   const char *must_exist, bool export,
 								   bool *created, AshSlotStart *start,
 								   struct AshPipelineSlot *slot);
 
