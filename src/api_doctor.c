@@ -1840,8 +1840,11 @@ run_checks(FunctionCallInfo fcinfo, bool doctor)
 		check_reachable(d);
 		check_identity(d);
 		check_release(d);
+		/* a standby before 16 decodes nothing (source_slot.c) */
 		check_boolean(d, "source_wal_level",
-					  "SELECT pg_catalog.current_setting('wal_level') = 'logical'",
+					  "SELECT pg_catalog.current_setting('wal_level') = 'logical'"
+					  " AND (NOT pg_catalog.pg_is_in_recovery()"
+					  "  OR pg_catalog.current_setting('server_version_num')::pg_catalog.int4 >= 160000)",
 					  NULL, "source_not_logical");
 		check_boolean(d, "privilege_replication",
 					  "SELECT rolreplication OR rolsuper FROM pg_catalog.pg_roles"

@@ -61,6 +61,24 @@ ash_source_identify(AshConn *conn, const AshPipelineConfig *cfg, uint32 *timelin
 	if (cfg->failover && conn->server_version < 170000)
 		ash_halt("decoder_capability_unsupported",
 				 "failover slots need a source of PostgreSQL 17 or later");
+
+	/*
+	 * A standby before 16 decodes nothing: a connection pointed at one (by
+	 * mistake, or ahead of a promotion) is told so, rather than finding no
+	 * slot there (source_slot_missing, whose way out is a re-seed) or being
+	 * refused START_REPLICATION for ever.
+	 */
+	if (conn->server_version < 160000)
+	{
+		res = ash_conn_exec(conn, "SELECT pg_catalog.pg_is_in_recovery()", false);
+		if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0)
+		{
+			PQclear(res);
+			ash_halt("source_not_logical",
+					 "the source is a standby in recovery: before PostgreSQL 16 only a primary decodes");
+		}
+		PQclear(res);
+	}
 }
 
 /*
