@@ -64,6 +64,7 @@
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/resowner.h"
+#include "utils/syscache.h"
 
 #include "ash_replicant.h"
 #include "checkpoint.h"
@@ -1183,10 +1184,54 @@ check_coverage(Doctor *d)
 	emit(d, "coverage", V_PASS, NULL);
 }
 
+/*
+ * Target columns every insert would fail on (42501): fed by no source
+ * column, their default draws from a sequence the sink owner may not use.
+ * Mapping validation cannot tell them (which columns the source feeds is
+ * known here only).  "target t: n (public.t_n_seq); ..." or NULL.
+ */
+static char *
+denied_defaults(Doctor *d)
+{
+	AshMappingSink *sink = ash_mapping_sink_load(d->sink_name, true, false);
+	StringInfoData out;
+	ListCell   *lc;
+
+	if (sink == NULL || !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(sink->owner)))
+		return NULL;			/* destination_owner_invalid: its own check */
+	initStringInfo(&out);
+	foreach(lc, d->mappings)
+	{
+		AshMapping *m = lfirst(lc);
+		ListCell   *rc;
+
+		foreach(rc, d->rels)
+		{
+			AshSourceRel *r = lfirst(rc);
+			char	   *cols;
+
+			if (!r->exists || strcmp(r->name.nspname, m->source_schema) != 0 ||
+				strcmp(r->name.relname, m->source_table) != 0)
+				continue;
+			cols = ash_coverage_denied_defaults(m, &r->desc, sink->owner);
+			if (cols != NULL)
+				appendStringInfo(&out, "%starget %s: %s", out.len > 0 ? "; " : "",
+								 quote_qualified_identifier(get_namespace_name(get_rel_namespace(m->target_relid)),
+															get_rel_name(m->target_relid)),
+								 cols);
+		}
+	}
+	if (out.len == 0)
+		return NULL;
+	return psprintf("sink owner %s lacks USAGE on the sequences behind the defaults of target columns no source column feeds: %s",
+					quote_identifier(GetUserNameFromId(sink->owner, false)), out.data);
+}
+
 static void
 check_columns(Doctor *d)
 {
 	AshSourceCoverage *cov;
+	char	   *denied;
 
 	if (skip_table_set(d, "columns"))
 		return;
@@ -1198,6 +1243,8 @@ check_columns(Doctor *d)
 	cov = judged_coverage(d);
 	if (cov->columns.reason != NULL)
 		emit_judged(d, "columns", V_FAIL, cov->columns.reason, cov->columns.context);
+	else if ((denied = denied_defaults(d)) != NULL)
+		emit_judged(d, "columns", V_FAIL, "config_invalid", denied);
 	else if (cov->narrowing.reason != NULL)
 		emit_judged(d, "columns", V_WARN, cov->narrowing.reason, cov->narrowing.context);
 	else

@@ -17,15 +17,22 @@
 
 #include "access/htup_details.h"
 #include "access/relation.h"
+#include "access/genam.h"
+#include "access/table.h"
 #include "access/transam.h"
 #include "catalog/dependency.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_attrdef.h"
+#include "catalog/pg_depend.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "parser/parse_coerce.h"
 #include "utils/builtins.h"
+#include "utils/acl.h"
 #include "utils/datetime.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -898,6 +905,85 @@ judge_source_key(const AshMapping *m, const List *business_key, const AshSourceT
 	return fail(out, "source_key_not_unique",
 				psprintf("table %s: the source keeps no unique key among the columns the target tells its rows apart by (%s); two source rows would be one target row",
 						 qname, names.data));
+}
+
+/* Is a column of src written to target column tname? */
+static bool
+fed(const AshMapping *m, const AshSourceTable *src, const char *tname)
+{
+	for (int i = 0; i < src->natts; i++)
+	{
+		const char *t = target_column_of(m, src->cols[i].name);
+
+		if (t != NULL && strcmp(t, tname) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Append the sequences attrdef's expression draws from that owner may not use. */
+static void
+append_denied_sequences(StringInfo buf, Oid attrdef, Oid owner)
+{
+	Relation	dep = table_open(DependRelationId, AccessShareLock);
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
+
+	ScanKeyInit(&key[0], Anum_pg_depend_classid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(AttrDefaultRelationId));
+	ScanKeyInit(&key[1], Anum_pg_depend_objid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(attrdef));
+	scan = systable_beginscan(dep, DependDependerIndexId, true, NULL, 2, key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_depend d = (Form_pg_depend) GETSTRUCT(tup);
+
+		if (d->refclassid != RelationRelationId || get_rel_relkind(d->refobjid) != RELKIND_SEQUENCE)
+			continue;
+		/* nextval() takes USAGE or UPDATE */
+		if (pg_class_aclmask(d->refobjid, owner, ACL_USAGE | ACL_UPDATE, ACLMASK_ANY) != 0)
+			continue;
+		appendStringInfo(buf, " (%s)",
+						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(d->refobjid)),
+													get_rel_name(d->refobjid)));
+	}
+	systable_endscan(scan);
+	table_close(dep, AccessShareLock);
+}
+
+char *
+ash_coverage_denied_defaults(const AshMapping *m, const AshSourceTable *src, Oid owner)
+{
+	Relation	target = try_relation_open(m->target_relid, AccessShareLock);
+	TupleDesc	desc;
+	StringInfoData out;
+
+	if (target == NULL)
+		return NULL;			/* destination_table_missing, judged elsewhere */
+	desc = RelationGetDescr(target);
+	initStringInfo(&out);
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		StringInfoData seqs;
+		Oid			attrdef;
+
+		if (att->attisdropped || att->attgenerated || !att->atthasdef ||
+			fed(m, src, NameStr(att->attname)))
+			continue;
+		attrdef = GetAttrDefaultOid(RelationGetRelid(target), att->attnum);
+		if (!OidIsValid(attrdef))
+			continue;
+		initStringInfo(&seqs);
+		append_denied_sequences(&seqs, attrdef, owner);
+		if (seqs.len > 0)
+			appendStringInfo(&out, "%s%s%s", out.len > 0 ? ", " : "",
+							 quote_identifier(NameStr(att->attname)), seqs.data);
+		pfree(seqs.data);
+	}
+	relation_close(target, AccessShareLock);
+	return out.len > 0 ? out.data : NULL;
 }
 
 bool

@@ -166,6 +166,15 @@ extern bool ash_coverage_retype_keeps_values(uint32 old_type, int32 old_typmod,
 											 uint32 new_type, int32 new_typmod);
 
 /*
+ * The target columns of m that no column of src feeds and whose default
+ * draws from a sequence owner may not use (nextval needs USAGE or UPDATE),
+ * each with its sequences: "n (public.t_n_seq), ..."; NULL: none.  Every
+ * insert of the pipeline would fail 42501 on them.
+ */
+extern char *ash_coverage_denied_defaults(const AshMapping *m, const AshSourceTable *src,
+										  Oid owner);
+
+/*
  * Can text output of the source type be read by the target type?  A
  * built-in source type (OID below FirstGenbkiObjectId) is the same type
  * here; a user type is known by its name only.
