@@ -77,7 +77,7 @@ ok(AshTest::wait_caught_up($src, $dst, 's1'), 'go-forward pipeline: caught up');
 AshTest::assert_mirror_equal($src, $dst, [ 'orders', 'keep' ], name => 'streamed');
 is(records('s1'), 'ash_marker_s1,keep,orders', 'the start records how the publication holds each mapped table');
 like(q_dst("SELECT published FROM ash_replicant.publication_members WHERE slot_name = 's1' AND source_table = 'orders'"),
-	qr/^(col:[0-9a-f]+:\d+,)+def:\d+:\d+,def:tbl:\d+,rel:\d+$/, 'a table held by its own publication row is recorded by that row (and the publication, the table and its columns by their own)');
+	qr/^(col:[0-9a-f]+:\d+,)+def:\d+:\d+,def:tbl:\d+,rel:\d+(,typ:[0-9a-f]+:\d+\.-?\d+)+$/, 'a table held by its own publication row is recorded by that row (and the publication, the table and its columns by their own)');
 is(q_dst("SELECT has_table_privilege('ash_replicant_monitor', 'ash_replicant.publication_members', 'SELECT')"),
 	'f', 'the records are not readable by a monitor (default-deny)');
 
@@ -213,7 +213,7 @@ q_dst("SELECT ash_replicant_wait_for_slot('s2', '60s')");
 q_src("INSERT INTO sch.w SELECT g, 'w' || g FROM generate_series(1, 50) g");
 ok(AshTest::wait_caught_up($src, $dst, 's2'), 'schema-published pipeline: caught up');
 like(q_dst("SELECT published FROM ash_replicant.publication_members WHERE slot_name = 's2' AND source_table = 'w'"),
-	qr/^(col:[0-9a-f]+:\d+,)+def:\d+:\d+,def:tbl:\d+,ns:\d+,rel:\d+$/, 'a table held by its row and its schema is recorded by both (and by its own OID)');
+	qr/^(col:[0-9a-f]+:\d+,)+def:\d+:\d+,def:tbl:\d+,ns:\d+,rel:\d+(,typ:[0-9a-f]+:\d+\.-?\d+)+$/, 'a table held by its row and its schema is recorded by both (and by its own OID)');
 is(records('s2'), 'ash_marker_s2,w', 'a mapped table not published yet is not recorded');
 
 AshTest::stop_settled($src, $dst, 's2');
