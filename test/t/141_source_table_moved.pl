@@ -210,7 +210,10 @@ CREATE TABLE m (id int PRIMARY KEY, amount numeric(10,2), ts timestamp(6), w num
 	q_src("INSERT INTO m VALUES (3, 3, '2026-01-03', 3, 'ef')");
 	AshTest::wait_status($dst, 'tm', 'misconfigured', 'source_type_invalid', src => $src,
 		name => 'typmod: narrowed, misconfigured source_type_invalid');
-	like(halt_line('tm', 'source_type_invalid'), qr/column amount changed type modifier/, 'typmod: the halt says why');
+	# the stream at the next change, or the census before it
+	like(halt_line('tm', 'source_type_invalid'),
+		qr/column amount changed type modifier|mapped columns were retyped while streaming, which rewrote their rows at the source: public\.m/,
+		'typmod: the halt says why');
 	is(q_dst('SELECT count(*) FROM m'), '2', 'typmod: nothing written after it');
 	is(AshTest::checkpoint_facts($dst, 'tm'), $cp, 'typmod: checkpoint unchanged');
 	AshTest::stop_sink($dst, 'tm');
