@@ -1012,9 +1012,12 @@ token_changed(const char *tok, const char *now)
 /*
  * A "col:<hexname>:<attnum>" token of then: does its name stand now for
  * another column (dropped and added again, or another renamed into the
- * name)?  A column gone now is the coverage's to judge
- * (source_column_missing); one the mapping skips is not written, and an
- * append log's events keep what they held: neither is judged.
+ * name)?  A column gone now is not judged here: the coverage judges a
+ * declared one (source_column_missing), the stream one it sees dropped;
+ * one dropped while stopped leaves the mirror's values as they were
+ * (docs/reasons.md#source_column_missing).  One the mapping skips is not
+ * written, and an append log's events keep what they held: neither is
+ * judged.
  */
 static bool
 column_replaced(const char *tok, const char *now, const AshMapping *map)
