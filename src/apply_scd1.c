@@ -1402,6 +1402,8 @@ scd1_release(AshApplyTarget *tgt)
 		SPI_freeplan(st->upsert_many);
 	if (st->insert_many)
 		SPI_freeplan(st->insert_many);
+	if (st->update_many)
+		SPI_freeplan(st->update_many);
 	if (st->upsert_many_prov)
 		SPI_freeplan(st->upsert_many_prov);
 	if (st->insert_many_prov)
