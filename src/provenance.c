@@ -80,6 +80,7 @@
 /* Plans and send functions of one target (rel's shape at first use). */
 typedef struct ProvTarget
 {
+	MemoryContext cxt;			/* all of it but the plans */
 	Oid			relid;
 	AshApplyRel *rel;			/* the resolution the plans were made for */
 	AshTargetCol *cols;
@@ -161,6 +162,8 @@ static MemoryContext prov_cxt = NULL;	/* plans, send functions */
 static MemoryContext queue_cxt = NULL;	/* stamps until flushed */
 static MemoryContext pending_cxt = NULL;	/* rows until probed */
 static List *targets = NIL;
+static List *retired = NIL;		/* replaced targets, freed once nothing
+								 * queued or pending can point at them */
 static List *queue = NIL;
 static List *pending = NIL;		/* Pending *, all of pending_pt */
 static ProvTarget *pending_pt = NULL;
@@ -410,13 +413,22 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 		{
 			/* a new resolution of the relation: plans again */
 			explicit_bzero(pt->tkey, sizeof(pt->tkey));
+			old = MemoryContextSwitchTo(prov_cxt);
+			retired = lappend(retired, pt);
+			MemoryContextSwitchTo(old);
 			targets = foreach_delete_current(targets, lc);
 			break;
 		}
 	}
 
-	old = MemoryContextSwitchTo(prov_cxt);
-	pt = palloc0(sizeof(ProvTarget));
+	{
+		MemoryContext cxt = AllocSetContextCreate(prov_cxt, "ash_replicant provenance target",
+												  ALLOCSET_SMALL_SIZES);
+
+		old = MemoryContextSwitchTo(cxt);
+		pt = palloc0(sizeof(ProvTarget));
+		pt->cxt = cxt;
+	}
 	pt->relid = tgt->relid;
 	pt->rel = rel;
 	pt->cols = rel->cols;
@@ -441,7 +453,7 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 			continue;
 		}
 		getTypeBinaryOutputInfo(rel->cols[c].typid, &sendfn, &varlena);
-		fmgr_info_cxt(sendfn, &pt->send[c], prov_cxt);
+		fmgr_info_cxt(sendfn, &pt->send[c], pt->cxt);
 		pt->kind[c] = value_kind(sendfn);
 	}
 	initStringInfo(&pt->fp);
@@ -473,7 +485,7 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 	 * k1, ..., unnest($n + 1) AS f, unnest($n + 2) AS s) AS u WHERE t.key1
 	 * = u.k1 AND ...": a group of stamps in one statement.
 	 */
-	old = MemoryContextSwitchTo(prov_cxt);
+	old = MemoryContextSwitchTo(pt->cxt);
 	pt->keytypes = palloc(sizeof(Oid) * Max(pt->nkeyparams, 1));
 	pt->keylen = palloc(sizeof(int16) * Max(pt->nkeyparams, 1));
 	pt->keybyval = palloc(sizeof(bool) * Max(pt->nkeyparams, 1));
@@ -859,7 +871,7 @@ fingerprint(ProvTarget *pt, AshApplyRel *rel, AshRowImage *row, uint8 format)
 	/* kept for the next row, unless a large value grew it */
 	if (buf->maxlen > FP_BUFFER_KEEP)
 	{
-		MemoryContext old = MemoryContextSwitchTo(prov_cxt);
+		MemoryContext old = MemoryContextSwitchTo(pt->cxt);
 
 		pfree(buf->data);
 		initStringInfo(buf);
@@ -1203,6 +1215,33 @@ stamp_group(ProvTarget *pt, List *group, bool streamed)
 	return n == (uint64) nrows;
 }
 
+/*
+ * Targets replaced by a new resolution of their relation, once no queued
+ * stamp or pending probe can use their plans: freed.  Before, each kept
+ * its plans for the life of the worker -- a few kilobytes a table every
+ * time the source described it again (an ANALYZE).
+ */
+static void
+free_retired(void)
+{
+	ListCell   *lc;
+
+	if (queue != NIL || pending != NIL)
+		return;
+	foreach(lc, retired)
+	{
+		ProvTarget *pt = lfirst(lc);
+		SPIPlanPtr	plans[4] = {pt->probe, pt->probe_many, pt->stamp, pt->stamp_many};
+
+		for (int i = 0; i < lengthof(plans); i++)
+			if (plans[i] != NULL)
+				SPI_freeplan(plans[i]);
+		MemoryContextDelete(pt->cxt);
+	}
+	list_free(retired);
+	retired = NIL;
+}
+
 void
 ash_provenance_flush(void)
 {
@@ -1210,7 +1249,10 @@ ash_provenance_flush(void)
 	int			nestlevel;
 
 	if (queue == NIL)
+	{
+		free_retired();
 		return;
+	}
 
 	/* stamps are no host write: ordinary triggers stay silent */
 	nestlevel = NewGUCNestLevel();
@@ -1252,6 +1294,7 @@ ash_provenance_discard(void)
 	pending_pt = NULL;
 	if (pending_cxt != NULL)
 		MemoryContextReset(pending_cxt);
+	free_retired();
 }
 
 /* ---------------------------------------------------------------------
