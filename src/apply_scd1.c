@@ -290,6 +290,14 @@ nulls_of(AshApplyRel *rel, AshRowImage *img)
 #define GATHER_MAX_ROWS 1000
 
 /*
+ * A run's values, all columns together, up to about this many bytes: one
+ * column's array of a run holds at most 1 GB (MaxAllocSize; beyond, every
+ * attempt of the transaction failed 54000, for good), and the run's working
+ * set is a few times its values.
+ */
+#define GATHER_MAX_BYTES (64 * 1024 * 1024)
+
+/*
  * One column of a run: its values, copied into the run's context, become
  * one array parameter at the flush (built once; accumulating an array
  * element by element cost twice as much).
@@ -326,12 +334,14 @@ gcol_init_col(GatherCol *g, AshTargetCol *col)
 }
 
 /* in the run's memory context */
-static void
+/* Returns the bytes it took (the run's budget: GATHER_MAX_BYTES). */
+static Size
 gcol_put(GatherCol *g, int i, Datum value, bool isnull)
 {
 	Assert(i < GATHER_MAX_ROWS);
 	g->nulls[i] = isnull;
 	g->values[i] = isnull || g->typbyval ? value : datumCopy(value, false, g->typlen);
+	return isnull ? 0 : datumGetSize(value, g->typbyval, g->typlen);
 }
 
 static Datum
@@ -360,6 +370,7 @@ typedef struct Gathered
 	uint32	   *key_hashes;		/* open-addressing set of identity hashes */
 	XLogRecPtr	first_commit_lsn;	/* source transaction of the first write */
 	TransactionId first_xid;
+	Size		bytes;			/* of the values gathered (gcol_put) */
 	MemoryContext cxt;
 } Gathered;
 
@@ -1123,7 +1134,7 @@ static void
 gather_end(uint32 h)
 {
 	hash_set_add(h);
-	if (gbuf.nrows + gbuf.ndeletes >= GATHER_MAX_ROWS)
+	if (gbuf.nrows + gbuf.ndeletes >= GATHER_MAX_ROWS || gbuf.bytes >= GATHER_MAX_BYTES)
 		scd1_flush();
 }
 
@@ -1135,9 +1146,9 @@ gather_row(AshApplyRel *rel, AshRowImage *row, bool update, uint32 h, const Datu
 
 	Assert(gbuf.stamped == (stamp != NULL));
 	for (int c = 0; c < rel->ncols; c++)
-		gcol_put(&gbuf.cols[c], gbuf.nrows, row->values[c], row->nulls[c]);
+		gbuf.bytes += gcol_put(&gbuf.cols[c], gbuf.nrows, row->values[c], row->nulls[c]);
 	for (int i = 0; stamp != NULL && i < 2; i++)
-		gcol_put(&gbuf.prov[i], gbuf.nrows, stamp[i], false);
+		gbuf.bytes += gcol_put(&gbuf.prov[i], gbuf.nrows, stamp[i], false);
 	gbuf.is_update[gbuf.nrows] = update;
 	gbuf.nupdates += update ? 1 : 0;
 	gbuf.nrows++;
@@ -1337,7 +1348,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 			}
 		}
 		for (int i = 0; i < nparams; i++)
-			gcol_put(&gbuf.dkeys[i], gbuf.ndeletes, values[i], false);
+			gbuf.bytes += gcol_put(&gbuf.dkeys[i], gbuf.ndeletes, values[i], false);
 		gbuf.ndeletes++;
 		MemoryContextSwitchTo(old);
 		gather_end(h);
