@@ -1165,25 +1165,27 @@ wal2json_check_if_due(AshWal2jsonState *dstate)
  * The slot is active: is its walsender an earlier session of this
  * pipeline whose client is gone (its worker ended, the network or the
  * walsender itself stalled)?  Same application name, no reply for a
- * receive_timeout: it is ended (pg_terminate_backend; a stopped process
- * takes the signal when it runs again), and the refusal it caused is not
- * counted towards source_slot_in_use.  One that replies is another
- * consumer.  Sources before 12 report no reply time: never stale.
+ * receive_timeout: the refusal it caused is not counted towards
+ * source_slot_in_use, and the worker waits for it to end (the source's
+ * wal_sender_timeout, or the stalled process running again and finding
+ * its client gone).  It is not ended here: a live consumer that replies
+ * seldom could look the same.  One that replies is another consumer.
+ * Sources before 12 report no reply time: never stale.
  */
 static bool
-end_stale_holder(AshConn *conn)
+stale_holder(AshConn *conn)
 {
 	StringInfoData q;
 	PGresult   *res;
 	const char *appname = PQparameterStatus(conn->conn, "application_name");
-	bool		ended;
+	bool		stale;
 
 	if (conn->server_version < 120000 || appname == NULL)
 		return false;
 	/* a replication connection takes simple queries only */
 	initStringInfo(&q);
 	appendStringInfo(&q,
-					 "SELECT pg_catalog.bool_or(pg_catalog.pg_terminate_backend(r.pid))"
+					 "SELECT pg_catalog.count(*) > 0"
 					 "  FROM pg_catalog.pg_replication_slots s"
 					 "  JOIN pg_catalog.pg_stat_replication r ON r.pid = s.active_pid"
 					 " WHERE s.slot_name = %s AND r.application_name = %s"
@@ -1192,15 +1194,15 @@ end_stale_holder(AshConn *conn)
 					 ash_conn_quote_literal(conn, cfg->slot_name),
 					 ash_conn_quote_literal(conn, appname),
 					 Max(ash_receive_timeout_ms / 1000, 1));
-	res = ash_conn_exec(conn, q.data, true);	/* refused: not ours to end */
-	ended = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+	res = ash_conn_exec(conn, q.data, true);	/* not visible: not known stale */
+	stale = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
 		!PQgetisnull(res, 0, 0) && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
-	if (ended)
+	if (stale)
 		ereport(LOG,
-				(errmsg("ash_replicant event=slot.stale_session_ended sink=%s", cfg->sink_name),
-				 errdetail("The slot's walsender was an earlier session of this pipeline that has not heard from its client for receive_timeout.")));
-	return ended;
+				(errmsg("ash_replicant event=slot.stale_session sink=%s", cfg->sink_name),
+				 errdetail("The slot's walsender is an earlier session of this pipeline that has not heard from its client for receive_timeout; waiting for it to end.")));
+	return stale;
 }
 
 static void
@@ -2141,7 +2143,7 @@ run_session(void)
 	slot_holder_stale = false;
 	if (slot_start.slot_active)
 	{
-		slot_holder_stale = end_stale_holder(conn);
+		slot_holder_stale = stale_holder(conn);
 		strlcpy(ash_conn_last_sqlstate, "55006", sizeof(ash_conn_last_sqlstate));
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),

@@ -5,10 +5,10 @@
 # such refusals halted misconfigured/source_slot_in_use ("another consumer
 # keeps the replication slot active"), for good (found by an exploratory
 # test).  Now a holder with the pipeline's application name that has not
-# heard from its client for receive_timeout is ended
-# (event=slot.stale_session_ended) and not counted: once the walsender runs
-# again the pipeline resumes by itself, the mirror exact.  Another consumer
-# of the slot still halts source_slot_in_use (test 015).
+# heard from its client for receive_timeout is not counted
+# (event=slot.stale_session): once the walsender runs again and ends (its
+# client is gone) the pipeline resumes by itself, the mirror exact.
+# Another consumer of the slot still halts source_slot_in_use (test 016).
 use strict;
 use warnings;
 use lib 'test/t';
@@ -32,7 +32,7 @@ ok($ws =~ /^\d+$/ && kill('STOP', $ws), 'the walsender stopped');
 my $t0 = time;
 $src->safe_psql($DB, q{INSERT INTO t SELECT g, 'b' || g FROM generate_series(11, 20) g});
 ok(AshTest::wait_until(sub {
-	scalar(AshTest::log_lines_like($dst, qr/event=slot\.stale_session_ended sink=st/)) >= 3 }),
+	scalar(AshTest::log_lines_like($dst, qr/event=slot\.stale_session sink=st/)) >= 3 }),
 	'the stale session is found again and again');
 sleep(1) while time - $t0 < 35;
 isnt(AshTest::status_row($dst, $sink)->{state}, 'misconfigured', 'not halted while the walsender stalls');
