@@ -118,12 +118,6 @@ sub no_sentinel
 	return $text;
 }
 
-sub halt_line
-{
-	my ($sink, $reason) = @_;
-	my @l = AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=$sink reason=\Q$reason\E /);
-	return $l[-1];
-}
 
 # A publication the mirror cannot honour, injected with the sink stopped (or
 # running => 1: while streaming), then repaired.
@@ -208,7 +202,7 @@ contract_case(label => 'publish changed while streaming (census)', running => 1,
 	$faults++;
 	AshTest::wait_status($dst, 'pr', 'misconfigured', 'publication_contract_incompatible', src => $src,
 		name => 'via root: misconfigured/publication_contract_incompatible');
-	like(halt_line('pr', 'publication_contract_incompatible') // '',
+	like(AshTest::halt_line($dst, 'pr', 'publication_contract_incompatible'),
 		qr/publish_via_partition_root with partitioned public\.pt: a truncate of one partition/,
 		'via root: the halt says what is wrong');
 	like(checks_text('pr', 'ash_replicant_preflight'), qr/\bpublication=fail\/publication_contract_incompatible\b/,
@@ -280,7 +274,7 @@ GRANT ash_replicant_admin TO cfg_admin;
 	AshTest::start_sink($dst, 'pc');
 	AshTest::wait_status($dst, 'pc', 'misconfigured', 'source_connection_invalid', src => $src,
 		name => 'missing database: misconfigured/source_connection_invalid', timeout => 30);
-	like(halt_line('pc', 'source_connection_invalid') // '', qr/no database of the configured name/,
+	like(AshTest::halt_line($dst, 'pc', 'source_connection_invalid'), qr/no database of the configured name/,
 		'missing database: the halt says what is wrong');
 	is(AshTest::table_hash($dst, 't'), $h0, 'missing database: mirror unchanged');
 	is(AshTest::checkpoint_facts($dst, 'pc'), $cp0, 'missing database: checkpoint unchanged');

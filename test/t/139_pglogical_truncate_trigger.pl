@@ -67,12 +67,6 @@ sub publication_check
 		  . " WHERE check_name = 'publication'");
 }
 
-sub halt_line
-{
-	my ($sink, $reason) = @_;
-	my @l = AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=$sink reason=\Q$reason\E /);
-	return $l[-1] // '';
-}
 
 sub acknowledge_gap
 {
@@ -105,7 +99,7 @@ AshTest::assert_mirror_equal($src, $dst, ['t'], name => 'the TRUNCATE mirrored')
 	$src->safe_psql($DB, "ALTER TABLE t DISABLE TRIGGER $trg");
 	AshTest::wait_status($dst, 'pt', 'misconfigured', 'publication_contract_incompatible', src => $src,
 		name => 'disabled: the census halts publication_contract_incompatible');
-	like(halt_line('pt', 'publication_contract_incompatible'),
+	like(AshTest::halt_line($dst, 'pt', 'publication_contract_incompatible'),
 		qr/pglogical's TRUNCATE trigger on public\.t is disabled: .*ALTER TABLE public\.t ENABLE ALWAYS TRIGGER $trg/,
 		'disabled: the halt names the table, the trigger and the fix');
 	is(publication_check('ash_replicant_preflight', 'pt'), 'fail/publication_contract_incompatible',
@@ -149,7 +143,7 @@ AshTest::assert_mirror_equal($src, $dst, ['t'], name => 'the TRUNCATE mirrored')
 	$src->safe_psql($DB, "SELECT pg_replication_origin_create('upstream')");
 	AshTest::wait_status($dst, 'pt', 'misconfigured', 'publication_contract_incompatible', src => $src,
 		name => 'origins: the census halts publication_contract_incompatible');
-	like(halt_line('pt', 'publication_contract_incompatible'),
+	like(AshTest::halt_line($dst, 'pt', 'publication_contract_incompatible'),
 		qr/TRUNCATE trigger on public\.t does not fire in replica sessions, and the source holds replication origins/,
 		'origins: the halt says why');
 	is(AshTest::table_hash($dst, 't'), $h0, 'origins: mirror unchanged');
@@ -174,7 +168,7 @@ AshTest::assert_mirror_equal($src, $dst, ['t'], name => 'the TRUNCATE mirrored')
 		maps => [ [ 'r', on_truncate => 'mirror' ] ]);
 	AshTest::wait_status($dst, 'pr', 'misconfigured', 'publication_contract_incompatible', src => $src,
 		name => 'replica: refused at the start');
-	like(halt_line('pr', 'publication_contract_incompatible'),
+	like(AshTest::halt_line($dst, 'pr', 'publication_contract_incompatible'),
 		qr/TRUNCATE trigger on public\.r fires only in replica sessions/, 'replica: the halt says why');
 	is($dst->safe_psql($DB, "SELECT count(*) FROM (" . AshTest::checkpoint_sql('pr', 'c.commit_lsn') . ") c"), '0',
 		'replica: refused before binding (no checkpoint)');

@@ -41,19 +41,7 @@ sub rows_of
 	return $node->safe_psql($DB, "SELECT string_agg(id || ':' || coalesce(v::text, '~'), ' ' ORDER BY id) FROM $t");
 }
 
-sub halt_line
-{
-	my ($sink, $reason) = @_;
-	my @l = AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=$sink reason=\Q$reason\E /);
-	return $l[-1] // '';
-}
 
-sub gap_check
-{
-	my ($sink) = @_;
-	return q_dst("SELECT verdict || '/' || coalesce(reason, '') FROM ash_replicant_preflight('$sink')"
-		  . " WHERE check_name = 'publication'");
-}
 
 # swap: the stream sees the rename
 {
@@ -75,7 +63,7 @@ CREATE TABLE sc (id int PRIMARY KEY, v text);
 	q_src("INSERT INTO sa VALUES (201, 'into the new sa'); UPDATE sb SET v = 'upd' WHERE id = 1");
 	AshTest::wait_status($dst, 'sw', 'halted', 'publication_gap', src => $src,
 		name => 'swap: halted publication_gap');
-	like(halt_line('sw', 'publication_gap'), qr/mapped table public\.s[ab] was renamed to public\.s[ab], a name the pipeline maps to another target/,
+	like(AshTest::halt_line($dst, 'sw', 'publication_gap'), qr/mapped table public\.s[ab] was renamed to public\.s[ab], a name the pipeline maps to another target/,
 		'swap: the halt names both tables');
 	is(rows_of($dst, 'sa'), '1:a1 2:a2', 'swap: the mirror of sa received nothing of the other table');
 	is(rows_of($dst, 'sb'), '101:b101', 'swap: the mirror of sb received nothing of the other table');
@@ -99,7 +87,7 @@ CREATE TABLE sc (id int PRIMARY KEY, v text);
 	q_src("BEGIN; DROP TABLE sc_ign; ALTER TABLE sc RENAME TO sc_ign; COMMIT; INSERT INTO sc_ign VALUES (3, 'c3')");
 	AshTest::wait_status($dst, 'si', 'halted', 'publication_gap', src => $src,
 		name => 'to ignored: halted publication_gap');
-	like(halt_line('si', 'publication_gap'), qr/renamed to public\.sc_ign, a name the pipeline ignores/,
+	like(AshTest::halt_line($dst, 'si', 'publication_gap'), qr/renamed to public\.sc_ign, a name the pipeline ignores/,
 		'to ignored: the halt says so');
 	AshTest::stop_sink($dst, 'si');
 }
@@ -137,7 +125,7 @@ INSERT INTO pt SELECT g, 'r' || g FROM generate_series(1, 5) g;
 	AshTest::stop_settled($src, $dst, 'pp');
 	q_src("ALTER TABLE pt DETACH PARTITION p2; UPDATE p2 SET v = 'stopped' WHERE id = 150;"
 		  . " ALTER TABLE pt ATTACH PARTITION p2 FOR VALUES FROM (100) TO (200)");
-	is(gap_check('pp'), 'fail/publication_gap', 'detach while stopped: preflight fails publication_gap');
+	is(AshTest::preflight_verdict($dst, 'pp', 'publication'), 'fail/publication_gap', 'detach while stopped: preflight fails publication_gap');
 	AshTest::start_sink($dst, 'pp');
 	AshTest::wait_status($dst, 'pp', 'halted', 'publication_gap', src => $src,
 		name => 'detach while stopped: the start halts publication_gap');
@@ -160,10 +148,10 @@ INSERT INTO ps.st VALUES (1, 'one');
 	AshTest::wait_slot_consistent($src, $dst, 'ss');
 	AshTest::stop_settled($src, $dst, 'ss');
 	q_src("GRANT SELECT ON ps.st TO PUBLIC; COMMENT ON TABLE ps.st IS 'c'; ANALYZE ps.st");
-	is(gap_check('ss'), 'pass/', 'schema: GRANT, COMMENT and ANALYZE are no gap');
+	is(AshTest::preflight_verdict($dst, 'ss', 'publication'), 'pass/', 'schema: GRANT, COMMENT and ANALYZE are no gap');
 	q_src("ALTER TABLE ps.st SET SCHEMA other; INSERT INTO other.st VALUES (2, 'while out');"
 		  . " ALTER TABLE other.st SET SCHEMA ps");
-	is(gap_check('ss'), 'fail/publication_gap', 'schema: preflight fails publication_gap');
+	is(AshTest::preflight_verdict($dst, 'ss', 'publication'), 'fail/publication_gap', 'schema: preflight fails publication_gap');
 	AshTest::start_sink($dst, 'ss');
 	AshTest::wait_status($dst, 'ss', 'halted', 'publication_gap', src => $src,
 		name => 'schema: out of the schema and back halts publication_gap');
@@ -181,7 +169,7 @@ INSERT INTO ps.st VALUES (1, 'one');
 	AshTest::wait_caught_up($src, $dst, 'wj', name => 'wal2json: streamed');
 	AshTest::stop_settled($src, $dst, 'wj');
 	q_src("GRANT SELECT ON w TO PUBLIC");
-	is(gap_check('wj'), 'pass/', 'wal2json: a GRANT is no gap');
+	is(AshTest::preflight_verdict($dst, 'wj', 'publication'), 'pass/', 'wal2json: a GRANT is no gap');
 	q_src("ALTER TABLE w RENAME TO w_tmp; INSERT INTO w_tmp VALUES (2, 'while renamed'); ALTER TABLE w_tmp RENAME TO w");
 	AshTest::start_sink($dst, 'wj');
 	AshTest::wait_status($dst, 'wj', 'halted', 'publication_gap', src => $src,
@@ -211,7 +199,7 @@ CREATE TABLE m (id int PRIMARY KEY, amount numeric(10,2), ts timestamp(6), w num
 	AshTest::wait_status($dst, 'tm', 'misconfigured', 'source_type_invalid', src => $src,
 		name => 'typmod: narrowed, misconfigured source_type_invalid');
 	# the stream at the next change, or the census before it
-	like(halt_line('tm', 'source_type_invalid'),
+	like(AshTest::halt_line($dst, 'tm', 'source_type_invalid'),
 		qr/column amount changed type modifier|mapped columns were retyped while streaming, which rewrote their rows at the source: public\.m/,
 		'typmod: the halt says why');
 	is(q_dst('SELECT count(*) FROM m'), '2', 'typmod: nothing written after it');

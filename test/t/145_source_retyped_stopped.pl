@@ -32,12 +32,6 @@ my ($sysid, $sdb) = AshTest::source_identity($src);
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
 
-sub gap_check
-{
-	my ($sink) = @_;
-	return q_dst("SELECT verdict || '/' || coalesce(reason, '') FROM ash_replicant_preflight('$sink')"
-		  . " WHERE check_name = 'publication'");
-}
 
 # the mapped columns of r, as text, at both ends
 sub same_r
@@ -47,12 +41,6 @@ sub same_r
 	is(q_dst($q), q_src($q), $name);
 }
 
-sub halt_line
-{
-	my ($sink, $reason) = @_;
-	my @l = AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=$sink reason=\Q$reason\E /);
-	return $l[-1] // '';
-}
 
 sub acknowledge
 {
@@ -87,7 +75,7 @@ CREATE TABLE r (id bigint PRIMARY KEY, amount numeric, n bigint, s text, ts time
 	AshTest::stop_settled($src, $dst, 'rt');
 	q_src("ALTER TABLE r ALTER COLUMN amount TYPE numeric(12,2), ALTER COLUMN n TYPE bigint,"
 		  . " ALTER COLUMN s TYPE text, ALTER COLUMN ts TYPE timestamp(6)");
-	is(gap_check('rt'), 'pass/', 'widen: preflight passes');
+	is(AshTest::preflight_verdict($dst, 'rt', 'publication'), 'pass/', 'widen: preflight passes');
 	AshTest::start_sink($dst, 'rt');
 	q_src("INSERT INTO r VALUES (4, 4.5, 40, 'gh', '2026-01-04 00:00:00.5', '2026-01-04', 4)");
 	AshTest::wait_caught_up($src, $dst, 'rt', name => 'widen: caught up');
@@ -97,11 +85,11 @@ CREATE TABLE r (id bigint PRIMARY KEY, amount numeric, n bigint, s text, ts time
 	# a skipped column narrowed: not written, no gap
 	AshTest::stop_settled($src, $dst, 'rt');
 	q_src("ALTER TABLE r ALTER COLUMN junk TYPE numeric(10,0)");
-	is(gap_check('rt'), 'pass/', 'skipped: a skipped column narrowed is no gap');
+	is(AshTest::preflight_verdict($dst, 'rt', 'publication'), 'pass/', 'skipped: a skipped column narrowed is no gap');
 
 	# narrowed while stopped: the rows were rounded at the source
 	q_src("ALTER TABLE r ALTER COLUMN amount TYPE numeric(12,1)");
-	is(gap_check('rt'), 'fail/publication_gap', 'narrow: preflight fails publication_gap');
+	is(AshTest::preflight_verdict($dst, 'rt', 'publication'), 'fail/publication_gap', 'narrow: preflight fails publication_gap');
 	my $cp = AshTest::checkpoint_facts($dst, 'rt');
 	AshTest::start_sink($dst, 'rt');
 	q_src("INSERT INTO r VALUES (5, 5.5, 50, 'ij', '2026-01-05', '2026-01-05', 5)");
@@ -121,7 +109,7 @@ CREATE TABLE r (id bigint PRIMARY KEY, amount numeric, n bigint, s text, ts time
 	q_src("ALTER TABLE r ALTER COLUMN amount TYPE numeric(12,0)");
 	AshTest::wait_status($dst, 'rt', 'misconfigured', 'source_type_invalid', src => $src,
 		name => 'census: narrowed while streaming halts source_type_invalid');
-	like(halt_line('rt', 'source_type_invalid'), qr/mapped columns were retyped while streaming, which rewrote their rows at the source: public\.r/,
+	like(AshTest::halt_line($dst, 'rt', 'source_type_invalid'), qr/mapped columns were retyped while streaming, which rewrote their rows at the source: public\.r/,
 		'census: the halt names the table');
 	AshTest::stop_sink($dst, 'rt');
 	AshTest::start_sink($dst, 'rt');
@@ -135,7 +123,7 @@ CREATE TABLE r (id bigint PRIMARY KEY, amount numeric, n bigint, s text, ts time
 	# a type change that re-interprets every value
 	AshTest::stop_settled($src, $dst, 'rt');
 	q_src("SET TimeZone = 'Asia/Tokyo'; ALTER TABLE r ALTER COLUMN t TYPE timestamptz");
-	is(gap_check('rt'), 'fail/publication_gap', 'retype: timestamp to timestamptz is a gap');
+	is(AshTest::preflight_verdict($dst, 'rt', 'publication'), 'fail/publication_gap', 'retype: timestamp to timestamptz is a gap');
 	AshTest::start_sink($dst, 'rt');
 	AshTest::wait_status($dst, 'rt', 'halted', 'publication_gap', src => $src,
 		name => 'retype: the start halts publication_gap');

@@ -56,7 +56,7 @@ AshTest::start_sink($dst, 'gs');
 AshTest::wait_status($dst, 'gs', 'halted', 'source_slot_missing', src => $src,
 	name => 'stopped: halted source_slot_missing');
 is(slots('gs'), '0', 'stopped: no slot created');
-ok(scalar(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=gs reason=source_slot_missing .*the checkpoint acknowledged what the slot sent/)),
+like(AshTest::halt_line($dst, 'gs', 'source_slot_missing'), qr/the checkpoint acknowledged what the slot sent/,
 	'stopped: the halt says why');
 
 # reset: the re-seed of a go-forward mirror

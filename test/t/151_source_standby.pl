@@ -45,12 +45,11 @@ $src->safe_psql($DB, q{INSERT INTO t VALUES (11, 'while pointed at the standby')
 $src->wait_for_catchup($stby);
 my $cp = AshTest::checkpoint_facts($dst, $sink);
 point_at($stby);
-is($dst->safe_psql($DB, "SELECT verdict || '/' || coalesce(reason, '') FROM ash_replicant_preflight('$sink')"
-		  . " WHERE check_name = 'source_wal_level'"), 'fail/source_not_logical', 'preflight: source_not_logical');
+is(AshTest::preflight_verdict($dst, $sink, 'source_wal_level'), 'fail/source_not_logical', 'preflight: source_not_logical');
 AshTest::start_sink($dst, $sink);
 AshTest::wait_status($dst, $sink, 'misconfigured', 'source_not_logical', src => $stby,
 	name => 'pointed at a standby: misconfigured/source_not_logical');
-ok(scalar(AshTest::log_lines_like($dst, qr/event=pipeline\.halt sink=sb reason=source_not_logical .*a standby in recovery/)),
+like(AshTest::halt_line($dst, 'sb', 'source_not_logical'), qr/a standby in recovery/,
 	'the halt says the source is a standby');
 is(AshTest::checkpoint_facts($dst, $sink), $cp, 'checkpoint unchanged');
 is($dst->safe_psql($DB, 'SELECT count(*) FROM t WHERE id = 11'), '0', 'nothing applied');

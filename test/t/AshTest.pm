@@ -768,6 +768,24 @@ sub log_lines_like
 	return @hits;
 }
 
+# halt_line($dst, $sink, $reason): the sink's last event=pipeline.halt log
+# line with that reason ('' when none): its context says why.
+sub halt_line
+{
+	my ($dst, $sink, $reason) = @_;
+	my @l = log_lines_like($dst, qr/event=pipeline\.halt sink=\Q$sink\E reason=\Q$reason\E /);
+	return $l[-1] // '';
+}
+
+# preflight_verdict($dst, $sink, $check): "verdict/reason" of one check of
+# ash_replicant_preflight (reason '' when none).
+sub preflight_verdict
+{
+	my ($dst, $sink, $check) = @_;
+	return $dst->safe_psql($DB, "SELECT verdict || '/' || coalesce(reason, '')"
+		  . " FROM ash_replicant_preflight(" . lit($sink) . ") WHERE check_name = " . lit($check));
+}
+
 # halt_left_nothing($dst, $sink, $count_sql, $count, $facts): after a halt,
 # nothing of the failing transaction committed ($count_sql on the
 # destination still answers $count) and the checkpoint is as it was
