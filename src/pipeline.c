@@ -2128,9 +2128,9 @@ run_session(void)
 						   phase != ASH_SNAPSHOT_NONE ? "a snapshot attempt is recorded" :
 						   binding.acknowledged && !snapshot ?
 						   "the checkpoint acknowledged what the slot sent" : NULL,
-				snapshot && !is_incremental() && phase == ASH_SNAPSHOT_NONE &&
-				XLogRecPtrIsInvalid(binding.commit_lsn),
-				&slot_created, &slot_start, MySlot);
+						   snapshot && !is_incremental() && phase == ASH_SNAPSHOT_NONE &&
+						   XLogRecPtrIsInvalid(binding.commit_lsn),
+						   &slot_created, &slot_start, MySlot);
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.slot_ready = true;
 	SpinLockRelease(&MySlot->mutex);
