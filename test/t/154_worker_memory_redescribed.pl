@@ -25,18 +25,29 @@ AshTest::setup_pipeline($src, $dst, sink => 's', publication => 'pub', maps => [
 ok(AshTest::wait_caught_up($src, $dst, 's'), 'streaming');
 my $pid = $dst->safe_psql($DB, "SELECT worker_pid FROM ash_replicant_status('s')");
 
-# the worker's contexts, all together, as it logs them
+# the worker's contexts, all together, as it logs them, taken between
+# transactions: a dump made while the worker runs SQL (a census, a stats
+# flush) counts that statement's executor memory, freed right after
 sub grand_total
 {
-	my $from = -s $dst->logfile;
-	$dst->safe_psql($DB, "SELECT pg_log_backend_memory_contexts($pid)");
-	for (1 .. 100)
+	my $total = -1;
+	for my $try (1 .. 20)
 	{
-		usleep(100_000);
-		my $log = slurp_file($dst->logfile, $from);
-		return $1 if $log =~ /Grand total: (\d+) bytes/;
+		my $from = -s $dst->logfile;
+		$dst->safe_psql($DB, "SELECT pg_log_backend_memory_contexts($pid)");
+		my $log = '';
+		for (1 .. 100)
+		{
+			usleep(100_000);
+			$log = slurp_file($dst->logfile, $from);
+			last if $log =~ /Grand total: \d+ bytes/;
+		}
+		next unless $log =~ /Grand total: (\d+) bytes/;
+		$total = $1;
+		return $total unless $log =~ /level: 2; SPI Proc/;
+		usleep(200_000);
 	}
-	return -1;
+	return $total;
 }
 
 my @total;
