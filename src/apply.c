@@ -2455,13 +2455,114 @@ ash_apply_snapshot_begin(XLogRecPtr position, int32 ordinal_base, bytea *attempt
 	ash_apply_errctx.command = "snapshot";
 }
 
+/*
+ * A snapshot writes each source row once, and the source's key names one
+ * target identity with the tenant column (coverage.c).  So under attribute
+ * tenancy with the tenant outside the identity, a copy into a fresh target
+ * (rows written without the upsert, which would tell: apply_scd1.c) that
+ * violates the identity's unique index -- as a row goes in, or when the
+ * index is built after the rows -- copied one identity that rows of two
+ * tenants hold at the source: tenant_conflict, whose advice fits, not
+ * apply_failed.  (Only a session writing the mirror's table during its
+ * copy could cause the same.)  The index and target are looked up before
+ * the write: the catch reads only the error.
+ */
+static char *copy_guard_index = NULL;
+static char *copy_guard_schema = NULL;
+static char *copy_guard_table = NULL;
+static char *copy_guard_target = NULL;
+static LocalTransactionId copy_guard_lxid = InvalidLocalTransactionId;
+
+static bool
+copy_guard_armed(void)
+{
+	return copy_guard_target != NULL && copy_guard_lxid == MyProc->lxid;
+}
+
+static void
+copy_guard_arm(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	MemoryContext old;
+	Oid			index = rel->spec != NULL ? rel->spec->identity_index : InvalidOid;
+
+	if (copy_guard_armed() && strcmp(copy_guard_table, tgt->relname) == 0 &&
+		strcmp(copy_guard_schema, tgt->nspname) == 0)
+		return;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	copy_guard_index = OidIsValid(index) ? get_rel_name(index) : NULL;
+	copy_guard_schema = pstrdup(tgt->nspname);
+	copy_guard_table = pstrdup(tgt->relname);
+	copy_guard_target = pstrdup(tgt->log_name);
+	copy_guard_lxid = MyProc->lxid;
+	MemoryContextSwitchTo(old);
+}
+
+/* In PG_CATCH, the error's data copied: halt if it is the copy's own identity. */
+static void
+copy_guard_judge(ErrorData *edata)
+{
+	if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION || copy_guard_index == NULL ||
+		edata->constraint_name == NULL || edata->schema_name == NULL ||
+		edata->table_name == NULL ||
+		strcmp(edata->constraint_name, copy_guard_index) != 0 ||
+		strcmp(edata->schema_name, copy_guard_schema) != 0 ||
+		strcmp(edata->table_name, copy_guard_table) != 0)
+		return;
+	FlushErrorState();
+	ash_halt("tenant_conflict", "rows of two tenants hold one identity in %s", copy_guard_target);
+}
+
+static void
+copy_guarded(void (*fn) (void *arg), void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		fn(arg);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		copy_guard_judge(edata);
+		FreeErrorData(edata);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+void
+ash_apply_copy_write(AshApplyRel *rel, AshApplyTarget *tgt, void (*fn) (void *arg), void *arg)
+{
+	if (meta.snapshot_attempt == NULL || !ash_tenant_scoped(rel))
+	{
+		fn(arg);
+		return;
+	}
+	copy_guard_arm(rel, tgt);
+	copy_guarded(fn, arg);
+}
+
+static void
+build_indexes(void *arg)
+{
+	ash_bulk_build_indexes();
+}
+
 int32
 ash_apply_snapshot_flush(void)
 {
 	Assert(batch_open && in_remote_xact);
 	ash_apply_flush_deferred();
 	ash_bulk_release();
-	ash_bulk_build_indexes();
+	/* the fresh target's index build judges what its rows' writes did not */
+	if (copy_guard_armed())
+		copy_guarded(build_indexes, NULL);
+	else
+		ash_bulk_build_indexes();
 	return meta.ordinal;
 }
 

@@ -990,18 +990,17 @@ scd1_flush(void)
 			 */
 			if (bulk_usable(st, rel, tgt))
 			{
-				(void) bulk_write(off, false);
+				ash_apply_copy_write(rel, tgt, bulk_insert, &off);
 				n = nw;
 			}
 			else
 			{
-				uint64		k = ash_spi_execute(gbuf.stamped ? st->insert_many_prov :
-												st->insert_many,
-												column_arrays(rel, off, nw), NULL,
-												SPI_OK_INSERT);
+				AshSpiCall	call = {gbuf.stamped ? st->insert_many_prov : st->insert_many,
+				column_arrays(rel, off, nw), NULL, SPI_OK_INSERT, 0};
 
+				ash_apply_copy_write(rel, tgt, ash_spi_call, &call);
 				/* a trigger may keep rows out (checked below) */
-				n = k;
+				n = call.processed;
 			}
 			inserted = true;
 		}

@@ -131,6 +131,16 @@ extern bool ash_apply_fresh_target(Oid relid);
 /* ... and its indexes may be built after its rows (apply_bulk.c). */
 extern bool ash_apply_indexes_after(Oid relid);
 
+/*
+ * Run fn(arg), a write of a snapshot's rows to tgt, a fresh target: where
+ * it violates the identity's index under attribute tenancy, halt
+ * tenant_conflict (two tenants' rows hold one identity at the source); any
+ * other error propagates.  Outside a snapshot, or without a tenant outside
+ * the identity, just fn(arg).
+ */
+extern void ash_apply_copy_write(AshApplyRel *rel, AshApplyTarget *tgt,
+								 void (*fn) (void *arg), void *arg);
+
 /* Execute deferred writes (and their provenance stamps) now. */
 extern void ash_apply_flush_deferred(void);
 

@@ -83,19 +83,10 @@ ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code)
 	return ok;
 }
 
-typedef struct SpiCall
+void
+ash_spi_call(void *arg)
 {
-	SPIPlanPtr	plan;
-	Datum	   *values;
-	const char *nulls;
-	int			expected_ret;
-	uint64		processed;
-} SpiCall;
-
-static void
-spi_call(void *arg)
-{
-	SpiCall    *call = (SpiCall *) arg;
+	AshSpiCall *call = (AshSpiCall *) arg;
 
 	call->processed = ash_spi_execute(call->plan, call->values, call->nulls,
 									  call->expected_ret);
@@ -106,8 +97,8 @@ bool
 ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
 						 int expected_ret, int catch_code, uint64 *processed)
 {
-	SpiCall		call = {plan, values, nulls, expected_ret, 0};
-	bool		ok = ash_run_catching(spi_call, &call, catch_code);
+	AshSpiCall	call = {plan, values, nulls, expected_ret, 0};
+	bool		ok = ash_run_catching(ash_spi_call, &call, catch_code);
 
 	*processed = call.processed;
 	return ok;

@@ -21,6 +21,18 @@ extern uint64 ash_spi_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
  */
 extern bool ash_run_catching(void (*fn) (void *arg), void *arg, int catch_code);
 
+/* An ash_spi_execute for a runner taking fn(arg): ash_spi_call(&call). */
+typedef struct AshSpiCall
+{
+	SPIPlanPtr	plan;
+	Datum	   *values;
+	const char *nulls;
+	int			expected_ret;
+	uint64		processed;		/* out */
+} AshSpiCall;
+
+extern void ash_spi_call(void *call);
+
 /* ash_spi_execute in a subtransaction, see ash_run_catching. */
 extern bool ash_spi_execute_or_catch(SPIPlanPtr plan, Datum *values, const char *nulls,
 									 int expected_ret, int catch_code, uint64 *processed);
