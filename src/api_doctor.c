@@ -1817,6 +1817,7 @@ check_runtime(Doctor *d)
 {
 	char	   *extversion;
 	bool		isnull;
+	bool		restored;
 	const char *unsupervised;
 
 	if ((unsupervised = ash_unsupervised_reason()) != NULL)
@@ -1841,9 +1842,28 @@ check_runtime(Doctor *d)
 			MemoryContextSwitchTo(old);
 		}
 	}
+	restored = false;
+	if (extversion != NULL && strcmp(extversion, ASH_EXTENSION_VERSION) == 0)
+	{
+		char	   *installation = ash_installation_id();
+		Oid			types[2] = {TEXTOID, TEXTOID};
+		Datum		values[2];
+
+		values[0] = CStringGetTextDatum(d->sink_name);
+		values[1] = CStringGetTextDatum(installation);
+		if (SPI_execute_with_args("SELECT 1 FROM ash_replicant.pipelines"
+								  " WHERE sink_name = $1 AND enabled"
+								  "   AND started_in IS DISTINCT FROM $2::pg_catalog.uuid",
+								  2, types, values, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "ash_replicant: reading the pipeline failed");
+		restored = SPI_processed == 1;
+	}
 	SPI_finish();
 	if (extversion == NULL || strcmp(extversion, ASH_EXTENSION_VERSION) != 0)
 		emit(d, "runtime", V_FAIL, "extension_version_mismatch");
+	else if (restored)
+		emit_judged(d, "runtime", V_FAIL, "destination_restored",
+					"the pipeline is enabled in another installation of the extension (a restored dump): ash_replicant_start runs it here");
 	else
 		emit(d, "runtime", V_PASS, NULL);
 }

@@ -59,6 +59,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "ash_replicant.h"
 #include "errors.h"
 #include "launcher.h"
 #include "libpq_conn.h"
@@ -1865,12 +1866,13 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 {
 	char	   *sink_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	AshSinkInfo sink;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	HeapTuple	tup;
 	TupleDesc	desc;
 	char	   *decoder;
 	char	   *snapshot;
+	char	   *installation;
 
 	ash_require_shmem();
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -1884,12 +1886,16 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 	start_check_snapshot(sink_name, &sink, tup, desc, snapshot);
 	start_check_routes(sink_name, &sink, decoder);
 
+	/* in this installation: a copy restored elsewhere waits for its own start */
+	installation = ash_installation_id();
 	values[0] = CStringGetTextDatum(sink_name);
-	catalog_exec("UPDATE ash_replicant.pipelines"
-				 "   SET enabled = true, start_generation = start_generation + 1, start_attempts = 0,"
-				 "       updated_at = pg_catalog.now()"
-				 " WHERE sink_name = $1",
-				 1, types, values, NULL, false);
+	values[1] = installation != NULL ? CStringGetTextDatum(installation) : (Datum) 0;
+	catalog_exec(psprintf("UPDATE ash_replicant.pipelines"
+						  "   SET enabled = true, start_generation = start_generation + 1, start_attempts = 0,"
+						  "       updated_at = pg_catalog.now()%s"
+						  " WHERE sink_name = $1",
+						  installation != NULL ? ", started_in = $2::pg_catalog.uuid" : ""),
+				 installation != NULL ? 2 : 1, types, values, NULL, false);
 	if (SPI_processed != 1)
 		elog(ERROR, "ash_replicant: pipeline of sink \"%s\" vanished during start",
 			 sink_name);

@@ -70,6 +70,7 @@ typedef struct CatalogFacts
 	bool		legacy;			/* 0.4.x catalogs: an update is needed */
 	bool		configured;
 	bool		enabled;
+	bool		restored;		/* enabled in another installation */
 	int64		start_generation;
 	int64		halt_generation;	/* -1 none */
 	char	   *halt_reason;
@@ -226,6 +227,13 @@ derive_status(CatalogFacts *f, StatusRow *row)
 	if (!f->configured || !f->enabled)
 		return;
 
+	/* a dump restored here: nothing runs it until it is started here */
+	if (f->restored)
+	{
+		row->reason = "destination_restored";
+		return;
+	}
+
 	/* a halt of the current start generation wins */
 	if (f->halt_generation >= f->start_generation && f->halt_reason != NULL)
 	{
@@ -314,6 +322,10 @@ derive_status(CatalogFacts *f, StatusRow *row)
 " p.halt_sqlstate, (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_lsn')::pg_catalog.pg_lsn," \
 " pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_target'"
 
+/* The installation it was started in: NULL before 1.9.0 */
+#define STARTED_IN_COLUMN \
+", pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'started_in'"
+
 static const char *facts_sql =
 "SELECT s.sink_name, p.sink_name IS NOT NULL, coalesce(p.enabled, false),"
 " coalesce(p.start_generation, 0), coalesce(p.halt_generation, -1),"
@@ -322,6 +334,7 @@ static const char *facts_sql =
 " coalesce(st.total, 0)::int4, coalesce(st.copied, 0)::int4,"
 " coalesce(st.rows_copied, 0)::int8, coalesce(st.rows_estimate, 0)::int8,"
 LOCATION_COLUMNS
+STARTED_IN_COLUMN
 " FROM ash_replicant.sinks s"
 " LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
 " LEFT JOIN ash_replicant.checkpoints c"
@@ -346,6 +359,7 @@ static const char *facts_sql_1_0 =
 " p.halt_reason, p.halt_class, p.halted_at,"
 " c.terminal_cause, c.terminal_class, NULL::text, 0, 0, 0::int8, 0::int8,"
 LOCATION_COLUMNS
+STARTED_IN_COLUMN
 " FROM ash_replicant.sinks s"
 " LEFT JOIN ash_replicant.pipelines p USING (sink_name)"
 " LEFT JOIN ash_replicant.checkpoints c"
@@ -378,6 +392,7 @@ read_catalog_facts(text *sink_filter)
 	int			ret;
 	bool		have_snapshots;
 	bool		legacy = ash_catalogs_slot_only();
+	char	   *installation;
 
 	values[0] = sink_filter ? PointerGetDatum(sink_filter) : (Datum) 0;
 	if (sink_filter == NULL)
@@ -392,6 +407,7 @@ read_catalog_facts(text *sink_filter)
 	 */
 	have_snapshots = OidIsValid(get_relname_relid("snapshot_tables",
 												  get_namespace_oid("ash_replicant", true)));
+	installation = ash_installation_id();
 	ret = SPI_execute_with_args(legacy ? facts_sql_0_4 :
 								have_snapshots ? facts_sql : facts_sql_1_0,
 								1, argtypes, values, nulls, true, 0);
@@ -431,6 +447,9 @@ read_catalog_facts(text *sink_filter)
 		if (isnull)
 			f->halt_lsn = InvalidXLogRecPtr;
 		f->halt_target = SPI_getvalue(tup, desc, 18);
+		s = SPI_getvalue(tup, desc, 19);
+		f->restored = f->enabled && installation != NULL &&
+			(s == NULL || strcmp(s, installation) != 0);
 		result = lappend(result, f);
 		MemoryContextSwitchTo(old);
 	}

@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "catalog/namespace.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -176,4 +177,37 @@ ash_catalogs_slot_only(void)
 	if (!OidIsValid(rel))
 		return false;
 	return get_attnum(rel, "source_system_id") == InvalidAttrNumber;
+}
+
+/*
+ * Do the catalogs record the installation each pipeline was started in
+ * (1.9.0 and later)?  Syscache only; needs a transaction.
+ */
+bool
+ash_catalogs_bind_installation(void)
+{
+	Oid			nsp = get_namespace_oid("ash_replicant", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("installation", nsp));
+}
+
+/*
+ * This installation's id as text (in the current memory context), or NULL
+ * when the catalogs predate it.  Needs SPI connected.
+ */
+char *
+ash_installation_id(void)
+{
+	if (!ash_catalogs_bind_installation())
+		return NULL;
+	if (SPI_execute("SELECT installation_id::pg_catalog.text FROM ash_replicant.installation",
+					true, 2) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the installation failed");
+	/* one row by its key; none when deleted by hand */
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("ash_replicant: the installation table holds no row"),
+				 errhint("INSERT INTO ash_replicant.installation DEFAULT VALUES, then ash_replicant_start each pipeline that should run.")));
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }

@@ -8,7 +8,7 @@
 #ifndef ASH_REPLICANT_H
 #define ASH_REPLICANT_H
 
-#define ASH_EXTENSION_VERSION "1.8.0"
+#define ASH_EXTENSION_VERSION "1.9.0"
 
 extern char *ash_database;
 extern char *ash_keyring_file;
@@ -24,5 +24,13 @@ extern bool ash_pipelines_stopped;
 
 /* The installed catalogs are 0.4.x's (checkpoints keyed by slot only). */
 extern bool ash_catalogs_slot_only(void);
+
+/*
+ * Pipelines run only in the installation they were started in (1.9.0+,
+ * docs/reasons.md#destination_restored): do the catalogs say which, and
+ * this installation's id (text; NULL before 1.9.0, needs SPI).
+ */
+extern bool ash_catalogs_bind_installation(void);
+extern char *ash_installation_id(void);
 
 #endif							/* ASH_REPLICANT_H */

@@ -178,6 +178,8 @@ static const AshReasonEntry reason_table[] = {
 	{"source_lock_wait", ASH_REASON_WAITING},
 	/* a transient destination error on every attempt (pipeline.c) */
 	{"destination_apply_retrying", ASH_REASON_WAITING},
+	/* enabled in another installation: restored, waits for a start (api_status.c) */
+	{"destination_restored", ASH_REASON_NOT_STARTED},
 };
 
 AshReasonClass
@@ -221,6 +223,8 @@ ash_reason_class_name(AshReasonClass cls)
 			return "doctor";
 		case ASH_REASON_WAITING:
 			return "waiting";
+		case ASH_REASON_NOT_STARTED:
+			return "not_started";
 		case ASH_REASON_UNKNOWN:
 			break;
 	}

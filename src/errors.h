@@ -27,6 +27,7 @@ typedef enum AshReasonClass
 	ASH_REASON_REGISTRATION,	/* refused by a configuration function */
 	ASH_REASON_DOCTOR,			/* doctor/preflight only */
 	ASH_REASON_WAITING,			/* "catching_up": waits for a resource */
+	ASH_REASON_NOT_STARTED,		/* "not_started": waits for a start */
 	ASH_REASON_UNKNOWN
 } AshReasonClass;
 

@@ -206,11 +206,19 @@ read_enabled_pipelines(EnabledPipeline **out)
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 		pgstat_report_activity(STATE_RUNNING, "ash_replicant launcher: reading pipelines");
-		ret = SPI_execute("SELECT p.sink_name, p.start_generation,"
-						  " coalesce(p.halt_generation, -1), s.config_version"
-						  " FROM ash_replicant.pipelines p"
-						  " JOIN ash_replicant.sinks s USING (sink_name)"
-						  " WHERE p.enabled ORDER BY p.sink_name",
+		/*
+		 * Enabled in this installation: a pipeline restored from a dump is
+		 * enabled in another, and waits for ash_replicant_start here
+		 * (destination_restored)
+		 */
+		ret = SPI_execute(psprintf("SELECT p.sink_name, p.start_generation,"
+								   " coalesce(p.halt_generation, -1), s.config_version"
+								   " FROM ash_replicant.pipelines p"
+								   " JOIN ash_replicant.sinks s USING (sink_name)"
+								   " WHERE p.enabled%s ORDER BY p.sink_name",
+								   ash_catalogs_bind_installation() ?
+								   " AND p.started_in = (SELECT i.installation_id"
+								   " FROM ash_replicant.installation i)" : ""),
 						  true, 0);
 		if (ret != SPI_OK_SELECT)
 			elog(ERROR, "ash_replicant launcher: pipeline query failed");

@@ -42,6 +42,7 @@ INSERT INTO handled VALUES
   ('pipelines', 'census', 'census options'),
   ('pipelines', 'enabled', 'start and stop'),
   ('pipelines', 'start_generation', 'bookkeeping'),
+  ('pipelines', 'started_in', 'start: the installation it runs in (launcher, status)'),
   ('pipelines', 'start_attempts', 'crash-loop guard: deaths in a row at crash_lsn'),
   ('pipelines', 'crash_lsn', 'crash-loop guard: the change a worker died applying'),
   ('pipelines', 'halt_generation', 'bookkeeping'),

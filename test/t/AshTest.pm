@@ -95,7 +95,21 @@ host replication all 127.0.0.1/32 trust
 	$src->start;
 	$src->safe_psql($DB, 'CREATE EXTENSION IF NOT EXISTS pg_walinspect');
 
-	my $dst = PostgreSQL::Test::Cluster->new("${prefix}dst");
+	my $dst = start_destination("${prefix}dst", %o, log_statement => $log_statement);
+
+	note "source port " . $src->port . ", destination port " . $dst->port;
+	return ($src, $dst);
+}
+
+# start_destination($name, %opts) -> $node: a destination cluster as
+# start_pair makes it (the library preloaded, its launcher in $DB), the
+# extension created unless no_extension; options as start_pair's
+# (log_statement, dst_conf, dst_encoding, no_extension).
+sub start_destination
+{
+	my ($name, %o) = @_;
+	my $log_statement = $o{log_statement} // 'all';
+	my $dst = PostgreSQL::Test::Cluster->new($name);
 	$dst->init(extra => [ '--encoding=' . ($o{dst_encoding} // 'UTF8'), '--locale=C' ]);
 	$dst->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'ash_replicant'
@@ -113,9 +127,7 @@ log_statement = '$log_statement'
 } . ($o{dst_conf} // ''));
 	$dst->start;
 	$dst->safe_psql($DB, 'CREATE EXTENSION ash_replicant') unless $o{no_extension};
-
-	note "source port " . $src->port . ", destination port " . $dst->port;
-	return ($src, $dst);
+	return $dst;
 }
 
 # Run the same SQL on both nodes (DDL of identical tables, types, domains).
