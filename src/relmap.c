@@ -150,6 +150,55 @@ release_resolution(AshApplyRel *rel)
 		MemoryContextReset(rel->cxt);
 }
 
+/*
+ * The description rel was resolved with becomes the baseline its next
+ * description is judged against (judge_schema_change), in the current
+ * memory context.
+ */
+static void
+keep_baseline(AshApplyRel *rel)
+{
+	rel->prev_natts = rel->remote.natts;
+	rel->prev_names = palloc(sizeof(char *) * Max(rel->remote.natts, 1));
+	rel->prev_types = palloc(sizeof(uint32) * Max(rel->remote.natts, 1));
+	rel->prev_typmods = palloc(sizeof(int32) * Max(rel->remote.natts, 1));
+	for (int i = 0; i < rel->remote.natts; i++)
+	{
+		rel->prev_names[i] = pstrdup(rel->remote.cols[i].name);
+		rel->prev_types[i] = rel->remote.cols[i].type_oid;
+		rel->prev_typmods[i] = rel->remote.cols[i].typmod;
+	}
+}
+
+/*
+ * The targets changed (a census admitted a column added or widened), the
+ * source did not: every resolution goes, each description it was made
+ * with stays the baseline of the next one.  Dropped with it, a column the
+ * source dropped since went unjudged (the next description was compared
+ * with nothing), and the mirror applied on.
+ */
+void
+ash_relmap_invalidate_targets(void)
+{
+	HASH_SEQ_STATUS seq;
+	AshApplyRel *rel;
+
+	if (relmap == NULL)
+		return;
+	hash_seq_init(&seq, relmap);
+	while ((rel = hash_seq_search(&seq)) != NULL)
+	{
+		if (rel->resolved && !rel->ignored && rel->desc_cxt != NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(rel->desc_cxt);
+
+			keep_baseline(rel);
+			MemoryContextSwitchTo(old);
+		}
+		release_resolution(rel);
+	}
+}
+
 void
 ash_relmap_invalidate_all(void)
 {
@@ -228,18 +277,7 @@ ash_relmap_update_relation(const AshRelation *in)
 
 		/* keep what it was resolved with, to judge the change */
 		if (rel->resolved && !rel->ignored)
-		{
-			rel->prev_natts = rel->remote.natts;
-			rel->prev_names = palloc(sizeof(char *) * Max(rel->remote.natts, 1));
-			rel->prev_types = palloc(sizeof(uint32) * Max(rel->remote.natts, 1));
-			rel->prev_typmods = palloc(sizeof(int32) * Max(rel->remote.natts, 1));
-			for (int i = 0; i < rel->remote.natts; i++)
-			{
-				rel->prev_names[i] = pstrdup(rel->remote.cols[i].name);
-				rel->prev_types[i] = rel->remote.cols[i].type_oid;
-				rel->prev_typmods[i] = rel->remote.cols[i].typmod;
-			}
-		}
+			keep_baseline(rel);
 		else if (rel->prev_natts > 0)
 		{
 			/* not judged yet: carry the earlier baseline over */

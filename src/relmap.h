@@ -169,4 +169,10 @@ extern Oid	ash_tenant_relid(Oid template, const char *template_name, const char 
 /* Drop every resolution (e.g. after a destination transaction abort). */
 extern void ash_relmap_invalidate_all(void);
 
+/*
+ * Drop every resolution, keeping the descriptions they were made with as
+ * the baselines of schema-change judgement: the targets changed.
+ */
+extern void ash_relmap_invalidate_targets(void);
+
 #endif							/* ASH_RELMAP_H */
