@@ -1390,13 +1390,21 @@ commit_batch(bool drained)
  * into ours, in place (msg_cxt), checked either way.  A byte sequence
  * invalid there (an SQL_ASCII source's high bytes), or a character ours
  * lacks, fails the same change at every attempt: halted, never echoed.
+ * Not a logical message ("M", which wal2json writes "action" first in):
+ * its prefix and content are bytes, passed on as pgoutput sends them (an
+ * ignored one is no fault; a route to a text column checks the content,
+ * messages.c).
  */
 static void
 wal2json_to_database_encoding(AshStreamMsg *msg)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	char	   *volatile converted = NULL;
+	static const char logical_message[] = "{\"action\":\"M\"";
 
+	if (msg->len >= sizeof(logical_message) - 1 &&
+		memcmp(msg->data, logical_message, sizeof(logical_message) - 1) == 0)
+		return;
 	if (source_encoding < 0)
 		ash_halt("source_value_unrepresentable", "the source did not report its encoding");
 	/* the source validated what its own encoding holds (not SQL_ASCII) */

@@ -10,7 +10,11 @@
 #   - SQL_ASCII source, a byte not valid UTF-8: halted
 #     source_value_unrepresentable, nothing of the transaction committed,
 #     the value in no log; a UTF8 source streams on unchanged (every other
-#     wal2json test).
+#     wal2json test);
+#   - a logical message is not converted: its bytes pass as pgoutput sends
+#     them, and one whose prefix is ignored, holding such a byte, is no
+#     fault (before: halted source_value_unrepresentable with its
+#     transaction's rows).
 use strict;
 use warnings;
 use lib 'test/t';
@@ -31,6 +35,7 @@ for my $db (qw(lat sqla))
 	$dst->safe_psql($DB, "CREATE SCHEMA $db; CREATE TABLE $db.enc (id integer PRIMARY KEY, t text, j json)");
 	AshTest::setup_pipeline($src, $dst, sink => $db, connection => AshTest::conninfo($src, dbname => $db),
 		decoder => 'wal2json', tables => ['public.enc'], marker => 0, source_database => $db,
+		ignored_message_prefixes => ['ign'],
 		maps => [ [ "$db.enc", source_schema => 'public', source_table => 'enc' ] ]);
 	$dst->safe_psql($DB, "SELECT ash_replicant_wait_for_slot('$db', '60s')");
 }
@@ -48,8 +53,13 @@ is($dst->safe_psql($DB, sprintf($rows, 'lat.enc')), $src->safe_psql('lat', sprin
 AshTest::wait_status($dst, 'lat', 'healthy');
 
 # SQL_ASCII: a byte no UTF8 text may hold
-$src->safe_psql('sqla', "INSERT INTO enc VALUES (1, 'ascii', '{}')");
+# a logical message is passed on as its bytes, as pgoutput sends them: one
+# whose prefix is ignored, holding such a byte, is no fault (before: halted
+# source_value_unrepresentable, the transaction's row with it)
+$src->safe_psql('sqla', "BEGIN; INSERT INTO enc VALUES (1, 'ascii', '{}');"
+	  . " SELECT pg_logical_emit_message(true, 'ign', 'x' || convert_from('\\xe9', 'SQL_ASCII')); COMMIT");
 ok(AshTest::poll($dst, "SELECT count(*) FROM sqla.enc", '1'), 'SQL_ASCII source: ASCII streamed');
+is(AshTest::status_row($dst, 'sqla')->{state}, 'healthy', 'SQL_ASCII source: an ignored message of any bytes is no fault');
 my $facts = AshTest::checkpoint_facts($dst, 'sqla');
 $src->safe_psql('sqla', "BEGIN; INSERT INTO enc VALUES (2, 'ok', '{}');"
 	  . " INSERT INTO enc VALUES (3, '$SENTINEL' || convert_from('\\xe9', 'SQL_ASCII'), '{}'); COMMIT");
