@@ -155,6 +155,7 @@ typedef struct Doctor
 
 	CheckpointFacts cp;
 	bool		contract_unchanged; /* set by contract_fn */
+	bool		catalogs_current;	/* the installed version is the library's */
 } Doctor;
 
 /* ---------------------------------------------------------------------
@@ -1555,6 +1556,11 @@ check_checkpoint(Doctor *d)
 		emit(d, "checkpoint_state", V_SKIPPED, "config_invalid");
 		return;
 	}
+	if (!d->catalogs_current)
+	{
+		emit(d, "checkpoint_state", V_SKIPPED, "extension_version_mismatch");
+		return;
+	}
 	e = guarded(d, read_checkpoint_fn, NULL);
 	if (e != NULL)
 	{
@@ -1585,7 +1591,8 @@ skip_checkpoint(Doctor *d, const char *check)
 	if (d->cp.read)
 		return false;
 	emit(d, check, V_SKIPPED,
-		 (empty(d->f.sysid) || empty(d->f.database)) ? "config_invalid" : "checkpoint_state_unknown");
+		 (empty(d->f.sysid) || empty(d->f.database)) ? "config_invalid" :
+		 !d->catalogs_current ? "extension_version_mismatch" : "checkpoint_state_unknown");
 	return true;
 }
 
@@ -1812,11 +1819,33 @@ check_contract(Doctor *d)
 	}
 }
 
+/*
+ * Are the installed catalogs the library's version?  Older ones (the
+ * library updated, ALTER EXTENSION not yet run) cannot be read as the
+ * checks read them: the checks that read the checkpoint say so instead of
+ * failing as unreadable.
+ */
+static bool
+catalogs_current(void)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(ASH_EXTENSION_VERSION)};
+	bool		current;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_extension"
+							  " WHERE extname = 'ash_replicant' AND extversion = $1",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the extension version failed");
+	current = SPI_processed == 1;
+	SPI_finish();
+	return current;
+}
+
 static void
 check_runtime(Doctor *d)
 {
-	char	   *extversion;
-	bool		isnull;
 	bool		restored;
 	const char *unsupervised;
 
@@ -1825,25 +1854,13 @@ check_runtime(Doctor *d)
 		emit(d, "runtime", V_FAIL, unsupervised);
 		return;
 	}
+	if (!d->catalogs_current)
+	{
+		emit(d, "runtime", V_FAIL, "extension_version_mismatch");
+		return;
+	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'ash_replicant'",
-					true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "ash_replicant: reading the extension version failed");
-	extversion = NULL;
-	if (SPI_processed == 1)
-	{
-		(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (!isnull)
-		{
-			MemoryContext old = MemoryContextSwitchTo(d->cxt);
-
-			extversion = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-			MemoryContextSwitchTo(old);
-		}
-	}
-	restored = false;
-	if (extversion != NULL && strcmp(extversion, ASH_EXTENSION_VERSION) == 0)
 	{
 		char	   *installation = ash_installation_id();
 		Oid			types[2] = {TEXTOID, TEXTOID};
@@ -1859,9 +1876,7 @@ check_runtime(Doctor *d)
 		restored = SPI_processed == 1;
 	}
 	SPI_finish();
-	if (extversion == NULL || strcmp(extversion, ASH_EXTENSION_VERSION) != 0)
-		emit(d, "runtime", V_FAIL, "extension_version_mismatch");
-	else if (restored)
+	if (restored)
 		emit_judged(d, "runtime", V_FAIL, "destination_restored",
 					"the pipeline is enabled in another installation of the extension (a restored dump): ash_replicant_start runs it here");
 	else
@@ -1898,6 +1913,7 @@ run_checks(FunctionCallInfo fcinfo, bool doctor)
 	d->sink_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
 	load_sink_facts(d);
+	d->catalogs_current = catalogs_current();
 
 	PG_TRY();
 	{

@@ -14,7 +14,9 @@
 #            destination_restored, no worker, no walsender, the restored rows
 #            untouched; doctor says so; ash_replicant_start runs it, mirror =
 #            source
-#  update    the 1.8.0 -> 1.9.0 update records the installation for every
+#  update    on 1.8.0 catalogs doctor's checkpoint checks are skipped
+#            extension_version_mismatch (before: checkpoint_state_unknown);
+#            the 1.8.0 -> 1.9.0 update records the installation for every
 #            enabled pipeline (it keeps running), none for a stopped one
 use strict;
 use warnings;
@@ -96,6 +98,15 @@ for my $s ('a', 'b')
 		  . AshTest::lit($sysid) . ", source_database => " . AshTest::lit($sdb) . ")");
 }
 $dst2->safe_psql('upg', "UPDATE ash_replicant.pipelines SET enabled = true WHERE sink_name = 'a'");
+# the library is newer than these catalogs: the checks that read the
+# checkpoint say so (before: failed checkpoint_state_unknown, "look at the
+# server log")
+is($dst2->safe_psql('upg', "SELECT string_agg(check_name || ':' || verdict || '/' || coalesce(reason, ''), ' '"
+		  . " ORDER BY check_name) FROM ash_replicant_doctor('a')"
+		  . " WHERE check_name IN ('checkpoint_state', 'slot', 'watermark')"),
+	'checkpoint_state:skipped/extension_version_mismatch slot:skipped/extension_version_mismatch'
+	  . ' watermark:skipped/extension_version_mismatch',
+	'update: doctor on the older catalogs names the version mismatch');
 $dst2->safe_psql('upg', "SET ash_replicant.pipelines_stopped = on; ALTER EXTENSION ash_replicant UPDATE");
 is($dst2->safe_psql('upg', "SELECT string_agg(sink_name || ':' || (started_in IS NOT DISTINCT FROM"
 		  . " (SELECT installation_id FROM ash_replicant.installation))::text || ':'"
