@@ -171,14 +171,15 @@ keep_baseline(AshApplyRel *rel)
 }
 
 /*
- * The targets changed (a census admitted a column added or widened), the
- * source did not: every resolution goes, each description it was made
- * with stays the baseline of the next one.  Dropped with it, a column the
- * source dropped since went unjudged (the next description was compared
- * with nothing), and the mirror applied on.
+ * Drop every resolution; keep_baselines: the targets changed (a census
+ * admitted a column added or widened), the source did not, so each
+ * description a resolution was made with stays the baseline of the next
+ * one.  Dropped with it, a column the source dropped since went unjudged
+ * (the next description was compared with nothing), and the mirror
+ * applied on.
  */
-void
-ash_relmap_invalidate_targets(void)
+static void
+invalidate(bool keep_baselines)
 {
 	HASH_SEQ_STATUS seq;
 	AshApplyRel *rel;
@@ -188,7 +189,7 @@ ash_relmap_invalidate_targets(void)
 	hash_seq_init(&seq, relmap);
 	while ((rel = hash_seq_search(&seq)) != NULL)
 	{
-		if (rel->resolved && !rel->ignored && rel->desc_cxt != NULL)
+		if (keep_baselines && rel->resolved && !rel->ignored && rel->desc_cxt != NULL)
 		{
 			MemoryContext old = MemoryContextSwitchTo(rel->desc_cxt);
 
@@ -200,16 +201,15 @@ ash_relmap_invalidate_targets(void)
 }
 
 void
+ash_relmap_invalidate_targets(void)
+{
+	invalidate(true);
+}
+
+void
 ash_relmap_invalidate_all(void)
 {
-	HASH_SEQ_STATUS seq;
-	AshApplyRel *rel;
-
-	if (relmap == NULL)
-		return;
-	hash_seq_init(&seq, relmap);
-	while ((rel = hash_seq_search(&seq)) != NULL)
-		release_resolution(rel);
+	invalidate(false);
 }
 
 void
