@@ -170,9 +170,14 @@ ash_origin_drop_orphans(void)
 	if (SPI_execute("SELECT roname FROM pg_catalog.pg_replication_origin"
 					" WHERE roname LIKE 'ash\\_replicant\\_%'", true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "ash_replicant: reading the replication origins failed");
+	/* the list too outlives SPI_finish, which frees SPI's memory */
 	for (uint64 i = 0; i < SPI_processed; i++)
-		names = lappend(names, MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i],
-																	 SPI_tuptable->tupdesc, 1)));
+	{
+		MemoryContext spi = MemoryContextSwitchTo(cxt);
+
+		names = lappend(names, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		MemoryContextSwitchTo(spi);
+	}
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
