@@ -36,6 +36,8 @@ ALTER TABLE ash_replicant.pipelines ADD COLUMN started_in uuid;
 UPDATE ash_replicant.pipelines
    SET started_in = (SELECT i.installation_id FROM ash_replicant.installation i)
  WHERE enabled;
+-- admins read every column but the conninfo
+GRANT SELECT (started_in) ON ash_replicant.pipelines TO ash_replicant_admin;
 COMMENT ON COLUMN ash_replicant.pipelines.started_in
 	IS 'the installation (ash_replicant.installation) ash_replicant_start enabled the pipeline in; another, or none: a restored pipeline, not started (destination_restored)';
 

@@ -68,6 +68,7 @@
 #include "origin.h"
 #include "qualname.h"
 #include "shmem.h"
+#include "syncrep.h"
 
 PG_FUNCTION_INFO_V1(ash_replicant_create_sink);
 PG_FUNCTION_INFO_V1(ash_replicant_drop_sink);
@@ -500,6 +501,30 @@ sink_check_unique(const SinkArgs *a)
 	if (SPI_processed > 0)
 		ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "config_invalid",
 				   "sink \"%s\" already exists", a->sink_name);
+
+	/*
+	 * Names the source or this server could not tell apart: the source
+	 * knows a pipeline by its application name (a synchronous standby is
+	 * listed by it: one sink would stand in for the other), this server a
+	 * sink's writes by its replication origins (a helper copier of one
+	 * would find the other's held, or drop it).
+	 */
+	catalog_exec("SELECT sink_name FROM ash_replicant.sinks", 0, NULL, NULL, NULL, true);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *other = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+
+		if (ash_syncrep_appnames_collide(a->sink_name, other))
+			ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "config_invalid",
+					   "sink \"%s\" would be known to the source by sink \"%s\"'s application name"
+					   " (compared case-blind, 63 bytes, a non-ASCII byte as '?'): choose a name"
+					   " that differs from it there", a->sink_name, other);
+		if (ash_origin_names_collide(a->sink_name, other))
+			ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "config_invalid",
+					   "sink \"%s\" would share a replication origin with sink \"%s\""
+					   " (its snapshot helpers' are named <sink>_copier<n>): choose another name",
+					   a->sink_name, other);
+	}
 
 	v1[0] = CStringGetTextDatum(a->slot_name);
 	catalog_exec("SELECT sink_name FROM ash_replicant.sinks WHERE slot_name = $1",

@@ -60,6 +60,25 @@ ash_origin_name(const char *sink_name, int copier, char *buf)
 }
 
 bool
+ash_origin_names_collide(const char *sink_a, const char *sink_b)
+{
+	char		a[ASH_ORIGIN_NAME_LEN];
+	char		b[ASH_ORIGIN_NAME_LEN];
+
+	for (int ca = 0; ca <= MAX_COPIER; ca++)
+	{
+		ash_origin_name(sink_a, ca, a);
+		for (int cb = 0; cb <= MAX_COPIER; cb++)
+		{
+			ash_origin_name(sink_b, cb, b);
+			if (strcmp(a, b) == 0)
+				return true;
+		}
+	}
+	return false;
+}
+
+bool
 ash_origin_attached(void)
 {
 	return replorigin_session_origin != InvalidRepOriginId;

@@ -22,6 +22,12 @@
 extern void ash_origin_name(const char *sink_name, int copier, char *buf);
 
 /*
+ * Would sinks named a and b share an origin (a pipeline's or a helper
+ * copier's: sink "s_copier1" and sink "s"'s first helper)?
+ */
+extern bool ash_origin_names_collide(const char *sink_a, const char *sink_b);
+
+/*
  * Create the origin if it does not exist and make it this process's
  * session origin: every transaction committed from here on carries it.
  * Once per process; runs its own transaction (none may be open).

@@ -2066,7 +2066,7 @@ run_session(void)
 
 	step = STEP_CONNECT;
 	ash_conn_last_sqlstate[0] = '\0';
-	snprintf(appname, sizeof(appname), "ash_replicant %s", cfg->sink_name);
+	ash_syncrep_appname(cfg->sink_name, appname);
 	conn = ash_conn_open(cfg->connection, ASH_CONN_REPLICATION, appname);
 	stream.conn = conn;
 	stream_open = true;

@@ -144,6 +144,32 @@ set_mode(bool waits, const char *by)
 	replies_in_a_row = 0;
 }
 
+void
+ash_syncrep_appname(const char *sink_name, char *buf)
+{
+	snprintf(buf, NAMEDATALEN, "ash_replicant %s", sink_name);
+}
+
+/* The application name as the source's synchronous_standby_names sees it. */
+static void
+appname_as_seen(const char *sink_name, char *buf)
+{
+	ash_syncrep_appname(sink_name, buf);
+	for (char *p = buf; *p; p++)
+		*p = (*p < 32 || *p > 126) ? '?' : pg_tolower((unsigned char) *p);
+}
+
+bool
+ash_syncrep_appnames_collide(const char *sink_a, const char *sink_b)
+{
+	char		a[NAMEDATALEN];
+	char		b[NAMEDATALEN];
+
+	appname_as_seen(sink_a, a);
+	appname_as_seen(sink_b, b);
+	return strcmp(a, b) == 0;
+}
+
 static void
 judge(AshConn *conn)
 {

@@ -14,6 +14,19 @@
 #include "libpq_conn.h"
 
 /*
+ * The application_name a pipeline's replication connection gives the
+ * source: "ash_replicant <sink>", cut to fit buf (NAMEDATALEN bytes).
+ */
+extern void ash_syncrep_appname(const char *sink_name, char *buf);
+
+/*
+ * Would the source take the pipelines of sinks a and b for one standby?
+ * It compares application names case-blind, and PostgreSQL 15 turns every
+ * byte outside printable ASCII into '?'.
+ */
+extern bool ash_syncrep_appnames_collide(const char *sink_a, const char *sink_b);
+
+/*
  * True when setting (a synchronous_standby_names value) names appname or
  * "*".  Pure; errs towards true on anything it cannot read.
  */

@@ -166,6 +166,21 @@ RESET ROLE;
 SELECT ash_replicant_create_sink('other_sink', owner => 'regress_ash_other');
 SELECT ash_replicant_drop_sink('other_sink');
 
+-- names the source or this server could not tell apart are refused: the
+-- application name (case-blind, 63 bytes, non-ASCII bytes as '?') and the
+-- replication origins of the snapshot helpers (<sink>_copier<n>)
+SELECT ash_replicant_create_sink('twin');
+SELECT ash_replicant_create_sink('TWIN', slot_name => 'twin_upper');
+SELECT ash_replicant_create_sink('twin_copier1', slot_name => 'twin_c1');
+SELECT ash_replicant_create_sink('twin_copier12', slot_name => 'twin_c12');
+SELECT ash_replicant_create_sink(repeat('n', 49) || '_one', slot_name => 'long_one');
+SELECT ash_replicant_create_sink(repeat('n', 49) || '_two', slot_name => 'long_two');
+SELECT ash_replicant_create_sink(repeat('n', 48) || '_two', slot_name => 'long_two');
+SELECT ash_replicant_create_sink('caf' || chr(233), slot_name => 'cafe_e');
+SELECT ash_replicant_create_sink('caf' || chr(232), slot_name => 'cafe_e2');
+SELECT sink_name FROM ash_replicant.sinks WHERE slot_name IN ('twin', 'twin_c12', 'long_one', 'long_two', 'cafe_e')
+ ORDER BY 1;
+
 -- cleanup ---------------------------------------------------------------------
 SELECT ash_replicant_drop_sink(sink_name) FROM ash_replicant.sinks ORDER BY sink_name;
 SELECT count(*) AS sinks_left FROM ash_replicant.sinks;
