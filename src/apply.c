@@ -2059,7 +2059,7 @@ roll_back(void)
 	ash_bulk_release();
 	fresh_relid = InvalidOid;
 	/* what the rolled-back transaction resolved may not exist any more */
-	ash_relmap_invalidate_all();
+	ash_relmap_invalidate_resolutions();
 }
 
 static void
@@ -2070,6 +2070,7 @@ stream_commit(AshChange *c)
 	if (!TransactionIdIsValid(stream_xid) || c->u.stream_commit.xid != stream_xid)
 		stream_fall_back("unseen");
 	ash_apply_errctx.commit_lsn = c->u.stream_commit.commit_lsn;
+	ash_relmap_stream_ended(c->u.stream_commit.xid, true);
 	if (c->u.stream_commit.commit_lsn <= watermark)
 	{
 		/* applied before this session (redelivered after a restart) */
@@ -2096,6 +2097,8 @@ stream_abort(AshChange *c)
 
 	if (in_remote_xact)
 		ash_halt("protocol_violation", "stream abort inside a streaming block");
+	if (subxid == xid)
+		ash_relmap_stream_ended(xid, false);
 	if (!TransactionIdIsValid(stream_xid))
 		return;					/* nothing of it was applied */
 	if (xid != stream_xid)
@@ -2245,7 +2248,7 @@ ash_apply_change(AshChange *c)
 			break;
 
 		case ASH_CHANGE_RELATION:
-			ash_relmap_update_relation(&c->u.relation);
+			ash_relmap_update_relation(&c->u.relation, c->xid);
 			break;
 
 		case ASH_CHANGE_TYPE:

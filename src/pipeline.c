@@ -1218,7 +1218,7 @@ run_census_if_due(void)
 
 	v = ash_census_run(cfg, ckey);
 	if (ash_census_targets_changed())
-		ash_relmap_invalidate_targets();	/* a target column added or widened */
+		ash_relmap_invalidate_resolutions();	/* a target column added or widened */
 	now = GetCurrentTimestamp();
 	next_census = TimestampTzPlusMilliseconds(now, ash_census_next_delay(cfg));
 	if (v == ASH_CENSUS_FAULT)

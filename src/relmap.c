@@ -172,11 +172,13 @@ keep_baseline(AshApplyRel *rel)
 
 /*
  * Drop every resolution; keep_baselines: the targets changed (a census
- * admitted a column added or widened), the source did not, so each
- * description a resolution was made with stays the baseline of the next
- * one.  Dropped with it, a column the source dropped since went unjudged
- * (the next description was compared with nothing), and the mirror
- * applied on.
+ * admitted a column added or widened) or the destination rolled back what
+ * it resolved (a streamed transaction the source aborted), the source's
+ * committed descriptions did not, so each stays the baseline of the next
+ * one.  Dropped with the resolution, a column the source dropped since
+ * went unjudged (the next description was compared with nothing), and the
+ * mirror applied on.  A description that came in a streamed transaction
+ * not committed may hold its DDL: no baseline.
  */
 static void
 invalidate(bool keep_baselines)
@@ -189,7 +191,8 @@ invalidate(bool keep_baselines)
 	hash_seq_init(&seq, relmap);
 	while ((rel = hash_seq_search(&seq)) != NULL)
 	{
-		if (keep_baselines && rel->resolved && !rel->ignored && rel->desc_cxt != NULL)
+		if (keep_baselines && rel->resolved && !rel->ignored && rel->desc_cxt != NULL &&
+			!rel->desc_aborted && !TransactionIdIsValid(rel->desc_xid))
 		{
 			MemoryContext old = MemoryContextSwitchTo(rel->desc_cxt);
 
@@ -201,9 +204,27 @@ invalidate(bool keep_baselines)
 }
 
 void
-ash_relmap_invalidate_targets(void)
+ash_relmap_invalidate_resolutions(void)
 {
 	invalidate(true);
+}
+
+void
+ash_relmap_stream_ended(TransactionId xid, bool committed)
+{
+	HASH_SEQ_STATUS seq;
+	AshApplyRel *rel;
+
+	if (relmap == NULL || !TransactionIdIsValid(xid))
+		return;
+	hash_seq_init(&seq, relmap);
+	while ((rel = hash_seq_search(&seq)) != NULL)
+	{
+		if (rel->desc_xid != xid)
+			continue;
+		rel->desc_xid = InvalidTransactionId;
+		rel->desc_aborted = !committed;
+	}
 }
 
 void
@@ -251,7 +272,7 @@ judge_rename(AshApplyRel *rel, const AshRelation *in)
 }
 
 void
-ash_relmap_update_relation(const AshRelation *in)
+ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid)
 {
 	AshApplyRel *rel;
 	bool		found;
@@ -276,7 +297,7 @@ ash_relmap_update_relation(const AshRelation *in)
 		judge_rename(rel, in);
 
 		/* keep what it was resolved with, to judge the change */
-		if (rel->resolved && !rel->ignored)
+		if (rel->resolved && !rel->ignored && !rel->desc_aborted)
 			keep_baseline(rel);
 		else if (rel->prev_natts > 0)
 		{
@@ -298,6 +319,8 @@ ash_relmap_update_relation(const AshRelation *in)
 		release_resolution(rel);
 	}
 
+	rel->desc_xid = stream_xid;
+	rel->desc_aborted = false;
 	rel->remote.relid = in->relid;
 	rel->remote.nspname = pstrdup(in->nspname);
 	rel->remote.relname = pstrdup(in->relname);

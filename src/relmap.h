@@ -109,6 +109,15 @@ typedef struct AshApplyRel
 	AshMappingSpec *spec;
 	AshMappingSink *sink;
 
+	/*
+	 * The streamed transaction the description came in, until it commits
+	 * (InvalidTransactionId: outside one, or committed); desc_aborted: the
+	 * source rolled that transaction back, and the description may hold
+	 * its DDL: it is no baseline.
+	 */
+	TransactionId desc_xid;
+	bool		desc_aborted;
+
 	/* the remote columns at last resolution, to judge schema changes */
 	int			prev_natts;
 	char	  **prev_names;
@@ -120,7 +129,11 @@ typedef struct AshApplyRel
 typedef void (*AshRelReleaseHook) (AshApplyTarget *target);
 
 extern void ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release);
-extern void ash_relmap_update_relation(const AshRelation *rel);
+/* A Relation message; stream_xid: the streamed transaction it came in. */
+extern void ash_relmap_update_relation(const AshRelation *rel, TransactionId stream_xid);
+
+/* A streamed transaction committed, or the source rolled it back. */
+extern void ash_relmap_stream_ended(TransactionId xid, bool committed);
 extern void ash_relmap_update_type(uint32 type_oid, const char *nspname,
 								   const char *typname);
 
@@ -166,13 +179,14 @@ extern AshApplyTarget *ash_relmap_tenant_target(AshApplyRel *rel, const char *te
 extern Oid	ash_tenant_relid(Oid template, const char *template_name, const char *format,
 							 const char *tenant, char **schema);
 
-/* Drop every resolution (e.g. after a destination transaction abort). */
+/* Drop every resolution and every description's baseline. */
 extern void ash_relmap_invalidate_all(void);
 
 /*
- * Drop every resolution, keeping the descriptions they were made with as
- * the baselines of schema-change judgement: the targets changed.
+ * Drop every resolution (the targets changed, or the destination rolled
+ * back what it resolved), keeping each description the source committed
+ * as the baseline its next description is judged against.
  */
-extern void ash_relmap_invalidate_targets(void);
+extern void ash_relmap_invalidate_resolutions(void);
 
 #endif							/* ASH_RELMAP_H */

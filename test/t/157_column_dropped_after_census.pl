@@ -11,7 +11,13 @@
 #  widened   a target column widened, a census admits it; the source drops a
 #            mapped column and updates a row: halts source_column_missing,
 #            nothing of the update applied
-#  control   the same without the widening: the same halt
+#  streamed  (streaming => true) a large transaction of another table,
+#            streamed and rolled back at the source, dropped every
+#            resolution the same way (any large failed job of the source
+#            database): the same halt
+#  control   the same without either: the same halt
+#  aborted   a column added in a streamed transaction the source rolls
+#            back: no false halt once the next description lacks it
 use strict;
 use warnings;
 use lib 'test/t';
@@ -20,14 +26,19 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $DB = $AshTest::DB;
-my ($src, $dst) = AshTest::start_pair(log_statement => 'none');
+my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
+	src_conf => "logical_decoding_work_mem = '64kB'\n");
 
-for my $case ('widened', 'control')
+AshTest::both($src, $dst, "CREATE TABLE big (id int PRIMARY KEY, v text)");
+for my $case ('widened', 'streamed', 'control')
 {
 	my $t = "t_$case";
+	my $streamed = $case eq 'streamed';
 	AshTest::both($src, $dst, "CREATE TABLE $t (id int PRIMARY KEY, a text, n int, c int)");
-	$src->safe_psql($DB, "CREATE PUBLICATION pub_$case FOR TABLE $t");
-	AshTest::setup_pipeline($src, $dst, sink => "s_$case", publication => "pub_$case", maps => [ [$t] ]);
+	$src->safe_psql($DB, "CREATE PUBLICATION pub_$case FOR TABLE $t" . ($streamed ? ', big' : ''));
+	AshTest::setup_pipeline($src, $dst, sink => "s_$case", publication => "pub_$case",
+		maps => [ [$t], $streamed ? (['big']) : () ],
+		$streamed ? (pipeline_extra => 'streaming => true') : ());
 	AshTest::wait_slot_consistent($src, $dst, "s_$case");
 	$src->safe_psql($DB, "INSERT INTO $t SELECT g, 'a', g, g * 10 FROM generate_series(1, 3) g");
 	AshTest::wait_caught_up($src, $dst, "s_$case", name => "$case: rows mirrored");
@@ -41,12 +52,41 @@ for my $case ('widened', 'control')
 		AshTest::wait_caught_up($src, $dst, "s_$case", name => "$case: streams on after the census");
 	}
 
+	if ($streamed)
+	{
+		$src->safe_psql($DB, "BEGIN; INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 8000) g; ROLLBACK");
+		AshTest::wait_caught_up($src, $dst, "s_$case", name => "$case: streams on after the rolled-back transaction");
+		ok(AshTest::poll($src, "SELECT stream_txns > 0 FROM pg_stat_replication_slots WHERE slot_name = 's_streamed'"),
+			"$case: the large transaction came streamed");
+	}
+
 	$src->safe_psql($DB, "ALTER TABLE $t DROP COLUMN c; UPDATE $t SET a = 'after drop' WHERE id = 2");
 	AshTest::wait_status($dst, "s_$case", 'misconfigured', 'source_column_missing', src => $src,
 		name => "$case: the dropped column halts source_column_missing");
 	is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || a || ':' || c, ' ' ORDER BY id) FROM $t"),
 		'1:a:10 2:a:20 3:a:30', "$case: nothing of the update applied");
 	AshTest::stop_sink($dst, "s_$case");
+}
+
+# aborted   a column added in a streamed transaction the source rolls back:
+#           the description it came with is no baseline (the next one lacks
+#           the column, which no committed state ever had): no halt
+{
+	AshTest::both($src, $dst, "CREATE TABLE t_aborted (id int PRIMARY KEY, a text)");
+	$dst->safe_psql($DB, "ALTER TABLE t_aborted ADD COLUMN c int");
+	$src->safe_psql($DB, "CREATE PUBLICATION pub_aborted FOR TABLE t_aborted");
+	AshTest::setup_pipeline($src, $dst, sink => 's_aborted', publication => 'pub_aborted',
+		maps => [ ['t_aborted'] ], pipeline_extra => 'streaming => true');
+	AshTest::wait_slot_consistent($src, $dst, 's_aborted');
+	$src->safe_psql($DB, "BEGIN; ALTER TABLE t_aborted ADD COLUMN c int;"
+		  . " INSERT INTO t_aborted SELECT g, repeat('x', 100), g FROM generate_series(1, 8000) g; ROLLBACK");
+	$src->safe_psql($DB, "INSERT INTO t_aborted VALUES (1, 'one')");
+	AshTest::wait_caught_up($src, $dst, 's_aborted', name => 'aborted: streams on');
+	ok(AshTest::poll($src, "SELECT stream_txns > 0 FROM pg_stat_replication_slots WHERE slot_name = 's_aborted'"),
+		'aborted: the transaction came streamed');
+	is(AshTest::status_row($dst, 's_aborted')->{state}, 'healthy', 'aborted: no halt');
+	is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || a || ':' || coalesce(c::text, '~'), ' ') FROM t_aborted"),
+		'1:one:~', 'aborted: the committed row only');
 }
 
 done_testing();
