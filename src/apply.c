@@ -1866,11 +1866,18 @@ apply_message(AshChange *c)
 	const char *prefix = c->u.message.prefix;
 	bool		transactional = c->u.message.transactional;
 	AshMessageRoute *route;
+	bool		ignored = ash_list_contains_str(apply_cfg->ignored_prefixes, prefix) ||
+		strcmp(prefix, ASH_MESSAGE_PREFIX_FLUSH) == 0;
 
 	ash_apply_errctx.command = "message";
 	ash_apply_errctx.relation = NULL;
-	/* a message needs its commit LSN; between blocks it would commit them */
-	if (TransactionIdIsValid(stream_xid))
+
+	/*
+	 * A message needs its commit LSN; between blocks it would commit them.
+	 * One without effect (an ignored prefix: a tool's heartbeat) needs
+	 * neither.
+	 */
+	if (TransactionIdIsValid(stream_xid) && !ignored)
 		stream_fall_back("message");
 	if (transactional)
 	{
@@ -1887,8 +1894,7 @@ apply_message(AshChange *c)
 			(batch_open && batch_xacts > 0 && c->u.message.lsn - 1 <= batch_commit_lsn))
 			return;				/* applied before */
 	}
-	if (ash_list_contains_str(apply_cfg->ignored_prefixes, prefix) ||
-		strcmp(prefix, ASH_MESSAGE_PREFIX_FLUSH) == 0)
+	if (ignored)
 		return;					/* acknowledged, no effect */
 	route = ash_message_route(apply_cfg, prefix);
 	/* the prefix itself is message content: never printed */

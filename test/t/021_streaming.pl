@@ -14,6 +14,8 @@
 #              fallback; mirror equals source.
 #  abort       a streamed transaction that rolls back leaves nothing; the
 #              next one applies.
+#  heartbeat   a non-transactional message with an ignored prefix between
+#              two blocks: no fallback, the transaction streams.
 #  subabort    a subtransaction whose streamed rows were applied rolls back:
 #              fallback (reason subtransaction_abort), the transaction
 #              arrives whole after its commit; mirror equals source.  An
@@ -75,7 +77,7 @@ AshTest::setup_pipeline($src, $dst, sink => 'strm', publication => 'pub_strm',
 	maps => [ ['big'],
 		[ 'acct_hist', source_table => 'acct', history_strategy => 'scd2',
 		  history_business_key => ['id'], history_current_column => 'is_current' ] ],
-	pipeline_extra => 'streaming => true');
+	pipeline_extra => 'streaming => true', ignored_message_prefixes => ['heartbeat']);
 AshTest::wait_caught_up($src, $dst, 'strm', name => 'pipeline streams')
   or BAIL_OUT('pipeline never streamed');
 
@@ -150,6 +152,23 @@ DELETE FROM big WHERE id % 20 = 3;});
 	is(streamed_events(), 2, 'abort: the next large transaction streamed');
 }
 
+# --- heartbeat --------------------------------------------------------------
+{
+	# a non-transactional message with an ignored prefix (a tool's
+	# heartbeat) between two blocks of a streamed transaction has no effect:
+	# no fallback (before: reason message, streaming lost to every heartbeat)
+	my $s = open_xact(q{INSERT INTO big SELECT g, 1, 'hb' FROM generate_series(2100001, 2106000) g});
+	wait_writing('heartbeat');
+	$src->safe_psql('postgres', q{SELECT pg_logical_emit_message(false, 'heartbeat', 'beat')});
+	$s->query_safe(q{INSERT INTO big SELECT g, 1, 'hb2' FROM generate_series(2106001, 2112000) g});
+	$s->query_safe('COMMIT');
+	$s->quit;
+	AshTest::wait_caught_up($src, $dst, 'strm', name => 'heartbeat: caught up');
+	is(fallback_events('message'), 0, 'heartbeat: an ignored message between blocks is no fallback');
+	is(streamed_events(), 3, 'heartbeat: the transaction streamed');
+	mirror_equal('heartbeat');
+}
+
 # --- subabort ---------------------------------------------------------------
 {
 	# a subtransaction that wrote nothing aborts: no fallback
@@ -163,7 +182,7 @@ INSERT INTO big SELECT g, 3, 'sub0b' FROM generate_series(4006001, 4008000) g;
 COMMIT;});
 	AshTest::wait_caught_up($src, $dst, 'strm', name => 'subabort (empty): caught up');
 	is(fallback_events('subtransaction_abort'), 0, 'subabort: an empty aborted subtransaction needs no fallback');
-	is(streamed_events(), 3, 'subabort: ... and the transaction streamed');
+	is(streamed_events(), 4, 'subabort: ... and the transaction streamed');
 
 	$src->safe_psql('postgres', q{
 BEGIN;
