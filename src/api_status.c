@@ -760,6 +760,8 @@ ash_replicant_wait_for_slot(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("ash_replicant: pipeline of sink \"%s\" is not started", sink_name),
+					 row.reason != NULL ?
+					 errdetail("Its reason: %s (docs/reasons.md#%s).", row.reason, row.reason) : 0,
 					 errhint("Call ash_replicant_start first.")));
 		if (snapshot_slot(f->sink_name, &snap) && snap.generation == f->start_generation &&
 			snap.state == ASH_SLOT_RUNNING && snap.stats.slot_ready)

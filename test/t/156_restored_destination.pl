@@ -74,6 +74,9 @@ my $stat = $dst2->safe_psql($DB, "SELECT state || '/' || coalesce(reason, '') FR
 	  . " WHERE sink_name = 'm'");
 is($stat, 'not_started/destination_restored', 'restore: stat_pipelines says the same');
 
+my ($rc, $o, $e) = $dst2->psql($DB, "SELECT ash_replicant_wait_for_slot('m', '2s')");
+like($e, qr/is not started.*\n.*DETAIL:  Its reason: destination_restored/, 'restore: wait_for_slot says so');
+
 # started in this installation, it runs from the restored checkpoint
 $dst2->safe_psql($DB, "SELECT ash_replicant_start('m')");
 AshTest::wait_status($dst2, 'm', 'healthy', undef, src => $src, name => 'restore: started, healthy');
