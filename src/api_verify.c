@@ -907,7 +907,16 @@ scope_tables(Verify *v, VerifyTable *t)
 								 GUC_ACTION_SAVE, true, 0, false);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "ash_replicant: SPI_connect failed");
-		tables = ash_provenance_tables(t->m, v->cfg->owner);
+		{
+			List	   *found = ash_provenance_tables(t->m, v->cfg->owner);
+			MemoryContext spi = MemoryContextSwitchTo(cxt);
+			ListCell   *lc;
+
+			/* made in SPI's memory, which SPI_finish frees */
+			foreach(lc, found)
+				tables = lappend(tables, pstrdup(lfirst(lc)));
+			MemoryContextSwitchTo(spi);
+		}
 		SPI_finish();
 		ash_owner_scope_exit(&scope);
 		ReleaseCurrentSubTransaction();
