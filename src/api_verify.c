@@ -118,6 +118,11 @@ typedef struct VerifyTable
 	List	   *val_targets;	/* char *: the other target columns written */
 	List	   *val_sources;	/* char *: the source columns feeding them */
 	List	   *val_casts;		/* char *: as key_casts */
+	List	   *key_types;		/* Oid: each key target's base type, or
+								 * InvalidOid where key_casts is NULL */
+	List	   *val_types;		/* Oid: as key_types */
+	List	   *key_shown;		/* int: 1 where the source renders the key */
+	List	   *val_shown;		/* int: ... the value by its output function */
 	char	   *filter;			/* mirror rows compared (SCD2) or NULL */
 	bool		partitioned;	/* the source table is partitioned */
 	char	   *tenant_source;	/* a target another sink writes too: the */
@@ -286,22 +291,26 @@ is_scd2(AshMapping *m)
  * How a value is cast on the source before it becomes text: to the target
  * column's type when that is built in (the mirror stores what the target
  * type's input made of the source's text: numeric scale, timestamp
- * precision, char padding), else to text alone.  A value column's cast
- * leaves a length limit out (varchar(n), bit(n)): an explicit cast to one
- * cuts a longer source value to fit without an error, which would hide
- * the difference (a bit string is read as varbit: bit alone is bit(1)).
+ * precision, char padding), else to text alone (*base_type: the target's
+ * built-in base type, or InvalidOid).  The cast leaves a length limit out
+ * (varchar(n), bit(n)): an explicit cast to one cuts a longer source value
+ * to fit without an error, which would hide the difference -- a key too
+ * (a key 'abcd' cut to the mirror's 'abc' matched) -- and a bit string is
+ * read as varbit (bit alone is bit(1)).
  */
 static char *
-target_cast(Relation rel, AttrNumber attnum, bool key)
+target_cast(Relation rel, AttrNumber attnum, Oid *base_type)
 {
 	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
 	int32		typmod = att->atttypmod;
 	Oid			base = getBaseTypeAndTypmod(att->atttypid, &typmod);
 
+	*base_type = InvalidOid;
 	if (base >= FirstGenbkiObjectId)
 		return NULL;
-	if (!key && (base == VARCHAROID || base == BITOID || base == VARBITOID ||
-				 get_element_type(base) == VARCHAROID))
+	*base_type = base;
+	if (base == VARCHAROID || base == BITOID || base == VARBITOID ||
+		get_element_type(base) == VARCHAROID)
 	{
 		/* a length limit would cut what it compares (spaces, silently) */
 		base = base == BITOID ? VARBITOID : base;
@@ -309,6 +318,28 @@ target_cast(Relation rel, AttrNumber attnum, bool key)
 	}
 	return format_type_extended(base, typmod,
 								FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY);
+}
+
+/*
+ * A source column of a type whose cast to text is not its output function
+ * (bool gives 'true' for 't', inet adds '/32', bpchar drops its padding),
+ * feeding a target of another type: the stream sends the output function's
+ * text, which the target's input reads, so the source renders the column
+ * the same way before the target's cast.
+ */
+static bool
+shown_by_output(Oid source_type, Oid target_type)
+{
+	switch (source_type)
+	{
+		case BOOLOID:
+		case INETOID:
+		case CIDROID:
+		case BPCHAROID:
+			return source_type != target_type;
+		default:
+			return false;
+	}
 }
 
 /* What a mapping compares, as far as the destination knows it. */
@@ -319,6 +350,7 @@ plan_table(Verify *v, VerifyTable *t)
 	char	   *relname = OidIsValid(m->target_relid) ? get_rel_name(m->target_relid) : NULL;
 	Relation	rel;
 	ListCell   *lc;
+	Oid			base;
 
 	if (relname == NULL)
 	{
@@ -371,7 +403,8 @@ plan_table(Verify *v, VerifyTable *t)
 			}
 			t->key_sources = lappend(t->key_sources, pstrdup(src));
 			t->key_targets = lappend(t->key_targets, pstrdup(tgt));
-			t->key_casts = lappend(t->key_casts, target_cast(rel, attnum, true));
+			t->key_casts = lappend(t->key_casts, target_cast(rel, attnum, &base));
+			t->key_types = lappend_oid(t->key_types, base);
 		}
 	}
 	else
@@ -388,7 +421,8 @@ plan_table(Verify *v, VerifyTable *t)
 			t->key_targets = lappend(t->key_targets,
 									 pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel),
 																   attnum - 1)->attname)));
-			t->key_casts = lappend(t->key_casts, target_cast(rel, attnum, true));
+			t->key_casts = lappend(t->key_casts, target_cast(rel, attnum, &base));
+			t->key_types = lappend_oid(t->key_types, base);
 		}
 	}
 	table_close(rel, AccessShareLock);
@@ -454,6 +488,7 @@ resolve_source_values(VerifyTable *t, AshSourceRel *r)
 {
 	AshMapping *m = t->m;
 	Relation	rel = try_relation_open(m->target_relid, AccessShareLock);
+	Oid			base;
 
 	if (rel == NULL)
 	{
@@ -476,7 +511,10 @@ resolve_source_values(VerifyTable *t, AshSourceRel *r)
 			continue;			/* coverage's to judge */
 		t->val_sources = lappend(t->val_sources, pstrdup(src));
 		t->val_targets = lappend(t->val_targets, pstrdup(tgt));
-		t->val_casts = lappend(t->val_casts, target_cast(rel, attnum, false));
+		t->val_casts = lappend(t->val_casts, target_cast(rel, attnum, &base));
+		t->val_types = lappend_oid(t->val_types, base);
+		t->val_shown = lappend_int(t->val_shown,
+								   shown_by_output(r->desc.cols[i].type_oid, base));
 	}
 	relation_close(rel, AccessShareLock);
 }
@@ -503,15 +541,20 @@ resolve_source_keys(VerifyTable *t, AshSourceRel *r)
 	{
 		foreach(lc, t->key_sources)
 		{
-			bool		found = false;
+			int			found = -1;
 
-			for (int i = 0; i < r->desc.natts && !found; i++)
-				found = strcmp(r->desc.cols[i].name, (char *) lfirst(lc)) == 0;
-			if (!found)
+			for (int i = 0; i < r->desc.natts && found < 0; i++)
+				if (strcmp(r->desc.cols[i].name, (char *) lfirst(lc)) == 0)
+					found = i;
+			if (found < 0)
 			{
 				not_comparable(t, "source_column_missing");
 				return;
 			}
+			t->key_shown = lappend_int(t->key_shown,
+									   shown_by_output(r->desc.cols[found].type_oid,
+													   list_nth_oid(t->key_types,
+																	foreach_current_index(lc))));
 		}
 		return;
 	}
@@ -519,13 +562,17 @@ resolve_source_keys(VerifyTable *t, AshSourceRel *r)
 	{
 		const char *tgt = lfirst(lc);
 		const char *src = NULL;
+		Oid			src_type = InvalidOid;
 
 		for (int i = 0; i < r->desc.natts && src == NULL; i++)
 		{
 			const char *written = ash_mapping_target_column(m, r->desc.cols[i].name);
 
 			if (written != NULL && strcmp(written, tgt) == 0)
+			{
 				src = r->desc.cols[i].name;
+				src_type = r->desc.cols[i].type_oid;
+			}
 		}
 		if (src == NULL)
 		{
@@ -539,6 +586,10 @@ resolve_source_keys(VerifyTable *t, AshSourceRel *r)
 			return;
 		}
 		t->key_sources = lappend(t->key_sources, pstrdup(src));
+		t->key_shown = lappend_int(t->key_shown,
+								   shown_by_output(src_type,
+												   list_nth_oid(t->key_types,
+																foreach_current_index(lc))));
 	}
 }
 
@@ -594,10 +645,11 @@ source_from(Verify *v, VerifyTable *t)
 /*
  * Each column's text, cast as the target column's type makes it (casts:
  * a type or NULL per column).  v: the source's, whose connection quotes
- * the names; NULL: the mirror's.
+ * the names, and shown (int per column, see shown_by_output): the columns
+ * rendered by their output function first; NULL, NIL: the mirror's.
  */
 static List *
-text_exprs(Verify *v, List *cols, List *casts)
+text_exprs(Verify *v, List *cols, List *casts, List *shown)
 {
 	List	   *exprs = NIL;
 	ListCell   *lc;
@@ -608,6 +660,10 @@ text_exprs(Verify *v, List *cols, List *casts)
 		char	   *col = v != NULL ? ash_conn_quote_ident(v->conn, (char *) lfirst(lc)) :
 			(char *) quote_identifier(lfirst(lc));
 
+		/* format() renders by the output function, a NULL as '' */
+		if (shown != NIL && list_nth_int(shown, foreach_current_index(lc)))
+			col = psprintf("CASE WHEN %s IS NULL THEN NULL ELSE pg_catalog.format('%%s', %s) END",
+						   col, col);
 		if (lfirst(cc) != NULL)
 			exprs = lappend(exprs, psprintf("(%s)::%s::pg_catalog.text", col, (char *) lfirst(cc)));
 		else
@@ -619,8 +675,8 @@ text_exprs(Verify *v, List *cols, List *casts)
 static char *
 source_query(Verify *v, VerifyTable *t)
 {
-	return digest_query(text_exprs(v, t->key_sources, t->key_casts),
-						text_exprs(v, t->val_sources, t->val_casts),
+	return digest_query(text_exprs(v, t->key_sources, t->key_casts, t->key_shown),
+						text_exprs(v, t->val_sources, t->val_casts, t->val_shown),
 						source_from(v, t), NULL);
 }
 
@@ -964,7 +1020,7 @@ read_mirror(Verify *v, VerifyTable *t)
 		return;
 	foreach(lc, t->key_targets)
 		exprs = lappend(exprs, psprintf("(%s)::pg_catalog.text", quote_identifier(lfirst(lc))));
-	vals = text_exprs(NULL, t->val_targets, t->val_casts);
+	vals = text_exprs(NULL, t->val_targets, t->val_casts, NIL);
 	/* the source's tenants, a parameter: never in the statement's text */
 	if (t->tenant_target != NULL)
 		filter = psprintf("%s%s(%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
