@@ -1185,21 +1185,19 @@ check_coverage(Doctor *d)
 	emit(d, "coverage", V_PASS, NULL);
 }
 
+/* A judgement of a mapping's target columns against its source table. */
+typedef char *(*TargetColumnsJudge) (const AshMapping *m, const AshSourceTable *src, Oid owner);
+
 /*
- * Target columns every insert would fail on (42501): fed by no source
- * column, their default draws from a sequence the sink owner may not use.
- * Mapping validation cannot tell them (which columns the source feeds is
- * known here only).  "target t: n (public.t_n_seq); ..." or NULL.
+ * The judge's findings over every mapping whose source table exists:
+ * "target t: <what judge says>; ..." or NULL.
  */
 static char *
-denied_defaults(Doctor *d)
+judge_target_columns(Doctor *d, TargetColumnsJudge judge, Oid owner)
 {
-	AshMappingSink *sink = ash_mapping_sink_load(d->sink_name, true, false);
 	StringInfoData out;
 	ListCell   *lc;
 
-	if (sink == NULL || !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(sink->owner)))
-		return NULL;			/* destination_owner_invalid: its own check */
 	initStringInfo(&out);
 	foreach(lc, d->mappings)
 	{
@@ -1214,7 +1212,7 @@ denied_defaults(Doctor *d)
 			if (!r->exists || strcmp(r->name.nspname, m->source_schema) != 0 ||
 				strcmp(r->name.relname, m->source_table) != 0)
 				continue;
-			cols = ash_coverage_denied_defaults(m, &r->desc, sink->owner);
+			cols = judge(m, &r->desc, owner);
 			if (cols != NULL)
 				appendStringInfo(&out, "%starget %s: %s", out.len > 0 ? "; " : "",
 								 quote_qualified_identifier(get_namespace_name(get_rel_namespace(m->target_relid)),
@@ -1222,10 +1220,47 @@ denied_defaults(Doctor *d)
 								 cols);
 		}
 	}
-	if (out.len == 0)
+	return out.len > 0 ? out.data : NULL;
+}
+
+/*
+ * Target columns every insert would fail on (42501): fed by no source
+ * column, their default draws from a sequence the sink owner may not use.
+ * Mapping validation cannot tell them (which columns the source feeds is
+ * known here only).  "target t: n (public.t_n_seq); ..." or NULL.
+ */
+static char *
+denied_defaults(Doctor *d)
+{
+	AshMappingSink *sink = ash_mapping_sink_load(d->sink_name, true, false);
+	char	   *found;
+
+	if (sink == NULL || !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(sink->owner)))
+		return NULL;			/* destination_owner_invalid: its own check */
+	found = judge_target_columns(d, ash_coverage_denied_defaults, sink->owner);
+	if (found == NULL)
 		return NULL;
 	return psprintf("sink owner %s lacks USAGE on the sequences behind the defaults of target columns no source column feeds: %s",
-					quote_identifier(GetUserNameFromId(sink->owner, false)), out.data);
+					quote_identifier(GetUserNameFromId(sink->owner, false)), found);
+}
+
+static char *
+unfed_required_judge(const AshMapping *m, const AshSourceTable *src, Oid owner)
+{
+	return ash_coverage_unfed_required(m, src);
+}
+
+/*
+ * Target columns every insert would fail on (23502): fed by no source
+ * column, NOT NULL, without a default.  "target t: c; ..." or NULL.
+ */
+static char *
+unfed_required(Doctor *d)
+{
+	char	   *found = judge_target_columns(d, unfed_required_judge, InvalidOid);
+
+	return found == NULL ? NULL :
+		psprintf("target columns no source column feeds are NOT NULL without a default: %s", found);
 }
 
 static void
@@ -1245,6 +1280,8 @@ check_columns(Doctor *d)
 	if (cov->columns.reason != NULL)
 		emit_judged(d, "columns", V_FAIL, cov->columns.reason, cov->columns.context);
 	else if ((denied = denied_defaults(d)) != NULL)
+		emit_judged(d, "columns", V_FAIL, "config_invalid", denied);
+	else if ((denied = unfed_required(d)) != NULL)
 		emit_judged(d, "columns", V_FAIL, "config_invalid", denied);
 	else if (cov->narrowing.reason != NULL)
 		emit_judged(d, "columns", V_WARN, cov->narrowing.reason, cov->narrowing.context);

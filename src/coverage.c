@@ -986,6 +986,47 @@ ash_coverage_denied_defaults(const AshMapping *m, const AshSourceTable *src, Oid
 	return out.len > 0 ? out.data : NULL;
 }
 
+char *
+ash_coverage_unfed_required(const AshMapping *m, const AshSourceTable *src)
+{
+	Relation	target;
+	TupleDesc	desc;
+	StringInfoData out;
+	const char *tenant;
+
+	/* history and event targets: their structural columns are ours */
+	if ((m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0) ||
+		m->append_log)
+		return NULL;
+	target = try_relation_open(m->target_relid, AccessShareLock);
+	if (target == NULL)
+		return NULL;			/* destination_table_missing, judged elsewhere */
+	/* a BEFORE trigger may fill the column: not judged */
+	if (target->trigdesc != NULL && target->trigdesc->trig_insert_before_row)
+	{
+		relation_close(target, AccessShareLock);
+		return NULL;
+	}
+	tenant = m->tenant_column != NULL ? target_column_of(m, m->tenant_column) : NULL;
+	desc = RelationGetDescr(target);
+	initStringInfo(&out);
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		const char *name = NameStr(att->attname);
+
+		if (att->attisdropped || !att->attnotnull || att->atthasdef || att->attgenerated ||
+			att->attidentity || fed(m, src, name) ||
+			(tenant != NULL && strcmp(name, tenant) == 0) ||
+			strcmp(name, ASH_PROVENANCE_FINGERPRINT_COLUMN) == 0 ||
+			strcmp(name, ASH_PROVENANCE_SEEN_COLUMN) == 0)
+			continue;
+		appendStringInfo(&out, "%s%s", out.len > 0 ? ", " : "", quote_identifier(name));
+	}
+	relation_close(target, AccessShareLock);
+	return out.len > 0 ? out.data : NULL;
+}
+
 bool
 ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 						 const AshSourceTable *src, AshCoverageVerdict *out)

@@ -175,6 +175,15 @@ extern char *ash_coverage_denied_defaults(const AshMapping *m, const AshSourceTa
 										  Oid owner);
 
 /*
+ * The target columns of a plain mirror mapping m (not SCD2, not an append
+ * log) that no column of src feeds and that are NOT NULL without a default
+ * (nor generated, an identity, the tenant column or a provenance column):
+ * "a, b"; NULL: none, or a BEFORE INSERT trigger that may fill them.  Every
+ * insert of the pipeline would fail 23502 on them.
+ */
+extern char *ash_coverage_unfed_required(const AshMapping *m, const AshSourceTable *src);
+
+/*
  * Can text output of the source type be read by the target type?  A
  * built-in source type (OID below FirstGenbkiObjectId) is the same type
  * here; a user type is known by its name only.

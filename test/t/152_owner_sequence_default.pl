@@ -7,6 +7,12 @@
 # target, the column and the sequence (docs/reasons.md#config_invalid); a
 # column the source feeds needs no such privilege (its default is never
 # drawn); granted USAGE, the check passes and the pipeline streams.
+#
+# required   the same for a target column no source column feeds that is
+#            NOT NULL without a default: every insert fails 23502 (before:
+#            doctor passed, the first insert halted apply_failed): columns
+#            fails config_invalid naming it; a BEFORE INSERT trigger, which
+#            may fill it, is not judged; given a default, it passes
 use strict;
 use warnings;
 use lib 'test/t';
@@ -47,4 +53,19 @@ AshTest::wait_slot_consistent($src, $dst, 'ow');
 q_src("INSERT INTO t VALUES (1, 'one', 10)");
 AshTest::poll($dst, 'SELECT count(*) FROM t WHERE id = 1', '1');
 is(q_dst('SELECT v || f || (n > 0)::text FROM t'), 'one10true', 'streamed, the surrogate drawn');
+
+# required
+q_src(q{CREATE TABLE r (id int PRIMARY KEY, v text); CREATE PUBLICATION pub_r FOR TABLE r});
+q_dst(q{CREATE TABLE r (id int PRIMARY KEY, v text, required_local text NOT NULL, note text)});
+AshTest::setup_pipeline($src, $dst, sink => 'rq', publication => 'pub_r', maps => [ ['r'] ], marker => 0, start => 0);
+my $r = q_dst("SELECT verdict || '/' || coalesce(reason, '') || '/' || coalesce(detail::text, '')"
+	  . " FROM ash_replicant_preflight('rq') WHERE check_name = 'columns'");
+like($r, qr{^fail/config_invalid/.*NOT NULL without a default: target public\.r: required_local$},
+	'required: columns fails config_invalid naming the column');
+q_dst(q{CREATE FUNCTION fill() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN NEW.required_local := 'x'; RETURN NEW; END $$;
+	CREATE TRIGGER r_fill BEFORE INSERT ON r FOR EACH ROW EXECUTE FUNCTION fill()});
+like(AshTest::preflight_verdict($dst, 'rq', 'columns'), qr{^(pass|warn)/}, 'required: a BEFORE INSERT trigger may fill it');
+q_dst(q{DROP TRIGGER r_fill ON r; ALTER TABLE r ALTER COLUMN required_local SET DEFAULT 'local'});
+like(AshTest::preflight_verdict($dst, 'rq', 'columns'), qr{^pass/}, 'required: given a default, columns passes');
 done_testing();
