@@ -131,6 +131,7 @@ typedef struct VerifyTable
 								 * rows compared are theirs */
 
 	bool		have_source;
+	bool		source_unfit;	/* a source value its target cannot hold */
 	int64		source_rows;
 	char	   *source_digest;
 	char	   *source_row_digest;
@@ -707,6 +708,65 @@ read_count_digest(PGresult *res, int64 *rows, char **digest, char **row_digest)
 }
 
 /* Counts and digests of every comparable table in one source snapshot. */
+/*
+ * One table's count and digests, in the source transaction.  A source
+ * value its target column's type cannot hold (a numeric past the target's
+ * precision, say: the digest's cast fails with a data exception) is a
+ * difference the mirror cannot lack: that table is verify_values_differ,
+ * counted alone, and the others are read on (a savepoint keeps the
+ * transaction).
+ */
+static void
+read_source_digest(Verify *v, VerifyTable *t)
+{
+	AshConn    *conn = v->conn;
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool unfit = false;
+	PGresult   *res;
+
+	PQclear(ash_conn_exec(conn, "SAVEPOINT ash_replicant_verify", false));
+	PG_TRY();
+	{
+		res = ash_conn_exec_timeout(conn, source_query(v, t), false, Max(remaining_ms(v), 1));
+		read_count_digest(res, &t->source_rows, &t->source_digest, &t->source_row_digest);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		if (e->sqlerrcode != ERRCODE_CONNECTION_FAILURE ||
+			strncmp(ash_conn_last_sqlstate, "22", 2) != 0 ||
+			PQtransactionStatus(conn->conn) != PQTRANS_INERROR)
+			PG_RE_THROW();
+		/* the error's text may quote the value: dropped unread */
+		FlushErrorState();
+		FreeErrorData(e);
+		unfit = true;
+	}
+	PG_END_TRY();
+	if (!unfit)
+	{
+		PQclear(ash_conn_exec(conn, "RELEASE SAVEPOINT ash_replicant_verify", false));
+		return;
+	}
+	PQclear(ash_conn_exec(conn, "ROLLBACK TO SAVEPOINT ash_replicant_verify", false));
+	res = ash_conn_exec_timeout(conn, psprintf("SELECT pg_catalog.count(*)::pg_catalog.text FROM %s",
+											   source_from(v, t)),
+								false, Max(remaining_ms(v), 1));
+	if (PQntuples(res) != 1 || PQnfields(res) != 1 || PQgetisnull(res, 0, 0))
+	{
+		PQclear(res);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: unexpected answer from the source")));
+	}
+	t->source_rows = pg_strtoint64(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	t->source_unfit = true;
+}
+
 static void
 read_source(Verify *v)
 {
@@ -745,9 +805,7 @@ read_source(Verify *v)
 
 			if (!comparable(t))
 				continue;
-			res = ash_conn_exec_timeout(conn, source_query(v, t), false,
-										Max(remaining_ms(v), 1));
-			read_count_digest(res, &t->source_rows, &t->source_digest, &t->source_row_digest);
+			read_source_digest(v, t);
 			if (t->tenant_source != NULL)
 			{
 				res = ash_conn_exec_timeout(conn, source_tenants_query(v, t), false,
@@ -1085,6 +1143,11 @@ emit(ReturnSetInfo *rsinfo, VerifyTable *t)
 	{
 		verdict = VERDICT_MISMATCH;
 		reason = "verify_rows_differ";
+	}
+	else if (t->source_unfit)
+	{
+		verdict = VERDICT_MISMATCH;
+		reason = "verify_values_differ";
 	}
 	else if (strcmp(t->source_digest, t->mirror_digest) != 0)
 	{

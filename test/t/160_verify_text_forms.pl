@@ -11,6 +11,10 @@
 #   cut      a key the target holds as varchar(3): the source's 'abcd' was
 #            cast to varchar(3), cut to 'abc' without an error, and a mirror
 #            holding 'abc' matched: now verify_keys_differ
+#   unfit    a source value its target type cannot hold (numeric(10,2)
+#            12345.67 into numeric(5,2)): the digest's cast failed and the
+#            whole verify was refused source_probe_failed: now that table is
+#            verify_values_differ, the others judged
 use strict;
 use warnings;
 use lib 'test/t';
@@ -26,13 +30,15 @@ CREATE TABLE f (id int PRIMARY KEY, b bool, i inet, n cidr, c char(5), c4 char(4
 CREATE TABLE tk (k char(4) PRIMARY KEY, v int);
 CREATE TABLE tb (k bool PRIMARY KEY, v int);
 CREATE TABLE kv (k text PRIMARY KEY);
+CREATE TABLE nm (id int PRIMARY KEY, amt numeric(10,2));
 INSERT INTO f VALUES (1, true, '10.0.0.1', '10.1.0.0/16', 'ab', 'x'), (2, false, '::1', '::/0', 'abcde', NULL),
 	(3, NULL, NULL, NULL, NULL, 'wxyz');
 INSERT INTO tk VALUES ('ab', 1), ('abcd', 2);
 INSERT INTO tb VALUES (true, 1), (false, 0);
 INSERT INTO kv VALUES ('abcd');
+INSERT INTO nm VALUES (1, 12345.67);
 CREATE PUBLICATION pub_forms FOR TABLE f, tk, tb;
-CREATE PUBLICATION pub_cut FOR TABLE kv;
+CREATE PUBLICATION pub_cut FOR TABLE kv, nm;
 });
 $dst->safe_psql($DB, q{
 CREATE TABLE f (id int PRIMARY KEY, b text, i text, n varchar(40), c text, c4 varchar(10));
@@ -40,6 +46,8 @@ CREATE TABLE tk (k text PRIMARY KEY, v int);
 CREATE TABLE tb (k text PRIMARY KEY, v int);
 CREATE TABLE kv (k varchar(3) PRIMARY KEY);
 INSERT INTO kv VALUES ('abc');
+CREATE TABLE nm (id int PRIMARY KEY, amt numeric(5,2));
+INSERT INTO nm VALUES (1, 123.45);
 });
 
 sub verdicts
@@ -63,8 +71,9 @@ $dst->safe_psql($DB, "SET session_replication_role = replica; UPDATE f SET b = '
 is(verdicts('forms'), 'f=mismatch/verify_values_differ tb=match/- tk=match/-', 'forms: a value edited by hand differs');
 
 # cut
-AshTest::setup_pipeline($src, $dst, sink => 'cut', publication => 'pub_cut', maps => [ ['kv'] ]);
+AshTest::setup_pipeline($src, $dst, sink => 'cut', publication => 'pub_cut', maps => [ ['kv'], ['nm'] ]);
 AshTest::wait_caught_up($src, $dst, 'cut', name => 'cut: streams');
-is(verdicts('cut'), 'kv=mismatch/verify_keys_differ', 'cut: a key the mirror holds cut short differs');
+is(verdicts('cut'), 'kv=mismatch/verify_keys_differ nm=mismatch/verify_values_differ',
+	'cut: a key the mirror holds cut short differs; a source value its target cannot hold differs');
 
 done_testing();
