@@ -708,6 +708,25 @@ read_count_digest(PGresult *res, int64 *rows, char **digest, char **row_digest)
 }
 
 /* Counts and digests of every comparable table in one source snapshot. */
+/* The one value (not NULL) of a one-row, one-column query of the source. */
+static char *
+source_value(Verify *v, const char *sql)
+{
+	PGresult   *res = ash_conn_exec_timeout(v->conn, sql, false, Max(remaining_ms(v), 1));
+	char	   *value;
+
+	if (PQntuples(res) != 1 || PQnfields(res) != 1 || PQgetisnull(res, 0, 0))
+	{
+		PQclear(res);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: unexpected answer from the source")));
+	}
+	value = pstrdup(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return value;
+}
+
 /*
  * One table's count and digests, in the source transaction.  A source
  * value its target column's type cannot hold (a numeric past the target's
@@ -752,18 +771,8 @@ read_source_digest(Verify *v, VerifyTable *t)
 		return;
 	}
 	PQclear(ash_conn_exec(conn, "ROLLBACK TO SAVEPOINT ash_replicant_verify", false));
-	res = ash_conn_exec_timeout(conn, psprintf("SELECT pg_catalog.count(*)::pg_catalog.text FROM %s",
-											   source_from(v, t)),
-								false, Max(remaining_ms(v), 1));
-	if (PQntuples(res) != 1 || PQnfields(res) != 1 || PQgetisnull(res, 0, 0))
-	{
-		PQclear(res);
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("ash_replicant: unexpected answer from the source")));
-	}
-	t->source_rows = pg_strtoint64(PQgetvalue(res, 0, 0));
-	PQclear(res);
+	t->source_rows = pg_strtoint64(source_value(v, psprintf("SELECT pg_catalog.count(*)::pg_catalog.text"
+															" FROM %s", source_from(v, t))));
 	t->source_unfit = true;
 }
 
@@ -808,17 +817,7 @@ read_source(Verify *v)
 			read_source_digest(v, t);
 			if (t->tenant_source != NULL)
 			{
-				res = ash_conn_exec_timeout(conn, source_tenants_query(v, t), false,
-											Max(remaining_ms(v), 1));
-				if (PQntuples(res) != 1 || PQnfields(res) != 1 || PQgetisnull(res, 0, 0))
-				{
-					PQclear(res);
-					ereport(ERROR,
-							(errcode(ERRCODE_CONNECTION_FAILURE),
-							 errmsg("ash_replicant: unexpected answer from the source")));
-				}
-				t->tenants = pstrdup(PQgetvalue(res, 0, 0));
-				PQclear(res);
+				t->tenants = source_value(v, source_tenants_query(v, t));
 			}
 			t->have_source = true;
 		}
