@@ -398,6 +398,20 @@ judge_schema_change(AshApplyRel *rel)
 		ash_halt("source_column_missing", "table %s.%s dropped mapped columns: %s",
 				 quote_identifier(rel->remote.nspname),
 				 quote_identifier(rel->remote.relname), dropped.data);
+	pfree(dropped.data);
+
+	/*
+	 * Judged: the baseline goes (a roll-back keeps a new one each time,
+	 * until the next description replaces the context it lives in).
+	 */
+	for (int p = 0; p < rel->prev_natts; p++)
+		pfree(rel->prev_names[p]);
+	pfree(rel->prev_names);
+	pfree(rel->prev_types);
+	pfree(rel->prev_typmods);
+	rel->prev_names = NULL;
+	rel->prev_types = NULL;
+	rel->prev_typmods = NULL;
 	rel->prev_natts = 0;
 }
 
