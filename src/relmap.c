@@ -224,6 +224,18 @@ ash_relmap_stream_ended(TransactionId xid, bool committed)
 			continue;
 		rel->desc_xid = InvalidTransactionId;
 		rel->desc_aborted = !committed;
+		/* rolled back: the next description is judged by the committed one */
+		if (!committed && rel->stream_base_natts > 0 && rel->prev_natts == 0)
+		{
+			rel->prev_natts = rel->stream_base_natts;
+			rel->prev_names = rel->stream_base_names;
+			rel->prev_types = rel->stream_base_types;
+			rel->prev_typmods = rel->stream_base_typmods;
+		}
+		rel->stream_base_natts = 0;
+		rel->stream_base_names = NULL;
+		rel->stream_base_types = NULL;
+		rel->stream_base_typmods = NULL;
 	}
 }
 
@@ -316,6 +328,24 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid)
 			rel->prev_types = types;
 			rel->prev_typmods = typmods;
 		}
+		/* kept aside for the open stream: into the new context too */
+		if (rel->stream_base_natts > 0)
+		{
+			int			n = rel->stream_base_natts;
+			char	  **names = palloc(sizeof(char *) * n);
+			uint32	   *types = palloc(sizeof(uint32) * n);
+			int32	   *typmods = palloc(sizeof(int32) * n);
+
+			for (int i = 0; i < n; i++)
+			{
+				names[i] = pstrdup(rel->stream_base_names[i]);
+				types[i] = rel->stream_base_types[i];
+				typmods[i] = rel->stream_base_typmods[i];
+			}
+			rel->stream_base_names = names;
+			rel->stream_base_types = types;
+			rel->stream_base_typmods = typmods;
+		}
 		release_resolution(rel);
 	}
 
@@ -402,13 +432,25 @@ judge_schema_change(AshApplyRel *rel)
 
 	/*
 	 * Judged: the baseline goes (a roll-back keeps a new one each time,
-	 * until the next description replaces the context it lives in).
+	 * until the next description replaces the context it lives in) -- but
+	 * the committed one a description of an open streamed transaction was
+	 * judged against is kept aside until that transaction ends.
 	 */
-	for (int p = 0; p < rel->prev_natts; p++)
-		pfree(rel->prev_names[p]);
-	pfree(rel->prev_names);
-	pfree(rel->prev_types);
-	pfree(rel->prev_typmods);
+	if (TransactionIdIsValid(rel->desc_xid) && rel->stream_base_natts == 0)
+	{
+		rel->stream_base_natts = rel->prev_natts;
+		rel->stream_base_names = rel->prev_names;
+		rel->stream_base_types = rel->prev_types;
+		rel->stream_base_typmods = rel->prev_typmods;
+	}
+	else
+	{
+		for (int p = 0; p < rel->prev_natts; p++)
+			pfree(rel->prev_names[p]);
+		pfree(rel->prev_names);
+		pfree(rel->prev_types);
+		pfree(rel->prev_typmods);
+	}
 	rel->prev_names = NULL;
 	rel->prev_types = NULL;
 	rel->prev_typmods = NULL;
@@ -1015,6 +1057,14 @@ ash_relmap_resolve(AshApplyRel *rel)
 	rel->map = map;
 	if (rel->prev_natts > 0)
 		judge_schema_change(rel);
+
+	/*
+	 * Resolved again with no new description since the source rolled back
+	 * the transaction it came in: that transaction changed no catalog (its
+	 * invalidations, executed at the abort, would have made the source
+	 * describe the table anew), so the description is the committed one.
+	 */
+	rel->desc_aborted = false;
 
 	target = open_target(rel, map);
 	refuse_structural_columns(rel, map, target);

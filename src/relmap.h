@@ -118,6 +118,16 @@ typedef struct AshApplyRel
 	TransactionId desc_xid;
 	bool		desc_aborted;
 
+	/*
+	 * While desc_xid's transaction is open: the committed description's
+	 * baseline, judged against the one it brought, kept aside to judge the
+	 * next description against should the source roll it back.
+	 */
+	int			stream_base_natts;
+	char	  **stream_base_names;
+	uint32	   *stream_base_types;
+	int32	   *stream_base_typmods;
+
 	/* the remote columns at last resolution, to judge schema changes */
 	int			prev_natts;
 	char	  **prev_names;

@@ -15,6 +15,9 @@
 #            streamed and rolled back at the source, dropped every
 #            resolution the same way (any large failed job of the source
 #            database): the same halt
+#  touched   the same where the rolled-back transaction wrote the table
+#            itself (a failed bulk load): its description came in that
+#            transaction, and the committed one is kept aside until it ends
 #  control   the same without either: the same halt
 #  aborted   a column added in a streamed transaction the source rolls
 #            back: no false halt once the next description lacks it
@@ -30,10 +33,10 @@ my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
 	src_conf => "logical_decoding_work_mem = '64kB'\n");
 
 AshTest::both($src, $dst, "CREATE TABLE big (id int PRIMARY KEY, v text)");
-for my $case ('widened', 'streamed', 'control')
+for my $case ('widened', 'streamed', 'touched', 'control')
 {
 	my $t = "t_$case";
-	my $streamed = $case eq 'streamed';
+	my $streamed = $case eq 'streamed' || $case eq 'touched';
 	AshTest::both($src, $dst, "CREATE TABLE $t (id int PRIMARY KEY, a text, n int, c int)");
 	$src->safe_psql($DB, "CREATE PUBLICATION pub_$case FOR TABLE $t" . ($streamed ? ', big' : ''));
 	AshTest::setup_pipeline($src, $dst, sink => "s_$case", publication => "pub_$case",
@@ -54,9 +57,11 @@ for my $case ('widened', 'streamed', 'control')
 
 	if ($streamed)
 	{
-		$src->safe_psql($DB, "BEGIN; INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 8000) g; ROLLBACK");
+		$src->safe_psql($DB, $case eq 'touched'
+			? "BEGIN; INSERT INTO $t SELECT g, repeat('x', 100), g, g FROM generate_series(101, 8100) g; ROLLBACK"
+			: "BEGIN; INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 8000) g; ROLLBACK");
 		AshTest::wait_caught_up($src, $dst, "s_$case", name => "$case: streams on after the rolled-back transaction");
-		ok(AshTest::poll($src, "SELECT stream_txns > 0 FROM pg_stat_replication_slots WHERE slot_name = 's_streamed'"),
+		ok(AshTest::poll($src, "SELECT stream_txns > 0 FROM pg_stat_replication_slots WHERE slot_name = 's_$case'"),
 			"$case: the large transaction came streamed");
 	}
 
