@@ -150,6 +150,25 @@ release_resolution(AshApplyRel *rel)
 		MemoryContextReset(rel->cxt);
 }
 
+/* Replace n columns' names, types and modifiers by copies in the current context. */
+static void
+copy_columns(int n, char ***names, uint32 **types, int32 **typmods)
+{
+	char	  **nn = palloc(sizeof(char *) * n);
+	uint32	   *nt = palloc(sizeof(uint32) * n);
+	int32	   *nm = palloc(sizeof(int32) * n);
+
+	for (int i = 0; i < n; i++)
+	{
+		nn[i] = pstrdup((*names)[i]);
+		nt[i] = (*types)[i];
+		nm[i] = (*typmods)[i];
+	}
+	*names = nn;
+	*types = nt;
+	*typmods = nm;
+}
+
 /*
  * The description rel was resolved with becomes the baseline its next
  * description is judged against (judge_schema_change), in the current
@@ -312,40 +331,13 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid)
 		if (rel->resolved && !rel->ignored && !rel->desc_aborted)
 			keep_baseline(rel);
 		else if (rel->prev_natts > 0)
-		{
 			/* not judged yet: carry the earlier baseline over */
-			char	  **names = palloc(sizeof(char *) * rel->prev_natts);
-			uint32	   *types = palloc(sizeof(uint32) * rel->prev_natts);
-			int32	   *typmods = palloc(sizeof(int32) * rel->prev_natts);
-
-			for (int i = 0; i < rel->prev_natts; i++)
-			{
-				names[i] = pstrdup(rel->prev_names[i]);
-				types[i] = rel->prev_types[i];
-				typmods[i] = rel->prev_typmods[i];
-			}
-			rel->prev_names = names;
-			rel->prev_types = types;
-			rel->prev_typmods = typmods;
-		}
+			copy_columns(rel->prev_natts, &rel->prev_names, &rel->prev_types,
+						 &rel->prev_typmods);
 		/* kept aside for the open stream: into the new context too */
 		if (rel->stream_base_natts > 0)
-		{
-			int			n = rel->stream_base_natts;
-			char	  **names = palloc(sizeof(char *) * n);
-			uint32	   *types = palloc(sizeof(uint32) * n);
-			int32	   *typmods = palloc(sizeof(int32) * n);
-
-			for (int i = 0; i < n; i++)
-			{
-				names[i] = pstrdup(rel->stream_base_names[i]);
-				types[i] = rel->stream_base_types[i];
-				typmods[i] = rel->stream_base_typmods[i];
-			}
-			rel->stream_base_names = names;
-			rel->stream_base_types = types;
-			rel->stream_base_typmods = typmods;
-		}
+			copy_columns(rel->stream_base_natts, &rel->stream_base_names,
+						 &rel->stream_base_types, &rel->stream_base_typmods);
 		release_resolution(rel);
 	}
 
