@@ -2254,7 +2254,10 @@ ash_apply_change(AshChange *c)
 			break;
 
 		case ASH_CHANGE_RELATION:
-			ash_relmap_update_relation(&c->u.relation, c->xid);
+			/* a streamed transaction's commit position is not known yet */
+			ash_relmap_update_relation(&c->u.relation, c->xid,
+									   in_remote_xact && !TransactionIdIsValid(c->xid) ?
+									   xact_final_lsn : InvalidXLogRecPtr);
 			break;
 
 		case ASH_CHANGE_TYPE:

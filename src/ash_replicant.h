@@ -8,7 +8,7 @@
 #ifndef ASH_REPLICANT_H
 #define ASH_REPLICANT_H
 
-#define ASH_EXTENSION_VERSION "1.9.0"
+#define ASH_EXTENSION_VERSION "1.10.0"
 
 extern char *ash_database;
 extern char *ash_keyring_file;

@@ -72,6 +72,7 @@
 #include "apply_append.h"
 #include "ash_replicant.h"
 #include "census.h"
+#include "publication_record.h"
 #include "relmap.h"
 #include "checkpoint.h"
 #include "decode_pgoutput.h"
@@ -1458,6 +1459,29 @@ typedef struct DecoderState
 } DecoderState;
 
 /*
+ * The names the publication records hold the mapped tables' OIDs under,
+ * for the stream's first descriptions of them (pgoutput and pglogical
+ * describe a table by its OID; wal2json by its name only).
+ */
+static void
+note_recorded_names(AshCheckpointKey *ckey)
+{
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "ash_replicant records",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	ListCell   *lc;
+
+	foreach(lc, ash_publication_identities(ckey))
+	{
+		AshRecordedTable *t = lfirst(lc);
+
+		ash_relmap_note_recorded(t->oid, t->nspname, t->relname, t->read_at);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+/*
  * One message into change with the configured decoder; halts when it cannot.
  * Returns false when the message holds nothing to apply (pglogical's startup
  * message and queue rows but a TRUNCATE).
@@ -2195,6 +2219,8 @@ run_session(void)
 	/* a table back in the publication after a gap, with no snapshot to fill it */
 	step = STEP_COVERAGE;
 	ash_census_record_publication(cfg, ckey);
+	if (!is_wal2json && ash_publication_watched(cfg))
+		note_recorded_names(ckey);
 
 	/* wal2json: the relations its changes refer to, before the first one */
 	if (is_wal2json)

@@ -42,6 +42,7 @@
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 
 #include "publication_record.h"
@@ -58,7 +59,7 @@ key_values(AshCheckpointKey *key, Datum *values)
 	values[2] = CStringGetTextDatum(key->slot_name);
 }
 
-static Oid	text_types[6] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+static Oid	text_types[7] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
 
 static void
 exec(const char *sql, int nargs, Datum *values, int expected)
@@ -151,7 +152,7 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 	MemoryContext cxt = CurrentMemoryContext;
 	bool		watched = ash_publication_watched(cfg);
 	PGresult   *res = NULL;
-	Datum		values[6];
+	Datum		values[7];
 	SPITupleTable *tt;
 	uint64		n;
 	char	   *gap = NULL;
@@ -187,11 +188,14 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 
 	/*
 	 * Every mapped table published now, as it is held now: written only
-	 * where that differs from its record (a census finds nothing to write
-	 * mostly, and takes no transaction id then).  A table no longer mapped
-	 * is no longer watched.
+	 * where that differs from its record, or the record has no position yet
+	 * (a census finds nothing to write mostly, and takes no transaction id
+	 * then).  A table no longer mapped is no longer watched.
 	 */
-	read_records(values);
+	if (SPI_execute_with_args("SELECT source_schema, source_table, published, recorded_lsn IS NOT NULL"
+							  "  FROM ash_replicant.publication_members" KEY_WHERE,
+							  3, text_types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the publication records failed");
 	tt = SPI_tuptable;
 	n = SPI_processed;
 	foreach(lc, cfg->mappings)
@@ -207,20 +211,23 @@ ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key, AshConn *c
 		for (uint64 i = 0; i < n && !same; i++)
 			same = strcmp(SPI_getvalue(tt->vals[i], tt->tupdesc, 1), m->source_schema) == 0 &&
 				strcmp(SPI_getvalue(tt->vals[i], tt->tupdesc, 2), m->source_table) == 0 &&
-				strcmp(SPI_getvalue(tt->vals[i], tt->tupdesc, 3), now) == 0;
+				strcmp(SPI_getvalue(tt->vals[i], tt->tupdesc, 3), now) == 0 &&
+				strcmp(SPI_getvalue(tt->vals[i], tt->tupdesc, 4), "t") == 0;
 		if (same)
 			continue;
 		values[3] = CStringGetTextDatum(m->source_schema);
 		values[4] = CStringGetTextDatum(m->source_table);
 		values[5] = CStringGetTextDatum(now);
+		values[6] = CStringGetTextDatum(PQgetvalue(res, r, 4));
 		exec("INSERT INTO ash_replicant.publication_members AS p"
 			 " (source_system_id, source_database, slot_name, source_schema, source_table,"
-			 "  published, recorded_at)"
-			 " SELECT $1, $2, $3, $4, $5, $6, pg_catalog.now() FROM ash_replicant.checkpoints"
-			 KEY_WHERE
+			 "  published, recorded_at, recorded_lsn)"
+			 " SELECT $1, $2, $3, $4, $5, $6, pg_catalog.now(), $7::pg_catalog.pg_lsn"
+			 "   FROM ash_replicant.checkpoints" KEY_WHERE
 			 " ON CONFLICT (source_system_id, source_database, slot_name, source_schema, source_table)"
-			 " DO UPDATE SET published = EXCLUDED.published, recorded_at = EXCLUDED.recorded_at",
-			 6, values, SPI_OK_INSERT);
+			 " DO UPDATE SET published = EXCLUDED.published, recorded_at = EXCLUDED.recorded_at,"
+			 "   recorded_lsn = EXCLUDED.recorded_lsn",
+			 7, values, SPI_OK_INSERT);
 	}
 	for (uint64 i = 0; i < n; i++)
 	{
@@ -244,4 +251,61 @@ done:
 	if (res != NULL)
 		PQclear(res);
 	return gap;
+}
+
+/*
+ * The OID each of key's records holds its table by ("def:tbl:<oid>"), with
+ * the source's position when that was read; records without one (written
+ * before 1.10.0, or never read with it) are left out.  Outside a
+ * transaction; the list (AshRecordedTable *) in CurrentMemoryContext.
+ */
+List *
+ash_publication_identities(AshCheckpointKey *key)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext spi_cxt;
+	Datum		values[3];
+	List	   *out = NIL;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	spi_cxt = CurrentMemoryContext;
+	key_values(key, values);
+	if (SPI_execute_with_args("SELECT source_schema, source_table, published, recorded_lsn::pg_catalog.text"
+							  "  FROM ash_replicant.publication_members" KEY_WHERE
+							  "   AND recorded_lsn IS NOT NULL",
+							  3, text_types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading the publication records failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *published = SPI_getvalue(tup, desc, 3);
+		char	   *tok = strstr(published, "def:tbl:");
+		AshRecordedTable *t;
+		unsigned int oid;
+
+		/* the token starts the list or follows a comma */
+		while (tok != NULL && tok != published && tok[-1] != ',')
+			tok = strstr(tok + 1, "def:tbl:");
+		if (tok == NULL || sscanf(tok + 8, "%u", &oid) != 1)
+			continue;
+		t = MemoryContextAllocZero(cxt, sizeof(AshRecordedTable));
+		t->oid = oid;
+		t->nspname = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 1));
+		t->relname = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 2));
+		t->read_at = DatumGetLSN(DirectFunctionCall1(pg_lsn_in,
+													 CStringGetDatum(SPI_getvalue(tup, desc, 4))));
+		MemoryContextSwitchTo(cxt);
+		out = lappend(out, t);
+		MemoryContextSwitchTo(spi_cxt);
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	return out;
 }

@@ -52,4 +52,24 @@ extern char *ash_publication_gaps(AshCheckpointKey *key, List *mappings, PGresul
 extern char *ash_publication_record(AshPipelineConfig *cfg, AshCheckpointKey *key,
 									AshConn *conn, bool starting, bool *retyped_only);
 
+/*
+ * A mapped table as a record holds it: the name it had, its OID, and the
+ * source's WAL position once that was read.  pgoutput and pglogical
+ * describe a table by its OID; one described from that position on under
+ * another name was renamed since the record (relmap.c).
+ */
+typedef struct AshRecordedTable
+{
+	uint32		oid;
+	char	   *nspname;
+	char	   *relname;
+	XLogRecPtr	read_at;
+} AshRecordedTable;
+
+/*
+ * key's records as AshRecordedTable, those with a position (since 1.10.0).
+ * Outside a transaction; the list in CurrentMemoryContext.
+ */
+extern List *ash_publication_identities(AshCheckpointKey *key);
+
 #endif							/* ASH_PUBLICATION_RECORD_H */

@@ -76,8 +76,18 @@ typedef struct RemoteType
 	char		typname[NAMEDATALEN];
 } RemoteType;
 
+/* A mapped table as the publication records hold it (by its OID) */
+typedef struct RecordedName
+{
+	uint32		oid;			/* hash key */
+	char		nspname[NAMEDATALEN];
+	char		relname[NAMEDATALEN];
+	XLogRecPtr	read_at;
+} RecordedName;
+
 static HTAB *relmap = NULL;
 static HTAB *remote_types = NULL;
+static HTAB *recorded_names = NULL;
 static MemoryContext relmap_cxt = NULL;
 static AshPipelineConfig *relmap_cfg = NULL;
 static AshRelReleaseHook release_hook = NULL;
@@ -111,6 +121,24 @@ ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
 	ctl.hcxt = relmap_cxt;
 	remote_types = hash_create("ash_replicant remote types", 16, &ctl,
 							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(uint32);
+	ctl.entrysize = sizeof(RecordedName);
+	ctl.hcxt = relmap_cxt;
+	recorded_names = hash_create("ash_replicant recorded names", 16, &ctl,
+								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+void
+ash_relmap_note_recorded(uint32 oid, const char *nspname, const char *relname,
+						 XLogRecPtr read_at)
+{
+	RecordedName *r = hash_search(recorded_names, &oid, HASH_ENTER, NULL);
+
+	strlcpy(r->nspname, nspname, NAMEDATALEN);
+	strlcpy(r->relname, relname, NAMEDATALEN);
+	r->read_at = read_at;
 }
 
 static void
@@ -286,30 +314,58 @@ ash_relmap_update_type(uint32 type_oid, const char *nspname, const char *typname
  * relation is resolved.
  */
 static void
-judge_rename(AshApplyRel *rel, const AshRelation *in)
+judge_rename(const char *nspname, const char *relname, const AshRelation *in)
 {
-	if (rel->remote.relname == NULL ||
-		(strcmp(rel->remote.nspname, in->nspname) == 0 &&
-		 strcmp(rel->remote.relname, in->relname) == 0) ||
-		ash_config_find_mapping(relmap_cfg, rel->remote.nspname, rel->remote.relname) == NULL)
+	if (relname == NULL ||
+		(strcmp(nspname, in->nspname) == 0 && strcmp(relname, in->relname) == 0) ||
+		ash_config_find_mapping(relmap_cfg, nspname, relname) == NULL)
 		return;
 	if (ash_config_find_mapping(relmap_cfg, in->nspname, in->relname) == NULL &&
 		!ash_config_is_ignored(relmap_cfg, in->nspname, in->relname))
 		return;
 	ash_halt("publication_gap", "mapped table %s was renamed to %s, a name the pipeline %s",
-			 quote_qualified_identifier(rel->remote.nspname, rel->remote.relname),
+			 quote_qualified_identifier(nspname, relname),
 			 quote_qualified_identifier(in->nspname, in->relname),
 			 ash_config_is_ignored(relmap_cfg, in->nspname, in->relname) ? "ignores" : "maps to another target");
 }
 
+/*
+ * A table the session describes for the first time is judged against the
+ * name the records hold its OID under: the session has no earlier name of
+ * its own to compare (it started, or the tables swapped names while it was
+ * stopped and back again, which leaves every name on its recorded OID at
+ * the start while the changes in between carry the swapped names).  Only
+ * in a transaction that committed after the record was read (at: its
+ * commit position): one from before may show a name the table had before
+ * a rename the operator accepted (an acknowledged gap's records are read
+ * anew).  A later one that shows another name saw a rename made after the
+ * read: a transaction that writes a table holds a lock that keeps renames
+ * of it out until it commits, so the name it shows is the name the table
+ * had when it committed.
+ */
+static void
+judge_recorded_name(const AshRelation *in, XLogRecPtr at)
+{
+	RecordedName *r;
+
+	if (XLogRecPtrIsInvalid(at))
+		return;
+	r = hash_search(recorded_names, &in->relid, HASH_FIND, NULL);
+	if (r != NULL && at >= r->read_at)
+		judge_rename(r->nspname, r->relname, in);
+}
+
 void
-ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid)
+ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLogRecPtr at)
 {
 	AshApplyRel *rel;
 	bool		found;
 	MemoryContext old;
 	MemoryContext desc_cxt;
 
+	rel = hash_search(relmap, &in->relid, HASH_FIND, &found);
+	if (!found)
+		judge_recorded_name(in, at);
 	rel = hash_search(relmap, &in->relid, HASH_ENTER, &found);
 	if (!found)
 	{
@@ -325,7 +381,7 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid)
 
 	if (found)
 	{
-		judge_rename(rel, in);
+		judge_rename(rel->remote.nspname, rel->remote.relname, in);
 
 		/* keep what it was resolved with, to judge the change */
 		if (rel->resolved && !rel->ignored && !rel->desc_aborted)

@@ -139,8 +139,24 @@ typedef struct AshApplyRel
 typedef void (*AshRelReleaseHook) (AshApplyTarget *target);
 
 extern void ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release);
-/* A Relation message; stream_xid: the streamed transaction it came in. */
-extern void ash_relmap_update_relation(const AshRelation *rel, TransactionId stream_xid);
+/*
+ * A Relation message; stream_xid: the streamed transaction it came in; at:
+ * the commit position of the transaction it came in (InvalidXLogRecPtr:
+ * not known yet, streamed, or outside one).
+ */
+extern void ash_relmap_update_relation(const AshRelation *rel, TransactionId stream_xid,
+									   XLogRecPtr at);
+
+/*
+ * A mapped table as the publication records hold it: its OID, the name it
+ * had, and the source's position once that was read (ash_publication_
+ * identities).  A session's first description of that OID from that
+ * position on under another name is a rename, judged as one described
+ * before (docs/reasons.md#publication_gap).  pgoutput and pglogical only,
+ * which describe a table by its OID.  After ash_relmap_init.
+ */
+extern void ash_relmap_note_recorded(uint32 oid, const char *nspname, const char *relname,
+									 XLogRecPtr read_at);
 
 /* A streamed transaction committed, or the source rolled it back. */
 extern void ash_relmap_stream_ended(TransactionId xid, bool committed);

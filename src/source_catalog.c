@@ -762,6 +762,16 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
 "       AND EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace s" \
 "        WHERE s.pnpubid = p.oid AND s.pnnspid = c.relnamespace)"
 
+/*
+ * The source's WAL position once the membership was read (column 5): every
+ * catalog change the read saw committed before it, so a description
+ * decoded from there on shows the tables under the names read, unless they
+ * were renamed since (relmap.c).  A standby's: what it replayed.
+ */
+#define MEMBERSHIP_READ_LSN_SQL \
+", (CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()" \
+"   ELSE pg_catalog.pg_current_wal_lsn() END)::pg_catalog.text"
+
 char *
 ash_source_publication_tables_sql(AshConn *conn)
 {
@@ -781,6 +791,7 @@ ash_source_publication_tables_sql(AshConn *conn)
 					"     WHERE r.prpubid = p.oid AND (r.prrelid = c.oid OR r.prrelid IN"
 					"      (SELECT a.relid FROM pg_catalog.pg_partition_ancestors(c.oid) a))"
 					"%s) m(tok))"
+					MEMBERSHIP_READ_LSN_SQL
 					"  FROM pg_catalog.pg_publication_tables pt"
 					"  JOIN pg_catalog.pg_publication p ON p.pubname = pt.pubname"
 					"  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
@@ -827,6 +838,7 @@ ash_source_replication_set_tables_sql(void)
 		"    SELECT 'def:trg:' || tg.oid::pg_catalog.text || ':' || tg.xmin::pg_catalog.text"
 		"      FROM pg_catalog.pg_trigger tg" ASH_PGL_QUEUE_TRUNCATE_OF("c.oid")
 		"    ) m(tok))"
+		MEMBERSHIP_READ_LSN_SQL
 		"  FROM pg_catalog.pg_class c"
 		"  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 		" WHERE EXISTS (SELECT 1" ASH_SETS_OF_C ")"
@@ -866,6 +878,7 @@ COLUMN_TOKENS_SQL("")
 "    SELECT 'def:row:' || ty.oid::pg_catalog.text || ':' || ty.xmin::pg_catalog.text"
 "      FROM pg_catalog.pg_type ty WHERE ty.oid = c.reltype"
 "    ) m(tok))"
+MEMBERSHIP_READ_LSN_SQL
 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
 "   pg_catalog.unnest($2::pg_catalog.text[])) AS s(nsp, rel)"
 "  JOIN pg_catalog.pg_namespace n ON n.nspname = s.nsp"

@@ -201,7 +201,9 @@ extern List *ash_source_rel_names(const List *rels);
  * sends as "col:<name>:<attnum>" (the name's UTF-8 bytes in hex): a column
  * dropped and added again under its name keeps the name, not the number;
  * and as "typ:<name>:<type>.<typmod>": a retype rewrote its rows.
- * Sorted, comma-separated.  In schema and name order.
+ * Sorted, comma-separated; then the source's WAL position once the read was
+ * made (text: every catalog change it saw committed before).  In schema and
+ * name order.
  */
 extern char *ash_source_publication_tables_sql(AshConn *conn);
 
