@@ -147,8 +147,12 @@ session_options(AshConnKind kind)
 		for (int i = 0; i < ASH_TEXT_FORM_SETTINGS; i++)
 			appendStringInfo(&buf, "%s-c %s=%s", i ? " " : "",
 							 ash_text_form[i][0], ash_text_form[i][1]);
+		/*
+		 * A read of a table under a policy of row-level security fails
+		 * rather than seeing some of the rows (the stream carries them all).
+		 */
 		if (kind != ASH_CONN_REPLICATION)
-			appendStringInfoString(&buf, " -c default_transaction_read_only=on");
+			appendStringInfoString(&buf, " -c default_transaction_read_only=on -c row_security=off");
 		if (kind == ASH_CONN_PROBE)
 			appendStringInfoString(&buf, " -c statement_timeout=60000");
 		else
