@@ -1,5 +1,6 @@
 /*
- * ash_replicant 1.10.0 -> 1.9.0: rollback of the records' source position
+ * ash_replicant 1.10.0 -> 1.9.0: rollback of the records' source position and
+ * the per-tenant stat_tables rows under row-level security
  * (docs/operations.md, "Upgrading from 0.4.0": rollbacks).
  *
  * Refused, leaving the catalogs as they were, unless the session says
@@ -35,3 +36,29 @@ END
 $guard$;
 
 ALTER TABLE ash_replicant.publication_members DROP COLUMN recorded_lsn;
+
+-- stat_tables as 1.3.0 defined it
+CREATE OR REPLACE VIEW ash_replicant.stat_tables WITH (security_barrier) AS
+	SELECT s.sink_name, s.target, NULL::text AS tenant,
+		pg_catalog.sum(s.inserted)::bigint AS inserted,
+		pg_catalog.sum(s.updated)::bigint AS updated,
+		pg_catalog.sum(s.deleted)::bigint AS deleted,
+		pg_catalog.sum(s.truncated)::bigint AS truncated,
+		pg_catalog.max(s.last_commit_time) AS last_commit_time,
+		pg_catalog.max(s.last_applied_at) AS last_applied_at,
+		(pg_catalog.array_agg(pg_catalog.date_part('epoch', s.last_applied_at OPERATOR(pg_catalog.-) s.last_commit_time)
+			ORDER BY s.last_applied_at DESC NULLS LAST))[1] AS lag_seconds,
+		pg_catalog.min(s.counting_since) AS counting_since
+	  FROM ash_replicant.table_stats s
+	 GROUP BY s.sink_name, s.target
+	UNION ALL
+	SELECT g.sink_name, g.target, g.tenant, g.inserted, g.updated, g.deleted,
+		g.truncated, g.last_commit_time, g.last_applied_at,
+		pg_catalog.date_part('epoch', g.last_applied_at OPERATOR(pg_catalog.-) g.last_commit_time),
+		g.counting_since
+	  FROM (SELECT s.* FROM ash_replicant.table_stats s
+			 WHERE s.tenant IS NOT NULL
+			   AND pg_catalog.has_table_privilege(s.target_table, 'SELECT')
+			OFFSET 0) g;
+COMMENT ON VIEW ash_replicant.stat_tables
+	IS 'per sink and target table (and per tenant, to roles that may read that tenant''s rows): rows inserted, updated, deleted, truncations, last applied source commit time and its apply lag; no row value';

@@ -17,3 +17,38 @@
 ALTER TABLE ash_replicant.publication_members ADD COLUMN recorded_lsn pg_lsn;
 COMMENT ON COLUMN ash_replicant.publication_members.recorded_lsn
 	IS 'the source''s WAL position once the record was read: from there on, a mapped table described under another mapped or ignored name was renamed since (publication_gap); NULL for a record of an earlier release';
+
+------------------------------------------------------------------------------
+-- A tenant's counts only to roles that may read every row of its table.
+------------------------------------------------------------------------------
+
+/*
+ * As in 1.3.0, but a role a policy of row-level security applies to on the
+ * table is shown no tenant's row of it: the policy may hide other tenants'
+ * rows from it, and their names and counts with them.
+ */
+CREATE OR REPLACE VIEW ash_replicant.stat_tables WITH (security_barrier) AS
+	SELECT s.sink_name, s.target, NULL::text AS tenant,
+		pg_catalog.sum(s.inserted)::bigint AS inserted,
+		pg_catalog.sum(s.updated)::bigint AS updated,
+		pg_catalog.sum(s.deleted)::bigint AS deleted,
+		pg_catalog.sum(s.truncated)::bigint AS truncated,
+		pg_catalog.max(s.last_commit_time) AS last_commit_time,
+		pg_catalog.max(s.last_applied_at) AS last_applied_at,
+		(pg_catalog.array_agg(pg_catalog.date_part('epoch', s.last_applied_at OPERATOR(pg_catalog.-) s.last_commit_time)
+			ORDER BY s.last_applied_at DESC NULLS LAST))[1] AS lag_seconds,
+		pg_catalog.min(s.counting_since) AS counting_since
+	  FROM ash_replicant.table_stats s
+	 GROUP BY s.sink_name, s.target
+	UNION ALL
+	SELECT g.sink_name, g.target, g.tenant, g.inserted, g.updated, g.deleted,
+		g.truncated, g.last_commit_time, g.last_applied_at,
+		pg_catalog.date_part('epoch', g.last_applied_at OPERATOR(pg_catalog.-) g.last_commit_time),
+		g.counting_since
+	  FROM (SELECT s.* FROM ash_replicant.table_stats s
+			 WHERE s.tenant IS NOT NULL
+			   AND pg_catalog.has_table_privilege(s.target_table, 'SELECT')
+			   AND NOT pg_catalog.row_security_active(s.target_table)
+			OFFSET 0) g;
+COMMENT ON VIEW ash_replicant.stat_tables
+	IS 'per sink and target table (and per tenant, to roles that may read every row of that tenant''s table: SELECT, and no row-level security policy applying to them): rows inserted, updated, deleted, truncations, last applied source commit time and its apply lag; no row value';

@@ -11,6 +11,9 @@
 #            hidden row deleted from the mirror mismatches
 #  snapshot  a v1 pipeline over the table: preflight fails privilege_select
 #            (before: passed, the start halted privilege_select_missing)
+#  stats     a destination role a target's policy limits to one tenant is
+#            shown no tenant's row of stat_tables for that target (before: every
+#            tenant's name and counts); a role without a policy sees them all
 #  inherit   FOR TABLE ONLY a parent without rows of its own, its child with
 #            one: preflight's existing_rows passes (before: warned
 #            go_forward_rows_not_copied, counting the child's row)
@@ -85,6 +88,34 @@ sub verdict_of
 		connection => $as_mirror);
 	like(check_of('ash_replicant_preflight', 'r2', 'privilege_select'), qr{^fail/privilege_select_missing/},
 		'snapshot: preflight fails privilege_select before the copy would');
+}
+
+# stats: per-tenant rows of stat_tables under a policy on the target
+{
+	q_src("CREATE TABLE acc (id int PRIMARY KEY, tenant text NOT NULL, v text); ALTER TABLE acc REPLICA IDENTITY FULL;"
+		  . " CREATE PUBLICATION pub_t FOR TABLE acc");
+	q_dst(q{
+CREATE TABLE acc (id int PRIMARY KEY, tenant text NOT NULL, v text);
+ALTER TABLE acc ENABLE ROW LEVEL SECURITY;
+CREATE ROLE acme_reader LOGIN IN ROLE ash_replicant_monitor;
+CREATE ROLE all_reader LOGIN IN ROLE ash_replicant_monitor BYPASSRLS;
+GRANT SELECT ON acc TO acme_reader, all_reader;
+CREATE POLICY own_tenant ON acc FOR SELECT TO acme_reader USING (tenant = 'acme');
+});
+	AshTest::setup_pipeline($src, $dst, sink => 'st', publication => 'pub_t',
+		maps => [ [ 'acc', tenant_column => 'tenant', tenant_strategy => 'attribute' ] ]);
+	AshTest::wait_slot_consistent($src, $dst, 'st');
+	q_src("INSERT INTO acc VALUES (1, 'acme', 'x'), (2, 'globex', 'y')");
+	AshTest::wait_caught_up($src, $dst, 'st', name => 'stats: streamed');
+	my $tenants = "SELECT coalesce(string_agg(tenant, ',' ORDER BY tenant), '') FROM ash_replicant.stat_tables"
+	  . " WHERE sink_name = 'st' AND tenant IS NOT NULL";
+	is(q_dst("SET ROLE acme_reader; SELECT string_agg(tenant, ',' ORDER BY tenant) FROM acc"), 'acme',
+		'stats: the policy limits acme_reader to one tenant');
+	is(q_dst("SET ROLE acme_reader; $tenants"), '', 'stats: no tenant row for a role a policy applies to');
+	is(q_dst("SET ROLE acme_reader; SELECT inserted FROM ash_replicant.stat_tables WHERE sink_name = 'st' AND tenant IS NULL AND target::text LIKE '%acc'"),
+		'2', 'stats: the table\'s own row stays');
+	is(q_dst("SET ROLE all_reader; $tenants"), 'acme,globex', 'stats: a role no policy applies to sees every tenant');
+	AshTest::stop_sink($dst, 'st');
 }
 
 # inherit
