@@ -356,6 +356,15 @@ ash_apply_write_lost(AshApplyTarget *tgt, const char *what, const char *detail)
 }
 
 void
+ash_apply_key_matched_many(AshApplyTarget *tgt, const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CARDINALITY_VIOLATION),
+			 errmsg("ash_replicant: %s of %s met more rows than the keys it names", what, tgt->log_name),
+			 errdetail("A table inheriting from the target holds a row under a mirrored key (docs/scale-out.md, Inheritance children).")));
+}
+
+void
 ash_apply_count_missing_delete(AshApplyTarget *tgt)
 {
 	ListCell   *lc;

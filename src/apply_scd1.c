@@ -927,7 +927,7 @@ scd1_flush(void)
 		ash_apply_errctx.command = "delete";
 		n = ash_spi_execute(delete_many_plan(rel, tgt), keys, NULL, SPI_OK_DELETE);
 		if (n > ndeletes)
-			elog(ERROR, "ash_replicant: multi-row delete affected more rows than it named");
+			ash_apply_key_matched_many(tgt, "a multi-row delete");
 		for (uint64 i = n; i < ndeletes; i++)
 			ash_apply_count_missing_delete(tgt);
 	}
@@ -964,7 +964,7 @@ scd1_flush(void)
 				nu = ash_spi_execute(st->update_many, column_arrays(rel, 0, gbuf.nupdates),
 									 NULL, SPI_OK_UPDATE);
 				if (nu > gbuf.nupdates)
-					elog(ERROR, "ash_replicant: multi-row update affected more rows than it named");
+					ash_apply_key_matched_many(tgt, "a multi-row update");
 				if (nu == gbuf.nupdates)
 				{
 					off = gbuf.nupdates;
@@ -1308,7 +1308,7 @@ scd1_update(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key, AshRowImage
 	if (n == 1)
 		return;
 	if (n > 1)
-		elog(ERROR, "ash_replicant: update affected more than one row");
+		ash_apply_key_matched_many(tgt, "an update");
 	if (kept_by_trigger(rel, tgt, key))
 		ash_apply_write_lost(tgt, "an update", "an update missed a row that is there");
 
@@ -1364,7 +1364,7 @@ scd1_delete(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	if (n == 0)
 		ash_apply_count_missing_delete(tgt);
 	else if (n > 1)
-		elog(ERROR, "ash_replicant: delete affected more than one row");
+		ash_apply_key_matched_many(tgt, "a delete");
 }
 
 static void

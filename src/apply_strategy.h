@@ -158,6 +158,14 @@ extern void ash_apply_count_missing_delete(AshApplyTarget *tgt);
 extern void ash_apply_write_lost(AshApplyTarget *tgt, const char *what,
 								 const char *detail) pg_attribute_noreturn();
 
+/*
+ * An update or delete by key (what: "an update", "a multi-row delete", ...)
+ * that met more rows of tgt than it named: a table inheriting from the
+ * target holds a row under a mirrored key (the target's own identity is
+ * unique).  Raises cardinality_violation (21000), naming the table only.
+ */
+extern void ash_apply_key_matched_many(AshApplyTarget *tgt, const char *what) pg_attribute_noreturn();
+
 /* Identity (+ tenant) predicate and its parameter values, for strategies. */
 extern int	ash_append_key_predicate(StringInfo sql, AshApplyRel *rel, int first,
 									 Oid *types, bool with_tenant);
