@@ -112,6 +112,7 @@ typedef struct SinkFacts
 	bool		binary_transfer;
 	int64		nroutes;
 	int64		nroutes_below;
+	int64		nroutes_dangling;	/* the target table or function is gone */
 	char	   *halt_sqlstate;	/* the current halt's, or NULL */
 	char	   *halt_target;
 	char	   *halt_lsn;		/* text of a pg_lsn */
@@ -405,7 +406,14 @@ load_sink_facts(Doctor *d)
 		"   THEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'halt_lsn' END,"
 		"  coalesce(p.allow_keyless_tables, false),"
 		/* catalogs before 1.3.0 have no origin column */
-		"  pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'origin' IS NOT DISTINCT FROM 'none'"
+		"  pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'origin' IS NOT DISTINCT FROM 'none',"
+		/* a route keeps a bare OID: its target can be dropped under it */
+		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
+		"    WHERE r.sink_name = s.sink_name"
+		"      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+		"                       WHERE c.oid OPERATOR(pg_catalog.=) r.target::pg_catalog.oid)"
+		"      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc fn"
+		"                       WHERE fn.oid OPERATOR(pg_catalog.=) r.target_function::pg_catalog.oid))"
 		" FROM ash_replicant.sinks s"
 		" LEFT JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
 		" WHERE s.sink_name = $1",
@@ -446,6 +454,7 @@ load_sink_facts(Doctor *d)
 	f->halt_lsn = copy_text(tup, desc, 22);
 	f->allow_keyless = get_bool(tup, desc, 23);
 	f->origin_none = get_bool(tup, desc, 24);
+	f->nroutes_dangling = DatumGetInt64(SPI_getbinval(tup, desc, 25, &isnull));
 	if (f->decoder == NULL)
 		f->decoder = "pgoutput";
 	if (f->snapshot == NULL)
@@ -527,6 +536,13 @@ check_configuration(Doctor *d)
 	else if (f->nroutes > 0 &&
 			 (strcmp(f->decoder, "pglogical") == 0 || strcmp(f->decoder, "wal2json") == 0))
 		reason = "decoder_capability_unsupported";	/* as ash_replicant_start */
+	else if (f->nroutes_dangling > 0)
+	{
+		/* as the worker's activation (messages.c) */
+		reason = "destination_table_missing";
+		context = psprintf("message routes whose table or function is gone: " INT64_FORMAT,
+						   f->nroutes_dangling);
+	}
 
 	if (reason != NULL)
 		emit_judged(d, "configuration_complete", V_FAIL, reason, context);

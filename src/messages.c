@@ -65,16 +65,19 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "crypto.h"
@@ -417,6 +420,36 @@ require_families(void)
 		ash_halt("keyring_missing_family", "family %s", ASH_KEYS_HORIZON_PROVENANCE);
 }
 
+/*
+ * A route's table or function must still exist: message_routes keeps a bare
+ * OID with no dependency, so either can be dropped under the route, and its
+ * name is gone with it.  Halts destination_table_missing (the prefix is
+ * message content: never printed).  With lock, the target is locked first,
+ * as the effect will use it, so that it cannot be dropped between this
+ * check and the effect.
+ */
+static void
+require_route_target(AshMessageRoute *route, bool lock)
+{
+	if (OidIsValid(route->target))
+	{
+		if (lock)
+			LockRelationOid(route->target, RowExclusiveLock);
+		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(route->target)))
+			ash_halt("destination_table_missing",
+					 "table of a message route, oid %u", route->target);
+	}
+	else
+	{
+		if (lock)
+			LockDatabaseObject(ProcedureRelationId, route->function, 0, AccessShareLock);
+		if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(route->function)))
+			ash_halt("destination_table_missing",
+					 "function of a message route, oid %u", route->function);
+	}
+}
+
+/* "<sink>:<target>"; the target exists (require_route_target) */
 static char *
 route_label(AshPipelineConfig *cfg, AshMessageRoute *route)
 {
@@ -456,6 +489,10 @@ ash_messages_activate(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	MemoryContextSwitchTo(caller);
+
+	/* before anything is written: every start judges the targets */
+	foreach(lc, cfg->message_routes)
+		require_route_target(lfirst(lc), false);
 
 	values[0] = CStringGetTextDatum(key->system_id);
 	values[1] = CStringGetTextDatum(key->database);
@@ -686,6 +723,8 @@ ash_message_apply(AshPipelineConfig *cfg, const AshCheckpointKey *ck, AshMessage
 	PushActiveSnapshot(GetTransactionSnapshot());
 	require_families();
 	active = ash_keyring_active(ASH_KEYS_MESSAGE_DIGEST);
+	/* dropped while streaming: the kept plan would fail, the label crash */
+	require_route_target(route, true);
 
 	/* a version removed too early, or the active one's lease to renew */
 	{
