@@ -22,14 +22,19 @@
  *	  under fixed output settings -- computed by each server over its own
  *	  rows; the digest of the rows the same over ROW(k1, ..., kn, v1, ...,
  *	  vm)::text.  It does not depend on row order, and the digests of several
- *	  tables add up (the tenant tables of context tenancy).  Only "equal"
+ *	  tables add up: the tenant tables of context tenancy, each read once,
+ *	  where a row's values end with its scope (the source's: the text of
+ *	  its tenant column as the stream sends it; the mirror's: the scope of
+ *	  the table holding it), so a row in another tenant's table differs.
+ *	  A source column of a domain is rendered as its base type.  Only "equal"
  *	  or "not equal" leaves this file: a digest of a small key space could
  *	  confirm a guessed key, so it is never returned, logged or put in an
  *	  error.
  *
  *	  A target another sink writes too: the mirror's rows compared are
  *	  those of the tenants the source's rows have (read in the same
- *	  snapshot, passed to the mirror's statement as a parameter).
+ *	  snapshot, each rendered as its target column holds it, passed to the
+ *	  mirror's statement as a parameter).
  *
  *	  Consistency.  The source is live: its counts and digests are read in
  *	  ONE REPEATABLE READ READ ONLY transaction of a probe connection whose
@@ -48,7 +53,8 @@
  *	  the same keys, other values); not_comparable with a
  *	  reason code: verify_append_log (an append log is a change log, not
  *	  the table's state), verify_tenant_scopes_unknown (context tenancy
- *	  without a tenant_scope_function: the tenant tables are unknown; a
+ *	  without a tenant_scope_function: the tenant tables are unknown; or
+ *	  with a tenant_function: a row's scope is unknown to the source; a
  *	  target another sink writes too, without a tenant column), the
  *	  scope function's own failures (snapshot_scope_incomplete,
  *	  tenant_scope_missing, tenant_scope_invalid), destination_table_missing,
@@ -80,6 +86,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -129,6 +136,12 @@ typedef struct VerifyTable
 	char	   *tenant_target;	/* tenant column on either side, and the */
 	char	   *tenants;		/* source's tenants (text[] text): the mirror
 								 * rows compared are theirs */
+	char	   *tenant_cast;	/* as key_casts, for tenant_target */
+	Oid			tenant_type;	/* as key_types, for tenant_target */
+	bool		tenant_shown;	/* as key_shown, for tenant_source */
+	char	   *scope_source;	/* context tenancy: the source column whose
+								 * text is a row's scope (its tenant) */
+	List	   *scopes;			/* char *: the scope of each mirror table */
 
 	bool		have_source;
 	bool		source_unfit;	/* a source value its target cannot hold */
@@ -343,6 +356,18 @@ shown_by_output(Oid source_type, Oid target_type)
 	}
 }
 
+/*
+ * A source column's type for shown_by_output: its base type, through
+ * domains (a domain's output function is its base type's), as the
+ * source's catalog says -- the source's OID of a domain means nothing
+ * here, a built-in base type's is the same on both servers.
+ */
+static Oid
+source_base_type(AshSourceColumn *c)
+{
+	return c->base_type_oid != 0 ? c->base_type_oid : c->type_oid;
+}
+
 /* What a mapping compares, as far as the destination knows it. */
 static void
 plan_table(Verify *v, VerifyTable *t)
@@ -370,6 +395,21 @@ plan_table(Verify *v, VerifyTable *t)
 		not_comparable(t, "verify_tenant_scopes_unknown");
 		return;
 	}
+	if (is_context(m))
+	{
+		/*
+		 * Which scope's table a row belongs in is part of what is compared:
+		 * a row in another tenant's table is a difference.  A
+		 * tenant_function decides it here, from the row: the source cannot
+		 * say it, and summing the tables would hide a misplaced row.
+		 */
+		if (m->tenant_column == NULL)
+		{
+			not_comparable(t, "verify_tenant_scopes_unknown");
+			return;
+		}
+		t->scope_source = m->tenant_column;
+	}
 	if (m->shared_target && !is_context(m))
 	{
 		/*
@@ -387,6 +427,18 @@ plan_table(Verify *v, VerifyTable *t)
 	}
 
 	rel = table_open(m->target_relid, AccessShareLock);
+	if (t->tenant_target != NULL)
+	{
+		AttrNumber	attnum = get_attnum(m->target_relid, t->tenant_target);
+
+		if (attnum == InvalidAttrNumber)
+		{
+			table_close(rel, AccessShareLock);
+			not_comparable(t, "config_invalid");
+			return;
+		}
+		t->tenant_cast = target_cast(rel, attnum, &t->tenant_type);
+	}
 	if (is_scd2(m))
 	{
 		/* the open versions, by business key */
@@ -515,9 +567,37 @@ resolve_source_values(VerifyTable *t, AshSourceRel *r)
 		t->val_casts = lappend(t->val_casts, target_cast(rel, attnum, &base));
 		t->val_types = lappend_oid(t->val_types, base);
 		t->val_shown = lappend_int(t->val_shown,
-								   shown_by_output(r->desc.cols[i].type_oid, base));
+								   shown_by_output(source_base_type(&r->desc.cols[i]), base));
 	}
 	relation_close(rel, AccessShareLock);
+}
+
+/*
+ * The source's tenant columns: a shared target's (rendered as its target
+ * column holds it) and context tenancy's scope column (its text as the
+ * stream sends it, the output function's: that text names the scope).
+ */
+static void
+resolve_source_tenant(VerifyTable *t, AshSourceRel *r)
+{
+	bool		found_tenant = t->tenant_source == NULL;
+	bool		found_scope = t->scope_source == NULL;
+
+	for (int i = 0; i < r->desc.natts; i++)
+	{
+		const char *name = r->desc.cols[i].name;
+
+		if (t->tenant_source != NULL && strcmp(name, t->tenant_source) == 0)
+		{
+			found_tenant = true;
+			t->tenant_shown = shown_by_output(source_base_type(&r->desc.cols[i]),
+											  t->tenant_type);
+		}
+		if (t->scope_source != NULL && strcmp(name, t->scope_source) == 0)
+			found_scope = true;
+	}
+	if (!found_tenant || !found_scope)
+		not_comparable(t, "source_column_missing");
 }
 
 /* The source columns feeding the key, now that the source table is known. */
@@ -553,7 +633,7 @@ resolve_source_keys(VerifyTable *t, AshSourceRel *r)
 				return;
 			}
 			t->key_shown = lappend_int(t->key_shown,
-									   shown_by_output(r->desc.cols[found].type_oid,
+									   shown_by_output(source_base_type(&r->desc.cols[found]),
 													   list_nth_oid(t->key_types,
 																	foreach_current_index(lc))));
 		}
@@ -572,7 +652,7 @@ resolve_source_keys(VerifyTable *t, AshSourceRel *r)
 			if (written != NULL && strcmp(written, tgt) == 0)
 			{
 				src = r->desc.cols[i].name;
-				src_type = r->desc.cols[i].type_oid;
+				src_type = source_base_type(&r->desc.cols[i]);
 			}
 		}
 		if (src == NULL)
@@ -673,21 +753,38 @@ text_exprs(Verify *v, List *cols, List *casts, List *shown)
 	return exprs;
 }
 
+/*
+ * The row digest of context tenancy ends with each row's scope: here the
+ * text of its tenant column as the stream sends it (the output function's,
+ * no cast: the apply names the tenant's schema with it), on the mirror the
+ * scope of the table that holds the row.
+ */
 static char *
 source_query(Verify *v, VerifyTable *t)
 {
+	List	   *vals = text_exprs(v, t->val_sources, t->val_casts, t->val_shown);
+
+	if (t->scope_source != NULL)
+		vals = list_concat(vals, text_exprs(v, list_make1(t->scope_source), list_make1(NULL),
+											list_make1_int(1)));
 	return digest_query(text_exprs(v, t->key_sources, t->key_casts, t->key_shown),
-						text_exprs(v, t->val_sources, t->val_casts, t->val_shown),
-						source_from(v, t), NULL);
+						vals, source_from(v, t), NULL);
 }
 
-/* The tenants of the source's rows, as the text of a text[]. */
+/*
+ * The tenants of the source's rows, as the text of a text[]: each rendered
+ * as its target column holds it (as a key is), which the mirror's rows are
+ * filtered by.
+ */
 static char *
 source_tenants_query(Verify *v, VerifyTable *t)
 {
-	return psprintf("SELECT COALESCE(pg_catalog.array_agg(DISTINCT (%s)::pg_catalog.text),"
-					" '{}')::pg_catalog.text FROM %s",
-					ash_conn_quote_ident(v->conn, t->tenant_source), source_from(v, t));
+	char	   *tenant = linitial(text_exprs(v, list_make1(t->tenant_source),
+											 list_make1(t->tenant_cast),
+											 list_make1_int(t->tenant_shown)));
+
+	return psprintf("SELECT COALESCE(pg_catalog.array_agg(DISTINCT %s),"
+					" '{}')::pg_catalog.text FROM %s", tenant, source_from(v, t));
 }
 
 static void
@@ -865,6 +962,8 @@ source_work(Verify *v)
 			resolve_source_keys(t, lfirst(rc));
 		if (comparable(t))
 			resolve_source_values(t, lfirst(rc));
+		if (comparable(t))
+			resolve_source_tenant(t, lfirst(rc));
 	}
 	read_source(v);
 }
@@ -991,7 +1090,8 @@ wait_for_mirror(Verify *v)
 
 /*
  * The tables of a context mapping: one per scope its tenant_scope_function
- * returns, resolved as the snapshot's retirement resolves them
+ * returns, each once, their scopes in t->scopes, resolved as the
+ * snapshot's retirement resolves them
  * (provenance.c), with the function run as the sink owner in a
  * subtransaction, under row_security off as in the worker (a policy must
  * not hide a scope from the comparison: what it would filter fails).  NIL,
@@ -1021,13 +1121,16 @@ scope_tables(Verify *v, VerifyTable *t)
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "ash_replicant: SPI_connect failed");
 		{
-			List	   *found = ash_provenance_tables(t->m, v->cfg->owner);
+			List	   *scopes;
+			List	   *found = ash_provenance_scope_tables(t->m, v->cfg->owner, &scopes);
 			MemoryContext spi = MemoryContextSwitchTo(cxt);
 			ListCell   *lc;
 
 			/* made in SPI's memory, which SPI_finish frees */
 			foreach(lc, found)
 				tables = lappend(tables, pstrdup(lfirst(lc)));
+			foreach(lc, scopes)
+				t->scopes = lappend(t->scopes, pstrdup(lfirst(lc)));
 			MemoryContextSwitchTo(spi);
 		}
 		SPI_finish();
@@ -1044,6 +1147,7 @@ scope_tables(Verify *v, VerifyTable *t)
 		SetUserIdAndSecContext(save_userid, save_sec);
 		ash_pending_halt = NULL;
 		tables = NIL;
+		t->scopes = NIL;
 		not_comparable(t, ash_reason_class(reason) != ASH_REASON_UNKNOWN ?
 					   reason : "snapshot_scope_incomplete");
 	}
@@ -1053,9 +1157,25 @@ scope_tables(Verify *v, VerifyTable *t)
 	return tables;
 }
 
+/* The scopes as a text[], element i the scope of table i. */
+static Datum
+scopes_array(List *scopes)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(list_length(scopes), 1));
+	ListCell   *lc;
+
+	foreach(lc, scopes)
+		elems[foreach_current_index(lc)] = CStringGetTextDatum(lfirst(lc));
+	return PointerGetDatum(construct_array(elems, list_length(scopes), TEXTOID, -1, false,
+										   TYPALIGN_INT));
+}
+
 /*
  * Count and digest the mirror rows of one mapping (every tenant table of
- * a context mapping), with the text of keys made as on the source.
+ * a context mapping, each row's digest ending with the scope of its table,
+ * as the source's ends with its tenant), with the text of keys made as on
+ * the source.  The source's tenants and the scopes are parameters, never
+ * text of the statement.
  */
 static void
 read_mirror(Verify *v, VerifyTable *t)
@@ -1068,8 +1188,9 @@ read_mirror(Verify *v, VerifyTable *t)
 	int			nest;
 	bool		isnull;
 	char	   *filter = t->filter;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1];
+	Oid			argtypes[2] = {TEXTOID, TEXTARRAYOID};
+	Datum		args[2];
+	int			nargs = 1;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	tables = is_context(t->m) ? scope_tables(v, t) : list_make1(t->target);
@@ -1091,8 +1212,16 @@ read_mirror(Verify *v, VerifyTable *t)
 						   " COALESCE(pg_catalog.sum(r::numeric), 0)::pg_catalog.text"
 						   " FROM (");
 	foreach(lc, tables)
+	{
+		List	   *row = vals;
+
+		/* $2[i]: the scope of the i-th table */
+		if (t->scope_source != NULL)
+			row = lappend(list_copy(vals),
+						  psprintf("($2::pg_catalog.text[])[%d]", foreach_current_index(lc) + 1));
 		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? " UNION ALL " : "",
-						 digest_query(exprs, vals, lfirst(lc), filter));
+						 digest_query(exprs, row, lfirst(lc), filter));
+	}
 	if (tables == NIL)
 		appendStringInfoString(&sql, "SELECT '0'::pg_catalog.text, '0'::pg_catalog.text, '0'::pg_catalog.text");
 	appendStringInfoString(&sql, ") AS x (n, d, r)");
@@ -1105,8 +1234,10 @@ read_mirror(Verify *v, VerifyTable *t)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
 	/* a fresh snapshot: the mirror as it is after the wait */
-	args[0] = t->tenants != NULL ? CStringGetTextDatum(t->tenants) : (Datum) 0;
-	if (SPI_execute_with_args(sql.data, t->tenant_target != NULL ? 1 : 0, argtypes, args, NULL,
+	args[0] = t->tenants != NULL ? CStringGetTextDatum(t->tenants) : CStringGetTextDatum("{}");
+	if (t->scope_source != NULL)
+		args[nargs++] = scopes_array(t->scopes);
+	if (SPI_execute_with_args(sql.data, nargs, argtypes, args, NULL,
 							  false, 0) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "ash_replicant: reading the mirror failed");
 	{

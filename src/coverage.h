@@ -90,6 +90,9 @@ typedef struct AshSourceColumn
 {
 	char	   *name;
 	uint32		type_oid;		/* the SOURCE's type OID */
+	uint32		base_type_oid;	/* its base type's (through domains), as
+								 * the source's catalog says; 0: not known
+								 * (a Relation message) */
 	char	   *type_name;		/* pg_type.typname at the source; for a
 								 * domain the base type's name, as pgoutput's
 								 * Type message carries it */

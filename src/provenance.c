@@ -1377,14 +1377,20 @@ scope_tenants(AshMapping *m, Oid owner)
  * The tables a provenance mapping writes: its target, or under context
  * tenancy the table of every tenant scope tenant_scope_function returns
  * (a NULL or blank scope: snapshot_scope_incomplete; a scope without its
- * table: tenant_scope_missing).
+ * table: tenant_scope_missing), each once: a scope returned twice names
+ * one table, which every caller reads or writes once.  *scopes, when not
+ * NULL: the scope (tenant) of each table, as the function returned it, or
+ * NIL for a mapping without context tenancy.
  */
 List *
-ash_provenance_tables(AshMapping *m, Oid owner)
+ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes)
 {
 	List	   *tables = NIL;
+	List	   *relids = NIL;
 	ListCell   *lc;
 
+	if (scopes != NULL)
+		*scopes = NIL;
 	if (!is_context(m))
 		return list_make1(qualified_name(m->target_relid));
 	foreach(lc, scope_tenants(m, owner))
@@ -1401,9 +1407,21 @@ ash_provenance_tables(AshMapping *m, Oid owner)
 		if (!OidIsValid(relid))
 			ash_halt("tenant_scope_missing", "a tenant scope of %s has no table",
 					 qualified_name(m->target_relid));
+		if (list_member_oid(relids, relid))
+			continue;
+		relids = lappend_oid(relids, relid);
 		tables = lappend(tables, qualified_name(relid));
+		if (scopes != NULL)
+			*scopes = lappend(*scopes, tenant);
 	}
+	list_free(relids);
 	return tables;
+}
+
+List *
+ash_provenance_tables(AshMapping *m, Oid owner)
+{
+	return ash_provenance_scope_tables(m, owner, NULL);
 }
 
 void

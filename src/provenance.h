@@ -82,12 +82,19 @@ extern void ash_provenance_discard(void);
 /*
  * The tables m writes, quoted and schema-qualified for SQL: its target, or
  * under context tenancy the table of every scope its tenant_scope_function
- * returns (snapshot_scope_incomplete when the function is missing, raises
- * or returns a NULL or blank scope; tenant_scope_missing for a scope
- * without its table).  Runs the function as owner, restricted
+ * returns, each once (snapshot_scope_incomplete when the function is
+ * missing, raises or returns a NULL or blank scope; tenant_scope_missing
+ * for a scope without its table).  Runs the function as owner, restricted
  * (owner_scope.c).
  */
 extern List *ash_provenance_tables(AshMapping *m, Oid owner);
+
+/*
+ * The same tables, each once (a scope returned twice names one table), and
+ * in *scopes the scope (tenant) of each as the function returned it, NIL
+ * without context tenancy.
+ */
+extern List *ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes);
 
 /*
  * Halt keyring_version_missing when a fingerprint in a target of m names a

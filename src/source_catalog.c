@@ -87,7 +87,8 @@ ASH_SQL_IN_REPLICA_IDENTITY "," \
 "  pg_catalog.format_type(a.atttypid, a.atttypmod)," \
 "  a.attlen = -1 AND a.attstorage <> 'p'," \
 UNIQUE_IN_SQL("(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1]", "i.indnkeyatts") "," \
-SHAPE_SQL("bt") \
+SHAPE_SQL("bt") "," \
+"  COALESCE(bt.oid, a.atttypid)::pg_catalog.int8" \
 " FROM pg_catalog.pg_class c" \
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" \
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0" \
@@ -109,7 +110,8 @@ static const char *describe_sql_pre12 =
 "  true, c.relkind, a.atttypmod, pg_catalog.format_type(a.atttypid, a.atttypmod),"
 "  a.attlen = -1 AND a.attstorage <> 'p',"
 UNIQUE_IN_SQL("i.indkey", "i.indnatts") ","
-SHAPE_SQL("t")
+SHAPE_SQL("t") ","
+"  COALESCE(NULLIF(t.typbasetype, 0), a.atttypid)::pg_catalog.int8"
 " FROM pg_catalog.pg_class c"
 " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
 " LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
@@ -503,6 +505,8 @@ ash_source_describe_tables(AshConn *conn, List *rels)
 			c->toastable = strcmp(PQgetvalue(res, i, 10), "t") == 0;
 			c->unique_in = PQgetisnull(res, i, 11) ? NULL : pstrdup(PQgetvalue(res, i, 11));
 			c->type_shape = PQgetisnull(res, i, 12) ? NULL : pstrdup(PQgetvalue(res, i, 12));
+			c->base_type_oid = PQgetisnull(res, i, 13) ? c->type_oid :
+				(uint32) strtoul(PQgetvalue(res, i, 13), NULL, 10);
 		}
 		PQclear(res);
 		if (withheld.len > 0)

@@ -44,7 +44,8 @@
  * SQL fragments shared by the describing probes (aliases c: pg_class, a:
  * pg_attribute): whether a column is in the replica identity as pgoutput
  * marks it, and the base type of a column (through domains) as bt with
- * typname and typnamespace, the name pgoutput's Type message carries.
+ * its oid, typname and typnamespace, the name pgoutput's Type message
+ * carries.
  */
 #define ASH_SQL_IN_REPLICA_IDENTITY \
 "  CASE c.relreplident WHEN 'f' THEN true" \
@@ -61,7 +62,7 @@
 "    UNION ALL" \
 "    SELECT t.oid, t.typname, t.typnamespace, t.typtype, t.typbasetype, t.typrelid, t.typelem" \
 "      FROM pg_catalog.pg_type t, b WHERE b.typtype = 'd' AND t.oid = b.typbasetype)" \
-"   SELECT typname, typnamespace, typrelid, typelem FROM b WHERE typtype <> 'd') bt ON true"
+"   SELECT oid, typname, typnamespace, typrelid, typelem FROM b WHERE typtype <> 'd') bt ON true"
 
 /* The decoder's table-set setting (as configured; never logged). */
 typedef struct AshTableSetSpec

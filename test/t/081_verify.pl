@@ -17,8 +17,9 @@
 #     value under the same keys (a plain table, an SCD2 open version, a
 #     tenant's table): verify_values_differ, put back: match; an SCD2
 #     open version closed on the mirror: verify_rows_differ; a row moved
-#     from one tenant table to another still counts; a row missing from
-#     one tenant's table: verify_rows_differ; repaired: match
+#     from one tenant table to another: verify_values_differ (test 163); a
+#     row missing from one tenant's table: verify_rows_differ; repaired:
+#     match
 #   - refusals: unknown sink, NULL sink, a REPEATABLE READ caller, a mirror
 #     held back by a lock (verify_timeout), a stopped pipeline
 #     (verify_pipeline_not_running): ctl exit 3; a role without
@@ -191,12 +192,14 @@ $dst->safe_psql('postgres', "UPDATE hist SET valid_to_lsn = valid_from_lsn + 1 W
 $v = verify($sink);
 is($v->{hist}, 'mismatch/verify_rows_differ/45/44', 'SCD2: an open version closed on the mirror is missing');
 
-# tenant tables: a row in the other tenant's table still counts (the key set
-# is the union of the scopes); a row missing from one does not
+# tenant tables: a row in the other tenant's table is in the wrong scope;
+# a row missing from one is missing
 $dst->safe_psql('postgres', q{SET session_replication_role = replica;
 WITH m AS (DELETE FROM pa.orgdocs WHERE id = 3 RETURNING *) INSERT INTO pb.orgdocs SELECT * FROM m});
 $v = verify($sink);
-is($v->{orgdocs}, 'match/-/90/90', 'context tenancy: the scopes are summed, whichever holds a key');
+is($v->{orgdocs}, 'mismatch/verify_values_differ/90/90', 'context tenancy: a row in another tenant\'s table');
+$dst->safe_psql('postgres', q{SET session_replication_role = replica;
+WITH m AS (DELETE FROM pb.orgdocs WHERE id = 3 RETURNING *) INSERT INTO pa.orgdocs SELECT * FROM m});
 $dst->safe_psql('postgres', 'SET session_replication_role = replica; DELETE FROM pb.orgdocs WHERE id = 4');
 $v = verify($sink);
 is($v->{orgdocs}, 'mismatch/verify_rows_differ/90/89', 'context tenancy: a row missing from a tenant table');
