@@ -109,6 +109,15 @@ ash_launcher_register(void)
 {
 	BackgroundWorker worker;
 
+	/*
+	 * Nothing runs inside pg_upgrade's own server starts: a pipeline would
+	 * apply and acknowledge there with transaction ids the new cluster does
+	 * not have yet, and a launcher connected to a database would keep
+	 * pg_upgrade from recreating it.
+	 */
+	if (IsBinaryUpgrade)
+		return;
+
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
