@@ -32,7 +32,21 @@
  *	  target's input function either way).  Under REPLICA IDENTITY FULL
  *	  pglogical marks no key column and sends the whole old row as 'K';
  *	  the completed relation marks every column, as pgoutput does, and the
- *	  old row is relabelled 'O'.  A relation no mapping names is passed on
+ *	  old row is relabelled 'O'.
+ *
+ *	  Withheld changes.  Under REPLICA IDENTITY NOTHING (or no key)
+ *	  pglogical drops a DELETE, which has no old row, and sends an UPDATE
+ *	  with its new row only; its Relation message marks no key column then,
+ *	  as under FULL, so the description cannot tell.  The stream can:
+ *	  pglogical sends a Relation message right before a change of its
+ *	  table, so one of a mapped table followed by anything else preceded a
+ *	  dropped DELETE; and under FULL every UPDATE carries its old row, so
+ *	  one without it, of a table described with no key column, was made
+ *	  without an identity.  Both halt source_replica_identity before the
+ *	  transaction is applied (skipped whole at or below the watermark): the
+ *	  change is gone from the source for good (docs/pglogical.md).
+ *
+ *	  A relation no mapping names is passed on
  *	  as the stream described it: apply ignores an ignored table's changes
  *	  and halts source_table_unmapped on any other, as for pgoutput, and
  *	  neither needs its types (nor a table dropped since to still exist).
@@ -81,11 +95,18 @@ static AshConn *pgl_probe = NULL;
 static char *pgl_set_names;		/* comma-separated quoted identifiers */
 static XLogRecPtr pgl_final_lsn = InvalidXLogRecPtr;
 
-/* the relations completed this session: id, replica identity, names */
+/*
+ * The relations completed this session: id, replica identity, names;
+ * whether a mapping names it, and whether the stream's last Relation
+ * message of it marked no key column (REPLICA IDENTITY FULL, NOTHING, or
+ * no key: see the file header).
+ */
 typedef struct PglRel
 {
 	uint32		relid;
 	char		replident;
+	bool		mapped;
+	bool		keyless;
 	char	   *nspname;
 	char	   *relname;
 } PglRel;
@@ -93,6 +114,13 @@ typedef struct PglRel
 static PglRel *pgl_rels;
 static int	pgl_nrels;
 static int	pgl_maxrels;
+
+/*
+ * A mapped relation the stream just described: pglogical sends a Relation
+ * message right before a change of it, so the next message must be one;
+ * 0: none pending.
+ */
+static uint32 pgl_described = 0;
 
 /*
  * Ids for relations known by name only (a queued TRUNCATE of a table no
@@ -123,6 +151,7 @@ ash_pglogical_session_begin(AshPipelineConfig *cfg)
 	pgl_state.expected_encoding = GetDatabaseEncodingName();
 	pgl_cfg = cfg;
 	pgl_final_lsn = InvalidXLogRecPtr;
+	pgl_described = 0;
 	pgl_nrels = 0;
 	pgl_next_synthetic = PG_UINT32_MAX;
 	pgl_maxrels = 16;
@@ -188,8 +217,8 @@ replident_of(uint32 relid)
 	return r ? r->replident : 0;
 }
 
-static void
-remember(const AshRelation *rel)
+static PglRel *
+remember(const AshRelation *rel, bool mapped, bool keyless)
 {
 	PglRel	   *r = rel_by_id(rel->relid);
 
@@ -209,8 +238,11 @@ remember(const AshRelation *rel)
 		pfree(r->relname);
 	}
 	r->replident = rel->replident;
+	r->mapped = mapped;
+	r->keyless = keyless;
 	r->nspname = MemoryContextStrdup(pgl_cxt, rel->nspname);
 	r->relname = MemoryContextStrdup(pgl_cxt, rel->relname);
+	return r;
 }
 
 /* The session's catalog connection, to the configured source only. */
@@ -238,12 +270,13 @@ complete_relation(AshRelation *rel)
 {
 	AshSourceRel *r = palloc0(sizeof(AshSourceRel));
 	const char *qname = quote_qualified_identifier(rel->nspname, rel->relname);
+	bool		keyless = true;
 
 	/* apply ignores it or halts source_table_unmapped: no types needed */
 	if (!ash_coverage_is_mapped(pgl_cfg->mappings, rel->nspname, rel->relname))
 	{
 		rel->replident = 'd';
-		remember(rel);
+		remember(rel, false, false);
 		return;
 	}
 	r->name.nspname = rel->nspname;
@@ -267,6 +300,7 @@ complete_relation(AshRelation *rel)
 					 "table %s column %s: the source's catalog gives no type for it",
 					 qname, quote_identifier(c->name));
 		key = rel->replident == 'f' ? false : sc->in_identity;
+		keyless &= !c->is_key;
 		if (key != c->is_key)
 			ash_halt("source_replica_identity",
 					 "table %s: the replica identity changed while its changes were in flight",
@@ -278,7 +312,8 @@ complete_relation(AshRelation *rel)
 		if (c->type_oid >= FirstGenbkiObjectId && sc->type_name != NULL)
 			ash_relmap_update_type(c->type_oid, "", sc->type_name);
 	}
-	remember(rel);
+	remember(rel, true, keyless);
+	pgl_described = rel->relid;
 }
 
 /*
@@ -320,7 +355,7 @@ truncated_relid(const char *nspname, const char *relname)
 		rel->replident = 'd';
 		rel->natts = 0;
 		rel->cols = palloc0(sizeof(AshRelColumn));
-		remember(rel);
+		remember(rel, false, false);
 		ash_apply_change(&c);
 		return oid;
 	}
@@ -371,17 +406,63 @@ truncated_relid(const char *nspname, const char *relname)
 		if (sc->type_oid >= FirstGenbkiObjectId && sc->type_name != NULL)
 			ash_relmap_update_type(sc->type_oid, "", sc->type_name);
 	}
-	remember(rel);
+	remember(rel, true, false);
 	ash_apply_change(&c);
 	return oid;
+}
+
+/* A transaction apply skips whole: at or below the watermark */
+static bool
+skipped_whole(void)
+{
+	return !XLogRecPtrIsInvalid(pgl_final_lsn) && pgl_final_lsn <= ash_apply_watermark();
+}
+
+/*
+ * What pglogical withholds of a table without a replica identity (see the
+ * file header): a Relation message of a mapped table not followed by a
+ * change of it (the delete it preceded was dropped), or an update without
+ * its old row of a table described with no key column.
+ */
+static void
+judge_withheld(const AshChange *change)
+{
+	uint32		described = pgl_described;
+	uint32		relid = 0;
+	PglRel	   *r;
+
+	pgl_described = 0;
+	if (change->kind == ASH_CHANGE_INSERT)
+		relid = change->u.insert.relid;
+	else if (change->kind == ASH_CHANGE_UPDATE)
+		relid = change->u.update.relid;
+	else if (change->kind == ASH_CHANGE_DELETE)
+		relid = change->u.delete.relid;
+	if (skipped_whole())
+		return;
+	if (described != 0 && relid != described)
+	{
+		r = rel_by_id(described);
+		ash_halt("source_replica_identity",
+				 "table %s: a delete pglogical did not send (made without a replica identity, it has no old row)",
+				 quote_qualified_identifier(r->nspname, r->relname));
+	}
+	if (relid != 0 && change->kind == ASH_CHANGE_UPDATE && change->u.update.oldkind == 0 &&
+		(r = rel_by_id(relid)) != NULL && r->mapped && r->keyless)
+		ash_halt("source_replica_identity",
+				 "table %s: an update sent without its old row (made without a replica identity): its old key, and the deletes of that time, are lost",
+				 quote_qualified_identifier(r->nspname, r->relname));
 }
 
 bool
 ash_pglogical_decode(const char *data, int len, AshChange *change)
 {
 	const char *err = NULL;
+	AshPglogicalResult res = ash_decode_pglogical(&pgl_state, data, len, change, &err);
 
-	switch (ash_decode_pglogical(&pgl_state, data, len, change, &err))
+	if (res != ASH_PGL_ERROR)
+		judge_withheld(change);
+	switch (res)
 	{
 		case ASH_PGL_ERROR:
 			ash_halt("protocol_violation", "undecodable pglogical message: %s", err);
@@ -393,8 +474,7 @@ ash_pglogical_decode(const char *data, int len, AshChange *change)
 				char	   *relname = pgl_state.truncated_relname;
 
 				/* a transaction the watermark covers is skipped whole */
-				if (!XLogRecPtrIsInvalid(pgl_final_lsn) &&
-					pgl_final_lsn <= ash_apply_watermark())
+				if (skipped_whole())
 					return false;
 				memset(change, 0, sizeof(*change));
 				change->kind = ASH_CHANGE_TRUNCATE;
