@@ -1461,10 +1461,12 @@ typedef struct DecoderState
 /*
  * The names the publication records hold the mapped tables' OIDs under,
  * for the stream's first descriptions of them (pgoutput and pglogical
- * describe a table by its OID; wal2json by its name only).
+ * describe a table by its OID; wal2json by its name only); under
+ * pglogical, whose Relation message carries no types, the columns' types
+ * they hold too.
  */
 static void
-note_recorded_names(AshCheckpointKey *ckey)
+note_recorded_names(AshCheckpointKey *ckey, bool is_pglogical)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "ash_replicant records",
 											  ALLOCSET_SMALL_SIZES);
@@ -1476,6 +1478,8 @@ note_recorded_names(AshCheckpointKey *ckey)
 		AshRecordedTable *t = lfirst(lc);
 
 		ash_relmap_note_recorded(t->oid, t->nspname, t->relname, t->read_at);
+		if (is_pglogical)
+			ash_pglogical_note_recorded(t->oid, t->published);
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
@@ -2220,7 +2224,7 @@ run_session(void)
 	step = STEP_COVERAGE;
 	ash_census_record_publication(cfg, ckey);
 	if (!is_wal2json && ash_publication_watched(cfg))
-		note_recorded_names(ckey);
+		note_recorded_names(ckey, is_pglogical);
 
 	/* wal2json: the relations its changes refer to, before the first one */
 	if (is_wal2json)

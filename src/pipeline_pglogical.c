@@ -29,7 +29,11 @@
  *	  differs source_replica_identity, a table gone decoder_table_missing.
  *	  The catalog is read as it is now, not as of the change: a type
  *	  changed since is judged by coverage (the text is parsed with the
- *	  target's input function either way).  Under REPLICA IDENTITY FULL
+ *	  target's input function either way), and against the table's
+ *	  publication record (loaded at the start): a column retyped since in a
+ *	  way that rewrote its rows halts source_type_invalid, as pgoutput's
+ *	  next Relation message would (a session's first description has no
+ *	  earlier one to compare).  Under REPLICA IDENTITY FULL
  *	  pglogical marks no key column and sends the whole old row as 'K';
  *	  the completed relation marks every column, as pgoutput does, and the
  *	  old row is relabelled 'O'.
@@ -122,6 +126,15 @@ static int	pgl_maxrels;
  */
 static uint32 pgl_described = 0;
 
+/* The publication records of the mapped tables (by source OID) */
+typedef struct PglRecord
+{
+	uint32		relid;
+	char	   *published;
+} PglRecord;
+
+static List *pgl_records = NIL;
+
 /*
  * Ids for relations known by name only (a queued TRUNCATE of a table no
  * mapping names, not described this session), counted down from the top
@@ -152,6 +165,7 @@ ash_pglogical_session_begin(AshPipelineConfig *cfg)
 	pgl_cfg = cfg;
 	pgl_final_lsn = InvalidXLogRecPtr;
 	pgl_described = 0;
+	pgl_records = NIL;
 	pgl_nrels = 0;
 	pgl_next_synthetic = PG_UINT32_MAX;
 	pgl_maxrels = 16;
@@ -178,6 +192,18 @@ ash_pglogical_session_begin(AshPipelineConfig *cfg)
 	MemoryContextSwitchTo(old);
 	if (pgl_set_names == NULL)
 		ash_halt("config_invalid", "decoder pglogical requires replication_sets");
+}
+
+void
+ash_pglogical_note_recorded(uint32 relid, const char *published)
+{
+	PglRecord  *r = MemoryContextAlloc(pgl_cxt, sizeof(PglRecord));
+	MemoryContext old = MemoryContextSwitchTo(pgl_cxt);
+
+	r->relid = relid;
+	r->published = pstrdup(published);
+	pgl_records = lappend(pgl_records, r);
+	MemoryContextSwitchTo(old);
 }
 
 char *
@@ -264,6 +290,33 @@ probe(void)
 	return pgl_probe;
 }
 
+/*
+ * The catalog's types now, which complete a Relation message, may be newer
+ * than the change it describes: a mapped column retyped since the table's
+ * publication record was read (at the start, or by the census) in a way
+ * that rewrote its rows at the source halts source_type_invalid, as
+ * pgoutput's next Relation message does (and the census would): whether
+ * the change came before the retype or after, its values are not the
+ * mirror's.  An acknowledged gap's records are read anew.
+ */
+static void
+judge_recorded_types(const AshRelation *rel, const char *qname)
+{
+	ListCell   *lc;
+
+	foreach(lc, pgl_records)
+	{
+		PglRecord  *r = lfirst(lc);
+
+		if (r->relid == rel->relid &&
+			ash_source_retyped_since(probe(), rel->relid, r->published,
+									 ash_config_find_mapping(pgl_cfg, rel->nspname, rel->relname)))
+			ash_halt("source_type_invalid",
+					 "table %s: mapped columns were retyped since the pipeline recorded them, which rewrote their rows at the source",
+					 qname);
+	}
+}
+
 /* Types and replica identity of a described relation, from the catalog. */
 static void
 complete_relation(AshRelation *rel)
@@ -285,6 +338,7 @@ complete_relation(AshRelation *rel)
 	ash_source_describe_tables(probe(), list_make1(r));
 	if (!r->exists)
 		ash_halt("decoder_table_missing", "table %s is not in the source's catalog", qname);
+	judge_recorded_types(rel, qname);
 	rel->replident = r->desc.replident;
 	for (int i = 0; i < rel->natts; i++)
 	{

@@ -19,6 +19,14 @@
  */
 extern void ash_pglogical_session_begin(AshPipelineConfig *cfg);
 
+/*
+ * The publication record of a mapped table (its source OID; published: its
+ * tokens, source_catalog.h), loaded at the start after the session began:
+ * each description of the table is judged against the column types it
+ * holds (docs/pglogical.md).
+ */
+extern void ash_pglogical_note_recorded(uint32 relid, const char *published);
+
 /* The START_REPLICATION options the session sends (text transfer only). */
 extern char *ash_pglogical_plugin_options(AshConn *conn);
 

@@ -297,6 +297,7 @@ ash_publication_identities(AshCheckpointKey *key)
 		t->oid = oid;
 		t->nspname = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 1));
 		t->relname = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 2));
+		t->published = MemoryContextStrdup(cxt, published);
 		t->read_at = DatumGetLSN(DirectFunctionCall1(pg_lsn_in,
 													 CStringGetDatum(SPI_getvalue(tup, desc, 4))));
 		MemoryContextSwitchTo(cxt);

@@ -64,6 +64,7 @@ typedef struct AshRecordedTable
 	char	   *nspname;
 	char	   *relname;
 	XLogRecPtr	read_at;
+	char	   *published;		/* the record's tokens (source_catalog.h) */
 } AshRecordedTable;
 
 /*

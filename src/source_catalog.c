@@ -1092,6 +1092,42 @@ column_retyped(const char *tok, const char *now, const AshMapping *map)
 	return !ash_coverage_retype_keeps_values(old_type, old_typmod, new_type, new_typmod);
 }
 
+bool
+ash_source_retyped_since(AshConn *conn, uint32 relid, const char *then, const AshMapping *map)
+{
+	char		oid[16];
+	const char *params[1] = {oid};
+	PGresult   *res;
+	char	   *now;
+	char	   *copy;
+	char	   *tok;
+	char	   *save = NULL;
+	bool		retyped = false;
+
+	if (then == NULL || strstr(then, "typ:") == NULL)
+		return false;
+	snprintf(oid, sizeof(oid), "%u", relid);
+	res = ash_conn_exec_params(conn,
+							   "SELECT pg_catalog.string_agg('typ:' || " COLUMN_HEXNAME_SQL
+							   "   || ':' || a.atttypid::pg_catalog.text || '.'"
+							   "   || a.atttypmod::pg_catalog.text, ',')"
+							   "  FROM pg_catalog.pg_attribute a"
+							   " WHERE a.attrelid = $1::pg_catalog.oid AND a.attnum > 0"
+							   "   AND NOT a.attisdropped",
+							   1, params, true);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		ash_conn_report_result(res, "probe");
+	now = pstrdup(PQgetisnull(res, 0, 0) ? "" : PQgetvalue(res, 0, 0));
+	PQclear(res);
+	copy = pstrdup(then);
+	for (tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
+		if (strncmp(tok, "typ:", 4) == 0)
+			retyped |= column_retyped(tok, now, map);
+	pfree(copy);
+	pfree(now);
+	return retyped;
+}
+
 AshTableGap
 ash_source_publication_gap(const char *then, const char *now, const AshMapping *map)
 {

@@ -264,6 +264,16 @@ extern AshTableGap ash_source_publication_gap(const char *then, const char *now,
 											  const AshMapping *map);
 
 /*
+ * Was a column of the source table relid retyped since then (a record's
+ * tokens, as above) in a way that rewrote its rows?  Its "typ:" tokens
+ * judged against the table's columns in the source's catalog now, as
+ * ash_source_publication_gap judges them (map as there).  For pglogical,
+ * whose Relation message carries no types.
+ */
+extern bool ash_source_retyped_since(AshConn *conn, uint32 relid, const char *then,
+									 const AshMapping *map);
+
+/*
  * Every mapping of a sink as stored (ash_mapping_load_sink: *specs,
  * AshMappingSpec *) and the AshMapping equivalent of each (*mappings, same
  * order).  Needs a transaction with an active snapshot.

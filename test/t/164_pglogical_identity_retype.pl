@@ -17,6 +17,10 @@
 #            streaming: halts source_replica_identity; FULL and a restart
 #            (what reasons.md advises) halts again, nothing applied
 #  delete    NOTHING and a lone DELETE while streaming: the same halt
+#  retype    numeric(10,2) retyped to numeric(10,0) (which rounds the rows at
+#            the source) before the table's first change of the session, the
+#            census off: the next change halts source_type_invalid, as under
+#            pgoutput, nothing of it applied
 use strict;
 use warnings;
 use lib 'test/t';
@@ -175,6 +179,28 @@ sub checkpoint_before
 	AshTest::wait_status($dst, $sink, 'misconfigured', 'source_replica_identity', src => $src,
 		name => 'delete: FULL and a restart halt again');
 	is(ids($dst, 'nsd'), '1,2,3,4,5', 'delete: the mirror still as before');
+	AshTest::stop_settled($src, $dst, $sink);
+}
+
+# ---------------------------------------------------------------------------
+# retype: a rewriting retype before the table's first change of the session
+# ---------------------------------------------------------------------------
+{
+	my $sink = table_sink('rt', 'id int PRIMARY KEY, n numeric(10,2)',
+		rows => "INSERT INTO rt VALUES (1, 1.55)");
+	# a new session: the stream has not described rt in it
+	AshTest::stop_settled($src, $dst, $sink);
+	AshTest::start_sink($dst, $sink);
+	running($sink, 'retype: restarted');
+	$src->safe_psql($DB, "ALTER TABLE rt ALTER COLUMN n TYPE numeric(10,0)");
+	my $before = tracked("INSERT INTO rt VALUES (2, 3)");
+	AshTest::wait_status($dst, $sink, 'misconfigured', 'source_type_invalid', src => $src,
+		name => 'retype: the next change halts source_type_invalid');
+	is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM rt"),
+		'1:1.55', 'retype: nothing of the change committed');
+	checkpoint_before($sink, $before, 'retype: the checkpoint not past the change');
+	like(AshTest::halt_line($dst, $sink, 'source_type_invalid'), qr/rt: mapped columns were retyped/,
+		'retype: the halt says why');
 	AshTest::stop_settled($src, $dst, $sink);
 }
 
