@@ -53,6 +53,8 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "replication/syncrep.h"
+#include "replication/walsender_private.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -140,6 +142,8 @@ static XLogRecPtr idle_lsn = InvalidXLogRecPtr;
  * slot never gets past what this database remembers.
  */
 static XLogRecPtr ack_recorded = InvalidXLogRecPtr;
+/* where our record of it ends in our WAL: told once durable (0: before) */
+static XLogRecPtr ack_recorded_local = InvalidXLogRecPtr;
 static TimestampTz last_idle_record = 0;
 #define IDLE_RECORD_MS 1000
 /*
@@ -851,10 +855,36 @@ static uint64 ack_deferred_begins = 0;
 static TimestampTz reply_probe_at = 0;
 static void deferred_ack_sent(void);
 
+/*
+ * How far our commits are durable: flushed here and, where the destination
+ * has synchronous standbys (synchronous_standby_names), flushed by them as
+ * well -- a standby promoted after a failover then holds everything the
+ * source was told, and may forget (docs/operations.md, Moving a
+ * destination).  Our commits do not wait for the standbys (they are
+ * asynchronous): applying goes on, the acknowledgement waits.
+ */
+static XLogRecPtr
+durable_local_end(void)
+{
+	XLogRecPtr	flush = GetFlushRecPtr(NULL);
+	XLogRecPtr	synced = flush;
+
+	LWLockAcquire(SyncRepLock, LW_SHARED);
+#ifdef SYNC_STANDBY_DEFINED
+	/* later minor releases keep flags there */
+	if (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED)
+#else
+	if (WalSndCtl->sync_standbys_defined)
+#endif
+		synced = WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH];
+	LWLockRelease(SyncRepLock);
+	return Min(flush, synced);
+}
+
 static void
 send_feedback(bool force, bool request_reply)
 {
-	XLogRecPtr	local_flush = GetFlushRecPtr(NULL);
+	XLogRecPtr	local_flush = durable_local_end();
 	dlist_mutable_iter iter;
 	XLogRecPtr	flush = flushed_remote;
 	XLogRecPtr	write;
@@ -874,7 +904,7 @@ send_feedback(bool force, bool request_reply)
 	}
 
 	/* nothing in flight: acknowledge the keepalive position, as recorded */
-	if (idle_ackable() && idle_lsn > flush)
+	if (idle_ackable() && idle_lsn > flush && ack_recorded_local <= local_flush)
 		flush = Max(flush, Min(idle_lsn, ack_recorded));
 	flushed_remote = flush;
 
@@ -1884,6 +1914,7 @@ wait_for_stream(TimestampTz now)
 			{
 				ash_checkpoint_record_acknowledged(ckey, idle_lsn);
 				ack_recorded = idle_lsn;
+				ack_recorded_local = XactLastCommitEnd;
 				last_idle_record = now;
 				send_feedback(true, false);
 			}
