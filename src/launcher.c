@@ -258,6 +258,56 @@ read_enabled_pipelines(EnabledPipeline **out)
  * Reconciliation.
  * ---------------------------------------------------------------------
  */
+
+/*
+ * A pipeline that waits for a free worker or slot is retried at every
+ * round (each second or so): a wait is logged when it begins and then once
+ * a minute at most (status says it all along), not at every try.
+ */
+#define WAIT_LOG_INTERVAL_MS 60000
+
+typedef struct WaitLogged
+{
+	char		key[NAMEDATALEN + 2];	/* event letter, sink name */
+	TimestampTz at;
+} WaitLogged;
+
+static HTAB *wait_logged = NULL;
+
+/* The wait (event 'w': a worker, 's': a slot) of sink_name: ended is true */
+static bool
+wait_log_due(char event, const char *sink_name, bool ended)
+{
+	char		key[NAMEDATALEN + 2] = {0};
+	WaitLogged *w;
+	bool		found;
+	TimestampTz now = GetCurrentTimestamp();
+
+	key[0] = event;
+	strlcpy(key + 1, sink_name, NAMEDATALEN);
+	if (ended)
+	{
+		if (wait_logged != NULL)
+			(void) hash_search(wait_logged, key, HASH_REMOVE, NULL);
+		return false;
+	}
+	if (wait_logged == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(key);
+		ctl.entrysize = sizeof(WaitLogged);
+		wait_logged = hash_create("ash_replicant launcher waits logged", 16, &ctl,
+								  HASH_ELEM | HASH_BLOBS);
+	}
+	w = hash_search(wait_logged, key, HASH_ENTER, &found);
+	if (found && !TimestampDifferenceExceeds(w->at, now, WAIT_LOG_INTERVAL_MS))
+		return false;
+	w->at = now;
+	return true;
+}
+
 static bool
 start_worker(int slotno)
 {
@@ -271,12 +321,14 @@ start_worker(int slotno)
 	workers[slotno].handle = NULL;
 	if (!RegisterDynamicBackgroundWorker(&worker, &workers[slotno].handle))
 	{
-		ereport(LOG,
-				(errmsg("ash_replicant event=launcher.worker_register_failed sink=%s reason=worker_processes_exhausted",
-						slot->sink_name),
-				 errhint("Increase max_worker_processes.")));
+		if (wait_log_due('w', slot->sink_name, false))
+			ereport(LOG,
+					(errmsg("ash_replicant event=launcher.worker_register_failed sink=%s reason=worker_processes_exhausted",
+							slot->sink_name),
+					 errhint("Increase max_worker_processes.")));
 		return false;
 	}
+	(void) wait_log_due('w', slot->sink_name, true);
 	workers[slotno].last_start = GetCurrentTimestamp();
 	return true;
 }
@@ -423,12 +475,16 @@ slot_to_start(EnabledPipeline *ep, TimestampTz now)
 		for (int i = 0; i < AshShmem->nslots; i++)
 		{
 			if (!AshShmem->slots[i].in_use)
+			{
+				(void) wait_log_due('s', ep->sink_name, true);
 				return i;
+			}
 		}
-		ereport(LOG,
-				(errmsg("ash_replicant event=launcher.no_free_slot sink=%s reason=pipeline_slots_exhausted",
-						ep->sink_name),
-				 errhint("Increase ash_replicant.max_pipelines.")));
+		if (wait_log_due('s', ep->sink_name, false))
+			ereport(LOG,
+					(errmsg("ash_replicant event=launcher.no_free_slot sink=%s reason=pipeline_slots_exhausted",
+							ep->sink_name),
+					 errhint("Increase ash_replicant.max_pipelines.")));
 		return -1;
 	}
 
