@@ -7,8 +7,10 @@
  * ash_replicant.pipelines_stopped = on (pipelines_stopped_required) and no
  * pipeline or snapshot worker runs on the server (pipeline_running).
  * publication_members.recorded_lsn is dropped: 1.9.0 judges a session's
- * renames by the names the session itself described.  Messages carry
- * counts and reason codes only.
+ * renames by the names the session itself described.  The functions named
+ * by signature are named by OID again (regprocedure); refused
+ * (rollback_state_unrepresentable) while a signature names no function.
+ * Messages carry counts and reason codes only.
  */
 
 \echo Use "ALTER EXTENSION ash_replicant UPDATE TO '1.9.0'" to load this file. \quit
@@ -31,6 +33,21 @@ BEGIN
 	IF n > 0 THEN
 		RAISE EXCEPTION 'ash_replicant: rollback rejected: pipeline_running (% pipeline or snapshot workers run on this server)', n
 			USING ERRCODE = 'object_in_use';
+	END IF;
+
+	-- 1.9.0 names a function by OID: a signature that names none has none
+	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+	SELECT pg_catalog.count(*) INTO n FROM (
+		SELECT f.sig FROM ash_replicant.resources r,
+			LATERAL (VALUES (r.tenant_function), (r.tenant_scope_function)) f(sig)
+		UNION ALL
+		SELECT m.target_function FROM ash_replicant.message_routes m) x
+	 WHERE x.sig IS NOT NULL
+	   AND x.sig !~ '^pg_catalog\."[0-9]+"\(\)$'
+	   AND pg_catalog.to_regprocedure(x.sig) IS NULL;
+	IF n > 0 THEN
+		RAISE EXCEPTION 'ash_replicant: rollback rejected: rollback_state_unrepresentable (1.9.0 cannot represent: % functions named by mappings or message routes that no longer exist; unmap or drop them, or create the functions)', n
+			USING ERRCODE = 'object_not_in_prerequisite_state';
 	END IF;
 END
 $guard$;
@@ -62,3 +79,25 @@ CREATE OR REPLACE VIEW ash_replicant.stat_tables WITH (security_barrier) AS
 			OFFSET 0) g;
 COMMENT ON VIEW ash_replicant.stat_tables
 	IS 'per sink and target table (and per tenant, to roles that may read that tenant''s rows): rows inserted, updated, deleted, truncations, last applied source commit time and its apply lag; no row value';
+
+-- functions by OID again (regprocedure), as 1.9.0 names them; the path is
+-- pinned for the rest of this script
+SET LOCAL search_path = pg_catalog, pg_temp;
+
+COMMENT ON COLUMN ash_replicant.resources.tenant_function IS NULL;
+COMMENT ON COLUMN ash_replicant.resources.tenant_scope_function IS NULL;
+COMMENT ON COLUMN ash_replicant.message_routes.target_function IS NULL;
+ALTER TABLE ash_replicant.resources
+	ALTER COLUMN tenant_function TYPE regprocedure
+		USING CASE WHEN tenant_function ~ '^pg_catalog\."[0-9]+"\(\)$'
+			THEN pg_catalog.substring(tenant_function, '"([0-9]+)"')::oid::regprocedure
+			ELSE tenant_function::regprocedure END,
+	ALTER COLUMN tenant_scope_function TYPE regprocedure
+		USING CASE WHEN tenant_scope_function ~ '^pg_catalog\."[0-9]+"\(\)$'
+			THEN pg_catalog.substring(tenant_scope_function, '"([0-9]+)"')::oid::regprocedure
+			ELSE tenant_scope_function::regprocedure END;
+ALTER TABLE ash_replicant.message_routes
+	ALTER COLUMN target_function TYPE regprocedure
+		USING CASE WHEN target_function ~ '^pg_catalog\."[0-9]+"\(\)$'
+			THEN pg_catalog.substring(target_function, '"([0-9]+)"')::oid::regprocedure
+			ELSE target_function::regprocedure END;

@@ -52,3 +52,44 @@ CREATE OR REPLACE VIEW ash_replicant.stat_tables WITH (security_barrier) AS
 			OFFSET 0) g;
 COMMENT ON VIEW ash_replicant.stat_tables
 	IS 'per sink and target table (and per tenant, to roles that may read every row of that tenant''s table: SELECT, and no row-level security policy applying to them): rows inserted, updated, deleted, truncations, last applied source commit time and its apply lag; no row value';
+
+------------------------------------------------------------------------------
+-- Functions by name: pg_upgrade keeps no function's OID.
+------------------------------------------------------------------------------
+
+/*
+ * pg_upgrade refuses a cluster with a regprocedure column in a user table
+ * ("Checking for reg* data types in user tables"): it does not keep
+ * function OIDs.  The three columns that named a function by OID hold its
+ * signature now, the regprocedure text under search_path pg_catalog, pg_temp
+ * (every name outside pg_catalog qualified: public.my_scope(text)), which
+ * the library resolves when it uses it (to_regprocedure; none: the function
+ * was dropped).  An OID that named no function any more (its text is the
+ * bare number) becomes pg_catalog."<oid>"(), a signature that names none,
+ * which the rollback turns back into that OID.
+ *
+ * The path is pinned for the rest of this script (the script's own setting
+ * is restored when it ends).
+ */
+SET LOCAL search_path = pg_catalog, pg_temp;
+
+ALTER TABLE ash_replicant.resources
+	ALTER COLUMN tenant_function TYPE text
+		USING CASE WHEN tenant_function::text ~ '^[0-9]+$'
+			THEN 'pg_catalog."' || tenant_function::text || '"()'
+			ELSE tenant_function::text END,
+	ALTER COLUMN tenant_scope_function TYPE text
+		USING CASE WHEN tenant_scope_function::text ~ '^[0-9]+$'
+			THEN 'pg_catalog."' || tenant_scope_function::text || '"()'
+			ELSE tenant_scope_function::text END;
+ALTER TABLE ash_replicant.message_routes
+	ALTER COLUMN target_function TYPE text
+		USING CASE WHEN target_function::text ~ '^[0-9]+$'
+			THEN 'pg_catalog."' || target_function::text || '"()'
+			ELSE target_function::text END;
+COMMENT ON COLUMN ash_replicant.resources.tenant_function
+	IS 'the tenant function''s signature, every name outside pg_catalog qualified (as regprocedure prints it under search_path pg_catalog, pg_temp); resolved when used';
+COMMENT ON COLUMN ash_replicant.resources.tenant_scope_function
+	IS 'the tenant scope function''s signature, every name outside pg_catalog qualified (as regprocedure prints it under search_path pg_catalog, pg_temp); resolved when used';
+COMMENT ON COLUMN ash_replicant.message_routes.target_function
+	IS 'the target function''s signature, every name outside pg_catalog qualified (as regprocedure prints it under search_path pg_catalog, pg_temp); resolved when used';

@@ -407,13 +407,18 @@ load_sink_facts(Doctor *d)
 		"  coalesce(p.allow_keyless_tables, false),"
 		/* catalogs before 1.3.0 have no origin column */
 		"  pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'origin' IS NOT DISTINCT FROM 'none',"
-		/* a route keeps a bare OID: its target can be dropped under it */
+		/*
+		 * a route keeps a bare OID or a function's signature: its target
+		 * can be dropped under it (before 1.10.0 a function's OID too,
+		 * which prints as its number when it names none)
+		 */
 		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
 		"    WHERE r.sink_name = s.sink_name"
 		"      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
 		"                       WHERE c.oid OPERATOR(pg_catalog.=) r.target::pg_catalog.oid)"
-		"      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc fn"
-		"                       WHERE fn.oid OPERATOR(pg_catalog.=) r.target_function::pg_catalog.oid))"
+		"      AND (r.target_function IS NULL"
+		"           OR r.target_function::pg_catalog.text OPERATOR(pg_catalog.~) '^[0-9]+$'"
+		"           OR pg_catalog.to_regprocedure(r.target_function::pg_catalog.text) IS NULL))"
 		" FROM ash_replicant.sinks s"
 		" LEFT JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
 		" WHERE s.sink_name = $1",

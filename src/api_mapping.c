@@ -31,6 +31,7 @@
 #include "errors.h"
 #include "launcher.h"
 #include "mapping_validate.h"
+#include "qualname.h"
 
 PG_FUNCTION_INFO_V1(ash_replicant_map_table);
 PG_FUNCTION_INFO_V1(ash_replicant_unmap_table);
@@ -198,6 +199,16 @@ set_text_param(Datum *values, char *nulls, Oid *types, int n, const char *s)
 	set_param(values, nulls, types, n, TEXTOID, s ? CStringGetTextDatum(s) : (Datum) 0, s == NULL);
 }
 
+/*
+ * What a resources row stores for a function (qualname.h): its signature,
+ * or the one loaded with the mapping when that names no function now.
+ */
+static const char *
+stored_signature(Oid fn, const char *loaded)
+{
+	return OidIsValid(fn) ? ash_function_signature(fn) : loaded;
+}
+
 /* Fill the 26 column parameters ($1..$26) of a resources row. */
 static void
 mapping_params(const AshMappingSpec *m, Datum *values, char *nulls, Oid *types)
@@ -213,12 +224,12 @@ mapping_params(const AshMappingSpec *m, Datum *values, char *nulls, Oid *types)
 			  m->column_map_jsonb ? JsonbPGetDatum(m->column_map_jsonb) : jsonb_from_cstring("{}"),
 			  false);
 	set_text_param(values, nulls, types, 5, m->tenant_column);
-	set_param(values, nulls, types, 6, OIDOID, ObjectIdGetDatum(m->tenant_function),
-			  !OidIsValid(m->tenant_function));
+	set_text_param(values, nulls, types, 6,
+				   stored_signature(m->tenant_function, m->tenant_function_sig));
 	set_text_param(values, nulls, types, 7, strategy);
 	set_text_param(values, nulls, types, 8, m->tenant_schema_format);
-	set_param(values, nulls, types, 9, OIDOID, ObjectIdGetDatum(m->tenant_scope_function),
-			  !OidIsValid(m->tenant_scope_function));
+	set_text_param(values, nulls, types, 9,
+				   stored_signature(m->tenant_scope_function, m->tenant_scope_function_sig));
 	set_param(values, nulls, types, 10, TEXTARRAYOID, names_datum(m->sensitive), false);
 	set_param(values, nulls, types, 11, TEXTARRAYOID, names_datum(m->encrypted), false);
 	set_param(values, nulls, types, 12, TEXTARRAYOID, names_datum(m->skip), false);
@@ -239,6 +250,7 @@ mapping_params(const AshMappingSpec *m, Datum *values, char *nulls, Oid *types)
 	set_param(values, nulls, types, 25, BOOLOID, BoolGetDatum(m->snapshot_provenance), false);
 }
 
+/* $7 and $10 (%s each): ash_function_column_cast */
 static const char *const insert_sql =
 "INSERT INTO ash_replicant.resources (sink_name, target, source_schema, source_table, "
 "column_map, tenant_column, tenant_function, tenant_strategy, tenant_schema_format, "
@@ -247,15 +259,15 @@ static const char *const insert_sql =
 "history_valid_from_lsn_column, history_valid_to_lsn_column, "
 "history_valid_from_ts_column, history_valid_to_ts_column, history_current_column, "
 "append_log, append_columns, snapshot_provenance) "
-"VALUES ($1, $2::pg_catalog.regclass, $3, $4, $5, $6, $7::pg_catalog.regprocedure, $8, $9, "
-"$10::pg_catalog.regprocedure, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, "
+"VALUES ($1, $2::pg_catalog.regclass, $3, $4, $5, $6, $7%s, $8, $9, "
+"$10%s, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, "
 "$22, $23, $24, $25, $26) RETURNING resource_id";
 
 static const char *const update_sql =
 "UPDATE ash_replicant.resources SET sink_name = $1, target = $2::pg_catalog.regclass, "
 "source_schema = $3, source_table = $4, column_map = $5, tenant_column = $6, "
-"tenant_function = $7::pg_catalog.regprocedure, tenant_strategy = $8, "
-"tenant_schema_format = $9, tenant_scope_function = $10::pg_catalog.regprocedure, "
+"tenant_function = $7%s, tenant_strategy = $8, "
+"tenant_schema_format = $9, tenant_scope_function = $10%s, "
 "sensitive = $11, encrypted = $12, skip = $13, on_truncate = $14, "
 "on_schema_change = $15, upsert_identity = $16, history_strategy = $17, "
 "history_business_key = $18, history_valid_from_lsn_column = $19, "
@@ -293,6 +305,8 @@ store_mapping(AshMappingSpec *m)
 	int64		replace_id = 0;
 	int			rc;
 	bool		isnull;
+	const char *fn_cast;
+	const char *scope_cast;
 
 	/* Existing rows of this sink with the same target or the same source. */
 	argtypes[0] = TEXTOID;
@@ -341,17 +355,20 @@ store_mapping(AshMappingSpec *m)
 	memset(nulls, ' ', sizeof(nulls));
 	nulls[STORE_NPARAMS] = '\0';
 	mapping_params(m, values, nulls, argtypes);
+	fn_cast = ash_function_column_cast("resources", "tenant_function");
+	scope_cast = ash_function_column_cast("resources", "tenant_scope_function");
 	if (replace_id != 0)
 	{
 		set_param(values, nulls, argtypes, 26, INT8OID, Int64GetDatum(replace_id), false);
-		rc = SPI_execute_with_args(update_sql, STORE_NPARAMS, argtypes, values, nulls, false, 0);
+		rc = SPI_execute_with_args(psprintf(update_sql, fn_cast, scope_cast), STORE_NPARAMS,
+								   argtypes, values, nulls, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
 			elog(ERROR, "ash_replicant: replacing mapping failed");
 	}
 	else
 	{
-		rc = SPI_execute_with_args(insert_sql, STORE_NPARAMS - 1, argtypes, values, nulls,
-								   false, 0);
+		rc = SPI_execute_with_args(psprintf(insert_sql, fn_cast, scope_cast), STORE_NPARAMS - 1,
+								   argtypes, values, nulls, false, 0);
 		if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 			elog(ERROR, "ash_replicant: storing mapping failed");
 	}

@@ -1104,8 +1104,7 @@ ash_replicant_add_message_route(PG_FUNCTION_ARGS)
 	}
 
 	{
-		Oid			types[5] = {TEXTOID, TEXTOID, REGCLASSOID, REGPROCEDUREOID,
-		INTERVALOID};
+		Oid			types[5] = {TEXTOID, TEXTOID, REGCLASSOID, TEXTOID, INTERVALOID};
 		Datum		values[5];
 		char		nulls[5];
 
@@ -1113,12 +1112,14 @@ ash_replicant_add_message_route(PG_FUNCTION_ARGS)
 		values[0] = CStringGetTextDatum(sink_name);
 		values[1] = CStringGetTextDatum(prefix);
 		values[2] = ObjectIdGetDatum(is_function ? InvalidOid : target);
-		values[3] = ObjectIdGetDatum(is_function ? target : InvalidOid);
+		/* a function by its signature (qualname.h): pg_upgrade keeps no OID */
+		values[3] = is_function ? CStringGetTextDatum(ash_function_signature(target)) : (Datum) 0;
 		nulls[is_function ? 2 : 3] = 'n';
 		values[4] = IntervalPGetDatum(retention);
-		catalog_exec("INSERT INTO ash_replicant.message_routes"
-					 " (sink_name, prefix, target, target_function, retention)"
-					 " VALUES ($1, $2, $3, $4, $5)",
+		catalog_exec(psprintf("INSERT INTO ash_replicant.message_routes"
+							  " (sink_name, prefix, target, target_function, retention)"
+							  " VALUES ($1, $2, $3, $4%s, $5)",
+							  ash_function_column_cast("message_routes", "target_function")),
 					 5, types, values, nulls, false);
 	}
 	bump_config_version(sink_name);

@@ -390,7 +390,9 @@ plan_table(Verify *v, VerifyTable *t)
 		not_comparable(t, "verify_append_log");
 		return;
 	}
-	if (is_context(m) && !OidIsValid(m->tenant_scope_function))
+	/* (a scope function named but dropped fails in scope_tables) */
+	if (is_context(m) && !OidIsValid(m->tenant_scope_function) &&
+		m->tenant_scope_function_sig == NULL)
 	{
 		not_comparable(t, "verify_tenant_scopes_unknown");
 		return;
@@ -556,7 +558,8 @@ resolve_source_values(VerifyTable *t, AshSourceRel *r)
 
 		if (tgt == NULL || ash_list_contains_str(t->key_sources, src) ||
 			ash_list_contains_str(m->encrypted, src) ||
-			(OidIsValid(m->tenant_function) && m->tenant_column != NULL &&
+			((OidIsValid(m->tenant_function) || m->tenant_function_sig != NULL) &&
+			 m->tenant_column != NULL &&
 			 strcmp(m->tenant_column, src) == 0))
 			continue;
 		attnum = get_attnum(m->target_relid, tgt);

@@ -256,8 +256,9 @@ mappings_query(void)
 	appendStringInfoString(&q,
 						   "SELECT resource_id, target::oid AS target_oid, source_schema, source_table,"
 						   " column_map::text AS column_map, skip, sensitive, encrypted, tenant_column,"
-						   " tenant_function::oid AS tenant_function, tenant_strategy, tenant_schema_format,"
-						   " tenant_scope_function::oid AS tenant_scope_function,"
+						   " tenant_function::pg_catalog.text AS tenant_function,"
+						   " tenant_strategy, tenant_schema_format,"
+						   " tenant_scope_function::pg_catalog.text AS tenant_scope_function,"
 						   " on_truncate, on_schema_change, upsert_identity, history_strategy,"
 						   " append_log, snapshot_provenance, history_business_key,"
 						   " coalesce(history_valid_from_lsn_column, 'valid_from_lsn') AS h_from_lsn,"
@@ -294,16 +295,12 @@ mapping_from_row(HeapTuple tup, TupleDesc desc, MemoryContext caller)
 	m->sensitive = get_text_list(tup, desc, "sensitive");
 	m->encrypted = get_text_list(tup, desc, "encrypted");
 	m->tenant_column = get_text(tup, desc, "tenant_column");
-	m->tenant_function = DatumGetObjectId(get_datum(tup, desc, "tenant_function", &isnull));
-	if (isnull)
-		m->tenant_function = InvalidOid;
+	m->tenant_function_sig = get_text(tup, desc, "tenant_function");
+	m->tenant_function = ash_function_resolve(m->tenant_function_sig);
 	m->tenant_strategy = get_text(tup, desc, "tenant_strategy");
 	m->tenant_schema_format = get_text(tup, desc, "tenant_schema_format");
-	{
-		Datum		d = get_datum(tup, desc, "tenant_scope_function", &isnull);
-
-		m->tenant_scope_function = isnull ? InvalidOid : DatumGetObjectId(d);
-	}
+	m->tenant_scope_function_sig = get_text(tup, desc, "tenant_scope_function");
+	m->tenant_scope_function = ash_function_resolve(m->tenant_scope_function_sig);
 	m->on_truncate = get_text(tup, desc, "on_truncate");
 	m->on_schema_change = get_text(tup, desc, "on_schema_change");
 	m->upsert_identity = get_text(tup, desc, "upsert_identity");
@@ -399,7 +396,7 @@ read_message_routes(AshPipelineConfig *cfg, Oid *argtypes, Datum *values, Memory
 	int			ret;
 
 	ret = SPI_execute_with_args(
-		"SELECT prefix, target::oid AS target_oid, target_function::oid AS function_oid,"
+		"SELECT prefix, target::oid AS target_oid, target_function::pg_catalog.text AS target_function,"
 		" retention, (extract(epoch FROM retention) * 1000000)::int8 AS retention_us"
 		" FROM ash_replicant.message_routes WHERE sink_name = $1 ORDER BY prefix",
 		1, argtypes, values, NULL, true, 0);
@@ -417,8 +414,8 @@ read_message_routes(AshPipelineConfig *cfg, Oid *argtypes, Datum *values, Memory
 		r->prefix = get_text(tup, desc, "prefix");
 		d = get_datum(tup, desc, "target_oid", &isnull);
 		r->target = isnull ? InvalidOid : DatumGetObjectId(d);
-		d = get_datum(tup, desc, "function_oid", &isnull);
-		r->function = isnull ? InvalidOid : DatumGetObjectId(d);
+		r->function_sig = get_text(tup, desc, "target_function");
+		r->function = ash_function_resolve(r->function_sig);
 		d = get_datum(tup, desc, "retention", &isnull);
 		r->retention = *DatumGetIntervalP(d);
 		r->retention_us = DatumGetInt64(get_datum(tup, desc, "retention_us", &isnull));

@@ -46,10 +46,17 @@ typedef struct AshMapping
 	List	   *sensitive;
 	List	   *encrypted;
 	char	   *tenant_column;
+	/*
+	 * The functions by their stored signatures (qualname.h), resolved at
+	 * load: an OID is InvalidOid where the signature is NULL or names no
+	 * function now (dropped: the *_sig is set).
+	 */
 	Oid			tenant_function;
+	char	   *tenant_function_sig;
 	char	   *tenant_strategy;	/* NULL, "attribute", "context" */
 	char	   *tenant_schema_format;
 	Oid			tenant_scope_function;	/* setof text: every tenant scope */
+	char	   *tenant_scope_function_sig;
 	char	   *on_truncate;
 	char	   *on_schema_change;
 	char	   *upsert_identity;	/* NULL = primary key */
@@ -76,6 +83,7 @@ typedef struct AshMessageRoute
 	char	   *prefix;			/* never logged */
 	Oid			target;			/* table target, or InvalidOid */
 	Oid			function;		/* function target, or InvalidOid */
+	char	   *function_sig;	/* its stored signature; set, function invalid: dropped */
 	Interval	retention;
 	int64		retention_us;	/* approximate, for horizon arithmetic */
 } AshMessageRoute;

@@ -45,7 +45,13 @@
 #include "contract.h"
 #include "errors.h"
 
-/* $1 = sink name; one row, one jsonb column. */
+/*
+ * $1 = sink name; one row, one jsonb column.  A tenant_function is rendered
+ * as its regprocedure text under the session's search_path, as the column
+ * was before 1.10.0 stored the signature (qualname.h): a recorded manifest
+ * keeps being contained (catalogs before 1.10.0 print it so themselves; a
+ * function that no longer exists, as its number there, its signature since).
+ */
 static const char *manifest_sql =
 "SELECT pg_catalog.jsonb_build_object("
 "  'version', 1,"
@@ -63,7 +69,11 @@ static const char *manifest_sql =
 "         'append_log', r.append_log,"
 "         'tenant', CASE WHEN r.tenant_strategy IS NULL THEN NULL ELSE pg_catalog.jsonb_build_object("
 "              'strategy', r.tenant_strategy, 'column', r.tenant_column,"
-"              'function', r.tenant_function::pg_catalog.text, 'schema_format', r.tenant_schema_format) END,"
+"              'function', CASE WHEN r.tenant_function::pg_catalog.text OPERATOR(pg_catalog.~) '^[0-9]+$'"
+"                THEN r.tenant_function::pg_catalog.text"
+"                ELSE coalesce(pg_catalog.to_regprocedure(r.tenant_function::pg_catalog.text)::pg_catalog.text,"
+"                              r.tenant_function::pg_catalog.text) END,"
+"              'schema_format', r.tenant_schema_format) END,"
 "         'skips', pg_catalog.to_jsonb(r.skip),"
 "         'columns', coalesce((SELECT pg_catalog.jsonb_object_agg(m.src, pg_catalog.jsonb_build_object("
 "              'target', a.attname,"

@@ -1418,6 +1418,7 @@ ash_coverage_mapping_from_spec(const AshMappingSpec *spec)
 	m->encrypted = list_copy(spec->encrypted);
 	m->tenant_column = spec->tenant_column;
 	m->tenant_function = spec->tenant_function;
+	m->tenant_function_sig = spec->tenant_function_sig;
 	m->tenant_strategy = (char *) ash_tenant_strategy_name(spec->tenant_strategy);
 	m->tenant_schema_format = spec->tenant_schema_format;
 	m->on_truncate = (char *) ash_on_truncate_name(spec->on_truncate);

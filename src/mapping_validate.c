@@ -61,6 +61,7 @@
 
 #include "errors.h"
 #include "mapping_validate.h"
+#include "qualname.h"
 
 #define MAPPING_STAGE "mapping"
 
@@ -503,13 +504,25 @@ sensitive_naming(const AshMappingSpec *m, const char *name)
  * ------------------------------------------------------------------------
  */
 
+/*
+ * A function the mapping names: by OID (the caller's argument), or by the
+ * signature a loaded mapping stores (qualname.h) -- a signature that names
+ * no function now is a dropped function, as a dangling OID was.
+ */
+#define NAMES_FUNCTION(oid, sig) (OidIsValid(oid) || (sig) != NULL)
+#define HAS_TENANT_FUNCTION(m) NAMES_FUNCTION((m)->tenant_function, (m)->tenant_function_sig)
+#define HAS_TENANT_SCOPE_FUNCTION(m) \
+	NAMES_FUNCTION((m)->tenant_scope_function, (m)->tenant_scope_function_sig)
+
 static void
-check_tenant_function(Oid fn, Oid owner)
+check_tenant_function(Oid fn, const char *sig, Oid owner)
 {
 	HeapTuple	tup;
 	Form_pg_proc p;
 	char	   *name;
 
+	if (!OidIsValid(fn))
+		REJECT("config_invalid", "tenant_function %s does not exist", sig);
 	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
 	if (!HeapTupleIsValid(tup))
 		REJECT("config_invalid", "tenant_function with OID %u does not exist", fn);
@@ -530,12 +543,14 @@ check_tenant_function(Oid fn, Oid owner)
 }
 
 static void
-check_tenant_scope_function(Oid fn, Oid owner)
+check_tenant_scope_function(Oid fn, const char *sig, Oid owner)
 {
 	HeapTuple	tup;
 	Form_pg_proc p;
 	char	   *name;
 
+	if (!OidIsValid(fn))
+		REJECT("snapshot_provenance_invalid", "tenant_scope_function %s does not exist", sig);
 	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
 	if (!HeapTupleIsValid(tup))
 		REJECT("snapshot_provenance_invalid",
@@ -642,9 +657,9 @@ check_column_lists(AshMappingSpec *m)
 static void
 check_tenancy_options(AshMappingSpec *m, const AshMappingSink *sink)
 {
-	bool		has_source = (m->tenant_column != NULL || OidIsValid(m->tenant_function));
+	bool		has_source = (m->tenant_column != NULL || HAS_TENANT_FUNCTION(m));
 
-	if (m->tenant_column != NULL && OidIsValid(m->tenant_function))
+	if (m->tenant_column != NULL && HAS_TENANT_FUNCTION(m))
 		REJECT("config_invalid", "tenant_column and tenant_function are mutually exclusive");
 	if (has_source && m->tenant_strategy == ASH_TENANT_NONE)
 		REJECT("multitenancy_required",
@@ -677,8 +692,8 @@ check_tenancy_options(AshMappingSpec *m, const AshMappingSink *sink)
 				   qname(m->tenant_column));
 	}
 
-	if (OidIsValid(m->tenant_function))
-		check_tenant_function(m->tenant_function, sink->owner);
+	if (HAS_TENANT_FUNCTION(m))
+		check_tenant_function(m->tenant_function, m->tenant_function_sig, sink->owner);
 }
 
 static void
@@ -708,7 +723,7 @@ check_append_options(AshMappingSpec *m, const AshMappingSink *sink)
 		REJECT("append_log_invalid", "on_truncate %s is not allowed on an append-log target",
 			   ash_on_truncate_name(m->on_truncate));
 	if (m->on_truncate == ASH_TRUNCATE_APPEND &&
-		(m->tenant_column != NULL || OidIsValid(m->tenant_function)))
+		(m->tenant_column != NULL || HAS_TENANT_FUNCTION(m)))
 		REJECT("append_log_invalid", "on_truncate append is not allowed with a tenant source");
 
 	for (int i = 0; i < ASH_APPEND_NAXES; i++)
@@ -829,7 +844,7 @@ check_provenance_options(AshMappingSpec *m, const AshMappingSink *sink)
 
 	if (!m->snapshot_provenance)
 	{
-		if (OidIsValid(m->tenant_scope_function))
+		if (HAS_TENANT_SCOPE_FUNCTION(m))
 			REJECT("config_invalid",
 				   "tenant_scope_function requires snapshot_provenance and tenant_strategy context");
 		return;
@@ -851,12 +866,13 @@ check_provenance_options(AshMappingSpec *m, const AshMappingSink *sink)
 
 	if (m->tenant_strategy == ASH_TENANT_CONTEXT)
 	{
-		if (!OidIsValid(m->tenant_scope_function))
+		if (!HAS_TENANT_SCOPE_FUNCTION(m))
 			REJECT("snapshot_provenance_invalid",
 				   "context tenancy with snapshot_provenance requires tenant_scope_function");
-		check_tenant_scope_function(m->tenant_scope_function, sink->owner);
+		check_tenant_scope_function(m->tenant_scope_function, m->tenant_scope_function_sig,
+									sink->owner);
 	}
-	else if (OidIsValid(m->tenant_scope_function))
+	else if (HAS_TENANT_SCOPE_FUNCTION(m))
 		REJECT("config_invalid",
 			   "tenant_scope_function requires snapshot_provenance and tenant_strategy context");
 }
@@ -1868,8 +1884,8 @@ ash_mapping_recheck(AshMappingSpec *m, const AshMappingSink *sink, bool withhold
 
 #define RESOURCE_COLUMNS \
 	"resource_id, sink_name, target, source_schema, source_table, column_map, " \
-	"tenant_column, tenant_function, tenant_strategy, tenant_schema_format, " \
-	"tenant_scope_function, sensitive, encrypted, skip, on_truncate, " \
+	"tenant_column, tenant_function::pg_catalog.text, tenant_strategy, tenant_schema_format, " \
+	"tenant_scope_function::pg_catalog.text, sensitive, encrypted, skip, on_truncate, " \
 	"on_schema_change, upsert_identity, history_strategy, history_business_key, " \
 	"history_valid_from_lsn_column, history_valid_to_lsn_column, " \
 	"history_valid_from_ts_column, history_valid_to_ts_column, " \
@@ -1928,11 +1944,13 @@ mapping_from_row(HeapTuple tup, TupleDesc desc)
 	d = SPI_getbinval(tup, desc, 6, &isnull);
 	ash_mapping_set_column_map(m, isnull ? NULL : DatumGetJsonbPCopy(d));
 	m->tenant_column = get_text(tup, desc, 7);
-	m->tenant_function = get_oid(tup, desc, 8);
+	m->tenant_function_sig = get_text(tup, desc, 8);
+	m->tenant_function = ash_function_resolve(m->tenant_function_sig);
 	m->tenant_strategy = ash_parse_tenant_strategy(get_text(tup, desc, 9));
 	if ((s = get_text(tup, desc, 10)) != NULL)
 		m->tenant_schema_format = s;
-	m->tenant_scope_function = get_oid(tup, desc, 11);
+	m->tenant_scope_function_sig = get_text(tup, desc, 11);
+	m->tenant_scope_function = ash_function_resolve(m->tenant_scope_function_sig);
 	m->sensitive = get_names(tup, desc, 12, "sensitive");
 	m->encrypted = get_names(tup, desc, 13, "encrypted");
 	m->skip = get_names(tup, desc, 14, "skip");

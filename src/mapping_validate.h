@@ -115,9 +115,11 @@ typedef struct AshMappingSpec
 
 	char	   *tenant_column;	/* source column or NULL */
 	Oid			tenant_function;	/* or InvalidOid */
+	char	   *tenant_function_sig;	/* loaded: stored signature, or NULL */
 	AshTenantStrategy tenant_strategy;
 	char	   *tenant_schema_format;	/* never NULL; default "%s" */
 	Oid			tenant_scope_function;	/* or InvalidOid */
+	char	   *tenant_scope_function_sig;	/* loaded: stored signature, or NULL */
 
 	List	   *sensitive;		/* of char *, source columns */
 	List	   *encrypted;		/* of char *, source columns */

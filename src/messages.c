@@ -441,6 +441,10 @@ require_route_target(AshMessageRoute *route, bool lock)
 	}
 	else
 	{
+		/* its signature named no function at load: dropped */
+		if (!OidIsValid(route->function))
+			ash_halt("destination_table_missing",
+					 "function %s of a message route does not exist", route->function_sig);
 		if (lock)
 			LockDatabaseObject(ProcedureRelationId, route->function, 0, AccessShareLock);
 		if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(route->function)))

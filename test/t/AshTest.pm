@@ -230,7 +230,7 @@ sub append_log_axes { return 'source_system_id, source_database, slot_name, comm
 #   source_system_identifier, source_database  [source_identity($src)]
 #   census            jsonb text [$ENV{ASH_TEST_CENSUS} or '{"interval_ms": 1000}']
 #   batch_max_transactions, ignored_sources (array ref), slot, owner (role name),
-#   ignored_message_prefixes (array ref)
+#   ignored_message_prefixes (array ref), recovery_horizon
 #   marker            create/publish/map the marker table [1]
 #   start             call ash_replicant_start [1]
 #   pipeline_extra    extra "name => value" SQL for configure_pipeline
@@ -274,6 +274,7 @@ sub setup_pipeline
 	push @sink_args, "ignored_message_prefixes => " . text_array_literal(@{ $o{ignored_message_prefixes} })
 	  if $o{ignored_message_prefixes};
 	push @sink_args, "owner => " . lit($o{owner}) . "::regrole" if $o{owner};
+	push @sink_args, "recovery_horizon => " . lit($o{recovery_horizon}) . "::interval" if $o{recovery_horizon};
 
 	my @sql = ("SELECT ash_replicant_create_sink(" . join(', ', @sink_args) . ")");
 	my @maps = @{ $o{maps} // [] };
