@@ -93,11 +93,8 @@ my $new = PostgreSQL::Test::Cluster->new('dst_new');
 $new->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
 my $conf = slurp_file($dst->data_dir . '/postgresql.conf');
 my ($ash_conf) = $conf =~ /(\nshared_preload_libraries = 'ash_replicant'\n.*)\z/s;
-# TODO: drop the preload's removal once the launcher skips binary-upgrade
-# mode (IsBinaryUpgrade): its session in ash_replicant.database kept
-# pg_upgrade's restore from dropping and recreating that database.
-(my $no_preload = $ash_conf) =~ s/\nshared_preload_libraries = 'ash_replicant'\n/\n/;
-$new->append_conf('postgresql.conf', $no_preload);
+# preloaded during the upgrade too: no launcher runs in binary-upgrade mode
+$new->append_conf('postgresql.conf', $ash_conf);
 AshTenancy::write_keyring($new, 'ash_keyring', @keyring);
 
 sub upgrade
@@ -119,8 +116,6 @@ ok($ok, 'upgrade: pg_upgrade --check passes') or diag $txt;
 ok($ok, 'upgrade: pg_upgrade into a new cluster') or diag $txt;
 BAIL_OUT('pg_upgrade failed') unless $ok;
 
-# TODO: (see above) no longer needed once the launcher skips binary upgrade
-$new->append_conf('postgresql.conf', "shared_preload_libraries = 'ash_replicant'\n");
 $new->start;
 isnt($new->safe_psql($DB, "SELECT 'm_fn(text,bytea)'::regprocedure::oid || ',' || 'org_scopes()'::regprocedure::oid"),
 	$oids_before, 'upgrade: the functions have new OIDs');
