@@ -92,11 +92,22 @@ static MemoryContext relmap_cxt = NULL;
 static AshPipelineConfig *relmap_cfg = NULL;
 static AshRelReleaseHook release_hook = NULL;
 
-void
-ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
+/* A hash of the session by a source OID (uint32), in relmap_cxt */
+static HTAB *
+oid_hash(const char *name, Size entrysize, long nelem)
 {
 	HASHCTL		ctl;
 
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(uint32);
+	ctl.entrysize = entrysize;
+	ctl.hcxt = relmap_cxt;
+	return hash_create(name, nelem, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+void
+ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
+{
 	relmap_cfg = cfg;
 	release_hook = release;
 	if (relmap_cxt == NULL)
@@ -107,27 +118,9 @@ ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
 		ash_relmap_invalidate_all();
 		MemoryContextReset(relmap_cxt);
 	}
-
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(uint32);
-	ctl.entrysize = sizeof(AshApplyRel);
-	ctl.hcxt = relmap_cxt;
-	relmap = hash_create("ash_replicant remote relations", 64, &ctl,
-						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(uint32);
-	ctl.entrysize = sizeof(RemoteType);
-	ctl.hcxt = relmap_cxt;
-	remote_types = hash_create("ash_replicant remote types", 16, &ctl,
-							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(uint32);
-	ctl.entrysize = sizeof(RecordedName);
-	ctl.hcxt = relmap_cxt;
-	recorded_names = hash_create("ash_replicant recorded names", 16, &ctl,
-								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	relmap = oid_hash("ash_replicant remote relations", sizeof(AshApplyRel), 64);
+	remote_types = oid_hash("ash_replicant remote types", sizeof(RemoteType), 16);
+	recorded_names = oid_hash("ash_replicant recorded names", sizeof(RecordedName), 16);
 }
 
 void
