@@ -1507,7 +1507,8 @@ note_recorded_names(AshCheckpointKey *ckey, bool is_pglogical)
 	{
 		AshRecordedTable *t = lfirst(lc);
 
-		ash_relmap_note_recorded(t->oid, t->nspname, t->relname, t->read_at);
+		ash_relmap_note_recorded(t->oid, t->nspname, t->relname, t->read_at,
+								 is_pglogical ? NULL : t->published);
 		if (is_pglogical)
 			ash_pglogical_note_recorded(t->oid, t->published);
 	}

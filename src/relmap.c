@@ -52,6 +52,7 @@
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "parser/parse_coerce.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
@@ -83,6 +84,11 @@ typedef struct RecordedName
 	char		nspname[NAMEDATALEN];
 	char		relname[NAMEDATALEN];
 	XLogRecPtr	read_at;
+	/* the columns the record holds, with their types (0: none given) */
+	int			ncols;
+	char	  **names;
+	uint32	   *types;
+	int32	   *typmods;
 } RecordedName;
 
 static HTAB *relmap = NULL;
@@ -123,15 +129,60 @@ ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
 	recorded_names = oid_hash("ash_replicant recorded names", sizeof(RecordedName), 16);
 }
 
+/*
+ * The "typ:<name>:<type>.<typmod>" tokens of a record (the name's UTF-8
+ * bytes in hex, source_catalog.c) as r's columns, names in the database's
+ * encoding as the stream sends them.
+ */
+static void
+record_columns(RecordedName *r, const char *published)
+{
+	MemoryContext old = MemoryContextSwitchTo(relmap_cxt);
+	char	   *copy = pstrdup(published);
+	char	   *save = NULL;
+	int			max = 0;
+
+	for (const char *p = published; (p = strstr(p, "typ:")) != NULL; p++)
+		max++;
+	r->names = palloc(sizeof(char *) * Max(max, 1));
+	r->types = palloc(sizeof(uint32) * Max(max, 1));
+	r->typmods = palloc(sizeof(int32) * Max(max, 1));
+	r->ncols = 0;
+	for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
+	{
+		char	   *sep = strrchr(tok, ':');
+		int			hexlen;
+		char	   *raw;
+		unsigned int type;
+		int			typmod;
+
+		if (strncmp(tok, "typ:", 4) != 0 || sep == NULL || sep < tok + 4 ||
+			sscanf(sep + 1, "%u.%d", &type, &typmod) != 2)
+			continue;
+		hexlen = sep - (tok + 4);
+		raw = palloc(hexlen / 2 + 1);
+		raw[hex_decode(tok + 4, hexlen, raw)] = '\0';
+		r->names[r->ncols] = pg_any_to_server(raw, strlen(raw), PG_UTF8);
+		r->types[r->ncols] = type;
+		r->typmods[r->ncols] = typmod;
+		r->ncols++;
+	}
+	pfree(copy);
+	MemoryContextSwitchTo(old);
+}
+
 void
 ash_relmap_note_recorded(uint32 oid, const char *nspname, const char *relname,
-						 XLogRecPtr read_at)
+						 XLogRecPtr read_at, const char *published)
 {
 	RecordedName *r = hash_search(recorded_names, &oid, HASH_ENTER, NULL);
 
 	strlcpy(r->nspname, nspname, NAMEDATALEN);
 	strlcpy(r->relname, relname, NAMEDATALEN);
 	r->read_at = read_at;
+	r->ncols = 0;
+	if (published != NULL)
+		record_columns(r, published);
 }
 
 static void
@@ -336,16 +387,43 @@ judge_rename(const char *nspname, const char *relname, const AshRelation *in)
  * of it out until it commits, so the name it shows is the name the table
  * had when it committed.
  */
-static void
+static RecordedName *
 judge_recorded_name(const AshRelation *in, XLogRecPtr at)
 {
 	RecordedName *r;
 
 	if (XLogRecPtrIsInvalid(at))
-		return;
+		return NULL;
 	r = hash_search(recorded_names, &in->relid, HASH_FIND, NULL);
-	if (r != NULL && at >= r->read_at)
-		judge_rename(r->nspname, r->relname, in);
+	if (r == NULL || at < r->read_at)
+		return NULL;
+	judge_rename(r->nspname, r->relname, in);
+	if (strcmp(r->nspname, in->nspname) != 0 || strcmp(r->relname, in->relname) != 0)
+		return NULL;
+	return r;
+}
+
+/*
+ * The record's columns become the baseline of the session's first
+ * description of its table, as the previous description's would: a mapped
+ * column retyped since the record was read in a way that rewrote its rows
+ * halts source_type_invalid, one dropped since source_column_missing, at
+ * the table's first change (judge_schema_change) -- not only at the next
+ * census, or never with the census off.  In the current memory context.
+ */
+static void
+seed_baseline(AshApplyRel *rel, const RecordedName *r)
+{
+	rel->prev_natts = r->ncols;
+	rel->prev_names = palloc(sizeof(char *) * Max(r->ncols, 1));
+	rel->prev_types = palloc(sizeof(uint32) * Max(r->ncols, 1));
+	rel->prev_typmods = palloc(sizeof(int32) * Max(r->ncols, 1));
+	for (int i = 0; i < r->ncols; i++)
+	{
+		rel->prev_names[i] = pstrdup(r->names[i]);
+		rel->prev_types[i] = r->types[i];
+		rel->prev_typmods[i] = r->typmods[i];
+	}
 }
 
 void
@@ -356,9 +434,11 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLog
 	MemoryContext old;
 	MemoryContext desc_cxt;
 
+	RecordedName *recorded = NULL;
+
 	rel = hash_search(relmap, &in->relid, HASH_FIND, &found);
 	if (!found)
-		judge_recorded_name(in, at);
+		recorded = judge_recorded_name(in, at);
 	rel = hash_search(relmap, &in->relid, HASH_ENTER, &found);
 	if (!found)
 	{
@@ -389,6 +469,8 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLog
 						 &rel->stream_base_types, &rel->stream_base_typmods);
 		release_resolution(rel);
 	}
+	else if (recorded != NULL && recorded->ncols > 0)
+		seed_baseline(rel, recorded);
 
 	rel->desc_xid = stream_xid;
 	rel->desc_aborted = false;

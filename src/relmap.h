@@ -152,11 +152,15 @@ extern void ash_relmap_update_relation(const AshRelation *rel, TransactionId str
  * had, and the source's position once that was read (ash_publication_
  * identities).  A session's first description of that OID from that
  * position on under another name is a rename, judged as one described
- * before (docs/reasons.md#publication_gap).  pgoutput and pglogical only,
- * which describe a table by its OID.  After ash_relmap_init.
+ * before (docs/reasons.md#publication_gap); under its name, the record's
+ * columns and types ("typ:" tokens of published; NULL: none) are the
+ * baseline it is judged against, as a previous description would be.
+ * pgoutput and pglogical only, which describe a table by its OID (pglogical
+ * with no published: its descriptions take their types from the catalog,
+ * judged in pipeline_pglogical.c).  After ash_relmap_init.
  */
 extern void ash_relmap_note_recorded(uint32 oid, const char *nspname, const char *relname,
-									 XLogRecPtr read_at);
+									 XLogRecPtr read_at, const char *published);
 
 /* A streamed transaction committed, or the source rolled it back. */
 extern void ash_relmap_stream_ended(TransactionId xid, bool committed);
