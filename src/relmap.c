@@ -249,6 +249,7 @@ copy_columns(int n, char ***names, uint32 **types, int32 **typmods)
 static void
 keep_baseline(AshApplyRel *rel)
 {
+	rel->prev_xid = rel->desc_xid;
 	rel->prev_natts = rel->remote.natts;
 	rel->prev_names = palloc(sizeof(char *) * Max(rel->remote.natts, 1));
 	rel->prev_types = palloc(sizeof(uint32) * Max(rel->remote.natts, 1));
@@ -318,6 +319,7 @@ ash_relmap_stream_ended(TransactionId xid, bool committed)
 		/* rolled back: the next description is judged by the committed one */
 		if (!committed && rel->stream_base_natts > 0 && rel->prev_natts == 0)
 		{
+			rel->prev_xid = InvalidTransactionId;
 			rel->prev_natts = rel->stream_base_natts;
 			rel->prev_names = rel->stream_base_names;
 			rel->prev_types = rel->stream_base_types;
@@ -414,6 +416,7 @@ judge_recorded_name(const AshRelation *in, XLogRecPtr at)
 static void
 seed_baseline(AshApplyRel *rel, const RecordedName *r)
 {
+	rel->prev_xid = InvalidTransactionId;
 	rel->prev_natts = r->ncols;
 	rel->prev_names = palloc(sizeof(char *) * Max(r->ncols, 1));
 	rel->prev_types = palloc(sizeof(uint32) * Max(r->ncols, 1));
@@ -557,9 +560,12 @@ judge_schema_change(AshApplyRel *rel)
 	 * Judged: the baseline goes (a roll-back keeps a new one each time,
 	 * until the next description replaces the context it lives in) -- but
 	 * the committed one a description of an open streamed transaction was
-	 * judged against is kept aside until that transaction ends.
+	 * judged against is kept aside until that transaction ends.  One that
+	 * came in that transaction itself (the table described twice in it) is
+	 * not committed: the source may roll it back.
 	 */
-	if (TransactionIdIsValid(rel->desc_xid) && rel->stream_base_natts == 0)
+	if (TransactionIdIsValid(rel->desc_xid) && rel->stream_base_natts == 0 &&
+		!TransactionIdIsValid(rel->prev_xid))
 	{
 		rel->stream_base_natts = rel->prev_natts;
 		rel->stream_base_names = rel->prev_names;
@@ -578,6 +584,7 @@ judge_schema_change(AshApplyRel *rel)
 	rel->prev_types = NULL;
 	rel->prev_typmods = NULL;
 	rel->prev_natts = 0;
+	rel->prev_xid = InvalidTransactionId;
 }
 
 static bool

@@ -129,6 +129,8 @@ typedef struct AshApplyRel
 	int32	   *stream_base_typmods;
 
 	/* the remote columns at last resolution, to judge schema changes */
+	TransactionId prev_xid;		/* the streamed transaction their description
+								 * came in (invalid: committed) */
 	int			prev_natts;
 	char	  **prev_names;
 	uint32	   *prev_types;

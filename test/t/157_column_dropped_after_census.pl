@@ -21,6 +21,8 @@
 #  control   the same without either: the same halt
 #  aborted   a column added in a streamed transaction the source rolls
 #            back: no false halt once the next description lacks it
+#  redescribed  the same with the table described twice in that
+#            transaction: neither description is a baseline
 use strict;
 use warnings;
 use lib 'test/t';
@@ -92,6 +94,31 @@ for my $case ('widened', 'streamed', 'touched', 'control')
 	is(AshTest::status_row($dst, 's_aborted')->{state}, 'healthy', 'aborted: no halt');
 	is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || a || ':' || coalesce(c::text, '~'), ' ') FROM t_aborted"),
 		'1:one:~', 'aborted: the committed row only');
+	AshTest::stop_sink($dst, 's_aborted');
+}
+
+# redescribed  the same, the table described twice in the streamed
+#              transaction (a second column added in it): the first of them,
+#              uncommitted too, is no baseline either (before: kept as the
+#              committed one, the next description halted
+#              source_column_missing for a column no committed state had)
+{
+	AshTest::both($src, $dst, "CREATE TABLE t_redesc (id int PRIMARY KEY, a text)");
+	$dst->safe_psql($DB, "ALTER TABLE t_redesc ADD COLUMN c int, ADD COLUMN d int");
+	$src->safe_psql($DB, "CREATE PUBLICATION pub_redesc FOR TABLE t_redesc");
+	AshTest::setup_pipeline($src, $dst, sink => 's_redesc', publication => 'pub_redesc',
+		maps => [ ['t_redesc'] ], pipeline_extra => 'streaming => true');
+	AshTest::wait_slot_consistent($src, $dst, 's_redesc');
+	$src->safe_psql($DB, "BEGIN; ALTER TABLE t_redesc ADD COLUMN c int;"
+		  . " INSERT INTO t_redesc SELECT g, repeat('x', 100), g FROM generate_series(1, 4000) g;"
+		  . " ALTER TABLE t_redesc ADD COLUMN d int;"
+		  . " INSERT INTO t_redesc SELECT g, repeat('x', 100), g, g FROM generate_series(4001, 8000) g; ROLLBACK");
+	$src->safe_psql($DB, "INSERT INTO t_redesc VALUES (1, 'one')");
+	AshTest::wait_caught_up($src, $dst, 's_redesc', name => 'redescribed: streams on');
+	is(AshTest::status_row($dst, 's_redesc')->{state}, 'healthy', 'redescribed: no halt');
+	is($dst->safe_psql($DB, "SELECT string_agg(id || ':' || a || ':' || coalesce(c::text, '~') || ':' || coalesce(d::text, '~'), ' ') FROM t_redesc"),
+		'1:one:~:~', 'redescribed: the committed row only');
+	AshTest::stop_sink($dst, 's_redesc');
 }
 
 done_testing();
