@@ -20,6 +20,7 @@
 
 #include "access/xact.h"
 #include "executor/spi.h"
+#include "mb/pg_wchar.h"
 #include "utils/guc.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
@@ -188,6 +189,14 @@ ash_worker_session_settings(void)
 	SetConfigOption("session_replication_role", "origin", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("row_security", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * The source sends text in this database's encoding (its
+	 * client_encoding is ours), and so does a copy: read as such.  A
+	 * client_encoding from the configuration would have every value's text
+	 * converted a second time ('café' stored as 'cafÃ©').
+	 */
+	SetConfigOption("client_encoding", GetDatabaseEncodingName(), PGC_SUSET, PGC_S_OVERRIDE);
 	for (int i = 0; i < ASH_TEXT_FORM_SETTINGS; i++)
 		SetConfigOption(ash_text_form[i][0], ash_text_form[i][1], PGC_SUSET, PGC_S_OVERRIDE);
 	ash_owner_scope_pin_catalog();
