@@ -22,6 +22,7 @@
 #include "utils/lsyscache.h"
 
 #include "ash_replicant.h"
+#include "errors.h"
 #include "launcher.h"
 #include "shmem.h"
 
@@ -155,6 +156,7 @@ _PG_init(void)
 
 	ash_shmem_request();
 	ash_launcher_register();
+	ash_errors_install_log_hook();
 }
 
 /*

@@ -378,3 +378,66 @@ ash_quoted_name(const char *name)
 	ash_append_quoted_name(&buf, name);
 	return buf.data;
 }
+
+/*
+ * PostgreSQL adds the text of the SPI statement running to the context of
+ * any message raised under it -- a lock wait it logs (log_lock_waits), a
+ * trigger's RAISE WARNING -- and our workers' statements name tables in
+ * tenants' schemas (context tenancy): a tenant in a log line.  In our
+ * background workers that text is withheld, the rest of the context kept;
+ * so is an internal query's.
+ */
+static emit_log_hook_type prev_emit_log_hook = NULL;
+
+#define STATEMENT_OPENING "SQL statement \""
+
+static char *
+withhold_statements(const char *context)
+{
+	StringInfoData out;
+	const char *line = context;
+	bool		inside = false;
+
+	initStringInfo(&out);
+	while (*line)
+	{
+		const char *end = strchr(line, '\n');
+		size_t		len = end ? (size_t) (end - line) : strlen(line);
+
+		if (!inside && strncmp(line, STATEMENT_OPENING, strlen(STATEMENT_OPENING)) == 0)
+		{
+			appendStringInfo(&out, "%sSQL statement of ash_replicant (its text withheld)",
+							 out.len > 0 ? "\n" : "");
+			inside = true;
+		}
+		else if (!inside)
+			appendStringInfo(&out, "%s%.*s", out.len > 0 ? "\n" : "", (int) len, line);
+		/* the statement's text ends with the quote closing its line */
+		if (inside && len > 0 && line[len - 1] == '"')
+			inside = false;
+		line += len + (end ? 1 : 0);
+	}
+	return out.data;
+}
+
+static void
+withhold_statement_text(ErrorData *edata)
+{
+	if (MyBgworkerEntry != NULL &&
+		strcmp(MyBgworkerEntry->bgw_library_name, "ash_replicant") == 0)
+	{
+		if (edata->context != NULL && strstr(edata->context, STATEMENT_OPENING) != NULL)
+			edata->context = withhold_statements(edata->context);
+		edata->internalquery = NULL;
+		edata->internalpos = 0;
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
+void
+ash_errors_install_log_hook(void)
+{
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = withhold_statement_text;
+}

@@ -84,4 +84,11 @@ extern bool ash_in_extension_worker(void);
 extern void ash_refuse(int sqlerrcode, const char *stage, const char *reason,
 					   const char *ctxfmt,...) pg_attribute_printf(4, 5) pg_attribute_noreturn();
 
+/*
+ * In our background workers, the text of an SPI statement PostgreSQL adds
+ * to a logged message's context (a lock wait, a trigger's warning) is
+ * withheld: it can name a tenant's schema.  From _PG_init.
+ */
+extern void ash_errors_install_log_hook(void);
+
 #endif							/* ASH_ERRORS_H */
