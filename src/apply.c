@@ -917,6 +917,7 @@ convert_value(AshTargetCol *col, AshColumnValue *v)
  * for binary and the session starts over in text.
  */
 static bool binary_refused = false;
+static bool binary_refusal_raised = false;
 
 bool
 ash_apply_binary_refused(void)
@@ -924,10 +925,20 @@ ash_apply_binary_refused(void)
 	return binary_refused;
 }
 
+bool
+ash_apply_take_binary_refusal(void)
+{
+	bool		raised = binary_refusal_raised;
+
+	binary_refusal_raised = false;
+	return raised;
+}
+
 static pg_noinline void
 refuse_binary(AshApplyRel *rel)
 {
 	binary_refused = true;
+	binary_refusal_raised = true;
 	ereport(LOG,
 			(errmsg("ash_replicant event=binary_transfer.off sink=%s table=%s reason=source_type_not_builtin",
 					apply_cfg->sink_name, rel->target_name)));

@@ -87,6 +87,12 @@ extern void ash_apply_abort(void);
 /* Did a value show that this pipeline must stream in text? */
 extern bool ash_apply_binary_refused(void);
 
+/*
+ * Was the error being handled the one that turned binary transfer off
+ * (a mode switch, not an apply failure)?  Once per refusal.
+ */
+extern bool ash_apply_take_binary_refusal(void);
+
 /* The durable watermark. */
 extern XLogRecPtr ash_apply_watermark(void);
 

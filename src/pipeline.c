@@ -2400,6 +2400,19 @@ handle_error(ErrorData *edata, long backoff)
 		return 0;
 	}
 
+	/*
+	 * Not a fault either: a value of a type not built in came in binary,
+	 * and the next session, at once, streams in text -- no retry of the
+	 * transaction that showed it is spent on the switch.
+	 */
+	if (edata->sqlerrcode == ERRCODE_FEATURE_NOT_SUPPORTED && ash_apply_take_binary_refusal())
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.session_end sink=%s cause=binary_transfer.off retry_in_ms=0",
+						cfg->sink_name)));
+		return 0;
+	}
+
 	if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
 		edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
 	{
