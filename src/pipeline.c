@@ -1501,9 +1501,13 @@ note_recorded_names(AshCheckpointKey *ckey, bool is_pglogical)
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "ash_replicant records",
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
+	List	   *records = ash_publication_identities(ckey);
 	ListCell   *lc;
 
-	foreach(lc, ash_publication_identities(ckey))
+	/* a transaction: a record's column names are converted to our encoding */
+	StartTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	foreach(lc, records)
 	{
 		AshRecordedTable *t = lfirst(lc);
 
@@ -1512,6 +1516,7 @@ note_recorded_names(AshCheckpointKey *ckey, bool is_pglogical)
 		if (is_pglogical)
 			ash_pglogical_note_recorded(t->oid, t->published);
 	}
+	CommitTransactionCommand();
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 }

@@ -159,7 +159,8 @@ extern void ash_relmap_update_relation(const AshRelation *rel, TransactionId str
  * baseline it is judged against, as a previous description would be.
  * pgoutput and pglogical only, which describe a table by its OID (pglogical
  * with no published: its descriptions take their types from the catalog,
- * judged in pipeline_pglogical.c).  After ash_relmap_init.
+ * judged in pipeline_pglogical.c).  After ash_relmap_init, in a
+ * transaction (the names are converted to the database's encoding).
  */
 extern void ash_relmap_note_recorded(uint32 oid, const char *nspname, const char *relname,
 									 XLogRecPtr read_at, const char *published);

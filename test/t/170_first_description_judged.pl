@@ -12,6 +12,10 @@
 #            applied on without it)
 #  widened   numeric(10,2) to numeric(12,2): streams on
 #  control   a table first written after the start, unchanged: streams on
+#  latin1    a LATIN1 destination, the retyped column named 'größe': the
+#            record's names (UTF-8 at the source) read in the destination's
+#            encoding, the same halt (before the conversion ran in a
+#            transaction: XX000 at every start)
 use strict;
 use warnings;
 use lib 'test/t';
@@ -67,6 +71,28 @@ for my $case ([ 'retyped', "ALTER TABLE %s ALTER COLUMN n TYPE numeric(10,0)", '
 		is(q_dst("SELECT count(*) FROM $t"), '2', "$what: the change applied");
 	}
 	AshTest::stop_sink($dst, $sink);
+}
+
+# latin1: the record's column names in the destination's encoding
+{
+	my ($src2, $dst2) = AshTest::start_pair(name_prefix => 'l1_', dst_encoding => 'LATIN1');
+	my $t = 't_latin1';
+	my $col = 'U&"gr\00f6\00dfe"';
+	AshTest::both($src2, $dst2, "CREATE TABLE $t (id int PRIMARY KEY, $col numeric(10,2))");
+	$src2->safe_psql($DB, "CREATE PUBLICATION pub_l1 FOR TABLE $t");
+	AshTest::setup_pipeline($src2, $dst2, sink => 'l1', publication => 'pub_l1', maps => [ [$t] ],
+		census => '{"enabled": false}');
+	AshTest::wait_slot_consistent($src2, $dst2, 'l1');
+	$src2->safe_psql($DB, "INSERT INTO $t VALUES (1, 1.55)");
+	AshTest::wait_caught_up($src2, $dst2, 'l1', name => 'latin1: streamed');
+	AshTest::stop_settled($src2, $dst2, 'l1');
+	AshTest::start_sink($dst2, 'l1');
+	AshTest::wait_slot_consistent($src2, $dst2, 'l1');
+	$src2->safe_psql($DB, "ALTER TABLE $t ALTER COLUMN $col TYPE numeric(10,0); INSERT INTO $t (id) VALUES (2)");
+	AshTest::wait_status($dst2, 'l1', 'misconfigured', 'source_type_invalid', src => $src2,
+		name => 'latin1: halts source_type_invalid');
+	is($dst2->safe_psql($DB, "SELECT count(*) FROM $t"), '1', 'latin1: nothing of the change applied');
+	AshTest::stop_sink($dst2, 'l1');
 }
 
 done_testing();
