@@ -88,6 +88,22 @@ if [ $rc_tap -ne 0 ]; then
         [ -f "$f" ] || continue
         echo "=== tail of $f ==="; tail -n 40 "$f"
     done
+    # a digest of each failed file, short enough to survive a reader that
+    # keeps only the output's end: its seed, first failed checks, and the
+    # halts and worker crashes its servers logged
+    for t in $failed_files; do
+        b=$(basename "$t" .pl)
+        f="$work/tmp_check/log/regress_log_$b"
+        [ -f "$f" ] || continue
+        echo "=== digest of $b ==="
+        grep -m 3 -oE '(seed|ASH_SEED=)[ =]?[0-9]+' "$f" | head -n 1
+        grep -m 4 -E '(^|\) )not ok [0-9]+' "$f" | cut -c1-200
+        for s in "$work/tmp_check/log/${b}"_*.log; do
+            [ -f "$s" ] || continue
+            grep -E 'event=pipeline\.(halt|worker_crashed|session_end)|event=snapshot\.(copier_failed|publication_gap)|terminated by signal' "$s" |
+                tail -n 6 | sed "s|^|$(basename "$s" .log): |" | cut -c1-240
+        done
+    done
     echo "=== TAP files that failed ==="
     printf '%s\n' "${report:-(prove printed no summary report)}"
 fi
