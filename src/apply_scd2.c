@@ -65,11 +65,16 @@
  *
  *	  Attribute tenancy scopes the close by the tenant (as SCD1 scopes its
  *	  writes); an open version of another tenant under the same business
- *	  key halts tenant_conflict.  A closed one does not: it is history (a
- *	  relocation closes the old tenant's version at L, and a later change
- *	  of the key in the same source transaction meets it beside the new
- *	  tenant's version opened at L) -- unless it lies past L, where only
- *	  another sink writing the same target can have put it.
+ *	  key halts tenant_conflict -- but for a snapshot row of a provenance
+ *	  mapping, where such a version the attempt has not seen is stale (the
+ *	  row moved while nothing streamed; the source's key names one row): it
+ *	  is closed at the row's position, as retirement would close it, and the
+ *	  row's version opened (apply_scd1.c replaces such a row).  A closed
+ *	  one does not halt: it is history (a relocation closes the old
+ *	  tenant's version at L, and a later change of the key in the same
+ *	  source transaction meets it beside the new tenant's version opened
+ *	  at L) -- unless it lies past L, where only another sink writing the
+ *	  same target can have put it.
  *
  *	  Plans are prepared once per target and kept; row counts are checked.
  *
@@ -89,6 +94,7 @@
 
 #include "apply_strategy.h"
 #include "errors.h"
+#include "provenance.h"
 #include "spi_util.h"
 
 typedef struct Scd2Plans
@@ -102,6 +108,7 @@ typedef struct Scd2Plans
 	SPIPlanPtr	truncate_close;
 	SPIPlanPtr	truncate_transient;
 	SPIPlanPtr	truncate_erase;
+	SPIPlanPtr	close_stale;	/* close another tenant's stale open version */
 	int			nkeyparams;		/* business key (+ tenant) parameters */
 	XLogRecPtr	replay_lsn;		/* this target already holds the source
 								 * transaction of that commit LSN */
@@ -247,7 +254,7 @@ open_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 }
 
 /*
- * SELECT valid_from, valid_to, xmin, same tenant
+ * SELECT valid_from, valid_to, xmin, same tenant[, seen attempt]
  * FROM t WHERE business key
  *   AND (valid_to IS NULL OR valid_to >= $L OR valid_from >= $L)
  */
@@ -277,6 +284,9 @@ probe_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	}
 	else
 		appendStringInfoString(&sql, "true");
+	/* which snapshot attempt saw the version (provenance.c) */
+	if (m->snapshot_provenance)
+		appendStringInfo(&sql, ", %s", qcol(ASH_PROVENANCE_SEEN_COLUMN));
 	appendStringInfo(&sql, " FROM %s WHERE %s AND (%s IS NULL OR %s OPERATOR(pg_catalog.>=) $%d"
 					 " OR %s OPERATOR(pg_catalog.>=) $%d)",
 					 tgt->name, where.data, qcol(m->history_valid_to_lsn_column),
@@ -380,6 +390,91 @@ same_business_key(AshApplyRel *rel, AshRowImage *key, AshRowImage *newrow)
 	return true;
 }
 
+/*
+ * UPDATE t SET valid_to = $L[, valid_to_ts = $ts][, current = false]
+ * WHERE business key AND tenant IS DISTINCT FROM $tenant
+ *   AND valid_to IS NULL AND valid_from < $L AND seen IS DISTINCT FROM $attempt
+ * Parameters: key..., L, ts, tenant, attempt.
+ */
+static SPIPlanPtr
+close_stale_plan(AshApplyRel *rel, AshApplyTarget *tgt)
+{
+	Scd2Plans  *st = plans_of(tgt);
+	AshMapping *m = rel->map;
+	StringInfoData sql;
+	StringInfoData where;
+	Oid		   *types;
+	int			lsn_param;
+
+	if (st->close_stale)
+		return st->close_stale;
+	types = palloc(sizeof(Oid) * (rel->nkeys + 4));
+	initStringInfo(&where);
+	lsn_param = ash_append_key_predicate(&where, rel, 1, types, false);
+	types[lsn_param - 1] = INT8OID;
+	types[lsn_param] = TIMESTAMPTZOID;
+	types[lsn_param + 1] = rel->cols[rel->tenant_col].typid;
+	types[lsn_param + 2] = BYTEAOID;
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "UPDATE %s SET %s = $%d", tgt->name,
+					 qcol(m->history_valid_to_lsn_column), lsn_param);
+	if (m->history_valid_to_ts_column)
+		appendStringInfo(&sql, ", %s = $%d", qcol(m->history_valid_to_ts_column), lsn_param + 1);
+	if (m->history_current_column)
+		appendStringInfo(&sql, ", %s = false", qcol(m->history_current_column));
+	appendStringInfo(&sql, " WHERE %s AND %s IS DISTINCT FROM $%d AND %s IS NULL"
+					 " AND %s OPERATOR(pg_catalog.<) $%d AND %s IS DISTINCT FROM $%d",
+					 where.data, qcol(rel->cols[rel->tenant_col].name), lsn_param + 2,
+					 qcol(m->history_valid_to_lsn_column),
+					 qcol(m->history_valid_from_lsn_column), lsn_param,
+					 qcol(ASH_PROVENANCE_SEEN_COLUMN), lsn_param + 3);
+	st->close_stale = ash_spi_prepare_kept(sql.data, lsn_param + 3, types);
+	return st->close_stale;
+}
+
+/*
+ * Close, at the snapshot row's position, the open version of another
+ * tenant under key that the attempt has not seen (probe_key found it).
+ */
+static void
+close_stale(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
+{
+	SPIPlanPtr	plan = close_stale_plan(rel, tgt);
+	Datum	   *values = palloc(sizeof(Datum) * (rel->nkeys + 4));
+	char	   *nulls = palloc(rel->nkeys + 5);
+	int			n = 0;
+
+	/* the business key alone (ash_key_values adds the tenant's equality) */
+	for (int k = 0; k < rel->nkeys; k++)
+	{
+		values[n] = key->values[rel->keys[k]];
+		nulls[n++] = ' ';
+	}
+	window_values(values + n, nulls + n);
+	values[n + 2] = key->values[rel->tenant_col];
+	nulls[n + 2] = key->nulls[rel->tenant_col] ? 'n' : ' ';
+	values[n + 3] = PointerGetDatum(ash_apply_current()->snapshot_attempt);
+	nulls[n + 3] = ' ';
+	nulls[n + 4] = '\0';
+	if (ash_spi_execute(plan, values, nulls, SPI_OK_UPDATE) != 1)
+		ash_apply_write_lost(tgt, "a snapshot row", "a stale version of another tenant escaped its close");
+}
+
+/* Is a probed version's seen-mark (column col) the attempt's id? */
+static bool
+seen_by(HeapTuple tup, TupleDesc desc, int col, const bytea *attempt)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+	bytea	   *seen;
+
+	if (isnull)
+		return false;
+	seen = DatumGetByteaPP(d);
+	return VARSIZE_ANY_EXHDR(seen) == VARSIZE_ANY_EXHDR(attempt) &&
+		memcmp(VARDATA_ANY(seen), VARDATA_ANY(attempt), VARSIZE_ANY_EXHDR(attempt)) == 0;
+}
+
 /* What the mirror holds for a key, when a close found nothing. */
 static Scd2State
 probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
@@ -399,7 +494,15 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 	bool		open_earlier = false;
 	int64		lsn = (int64) meta->commit_lsn;
 	bool		snapshot_row = meta->origin != NULL && strcmp(meta->origin, "snapshot") == 0;
+	bool		stale_other = false;
 	uint64		rows;
+
+	/*
+	 * A snapshot row of a provenance mapping: another tenant's open version
+	 * its attempt has not seen is stale (see the header), not a conflict.
+	 */
+	bool		judge_stale = snapshot_row && rel->map->snapshot_provenance &&
+		ash_tenant_scoped(rel) && meta->snapshot_attempt != NULL;
 
 	for (int k = 0; k < rel->nkeys; k++)
 	{
@@ -427,6 +530,13 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 		int64		to = open ? 0 : DatumGetInt64(to_d);
 		TransactionId xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 3, &isnull));
 		bool		same_tenant = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+
+		if (judge_stale && open && !same_tenant && from < lsn &&
+			!seen_by(tup, desc, 5, meta->snapshot_attempt))
+		{
+			stale_other = true;
+			continue;
+		}
 
 		/*
 		 * Only an open version holds the key; one of another tenant closed at
@@ -493,6 +603,8 @@ probe_key(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *key)
 				 tgt->log_name);
 	if (state == SCD2_REPLAYED)
 		plans_of(tgt)->replay_lsn = meta->commit_lsn;
+	else if (stale_other)
+		close_stale(rel, tgt, key);
 	return state;
 }
 
