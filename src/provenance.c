@@ -20,7 +20,9 @@
  *		row.  Format 1 (earlier builds: the names in every row's message,
  *		the whole MAC) is still compared, by computing it for the row;
  *	  - a target row with the same fingerprint (the open version under
- *		SCD2) is not written: no host effect, no trigger; a new or
+ *		SCD2) -- or, without an encrypted column, whose stored values
+ *		fingerprint the same (a row the stream wrote has none, or an old
+ *		one) -- is not written: no host effect, no trigger; a new or
  *		different row is written by the mapping's strategy as any insert;
  *		either way the row is stamped with its fingerprint and the attempt
  *		(replica_seen_attempt): with the write itself where the strategy
@@ -85,6 +87,9 @@ typedef struct ProvTarget
 	AshApplyRel *rel;			/* the resolution the plans were made for */
 	AshTargetCol *cols;
 	bool		scd2;
+	bool		by_content;		/* no encrypted column: a row stored without
+								 * a fingerprint is fingerprinted from its
+								 * stored values (the probes return them) */
 	int			nkeyparams;
 	SPIPlanPtr	probe;			/* the stored fingerprint of a key */
 	SPIPlanPtr	probe_many;		/* ordinal and fingerprint of arrays of keys;
@@ -400,6 +405,7 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 	MemoryContext old;
 	StringInfoData where;
 	StringInfoData sql;
+	StringInfoData cols;
 	Oid		   *types;
 	int			next;
 
@@ -458,6 +464,13 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 	}
 	initStringInfo(&pt->fp);
 	MemoryContextSwitchTo(old);
+	pt->by_content = true;
+	for (int c = 0; c < rel->ncols; c++)
+		pt->by_content &= pt->kind[c] != FP_PLAIN;
+	initStringInfo(&cols);
+	if (pt->by_content)
+		for (int c = 0; c < rel->ncols; c++)
+			appendStringInfo(&cols, ", t.%s", quote_identifier(rel->cols[c].name));
 
 	types = palloc(sizeof(Oid) * (rel->nkeys + 3));
 	initStringInfo(&where);
@@ -468,8 +481,8 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 						 quote_identifier(rel->map->history_valid_to_lsn_column));
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT %s FROM %s WHERE %s",
-					 ASH_PROVENANCE_FINGERPRINT_COLUMN, tgt->name, where.data);
+	appendStringInfo(&sql, "SELECT t.%s%s FROM %s AS t WHERE %s",
+					 ASH_PROVENANCE_FINGERPRINT_COLUMN, cols.data, tgt->name, where.data);
 	pt->probe = ash_spi_prepare_kept(sql.data, pt->nkeyparams, types);
 
 	types[next - 1] = BYTEAOID;
@@ -525,6 +538,7 @@ target_of(AshApplyRel *rel, AshApplyTarget *tgt)
 			resetStringInfo(&sql);
 			appendStringInfoString(&sql, "SELECT u.o, t.");
 			appendStringInfoString(&sql, ASH_PROVENANCE_FINGERPRINT_COLUMN);
+			appendStringInfoString(&sql, cols.data);
 			appendStringInfoString(&sql, " FROM (SELECT ");
 			for (int i = 0; i < pt->nkeyparams; i++)
 				appendStringInfo(&sql, "pg_catalog.unnest($%d) AS k%d, ", i + 1, i + 1);
@@ -909,6 +923,52 @@ stored_matches(ProvTarget *pt, Pending *r, bytea *stored)
 }
 
 /*
+ * Does the target's row, as a probe returned it (the stored fingerprint in
+ * column fpcol, the mapped columns after it when pt->by_content), hold r?
+ * A row whose stored fingerprint is missing or another -- written by the
+ * stream (an insert or an SCD2 version carries none, an SCD1 update keeps
+ * the one of the row it changed), or before the mapping had provenance --
+ * is fingerprinted from its stored values: one the source has unchanged is
+ * then only marked seen, not written again (under SCD2 a new version with
+ * the same content would mark a change the source never made).  With an
+ * encrypted column (its ciphertext differs from the plaintext
+ * fingerprinted) it counts as changed.
+ */
+static bool
+probed_matches(ProvTarget *pt, Pending *r, HeapTuple tup, TupleDesc desc, int fpcol)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, fpcol, &isnull);
+	AshApplyRel *rel = r->rel;
+	AshRowImage stored;
+	bytea	   *fp;
+	bool		same;
+
+	if (!isnull && stored_matches(pt, r, DatumGetByteaPP(d)))
+		return true;
+	if (!pt->by_content || desc->natts < fpcol + rel->ncols)
+		return false;
+	stored.values = palloc(sizeof(Datum) * Max(rel->ncols, 1));
+	stored.nulls = palloc(sizeof(bool) * Max(rel->ncols, 1));
+	stored.present = palloc(sizeof(bool) * Max(rel->ncols, 1));
+	stored.plain = NULL;
+	stored.complete = true;
+	for (int c = 0; c < rel->ncols; c++)
+	{
+		stored.values[c] = SPI_getbinval(tup, desc, fpcol + 1 + c, &stored.nulls[c]);
+		stored.present[c] = true;
+	}
+	fp = fingerprint(pt, rel, &stored, FP_FORMAT_2);
+	same = ash_digest_equal((const uint8 *) VARDATA_ANY(fp), (const uint8 *) VARDATA_ANY(r->fp),
+							ASH_FINGERPRINT_BYTES);
+	pfree(fp);
+	pfree(stored.values);
+	pfree(stored.nulls);
+	pfree(stored.present);
+	return same;
+}
+
+/*
  * A snapshot row judged: written (with its stamp, or then stamped) unless
  * unchanged, then only marked seen.
  */
@@ -1045,13 +1105,12 @@ probe_group(ProvTarget *pt, List *rows, bool *unchanged)
 		bool		isnull;
 		int32		o = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 												   1, &isnull));
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
 		Pending    *r;
 
 		if (o < 1 || o > nrows)
 			elog(ERROR, "ash_replicant: a provenance probe returned a row it was not asked for");
 		r = list_nth(rows, o - 1);
-		unchanged[o - 1] = !isnull && stored_matches(pt, r, DatumGetByteaPP(d));
+		unchanged[o - 1] = probed_matches(pt, r, SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 	}
 	return true;
 }
@@ -1080,13 +1139,7 @@ ash_provenance_resolve(void)
 			Pending    *r = lfirst(lc);
 
 			if (ash_spi_execute(pt->probe, r->values, r->nulls, SPI_OK_SELECT) > 0)
-			{
-				bool		isnull;
-				Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-											  &isnull);
-
-				unchanged[i] = !isnull && stored_matches(pt, r, DatumGetByteaPP(d));
-			}
+				unchanged[i] = probed_matches(pt, r, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 			i++;
 		}
 	}
