@@ -149,6 +149,21 @@ append_returning(StringInfo sql, AshApplyRel *rel)
 }
 
 /*
+ * "UPDATE t SET valid_to = $lsn[, valid_to_ts = $lsn+1][, current = false]":
+ * what closes a version, at the change's commit LSN and time.
+ */
+static void
+append_close_update(StringInfo sql, AshApplyTarget *tgt, AshMapping *m, int lsn_param)
+{
+	appendStringInfo(sql, "UPDATE %s SET %s = $%d", tgt->name,
+					 qcol(m->history_valid_to_lsn_column), lsn_param);
+	if (m->history_valid_to_ts_column)
+		appendStringInfo(sql, ", %s = $%d", qcol(m->history_valid_to_ts_column), lsn_param + 1);
+	if (m->history_current_column)
+		appendStringInfo(sql, ", %s = false", qcol(m->history_current_column));
+}
+
+/*
  * UPDATE t SET valid_to = $L[, valid_to_ts = $ts][, current = false]
  * WHERE key [AND tenant] AND valid_to IS NULL AND valid_from < $L
  * Parameters: key..., [tenant], L, ts (declared even when unused).
@@ -175,12 +190,7 @@ close_plan(AshApplyRel *rel, AshApplyTarget *tgt, bool returning)
 	types[lsn_param] = TIMESTAMPTZOID;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "UPDATE %s SET %s = $%d", tgt->name,
-					 qcol(m->history_valid_to_lsn_column), lsn_param);
-	if (m->history_valid_to_ts_column)
-		appendStringInfo(&sql, ", %s = $%d", qcol(m->history_valid_to_ts_column), lsn_param + 1);
-	if (m->history_current_column)
-		appendStringInfo(&sql, ", %s = false", qcol(m->history_current_column));
+	append_close_update(&sql, tgt, m, lsn_param);
 	appendStringInfo(&sql, " WHERE %s AND %s IS NULL AND %s OPERATOR(pg_catalog.<) $%d",
 					 where.data, qcol(m->history_valid_to_lsn_column),
 					 qcol(m->history_valid_from_lsn_column), lsn_param);
@@ -416,12 +426,7 @@ close_stale_plan(AshApplyRel *rel, AshApplyTarget *tgt)
 	types[lsn_param + 1] = rel->cols[rel->tenant_col].typid;
 	types[lsn_param + 2] = BYTEAOID;
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "UPDATE %s SET %s = $%d", tgt->name,
-					 qcol(m->history_valid_to_lsn_column), lsn_param);
-	if (m->history_valid_to_ts_column)
-		appendStringInfo(&sql, ", %s = $%d", qcol(m->history_valid_to_ts_column), lsn_param + 1);
-	if (m->history_current_column)
-		appendStringInfo(&sql, ", %s = false", qcol(m->history_current_column));
+	append_close_update(&sql, tgt, m, lsn_param);
 	appendStringInfo(&sql, " WHERE %s AND %s IS DISTINCT FROM $%d AND %s IS NULL"
 					 " AND %s OPERATOR(pg_catalog.<) $%d AND %s IS DISTINCT FROM $%d",
 					 where.data, qcol(rel->cols[rel->tenant_col].name), lsn_param + 2,
@@ -839,11 +844,7 @@ scd2_truncate(AshApplyRel *rel, AshApplyTarget *tgt)
 		Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
 
 		initStringInfo(&sql);
-		appendStringInfo(&sql, "UPDATE %s SET %s = $1", tgt->name, qcol(m->history_valid_to_lsn_column));
-		if (m->history_valid_to_ts_column)
-			appendStringInfo(&sql, ", %s = $2", qcol(m->history_valid_to_ts_column));
-		if (m->history_current_column)
-			appendStringInfo(&sql, ", %s = false", qcol(m->history_current_column));
+		append_close_update(&sql, tgt, m, 1);
 		appendStringInfo(&sql, " WHERE %s IS NULL AND %s OPERATOR(pg_catalog.<) $1",
 						 qcol(m->history_valid_to_lsn_column), qcol(m->history_valid_from_lsn_column));
 		st->truncate_close = ash_spi_prepare_kept(sql.data, 2, types);
