@@ -238,8 +238,10 @@ ash_reason_class_name(AshReasonClass cls)
  */
 static char pending_reason[64];
 static char pending_context[256];
+static char pending_target[4 * NAMEDATALEN + 8];
 const char *ash_pending_halt = NULL;
 const char *ash_pending_halt_context = "";
+const char *ash_pending_halt_target = NULL;
 
 /* Format a structural context string (never values). */
 static char *format_context(const char *ctxfmt, va_list args_in) pg_attribute_printf(1, 0);
@@ -267,19 +269,22 @@ format_context(const char *ctxfmt, va_list args_in)
 	return ctx.data;
 }
 
-void
-ash_halt(const char *reason, const char *ctxfmt,...)
-{
-	va_list		args;
-	char	   *ctx;
+static void raise_halt(const char *target, const char *reason, char *ctx) pg_attribute_noreturn();
 
-	va_start(args, ctxfmt);
-	ctx = format_context(ctxfmt, args);
-	va_end(args);
+static void
+raise_halt(const char *target, const char *reason, char *ctx)
+{
 	strlcpy(pending_reason, reason, sizeof(pending_reason));
 	strlcpy(pending_context, ctx, sizeof(pending_context));
 	ash_pending_halt = pending_reason;
 	ash_pending_halt_context = pending_context;
+	if (target != NULL)
+	{
+		strlcpy(pending_target, target, sizeof(pending_target));
+		ash_pending_halt_target = pending_target;
+	}
+	else
+		ash_pending_halt_target = NULL;
 	if (ctx[0] != '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -289,6 +294,30 @@ ash_halt(const char *reason, const char *ctxfmt,...)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ash_replicant: pipeline halted: %s", reason)));
 	pg_unreachable();
+}
+
+void
+ash_halt(const char *reason, const char *ctxfmt,...)
+{
+	va_list		args;
+	char	   *ctx;
+
+	va_start(args, ctxfmt);
+	ctx = format_context(ctxfmt, args);
+	va_end(args);
+	raise_halt(NULL, reason, ctx);
+}
+
+void
+ash_halt_on(const char *target, const char *reason, const char *ctxfmt,...)
+{
+	va_list		args;
+	char	   *ctx;
+
+	va_start(args, ctxfmt);
+	ctx = format_context(ctxfmt, args);
+	va_end(args);
+	raise_halt(target, reason, ctx);
 }
 
 /* ash_reject_as_halt(): while set, a rejection is this halt */

@@ -58,6 +58,15 @@ extern const char *ash_pending_halt_context;
 extern void ash_halt(const char *reason, const char *ctxfmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
 
 /*
+ * ash_halt naming the table it is about (a mapping's target, quoted and
+ * qualified): recorded as the halt's target (status halt_target, the
+ * pipeline.halt line's table=) where apply has no table of its own at hand
+ * -- a check run while a snapshot arms its tables, or a helper's.
+ */
+extern const char *ash_pending_halt_target;
+extern void ash_halt_on(const char *target, const char *reason, const char *ctxfmt,...) pg_attribute_printf(3, 4) pg_attribute_noreturn();
+
+/*
  * A name always double-quoted, embedded quotes doubled (messages, and the
  * binding of a ciphertext): unlike quote_identifier, the same for every name.
  */

@@ -444,6 +444,18 @@ note_error_location(void)
 		if (target)
 			error_target = MemoryContextStrdup(pipeline_cxt, target);
 	}
+
+	/*
+	 * A halt that names its table (ash_halt_on) names the mapping's target
+	 * even where apply holds none (a check while a snapshot arms), and in
+	 * its place where apply's is a tenant's table under context tenancy.
+	 */
+	if (ash_pending_halt != NULL && ash_pending_halt_target != NULL)
+	{
+		if (error_target)
+			pfree(error_target);
+		error_target = MemoryContextStrdup(pipeline_cxt, ash_pending_halt_target);
+	}
 }
 
 static void

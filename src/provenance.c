@@ -1384,7 +1384,8 @@ scope_tenants(AshMapping *m, Oid owner)
 	char	   *fn;
 
 	if (!OidIsValid(m->tenant_scope_function) || get_func_name(m->tenant_scope_function) == NULL)
-		ash_halt("snapshot_scope_incomplete", "the tenant_scope_function of %s is missing",
+		ash_halt_on(qualified_name(m->target_relid), "snapshot_scope_incomplete",
+					"the tenant_scope_function of %s is missing",
 				 qualified_name(m->target_relid));
 	fn = quote_qualified_identifier(get_namespace_name(get_func_namespace(m->tenant_scope_function)),
 									get_func_name(m->tenant_scope_function));
@@ -1419,7 +1420,8 @@ scope_tenants(AshMapping *m, Oid owner)
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = resowner;
 		tenants = NIL;
-		ash_halt("snapshot_scope_incomplete", "the tenant_scope_function of %s raised",
+		ash_halt_on(qualified_name(m->target_relid), "snapshot_scope_incomplete",
+					"the tenant_scope_function of %s raised",
 				 qualified_name(m->target_relid));
 	}
 	PG_END_TRY();
@@ -1453,12 +1455,14 @@ ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes)
 		Oid			relid;
 
 		if (tenant == NULL || tenant[strspn(tenant, " \t\r\n")] == '\0')
-			ash_halt("snapshot_scope_incomplete", "the tenant_scope_function of %s returned a blank scope",
+			ash_halt_on(qualified_name(m->target_relid), "snapshot_scope_incomplete",
+						"the tenant_scope_function of %s returned a blank scope",
 					 qualified_name(m->target_relid));
 		relid = ash_tenant_relid(m->target_relid, qualified_name(m->target_relid),
 								 m->tenant_schema_format, tenant, &schema);
 		if (!OidIsValid(relid))
-			ash_halt("tenant_scope_missing", "a tenant scope of %s has no table",
+			ash_halt_on(qualified_name(m->target_relid), "tenant_scope_missing",
+						"a tenant scope of %s has no table",
 					 qualified_name(m->target_relid));
 		if (list_member_oid(relids, relid))
 			continue;
@@ -1514,9 +1518,13 @@ ash_provenance_check_versions(AshMapping *m, Oid owner)
 			continue;
 		version = (int32) (((uint32) p[1] << 24) | ((uint32) p[2] << 16) | ((uint32) p[3] << 8) | p[4]);
 		if (ash_keyring_get(ASH_KEYS_SNAPSHOT_PROVENANCE, version) == NULL)
-			ash_halt("keyring_version_missing",
-					 "a fingerprint in a target of %s names a version family %s lacks",
-					 qualified_name(m->target_relid), ASH_KEYS_SNAPSHOT_PROVENANCE);
+		{
+			char	   *target = qualified_name(m->target_relid);
+
+			ash_halt_on(target, "keyring_version_missing",
+						"a fingerprint in a target of %s names a version family %s lacks",
+						target, ASH_KEYS_SNAPSHOT_PROVENANCE);
+		}
 	}
 }
 
@@ -1531,7 +1539,11 @@ halt_if_history_ahead(AshMapping *m, const char *sql, int nargs, Oid *types, Dat
 {
 	if (ash_spi_execute_args(sql, nargs, types, values, NULL, SPI_OK_SELECT,
 							 "could not look for history past a snapshot") > 0)
-		ash_halt("snapshot_history_ahead", "%s in %s", what, qualified_name(m->target_relid));
+	{
+		char	   *target = qualified_name(m->target_relid);
+
+		ash_halt_on(target, "snapshot_history_ahead", "%s in %s", what, target);
+	}
 }
 
 /*
@@ -1580,10 +1592,60 @@ ash_provenance_check_history(AshMapping *m, XLogRecPtr position, Oid owner)
 	}
 }
 
-/* Retire in one table; returns the rows retired. */
+/*
+ * Under SCD2 and context tenancy, where an unseen open version of table
+ * (aliased t) ends: at close_lsn, or earlier where a version of its
+ * business key that this attempt wrote ($1) begins in another scope's
+ * table, if that is after the unseen version's start.  A key the source
+ * moved to another tenant is copied into the new tenant's table at its
+ * chunk's position, while the old tenant's version, unseen, is retired
+ * only at the table's last chunk (incremental): closing it there would
+ * have the key belong to both tenants in between.  A tenant change closes
+ * the old version where the new one opens (as the stream does).  Under v1
+ * every copied version begins at close_lsn: the same end as before.
+ * Appends nothing and returns false when a key column has no target.
+ */
+static bool
+append_close_at(StringInfo sql, AshMapping *m, const char *table, List *tables)
+{
+	const char *from = quote_identifier(m->history_valid_from_lsn_column);
+	StringInfoData key;
+	ListCell   *lc;
+
+	initStringInfo(&key);
+	foreach(lc, m->history_business_key)
+	{
+		const char *col = ash_mapping_target_column(m, lfirst(lc));
+
+		/* registration requires every key column in the target */
+		if (col == NULL)
+			return false;
+		col = quote_identifier(col);
+		appendStringInfo(&key, " AND o.%s IS NOT DISTINCT FROM t.%s", col, col);
+	}
+	/* LEAST is SQL syntax, not a function: no search_path to pin */
+	appendStringInfoString(sql, "LEAST($2");
+	foreach(lc, tables)
+	{
+		const char *other = lfirst(lc);
+
+		if (strcmp(other, table) == 0)
+			continue;
+		appendStringInfo(sql, ", (SELECT pg_catalog.min(o.%s) FROM %s o WHERE o.%s = $1"
+						 " AND o.%s OPERATOR(pg_catalog.>) t.%s%s)",
+						 from, other, ASH_PROVENANCE_SEEN_COLUMN, from, from, key.data);
+	}
+	appendStringInfoChar(sql, ')');
+	return true;
+}
+
+/*
+ * Retire in one table (of tables, every scope's); returns the rows
+ * retired.
+ */
 static int64
-retire_in(AshMapping *m, const char *table, const bytea *attempt, XLogRecPtr close_lsn,
-		  bool nothing_past)
+retire_in(AshMapping *m, const char *table, List *tables, const bytea *attempt,
+		  XLogRecPtr close_lsn, bool nothing_past)
 {
 	StringInfoData sql;
 	Oid			types[2] = {BYTEAOID, INT8OID};
@@ -1599,8 +1661,11 @@ retire_in(AshMapping *m, const char *table, const bytea *attempt, XLogRecPtr clo
 	initStringInfo(&sql);
 	if (is_scd2(m))
 	{
-		appendStringInfo(&sql, "UPDATE %s SET %s = $2", table,
+		appendStringInfo(&sql, "UPDATE %s t SET %s = ", table,
 						 quote_identifier(m->history_valid_to_lsn_column));
+		if (!is_context(m) || list_length(tables) < 2 ||
+			!append_close_at(&sql, m, table, tables))
+			appendStringInfoString(&sql, "$2");
 		if (m->history_valid_to_ts_column)
 			appendStringInfo(&sql, ", %s = pg_catalog.now()",
 							 quote_identifier(m->history_valid_to_ts_column));
@@ -1628,11 +1693,12 @@ int64
 ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn,
 					  bool nothing_past)
 {
+	List	   *tables = ash_provenance_tables(m, GetUserId());
 	ListCell   *lc;
 	int64		rows = 0;
 
-	foreach(lc, ash_provenance_tables(m, GetUserId()))
-		rows += retire_in(m, lfirst(lc), attempt, close_lsn, nothing_past);
+	foreach(lc, tables)
+		rows += retire_in(m, lfirst(lc), tables, attempt, close_lsn, nothing_past);
 	return rows;
 }
 

@@ -78,6 +78,9 @@ typedef enum AshCopierEnd
 	ASH_COPIER_APPLY_ERROR		/* destination error: sqlerrcode */
 } AshCopierEnd;
 
+/* a quoted schema-qualified name: two quoted identifiers and a dot */
+#define ASH_HALT_TARGET_LEN (4 * NAMEDATALEN + 8)
+
 typedef struct AshCopier
 {
 	pid_t		pid;			/* 0: not running */
@@ -89,6 +92,7 @@ typedef struct AshCopier
 	char		source_sqlstate[6];
 	char		reason[ASH_REASON_LEN];
 	char		context[128];	/* structural (table names) only */
+	char		target[ASH_HALT_TARGET_LEN];	/* the halt's table, or "" */
 	TimestampTz source_lock_since;	/* its COPY waits for a lock at the
 									 * source since (0: not) */
 } AshCopier;
@@ -173,9 +177,6 @@ typedef enum AshSlotState
 	ASH_SLOT_RUNNING,			/* worker attached */
 	ASH_SLOT_EXITED				/* worker gone; slot kept for its halt leg */
 } AshSlotState;
-
-/* a quoted schema-qualified name: two quoted identifiers and a dot */
-#define ASH_HALT_TARGET_LEN (4 * NAMEDATALEN + 8)
 
 typedef struct AshPipelineSlot
 {

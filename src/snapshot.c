@@ -1383,6 +1383,9 @@ ash_snap_raise_helper_end(AshCopier *c)
 		case ASH_COPIER_DONE:
 			return;
 		case ASH_COPIER_HALT:
+			/* the pipeline's halt names the table the helper's named */
+			if (c->target[0] != '\0')
+				ash_halt_on(c->target, c->reason, "%s", c->context);
 			ash_halt(c->reason, "%s", c->context);
 			break;
 		case ASH_COPIER_SOURCE_FAULT:

@@ -128,6 +128,8 @@ ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char *sink_name)
 		me->end = ASH_COPIER_HALT;
 		strlcpy(me->reason, ash_pending_halt, sizeof(me->reason));
 		strlcpy(me->context, ash_pending_halt_context, sizeof(me->context));
+		strlcpy(me->target, ash_pending_halt_target ? ash_pending_halt_target : "",
+				sizeof(me->target));
 	}
 	else if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
 			 edata->sqlerrcode == ERRCODE_PROTOCOL_VIOLATION)
