@@ -1621,7 +1621,8 @@ append_close_at(StringInfo sql, AshMapping *m, const char *table, List *tables)
 		if (col == NULL)
 			return false;
 		col = quote_identifier(col);
-		appendStringInfo(&key, " AND o.%s IS NOT DISTINCT FROM t.%s", col, col);
+		/* business keys are never NULL (apply_scd2.c): = can use an index */
+		appendStringInfo(&key, " AND o.%s OPERATOR(pg_catalog.=) t.%s", col, col);
 	}
 	/* LEAST is SQL syntax, not a function: no search_path to pin */
 	appendStringInfoString(sql, "LEAST($2");
@@ -1631,7 +1632,7 @@ append_close_at(StringInfo sql, AshMapping *m, const char *table, List *tables)
 
 		if (strcmp(other, table) == 0)
 			continue;
-		appendStringInfo(sql, ", (SELECT pg_catalog.min(o.%s) FROM %s o WHERE o.%s = $1"
+		appendStringInfo(sql, ", (SELECT pg_catalog.min(o.%s) FROM %s o WHERE o.%s OPERATOR(pg_catalog.=) $1"
 						 " AND o.%s OPERATOR(pg_catalog.>) t.%s%s)",
 						 from, other, ASH_PROVENANCE_SEEN_COLUMN, from, from, key.data);
 	}
