@@ -1524,7 +1524,7 @@ note_recorded_names(AshCheckpointKey *ckey, bool is_pglogical)
 		AshRecordedTable *t = lfirst(lc);
 
 		ash_relmap_note_recorded(t->oid, t->nspname, t->relname, t->read_at,
-								 is_pglogical ? NULL : t->published);
+								 t->published, !is_pglogical);
 		if (is_pglogical)
 			ash_pglogical_note_recorded(t->oid, t->published);
 	}

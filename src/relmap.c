@@ -85,6 +85,7 @@ typedef struct RecordedName
 	char		relname[NAMEDATALEN];
 	XLogRecPtr	read_at;
 	/* the columns the record holds, with their types (0: none given) */
+	bool		typed;			/* false: their names only are a baseline */
 	int			ncols;
 	char	  **names;
 	uint32	   *types;
@@ -173,13 +174,14 @@ record_columns(RecordedName *r, const char *published)
 
 void
 ash_relmap_note_recorded(uint32 oid, const char *nspname, const char *relname,
-						 XLogRecPtr read_at, const char *published)
+						 XLogRecPtr read_at, const char *published, bool typed)
 {
 	RecordedName *r = hash_search(recorded_names, &oid, HASH_ENTER, NULL);
 
 	strlcpy(r->nspname, nspname, NAMEDATALEN);
 	strlcpy(r->relname, relname, NAMEDATALEN);
 	r->read_at = read_at;
+	r->typed = typed;
 	r->ncols = 0;
 	if (published != NULL)
 		record_columns(r, published);
@@ -429,6 +431,55 @@ seed_baseline(AshApplyRel *rel, const RecordedName *r)
 	}
 }
 
+/*
+ * The columns a description of a table with no record of the columns
+ * feeding its target yet judges a column added by (source_columns.c), in
+ * the current memory context: the previous description's when the source
+ * committed it (wal2json describes a table from the catalog at the
+ * session's start, before any change; one that came in a streamed
+ * transaction rolled back, or still open, may hold DDL that never
+ * committed: the earlier committed baseline carries over), else the
+ * record's (the session's first description, judged only in a transaction
+ * that committed after the record was read: a column added before is in
+ * the record, one from a transaction older than the record may have been
+ * dropped since).
+ */
+static void
+note_columns_before(AshApplyRel *rel, bool found, const RecordedName *recorded)
+{
+	int			n = 0;
+	char	  **names = NULL;
+	bool		known = false;
+
+	if (found && !TransactionIdIsValid(rel->desc_xid) && !rel->desc_aborted)
+	{
+		known = true;
+		n = rel->remote.natts;
+		names = palloc(sizeof(char *) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+			names[i] = pstrdup(rel->remote.cols[i].name);
+	}
+	else if (found && rel->before_known)
+	{
+		known = true;
+		n = rel->before_natts;
+		names = palloc(sizeof(char *) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+			names[i] = pstrdup(rel->before_names[i]);
+	}
+	else if (!found && recorded != NULL && recorded->ncols > 0)
+	{
+		known = true;
+		n = recorded->ncols;
+		names = palloc(sizeof(char *) * n);
+		for (int i = 0; i < n; i++)
+			names[i] = pstrdup(recorded->names[i]);
+	}
+	rel->before_known = known;
+	rel->before_natts = n;
+	rel->before_names = names;
+}
+
 void
 ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLogRecPtr at)
 {
@@ -455,6 +506,8 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLog
 									 ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(desc_cxt);
 
+	/* before the previous description goes */
+	note_columns_before(rel, found, recorded);
 	if (found)
 	{
 		judge_rename(rel->remote.nspname, rel->remote.relname, in);
@@ -472,7 +525,7 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLog
 						 &rel->stream_base_types, &rel->stream_base_typmods);
 		release_resolution(rel);
 	}
-	else if (recorded != NULL && recorded->ncols > 0)
+	else if (recorded != NULL && recorded->typed && recorded->ncols > 0)
 		seed_baseline(rel, recorded);
 
 	rel->desc_xid = stream_xid;

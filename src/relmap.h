@@ -135,6 +135,18 @@ typedef struct AshApplyRel
 	char	  **prev_names;
 	uint32	   *prev_types;
 	int32	   *prev_typmods;
+
+	/*
+	 * The source's columns at a committed point before this description:
+	 * the previous description's, or the publication record's for a
+	 * session's first one in a transaction committed after the record was
+	 * read.  A table with no record of the columns feeding its target yet
+	 * (no change of it applied) judges the columns added since by them
+	 * (source_columns.c).  before_known false: none known.
+	 */
+	bool		before_known;
+	int			before_natts;
+	char	  **before_names;
 } AshApplyRel;
 
 /* Called before a target's plans are discarded. */
@@ -157,13 +169,16 @@ extern void ash_relmap_update_relation(const AshRelation *rel, TransactionId str
  * before (docs/reasons.md#publication_gap); under its name, the record's
  * columns and types ("typ:" tokens of published; NULL: none) are the
  * baseline it is judged against, as a previous description would be.
- * pgoutput and pglogical only, which describe a table by its OID (pglogical
- * with no published: its descriptions take their types from the catalog,
- * judged in pipeline_pglogical.c).  After ash_relmap_init, in a
+ * pgoutput and pglogical only, which describe a table by its OID.  typed
+ * false (pglogical: its descriptions take their types from the catalog,
+ * judged in pipeline_pglogical.c): the record's column names only, which
+ * judge a column added since (AshApplyRel.before_names), not its types
+ * (nor a column dropped since).  After ash_relmap_init, in a
  * transaction (the names are converted to the database's encoding).
  */
 extern void ash_relmap_note_recorded(uint32 oid, const char *nspname, const char *relname,
-									 XLogRecPtr read_at, const char *published);
+									 XLogRecPtr read_at, const char *published,
+									 bool typed);
 
 /* A streamed transaction committed, or the source rolled it back. */
 extern void ash_relmap_stream_ended(TransactionId xid, bool committed);

@@ -37,8 +37,20 @@
  *	  incremental chunk writes some rows only, and is judged like the
  *	  stream (the rows of earlier chunks lack the column).  An append log is
  *	  history -- an event keeps the columns it had -- and is not judged.
- *	  A table with no record yet (mapped since, or recorded first after
- *	  the update to 1.7.0) takes its first description as the record.
+ *	  A table with no record yet (no change of it applied: mapped since,
+ *	  or recorded first after the update to 1.7.0) has its first recorded
+ *	  description judged against the source's columns at a committed point
+ *	  before it (relmap.c, AshApplyRel.before_names): the previous
+ *	  description's, or the publication record's when the description came
+ *	  in a transaction committed after the record was read.  A column added
+ *	  after that point gave the rows the target already holds (a go-forward
+ *	  target agrees with the source when the pipeline starts) a value no
+ *	  change carries, as one added after a recorded description did.  One
+ *	  in the record (added before the pipeline started) is not judged; with
+ *	  no such point known (a transaction from before the record, wal2json's
+ *	  first description) the description is taken as the record.  Such a
+ *	  halt leaves no record to acknowledge: the record read at the next
+ *	  start holds the column, and the change is taken (docs/reasons.md).
  *
  *-------------------------------------------------------------------------
  */
@@ -119,7 +131,20 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 	added = palloc(sizeof(int) * Max(rel->ncols, 1));
 	for (int c = 0; c < rel->ncols; c++)
 		names[c] = CStringGetTextDatum(written_name(rel, c));
-	if (found)
+	if (!found && rel->before_known)
+	{
+		/* no record yet: the columns known before the description (NOTES) */
+		for (int c = 0; c < rel->ncols; c++)
+		{
+			bool		known = false;
+
+			for (int b = 0; b < rel->before_natts && !known; b++)
+				known = strcmp(rel->before_names[b], written_name(rel, c)) == 0;
+			if (!known)
+				added[nadded++] = c;
+		}
+	}
+	else if (found)
 	{
 		bool		isnull;
 		Datum	   *rec;
@@ -147,7 +172,7 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 		}
 	}
 	/* acknowledged: the operator made the rows agree (module NOTES) */
-	if (found && nadded > 0 && !whole_copy && !acknowledged)
+	if (nadded > 0 && !whole_copy && !acknowledged)
 		judge_added(rel, added, nadded);
 
 	/* an addition taken uses the acknowledgement up; a removal keeps it */

@@ -14,7 +14,9 @@
 
 /*
  * Judge the source columns that rel's description writes against those
- * recorded for its table, then record them; halts source_column_added.
+ * recorded for its table (none recorded yet: against the columns known
+ * before the description, rel->before_names), then record them; halts
+ * source_column_added.
  * Called once per description, before its first change is applied, SPI
  * connected, in the destination transaction that applies it (the record
  * commits with the rows).  whole_copy: a snapshot copying the whole table
