@@ -274,6 +274,7 @@ begin_batch(void)
 	/* no key is held between batches: a rotated keyring is seen here */
 	if (apply_needs_keys)
 		ash_keyring_load();
+	ash_encrypt_versions_forget();
 }
 
 bool
@@ -2403,6 +2404,7 @@ ash_apply_commit_batch(bool durable)
 
 	Assert(ash_apply_batch_pending());
 	ash_apply_flush_deferred();	/* and seen-marks of streamed rows */
+	ash_encrypt_versions_check();
 	table_stats_flush();
 	advance_checkpoint();
 
@@ -2658,6 +2660,7 @@ ash_apply_snapshot_commit(void)
 
 	Assert(batch_open && in_remote_xact);
 	flush_deferred();
+	ash_encrypt_versions_check();
 	table_stats_flush();		/* copied rows count as inserted */
 	SPI_finish();
 	CommitTransactionCommand();

@@ -243,6 +243,49 @@ encrypt_context(const AshKey *key)
 	return enc_ctx;
 }
 
+/*
+ * The versions encrypted with in the current transaction: one, but for a
+ * rotation in its course.
+ */
+static int32 *used_versions = NULL;
+static int	n_used_versions = 0;
+static int	max_used_versions = 0;
+
+static void
+note_version(int32 version)
+{
+	for (int i = 0; i < n_used_versions; i++)
+		if (used_versions[i] == version)
+			return;
+	if (n_used_versions == max_used_versions)
+	{
+		max_used_versions = Max(4, max_used_versions * 2);
+		used_versions = used_versions == NULL ?
+			MemoryContextAlloc(TopMemoryContext, sizeof(int32) * max_used_versions) :
+			repalloc(used_versions, sizeof(int32) * max_used_versions);
+	}
+	used_versions[n_used_versions++] = version;
+}
+
+void
+ash_encrypt_versions_forget(void)
+{
+	n_used_versions = 0;
+}
+
+void
+ash_encrypt_versions_check(void)
+{
+	if (n_used_versions == 0)
+		return;
+	ash_keyring_load();
+	for (int i = 0; i < n_used_versions; i++)
+		if (ash_keyring_get(ASH_KEYS_COLUMN_ENCRYPTION, used_versions[i]) == NULL)
+			ash_halt("keyring_version_missing",
+					 "family %s: a version this transaction encrypted with left the keyring before it committed",
+					 ASH_KEYS_COLUMN_ENCRYPTION);
+}
+
 bytea *
 ash_encrypt_column(const char *schema, const char *table, const char *column,
 				   const char *plaintext, int len)
@@ -262,11 +305,14 @@ ash_encrypt_column(const char *schema, const char *table, const char *column,
 					"value too long to encrypt for column %s",
 					quote_identifier(column));	/* the schema may name a tenant */
 
+	/* a long transaction (a table's copy) sees a rotated or refused file */
+	ash_keyring_recheck();
 	key = ash_keyring_active(ASH_KEYS_COLUMN_ENCRYPTION);
 	if (key == NULL)
 		ash_refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_ENCRYPT,
 					"keyring_missing_family", "family %s has no key",
 					ASH_KEYS_COLUMN_ENCRYPTION);
+	note_version(key->version);
 	if (key->len != ASH_KEY_AES256_BYTES)	/* the keyring guarantees it */
 		elog(ERROR, "ash_replicant: column encryption key has the wrong length");
 

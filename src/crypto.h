@@ -48,6 +48,16 @@ extern bytea *ash_encrypt_column(const char *schema, const char *table,
 								 int len);
 
 /*
+ * The column_encryption versions ash_encrypt_column used since the last
+ * forget: at the end of a transaction that encrypted, each must still be
+ * in the keyring (re-read now), or the transaction would commit values no
+ * key opens -- halts keyring_version_missing (a restart applies it again
+ * with the active version).  Forget at the start of each transaction.
+ */
+extern void ash_encrypt_versions_forget(void);
+extern void ash_encrypt_versions_check(void);
+
+/*
  * Decrypt a format-1 value bound to schema.table.column.  Returns a
  * palloc'd, NUL-terminated buffer of *len bytes (the plaintext may itself
  * contain NULs).  value may have a short header, not a compressed or

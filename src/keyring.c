@@ -61,6 +61,7 @@
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "ash_replicant.h"
 #include "errors.h"
@@ -553,7 +554,7 @@ read_file(const char *path, MemoryContext scratch, struct stat *st,
 
 /* Load path into a fresh keyring; on success it replaces "current". */
 static void
-load_file(const char *path)
+read_keyring_file(const char *path)
 {
 	MemoryContext scratch;
 	struct stat st;
@@ -627,7 +628,21 @@ ash_keyring_load(void)
 
 	/* anything else: drop what we had, then read the file as it is now */
 	ash_keyring_reset();
-	load_file(path);
+	read_keyring_file(path);
+}
+
+#define KEYRING_RECHECK_MS 1000
+
+void
+ash_keyring_recheck(void)
+{
+	static TimestampTz last = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!TimestampDifferenceExceeds(last, now, KEYRING_RECHECK_MS))
+		return;
+	last = now;
+	ash_keyring_load();
 }
 
 /* ---------------------------------------------------------------------

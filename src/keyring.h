@@ -52,6 +52,13 @@ extern const char *const ash_key_families[ASH_KEY_FAMILY_COUNT];
  */
 extern void ash_keyring_load(void);
 
+/*
+ * ash_keyring_load() at most once a second: for work that encrypts within
+ * one long transaction (a table's copy), so that a rotated, shrunk or
+ * refused file counts from then on, not only at the next transaction.
+ */
+extern void ash_keyring_recheck(void);
+
 /* Wipe every loaded key (zeroed, then freed); the next lookup reloads. */
 extern void ash_keyring_reset(void);
 
