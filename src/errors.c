@@ -455,8 +455,19 @@ withhold_statement_text(ErrorData *edata)
 	if (MyBgworkerEntry != NULL &&
 		strcmp(MyBgworkerEntry->bgw_library_name, "ash_replicant") == 0)
 	{
+		/*
+		 * The texts replaced are freed: they live in ErrorContext, which a
+		 * worker that logs without erroring does not reset for hours.
+		 */
 		if (edata->context != NULL && strstr(edata->context, STATEMENT_OPENING) != NULL)
-			edata->context = withhold_statements(edata->context);
+		{
+			char	   *context = edata->context;
+
+			edata->context = withhold_statements(context);
+			pfree(context);
+		}
+		if (edata->internalquery != NULL)
+			pfree(edata->internalquery);
 		edata->internalquery = NULL;
 		edata->internalpos = 0;
 	}

@@ -82,8 +82,14 @@ for my $r (1 .. $ROUNDS)
 	note "round $r: the worker's contexts hold $total[-1] bytes";
 }
 is($dst->safe_psql($DB, "SELECT worker_pid FROM ash_replicant_status('s')"), $pid, 'one worker all along');
-my $per = ($total[-1] - $total[2]) / ($ROUNDS - 3);
-cmp_ok($per, '<', 100_000, "memory per round of $NT re-described tables stays flat (grew $per bytes a round)")
+# What leaks per re-description grows every round: the median of the
+# rounds' increments from round 3 on.  A one-time step is not growth (in CI
+# once ErrorContext kept 1.4 MB from round 5 on -- the last error report's
+# scratch, reset at the next error -- and the average of the rounds read it
+# as 286 kB a round).
+my @inc = sort { $a <=> $b } map { $total[$_] - $total[ $_ - 1 ] } 3 .. $#total;
+my $per = $inc[ int(@inc / 2) ];
+cmp_ok($per, '<', 100_000, "memory per round of $NT re-described tables stays flat (median growth $per bytes a round)")
   or diag join("\n", "top-level contexts that grew from round 3 to round $ROUNDS:",
 	map { "  $_: " . ($top[2]{$_} // 0) . " -> $top[-1]{$_}" }
 	grep { $top[-1]{$_} > ($top[2]{$_} // 0) } sort keys %{ $top[-1] });
