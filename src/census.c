@@ -40,6 +40,14 @@
  *		   left the publication and came back since it was listed
  *		   (find_publication_gap): one that did ends the session, and the
  *		   next one copies it again (snapshot.c).
+ *		6. (census, no gap found) every mapped table with a record of the
+ *		   source columns feeding its target: a written column the record
+ *		   lacks, into a target holding rows, halts source_column_added as
+ *		   the stream would at the table's next change (column_record.c),
+ *		   which an idle table never brings -- once the stream has passed
+ *		   the source position the census read the catalog at (before it,
+ *		   a change from before the addition may still come and be judged
+ *		   by the stream first).
  *
  *	  Drift halts with the specific reason (census_drift where none fits).
  *	  A source that cannot be probed (unreachable, timeout, a refused
@@ -66,6 +74,7 @@
 #include "ash_replicant.h"
 #include "census.h"
 #include "change.h"
+#include "column_record.h"
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
@@ -328,9 +337,13 @@ log_warnings(AshPipelineConfig *cfg, List *warnings)
  * with its reason; warnings are logged as events.  A probe that fails
  * raises ERRCODE_CONNECTION_FAILURE (the caller's fault to count).  No
  * destination transaction is open while the source is probed.
+ * described (NULL: not wanted) is set to the table set as read
+ * (AshSourceRel *), *mappings to the mappings judged, both in a child of
+ * the caller's memory context.
  */
 static void
-judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
+judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when, List **described,
+			 List **mappings)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "ash_replicant coverage",
 											  ALLOCSET_DEFAULT_SIZES);
@@ -375,7 +388,149 @@ judge_source(AshPipelineConfig *cfg, AshConn *conn, const char *when)
 	log_warnings(cfg, cov.warnings);
 
 	MemoryContextSwitchTo(old);
-	MemoryContextDelete(cxt);
+	if (described != NULL)
+	{
+		*described = rels;
+		*mappings = in.mappings;
+	}
+	else
+		MemoryContextDelete(cxt);
+}
+
+/*
+ * Added columns a census found leaving rows without their value, each with
+ * the source position read after the catalog that showed them (in
+ * TopMemoryContext).  The census halts for one only once the stream has
+ * passed that position: before it, a change of the table from before the
+ * addition may still come, and the stream judges that first (a decoder's
+ * schema drift, a description with fewer columns); past it, every change
+ * from before the addition was applied, and the table has had none since
+ * that could bring the addition (the stream judges such a change itself).
+ */
+typedef struct PendingAddition
+{
+	char	   *nspname;
+	char	   *relname;
+	char	   *columns;
+	XLogRecPtr	since;
+} PendingAddition;
+
+static List *pending_additions = NIL;
+
+static void
+free_pending_additions(List *list)
+{
+	ListCell   *lc;
+
+	foreach(lc, list)
+	{
+		PendingAddition *p = lfirst(lc);
+
+		pfree(p->nspname);
+		pfree(p->relname);
+		pfree(p->columns);
+		pfree(p);
+	}
+	list_free(list);
+}
+
+/*
+ * Source columns added to a mapped table since its record: judged as the
+ * stream judges a description (source_columns.c), since a table that sees
+ * no change after the addition sends none -- its rows would hold the
+ * column's default at the source and what the target gave them here, with
+ * nothing to say so.  After the publication gap checks: a table replaced
+ * or gone from the publication and back is theirs (copied again, or
+ * halted publication_gap), whatever columns it came back with.  passed:
+ * the source position the stream has received and applied everything
+ * before.
+ */
+static void
+judge_added_columns(AshPipelineConfig *cfg, AshConn *conn, List *described, List *mappings,
+					XLogRecPtr passed)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext old;
+	List	   *found = NIL;
+	List	   *pending = NIL;
+	XLogRecPtr	read_at;
+	ListCell   *lc;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	foreach(lc, described)
+	{
+		AshSourceRel *r = lfirst(lc);
+		ListCell   *mc;
+
+		if (!r->exists)
+			continue;
+		foreach(mc, mappings)
+		{
+			AshMapping *m = lfirst(mc);
+			PendingAddition *p;
+			char	   *columns;
+
+			if (strcmp(m->source_schema, r->name.nspname) != 0 ||
+				strcmp(m->source_table, r->name.relname) != 0 ||
+				(columns = ash_column_record_census(cfg, m, &r->desc)) == NULL)
+				continue;
+			/* in the run's context: SPI's goes at SPI_finish */
+			old = MemoryContextSwitchTo(cxt);
+			p = palloc(sizeof(PendingAddition));
+			p->nspname = r->name.nspname;
+			p->relname = r->name.relname;
+			p->columns = pstrdup(columns);
+			found = lappend(found, p);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+
+	if (found == NIL)
+	{
+		free_pending_additions(pending_additions);
+		pending_additions = NIL;
+		return;
+	}
+	/* read after the catalog: every addition it showed committed before */
+	read_at = ash_source_wal_position(conn);
+	foreach(lc, found)
+	{
+		PendingAddition *f = lfirst(lc);
+		PendingAddition *p;
+		ListCell   *pc;
+
+		f->since = read_at;
+		foreach(pc, pending_additions)
+		{
+			PendingAddition *earlier = lfirst(pc);
+
+			if (strcmp(earlier->nspname, f->nspname) == 0 &&
+				strcmp(earlier->relname, f->relname) == 0 &&
+				strcmp(earlier->columns, f->columns) == 0)
+				f->since = earlier->since;
+		}
+		if (passed >= f->since)
+			ash_column_record_halt_added(f->nspname, f->relname, f->columns);
+		MemoryContextSwitchTo(TopMemoryContext);
+		p = palloc(sizeof(PendingAddition));
+		p->nspname = pstrdup(f->nspname);
+		p->relname = pstrdup(f->relname);
+		p->columns = pstrdup(f->columns);
+		p->since = f->since;
+		pending = lappend(pending, p);
+		MemoryContextSwitchTo(cxt);
+	}
+	free_pending_additions(pending_additions);
+	pending_additions = pending;
 }
 
 /*
@@ -406,7 +561,7 @@ with_activation_probe(AshPipelineConfig *cfg, void (*fn) (AshPipelineConfig *, A
 static void
 judge_at_activation(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 {
-	judge_source(cfg, conn, "activation");
+	judge_source(cfg, conn, "activation", NULL, NULL);
 }
 
 void
@@ -704,7 +859,7 @@ census_connection(AshPipelineConfig *cfg)
 }
 
 AshCensusVerdict
-ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
+ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key, XLogRecPtr passed)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	MemoryContext run_cxt;
@@ -724,10 +879,14 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 	{
 		MemoryContextSwitchTo(run_cxt);
 		conn = census_connection(cfg);
-		judge_source(cfg, conn, "census");
 		{
+			List	   *described = NIL;
+			List	   *mappings = NIL;
 			bool		retyped = false;
-			char	   *gap = find_publication_gap(cfg, key, conn, &retyped);
+			char	   *gap;
+
+			judge_source(cfg, conn, "census", &described, &mappings);
+			gap = find_publication_gap(cfg, key, conn, &retyped);
 
 			if (gap != NULL && retyped)
 				halt_retyped(gap);
@@ -747,11 +906,13 @@ ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key)
 				 * as it is now, a definition the mirror cannot honour halts
 				 * with that reason, which the operator must fix first.
 				 */
-				judge_source(cfg, conn, "census");
+				judge_source(cfg, conn, "census", NULL, NULL);
 				if (retyped)
 					halt_retyped(gap);
 				halt_publication_gap(gap);
 			}
+			else
+				judge_added_columns(cfg, conn, described, mappings, passed);
 		}
 		ash_syncrep_observe(conn);
 		observe_watched_xact(conn);

@@ -22,9 +22,12 @@ typedef enum AshCensusVerdict
 /*
  * Run one census: destination mapping and source coverage on a short-lived
  * read-only probe connection.  Halts on drift.  Must run outside a
- * destination transaction.
+ * destination transaction.  passed: the source position the stream has
+ * received and applied everything before (a source column added before it
+ * to a table that had no change since is judged: census.c).
  */
-extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key);
+extern AshCensusVerdict ash_census_run(AshPipelineConfig *cfg, AshCheckpointKey *key,
+									   XLogRecPtr passed);
 
 /*
  * Did the last ash_census_run admit a change of the contract (a target

@@ -1259,7 +1259,8 @@ run_census_if_due(void)
 	if (ash_apply_in_remote_xact() || ash_apply_batch_pending())
 		return;
 
-	v = ash_census_run(cfg, ckey);
+	/* nothing is pending: everything received was applied */
+	v = ash_census_run(cfg, ckey, Max(stream.received_lsn, idle_lsn));
 	if (ash_census_targets_changed())
 		ash_relmap_invalidate_resolutions();	/* a target column added or widened */
 	now = GetCurrentTimestamp();

@@ -784,9 +784,29 @@ ash_source_judge_coverage(const List *specs, const List *mappings, const List *i
  * decoded from there on shows the tables under the names read, unless they
  * were renamed since (relmap.c).  A standby's: what it replayed.
  */
-#define MEMBERSHIP_READ_LSN_SQL \
-", (CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()" \
+#define SOURCE_WAL_POSITION_SQL \
+"(CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()" \
 "   ELSE pg_catalog.pg_current_wal_lsn() END)::pg_catalog.text"
+#define MEMBERSHIP_READ_LSN_SQL ", " SOURCE_WAL_POSITION_SQL
+
+XLogRecPtr
+ash_source_wal_position(AshConn *conn)
+{
+	PGresult   *res = ash_conn_exec(conn, "SELECT " SOURCE_WAL_POSITION_SQL, false);
+	uint32		hi,
+				lo;
+
+	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0) ||
+		sscanf(PQgetvalue(res, 0, 0), "%X/%X", &hi, &lo) != 2)
+	{
+		PQclear(res);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ash_replicant: unexpected answer from the source")));
+	}
+	PQclear(res);
+	return ((uint64) hi << 32) | lo;
+}
 
 char *
 ash_source_publication_tables_sql(AshConn *conn)

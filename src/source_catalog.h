@@ -35,6 +35,7 @@
 #ifndef ASH_SOURCE_CATALOG_H
 #define ASH_SOURCE_CATALOG_H
 
+#include "access/xlogdefs.h"
 #include "nodes/pg_list.h"
 
 #include "coverage.h"
@@ -145,6 +146,13 @@ extern const char *ash_source_fetch_table_set(AshConn *conn, const AshTableSetSp
 
 /* Describe every table of rels in place (one probe per table). */
 extern void ash_source_describe_tables(AshConn *conn, List *rels);
+
+/*
+ * The source's WAL position now (a standby's: what it replayed): every
+ * catalog change a read before it saw committed before it.  A failed probe
+ * raises ERRCODE_CONNECTION_FAILURE.
+ */
+extern XLogRecPtr ash_source_wal_position(AshConn *conn);
 
 /*
  * Steps 2 and 3 in one REPEATABLE READ snapshot of the source: a column

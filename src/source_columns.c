@@ -31,6 +31,11 @@
  *	  as it is (one with fewer, delivered first -- a change of the table
  *	  from before the addition, re-delivered -- leaves the mark).
  *
+ *	  The census judges the source's columns as its catalog holds them
+ *	  against the record by the same rules (column_record.c): a table that
+ *	  sees no change after the addition brings no description, and would
+ *	  stay mirrored wrong, healthy, for as long as it is idle.
+ *
  *	  The record moves in the transaction that applies the description, so
  *	  it is exactly as far as the rows.  A v1 snapshot's copy writes every
  *	  row of the table: it records what it copied without judging.  An
@@ -62,14 +67,11 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "column_record.h"
 #include "coverage.h"
 #include "errors.h"
 #include "source_columns.h"
 #include "spi_util.h"
-
-#define RECORD_KEY \
-	" WHERE source_system_id = $1 AND source_database = $2 AND slot_name = $3" \
-	"   AND source_schema = $4 AND source_table = $5"
 
 /* The source column written into rel->cols[c]. */
 static const char *
@@ -78,37 +80,17 @@ written_name(AshApplyRel *rel, int c)
 	return rel->remote.cols[rel->cols[c].remote_idx].name;
 }
 
-/*
- * Columns added since the record: a target holding rows halts (module
- * NOTES).  Under context tenancy the rows live in the tenants' tables.
- */
-static void
-judge_added(AshApplyRel *rel, const int *added, int nadded)
-{
-	StringInfoData names;
-
-	if (rel->tenant_mode != ASH_TENANT_CONTEXT &&
-		ash_spi_execute_args(psprintf("SELECT 1 FROM %s LIMIT 1", rel->target_name),
-							 0, NULL, NULL, NULL, SPI_OK_SELECT,
-							 "reading the target of a new source column failed") == 0)
-		return;
-	initStringInfo(&names);
-	for (int i = 0; i < nadded; i++)
-		ash_append_name_list(&names, written_name(rel, added[i]));
-	ash_halt("source_column_added",
-			 "table %s.%s: source columns %s were added while its target held rows",
-			 quote_identifier(rel->remote.nspname), quote_identifier(rel->remote.relname),
-			 names.data);
-}
-
 void
 ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool whole_copy)
 {
 	Oid			types[7] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID, BOOLOID};
 	Datum		values[7];
 	Datum	   *names;
+	const char **written;
 	int		   *added;
 	int			nadded = 0;
+	char	  **rec;
+	int			nrec;
 	bool		found;
 	bool		acknowledged = false;
 
@@ -117,53 +99,20 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 		rel->columns_recorded = true;
 		return;
 	}
-	values[0] = CStringGetTextDatum(cfg->source_system_identifier);
-	values[1] = CStringGetTextDatum(cfg->source_database);
-	values[2] = CStringGetTextDatum(cfg->slot_name);
-	values[3] = CStringGetTextDatum(rel->remote.nspname);
-	values[4] = CStringGetTextDatum(rel->remote.relname);
-	found = ash_spi_execute_args("SELECT columns, added_acknowledged FROM ash_replicant.source_columns"
-								 RECORD_KEY,
-								 5, types, values, NULL, SPI_OK_SELECT,
-								 "reading the source column records failed") == 1;
+	found = ash_column_record_read(cfg, rel->remote.nspname, rel->remote.relname, &rec, &nrec,
+								   &acknowledged);
 
 	names = palloc(sizeof(Datum) * Max(rel->ncols, 1));
+	written = palloc(sizeof(char *) * Max(rel->ncols, 1));
 	added = palloc(sizeof(int) * Max(rel->ncols, 1));
 	for (int c = 0; c < rel->ncols; c++)
-		names[c] = CStringGetTextDatum(written_name(rel, c));
-	if (!found && rel->before_known)
 	{
-		/* no record yet: the columns known before the description (NOTES) */
-		for (int c = 0; c < rel->ncols; c++)
-		{
-			bool		known = false;
-
-			for (int b = 0; b < rel->before_natts && !known; b++)
-				known = strcmp(rel->before_names[b], written_name(rel, c)) == 0;
-			if (!known)
-				added[nadded++] = c;
-		}
+		written[c] = written_name(rel, c);
+		names[c] = CStringGetTextDatum(written[c]);
 	}
-	else if (found)
+	if (found)
 	{
-		bool		isnull;
-		Datum	   *rec;
-		int			nrec;
-
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0],
-														   SPI_tuptable->tupdesc, 1, &isnull)),
-						  TEXTOID, -1, false, TYPALIGN_INT, &rec, NULL, &nrec);
-		acknowledged = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 2, &isnull));
-		for (int c = 0; c < rel->ncols; c++)
-		{
-			bool		known = false;
-
-			for (int r = 0; r < nrec && !known; r++)
-				known = strcmp(TextDatumGetCString(rec[r]), written_name(rel, c)) == 0;
-			if (!known)
-				added[nadded++] = c;
-		}
+		nadded = ash_column_record_lacking(written, rel->ncols, rec, nrec, added);
 		/* the same columns (a description repeated): nothing to write */
 		if (nadded == 0 && nrec == rel->ncols)
 		{
@@ -171,11 +120,29 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 			return;
 		}
 	}
+	else if (rel->before_known)
+	{
+		/* no record yet: the columns known before the description (NOTES) */
+		nadded = ash_column_record_lacking(written, rel->ncols, rel->before_names,
+										   rel->before_natts, added);
+	}
 	/* acknowledged: the operator made the rows agree (module NOTES) */
 	if (nadded > 0 && !whole_copy && !acknowledged)
-		judge_added(rel, added, nadded);
+	{
+		char	   *unfilled = ash_column_record_unfilled(rel->target_name,
+														  rel->tenant_mode == ASH_TENANT_CONTEXT,
+														  written, added, nadded);
+
+		if (unfilled != NULL)
+			ash_column_record_halt_added(rel->remote.nspname, rel->remote.relname, unfilled);
+	}
 
 	/* an addition taken uses the acknowledgement up; a removal keeps it */
+	values[0] = CStringGetTextDatum(cfg->source_system_identifier);
+	values[1] = CStringGetTextDatum(cfg->source_database);
+	values[2] = CStringGetTextDatum(cfg->slot_name);
+	values[3] = CStringGetTextDatum(rel->remote.nspname);
+	values[4] = CStringGetTextDatum(rel->remote.relname);
 	values[5] = PointerGetDatum(construct_array(names, rel->ncols, TEXTOID, -1, false, TYPALIGN_INT));
 	values[6] = BoolGetDatum(acknowledged && nadded == 0);
 	(void) ash_spi_execute_args("INSERT INTO ash_replicant.source_columns"

@@ -202,7 +202,10 @@ sub census_case
 	$c{fix}->();
 	AshTest::start_sink($dst, $sink);
 	acknowledge_gap($label) if $c{gap};
-	AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src, name => "$label: healthy after the fix");
+	# a column added to a table with rows: the census halts
+	# source_column_added at once, or the table's next change does
+	AshTest::wait_status($dst, $sink, 'healthy', undef, src => $src, name => "$label: healthy after the fix")
+	  unless $c{added};
 	$src->safe_psql($DB, $c{after}) if $c{after};
 	AshTest::acknowledge_column_added($src, $dst, $sink, $c{added}, $label) if $c{added};
 	AshTest::wait_caught_up($src, $dst, $sink, name => "$label: caught up");
