@@ -423,30 +423,18 @@ mirror_ok('final');
 # opened again at the next run, which is no census fault.
 my $census_conn = "FROM pg_stat_activity WHERE application_name = 'ash_replicant census'"
   . " AND usename <> 'lim'";
-sub census_runs
-{
-	my ($n) = @_;
-	for (1 .. $n)
-	{
-		my $at = $dst->safe_psql($DB,
-			"SELECT last_census_at FROM ash_replicant.stat_pipelines WHERE sink_name = '$sink'");
-		AshTest::poll($dst, "SELECT last_census_at > '$at' FROM ash_replicant.stat_pipelines"
-			  . " WHERE sink_name = '$sink'") or return 0;
-	}
-	return 1;
-}
-ok(census_runs(1) && AshTest::poll($src, "SELECT count(*) = 1 AND bool_and(state = 'idle') $census_conn"),
+ok(AshTest::census_runs($dst, $sink, 1) && AshTest::poll($src, "SELECT count(*) = 1 AND bool_and(state = 'idle') $census_conn"),
 	'the census connection stays open between runs, idle');
 my $census_pid = $src->safe_psql($DB, "SELECT pid $census_conn");
-ok(census_runs(2), 'two more census runs');
+ok(AshTest::census_runs($dst, $sink, 2), 'two more census runs');
 is($src->safe_psql($DB, "SELECT pid $census_conn"), $census_pid, 'they used the same connection');
 # ended between two runs (a run takes milliseconds of each second): ended
 # during one, that run would rightly count a fault
-ok(census_runs(1), 'a run has just ended');
+ok(AshTest::census_runs($dst, $sink, 1), 'a run has just ended');
 my $census_log = -s $dst->logfile;
 is($src->safe_psql($DB, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) $census_conn"
 		  . " AND pid = $census_pid AND state = 'idle'"), '1', 'the source ends the idle census connection');
-ok(census_runs(2), 'census runs after the source ended the census connection');
+ok(AshTest::census_runs($dst, $sink, 2), 'census runs after the source ended the census connection');
 my $new_pid = $src->safe_psql($DB, "SELECT pid $census_conn");
 ok($new_pid ne '' && $new_pid ne $census_pid, 'the census opened a new connection');
 is($dst->safe_psql($DB,
@@ -461,7 +449,7 @@ unlike(slurp_file($dst->logfile, $census_log), qr/event=census\.fault sink=$sink
 $src->safe_psql($DB, "ALTER SYSTEM SET log_statement = 'all'");
 $src->safe_psql($DB, 'SELECT pg_reload_conf()');
 my $src_log = -s $src->logfile;
-ok(census_runs(2), 'two census runs logged on the source');
+ok(AshTest::census_runs($dst, $sink, 2), 'two census runs logged on the source');
 my @census_lines = grep { /ash_replicant census LOG:  (?:execute|statement)/ }
   split /\n/, slurp_file($src->logfile, $src_log);
 ok((grep { /execute ash_replicant_\d+: SELECT/ } @census_lines) >= 4,

@@ -43,16 +43,6 @@ sub record
 		  . " WHERE slot_name = 's' AND source_table = '$table'");
 }
 
-# $n census runs ended since now (the census runs every second in tests)
-sub censuses_pass
-{
-	my ($n, $name) = @_;
-	my $c0 = q_dst("SELECT coalesce(last_census_at, '-infinity') FROM ash_replicant.stat_pipelines WHERE sink_name = 's'");
-	ok(AshTest::poll($dst, "SELECT last_census_at > '$c0'::timestamptz + interval '$n s'"
-			  . " FROM ash_replicant.stat_pipelines WHERE sink_name = 's'", 't', timeout => 60),
-		$name);
-}
-
 AshTest::both($src, $dst, q{
 CREATE TABLE a (id int PRIMARY KEY, v text);
 CREATE TABLE b (id int PRIMARY KEY, v text);
@@ -79,7 +69,7 @@ q_dst('ALTER TABLE e ADD COLUMN c text; ALTER TABLE n ADD COLUMN c text');
 q_src("ALTER TABLE e ADD COLUMN c text DEFAULT 'd1'; ALTER TABLE n ADD COLUMN c text DEFAULT 'd2'");
 q_src("INSERT INTO b VALUES (1, 'x')");
 AshTest::wait_caught_up($src, $dst, 's', quiet => 1);
-censuses_pass(3, '1: several census runs after a column added to an empty target and to one without a record');
+ok(AshTest::census_runs($dst, 's', 3), '1: several census runs after a column added to an empty target and to one without a record');
 AshTest::wait_status($dst, 's', 'healthy', undef,
 	name => '1: no halt for an empty target, nor for a table without a record');
 
@@ -112,14 +102,14 @@ is(q_dst("SELECT ash_replicant_acknowledge_column_added('s', " . AshTest::lit($s
 AshTest::start_sink($dst, 's');
 q_src("INSERT INTO b VALUES (5, 'x')");
 AshTest::wait_caught_up($src, $dst, 's', quiet => 1);
-censuses_pass(3, '2: several census runs after the acknowledgement');
+ok(AshTest::census_runs($dst, 's', 3), '2: several census runs after the acknowledgement');
 AshTest::wait_status($dst, 's', 'healthy', undef, name => '2: healthy after the acknowledgement');
 AshTest::assert_mirror_equal($src, $dst, ['a', 'b', 'e'], name => '2: acknowledged, idle');
 q_src("UPDATE a SET v = 'changed' WHERE id = 1");
 ok(AshTest::wait_caught_up($src, $dst, 's'), '2: the next change of a streams');
 AshTest::assert_mirror_equal($src, $dst, ['a'], name => '2: after the next change');
 is(record('a'), 'id,v,c', '2: the description took the addition');
-censuses_pass(2, '2: census runs after the next change');
+ok(AshTest::census_runs($dst, 's', 2), '2: census runs after the next change');
 AshTest::wait_status($dst, 's', 'healthy', undef, name => '2: still healthy');
 
 # 3: the addition and a TRUNCATE still to stream, behind many transactions
@@ -131,7 +121,7 @@ q_src("ALTER TABLE t ADD COLUMN c text DEFAULT '$SENTINEL'; TRUNCATE t");
 q_src("INSERT INTO b VALUES (9999, 'x')");
 AshTest::start_sink($dst, 's');
 ok(AshTest::wait_caught_up($src, $dst, 's'), '3: caught up after the held-back addition');
-censuses_pass(2, '3: census runs after the TRUNCATE streamed');
+ok(AshTest::census_runs($dst, 's', 2), '3: census runs after the TRUNCATE streamed');
 AshTest::wait_status($dst, 's', 'healthy', undef,
 	name => '3: no halt: the census did not judge before the stream passed its catalog read');
 ok(!AshTest::log_lines_like($dst, qr/reason=source_column_added .*public\.t:/),

@@ -598,6 +598,20 @@ sub wait_slot_consistent
 		't', timeout => $o{timeout} // 30);
 }
 
+# census_runs($dst, $sink, $n): $n census runs of the sink ended one after
+# another since now ($n default 1); false when one does not end in time.
+sub census_runs
+{
+	my ($dst, $sink, $n) = @_;
+	my $of = "FROM ash_replicant.stat_pipelines WHERE sink_name = " . lit($sink);
+	for (1 .. ($n // 1))
+	{
+		my $at = $dst->safe_psql($DB, "SELECT coalesce(last_census_at, '-infinity') $of");
+		poll($dst, "SELECT last_census_at > '$at' $of") or return 0;
+	}
+	return 1;
+}
+
 # wait_caught_up($src, $dst, $sink): everything committed at the source before
 # this call is applied at the destination.
 #
