@@ -40,10 +40,11 @@
  *		   left the publication and came back since it was listed
  *		   (find_publication_gap): one that did ends the session, and the
  *		   next one copies it again (snapshot.c).
- *		6. (census, no gap found) every mapped table with a record of the
- *		   source columns feeding its target: a written column the record
- *		   lacks, into a target holding rows, halts source_column_added as
- *		   the stream would at the table's next change (column_record.c),
+ *		6. (census, no gap found) every mapped table: a written column its
+ *		   record of the source columns feeding its target lacks (none yet:
+ *		   the columns its publication record held at the session's start),
+ *		   into a target holding rows, halts source_column_added as the
+ *		   stream would at the table's next change (column_record.c),
  *		   which an idle table never brings -- once the stream has passed
  *		   the source position the census read the catalog at (before it,
  *		   a change from before the addition may still come and be judged
@@ -413,9 +414,27 @@ typedef struct PendingAddition
 	char	   *relname;
 	char	   *columns;
 	XLogRecPtr	since;
+	const AshMapping *m;		/* found in this run only */
+	bool		unrecorded;		/* this run only: judged against a baseline */
 } PendingAddition;
 
 static List *pending_additions = NIL;
+
+/*
+ * The columns the publication records held when the session started, per
+ * mapped table (in TopMemoryContext): a table with no record of the columns
+ * feeding its target yet (no change of it applied) is judged against them,
+ * as the stream judges its first description (source_columns.c).
+ */
+typedef struct SessionBaseline
+{
+	char	   *nspname;
+	char	   *relname;
+	int			ncols;
+	char	  **names;
+} SessionBaseline;
+
+static List *session_baselines = NIL;
 
 static void
 free_pending_additions(List *list)
@@ -432,6 +451,99 @@ free_pending_additions(List *list)
 		pfree(p);
 	}
 	list_free(list);
+}
+
+/* Forget the previous session's baselines; note this one's (key's records). */
+static void
+note_session_baselines(AshCheckpointKey *key, bool watched)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *records;
+	ListCell   *lc;
+
+	foreach(lc, session_baselines)
+	{
+		SessionBaseline *b = lfirst(lc);
+
+		pfree(b->nspname);
+		pfree(b->relname);
+		for (int c = 0; c < b->ncols; c++)
+			pfree(b->names[c]);
+		pfree(b->names);
+		pfree(b);
+	}
+	list_free(session_baselines);
+	session_baselines = NIL;
+	if (!watched || key == NULL)
+		return;
+
+	records = ash_publication_identities(key);
+	/* a transaction: the names are converted to the database's encoding */
+	StartTransactionCommand();
+	MemoryContextSwitchTo(TopMemoryContext);
+	foreach(lc, records)
+	{
+		AshRecordedTable *t = lfirst(lc);
+		SessionBaseline *b = palloc(sizeof(SessionBaseline));
+
+		b->nspname = pstrdup(t->nspname);
+		b->relname = pstrdup(t->relname);
+		b->ncols = ash_publication_record_columns(t->published, &b->names, NULL, NULL);
+		session_baselines = lappend(session_baselines, b);
+	}
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+}
+
+static SessionBaseline *
+session_baseline(const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, session_baselines)
+	{
+		SessionBaseline *b = lfirst(lc);
+
+		if (b->ncols > 0 && strcmp(b->nspname, nspname) == 0 &&
+			strcmp(b->relname, relname) == 0)
+			return b;
+	}
+	return NULL;
+}
+
+/*
+ * Halt for addition f.  A table judged against its session baseline gets
+ * that baseline (the columns it writes) as its record first, committed: the
+ * halt can be acknowledged, and the next session judges the addition again
+ * rather than take the column with its next start's record.
+ */
+static void
+halt_addition(AshPipelineConfig *cfg, PendingAddition *f)
+{
+	if (f->unrecorded)
+	{
+		SessionBaseline *b = session_baseline(f->nspname, f->relname);
+		const char **written = palloc(sizeof(char *) * Max(b->ncols, 1));
+		int			n = 0;
+		char	  **rec;
+		int			nrec;
+		bool		acknowledged;
+
+		for (int c = 0; c < b->ncols; c++)
+			if (ash_mapping_target_column((AshMapping *) f->m, b->names[c]) != NULL)
+				written[n++] = b->names[c];
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "ash_replicant: SPI_connect failed");
+		if (!ash_column_record_read(cfg, f->nspname, f->relname, &rec, &nrec, &acknowledged))
+			ash_column_record_write(cfg, f->nspname, f->relname, written, n, false);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	ash_column_record_halt_added(f->nspname, f->relname, f->columns);
 }
 
 /*
@@ -465,26 +577,33 @@ judge_added_columns(AshPipelineConfig *cfg, AshConn *conn, List *described, List
 	foreach(lc, described)
 	{
 		AshSourceRel *r = lfirst(lc);
+		SessionBaseline *b;
 		ListCell   *mc;
 
 		if (!r->exists)
 			continue;
+		b = session_baseline(r->name.nspname, r->name.relname);
 		foreach(mc, mappings)
 		{
 			AshMapping *m = lfirst(mc);
 			PendingAddition *p;
 			char	   *columns;
+			bool		unrecorded;
 
 			if (strcmp(m->source_schema, r->name.nspname) != 0 ||
 				strcmp(m->source_table, r->name.relname) != 0 ||
-				(columns = ash_column_record_census(cfg, m, &r->desc)) == NULL)
+				(columns = ash_column_record_census(cfg, m, &r->desc,
+													b ? b->names : NULL, b ? b->ncols : 0,
+													&unrecorded)) == NULL)
 				continue;
 			/* in the run's context: SPI's goes at SPI_finish */
 			old = MemoryContextSwitchTo(cxt);
-			p = palloc(sizeof(PendingAddition));
+			p = palloc0(sizeof(PendingAddition));
 			p->nspname = r->name.nspname;
 			p->relname = r->name.relname;
 			p->columns = pstrdup(columns);
+			p->m = m;
+			p->unrecorded = unrecorded;
 			found = lappend(found, p);
 			MemoryContextSwitchTo(old);
 		}
@@ -519,9 +638,9 @@ judge_added_columns(AshPipelineConfig *cfg, AshConn *conn, List *described, List
 				f->since = earlier->since;
 		}
 		if (passed >= f->since)
-			ash_column_record_halt_added(f->nspname, f->relname, f->columns);
+			halt_addition(cfg, f);
 		MemoryContextSwitchTo(TopMemoryContext);
-		p = palloc(sizeof(PendingAddition));
+		p = palloc0(sizeof(PendingAddition));
 		p->nspname = pstrdup(f->nspname);
 		p->relname = pstrdup(f->relname);
 		p->columns = pstrdup(f->columns);
@@ -785,10 +904,13 @@ record_publication(AshPipelineConfig *cfg, AshConn *conn, void *arg)
 void
 ash_census_record_publication(AshPipelineConfig *cfg, AshCheckpointKey *key)
 {
-	if (ash_publication_watched(cfg))
+	bool		watched = ash_publication_watched(cfg);
+
+	if (watched)
 		with_activation_probe(cfg, record_publication, key);
 	else
 		(void) ash_publication_record(cfg, key, NULL, true, NULL);
+	note_session_baselines(key, watched);
 }
 
 /*

@@ -12,9 +12,9 @@
  *	  without their value (the source_column_added halt), and the census's
  *	  judgement of the source's catalog against it -- a table that sees no
  *	  change after an addition brings no description to judge, and would
- *	  stay mirrored wrong, healthy, for as long as it is idle.  The census
- *	  judges a recorded table only (one without a record is the stream's)
- *	  and writes nothing.
+ *	  stay mirrored wrong, healthy, for as long as it is idle.  A table
+ *	  without a record is judged against the columns the session started
+ *	  with, as the stream judges its first description.
  *
  *-------------------------------------------------------------------------
  */
@@ -67,6 +67,36 @@ ash_column_record_read(const AshPipelineConfig *cfg, const char *nspname, const 
 	*acknowledged = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 											   SPI_tuptable->tupdesc, 2, &isnull));
 	return true;
+}
+
+void
+ash_column_record_write(const AshPipelineConfig *cfg, const char *nspname, const char *relname,
+						const char *const *names, int n, bool acknowledged)
+{
+	Oid			types[7] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID, BOOLOID};
+	Datum		values[7];
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int c = 0; c < n; c++)
+		elems[c] = CStringGetTextDatum(names[c]);
+	values[0] = CStringGetTextDatum(cfg->source_system_identifier);
+	values[1] = CStringGetTextDatum(cfg->source_database);
+	values[2] = CStringGetTextDatum(cfg->slot_name);
+	values[3] = CStringGetTextDatum(nspname);
+	values[4] = CStringGetTextDatum(relname);
+	values[5] = PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[6] = BoolGetDatum(acknowledged);
+	(void) ash_spi_execute_args("INSERT INTO ash_replicant.source_columns"
+								"  (source_system_id, source_database, slot_name, source_schema, source_table,"
+								"   columns, added_acknowledged, recorded_at)"
+								" VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.clock_timestamp())"
+								" ON CONFLICT (source_system_id, source_database, slot_name,"
+								"              source_schema, source_table)"
+								" DO UPDATE SET columns = EXCLUDED.columns,"
+								"   added_acknowledged = EXCLUDED.added_acknowledged,"
+								"   recorded_at = EXCLUDED.recorded_at",
+								7, types, values, NULL, SPI_OK_INSERT,
+								"writing the source column records failed");
 }
 
 /*
@@ -125,7 +155,8 @@ ash_column_record_halt_added(const char *nspname, const char *relname, const cha
 
 char *
 ash_column_record_census(const AshPipelineConfig *cfg, const AshMapping *m,
-						 const AshSourceTable *src)
+						 const AshSourceTable *src, char *const *baseline, int nbaseline,
+						 bool *unrecorded)
 {
 	const char **written;
 	int		   *added;
@@ -133,16 +164,24 @@ ash_column_record_census(const AshPipelineConfig *cfg, const AshMapping *m,
 	int			nadded;
 	char	  **rec;
 	int			nrec;
-	bool		acknowledged;
+	bool		acknowledged = false;
 	char	   *nspname;
 	char	   *relname;
 
+	*unrecorded = false;
 	/* an append log keeps the columns each event had: never judged */
 	if (m->append_log)
 		return NULL;
-	/* no record yet: the stream judges the table's first description */
-	if (!ash_column_record_read(cfg, src->nspname, src->relname, &rec, &nrec, &acknowledged) ||
-		acknowledged)
+	if (!ash_column_record_read(cfg, src->nspname, src->relname, &rec, &nrec, &acknowledged))
+	{
+		/* no record yet: the columns the session started with, if known */
+		if (baseline == NULL)
+			return NULL;
+		*unrecorded = true;
+		rec = (char **) baseline;
+		nrec = nbaseline;
+	}
+	if (acknowledged)
 		return NULL;
 
 	/*

@@ -22,6 +22,15 @@ extern bool ash_column_record_read(const AshPipelineConfig *cfg, const char *nsp
 								   bool *acknowledged);
 
 /*
+ * Write the record of source table nspname.relname: its columns
+ * names[0..n), acknowledged its mark.  SPI connected, in the destination
+ * transaction the record belongs with.
+ */
+extern void ash_column_record_write(const AshPipelineConfig *cfg, const char *nspname,
+									const char *relname, const char *const *names, int n,
+									bool acknowledged);
+
+/*
  * The names[0..n) that known[0..nknown) lacks, as indexes into names in
  * *added (room for n); returns how many.
  */
@@ -46,14 +55,17 @@ extern void ash_column_record_halt_added(const char *nspname, const char *relnam
 /*
  * The census's judgement of mapped table m as the source's catalogs
  * describe it now (src: the columns the decoder sends), against its
- * record: the written columns the record lacks when they leave rows of the
- * target without their value (ash_column_record_unfilled), else NULL.  No
- * record yet, an acknowledged one or an append log: NULL.  After coverage
- * passed for the table; SPI connected, in a destination transaction;
- * writes nothing.  The census halts only once the stream has passed the
- * addition (census.c).
+ * record -- or, with none yet, against baseline[0..nbaseline) (the columns
+ * the publication record held when the session started; NULL: not known),
+ * *unrecorded set: the written columns it lacks when they leave rows of
+ * the target without their value (ash_column_record_unfilled), else NULL.
+ * An acknowledged record or an append log: NULL.  After coverage passed
+ * for the table; SPI connected, in a destination transaction; writes
+ * nothing.  The census halts only once the stream has passed the addition
+ * (census.c).
  */
 extern char *ash_column_record_census(const AshPipelineConfig *cfg, const AshMapping *m,
-									  const AshSourceTable *src);
+									  const AshSourceTable *src, char *const *baseline,
+									  int nbaseline, bool *unrecorded);
 
 #endif							/* ASH_COLUMN_RECORD_H */

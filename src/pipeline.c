@@ -90,6 +90,7 @@
 #include "pipeline_pglogical.h"
 #include "shmem.h"
 #include "snapshot.h"
+#include "source_columns.h"
 #include "source_slot.h"
 #include "spi_util.h"
 #include "syncrep.h"
@@ -2391,6 +2392,8 @@ handle_error(ErrorData *edata, long backoff)
 		halt = NULL;
 	}
 
+	/* a first description's addition leaves a record to acknowledge */
+	ash_source_columns_halted(cfg, halt != NULL && strcmp(halt, "source_column_added") == 0);
 	if (halt != NULL)
 		do_halt_detail(halt, NULL, edata->message);
 

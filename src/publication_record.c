@@ -41,6 +41,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -251,6 +252,47 @@ done:
 	if (res != NULL)
 		PQclear(res);
 	return gap;
+}
+
+int
+ash_publication_record_columns(const char *published, char ***names, uint32 **types,
+							   int32 **typmods)
+{
+	char	   *copy = pstrdup(published);
+	char	   *save = NULL;
+	int			max = 0;
+	int			n = 0;
+
+	for (const char *p = published; (p = strstr(p, "typ:")) != NULL; p++)
+		max++;
+	*names = palloc(sizeof(char *) * Max(max, 1));
+	if (types != NULL)
+		*types = palloc(sizeof(uint32) * Max(max, 1));
+	if (typmods != NULL)
+		*typmods = palloc(sizeof(int32) * Max(max, 1));
+	for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
+	{
+		char	   *sep = strrchr(tok, ':');
+		int			hexlen;
+		char	   *raw;
+		unsigned int type;
+		int			typmod;
+
+		if (strncmp(tok, "typ:", 4) != 0 || sep == NULL || sep < tok + 4 ||
+			sscanf(sep + 1, "%u.%d", &type, &typmod) != 2)
+			continue;
+		hexlen = sep - (tok + 4);
+		raw = palloc(hexlen / 2 + 1);
+		raw[hex_decode(tok + 4, hexlen, raw)] = '\0';
+		(*names)[n] = pg_any_to_server(raw, strlen(raw), PG_UTF8);
+		if (types != NULL)
+			(*types)[n] = type;
+		if (typmods != NULL)
+			(*typmods)[n] = typmod;
+		n++;
+	}
+	pfree(copy);
+	return n;
 }
 
 /*

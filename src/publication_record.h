@@ -73,4 +73,14 @@ typedef struct AshRecordedTable
  */
 extern List *ash_publication_identities(AshCheckpointKey *key);
 
+/*
+ * The columns a record's tokens (published) hold, by their
+ * "typ:<name>:<type>.<typmod>" tokens (the name's UTF-8 bytes in hex,
+ * source_catalog.c): returns how many; *names in the database's encoding,
+ * *types and *typmods (either NULL: not wanted) in CurrentMemoryContext.
+ * In a transaction (the names are converted from UTF-8).
+ */
+extern int	ash_publication_record_columns(const char *published, char ***names,
+										   uint32 **types, int32 **typmods);
+
 #endif							/* ASH_PUBLICATION_RECORD_H */

@@ -68,6 +68,7 @@
 
 #include "coverage.h"
 #include "errors.h"
+#include "publication_record.h"
 #include "relmap.h"
 
 typedef struct RemoteType
@@ -130,45 +131,13 @@ ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
 	recorded_names = oid_hash("ash_replicant recorded names", sizeof(RecordedName), 16);
 }
 
-/*
- * The "typ:<name>:<type>.<typmod>" tokens of a record (the name's UTF-8
- * bytes in hex, source_catalog.c) as r's columns, names in the database's
- * encoding as the stream sends them.
- */
+/* The columns of a record's tokens as r's, in relmap_cxt. */
 static void
 record_columns(RecordedName *r, const char *published)
 {
 	MemoryContext old = MemoryContextSwitchTo(relmap_cxt);
-	char	   *copy = pstrdup(published);
-	char	   *save = NULL;
-	int			max = 0;
 
-	for (const char *p = published; (p = strstr(p, "typ:")) != NULL; p++)
-		max++;
-	r->names = palloc(sizeof(char *) * Max(max, 1));
-	r->types = palloc(sizeof(uint32) * Max(max, 1));
-	r->typmods = palloc(sizeof(int32) * Max(max, 1));
-	r->ncols = 0;
-	for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
-	{
-		char	   *sep = strrchr(tok, ':');
-		int			hexlen;
-		char	   *raw;
-		unsigned int type;
-		int			typmod;
-
-		if (strncmp(tok, "typ:", 4) != 0 || sep == NULL || sep < tok + 4 ||
-			sscanf(sep + 1, "%u.%d", &type, &typmod) != 2)
-			continue;
-		hexlen = sep - (tok + 4);
-		raw = palloc(hexlen / 2 + 1);
-		raw[hex_decode(tok + 4, hexlen, raw)] = '\0';
-		r->names[r->ncols] = pg_any_to_server(raw, strlen(raw), PG_UTF8);
-		r->types[r->ncols] = type;
-		r->typmods[r->ncols] = typmod;
-		r->ncols++;
-	}
-	pfree(copy);
+	r->ncols = ash_publication_record_columns(published, &r->names, &r->types, &r->typmods);
 	MemoryContextSwitchTo(old);
 }
 

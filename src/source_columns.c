@@ -54,18 +54,23 @@
  *	  in the record (added before the pipeline started) is not judged; with
  *	  no such point known (a transaction from before the record, wal2json's
  *	  first description) the description is taken as the record.  Such a
- *	  halt leaves no record to acknowledge: the record read at the next
- *	  start holds the column, and the change is taken (docs/reasons.md).
+ *	  halt gives the table a record of the columns it was judged against,
+ *	  once its transaction is rolled back (ash_source_columns_halted):
+ *	  without one the record read at the next start would hold the column,
+ *	  and a restart would take the change unjudged.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 #include "column_record.h"
 #include "coverage.h"
@@ -80,12 +85,69 @@ written_name(AshApplyRel *rel, int c)
 	return rel->remote.cols[rel->cols[c].remote_idx].name;
 }
 
+/*
+ * A table with no record whose description halted: the record it gets once
+ * the halted transaction is rolled back (ash_source_columns_halted), in
+ * TopMemoryContext.
+ */
+static char *halted_nspname = NULL;
+static char *halted_relname = NULL;
+static char **halted_columns = NULL;
+static int	halted_ncolumns = 0;
+
+static void
+note_halted(AshApplyRel *rel)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	halted_nspname = pstrdup(rel->remote.nspname);
+	halted_relname = pstrdup(rel->remote.relname);
+	halted_columns = palloc(sizeof(char *) * Max(rel->before_natts, 1));
+	halted_ncolumns = 0;
+	for (int b = 0; b < rel->before_natts; b++)
+		if (ash_mapping_target_column(rel->map, rel->before_names[b]) != NULL)
+			halted_columns[halted_ncolumns++] = pstrdup(rel->before_names[b]);
+	MemoryContextSwitchTo(old);
+}
+
+void
+ash_source_columns_halted(const AshPipelineConfig *cfg, bool record)
+{
+	char	  **rec;
+	int			nrec;
+	bool		acknowledged;
+
+	if (halted_nspname == NULL)
+		return;
+	if (record)
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "ash_replicant: SPI_connect failed");
+		if (!ash_column_record_read(cfg, halted_nspname, halted_relname, &rec, &nrec,
+									&acknowledged))
+			ash_column_record_write(cfg, halted_nspname, halted_relname,
+									(const char *const *) halted_columns, halted_ncolumns,
+									false);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	for (int c = 0; c < halted_ncolumns; c++)
+		pfree(halted_columns[c]);
+	pfree(halted_columns);
+	pfree(halted_nspname);
+	pfree(halted_relname);
+	halted_nspname = halted_relname = NULL;
+	halted_columns = NULL;
+	halted_ncolumns = 0;
+}
+
 void
 ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool whole_copy)
 {
-	Oid			types[7] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID, BOOLOID};
-	Datum		values[7];
-	Datum	   *names;
 	const char **written;
 	int		   *added;
 	int			nadded = 0;
@@ -102,14 +164,10 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 	found = ash_column_record_read(cfg, rel->remote.nspname, rel->remote.relname, &rec, &nrec,
 								   &acknowledged);
 
-	names = palloc(sizeof(Datum) * Max(rel->ncols, 1));
 	written = palloc(sizeof(char *) * Max(rel->ncols, 1));
 	added = palloc(sizeof(int) * Max(rel->ncols, 1));
 	for (int c = 0; c < rel->ncols; c++)
-	{
 		written[c] = written_name(rel, c);
-		names[c] = CStringGetTextDatum(written[c]);
-	}
 	if (found)
 	{
 		nadded = ash_column_record_lacking(written, rel->ncols, rec, nrec, added);
@@ -134,27 +192,15 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 														  written, added, nadded);
 
 		if (unfilled != NULL)
+		{
+			if (!found)
+				note_halted(rel);
 			ash_column_record_halt_added(rel->remote.nspname, rel->remote.relname, unfilled);
+		}
 	}
 
 	/* an addition taken uses the acknowledgement up; a removal keeps it */
-	values[0] = CStringGetTextDatum(cfg->source_system_identifier);
-	values[1] = CStringGetTextDatum(cfg->source_database);
-	values[2] = CStringGetTextDatum(cfg->slot_name);
-	values[3] = CStringGetTextDatum(rel->remote.nspname);
-	values[4] = CStringGetTextDatum(rel->remote.relname);
-	values[5] = PointerGetDatum(construct_array(names, rel->ncols, TEXTOID, -1, false, TYPALIGN_INT));
-	values[6] = BoolGetDatum(acknowledged && nadded == 0);
-	(void) ash_spi_execute_args("INSERT INTO ash_replicant.source_columns"
-								"  (source_system_id, source_database, slot_name, source_schema, source_table,"
-								"   columns, added_acknowledged, recorded_at)"
-								" VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.clock_timestamp())"
-								" ON CONFLICT (source_system_id, source_database, slot_name,"
-								"              source_schema, source_table)"
-								" DO UPDATE SET columns = EXCLUDED.columns,"
-								"   added_acknowledged = EXCLUDED.added_acknowledged,"
-								"   recorded_at = EXCLUDED.recorded_at",
-								7, types, values, NULL, SPI_OK_INSERT,
-								"writing the source column records failed");
+	ash_column_record_write(cfg, rel->remote.nspname, rel->remote.relname, written, rel->ncols,
+							acknowledged && nadded == 0);
 	rel->columns_recorded = true;
 }

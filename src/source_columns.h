@@ -25,4 +25,13 @@
 extern void ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg,
 									 bool whole_copy);
 
+/*
+ * After an error: a description of a table with no record that halted
+ * source_column_added leaves the table a record of the columns it was
+ * judged against when record (the halt is that one), so that the halt can
+ * be acknowledged and a restart halts again; forgotten either way.
+ * Outside a transaction.
+ */
+extern void ash_source_columns_halted(const AshPipelineConfig *cfg, bool record);
+
 #endif							/* ASH_SOURCE_COLUMNS_H */

@@ -4,24 +4,30 @@
 # idle table that was never: the source's rows held the column's default,
 # the mirror's NULL, and status said healthy census after census.  The
 # census now compares the source's columns with the table's record, as the
-# stream would.
+# stream would -- or, for a table no change of which was applied yet, with
+# the columns the publication record held when the session started.
 #
-#   1  a table with a record whose target is empty, and a table with rows
-#      but no record yet: a column added at both ends is no halt by the
-#      census (the latter is judged by the stream at its first change,
-#      against the columns it knew before: source_columns.c).
+#   1  a table with a record whose target is empty, and one without a
+#      record whose target is empty: a column added at both ends is no
+#      halt (no row predates it).
 #   2  the idle table with rows (the documented order: the target's column
 #      first): halted source_column_added by the census, naming the table
 #      and the column, the mirror unchanged; the rows made to agree and
 #      acknowledged, the pipeline goes on healthy, and the table's next
 #      change takes the addition.
-#   3  the census judges only once the stream has passed the position it
+#   3  an idle table with rows and no record yet (no change of it applied
+#      since the pipeline started): halted the same, its record written
+#      with the columns it had at the session's start, so that a restart
+#      halts again (before the record: a restart's publication record held
+#      the column and took it); made to agree and acknowledged, healthy,
+#      the next change takes the addition.
+#   4  the census judges only once the stream has passed the position it
 #      read the catalog at: a column added to a table with rows and the
 #      table truncated next, both behind a large transaction the walsender
 #      takes seconds to decode when the pipeline starts (its first census
 #      runs at once), is no halt: the stream applies the TRUNCATE before
 #      any census may judge, and the target is empty then.
-#   4  a column added at the source that the target does not map: the
+#   5  a column added at the source that the target does not map: the
 #      census halts source_column_unmapped, as before.
 use strict;
 use warnings;
@@ -49,11 +55,12 @@ CREATE TABLE b (id int PRIMARY KEY, v text);
 CREATE TABLE e (id int PRIMARY KEY, v text);
 CREATE TABLE n (id int PRIMARY KEY, v text);
 CREATE TABLE t (id int PRIMARY KEY, v text);
+CREATE TABLE z (id int PRIMARY KEY, v text);
 INSERT INTO n SELECT g, 'n' || g FROM generate_series(1, 3) g;
 });
-q_src('CREATE PUBLICATION pub FOR TABLE a, b, e, n, t');
+q_src('CREATE PUBLICATION pub FOR TABLE a, b, e, n, t, z');
 AshTest::setup_pipeline($src, $dst, sink => 's', publication => 'pub',
-	maps => [ ['a'], ['b'], ['e'], ['n'], [ 't', on_truncate => 'mirror' ] ]);
+	maps => [ ['a'], ['b'], ['e'], ['n'], [ 't', on_truncate => 'mirror' ], ['z'] ]);
 q_dst("SELECT ash_replicant_wait_for_slot('s', '60s')");
 q_src("INSERT INTO a SELECT g, 'r' || g FROM generate_series(1, 3) g;"
 	  . " INSERT INTO t SELECT g, 't' || g FROM generate_series(1, 3) g;"
@@ -63,15 +70,16 @@ AshTest::assert_mirror_equal($src, $dst, ['a', 'e', 'n'], name => 'before the AL
 is(record('a'), 'id,v', 'a has a record of its columns');
 is(record('e'), 'id,v', 'e has a record of its columns, and an empty target');
 is(record('n'), '', 'n has no record yet (no change of it applied)');
+is(record('z'), '', 'z has no record yet, and an empty target');
 
-# 1: no row predates the column (e); no record to judge by (n)
-q_dst('ALTER TABLE e ADD COLUMN c text; ALTER TABLE n ADD COLUMN c text');
-q_src("ALTER TABLE e ADD COLUMN c text DEFAULT 'd1'; ALTER TABLE n ADD COLUMN c text DEFAULT 'd2'");
+# 1: no row predates the column (e, z)
+q_dst('ALTER TABLE e ADD COLUMN c text; ALTER TABLE z ADD COLUMN c text');
+q_src("ALTER TABLE e ADD COLUMN c text DEFAULT 'd1'; ALTER TABLE z ADD COLUMN c text DEFAULT 'd2'");
 q_src("INSERT INTO b VALUES (1, 'x')");
 AshTest::wait_caught_up($src, $dst, 's', quiet => 1);
-ok(AshTest::census_runs($dst, 's', 3), '1: several census runs after a column added to an empty target and to one without a record');
+ok(AshTest::census_runs($dst, 's', 3), '1: several census runs after a column added to empty targets');
 AshTest::wait_status($dst, 's', 'healthy', undef,
-	name => '1: no halt for an empty target, nor for a table without a record');
+	name => '1: no halt for an empty target, with a record or without');
 
 # 2: the idle table with rows
 my $mirror = AshTest::table_hash($dst, 'a');
@@ -112,29 +120,59 @@ is(record('a'), 'id,v,c', '2: the description took the addition');
 ok(AshTest::census_runs($dst, 's', 2), '2: census runs after the next change');
 AshTest::wait_status($dst, 's', 'healthy', undef, name => '2: still healthy');
 
-# 3: the addition and a TRUNCATE still to stream, behind many transactions
+# 3: an idle table with rows and no record yet
+q_dst('ALTER TABLE n ADD COLUMN c text');
+q_src("ALTER TABLE n ADD COLUMN c text DEFAULT '$SENTINEL'");
+q_src("INSERT INTO b VALUES (6, 'x')");
+AshTest::wait_status($dst, 's', 'halted', 'source_column_added', src => $src, timeout => 30,
+	name => '3: the census halts source_column_added for a table with no record yet');
+ok(scalar(AshTest::log_lines_like($dst,
+		qr/event=pipeline\.halt sink=s reason=source_column_added .*public\.n: source columns c were added while its target held rows/)),
+	'3: the halt names the table and the column');
+is(record('n'), 'id,v', '3: its record holds the columns the session started with');
+is(q_dst('SELECT count(*) FROM n WHERE c IS NULL'), '3', '3: its rows still lack the value');
 AshTest::stop_settled($src, $dst, 's');
-is(record('t'), 'id,v', '3: t has a record of its columns');
+AshTest::start_sink($dst, 's');
+AshTest::wait_status($dst, 's', 'halted', 'source_column_added', src => $src, timeout => 30,
+	name => '3: a restart halts again (the record stays; not taken with the new start)');
+AshTest::stop_settled($src, $dst, 's');
+q_dst("UPDATE n SET c = '$SENTINEL'");
+is(q_dst("SELECT ash_replicant_acknowledge_column_added('s', " . AshTest::lit($sysid) . ', '
+		  . AshTest::lit($dbname) . ", 'public', 'n')"), 't', '3: acknowledged');
+AshTest::start_sink($dst, 's');
+q_src("INSERT INTO b VALUES (7, 'x')");
+AshTest::wait_caught_up($src, $dst, 's', quiet => 1);
+ok(AshTest::census_runs($dst, 's', 2), '3: census runs after the acknowledgement');
+AshTest::wait_status($dst, 's', 'healthy', undef, name => '3: healthy after the acknowledgement');
+q_src("UPDATE n SET v = 'changed' WHERE id = 2");
+ok(AshTest::wait_caught_up($src, $dst, 's'), '3: the next change of n streams');
+AshTest::assert_mirror_equal($src, $dst, ['n'], name => '3: after the next change');
+is(record('n'), 'id,v,c', '3: the description took the addition');
+is(scalar(AshTest::grep_logs_for($SENTINEL, $src, $dst)), 0, '3: the default is in no server log');
+
+# 4: the addition and a TRUNCATE still to stream, behind a large transaction
+AshTest::stop_settled($src, $dst, 's');
+is(record('t'), 'id,v', '4: t has a record of its columns');
 q_src('CREATE TABLE unpublished (id int); INSERT INTO unpublished SELECT generate_series(1, 2000000)');
 q_dst('ALTER TABLE t ADD COLUMN c text');
 q_src("ALTER TABLE t ADD COLUMN c text DEFAULT '$SENTINEL'; TRUNCATE t");
 q_src("INSERT INTO b VALUES (9999, 'x')");
 AshTest::start_sink($dst, 's');
-ok(AshTest::wait_caught_up($src, $dst, 's'), '3: caught up after the held-back addition');
-ok(AshTest::census_runs($dst, 's', 2), '3: census runs after the TRUNCATE streamed');
+ok(AshTest::wait_caught_up($src, $dst, 's'), '4: caught up after the held-back addition');
+ok(AshTest::census_runs($dst, 's', 2), '4: census runs after the TRUNCATE streamed');
 AshTest::wait_status($dst, 's', 'healthy', undef,
-	name => '3: no halt: the census did not judge before the stream passed its catalog read');
+	name => '4: no halt: the census did not judge before the stream passed its catalog read');
 ok(!AshTest::log_lines_like($dst, qr/reason=source_column_added .*public\.t:/),
-	'3: no source_column_added for t was ever logged');
-AshTest::assert_mirror_equal($src, $dst, ['t', 'b'], name => '3: truncated at both ends');
+	'4: no source_column_added for t was ever logged');
+AshTest::assert_mirror_equal($src, $dst, ['t', 'b'], name => '4: truncated at both ends');
 q_src("INSERT INTO t (id, v) VALUES (1, 'after')");
-ok(AshTest::wait_caught_up($src, $dst, 's'), '3: the next change of t streams into the empty target');
-AshTest::assert_mirror_equal($src, $dst, ['t'], name => '3: the column taken');
-AshTest::wait_status($dst, 's', 'healthy', undef, name => '3: still healthy');
+ok(AshTest::wait_caught_up($src, $dst, 's'), '4: the next change of t streams into the empty target');
+AshTest::assert_mirror_equal($src, $dst, ['t'], name => '4: the column taken');
+AshTest::wait_status($dst, 's', 'healthy', undef, name => '4: still healthy');
 
-# 4: a column the target does not map: the census's existing business
+# 5: a column the target does not map: the census's existing business
 q_src('ALTER TABLE b ADD COLUMN x integer DEFAULT 1');
 AshTest::wait_status($dst, 's', 'misconfigured', 'source_column_unmapped', src => $src, timeout => 30,
-	name => '4: a source column the target lacks halts source_column_unmapped, as before');
+	name => '5: a source column the target lacks halts source_column_unmapped, as before');
 
 done_testing();
