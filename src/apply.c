@@ -968,6 +968,7 @@ value_text(AshApplyRel *rel, int remote_idx, AshColumnValue *v)
 {
 	AshTextConv *tc;
 	StringInfoData buf;
+	Datum		d;
 
 	if (v->status != ASH_COL_BINARY)
 		return v->data;
@@ -1000,7 +1001,14 @@ value_text(AshApplyRel *rel, int remote_idx, AshColumnValue *v)
 		tc->ready = true;
 	}
 	buf = binary_buffer(v);
-	return OutputFunctionCall(&tc->out, ReceiveFunctionCall(&tc->recv, &buf, tc->ioparam, -1));
+	d = ReceiveFunctionCall(&tc->recv, &buf, tc->ioparam, -1);
+	/* a value of another type (8 bytes read as a 4-byte integer) is no value */
+	if (buf.cursor != buf.len)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+				 errmsg("ash_replicant: incorrect binary data format in a column of %s",
+						rel->target_name)));
+	return OutputFunctionCall(&tc->out, d);
 }
 
 /*

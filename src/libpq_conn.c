@@ -153,6 +153,17 @@ session_options(AshConnKind kind)
 		 */
 		if (kind != ASH_CONN_REPLICATION)
 			appendStringInfoString(&buf, " -c default_transaction_read_only=on -c row_security=off");
+
+		/*
+		 * Each statement outside an explicit transaction sees what was
+		 * committed when it runs, after the locks it waited for: under a
+		 * source's default repeatable read, a read that waited behind a
+		 * table rewrite (which is not MVCC-safe) would see the table empty
+		 * -- an incremental chunk taken for the table's last.  A copy
+		 * asks for its isolation explicitly.
+		 */
+		if (kind != ASH_CONN_REPLICATION)
+			appendStringInfoString(&buf, " -c default_transaction_isolation=read\\ committed");
 		if (kind == ASH_CONN_PROBE)
 			appendStringInfoString(&buf, " -c statement_timeout=60000");
 		else

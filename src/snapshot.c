@@ -951,9 +951,9 @@ ash_snap_source_lock_waits(AshConn *data, void *arg)
 	return waits;
 }
 
-/* Start the table's COPY on data, waiting out a source lock (above). */
+/* Run sql (a COPY, a LOCK) on data, waiting out a source lock (above). */
 static PGresult *
-start_copy(AshConn *data, const char *sql)
+exec_waiting_locks(AshConn *data, const char *sql)
 {
 	AshConn    *volatile probe = NULL;
 	PGresult   *res;
@@ -974,6 +974,55 @@ start_copy(AshConn *data, const char *sql)
 	if (probe != NULL)
 		ash_conn_close(probe);
 	return res;
+}
+
+/*
+ * Lock table t for its copy (ACCESS SHARE, to the end of the copy's
+ * transaction, waiting out another session's lock as the COPY would) and
+ * make sure the snapshot sees its rows.  A rewrite committed after the
+ * snapshot was taken (ALTER TABLE ... TYPE, a volatile default, SET ACCESS
+ * METHOD, TRUNCATE) moved them into a new file under the rewriting
+ * transaction's id, which the snapshot does not see -- PostgreSQL's
+ * rewrites are not MVCC-safe: a COPY would read the table empty, and the
+ * stream would never bring its rows.  Such a table ends the session: the
+ * next copies it, with the tables still pending, under a snapshot of its
+ * own (NOTES, Restart).  Locked, it cannot be rewritten until the copy
+ * ends.
+ */
+static void
+lock_for_copy(AshConn *data, const SnapTable *t)
+{
+	const char *qualified = quote_qualified_identifier(t->nspname, t->relname);
+	PGresult   *res;
+	bool		seen;
+
+	res = exec_waiting_locks(data, psprintf("LOCK TABLE ONLY %s IN ACCESS SHARE MODE", qualified));
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		ash_conn_report_result(res, "snapshot table lock");
+	PQclear(res);
+
+	/* its file under the snapshot, and its file now (the relation cache's) */
+	res = ash_conn_exec(data,
+						psprintf("SELECT pg_catalog.count(*) FROM pg_catalog.pg_class c"
+								 " WHERE c.oid = %s::pg_catalog.regclass"
+								 "   AND c.relfilenode IN (0, pg_catalog.pg_relation_filenode(c.oid))",
+								 ash_conn_quote_literal(data, qualified)),
+						false);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		ash_conn_report_result(res, "snapshot table file");
+	seen = strcmp(PQgetvalue(res, 0, 0), "1") == 0;
+	PQclear(res);
+	if (seen)
+		return;
+	ereport(LOG,
+			(errmsg("ash_replicant event=snapshot.table_rewritten sink=%s table=%s",
+					ash_snap_cfg->sink_name, qualified),
+			 errdetail("The table was rewritten or replaced at the source after the snapshot was taken; the next session copies it under a snapshot of its own.")));
+	ash_conn_last_sqlstate[0] = '\0';
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("ash_replicant: source table %s was rewritten after the snapshot; the next session copies it",
+					qualified)));
 }
 
 /*
@@ -1037,6 +1086,7 @@ ash_snap_copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	if (map != NULL && ash_snap_target_is_empty(map))
 		ash_apply_snapshot_fresh(map->target_relid, true);
 
+	lock_for_copy(data, &t);
 	memset(&rel, 0, sizeof(rel));
 	ash_snap_describe_table(data, &t, &rel);
 	memset(&change, 0, sizeof(change));
@@ -1055,7 +1105,7 @@ ash_snap_copy_next(AshConn *data, XLogRecPtr lsn, bytea *attempt)
 	appendStringInfo(&sql, " FROM ONLY %s) TO STDOUT%s",
 					 quote_qualified_identifier(t.nspname, t.relname),
 					 binary ? " (FORMAT binary)" : "");
-	res = start_copy(data, sql.data);
+	res = exec_waiting_locks(data, sql.data);
 	if (PQresultStatus(res) != PGRES_COPY_OUT)
 		ash_conn_report_result(res, "snapshot COPY");
 	PQclear(res);
@@ -1514,6 +1564,7 @@ static Attempt *
 run_attempt(const AshSlotStart *start, const AshBinding *binding)
 {
 	Attempt    *a;
+	List	   *source;
 	ListCell   *lc;
 	char	   *snapshot;
 	XLogRecPtr	snapshot_lsn;
@@ -1524,7 +1575,8 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 									 ash_snap_cfg->source_database))
 		ash_halt("source_identity_mismatch", "the snapshot connection reached another source");
 
-	a = ash_snap_arm(ash_snap_source_tables(ash_snap_data_conn), start, binding);
+	source = ash_snap_source_tables(ash_snap_data_conn);
+	a = ash_snap_arm(source, start, binding);
 	foreach(lc, a->tables)
 	{
 		SnapTable  *t = lfirst(lc);
@@ -1532,6 +1584,18 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 		if (!t->copied && t->chunks > 0)
 			ash_halt("snapshot_state_invalid",
 					 "an incremental snapshot is in progress under this checkpoint: configure snapshot incremental to finish it, or reset the checkpoint");
+
+		/*
+		 * A mapped table left to copy that the source's table set lacks
+		 * now: every session would fail to read it.  No fault to retry: it
+		 * is back only when the operator says so (as incremental's).
+		 */
+		if (!t->copied && ash_snap_find_table(source, t->nspname, t->relname) == NULL &&
+			ash_config_find_mapping(ash_snap_cfg, t->nspname, t->relname) != NULL)
+			ash_halt("snapshot_state_invalid",
+					 "source table %s of the attempt is out of the publication (or the source) before its copy ended:"
+					 " add it back and restart",
+					 quote_qualified_identifier(t->nspname, t->relname));
 		if (!t->copied)
 			npending++;
 	}

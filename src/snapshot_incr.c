@@ -1081,6 +1081,29 @@ chunk_read(IncrChunk *c, bool may_ahead)
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1 ||
 		PQnfields(res) != CHUNK_HEADER_COLS + c->rel.natts + (c->binary && !c->intkey ? c->k->nkeys : 0))
 		ash_conn_report_result(res, "incremental snapshot chunk");
+
+	/*
+	 * Read in binary, every column must be of the type the session
+	 * described: one retyped since (an ALTER the chunk waited for) sends
+	 * another format, which would read as another value.  The session
+	 * ends; the next describes the table again.
+	 */
+	if (c->binary)
+		for (int i = 0; i < c->rel.natts; i++)
+			if (PQftype(res, CHUNK_HEADER_COLS + i) != c->rel.cols[i].type_oid)
+			{
+				PQclear(res);
+				ereport(LOG,
+						(errmsg("ash_replicant event=snapshot.table_retyped sink=%s table=%s",
+								ash_snap_cfg->sink_name,
+								quote_qualified_identifier(c->nspname, c->relname)),
+						 errdetail("A column of the table changed type at the source during the session; the next session describes the table again.")));
+				ash_conn_last_sqlstate[0] = '\0';
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ash_replicant: a column of source table %s changed type during the session",
+								quote_qualified_identifier(c->nspname, c->relname))));
+			}
 	c->res = res;
 
 	/* the header: first, or anywhere among an integer key's rows */
