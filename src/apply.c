@@ -1388,16 +1388,21 @@ as_owner_begin(AshOwnerScope *scope)
 /*
  * Fill unchanged-TOAST columns of a new tuple from a full old tuple (REPLICA
  * IDENTITY FULL logs the old row detoasted), so the new image is complete.
+ * key_only: the old tuple is the old key ('K'), the other columns NULL:
+ * only its values are taken -- a key column stored out of line that the
+ * update left alone comes unchanged, and PostgreSQL logs the old key then.
  */
 static void
-merge_unchanged(AshTuple *newtup, AshTuple *oldtup)
+merge_unchanged(AshTuple *newtup, AshTuple *oldtup, bool key_only)
 {
 	if (newtup->natts != oldtup->natts)
 		return;
 	for (int i = 0; i < newtup->natts; i++)
 	{
 		if (newtup->cols[i].status == ASH_COL_UNCHANGED &&
-			oldtup->cols[i].status != ASH_COL_UNCHANGED)
+			oldtup->cols[i].status != ASH_COL_UNCHANGED &&
+			(!key_only || oldtup->cols[i].status == ASH_COL_TEXT ||
+			 oldtup->cols[i].status == ASH_COL_BINARY))
 			newtup->cols[i] = oldtup->cols[i];
 	}
 }
@@ -1700,7 +1705,7 @@ incremental_part(AshApplyRel *rel, AshChange *c, AshChange *part)
 		part->u.insert.relid = c->u.update.relid;
 		part->u.insert.newtup = c->u.update.newtup;
 		if (c->u.update.oldkind == 'O')
-			merge_unchanged(&part->u.insert.newtup, &c->u.update.oldtup);
+			merge_unchanged(&part->u.insert.newtup, &c->u.update.oldtup, false);
 	}
 	return part;
 }
@@ -1731,6 +1736,9 @@ apply_row_change(AshChange *c)
 		pending.skipped_changes++;
 		return;
 	}
+	/* the new row's key, where the update left it unchanged: the old key's */
+	if (c->kind == ASH_CHANGE_UPDATE && c->u.update.oldkind == 'K')
+		merge_unchanged(&c->u.update.newtup, &c->u.update.oldtup, true);
 	if (meta.snapshot_attempt == NULL && ash_incr_judging())
 	{
 		c = incremental_part(rel, c, &part);
@@ -1753,7 +1761,7 @@ apply_row_change(AshChange *c)
 		flush_deferred();
 
 	if (c->kind == ASH_CHANGE_UPDATE && c->u.update.oldkind == 'O')
-		merge_unchanged(&c->u.update.newtup, &c->u.update.oldtup);
+		merge_unchanged(&c->u.update.newtup, &c->u.update.oldtup, false);
 	if (c->kind == ASH_CHANGE_DELETE && c->u.delete.oldkind == 0)
 		ash_halt("protocol_violation", "delete without an old key");
 

@@ -593,9 +593,14 @@ locate_keys(IncrTable *t, AshApplyRel *rel)
 	t->remote_natts = rel->remote.natts;
 }
 
-/* The key of a tuple, as datums (in the caller's memory context). */
+/*
+ * The key of a tuple, as datums (in the caller's memory context).  old
+ * (NULL: none) is the update's old key or row: a key column stored out of
+ * line that the update left alone is "unchanged" in the new row, and its
+ * value is the old one's (PostgreSQL logs the old key then).
+ */
 static Datum *
-tuple_key(IncrTable *t, AshTuple *tup)
+tuple_key(IncrTable *t, AshTuple *tup, AshTuple *old)
 {
 	Datum	   *d = palloc(sizeof(Datum) * t->nkeys);
 
@@ -607,6 +612,8 @@ tuple_key(IncrTable *t, AshTuple *tup)
 			ash_halt("protocol_violation", "a change of %s lacks a key column",
 					 quote_qualified_identifier(t->nspname, t->relname));
 		v = &tup->cols[t->remote_idx[i]];
+		if (v->status == ASH_COL_UNCHANGED && old != NULL && t->remote_idx[i] < old->natts)
+			v = &old->cols[t->remote_idx[i]];
 		if (v->status == ASH_COL_TEXT)
 			d[i] = InputFunctionCall(&t->keys[i].input, v->data, t->keys[i].ioparam, -1);
 		else if (v->status == ASH_COL_BINARY)
@@ -702,11 +709,11 @@ ash_incr_judge(AshApplyRel *rel, AshChange *c, TransactionId xid, bool *apply_ol
 			return;
 	}
 	if (oldtup != NULL)
-		*apply_old = applies(t, tuple_key(t, oldtup), xid);
+		*apply_old = applies(t, tuple_key(t, oldtup, NULL), xid);
 	if (newtup == oldtup)
 		*apply_new = *apply_old;
 	else if (newtup != NULL)
-		*apply_new = applies(t, tuple_key(t, newtup), xid);
+		*apply_new = applies(t, tuple_key(t, newtup, oldtup), xid);
 }
 
 bool
