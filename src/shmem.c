@@ -70,6 +70,36 @@ ash_crashes_size(void)
  * immediate shutdown is what every other process gets).  No child runs
  * now, so no lock; nothing here may fail.
  */
+/*
+ * With every entry pending: one whose sink no worker runs for now (it died
+ * and waits for a pipeline slot, or was stopped since, and its next start
+ * is a fresh one).  Its next worker starts without the record -- without
+ * its back-off -- while the dying workers' records are kept: at most one
+ * per slot, as many as there are entries.  Before, a crash found no entry
+ * and was not counted at all: a change that killed the worker would have
+ * restarted the whole server for ever.
+ */
+static AshCrashRecord *
+evictable_record(void)
+{
+	for (int j = 0; j < AshShmem->nslots; j++)
+	{
+		AshCrashRecord *r = &carried[j];
+		bool		running = false;
+
+		for (int i = 0; i < AshShmem->nslots && !running; i++)
+		{
+			AshPipelineSlot *slot = &AshShmem->slots[i];
+
+			running = slot->in_use && slot->state == ASH_SLOT_RUNNING && slot->pid != 0 &&
+				slot->dboid == r->dboid && strcmp(slot->sink_name, r->sink_name) == 0;
+		}
+		if (!running)
+			return r;
+	}
+	return NULL;
+}
+
 static void
 ash_crash_carry(int code, Datum arg)
 {
@@ -99,6 +129,8 @@ ash_crash_carry(int code, Datum arg)
 		}
 		if (rec == NULL)
 		{
+			if (spare == NULL)
+				spare = evictable_record();
 			if (spare == NULL)
 				continue;		/* cannot happen: one entry per slot */
 			rec = spare;
