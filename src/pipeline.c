@@ -1693,20 +1693,34 @@ resume_streaming_if_idle(void)
 	return true;
 }
 
-/* A source silent for receive_timeout is gone; at half of it, ping. */
+/*
+ * A source silent for half of receive_timeout is asked for a reply (due at
+ * once); one that has not answered within the other half is gone.  The
+ * silence is counted from the question: time the worker spent on work of
+ * its own (a chunk, a census) before it could ask -- its messages unread
+ * on the socket, or none sent because nothing was asked -- is not the
+ * source's (a chunk that outlasted the timeout ended every session).
+ */
+static TimestampTz ping_sent_at = 0;
+
 static void
 check_silent_source(TimestampTz now)
 {
-	if (TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms))
+	if (!stream.ping_sent)
+	{
+		if (TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms / 2))
+		{
+			send_feedback(true, true);
+			stream.ping_sent = true;
+			ping_sent_at = now;
+		}
+		return;
+	}
+	if (TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms) &&
+		TimestampDifferenceExceeds(ping_sent_at, now, ash_receive_timeout_ms / 2))
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ash_replicant: the source sent nothing within receive_timeout")));
-	if (!stream.ping_sent &&
-		TimestampDifferenceExceeds(stream.last_recv_time, now, ash_receive_timeout_ms / 2))
-	{
-		send_feedback(true, true);
-		stream.ping_sent = true;
-	}
 }
 
 /*
@@ -1992,6 +2006,9 @@ receive_loop(void)
 			ash_apply_write_gathered(stream.received_lsn);	/* the rest is not sent yet */
 
 		send_feedback(false, false);
+
+		/* right after reading everything there was (check_silent_source) */
+		check_silent_source(GetCurrentTimestamp());
 		guard_progress();
 		run_census_if_due();
 		incremental_work();
@@ -2000,7 +2017,6 @@ receive_loop(void)
 			return;				/* run_session starts over, streaming */
 
 		now = GetCurrentTimestamp();
-		check_silent_source(now);
 		wait_for_stream(now);
 	}
 }
