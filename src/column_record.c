@@ -13,22 +13,30 @@
  *	  judgement of the source's catalog against it -- a table that sees no
  *	  change after an addition brings no description to judge, and would
  *	  stay mirrored wrong, healthy, for as long as it is idle.  A table
- *	  without a record is judged against the columns the session started
- *	  with, as the stream judges its first description.
+ *	  without a record is judged against the columns its publication
+ *	  record held when the session started, as the stream judges its first
+ *	  description, and gets them as its record when it halts (so that the
+ *	  halt can be acknowledged, and a restart does not take the column).
+ *	  The census halts only once the stream has passed the source position
+ *	  read after the catalog: a change from before the addition may still
+ *	  come, and the stream judges what it brings first.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 
 #include "column_record.h"
 #include "errors.h"
+#include "publication_record.h"
 #include "spi_util.h"
 
 #define RECORD_KEY \
@@ -153,10 +161,17 @@ ash_column_record_halt_added(const char *nspname, const char *relname, const cha
 			 quote_identifier(nspname), quote_identifier(relname), columns);
 }
 
-char *
-ash_column_record_census(const AshPipelineConfig *cfg, const AshMapping *m,
-						 const AshSourceTable *src, char *const *baseline, int nbaseline,
-						 bool *unrecorded)
+/*
+ * Mapped table m as the source's catalogs describe it now (src: the columns
+ * the decoder sends), against its record -- or, with none yet, against
+ * baseline[0..nbaseline) (NULL: not known), *unrecorded set: the written
+ * columns it lacks when they leave rows of the target without their value
+ * (ash_column_record_unfilled), else NULL.  An acknowledged record or an
+ * append log: NULL.  After coverage passed for the table; SPI connected.
+ */
+static char *
+judge_table(const AshPipelineConfig *cfg, const AshMapping *m, const AshSourceTable *src,
+			char *const *baseline, int nbaseline, bool *unrecorded)
 {
 	const char **written;
 	int		   *added;
@@ -205,4 +220,238 @@ ash_column_record_census(const AshPipelineConfig *cfg, const AshMapping *m,
 									  m->tenant_strategy != NULL &&
 									  strcmp(m->tenant_strategy, "context") == 0,
 									  written, added, nadded);
+}
+
+/*
+ * Added columns a census found leaving rows without their value, each with
+ * the source position read after the catalog that showed them (in
+ * TopMemoryContext).  The census halts for one only once the stream has
+ * passed that position: before it, a change of the table from before the
+ * addition may still come, and the stream judges that first (a decoder's
+ * schema drift, a description with fewer columns); past it, every change
+ * from before the addition was applied, and the table has had none since
+ * that could bring the addition (the stream judges such a change itself).
+ */
+typedef struct PendingAddition
+{
+	char	   *nspname;
+	char	   *relname;
+	char	   *columns;
+	XLogRecPtr	since;
+	const AshMapping *m;		/* found in this run only */
+	bool		unrecorded;		/* this run only: judged against a baseline */
+} PendingAddition;
+
+static List *pending_additions = NIL;
+
+/*
+ * The columns the publication records held when the session started, per
+ * mapped table (in TopMemoryContext): a table with no record of the columns
+ * feeding its target yet (no change of it applied) is judged against them,
+ * as the stream judges its first description (source_columns.c).
+ */
+typedef struct SessionBaseline
+{
+	char	   *nspname;
+	char	   *relname;
+	int			ncols;
+	char	  **names;
+} SessionBaseline;
+
+static List *session_baselines = NIL;
+
+static void
+free_pending_additions(List *list)
+{
+	ListCell   *lc;
+
+	foreach(lc, list)
+	{
+		PendingAddition *p = lfirst(lc);
+
+		pfree(p->nspname);
+		pfree(p->relname);
+		pfree(p->columns);
+		pfree(p);
+	}
+	list_free(list);
+}
+
+void
+ash_column_record_note_session(AshCheckpointKey *key, bool watched)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *records;
+	ListCell   *lc;
+
+	foreach(lc, session_baselines)
+	{
+		SessionBaseline *b = lfirst(lc);
+
+		pfree(b->nspname);
+		pfree(b->relname);
+		for (int c = 0; c < b->ncols; c++)
+			pfree(b->names[c]);
+		pfree(b->names);
+		pfree(b);
+	}
+	list_free(session_baselines);
+	session_baselines = NIL;
+	if (!watched || key == NULL)
+		return;
+
+	records = ash_publication_identities(key);
+	/* a transaction: the names are converted to the database's encoding */
+	StartTransactionCommand();
+	MemoryContextSwitchTo(TopMemoryContext);
+	foreach(lc, records)
+	{
+		AshRecordedTable *t = lfirst(lc);
+		SessionBaseline *b = palloc(sizeof(SessionBaseline));
+
+		b->nspname = pstrdup(t->nspname);
+		b->relname = pstrdup(t->relname);
+		b->ncols = ash_publication_record_columns(t->published, &b->names, NULL, NULL);
+		session_baselines = lappend(session_baselines, b);
+	}
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+}
+
+static SessionBaseline *
+session_baseline(const char *nspname, const char *relname)
+{
+	ListCell   *lc;
+
+	foreach(lc, session_baselines)
+	{
+		SessionBaseline *b = lfirst(lc);
+
+		if (b->ncols > 0 && strcmp(b->nspname, nspname) == 0 &&
+			strcmp(b->relname, relname) == 0)
+			return b;
+	}
+	return NULL;
+}
+
+/*
+ * Halt for addition f.  A table judged against its session baseline gets
+ * that baseline (the columns it writes) as its record first, committed: the
+ * halt can be acknowledged, and the next session judges the addition again
+ * rather than take the column with its next start's record.
+ */
+static void
+halt_addition(AshPipelineConfig *cfg, PendingAddition *f)
+{
+	if (f->unrecorded)
+	{
+		SessionBaseline *b = session_baseline(f->nspname, f->relname);
+		const char **written = palloc(sizeof(char *) * Max(b->ncols, 1));
+		int			n = 0;
+		char	  **rec;
+		int			nrec;
+		bool		acknowledged;
+
+		for (int c = 0; c < b->ncols; c++)
+			if (ash_mapping_target_column((AshMapping *) f->m, b->names[c]) != NULL)
+				written[n++] = b->names[c];
+		ash_spi_transaction_begin();
+		if (!ash_column_record_read(cfg, f->nspname, f->relname, &rec, &nrec, &acknowledged))
+			ash_column_record_write(cfg, f->nspname, f->relname, written, n, false);
+		ash_spi_transaction_end();
+	}
+	ash_column_record_halt_added(f->nspname, f->relname, f->columns);
+}
+
+/*
+ * Source columns added to a mapped table since its record: judged as the
+ * stream judges a description (source_columns.c), since a table that sees
+ * no change after the addition sends none -- its rows would hold the
+ * column's default at the source and what the target gave them here, with
+ * nothing to say so.  After the publication gap checks: a table replaced
+ * or gone from the publication and back is theirs (copied again, or
+ * halted publication_gap), whatever columns it came back with.  passed:
+ * the source position the stream has received and applied everything
+ * before.
+ */
+void
+ash_column_record_census(AshPipelineConfig *cfg, AshConn *conn, List *described,
+						 List *mappings, XLogRecPtr passed)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *found = NIL;
+	List	   *pending = NIL;
+	XLogRecPtr	read_at;
+	ListCell   *lc;
+
+	ash_spi_transaction_begin();
+	foreach(lc, described)
+	{
+		AshSourceRel *r = lfirst(lc);
+		SessionBaseline *b;
+		ListCell   *mc;
+
+		if (!r->exists)
+			continue;
+		b = session_baseline(r->name.nspname, r->name.relname);
+		foreach(mc, mappings)
+		{
+			AshMapping *m = lfirst(mc);
+			PendingAddition *p;
+			char	   *columns;
+			bool		unrecorded;
+
+			if (strcmp(m->source_schema, r->name.nspname) != 0 ||
+				strcmp(m->source_table, r->name.relname) != 0 ||
+				(columns = judge_table(cfg, m, &r->desc, b ? b->names : NULL,
+									   b ? b->ncols : 0, &unrecorded)) == NULL)
+				continue;
+			p = palloc0(sizeof(PendingAddition));
+			p->nspname = r->name.nspname;
+			p->relname = r->name.relname;
+			p->columns = columns;
+			p->m = m;
+			p->unrecorded = unrecorded;
+			found = lappend(found, p);
+		}
+	}
+	ash_spi_transaction_end();
+
+	if (found == NIL)
+	{
+		free_pending_additions(pending_additions);
+		pending_additions = NIL;
+		return;
+	}
+	/* read after the catalog: every addition it showed committed before */
+	read_at = ash_source_wal_position(conn);
+	foreach(lc, found)
+	{
+		PendingAddition *f = lfirst(lc);
+		PendingAddition *p;
+		ListCell   *pc;
+
+		f->since = read_at;
+		foreach(pc, pending_additions)
+		{
+			PendingAddition *earlier = lfirst(pc);
+
+			if (strcmp(earlier->nspname, f->nspname) == 0 &&
+				strcmp(earlier->relname, f->relname) == 0 &&
+				strcmp(earlier->columns, f->columns) == 0)
+				f->since = earlier->since;
+		}
+		if (passed >= f->since)
+			halt_addition(cfg, f);
+		MemoryContextSwitchTo(TopMemoryContext);
+		p = palloc0(sizeof(PendingAddition));
+		p->nspname = pstrdup(f->nspname);
+		p->relname = pstrdup(f->relname);
+		p->columns = pstrdup(f->columns);
+		p->since = f->since;
+		pending = lappend(pending, p);
+		MemoryContextSwitchTo(cxt);
+	}
+	free_pending_additions(pending_additions);
+	pending_additions = pending;
 }

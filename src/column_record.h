@@ -9,8 +9,10 @@
 #ifndef ASH_COLUMN_RECORD_H
 #define ASH_COLUMN_RECORD_H
 
+#include "checkpoint.h"
 #include "config.h"
 #include "coverage.h"
+#include "source_catalog.h"
 
 /*
  * The record of source table nspname.relname: returns whether there is
@@ -53,19 +55,22 @@ extern void ash_column_record_halt_added(const char *nspname, const char *relnam
 										 const char *columns) pg_attribute_noreturn();
 
 /*
- * The census's judgement of mapped table m as the source's catalogs
- * describe it now (src: the columns the decoder sends), against its
- * record -- or, with none yet, against baseline[0..nbaseline) (the columns
- * the publication record held when the session started; NULL: not known),
- * *unrecorded set: the written columns it lacks when they leave rows of
- * the target without their value (ash_column_record_unfilled), else NULL.
- * An acknowledged record or an append log: NULL.  After coverage passed
- * for the table; SPI connected, in a destination transaction; writes
- * nothing.  The census halts only once the stream has passed the addition
- * (census.c).
+ * At a session's start: the columns key's publication records hold now,
+ * per mapped table, the baseline a table without a record is judged
+ * against (watched false: none kept).
  */
-extern char *ash_column_record_census(const AshPipelineConfig *cfg, const AshMapping *m,
-									  const AshSourceTable *src, char *const *baseline,
-									  int nbaseline, bool *unrecorded);
+extern void ash_column_record_note_session(AshCheckpointKey *key, bool watched);
+
+/*
+ * The census's judgement of the source's columns (described: AshSourceRel
+ * *, as read on conn; mappings: AshMapping *, coverage passed) against each
+ * mapped table's record, or its session baseline: a written column it
+ * lacks, into a target holding rows, halts source_column_added -- once the
+ * stream has passed (passed: the position it received and applied
+ * everything before) the source position read after the catalog; until
+ * then the finding waits, kept across runs.  Outside a transaction.
+ */
+extern void ash_column_record_census(AshPipelineConfig *cfg, AshConn *conn, List *described,
+									 List *mappings, XLogRecPtr passed);
 
 #endif							/* ASH_COLUMN_RECORD_H */

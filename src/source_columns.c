@@ -63,14 +63,12 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 
 #include "column_record.h"
 #include "coverage.h"
@@ -121,19 +119,13 @@ ash_source_columns_halted(const AshPipelineConfig *cfg, bool record)
 		return;
 	if (record)
 	{
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "ash_replicant: SPI_connect failed");
+		ash_spi_transaction_begin();
 		if (!ash_column_record_read(cfg, halted_nspname, halted_relname, &rec, &nrec,
 									&acknowledged))
 			ash_column_record_write(cfg, halted_nspname, halted_relname,
 									(const char *const *) halted_columns, halted_ncolumns,
 									false);
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		ash_spi_transaction_end();
 	}
 	for (int c = 0; c < halted_ncolumns; c++)
 		pfree(halted_columns[c]);
