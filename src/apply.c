@@ -1751,7 +1751,10 @@ apply_row_change(AshChange *c)
 	/* a description's columns, before the first change applied under it */
 	if (!rel->columns_recorded)
 		ash_source_columns_judge(rel, apply_cfg,
-								 meta.snapshot_attempt != NULL && meta.snapshot_whole);
+								 meta.snapshot_attempt == NULL ?
+								 (ash_incr_judging() && ash_incr_marks_seen(rel) ?
+								  ASH_COLUMNS_STREAM_COPYING : ASH_COLUMNS_STREAM) :
+								 meta.snapshot_whole ? ASH_COLUMNS_WHOLE_COPY : ASH_COLUMNS_CHUNK);
 	ash_apply_errctx.relation = rel->target_name;
 	strategy = strategy_for(rel);
 	if (TransactionIdIsValid(stream_xid))

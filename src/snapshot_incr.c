@@ -37,6 +37,7 @@
 #include "snapshot.h"
 #include "snapshot_int.h"
 #include "source_catalog.h"
+#include "source_columns.h"
 #include "spi_util.h"
 
 /* ---------------------------------------------------------------------
@@ -915,6 +916,26 @@ typedef struct IncrChunk
 	int64		chunk_no;
 } IncrChunk;
 
+/*
+ * A mapped column dropped since the table's record of the columns feeding
+ * its target (source_columns.c): halts before any chunk of the session is
+ * written under the description that lacks it.
+ */
+static void
+judge_dropped_columns(AshMapping *m, const AshRelation *desc)
+{
+	char	   *nsp;
+	char	   *rel;
+
+	ash_spi_transaction_begin();
+	nsp = get_namespace_name(get_rel_namespace(m->target_relid));
+	rel = get_rel_name(m->target_relid);
+	ash_source_columns_judge_dropped(ash_snap_cfg, m, desc,
+									 nsp != NULL && rel != NULL ?
+									 quote_qualified_identifier(nsp, rel) : NULL);
+	ash_spi_transaction_end();
+}
+
 /* The table of a chunk: checked, and described once a session and table. */
 static void
 chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable *st)
@@ -946,6 +967,9 @@ chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable
 		dt->relname = pstrdup(relname);
 		memset(&incr_rel, 0, sizeof(incr_rel));
 		ash_snap_describe_table(incr_conn, dt, &incr_rel);
+		MemoryContextSwitchTo(cxt);
+		judge_dropped_columns(c->map, &incr_rel);
+		MemoryContextSwitchTo(incr_session_cxt);
 		memset(&change, 0, sizeof(change));
 		change.kind = ASH_CHANGE_RELATION;
 		change.u.relation = incr_rel;

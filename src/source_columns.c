@@ -40,8 +40,21 @@
  *	  it is exactly as far as the rows.  A v1 snapshot's copy writes every
  *	  row of the table: it records what it copied without judging.  An
  *	  incremental chunk writes some rows only, and is judged like the
- *	  stream (the rows of earlier chunks lack the column).  An append log is
- *	  history -- an event keeps the columns it had -- and is not judged.
+ *	  stream (the rows of earlier chunks lack the column).  A session's
+ *	  first description of a table it copies in chunks is the source's
+ *	  catalog then: a mapped column the record names and it lacks was
+ *	  dropped since the record's description -- maybe in a session that
+ *	  ended before anything described the table again (its chunk read,
+ *	  naming the column, failed), so no description of this session knew
+ *	  it, and the publication record read at its start does not either.
+ *	  The rows of the earlier chunks hold the column's values, the next
+ *	  chunks would not: that halts source_column_missing
+ *	  (ash_source_columns_judge_dropped), and until the table is copied
+ *	  the stream leaves such a column in the record (its description may
+ *	  come first).  The stream's descriptions are not judged so: a chunk
+ *	  may have recorded columns of the catalog ahead of the stream.  An
+ *	  append log is history -- an event keeps the columns it had -- and is
+ *	  not judged.
  *	  A table with no record yet (no change of it applied: mapped since,
  *	  or recorded first after the update to 1.7.0) has its first recorded
  *	  description judged against the source's columns at a committed point
@@ -138,11 +151,43 @@ ash_source_columns_halted(const AshPipelineConfig *cfg, bool record)
 }
 
 void
-ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool whole_copy)
+ash_source_columns_judge_dropped(const AshPipelineConfig *cfg, AshMapping *map,
+								 const AshRelation *desc, const char *target_name)
+{
+	StringInfoData dropped;
+	char	  **rec;
+	int			nrec;
+	bool		acknowledged;
+
+	if (map->append_log || strcmp(map->on_schema_change, "ignore") == 0)
+		return;
+	if (!ash_column_record_read(cfg, desc->nspname, desc->relname, &rec, &nrec, &acknowledged))
+		return;
+	initStringInfo(&dropped);
+	for (int r = 0; r < nrec; r++)
+	{
+		bool		still = false;
+
+		for (int i = 0; i < desc->natts && !still; i++)
+			still = strcmp(desc->cols[i].name, rec[r]) == 0;
+		if (!still && ash_mapping_target_column(map, rec[r]) != NULL)
+			ash_append_name_list(&dropped, rec[r]);
+	}
+	if (dropped.len > 0)
+		ash_halt_on(target_name, "source_column_missing",
+					"table %s.%s dropped mapped columns: %s",
+					quote_identifier(desc->nspname), quote_identifier(desc->relname),
+					dropped.data);
+	pfree(dropped.data);
+}
+
+void
+ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, AshColumnsFrom from)
 {
 	const char **written;
 	int		   *added;
 	int			nadded = 0;
+	int			nwritten = rel->ncols;
 	char	  **rec;
 	int			nrec;
 	bool		found;
@@ -156,15 +201,33 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 	found = ash_column_record_read(cfg, rel->remote.nspname, rel->remote.relname, &rec, &nrec,
 								   &acknowledged);
 
-	written = palloc(sizeof(char *) * Max(rel->ncols, 1));
+	written = palloc(sizeof(char *) * Max(rel->ncols + (found ? nrec : 0), 1));
 	added = palloc(sizeof(int) * Max(rel->ncols, 1));
 	for (int c = 0; c < rel->ncols; c++)
 		written[c] = written_name(rel, c);
 	if (found)
 	{
 		nadded = ash_column_record_lacking(written, rel->ncols, rec, nrec, added);
+
+		/*
+		 * The stream does not take a mapped column out of the record of a
+		 * table still being copied: the session's first chunk judges a drop
+		 * by the record (NOTES).
+		 */
+		if (from == ASH_COLUMNS_STREAM_COPYING)
+		{
+			for (int r = 0; r < nrec; r++)
+			{
+				bool		kept = false;
+
+				for (int c = 0; c < rel->ncols && !kept; c++)
+					kept = strcmp(written[c], rec[r]) == 0;
+				if (!kept && ash_mapping_target_column(rel->map, rec[r]) != NULL)
+					written[nwritten++] = rec[r];
+			}
+		}
 		/* the same columns (a description repeated): nothing to write */
-		if (nadded == 0 && nrec == rel->ncols)
+		if (nadded == 0 && nrec == nwritten)
 		{
 			rel->columns_recorded = true;
 			return;
@@ -177,7 +240,7 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 										   rel->before_natts, added);
 	}
 	/* acknowledged: the operator made the rows agree (module NOTES) */
-	if (nadded > 0 && !whole_copy && !acknowledged)
+	if (nadded > 0 && from != ASH_COLUMNS_WHOLE_COPY && !acknowledged)
 	{
 		char	   *unfilled = ash_column_record_unfilled(rel->target_name,
 														  rel->tenant_mode == ASH_TENANT_CONTEXT,
@@ -192,7 +255,7 @@ ash_source_columns_judge(AshApplyRel *rel, const AshPipelineConfig *cfg, bool wh
 	}
 
 	/* an addition taken uses the acknowledgement up; a removal keeps it */
-	ash_column_record_write(cfg, rel->remote.nspname, rel->remote.relname, written, rel->ncols,
+	ash_column_record_write(cfg, rel->remote.nspname, rel->remote.relname, written, nwritten,
 							acknowledged && nadded == 0);
 	rel->columns_recorded = true;
 }
