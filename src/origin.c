@@ -18,6 +18,9 @@
  *	  origins of their own, "ash_replicant_<sink>_copier<n>", which they
  *	  drop when they end: an origin keeps its replication state slot until
  *	  dropped, and a sink's copiers would otherwise keep several for good.
+ *	  A helper stopped by a signal drops it on its way out; one killed
+ *	  (SIGKILL, a crash) cannot, so the pipeline worker drops those no
+ *	  process holds once its snapshot is complete.
  *
  *	  The origin's progress (the source end LSN of the last batch, set at
  *	  each batch commit in apply.c) is informational: the checkpoint row
@@ -167,6 +170,31 @@ drop_unheld(const char *name)
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
+	return dropped;
+}
+
+int
+ash_origin_drop_copiers(const char *sink_name)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char		name[ASH_ORIGIN_NAME_LEN];
+	int			dropped = 0;
+
+	if (max_replication_slots == 0)
+		return 0;				/* no origin could have been created */
+	for (int c = 1; c <= MAX_COPIER; c++)
+	{
+		bool		exists;
+
+		ash_origin_name(sink_name, c, name);
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		exists = replorigin_by_name(name, true) != InvalidRepOriginId;
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+		if (exists && drop_unheld(name))
+			dropped++;
+	}
 	return dropped;
 }
 

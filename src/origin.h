@@ -58,6 +58,13 @@ extern void ash_origin_release_and_drop(const char *sink_name, int copier);
 extern void ash_origin_drop_all(const char *sink_name);
 
 /*
+ * A snapshot complete: drop every helper copier origin of sink_name that
+ * exists and no process holds (left by a helper that was killed), each in
+ * its own transaction (none may be open).  Returns how many were dropped.
+ */
+extern int	ash_origin_drop_copiers(const char *sink_name);
+
+/*
  * With the extension gone (DROP EXTENSION, which runs no code of ours):
  * drop every origin of this naming that no process holds, each in its own
  * transaction (none may be open).  Returns how many are left, held by a

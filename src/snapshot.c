@@ -1651,6 +1651,7 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 			temp_repl = NULL;
 		}
 		complete_attempt(a);
+		ash_snap_drop_copier_origins();
 		if (ash_snap_slot != NULL)
 		{
 			SpinLockAcquire(&ash_snap_slot->mutex);
@@ -1662,7 +1663,10 @@ run_attempt(const AshSlotStart *start, const AshBinding *binding)
 						ash_snap_cfg->sink_name, list_length(a->tables), rows_before)));
 	}
 	else if (a->phase != ASH_SNAPSHOT_COMPLETE)
+	{
 		complete_attempt(a);	/* the last table committed, the session ended */
+		ash_snap_drop_copier_origins();
+	}
 	return a;
 }
 

@@ -35,6 +35,24 @@
 #include "source_catalog.h"
 #include "spi_util.h"
 
+/* The helper's sink and number, for copier_exit (its origin's name). */
+static char exit_sink_name[ASH_NAME_LEN];
+static int	exit_index = 0;
+
+/*
+ * A helper stopped with SIGTERM (die) or failing with another FATAL error
+ * leaves through proc_exit, past its PG_CATCH: its origin is dropped on
+ * the way out, as at its ordinary end.  Nothing when that dropped it.
+ */
+static void
+copier_exit(int code, Datum arg)
+{
+	if (!ash_origin_attached())
+		return;
+	AbortOutOfAnyTransaction();
+	ash_snap_copier_drop_origin(exit_sink_name, exit_index);
+}
+
 /*
  * Set up the copier's origin (origin.c).  false, logged, when every
  * replication state slot of the destination is taken; any other failure
@@ -65,7 +83,13 @@ ash_snap_copier_attach_origin(const char *sink_name, int index)
 		ok = false;
 	}
 	PG_END_TRY();
-	if (!ok)
+	if (ok)
+	{
+		strlcpy(exit_sink_name, sink_name, sizeof(exit_sink_name));
+		exit_index = index;
+		before_shmem_exit(copier_exit, (Datum) 0);
+	}
+	else
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.copier_no_origin sink=%s copier=%d reason=destination_origin_limit",
 						sink_name, index),
@@ -99,6 +123,22 @@ ash_snap_copier_drop_origin(const char *sink_name, int index)
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+}
+
+/*
+ * The attempt complete (the pipeline worker, outside a transaction): the
+ * copier origins of helpers that could not drop their own (killed) go, so
+ * that they do not hold replication state slots for good.
+ */
+void
+ash_snap_drop_copier_origins(void)
+{
+	int			dropped = ash_origin_drop_copiers(ash_snap_cfg->sink_name);
+
+	if (dropped > 0)
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.copier_origins_dropped sink=%s count=%d",
+						ash_snap_cfg->sink_name, dropped)));
 }
 
 /*

@@ -1747,6 +1747,7 @@ incr_attempt_completed(bool recorded)
 	}
 	incr_attempt->phase = ASH_SNAPSHOT_COMPLETE;
 	ash_snap_publish_attempt(incr_attempt, false);
+	ash_snap_drop_copier_origins();
 	SpinLockAcquire(&ash_snap_slot->mutex);
 	requests = ash_snap_slot->stats.snapshot_flush_requests;
 	SpinLockRelease(&ash_snap_slot->mutex);

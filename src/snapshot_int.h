@@ -142,6 +142,7 @@ extern void ash_snap_helper_done(AshPipelineSlot *slot, int index);
 extern AshCheckpointKey *ash_snap_helper_load(const char *sink_name);
 extern bool ash_snap_copier_attach_origin(const char *sink_name, int index);
 extern void ash_snap_copier_drop_origin(const char *sink_name, int index);
+extern void ash_snap_drop_copier_origins(void);
 extern void ash_snap_copier_failed(AshPipelineSlot *slot, int index, const char *sink_name);
 
 /* Stop the incremental helpers of this session (snapshot_incr.c). */
