@@ -309,6 +309,28 @@ open_chunk_conn(AshPipelineConfig *cfg)
 }
 
 /*
+ * Every table copied: the chunk reads' connection goes (with the lock
+ * probe's), rather than idling at the source for the rest of the session.
+ * Nothing after needs it: the windows still open judge the stream from
+ * what they recorded.  Again: nothing.
+ */
+static void
+close_chunk_conn(void)
+{
+	drop_ahead();
+	if (incr_probe != NULL)
+		ash_conn_close(incr_probe);
+	incr_probe = NULL;
+	incr_read_waits = false;
+	if (incr_conn != NULL)
+		ash_conn_close(incr_conn);
+	incr_conn = NULL;
+	incr_prepared_for = NULL;	/* with the connection */
+	incr_prepared = false;
+	incr_durable.nxip = -1;
+}
+
+/*
  * Before the checkpoint is bound: the source connection of the chunk reads
  * and every mapped table's primary key (a table that cannot be copied in
  * key order halts here, with nothing recorded).
@@ -608,6 +630,8 @@ ash_snapshot_incremental_begin(AshPipelineConfig *cfg, AshCheckpointKey *key,
 		ereport(LOG,
 				(errmsg("ash_replicant event=snapshot.copying sink=%s tables=%d mode=incremental",
 						ash_snap_cfg->sink_name, list_length(a->tables))));
+	else
+		close_chunk_conn();		/* nothing to copy this session */
 }
 
 /*
@@ -2457,6 +2481,7 @@ ash_snapshot_incremental_step(void)
 		incr_helpers_collect(true);	/* each ended its request: stopped, not terminated */
 		ash_snap_incr_helper_stop(false);
 		incr_attempt_completed(false);
+		close_chunk_conn();
 		return ASH_INCR_STEP_NONE;
 	}
 	if (ash_incr_open_windows(&lowest) + incr_helpers_outstanding() >=
