@@ -17,7 +17,8 @@
  *	  as the extension owner), so the calling role is GetOuterUserId().
  *
  *	  Concurrency: each function first locks its sink row FOR UPDATE, which
- *	  serializes configuration changes, start and stop of one sink.  start
+ *	  serializes configuration changes, start and stop of one sink; creates
+ *	  serialize on a lock of the sinks catalog (sink_check_unique).  start
  *	  bumps pipelines.start_generation in place (never read-modify-write),
  *	  so of two concurrent starts neither can clear the other's generation.
  *	  Configuration changes bump sinks.config_version so a running worker
@@ -47,6 +48,7 @@
 #include "lib/stringinfo.h"
 #include "libpq-fe.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -56,6 +58,7 @@
 #include "utils/numeric.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -488,12 +491,25 @@ sink_arg_owner(FunctionCallInfo fcinfo, SinkArgs *a)
 	}
 }
 
-/* SPI connected: refuse a sink name or slot already taken. */
+/*
+ * SPI connected: refuse a sink name or slot already taken.
+ *
+ * Registrations serialize on a self-conflicting lock of the sinks catalog
+ * (held to commit; ordinary reads and writes of the catalog do not wait
+ * for it), and the checks read the rows committed by then, not the
+ * transaction's snapshot: two creates at once of names that collide only
+ * as the source or this server sees them (the unique index knows neither)
+ * would each miss the other's row.
+ */
 static void
 sink_check_unique(const SinkArgs *a)
 {
 	Oid			t1[1] = {TEXTOID};
 	Datum		v1[1];
+
+	(void) RangeVarGetRelid(makeRangeVar("ash_replicant", "sinks", -1),
+							ShareUpdateExclusiveLock, false);
+	PushActiveSnapshot(GetLatestSnapshot());
 
 	v1[0] = CStringGetTextDatum(a->sink_name);
 	catalog_exec("SELECT 1 FROM ash_replicant.sinks WHERE sink_name = $1",
@@ -533,6 +549,7 @@ sink_check_unique(const SinkArgs *a)
 		ash_reject(ERRCODE_DUPLICATE_OBJECT, STAGE_SINK, "slot_name_invalid",
 				   "slot \"%s\" is already used by sink \"%s\"", a->slot_name,
 				   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+	PopActiveSnapshot();
 }
 
 /* SPI connected: the sinks row. */
