@@ -263,7 +263,12 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 		keys[i] = "replication";
 		vals[i++] = "database";
 	}
-	keys[i] = "fallback_application_name";
+	/*
+	 * After the conninfo, so that an application_name there does not win:
+	 * the source knows the pipeline by this name (synchronous_standby_names,
+	 * ash_syncrep_appname), and the operator finds its sessions by it.
+	 */
+	keys[i] = "application_name";
 	vals[i++] = appname;
 	keys[i] = "client_encoding";
 	vals[i++] = GetDatabaseEncodingName();

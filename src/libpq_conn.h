@@ -78,7 +78,8 @@ extern const char *ash_conn_final_failure(const char **context);
 /*
  * Connect asynchronously, waiting on the latch so that SIGTERM is serviced.
  * On failure raises ERROR with ERRCODE_CONNECTION_FAILURE and a value-free
- * message.  The conninfo is never printed.
+ * message.  The conninfo is never printed.  appname is the session's
+ * application_name, whatever the conninfo says.
  */
 extern AshConn *ash_conn_open(const char *conninfo, AshConnKind kind,
 							  const char *appname);

@@ -164,8 +164,7 @@ sub q_dst { my ($sql) = @_; return $dst->safe_psql($DB, $sql); }
 
 # who holds the slot: 'worker', 'other', or '' (inactive).  Only the worker
 # and the slot_held fault's consumer (application_name soak_holder) ever
-# stream it; the worker's own application_name is the server's PGAPPNAME,
-# which the test harness sets.
+# stream it; the worker's own application_name is "ash_replicant <sink>".
 sub slot_holder
 {
 	my $r = q_src("SELECT CASE WHEN a.application_name = 'soak_holder' THEN 'other' ELSE 'worker' END"

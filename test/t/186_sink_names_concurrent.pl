@@ -9,6 +9,10 @@
 # sink; a helper copier's origin was another sink's).  A create now waits
 # for a concurrent one and judges its committed row, also from a REPEATABLE
 # READ transaction whose snapshot is older.
+#
+# An application_name in the pipeline's conninfo no longer names its
+# replication connection: the source knows it by "ash_replicant <sink>", as
+# documented, and lists it as its synchronous standby by that name.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -96,5 +100,41 @@ is($dst->safe_psql($DB, "SELECT string_agg(sink_name, ',' ORDER BY sink_name) FR
 }
 ($rc, undef, $err) = $dst->psql($DB, "SELECT ash_replicant_create_sink('Gamma', slot_name => 'gamma2')");
 is($rc, 0, 'a name whose first create rolled back is free') or diag $err;
+
+# --- an application_name in the conninfo ------------------------------------------------
+# The names above are what the source sees only if the conninfo cannot
+# change them: application_name=mirror used to name the replication
+# connection (it was passed as fallback_application_name), so the source
+# listed the sink under another name than the documented one.
+$src->safe_psql($DB, "CREATE PUBLICATION p_app");
+AshTest::both($src, $dst, "CREATE TABLE t_app (id int PRIMARY KEY, v text)");
+$src->safe_psql($DB, "ALTER PUBLICATION p_app ADD TABLE t_app");
+AshTest::setup_pipeline($src, $dst, sink => 'app', publication => 'p_app', maps => [ ['t_app'] ],
+	connection => AshTest::conninfo($src) . " application_name=mirror");
+AshTest::wait_caught_up($src, $dst, 'app', name => 'app streams');
+is($src->safe_psql($DB, "SELECT r.application_name FROM pg_stat_replication r"
+	  . " JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = 'app'"),
+	'ash_replicant app', "the replication connection's application_name is 'ash_replicant app', not the conninfo's");
+ok(AshTest::poll($src, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ash_replicant census'", '1'),
+	"the census connection is 'ash_replicant census'");
+is($src->safe_psql($DB, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'mirror'"), '0',
+	"no source session named by the conninfo's application_name");
+
+# listed by its documented name, the pipeline is the source's synchronous standby
+$src->safe_psql($DB, q{ALTER SYSTEM SET synchronous_standby_names = '"ash_replicant app"'});
+$src->safe_psql($DB, 'SELECT pg_reload_conf()');
+my $sync = AshTest::poll($src,
+	"SELECT sync_state FROM pg_stat_replication WHERE application_name = 'ash_replicant app'", 'sync');
+ok($sync, "listed as \"ash_replicant app\": the source's synchronous standby");
+SKIP:
+{
+	# a commit would wait for a standby of that name for ever
+	skip 'no synchronous standby of that name', 2 unless $sync;
+	($rc, undef, $err) = $src->psql($DB, "INSERT INTO t_app VALUES (1, 'a')");
+	is($rc, 0, 'a synchronous commit returns') or diag $err;
+	is($dst->safe_psql($DB, "SELECT v FROM t_app WHERE id = 1"), 'a', '... and its row is mirrored when it does');
+}
+$src->safe_psql($DB, 'ALTER SYSTEM RESET synchronous_standby_names');
+$src->safe_psql($DB, 'SELECT pg_reload_conf()');
 
 done_testing();
