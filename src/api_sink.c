@@ -622,8 +622,9 @@ ash_replicant_create_sink(PG_FUNCTION_ARGS)
 
 /*
  * ash_replicant_drop_sink(sink_name) — refuses while the pipeline is
- * enabled or its worker is alive.  Checkpoints are kept: they belong to the
- * (source, slot) pair, and the recovery functions manage them.
+ * enabled or a process of it (worker, helper copier) is alive.
+ * Checkpoints are kept: they belong to the (source, slot) pair, and the
+ * recovery functions manage them.
  */
 Datum
 ash_replicant_drop_sink(PG_FUNCTION_ARGS)
@@ -658,8 +659,15 @@ ash_replicant_drop_sink(PG_FUNCTION_ARGS)
 				 1, types, values, NULL, false);
 	if (SPI_processed != 1)
 		reject_unknown_sink(sink_name);
-	/* the replication origins its writes were tagged with (origin.c) */
-	ash_origin_drop_all(sink_name);
+	/*
+	 * The replication origins its writes were tagged with (origin.c).  The
+	 * check above sees the pipeline worker's slot only: a worker past it,
+	 * or a helper copier, may still be exiting with its origin.
+	 */
+	if (!ash_origin_drop_all(sink_name))
+		ash_reject(ERRCODE_OBJECT_IN_USE, STAGE_SINK, "pipeline_running",
+				   "sink \"%s\": a process of its pipeline, stopped, has not exited yet;"
+				   " try again once it has", sink_name);
 
 	SPI_finish();
 	ash_launcher_wake_at_commit();

@@ -45,6 +45,7 @@
 #include "replication/origin.h"
 #include "replication/slot.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 #include "origin.h"
@@ -107,18 +108,55 @@ ash_origin_attach(const char *sink_name, int copier)
 	CommitTransactionCommand();
 }
 
-void
+bool
 ash_origin_drop_all(const char *sink_name)
 {
-	char		name[ASH_ORIGIN_NAME_LEN];
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool held = false;
 
 	if (max_replication_slots == 0)
-		return;					/* no origin could have been created */
-	for (int c = 0; c <= MAX_COPIER; c++)
+		return true;			/* no origin could have been created */
+
+	/*
+	 * A process of the sink may hold one after its slot says it left (a
+	 * worker's origin is released at its very end; a helper copier, told
+	 * to stop, exits on its own time): replorigin_drop_by_name then raises.
+	 * Dropped in a subtransaction, that is a refusal of the caller's,
+	 * every origin kept.
+	 */
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
 	{
-		ash_origin_name(sink_name, c, name);
-		replorigin_drop_by_name(name, true, true);
+		char		name[ASH_ORIGIN_NAME_LEN];
+
+		for (int c = 0; c <= MAX_COPIER; c++)
+		{
+			ash_origin_name(sink_name, c, name);
+			replorigin_drop_by_name(name, true, true);
+		}
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
 	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_OBJECT_IN_USE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		held = true;
+	}
+	PG_END_TRY();
+	return !held;
 }
 
 void

@@ -53,9 +53,10 @@ extern void ash_origin_release_and_drop(const char *sink_name, int copier);
 
 /*
  * Drop every origin of sink_name that exists, in the caller's transaction
- * (ash_replicant_drop_sink).  An origin in use by a running process raises.
+ * (ash_replicant_drop_sink).  false, nothing dropped, when a process holds
+ * one of them (a worker or helper copier of the sink still exiting).
  */
-extern void ash_origin_drop_all(const char *sink_name);
+extern bool ash_origin_drop_all(const char *sink_name);
 
 /*
  * A snapshot complete: drop every helper copier origin of sink_name that
