@@ -86,6 +86,12 @@ $locker->query_safe('COMMIT');
 $locker->quit;
 
 # --- stop a v1 copy with helpers and drop at once, until it succeeds ---------------------
+# slowed at the destination: a fast copy (0.4 s for the four tables) ended
+# before it was seen copying
+$dst->safe_psql($DB, q{CREATE FUNCTION slow_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_catalog.pg_sleep(0.0002); RETURN NULL; END $$;});
+$dst->safe_psql($DB, "CREATE TRIGGER slow_$_ AFTER INSERT ON $_ FOR EACH ROW EXECUTE FUNCTION slow_row()")
+  for qw(c1 c2 c3 c4);
 $src->safe_psql($DB, "CREATE PUBLICATION p_e FOR TABLE c1, c2, c3, c4");
 AshTest::setup_pipeline($src, $dst, sink => 'e', publication => 'p_e', maps => [ ['c1'], ['c2'], ['c3'], ['c4'] ],
 	pipeline_extra => "go_forward_only => false, snapshot => 'v1'");
