@@ -50,6 +50,7 @@
 
 #include "origin.h"
 #include "shmem.h"
+#include "spi_util.h"
 
 /* the most helper copiers a snapshot runs (shmem.h) */
 #define MAX_COPIER (ASH_SNAPSHOT_COPIERS_MAX - 1)
@@ -108,13 +109,22 @@ ash_origin_attach(const char *sink_name, int copier)
 	CommitTransactionCommand();
 }
 
+/* Every origin of the sink (arg: its name), held or not. */
+static void
+drop_sink_origins(void *arg)
+{
+	char		name[ASH_ORIGIN_NAME_LEN];
+
+	for (int c = 0; c <= MAX_COPIER; c++)
+	{
+		ash_origin_name((const char *) arg, c, name);
+		replorigin_drop_by_name(name, true, true);
+	}
+}
+
 bool
 ash_origin_drop_all(const char *sink_name)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool held = false;
-
 	if (max_replication_slots == 0)
 		return true;			/* no origin could have been created */
 
@@ -125,38 +135,7 @@ ash_origin_drop_all(const char *sink_name)
 	 * Dropped in a subtransaction, that is a refusal of the caller's,
 	 * every origin kept.
 	 */
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		char		name[ASH_ORIGIN_NAME_LEN];
-
-		for (int c = 0; c <= MAX_COPIER; c++)
-		{
-			ash_origin_name(sink_name, c, name);
-			replorigin_drop_by_name(name, true, true);
-		}
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != ERRCODE_OBJECT_IN_USE)
-			ReThrowError(edata);
-		FreeErrorData(edata);
-		held = true;
-	}
-	PG_END_TRY();
-	return !held;
+	return ash_run_catching(drop_sink_origins, (void *) sink_name, ERRCODE_OBJECT_IN_USE);
 }
 
 void
