@@ -16,7 +16,10 @@
  *	  without a record is judged against the columns its publication
  *	  record held when the session started, as the stream judges its first
  *	  description, and gets them as its record when it halts (so that the
- *	  halt can be acknowledged, and a restart does not take the column).
+ *	  halt can be acknowledged, and a restart does not take the column);
+ *	  a baseline the census finds holding is kept as the record once the
+ *	  stream has passed it, so that a column added while the pipeline is
+ *	  stopped is judged at the next start.
  *	  The census halts only once the stream has passed the source position
  *	  read after the catalog: a change from before the addition may still
  *	  come, and the stream judges what it brings first.
@@ -171,7 +174,8 @@ ash_column_record_halt_added(const char *nspname, const char *relname, const cha
  */
 static char *
 judge_table(const AshPipelineConfig *cfg, const AshMapping *m, const AshSourceTable *src,
-			char *const *baseline, int nbaseline, bool *unrecorded)
+			char *const *baseline, int nbaseline, bool *unrecorded,
+			const char ***keep, int *nkeep)
 {
 	const char **written;
 	int		   *added;
@@ -184,6 +188,8 @@ judge_table(const AshPipelineConfig *cfg, const AshMapping *m, const AshSourceTa
 	char	   *relname;
 
 	*unrecorded = false;
+	*keep = NULL;
+	*nkeep = 0;
 	/* an append log keeps the columns each event had: never judged */
 	if (m->append_log)
 		return NULL;
@@ -211,7 +217,15 @@ judge_table(const AshPipelineConfig *cfg, const AshMapping *m, const AshSourceTa
 			written[nwritten++] = src->cols[i].name;
 	nadded = ash_column_record_lacking(written, nwritten, rec, nrec, added);
 	if (nadded == 0)
+	{
+		/* the baseline holds: worth keeping as the table's record */
+		if (*unrecorded)
+		{
+			*keep = written;
+			*nkeep = nwritten;
+		}
 		return NULL;
+	}
 	nspname = get_namespace_name(get_rel_namespace(m->target_relid));
 	relname = get_rel_name(m->target_relid);
 	if (nspname == NULL || relname == NULL)
@@ -245,6 +259,28 @@ typedef struct PendingAddition
 static List *pending_additions = NIL;
 
 /*
+ * A table without a record whose columns the census found as its session
+ * baseline names them (in TopMemoryContext): the baseline is kept as its
+ * record once the stream has passed the source position read after the
+ * catalog, when every change from before is applied.  Until then a
+ * description from before a column was dropped may still come, and would
+ * read as an addition against the newer record.  Kept, the baseline
+ * outlives the session: a column added while the pipeline is stopped is
+ * judged at the next start (its publication record, read then, holds the
+ * column and would take it unjudged).
+ */
+typedef struct PendingRecord
+{
+	char	   *nspname;
+	char	   *relname;
+	int			ncols;
+	char	  **names;
+	XLogRecPtr	since;
+} PendingRecord;
+
+static List *pending_records = NIL;
+
+/*
  * The columns the publication records held when the session started, per
  * mapped table (in TopMemoryContext): a table with no record of the columns
  * feeding its target yet (no change of it applied) is judged against them,
@@ -275,6 +311,105 @@ free_pending_additions(List *list)
 		pfree(p);
 	}
 	list_free(list);
+}
+
+static void
+free_pending_records(List *list)
+{
+	ListCell   *lc;
+
+	foreach(lc, list)
+	{
+		PendingRecord *p = lfirst(lc);
+
+		pfree(p->nspname);
+		pfree(p->relname);
+		for (int c = 0; c < p->ncols; c++)
+			pfree(p->names[c]);
+		pfree(p->names);
+		pfree(p);
+	}
+	list_free(list);
+}
+
+static bool
+same_columns(const PendingRecord *a, const PendingRecord *b)
+{
+	if (strcmp(a->nspname, b->nspname) != 0 || strcmp(a->relname, b->relname) != 0 ||
+		a->ncols != b->ncols)
+		return false;
+	for (int c = 0; c < a->ncols; c++)
+		if (strcmp(a->names[c], b->names[c]) != 0)
+			return false;
+	return true;
+}
+
+/*
+ * Keep the baselines found this run (PendingRecord *, in the caller's
+ * context) as records where the stream has passed the position each was
+ * first found at (an earlier run's, when it found the same columns);
+ * the others wait, kept across runs.  A record the stream wrote in the
+ * meantime stays.
+ */
+static void
+keep_baselines(AshPipelineConfig *cfg, List *found, XLogRecPtr read_at, XLogRecPtr passed)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *pending = NIL;
+	List	   *due = NIL;
+	ListCell   *lc;
+
+	foreach(lc, found)
+	{
+		PendingRecord *f = lfirst(lc);
+		ListCell   *pc;
+
+		f->since = read_at;
+		foreach(pc, pending_records)
+		{
+			PendingRecord *earlier = lfirst(pc);
+
+			if (same_columns(earlier, f))
+				f->since = earlier->since;
+		}
+		if (passed >= f->since)
+		{
+			due = lappend(due, f);
+			continue;
+		}
+		MemoryContextSwitchTo(TopMemoryContext);
+		{
+			PendingRecord *p = palloc(sizeof(PendingRecord));
+
+			p->nspname = pstrdup(f->nspname);
+			p->relname = pstrdup(f->relname);
+			p->ncols = f->ncols;
+			p->names = palloc(sizeof(char *) * Max(f->ncols, 1));
+			for (int c = 0; c < f->ncols; c++)
+				p->names[c] = pstrdup(f->names[c]);
+			p->since = f->since;
+			pending = lappend(pending, p);
+		}
+		MemoryContextSwitchTo(cxt);
+	}
+	free_pending_records(pending_records);
+	pending_records = pending;
+	if (due == NIL)
+		return;
+
+	ash_spi_transaction_begin();
+	foreach(lc, due)
+	{
+		PendingRecord *f = lfirst(lc);
+		char	  **rec;
+		int			nrec;
+		bool		acknowledged;
+
+		if (!ash_column_record_read(cfg, f->nspname, f->relname, &rec, &nrec, &acknowledged))
+			ash_column_record_write(cfg, f->nspname, f->relname,
+									(const char *const *) f->names, f->ncols, false);
+	}
+	ash_spi_transaction_end();
 }
 
 void
@@ -380,6 +515,7 @@ ash_column_record_census(AshPipelineConfig *cfg, AshConn *conn, List *described,
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	List	   *found = NIL;
+	List	   *kept = NIL;
 	List	   *pending = NIL;
 	XLogRecPtr	read_at;
 	ListCell   *lc;
@@ -400,12 +536,28 @@ ash_column_record_census(AshPipelineConfig *cfg, AshConn *conn, List *described,
 			PendingAddition *p;
 			char	   *columns;
 			bool		unrecorded;
+			const char **keep;
+			int			nkeep;
 
 			if (strcmp(m->source_schema, r->name.nspname) != 0 ||
-				strcmp(m->source_table, r->name.relname) != 0 ||
-				(columns = judge_table(cfg, m, &r->desc, b ? b->names : NULL,
-									   b ? b->ncols : 0, &unrecorded)) == NULL)
+				strcmp(m->source_table, r->name.relname) != 0)
 				continue;
+			columns = judge_table(cfg, m, &r->desc, b ? b->names : NULL, b ? b->ncols : 0,
+								  &unrecorded, &keep, &nkeep);
+			if (columns == NULL)
+			{
+				if (keep != NULL)
+				{
+					PendingRecord *k = palloc0(sizeof(PendingRecord));
+
+					k->nspname = r->name.nspname;
+					k->relname = r->name.relname;
+					k->ncols = nkeep;
+					k->names = (char **) keep;
+					kept = lappend(kept, k);
+				}
+				continue;
+			}
 			p = palloc0(sizeof(PendingAddition));
 			p->nspname = r->name.nspname;
 			p->relname = r->name.relname;
@@ -417,14 +569,17 @@ ash_column_record_census(AshPipelineConfig *cfg, AshConn *conn, List *described,
 	}
 	ash_spi_transaction_end();
 
-	if (found == NIL)
+	if (found == NIL && kept == NIL)
 	{
 		free_pending_additions(pending_additions);
 		pending_additions = NIL;
+		free_pending_records(pending_records);
+		pending_records = NIL;
 		return;
 	}
 	/* read after the catalog: every addition it showed committed before */
 	read_at = ash_source_wal_position(conn);
+	keep_baselines(cfg, kept, read_at, passed);
 	foreach(lc, found)
 	{
 		PendingAddition *f = lfirst(lc);

@@ -68,7 +68,9 @@ extern void ash_column_record_note_session(AshCheckpointKey *key, bool watched);
  * lacks, into a target holding rows, halts source_column_added -- once the
  * stream has passed (passed: the position it received and applied
  * everything before) the source position read after the catalog; until
- * then the finding waits, kept across runs.  Outside a transaction.
+ * then the finding waits, kept across runs.  A table without a record
+ * whose columns match its baseline gets the baseline as its record once
+ * the stream has passed that position.  Outside a transaction.
  */
 extern void ash_column_record_census(AshPipelineConfig *cfg, AshConn *conn, List *described,
 									 List *mappings, XLogRecPtr passed);

@@ -17,10 +17,11 @@
 #      change takes the addition.
 #   3  an idle table with rows and no record yet (no change of it applied
 #      since the pipeline started): halted the same, its record written
-#      with the columns it had at the session's start, so that a restart
-#      halts again (before the record: a restart's publication record held
-#      the column and took it); made to agree and acknowledged, healthy,
-#      the next change takes the addition.
+#      with the columns it had at the session's start (at the halt, or
+#      kept by an earlier census), so that a restart halts again (before
+#      the record: a restart's publication record held the column and took
+#      it); made to agree and acknowledged, healthy, the next change takes
+#      the addition.
 #   4  the census judges only once the stream has passed the position it
 #      read the catalog at: a column added to a table with rows and the
 #      table truncated next, both behind a large transaction the walsender
@@ -69,8 +70,10 @@ ok(AshTest::wait_caught_up($src, $dst, 's'), 'streaming');
 AshTest::assert_mirror_equal($src, $dst, ['a', 'e', 'n'], name => 'before the ALTERs');
 is(record('a'), 'id,v', 'a has a record of its columns');
 is(record('e'), 'id,v', 'e has a record of its columns, and an empty target');
-is(record('n'), '', 'n has no record yet (no change of it applied)');
-is(record('z'), '', 'z has no record yet, and an empty target');
+# no change of n or z applied: no record yet, or the one the census keeps
+# once the stream has passed its catalog read (test 194)
+like(record('n'), qr/^(id,v)?$/, 'n has no record but its session baseline');
+like(record('z'), qr/^(id,v)?$/, 'z has no record but its session baseline, and an empty target');
 
 # 1: no row predates the column (e, z)
 q_dst('ALTER TABLE e ADD COLUMN c text; ALTER TABLE z ADD COLUMN c text');
