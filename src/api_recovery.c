@@ -15,9 +15,11 @@
  *
  *	  Offline only: the sink row is locked FOR UPDATE (serializing with
  *	  start, stop and configuration), and the function refuses while the
- *	  pipeline is enabled, while a worker for it is registered, or while any
- *	  session of this database holds the per-slot lock a worker keeps for
- *	  its life (pipeline_running).  Recover with: stop, recover, start.
+ *	  pipeline is enabled, while a worker for it is registered, while a
+ *	  process (the worker at its very end, a snapshot's helper copier
+ *	  still exiting) holds one of the sink's replication origins, or while
+ *	  any session of this database holds the per-slot lock a worker keeps
+ *	  for its life (pipeline_running).  Recover with: stop, recover, start.
  *
  *	  Idempotent: each returns true when it changed the row and false when
  *	  the row was already in the requested state (a second call).
@@ -80,6 +82,7 @@
 #include "checkpoint.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "origin.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(ash_replicant_reset_checkpoint);
@@ -199,6 +202,17 @@ recovery_prepare(FunctionCallInfo fcinfo, RecoveryTarget *t)
 		ash_reject(ERRCODE_OBJECT_IN_USE, STAGE_RECOVERY, "pipeline_running",
 				   "sink \"%s\": stop its pipeline with ash_replicant_stop and let its worker exit first",
 				   t->sink_name);
+
+	/*
+	 * The worker's slot says it left before the worker releases its origin,
+	 * and knows nothing of a snapshot's helper copiers, which exit on their
+	 * own time after it: one still holding an origin of the sink may write,
+	 * and holds its claim's row lock (a reset would wait on it).
+	 */
+	if (ash_origin_held(t->sink_name, 0))
+		ash_reject(ERRCODE_OBJECT_IN_USE, STAGE_RECOVERY, "pipeline_running",
+				   "sink \"%s\": a process of its pipeline, stopped, has not exited yet;"
+				   " try again once it has", t->sink_name);
 
 	/* a worker keeps the per-slot lock for its life (checkpoint.c) */
 	values[0] = CStringGetTextDatum(t->slot_name);

@@ -20,7 +20,11 @@
  *	  dropped, and a sink's copiers would otherwise keep several for good.
  *	  A helper stopped by a signal drops it on its way out; one killed
  *	  (SIGKILL, a crash) cannot, so the pipeline worker drops those no
- *	  process holds once its snapshot is complete.
+ *	  process holds once its snapshot is complete.  A helper told to stop
+ *	  exits on its own time, after its worker: while one of the sink's
+ *	  origins is held (ash_origin_held), the recovery functions refuse and a
+ *	  worker started again waits before it copies (its helpers would need
+ *	  those origins, and the tables the old helper still claims).
  *
  *	  The origin's progress (the source end LSN of the last batch, set at
  *	  each batch commit in apply.c) is informational: the checkpoint row
@@ -40,10 +44,12 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_replication_origin.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "replication/origin.h"
 #include "replication/slot.h"
+#include "storage/lmgr.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
@@ -136,6 +142,64 @@ ash_origin_drop_all(const char *sink_name)
 	 * every origin kept.
 	 */
 	return ash_run_catching(drop_sink_origins, (void *) sink_name, ERRCODE_OBJECT_IN_USE);
+}
+
+/*
+ * Set the origin (arg: its id) up in this session and release it at once:
+ * PostgreSQL 15 says which process holds an origin only by refusing it
+ * (55006).  One without a replication state slot, none free (53400), is
+ * held by nobody.
+ */
+static void
+probe_origin(void *arg)
+{
+	RepOriginId id = *(RepOriginId *) arg;
+
+	replorigin_session_setup(id);
+	replorigin_session_reset();
+}
+
+static void
+probe_origin_slotted(void *arg)
+{
+	(void) ash_run_catching(probe_origin, arg, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED);
+}
+
+bool
+ash_origin_held(const char *sink_name, int first_copier)
+{
+	char		name[ASH_ORIGIN_NAME_LEN];
+
+	if (max_replication_slots == 0)
+		return false;			/* no origin could have been created */
+	if (replorigin_session_origin != InvalidRepOriginId)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ash_replicant: this session has a replication origin set up"),
+				 errhint("Reset it with pg_replication_origin_session_reset() first.")));
+
+	for (int c = first_copier; c <= MAX_COPIER; c++)
+	{
+		RepOriginId id;
+
+		ash_origin_name(sink_name, c, name);
+		id = replorigin_by_name(name, true);
+		if (id == InvalidRepOriginId)
+			continue;
+
+		/*
+		 * Locked as replorigin_drop_by_name locks it: a helper dropping its
+		 * origin on its way out waits until the caller's transaction ends,
+		 * so the probe never sets up an origin just dropped (its state slot
+		 * would stay taken by an origin that no longer exists).
+		 */
+		LockSharedObject(ReplicationOriginRelationId, id, 0, AccessShareLock);
+		if (replorigin_by_name(name, true) != id)
+			continue;
+		if (!ash_run_catching(probe_origin_slotted, &id, ERRCODE_OBJECT_IN_USE))
+			return true;
+	}
+	return false;
 }
 
 void

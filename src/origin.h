@@ -59,6 +59,15 @@ extern void ash_origin_release_and_drop(const char *sink_name, int copier);
 extern bool ash_origin_drop_all(const char *sink_name);
 
 /*
+ * Does a process hold one of sink_name's origins, from copier first_copier
+ * on (0: the pipeline worker's too)?  Such a process (a worker at its very
+ * end, a helper copier told to stop) may still write.  In the caller's
+ * transaction, which keeps the origins found free from being dropped until
+ * it ends; raises when this session has an origin of its own set up.
+ */
+extern bool ash_origin_held(const char *sink_name, int first_copier);
+
+/*
  * A snapshot complete: drop every helper copier origin of sink_name that
  * exists and no process holds (left by a helper that was killed), each in
  * its own transaction (none may be open).  Returns how many were dropped.
