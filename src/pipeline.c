@@ -366,12 +366,31 @@ retry_reason(void)
 }
 
 /*
+ * Does a helper copier of an earlier run of the sink (stopped, started
+ * again at once) still hold its origin?  It exits on its own time, holding
+ * its claim on a table of the attempt too: a helper of ours under its
+ * number could not set its origin up, and the attempt could not complete.
+ */
+static bool
+earlier_helpers_held(void)
+{
+	bool		held;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	held = ash_origin_held(cfg->sink_name, 1);
+	CommitTransactionCommand();
+	return held;
+}
+
+/*
  * Tag every write of this worker with the sink's replication origin
  * (origin.c).  A destination whose replication state slots are all taken
  * (max_replication_slots, shared with native subscriptions) is waited for
  * with back-off and the status reason destination_origin_limit; any other
  * failure (the origin still held by an exiting worker of the sink) is
- * retried the same way.
+ * retried the same way, and so is a helper copier of an earlier run still
+ * holding its own (55006 too): waited for before anything is copied.
  */
 static void
 attach_origin(void)
@@ -385,7 +404,10 @@ attach_origin(void)
 
 		PG_TRY();
 		{
-			ash_origin_attach(cfg->sink_name, 0);
+			if (earlier_helpers_held())
+				code = ERRCODE_OBJECT_IN_USE;
+			else
+				ash_origin_attach(cfg->sink_name, 0);
 		}
 		PG_CATCH();
 		{
