@@ -470,6 +470,11 @@ ash_replicant_status(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	facts = read_catalog_facts(filter);
+	/* a name no sink has is a mistake, not "nothing to report" */
+	if (filter != NULL && facts == NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("ash_replicant: sink \"%s\" does not exist", text_to_cstring(filter))));
 
 	foreach(lc, facts)
 	{
