@@ -1277,11 +1277,15 @@ strategy_for(AshApplyRel *rel)
 	return &ash_scd1_strategy;
 }
 
-/* Resolve the relation of a row change; NULL when it is ignored. */
+/*
+ * Resolve the relation of a row change; NULL when it is ignored.  A row of
+ * an incremental chunk is read by the chunk's description, a streamed one
+ * by the stream's: they differ while the stream is behind a column change.
+ */
 static AshApplyRel *
 rel_for_change(uint32 relid)
 {
-	AshApplyRel *rel = ash_relmap_get(relid);
+	AshApplyRel *rel = ash_relmap_get(relid, meta.snapshot_attempt != NULL && !meta.snapshot_whole);
 
 	ash_relmap_resolve(rel);
 	if (rel->ignored)

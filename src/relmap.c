@@ -32,6 +32,11 @@
  *	  mapped column halts unless on_schema_change = 'ignore'; an added
  *	  column is judged by step 3 again.
  *
+ *	  An incremental snapshot's chunks describe a table as the source's
+ *	  catalog stands when the session first copies it: entries of their
+ *	  own (chunk_relmap), never the stream's, which may still deliver
+ *	  changes written before a column change the chunk sees.
+ *
  *	  Nothing here writes.  Each destination table a relation writes to is an
  *	  AshApplyTarget on which apply strategies keep their prepared plans;
  *	  under context tenancy a relation has one target per tenant schema,
@@ -94,6 +99,14 @@ typedef struct RecordedName
 } RecordedName;
 
 static HTAB *relmap = NULL;
+
+/*
+ * The descriptions an incremental snapshot's chunks bring (read from the
+ * source's catalog when a session first copies the table), apart from the
+ * stream's: the stream may be behind a column change the chunk already
+ * sees, and each tuple must be read by the description it came with.
+ */
+static HTAB *chunk_relmap = NULL;
 static HTAB *remote_types = NULL;
 static HTAB *recorded_names = NULL;
 static MemoryContext relmap_cxt = NULL;
@@ -127,6 +140,7 @@ ash_relmap_init(AshPipelineConfig *cfg, AshRelReleaseHook release)
 		MemoryContextReset(relmap_cxt);
 	}
 	relmap = oid_hash("ash_replicant remote relations", sizeof(AshApplyRel), 64);
+	chunk_relmap = oid_hash("ash_replicant chunk relations", sizeof(AshApplyRel), 16);
 	remote_types = oid_hash("ash_replicant remote types", sizeof(RemoteType), 16);
 	recorded_names = oid_hash("ash_replicant recorded names", sizeof(RecordedName), 16);
 }
@@ -246,23 +260,28 @@ keep_baseline(AshApplyRel *rel)
 static void
 invalidate(bool keep_baselines)
 {
-	HASH_SEQ_STATUS seq;
-	AshApplyRel *rel;
+	HTAB	   *maps[2] = {relmap, chunk_relmap};
 
-	if (relmap == NULL)
-		return;
-	hash_seq_init(&seq, relmap);
-	while ((rel = hash_seq_search(&seq)) != NULL)
+	for (int m = 0; m < lengthof(maps); m++)
 	{
-		if (keep_baselines && rel->resolved && !rel->ignored && rel->desc_cxt != NULL &&
-			!rel->desc_aborted && !TransactionIdIsValid(rel->desc_xid))
-		{
-			MemoryContext old = MemoryContextSwitchTo(rel->desc_cxt);
+		HASH_SEQ_STATUS seq;
+		AshApplyRel *rel;
 
-			keep_baseline(rel);
-			MemoryContextSwitchTo(old);
+		if (maps[m] == NULL)
+			continue;
+		hash_seq_init(&seq, maps[m]);
+		while ((rel = hash_seq_search(&seq)) != NULL)
+		{
+			if (keep_baselines && rel->resolved && !rel->ignored && rel->desc_cxt != NULL &&
+				!rel->desc_aborted && !TransactionIdIsValid(rel->desc_xid))
+			{
+				MemoryContext old = MemoryContextSwitchTo(rel->desc_cxt);
+
+				keep_baseline(rel);
+				MemoryContextSwitchTo(old);
+			}
+			release_resolution(rel);
 		}
-		release_resolution(rel);
 	}
 }
 
@@ -449,8 +468,9 @@ note_columns_before(AshApplyRel *rel, bool found, const RecordedName *recorded)
 	rel->before_names = names;
 }
 
-void
-ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLogRecPtr at)
+/* A description into map: the stream's relations or the chunks' */
+static void
+update_relation(HTAB *map, const AshRelation *in, TransactionId stream_xid, XLogRecPtr at)
 {
 	AshApplyRel *rel;
 	bool		found;
@@ -459,10 +479,10 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLog
 
 	RecordedName *recorded = NULL;
 
-	rel = hash_search(relmap, &in->relid, HASH_FIND, &found);
+	rel = hash_search(map, &in->relid, HASH_FIND, &found);
 	if (!found)
 		recorded = judge_recorded_name(in, at);
-	rel = hash_search(relmap, &in->relid, HASH_ENTER, &found);
+	rel = hash_search(map, &in->relid, HASH_ENTER, &found);
 	if (!found)
 	{
 		memset(((char *) rel) + sizeof(uint32), 0, sizeof(AshApplyRel) - sizeof(uint32));
@@ -516,10 +536,22 @@ ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLog
 	rel->desc_cxt = desc_cxt;
 }
 
-AshApplyRel *
-ash_relmap_get(uint32 relid)
+void
+ash_relmap_update_relation(const AshRelation *in, TransactionId stream_xid, XLogRecPtr at)
 {
-	AshApplyRel *rel = hash_search(relmap, &relid, HASH_FIND, NULL);
+	update_relation(relmap, in, stream_xid, at);
+}
+
+void
+ash_relmap_update_chunk_relation(const AshRelation *in)
+{
+	update_relation(chunk_relmap, in, InvalidTransactionId, InvalidXLogRecPtr);
+}
+
+AshApplyRel *
+ash_relmap_get(uint32 relid, bool chunk)
+{
+	AshApplyRel *rel = hash_search(chunk ? chunk_relmap : relmap, &relid, HASH_FIND, NULL);
 
 	if (rel == NULL)
 		ash_halt("protocol_violation", "change for a relation the source never described");

@@ -2,7 +2,8 @@
  *
  * relmap.h
  *	  Remote relation cache: source relation (by the source's OID, as sent
- *	  in Relation messages) -> mapping, target table and column plan.
+ *	  in Relation messages) -> mapping, target table and column plan; the
+ *	  stream's descriptions and an incremental snapshot's chunks' apart.
  *
  *-------------------------------------------------------------------------
  */
@@ -180,13 +181,25 @@ extern void ash_relmap_note_recorded(uint32 oid, const char *nspname, const char
 									 XLogRecPtr read_at, const char *published,
 									 bool typed);
 
+/*
+ * A description an incremental snapshot's chunk brings (the source's
+ * catalog when the session first copies the table): kept apart from the
+ * stream's, which may be behind a column change the chunk already sees
+ * (or ahead of it), so that each side's tuples are read by the description
+ * they came with.  Judged as a session's first description of the table.
+ */
+extern void ash_relmap_update_chunk_relation(const AshRelation *rel);
+
 /* A streamed transaction committed, or the source rolled it back. */
 extern void ash_relmap_stream_ended(TransactionId xid, bool committed);
 extern void ash_relmap_update_type(uint32 type_oid, const char *nspname,
 								   const char *typname);
 
-/* Entry for a remote relid; halts if the source never described it. */
-extern AshApplyRel *ash_relmap_get(uint32 relid);
+/*
+ * Entry for a remote relid, as the stream described it or (chunk) as the
+ * incremental snapshot's chunk did; halts if none did.
+ */
+extern AshApplyRel *ash_relmap_get(uint32 relid, bool chunk);
 
 /*
  * Resolve mapping, target and columns (needs a transaction).  Halts with

@@ -33,6 +33,7 @@
 #include "incremental.h"
 #include "messages.h"
 #include "provenance.h"
+#include "relmap.h"
 #include "shmem.h"
 #include "snapshot.h"
 #include "snapshot_int.h"
@@ -982,7 +983,6 @@ chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable
 		strcmp(incr_described, quote_qualified_identifier(nspname, relname)) != 0)
 	{
 		SnapTable  *dt;
-		AshChange	change;
 
 		drop_ahead();			/* of another table: the connection is used */
 		MemoryContextSwitchTo(incr_session_cxt);
@@ -994,10 +994,8 @@ chunk_setup(IncrChunk *c, char *nspname, char *relname, char **cursor, SnapTable
 		MemoryContextSwitchTo(cxt);
 		judge_dropped_columns(c->map, &incr_rel);
 		MemoryContextSwitchTo(incr_session_cxt);
-		memset(&change, 0, sizeof(change));
-		change.kind = ASH_CHANGE_RELATION;
-		change.u.relation = incr_rel;
-		ash_apply_change(&change);
+		/* not the stream's: it may still deliver rows of another shape */
+		ash_relmap_update_chunk_relation(&incr_rel);
 		incr_described = pstrdup(quote_qualified_identifier(nspname, relname));
 		incr_prepared_for = NULL;	/* the statement reads the columns just described */
 		MemoryContextSwitchTo(cxt);

@@ -16,7 +16,7 @@
 # session's chunks read (id, v, x) while its stream still delivers
 # (id, v, w).
 #
-#  swap      pgoutput: the copy completes, v = the source's, each old
+#  replace   pgoutput: the copy completes, v = the source's, each old
 #            update's w in w, the earlier chunks' w kept, NULL after, no x
 #            value anywhere.  (Before: one description per source table for
 #            both, replaced by whichever described it last -- the old
@@ -30,6 +30,9 @@
 #            mirror = source on (id, v, w) (before: protocol_violation,
 #            "tuple ... does not match its relation description", a false
 #            halt)
+#  Each completed case first asserts what it is about: a chunk's row was
+#  written before the stream applied the last old update (a destination
+#  audit trigger's order).
 #  no values in any log line
 use strict;
 use warnings;
@@ -164,9 +167,9 @@ sub changes
 for my $dec ('pgoutput', 'wal2json')
 {
 	my $t = "tsw_" . substr($dec, 0, 3);
-	my ($sink, $st, $why, $copied) = run_case("swap $dec", $t, $dec, changes($t, 'DROP COLUMN w, ADD COLUMN x text'));
+	my ($sink, $st, $why, $copied) = run_case("replace $dec", $t, $dec, changes($t, 'DROP COLUMN w, ADD COLUMN x text'));
 	# an old update's w, the earlier chunks' w, NULL after the drop
-	judge("swap $dec", $t, $sink, $st, $why, $copied, 'id, v', "w LIKE 'X%' OR v LIKE 'X%' OR v LIKE 'W%'",
+	judge("replace $dec", $t, $sink, $st, $why, $copied, 'id, v', "w LIKE 'X%' OR v LIKE 'X%' OR v LIKE 'W%'",
 		"CASE WHEN id <= 20 THEN 'W' || id WHEN id <= $copied THEN 'w' || id END");
 }
 
