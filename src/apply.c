@@ -44,6 +44,7 @@
 #include "access/xlog.h"
 #include "catalog/catalog.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "common/shortest_dec.h"
 #include "libpq/pqformat.h"
@@ -2362,6 +2363,26 @@ ash_apply_change(AshChange *c)
  * Batch end.
  * ---------------------------------------------------------------------
  */
+/*
+ * Deferred triggers the owner's writes queued (a DEFERRABLE constraint
+ * trigger on a target, a deferred foreign key) fire at commit, which runs
+ * after the owner's scope, as the worker's superuser: a trigger of the
+ * owner's could act with the superuser's rights.  Fired here, inside the
+ * scope, nothing is left for the commit.  Their failures are the
+ * transaction's, as they were at the commit.
+ */
+static void
+fire_deferred_as_owner(void)
+{
+	AshOwnerScope owner_scope;
+
+	ash_apply_errctx.command = "commit";
+	ash_apply_errctx.relation = NULL;
+	as_owner_begin(&owner_scope);
+	AfterTriggerFireDeferred();
+	ash_owner_scope_exit(&owner_scope);
+}
+
 static void
 advance_checkpoint(void)
 {
@@ -2430,6 +2451,7 @@ ash_apply_commit_batch(bool durable)
 	ash_encrypt_versions_check();
 	table_stats_flush();
 	advance_checkpoint();
+	fire_deferred_as_owner();
 
 	foreach(lc, missing_deletes)
 	{
@@ -2685,6 +2707,7 @@ ash_apply_snapshot_commit(void)
 	flush_deferred();
 	ash_encrypt_versions_check();
 	table_stats_flush();		/* copied rows count as inserted */
+	fire_deferred_as_owner();
 	SPI_finish();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
