@@ -392,6 +392,29 @@ earlier_helpers_held(void)
  * retried the same way, and so is a helper copier of an earlier run still
  * holding its own (55006 too): waited for before anything is copied.
  */
+/*
+ * A reload (SIGHUP) pending takes effect now.  The receive loop looks at
+ * every turn; a worker backing off looks before it reckons the next wait,
+ * or a lowered reconnect_max_delay would wait out the old one (the reload
+ * wakes it for one early retry, and the next fault's wait was reckoned
+ * with the settings it had).
+ */
+static void
+absorb_reload(void)
+{
+	if (!ConfigReloadPending)
+		return;
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+}
+
+/* A back-off in the current bounds (a reload may have moved them). */
+static long
+backoff_bounded(long backoff)
+{
+	return Max(Min(backoff, ash_reconnect_max_ms), ash_reconnect_min_ms);
+}
+
 static void
 attach_origin(void)
 {
@@ -425,6 +448,8 @@ attach_origin(void)
 		}
 		if (code == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED)
 			set_wait_reason("destination_origin_limit");
+		absorb_reload();
+		delay = backoff_bounded(delay);
 		ereport(LOG,
 				(errmsg("ash_replicant event=pipeline.origin_unavailable sink=%s sqlstate=%s retry_in_ms=%ld",
 						cfg->sink_name, unpack_sql_state(code), delay),
@@ -2010,11 +2035,7 @@ receive_loop(void)
 		TimestampTz now;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		absorb_reload();
 
 		drain_stream(&dstate, loop_cxt, msg_cxt);
 		Assert(CurrentMemoryContext == loop_cxt);
@@ -2730,6 +2751,8 @@ ash_pipeline_main(Datum main_arg)
 			stream_open = false;
 			RESUME_INTERRUPTS();
 
+			absorb_reload();
+			backoff = backoff_bounded(backoff);
 			delay = handle_error(edata, backoff);
 			FreeErrorData(edata);
 			backoff = Min(backoff * 2, ash_reconnect_max_ms);
