@@ -2442,7 +2442,8 @@ handle_error(ErrorData *edata, long backoff)
 	 */
 	if (error_in_stream && ash_apply_stream_fallback == NULL &&
 		edata->sqlerrcode != ERRCODE_CONNECTION_FAILURE &&
-		edata->sqlerrcode != ERRCODE_PROTOCOL_VIOLATION)
+		edata->sqlerrcode != ERRCODE_PROTOCOL_VIOLATION &&
+		edata->sqlerrcode != ERRCODE_QUERY_CANCELED)
 	{
 		ereport(LOG,
 				(errmsg("ash_replicant event=apply.stream_deferred sink=%s halt=%s sqlstate=%s",
@@ -2491,6 +2492,22 @@ handle_error(ErrorData *edata, long backoff)
 				(errmsg("ash_replicant event=pipeline.session_end sink=%s cause=binary_transfer.off retry_in_ms=0",
 						cfg->sink_name)));
 		return 0;
+	}
+
+	/*
+	 * A cancel (pg_cancel_backend; no statement_timeout applies to a
+	 * worker's statements) asks the worker to give up what it is doing,
+	 * not to stop: the session starts again and applies what it gave up,
+	 * and no cancel counts towards max_command_retries -- cancels of an
+	 * idle worker added up until the next source transaction committed,
+	 * and four halted it apply_failed.
+	 */
+	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+	{
+		ereport(LOG,
+				(errmsg("ash_replicant event=pipeline.session_end sink=%s cause=canceled step=%s retry_in_ms=%ld",
+						cfg->sink_name, step_names[step], Min(backoff, 1000))));
+		return Min(backoff, 1000);
 	}
 
 	if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
