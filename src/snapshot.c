@@ -1377,12 +1377,22 @@ ash_snap_close_connections(void)
 static BackgroundWorkerHandle *helpers[ASH_SNAPSHOT_COPIERS_MAX];
 static int	nhelpers = 0;
 
+/*
+ * Helpers of a failed session of this worker: terminated, perhaps not gone
+ * yet.  Each holds its origin and its claimed table until it is, so the
+ * next session waits for them before it starts helpers under their numbers.
+ */
+static BackgroundWorkerHandle *exiting[ASH_SNAPSHOT_COPIERS_MAX];
+static int	nexiting = 0;
+
 static void
 start_helpers(int n)
 {
 	int			slotno = ash_snap_slot - AshShmem->slots;
 	int64		generation;
 	pid_t		coordinator = MyProcPid;
+	MemoryContext old;
+	bool		registered;
 
 	SpinLockAcquire(&ash_snap_slot->mutex);
 	for (int i = 0; i < ASH_SNAPSHOT_COPIERS_MAX; i++)
@@ -1403,18 +1413,60 @@ start_helpers(int n)
 		memcpy(w.bgw_extra + sizeof(int64), &index, sizeof(int32));
 		memcpy(w.bgw_extra + sizeof(int64) + sizeof(int32), &coordinator, sizeof(pid_t));
 		/* no worker slot free: copy with fewer copiers */
-		if (!RegisterDynamicBackgroundWorker(&w, &helpers[nhelpers]))
+		old = MemoryContextSwitchTo(TopMemoryContext);	/* outlives the session */
+		registered = RegisterDynamicBackgroundWorker(&w, &helpers[nhelpers]);
+		MemoryContextSwitchTo(old);
+		if (!registered)
 			break;
 		nhelpers++;
 	}
 }
 
+/* Terminate the session's helpers; their handles are kept until they are gone. */
 static void
 stop_helpers(void)
 {
 	for (int i = 0; i < nhelpers; i++)
+	{
 		TerminateBackgroundWorker(helpers[i]);
+		if (nexiting < ASH_SNAPSHOT_COPIERS_MAX)
+			exiting[nexiting++] = helpers[i];
+	}
 	nhelpers = 0;
+}
+
+/*
+ * Wait until the helpers of this worker's failed session are gone: one
+ * still exiting would keep a helper of ours from setting up its origin and
+ * the table it claims from being copied, each an apply failure.  The wait
+ * ends on the worker's own SIGTERM too (die, in CHECK_FOR_INTERRUPTS).
+ */
+void
+ash_snap_helpers_wait_exited(void)
+{
+	int			running = 0;
+
+	for (int i = 0; i < nexiting; i++)
+	{
+		pid_t		pid;
+
+		if (GetBackgroundWorkerPid(exiting[i], &pid) == BGWH_STARTED)
+			running++;
+	}
+	if (running > 0)
+		ereport(LOG,
+				(errmsg("ash_replicant event=snapshot.helpers_exiting sink=%s helpers=%d",
+						ash_snap_cfg->sink_name, running)));
+	while (nexiting > 0)
+	{
+		BackgroundWorkerHandle *h = exiting[nexiting - 1];
+		pid_t		pid;
+
+		if (GetBackgroundWorkerPid(h, &pid) != BGWH_POSTMASTER_DIED)
+			(void) WaitForBackgroundWorkerShutdown(h);
+		nexiting--;
+		pfree(h);
+	}
 }
 
 void
@@ -1484,6 +1536,7 @@ static void
 wait_helpers(void)
 {
 	AshCopier	c;
+	int			n;
 
 	for (int i = 0; i < nhelpers; i++)
 	{
@@ -1492,18 +1545,19 @@ wait_helpers(void)
 		if (GetBackgroundWorkerPid(helpers[i], &pid) != BGWH_POSTMASTER_DIED)
 			(void) WaitForBackgroundWorkerShutdown(helpers[i]);
 	}
-	for (int i = 1; i <= nhelpers; i++)
+	/* all gone: nothing left for stop_helpers */
+	n = nhelpers;
+	for (int i = 0; i < n; i++)
+		pfree(helpers[i]);
+	nhelpers = 0;
+	for (int i = 1; i <= n; i++)
 	{
 		SpinLockAcquire(&ash_snap_slot->mutex);
 		memcpy(&c, &ash_snap_slot->copiers[i], sizeof(AshCopier));
 		SpinLockRelease(&ash_snap_slot->mutex);
 		if (c.end != ASH_COPIER_DONE)
-		{
-			nhelpers = 0;
 			ash_snap_raise_helper_end(&c);
-		}
 	}
-	nhelpers = 0;
 }
 
 /* Every table copied: the attempt is complete (its own transaction). */
@@ -1681,6 +1735,7 @@ ash_snapshot_run(AshPipelineConfig *cfg, AshCheckpointKey *key, const AshSlotSta
 	ash_snap_slot = ash_snap_find_slot();
 	ash_snap_my_copier = 0;
 	ash_snap_incr_helper_stop(true);		/* of an incremental session before */
+	ash_snap_helpers_wait_exited();	/* of a failed session before */
 	ash_provenance_set_unfingerprinted(InvalidOid);
 	if (row_buf != NULL)
 	{

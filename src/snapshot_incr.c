@@ -350,6 +350,7 @@ ash_snapshot_incremental_prepare(AshPipelineConfig *cfg)
 	 * not, is then final when the attempt is read.
 	 */
 	ash_snap_incr_helper_stop(true);
+	ash_snap_helpers_wait_exited();	/* a v1 session's, under the same numbers */
 	incr_helpers_refused = false;
 	memset(incr_helper_gone, 0, sizeof(incr_helper_gone));
 	memset(incr_helper_drops, 0, sizeof(incr_helper_drops));

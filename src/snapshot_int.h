@@ -151,4 +151,7 @@ extern void ash_snap_incr_helper_stop(bool wait);
 /* Ask every incremental helper started to end, at once (snapshot_incr.c). */
 extern void ash_snap_incr_helper_terminate(void);
 
+/* Wait until the v1 helpers of a failed session are gone (snapshot.c). */
+extern void ash_snap_helpers_wait_exited(void);
+
 #endif							/* ASH_SNAPSHOT_INT_H */
