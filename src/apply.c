@@ -2628,7 +2628,7 @@ ash_apply_copy_write(AshApplyRel *rel, AshApplyTarget *tgt, void (*fn) (void *ar
 static void
 build_indexes(void *arg)
 {
-	ash_bulk_build_indexes();
+	ash_bulk_build_indexes(apply_cfg->owner);
 }
 
 int32
@@ -2641,7 +2641,7 @@ ash_apply_snapshot_flush(void)
 	if (copy_guard_armed())
 		copy_guarded(build_indexes, NULL);
 	else
-		ash_bulk_build_indexes();
+		ash_bulk_build_indexes(apply_cfg->owner);
 	return meta.ordinal;
 }
 

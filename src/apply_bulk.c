@@ -66,9 +66,11 @@
 #include "utils/memutils.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "apply_bulk.h"
+#include "owner_scope.h"
 
 bool
 ash_bulk_insert_usable(AshBulkTarget *bt, AshApplyRel *rel, AshApplyTarget *tgt,
@@ -221,9 +223,10 @@ may_build_indexes_after(Relation r)
 }
 
 void
-ash_bulk_build_indexes(void)
+ash_bulk_build_indexes(Oid owner)
 {
 	ReindexParams params = {0};
+	AshOwnerScope scope;
 	int			nest;
 	Oid			relid;
 
@@ -231,6 +234,17 @@ ash_bulk_build_indexes(void)
 		return;
 	relid = owed_relid;
 	owed_relid = InvalidOid;
+
+	/*
+	 * The build evaluates the indexes' expressions and predicates, which may
+	 * call functions that run SQL: they need an active snapshot, as REINDEX
+	 * has its statement's, and run as REINDEX runs them -- as the table's
+	 * owner (here the sink owner, may_build_indexes_after), in a
+	 * security-restricted operation -- never as the worker's superuser.
+	 * An error leaves both to the transaction's abort.
+	 */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ash_owner_scope_enter(&scope, owner, SECURITY_RESTRICTED_OPERATION);
 
 	/*
 	 * One process per build, as for the per-row insertion it replaces: a
@@ -242,6 +256,8 @@ ash_bulk_build_indexes(void)
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	(void) reindex_relation(relid, REINDEX_REL_CHECK_CONSTRAINTS, &params);
 	AtEOXact_GUC(true, nest);
+	ash_owner_scope_exit(&scope);
+	PopActiveSnapshot();
 	CommandCounterIncrement();
 }
 
