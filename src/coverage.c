@@ -42,6 +42,7 @@
 #include "utils/typcache.h"
 
 #include "coverage.h"
+#include "errors.h"
 #include "mapping_validate.h"
 
 /* ---------------------------------------------------------------------
@@ -700,7 +701,7 @@ narrower(const AshSourceColumn *sc, Form_pg_attribute att)
 bool
 ash_coverage_narrowing(const AshMapping *m, const AshSourceTable *src, StringInfo buf)
 {
-	Relation	target = try_relation_open(m->target_relid, AccessShareLock);
+	Relation	target = ash_open_target(m->target_relid, AccessShareLock, true);
 	TupleDesc	desc;
 	bool		found = false;
 
@@ -955,7 +956,7 @@ append_denied_sequences(StringInfo buf, Oid attrdef, Oid owner)
 char *
 ash_coverage_denied_defaults(const AshMapping *m, const AshSourceTable *src, Oid owner)
 {
-	Relation	target = try_relation_open(m->target_relid, AccessShareLock);
+	Relation	target = ash_open_target(m->target_relid, AccessShareLock, true);
 	TupleDesc	desc;
 	StringInfoData out;
 
@@ -998,7 +999,7 @@ ash_coverage_unfed_required(const AshMapping *m, const AshSourceTable *src)
 	if ((m->history_strategy != NULL && strcmp(m->history_strategy, "scd2") == 0) ||
 		m->append_log)
 		return NULL;
-	target = try_relation_open(m->target_relid, AccessShareLock);
+	target = ash_open_target(m->target_relid, AccessShareLock, true);
 	if (target == NULL)
 		return NULL;			/* destination_table_missing, judged elsewhere */
 	/* a BEFORE trigger may fill the column: not judged */
@@ -1049,7 +1050,7 @@ ash_coverage_judge_table(const AshMapping *m, const List *business_key,
 	bool		ok;
 
 	memset(out, 0, sizeof(*out));
-	target = try_relation_open(m->target_relid, AccessShareLock);
+	target = ash_open_target(m->target_relid, AccessShareLock, true);
 	if (target == NULL)
 		return fail(out, "destination_table_missing", psprintf("mapping of %s", qname));
 	desc = RelationGetDescr(target);

@@ -7,9 +7,13 @@
  */
 #include "postgres.h"
 
+#include "access/relation.h"
+#include "access/table.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 #include "errors.h"
 #include "sqlstate_names.h"
@@ -242,6 +246,30 @@ static char pending_target[4 * NAMEDATALEN + 8];
 const char *ash_pending_halt = NULL;
 const char *ash_pending_halt_context = "";
 const char *ash_pending_halt_target = NULL;
+
+/* both parts quoted, each quote doubled */
+static char opening_target[2 * (2 * NAMEDATALEN + 2) + 2];
+const char *ash_opening_target = NULL;
+
+Relation
+ash_open_target(Oid relid, LOCKMODE lockmode, bool missing_ok)
+{
+	char	   *relname = get_rel_name(relid);
+	char	   *nspname = get_namespace_name(get_rel_namespace(relid));
+	Relation	r;
+
+	/* looked up unlocked: a name to report, nothing decided by it */
+	ash_opening_target = NULL;
+	if (relname != NULL && nspname != NULL)
+	{
+		strlcpy(opening_target, quote_qualified_identifier(nspname, relname),
+				sizeof(opening_target));
+		ash_opening_target = opening_target;
+	}
+	r = missing_ok ? try_relation_open(relid, lockmode) : table_open(relid, lockmode);
+	ash_opening_target = NULL;
+	return r;
+}
 
 /* Format a structural context string (never values). */
 static char *format_context(const char *ctxfmt, va_list args_in) pg_attribute_printf(1, 0);

@@ -18,6 +18,8 @@
 #define ASH_ERRORS_H
 
 #include "lib/stringinfo.h"
+#include "storage/lockdefs.h"
+#include "utils/relcache.h"
 
 /* Classes of reason codes, as reported by ash_replicant_status(). */
 typedef enum AshReasonClass
@@ -65,6 +67,18 @@ extern void ash_halt(const char *reason, const char *ctxfmt,...) pg_attribute_pr
  */
 extern const char *ash_pending_halt_target;
 extern void ash_halt_on(const char *target, const char *reason, const char *ctxfmt,...) pg_attribute_printf(3, 4) pg_attribute_noreturn();
+
+/*
+ * Open a mapping's target (try_relation_open when missing_ok, else
+ * table_open) in a check outside apply's writes -- coverage, the census,
+ * the relation cache: while the lock is waited for, ash_opening_target
+ * names the table (quoted and qualified, as apply's reports name it), so
+ * that a wait ended by an error (lock_timeout) is reported naming the table
+ * whose lock holder to look for.  NULL again once the lock is held.  Never
+ * for a tenant's table (its schema names the tenant).
+ */
+extern const char *ash_opening_target;
+extern Relation ash_open_target(Oid relid, LOCKMODE lockmode, bool missing_ok);
 
 /*
  * A name always double-quoted, embedded quotes doubled (messages, and the

@@ -889,7 +889,7 @@ open_target(ValidateCtx *cx)
 	char		relkind;
 	char	   *nspname;
 
-	rel = try_relation_open(cx->m->target, AccessShareLock);
+	rel = ash_open_target(cx->m->target, AccessShareLock, true);
 	if (rel == NULL)
 		REJECT("config_invalid", "target relation with OID %u does not exist", cx->m->target);
 	cx->rel = rel;

@@ -475,12 +475,21 @@ static XLogRecPtr error_lsn = InvalidXLogRecPtr;
 static char *error_target = NULL;
 static bool error_in_stream = false;	/* in a streamed transaction */
 
+/* a target whose lock was waited for when the error struck (errors.h) */
+static char opening_target[4 * NAMEDATALEN + 8];
+
 static void
 note_error_location(void)
 {
 	XLogRecPtr	lsn;
 	const char *target;
 
+	if (ash_opening_target != NULL)
+	{
+		strlcpy(opening_target, ash_opening_target, sizeof(opening_target));
+		ash_apply_errctx.relation = opening_target;
+		ash_opening_target = NULL;
+	}
 	if (error_target)
 		pfree(error_target);
 	error_target = NULL;
@@ -1296,6 +1305,21 @@ stale_holder(AshConn *conn)
 	return stale;
 }
 
+/*
+ * A step outside apply's writes, for its errors' reports: what apply left
+ * (the last batch's command and table, its transaction) is not what the
+ * step does.  A target the step waits to lock names itself (errors.h).
+ */
+static void
+errctx_step(const char *command)
+{
+	ash_apply_errctx.command = command;
+	ash_apply_errctx.relation = NULL;
+	ash_apply_errctx.commit_lsn = InvalidXLogRecPtr;
+	ash_apply_errctx.xid = InvalidTransactionId;
+	ash_opening_target = NULL;	/* a wait's error some catch consumed */
+}
+
 static void
 run_census_if_due(void)
 {
@@ -1308,6 +1332,7 @@ run_census_if_due(void)
 		return;
 
 	/* nothing is pending: everything received was applied */
+	errctx_step("census");
 	v = ash_census_run(cfg, ckey, Max(stream.received_lsn, idle_lsn));
 	if (ash_census_targets_changed())
 		ash_relmap_invalidate_resolutions();	/* a target column added or widened */
@@ -2203,6 +2228,7 @@ run_session(void)
 	check_snapshot_settings();
 
 	step = STEP_CONNECT;
+	errctx_step(NULL);
 	ash_conn_last_sqlstate[0] = '\0';
 	ash_syncrep_appname(cfg->sink_name, appname);
 	conn = ash_conn_open(cfg->connection, ASH_CONN_REPLICATION, appname);
@@ -2244,6 +2270,7 @@ run_session(void)
 	ash_source_identify(conn, cfg, &timeline, &xlogpos);
 
 	step = STEP_COVERAGE;
+	errctx_step("coverage");
 	ash_census_activation(cfg);
 	incremental_session = false;
 	ash_incr_reset(NULL);		/* judged again from what begin installs */
@@ -2332,6 +2359,7 @@ run_session(void)
 
 	/* a table back in the publication after a gap, with no snapshot to fill it */
 	step = STEP_COVERAGE;
+	errctx_step("coverage");
 	ash_census_record_publication(cfg, ckey);
 	if (!is_wal2json && ash_publication_watched(cfg))
 		note_recorded_names(ckey, is_pglogical);

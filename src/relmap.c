@@ -1001,7 +1001,7 @@ open_target(AshApplyRel *rel, AshMapping *map)
 				 quote_identifier(rel->remote.nspname),
 				 quote_identifier(rel->remote.relname));
 
-	target = table_open(map->target_relid, RowExclusiveLock);
+	target = ash_open_target(map->target_relid, RowExclusiveLock, false);
 
 	old = MemoryContextSwitchTo(rel->cxt);
 	rel->target = map->target_relid;
