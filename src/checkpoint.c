@@ -631,10 +631,10 @@ contract_admit(const char *sink_name, const AshCheckpointKey *key, const char *d
 	Oid			types[1] = {JSONBOID};
 	Datum		manifest;
 	bool		stored;
-	bool		widened;
+	const char *change;
 
 	if (!ash_contract_judge(sink_name, key->system_id, key->database, key->slot_name,
-							drift_reason, &manifest, &stored, &widened))
+							drift_reason, &manifest, &stored, &change))
 		return false;
 	if (key_write(key, "UPDATE ash_replicant.checkpoints SET contract = $4,"
 				  " contract_fingerprint = pg_catalog.sha256(pg_catalog.convert_to($4::pg_catalog.text, 'UTF8')),"
@@ -644,8 +644,8 @@ contract_admit(const char *sink_name, const AshCheckpointKey *key, const char *d
 				  "could not record the contract manifest") != 1)
 		elog(ERROR, "ash_replicant: could not record the contract manifest");
 	ereport(LOG,
-			(errmsg("ash_replicant event=contract.%s sink=%s%s", stored ? "extended" : "recorded",
-					sink_name, widened ? " change=type_widened" : "")));
+			(errmsg("ash_replicant event=contract.%s sink=%s%s%s", stored ? "extended" : "recorded",
+					sink_name, change ? " change=" : "", change ? change : "")));
 	return stored;
 }
 

@@ -12,6 +12,10 @@
  *			"columns": { "<source column>": { "target", "attnum", "type",
  *						 "protect": plain | encrypted | bytea } } } } }
  *
+ *	  type: format_type's text, schema-qualified outside pg_catalog whatever
+ *	  the search_path (TYPE_NAME_SQL); as earlier builds recorded it, a
+ *	  visible type unqualified, it is still the same type (RENDERED_SQL).
+ *
  *	  attnum: a target column dropped and added again under its name is
  *	  another column, empty where the mirror had values.  (Manifests
  *	  recorded before it was kept are contained in one with it: admitted as
@@ -23,8 +27,10 @@
  *	  element) keeps containment; re-targeting a column, changing a type, a
  *	  protection or the tenant source, un-skipping, or removing anything
  *	  breaks it -- except widening a target column's type (WIDENS_SQL), which
- *	  is admitted as the wider type.  A decoder or table-set change is reported with its own
- *	  code.  The census re-judges the manifest the same way while streaming:
+ *	  is admitted as the wider type, and a type name as recorded before it
+ *	  was qualified (RENDERED_SQL), admitted as the qualified name.  A
+ *	  decoder or table-set change is reported with its own code.  The
+ *	  census re-judges the manifest the same way while streaming:
  *	  an addition (say a target column added ahead of a source column) is
  *	  admitted, anything else halts census_drift.  The fingerprint is SHA-256 of the manifest's canonical text
  *	  (jsonb output is canonical: keys sorted, whitespace normalised).
@@ -41,9 +47,36 @@
 #include "executor/spi.h"
 #include "nodes/parsenodes.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 
 #include "contract.h"
 #include "errors.h"
+
+/*
+ * A target column's type as the manifest names it (a.atttypid, a.atttypmod
+ * of the enclosing query): format_type's text, its type (an array's
+ * element type) schema-qualified unless in pg_catalog.  format_type alone
+ * qualifies only a type not visible on the search_path, and the binding
+ * (the database's path), the census and the doctor (pg_catalog, pg_temp)
+ * would record and compare different names for one type: a domain of
+ * public read as retyped by the doctor, a schema taken off the database's
+ * path as retyped by the next binding.  A visible type's text is its
+ * quoted name, typmod and []: the qualified text is that behind
+ * quote_ident(schema) and a dot, as format_type renders an invisible one.
+ * (Every caller searches pg_catalog first: its types are always visible.)
+ */
+#define TYPE_NAME_SQL \
+"SELECT CASE WHEN tn.nspname OPERATOR(pg_catalog.<>) 'pg_catalog' AND pg_catalog.pg_type_is_visible(te.oid)" \
+"         THEN pg_catalog.quote_ident(tn.nspname) OPERATOR(pg_catalog.||) '.'" \
+"              OPERATOR(pg_catalog.||) pg_catalog.format_type(a.atttypid, a.atttypmod)" \
+"         ELSE pg_catalog.format_type(a.atttypid, a.atttypmod) END AS name" \
+"  FROM pg_catalog.pg_type t" \
+"  JOIN pg_catalog.pg_type te ON te.oid OPERATOR(pg_catalog.=) CASE" \
+"       WHEN t.typelem OPERATOR(pg_catalog.<>) 0" \
+"        AND t.typsubscript OPERATOR(pg_catalog.=) 'pg_catalog.array_subscript_handler'::pg_catalog.regproc" \
+"        AND t.typstorage OPERATOR(pg_catalog.<>) 'p' THEN t.typelem ELSE t.oid END" \
+"  JOIN pg_catalog.pg_namespace tn ON tn.oid OPERATOR(pg_catalog.=) te.typnamespace" \
+" WHERE t.oid OPERATOR(pg_catalog.=) a.atttypid"
 
 /*
  * $1 = sink name; one row, one jsonb column.  A tenant_function is rendered
@@ -78,11 +111,12 @@ static const char *manifest_sql =
 "         'columns', coalesce((SELECT pg_catalog.jsonb_object_agg(m.src, pg_catalog.jsonb_build_object("
 "              'target', a.attname,"
 "              'attnum', a.attnum,"
-"              'type', pg_catalog.format_type(a.atttypid, a.atttypmod),"
+"              'type', ty.name,"
 "              'protect', CASE WHEN m.src OPERATOR(pg_catalog.=) ANY (r.encrypted) THEN 'encrypted'"
 "                              WHEN m.src OPERATOR(pg_catalog.=) ANY (r.sensitive) THEN 'bytea'"
 "                              ELSE 'plain' END))"
 "            FROM pg_catalog.pg_attribute a,"
+"            LATERAL (" TYPE_NAME_SQL ") ty,"
 "            LATERAL (SELECT coalesce((SELECT e.key FROM pg_catalog.jsonb_each_text(r.column_map) e"
 "                                       WHERE e.value OPERATOR(pg_catalog.=) a.attname::pg_catalog.text"
 "                                       ORDER BY e.key LIMIT 1),"
@@ -144,15 +178,44 @@ static const char *manifest_sql =
 "   ELSE false END)"
 
 /*
- * The recorded manifest with each target column type that the rebuilt one
- * widens replaced by the wider type: containment then admits widening a
- * target column (docs/operations.md "Target DDL while streaming").
+ * Is n, a target column's type as the manifest names it now
+ * (TYPE_NAME_SQL), the type a manifest recorded by a build before
+ * 2026-12-07 named o?  Those recorded format_type's text under the
+ * binding's search_path: a type visible there unqualified.  So o is n
+ * without its "schema." when o names a type of that schema by its quoted
+ * name (then a typmod or []) and no other schema, pg_catalog included, has
+ * a type of that name: o could mean no other.  A name two schemas hold
+ * stays a change (a reset accepts it).
  */
-#define WIDENED_SQL \
+#define RENDERED_SQL(o, n) \
+"EXISTS (SELECT FROM pg_catalog.pg_type rt" \
+"   JOIN pg_catalog.pg_namespace rn ON rn.oid OPERATOR(pg_catalog.=) rt.typnamespace" \
+"  WHERE rn.nspname OPERATOR(pg_catalog.<>) 'pg_catalog'" \
+"    AND " n " OPERATOR(pg_catalog.=) (pg_catalog.quote_ident(rn.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) " o ")" \
+"    AND pg_catalog.left(" o ", pg_catalog.length(pg_catalog.quote_ident(rt.typname)))" \
+"        OPERATOR(pg_catalog.=) pg_catalog.quote_ident(rt.typname)" \
+"    AND pg_catalog.substr(" o ", pg_catalog.length(pg_catalog.quote_ident(rt.typname)) OPERATOR(pg_catalog.+) 1, 1)" \
+"        IN ('', '(', '[')" \
+"    AND NOT EXISTS (SELECT FROM pg_catalog.pg_type ru WHERE ru.typname OPERATOR(pg_catalog.=) rt.typname" \
+"                       AND ru.oid OPERATOR(pg_catalog.<>) rt.oid))"
+
+/* a column's recorded type, and its type in the rebuilt manifest */
+#define OLD_TYPE "(cv->>'type')"
+#define NEW_TYPE "(m.doc->'relations'->rk->'columns'->ck->>'type')"
+
+/*
+ * The recorded manifest with each target column type that the rebuilt one
+ * is admitted for (pred of OLD_TYPE, NEW_TYPE) replaced by the rebuilt
+ * one's: containment then admits widening a target column
+ * (docs/operations.md "Target DDL while streaming") and a type named as
+ * by builds before 2026-12-07.  An unchanged type is never judged again.
+ */
+#define RETYPED_SQL(pred) \
 "pg_catalog.jsonb_set(cur.contract, '{relations}', coalesce((" \
 "  SELECT pg_catalog.jsonb_object_agg(rk, CASE WHEN rv ? 'columns' THEN pg_catalog.jsonb_set(rv, '{columns}', coalesce((" \
 "    SELECT pg_catalog.jsonb_object_agg(ck, CASE" \
-"      WHEN " WIDENS_SQL("(cv->>'type')", "(m.doc->'relations'->rk->'columns'->ck->>'type')") \
+"      WHEN " OLD_TYPE " IS NOT DISTINCT FROM " NEW_TYPE " THEN cv" \
+"      WHEN " pred \
 "      THEN pg_catalog.jsonb_set(cv, '{type}', m.doc->'relations'->rk->'columns'->ck->'type')" \
 "      ELSE cv END)" \
 "     FROM pg_catalog.jsonb_each(rv->'columns') c(ck, cv)), '{}'::pg_catalog.jsonb)) ELSE rv END)" \
@@ -176,15 +239,18 @@ static const char *judge_sql =
 " FROM m LEFT JOIN cur ON true";
 
 /*
- * Only when containment failed: is the rebuilt manifest ($5) a widening of
- * the recorded one?  (A statement of its own: the usual judgement, an
- * unchanged manifest, pays nothing for it.)
+ * Only when containment failed: is the rebuilt manifest ($5) the recorded
+ * one with type names qualified (RENDERED_SQL) (first column), or also with
+ * target types widened (second)?  (A statement of its own: the usual
+ * judgement, an unchanged manifest, pays nothing for it.)
  */
-static const char *widened_sql =
+static const char *retyped_sql =
 "WITH m AS (SELECT $5::pg_catalog.jsonb AS doc),"
 " cur AS (SELECT contract FROM ash_replicant.checkpoints"
 "          WHERE source_system_id = $2 AND source_database = $3 AND slot_name = $4)"
-" SELECT m.doc OPERATOR(pg_catalog.@>) " WIDENED_SQL
+" SELECT m.doc OPERATOR(pg_catalog.@>) " RETYPED_SQL(RENDERED_SQL(OLD_TYPE, NEW_TYPE)) ","
+"        m.doc OPERATOR(pg_catalog.@>) "
+RETYPED_SQL("(" WIDENS_SQL(OLD_TYPE, NEW_TYPE) " OR " RENDERED_SQL(OLD_TYPE, NEW_TYPE) ")")
 " FROM m JOIN cur ON cur.contract IS NOT NULL";
 
 /*
@@ -216,7 +282,7 @@ judge_prepared(Oid *types)
 bool
 ash_contract_judge(const char *sink_name, const char *system_id, const char *database,
 				   const char *slot_name, const char *drift_reason, Datum *manifest,
-				   bool *stored_out, bool *widened_out)
+				   bool *stored_out, const char **change_out)
 {
 	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
 	Datum		values[5];
@@ -225,8 +291,7 @@ ash_contract_judge(const char *sink_name, const char *system_id, const char *dat
 	bool		stored,
 				same,
 				decoder_switch,
-				contained,
-				widened;
+				contained;
 	HeapTuple	tup;
 	TupleDesc	desc;
 
@@ -249,16 +314,32 @@ ash_contract_judge(const char *sink_name, const char *system_id, const char *dat
 	if (isnull)
 		elog(ERROR, "ash_replicant: empty contract manifest");
 	values[4] = *manifest;
-	widened = false;
+	*change_out = NULL;
 	if (!contained && !decoder_switch)
 	{
-		ret = SPI_execute_with_args(widened_sql, 5, types, values, NULL, true, 1);
+		/*
+		 * Without JIT: the planner's estimate (jsonb_each's 100 rows, nested,
+		 * each with a subquery on pg_type) passes jit_above_cost, and
+		 * compiling the statement took ~1.5 s where running it takes ms.
+		 */
+		int			nest = NewGUCNestLevel();
+
+		(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		ret = SPI_execute_with_args(retyped_sql, 5, types, values, NULL, true, 1);
+		AtEOXact_GUC(true, nest);
 		if (ret != SPI_OK_SELECT)
 			elog(ERROR, "ash_replicant: could not judge a widening of the contract");
-		if (SPI_processed == 1 &&
-			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
-			!isnull)
-			contained = widened = true;
+		if (SPI_processed == 1)
+		{
+			tup = SPI_tuptable->vals[0];
+			desc = SPI_tuptable->tupdesc;
+			if (DatumGetBool(SPI_getbinval(tup, desc, 1, &isnull)) && !isnull)
+				*change_out = "type_names_qualified";
+			else if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)) && !isnull)
+				*change_out = "type_widened";
+			contained = (*change_out != NULL);
+		}
 	}
 
 	if (stored && same)
@@ -280,6 +361,5 @@ ash_contract_judge(const char *sink_name, const char *system_id, const char *dat
 		ash_halt(drift_reason,
 				 "the mapping changes or removes something the recorded contract holds; reset the checkpoint to accept it");
 	}
-	*widened_out = widened;
 	return true;
 }

@@ -13,9 +13,10 @@
  * SPI connected: build the manifest of sink_name and judge it against the
  * one stored on the checkpoint row of the key.  Returns false when the
  * stored manifest is current; true when *manifest (jsonb, in SPI memory)
- * is to be recorded: a first manifest, a pure addition or a target type
- * widened (*stored says whether one was stored, *widened whether a type
- * was widened).  Anything else halts drift_reason
+ * is to be recorded: a first manifest, a pure addition, a target type
+ * widened or type names as builds before 2026-12-07 recorded them
+ * (*stored says whether one was stored; *change is "type_widened",
+ * "type_names_qualified" or NULL).  Anything else halts drift_reason
  * (contract_incompatible at binding, census_drift at a census), or
  * decoder_contract_incompatible for a decoder / table-set switch.  The
  * checkpoint row is written by checkpoint.c (ash_contract_admit,
@@ -24,6 +25,6 @@
 extern bool ash_contract_judge(const char *sink_name, const char *system_id,
 							   const char *database, const char *slot_name,
 							   const char *drift_reason, Datum *manifest, bool *stored,
-							   bool *widened);
+							   const char **change);
 
 #endif							/* ASH_CONTRACT_H */
