@@ -16,6 +16,16 @@
  *	  the search_path (TYPE_NAME_SQL); as earlier builds recorded it, a
  *	  visible type unqualified, it is still the same type (RENDERED_SQL).
  *
+ *	  tenant.function: the function's regprocedure text as under
+ *	  search_path pg_catalog, pg_temp, whatever the session's path
+ *	  (FUNCTION_NAME_SQL); as earlier builds recorded it, a visible function
+ *	  unqualified, it is still the same function (FUNCTION_RENDERED_SQL).
+ *	  The manifest names no other function (tenant_scope_function and a
+ *	  route's target_function are not part of the contract) and no other
+ *	  object through a search_path-dependent cast: a target is
+ *	  format('%I.%I') of its schema and name, a source or ignored name its
+ *	  stored canonical text.
+ *
  *	  attnum: a target column dropped and added again under its name is
  *	  another column, empty where the mirror had values.  (Manifests
  *	  recorded before it was kept are contained in one with it: admitted as
@@ -27,8 +37,9 @@
  *	  element) keeps containment; re-targeting a column, changing a type, a
  *	  protection or the tenant source, un-skipping, or removing anything
  *	  breaks it -- except widening a target column's type (WIDENS_SQL), which
- *	  is admitted as the wider type, and a type name as recorded before it
- *	  was qualified (RENDERED_SQL), admitted as the qualified name.  A
+ *	  is admitted as the wider type, and a type or tenant function name as
+ *	  recorded before it was qualified (RENDERED_SQL, FUNCTION_RENDERED_SQL),
+ *	  admitted as the qualified name.  A
  *	  decoder or table-set change is reported with its own code.  The
  *	  census re-judges the manifest the same way while streaming:
  *	  an addition (say a target column added ahead of a source column) is
@@ -53,8 +64,9 @@
 #include "errors.h"
 
 /*
- * A target column's type as the manifest names it (a.atttypid, a.atttypmod
- * of the enclosing query): format_type's text, its type (an array's
+ * A type as the manifest names it (typ, typmod: expressions of the
+ * enclosing query; a target column's a.atttypid, a.atttypmod, or a
+ * function argument's type and NULL): format_type's text, its type (an array's
  * element type) schema-qualified unless in pg_catalog.  format_type alone
  * qualifies only a type not visible on the search_path, and the binding
  * (the database's path), the census and the doctor (pg_catalog, pg_temp)
@@ -65,25 +77,50 @@
  * quote_ident(schema) and a dot, as format_type renders an invisible one.
  * (Every caller searches pg_catalog first: its types are always visible.)
  */
-#define TYPE_NAME_SQL \
+#define TYPE_NAME_SQL(typ, typmod) \
 "SELECT CASE WHEN tn.nspname OPERATOR(pg_catalog.<>) 'pg_catalog' AND pg_catalog.pg_type_is_visible(te.oid)" \
 "         THEN pg_catalog.quote_ident(tn.nspname) OPERATOR(pg_catalog.||) '.'" \
-"              OPERATOR(pg_catalog.||) pg_catalog.format_type(a.atttypid, a.atttypmod)" \
-"         ELSE pg_catalog.format_type(a.atttypid, a.atttypmod) END AS name" \
+"              OPERATOR(pg_catalog.||) pg_catalog.format_type(" typ ", " typmod ")" \
+"         ELSE pg_catalog.format_type(" typ ", " typmod ") END AS name" \
 "  FROM pg_catalog.pg_type t" \
 "  JOIN pg_catalog.pg_type te ON te.oid OPERATOR(pg_catalog.=) CASE" \
 "       WHEN t.typelem OPERATOR(pg_catalog.<>) 0" \
 "        AND t.typsubscript OPERATOR(pg_catalog.=) 'pg_catalog.array_subscript_handler'::pg_catalog.regproc" \
 "        AND t.typstorage OPERATOR(pg_catalog.<>) 'p' THEN t.typelem ELSE t.oid END" \
 "  JOIN pg_catalog.pg_namespace tn ON tn.oid OPERATOR(pg_catalog.=) te.typnamespace" \
-" WHERE t.oid OPERATOR(pg_catalog.=) a.atttypid"
+" WHERE t.oid OPERATOR(pg_catalog.=) " typ
+
+/*
+ * A function as the manifest names it (fn: an oid expression of the
+ * enclosing query): its regprocedure text as ash_function_signature
+ * (qualname.h) renders it under search_path pg_catalog, pg_temp -- the
+ * name, then each argument's type (TYPE_NAME_SQL, no typmod), qualified
+ * unless in pg_catalog -- whatever the session's path.  A regprocedure
+ * cast to text qualifies only what is not visible on the session's path:
+ * the binding (the database's path) recorded public.tenant_of(jsonb) as
+ * tenant_of(jsonb), which the doctor (pg_catalog, pg_temp) read as another
+ * function, as did the next binding after the database's path changed.
+ * NULL when no function has that OID.
+ */
+#define FUNCTION_NAME_SQL(fn) \
+"(SELECT CASE WHEN fpn.nspname OPERATOR(pg_catalog.=) 'pg_catalog' THEN ''" \
+"        ELSE pg_catalog.quote_ident(fpn.nspname) OPERATOR(pg_catalog.||) '.' END" \
+"        OPERATOR(pg_catalog.||) pg_catalog.quote_ident(fp.proname) OPERATOR(pg_catalog.||) '('" \
+"        OPERATOR(pg_catalog.||) coalesce((SELECT pg_catalog.string_agg((" TYPE_NAME_SQL("fa.t", "NULL") "), ','" \
+"                                            ORDER BY fa.o)" \
+"                                   FROM pg_catalog.unnest(fp.proargtypes::pg_catalog.oid[]) WITH ORDINALITY fa(t, o)), '')" \
+"        OPERATOR(pg_catalog.||) ')'" \
+"   FROM pg_catalog.pg_proc fp" \
+"   JOIN pg_catalog.pg_namespace fpn ON fpn.oid OPERATOR(pg_catalog.=) fp.pronamespace" \
+"  WHERE fp.oid OPERATOR(pg_catalog.=) " fn ")"
 
 /*
  * $1 = sink name; one row, one jsonb column.  A tenant_function is rendered
- * as its regprocedure text under the session's search_path, as the column
- * was before 1.10.0 stored the signature (qualname.h): a recorded manifest
- * keeps being contained (catalogs before 1.10.0 print it so themselves; a
- * function that no longer exists, as its number there, its signature since).
+ * as FUNCTION_NAME_SQL of the function its stored text names now (a
+ * signature since 1.10.0, qualname.h; before, a regprocedure, rendered
+ * under the session's path and resolved under the same path): a function
+ * that no longer exists, as the stored text (its number before 1.10.0, its
+ * signature since).
  */
 static const char *manifest_sql =
 "SELECT pg_catalog.jsonb_build_object("
@@ -104,7 +141,7 @@ static const char *manifest_sql =
 "              'strategy', r.tenant_strategy, 'column', r.tenant_column,"
 "              'function', CASE WHEN r.tenant_function::pg_catalog.text OPERATOR(pg_catalog.~) '^[0-9]+$'"
 "                THEN r.tenant_function::pg_catalog.text"
-"                ELSE coalesce(pg_catalog.to_regprocedure(r.tenant_function::pg_catalog.text)::pg_catalog.text,"
+"                ELSE coalesce(" FUNCTION_NAME_SQL("pg_catalog.to_regprocedure(r.tenant_function::pg_catalog.text)") ","
 "                              r.tenant_function::pg_catalog.text) END,"
 "              'schema_format', r.tenant_schema_format) END,"
 "         'skips', pg_catalog.to_jsonb(r.skip),"
@@ -116,7 +153,7 @@ static const char *manifest_sql =
 "                              WHEN m.src OPERATOR(pg_catalog.=) ANY (r.sensitive) THEN 'bytea'"
 "                              ELSE 'plain' END))"
 "            FROM pg_catalog.pg_attribute a,"
-"            LATERAL (" TYPE_NAME_SQL ") ty,"
+"            LATERAL (" TYPE_NAME_SQL("a.atttypid", "a.atttypmod") ") ty,"
 "            LATERAL (SELECT coalesce((SELECT e.key FROM pg_catalog.jsonb_each_text(r.column_map) e"
 "                                       WHERE e.value OPERATOR(pg_catalog.=) a.attname::pg_catalog.text"
 "                                       ORDER BY e.key LIMIT 1),"
@@ -199,6 +236,44 @@ static const char *manifest_sql =
 "    AND NOT EXISTS (SELECT FROM pg_catalog.pg_type ru WHERE ru.typname OPERATOR(pg_catalog.=) rt.typname" \
 "                       AND ru.oid OPERATOR(pg_catalog.<>) rt.oid))"
 
+/*
+ * Is n, a tenant function as the manifest names it now (FUNCTION_NAME_SQL),
+ * the function a manifest recorded by a build before 2026-12-07 named o?
+ * Those recorded its regprocedure text under the binding's search_path: a
+ * function visible there unqualified.  So o is n without its "schema."
+ * (its argument types as n has them: a tenant function takes jsonb) when
+ * no other function, pg_catalog's included, has that name and those
+ * argument types: o could mean no other.  A name two schemas hold stays a
+ * change (a reset accepts it).
+ */
+#define FUNCTION_RENDERED_SQL(o, n) \
+"EXISTS (SELECT FROM pg_catalog.pg_proc rp" \
+"   JOIN pg_catalog.pg_namespace rpn ON rpn.oid OPERATOR(pg_catalog.=) rp.pronamespace" \
+"  WHERE rp.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(" n ")" \
+"    AND rpn.nspname OPERATOR(pg_catalog.<>) 'pg_catalog'" \
+"    AND " n " OPERATOR(pg_catalog.=) (pg_catalog.quote_ident(rpn.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) " o ")" \
+"    AND NOT EXISTS (SELECT FROM pg_catalog.pg_proc ru WHERE ru.proname OPERATOR(pg_catalog.=) rp.proname" \
+"                       AND ru.proargtypes OPERATOR(pg_catalog.=) rp.proargtypes" \
+"                       AND ru.oid OPERATOR(pg_catalog.<>) rp.oid))"
+
+/* a relation's recorded tenant function, and the rebuilt manifest's */
+#define OLD_FUNCTION "(fv->'tenant'->>'function')"
+#define NEW_FUNCTION "(m.doc->'relations'->fk->'tenant'->>'function')"
+
+/*
+ * The recorded manifest c with each tenant function that the rebuilt one
+ * names as FUNCTION_RENDERED_SQL admits replaced by the rebuilt one's.
+ */
+#define FUNCTIONS_QUALIFIED_SQL(c) \
+"pg_catalog.jsonb_set(" c ", '{relations}', coalesce((" \
+"  SELECT pg_catalog.jsonb_object_agg(fk, CASE" \
+"      WHEN pg_catalog.jsonb_typeof(fv->'tenant') OPERATOR(pg_catalog.=) 'object'" \
+"       AND " OLD_FUNCTION " IS DISTINCT FROM " NEW_FUNCTION \
+"       AND " FUNCTION_RENDERED_SQL(OLD_FUNCTION, NEW_FUNCTION) \
+"      THEN pg_catalog.jsonb_set(fv, '{tenant,function}', m.doc->'relations'->fk->'tenant'->'function')" \
+"      ELSE fv END)" \
+"   FROM pg_catalog.jsonb_each(" c "->'relations') f(fk, fv)), '{}'::pg_catalog.jsonb))"
+
 /* a column's recorded type, and its type in the rebuilt manifest */
 #define OLD_TYPE "(cv->>'type')"
 #define NEW_TYPE "(m.doc->'relations'->rk->'columns'->ck->>'type')"
@@ -239,19 +314,25 @@ static const char *judge_sql =
 " FROM m LEFT JOIN cur ON true";
 
 /*
- * Only when containment failed: is the rebuilt manifest ($5) the recorded
- * one with type names qualified (RENDERED_SQL) (first column), or also with
- * target types widened (second)?  (A statement of its own: the usual
- * judgement, an unchanged manifest, pays nothing for it.)
+ * Only when containment failed.  cur is the recorded manifest with tenant
+ * function names qualified (FUNCTIONS_QUALIFIED_SQL): did that change it
+ * (first column)?  Is the rebuilt manifest ($5) cur (second), cur with type
+ * names qualified (RENDERED_SQL) (third), or also with target types
+ * widened (fourth)?  (A statement of its own: the usual judgement, an
+ * unchanged manifest, pays nothing for it.)
  */
 static const char *retyped_sql =
 "WITH m AS (SELECT $5::pg_catalog.jsonb AS doc),"
-" cur AS (SELECT contract FROM ash_replicant.checkpoints"
-"          WHERE source_system_id = $2 AND source_database = $3 AND slot_name = $4)"
-" SELECT m.doc OPERATOR(pg_catalog.@>) " RETYPED_SQL(RENDERED_SQL(OLD_TYPE, NEW_TYPE)) ","
+" rec AS (SELECT contract FROM ash_replicant.checkpoints"
+"          WHERE source_system_id = $2 AND source_database = $3 AND slot_name = $4),"
+" cur AS (SELECT " FUNCTIONS_QUALIFIED_SQL("rec.contract") " AS contract, rec.contract AS recorded"
+"          FROM m, rec WHERE rec.contract IS NOT NULL)"
+" SELECT cur.contract IS DISTINCT FROM cur.recorded,"
+"        m.doc OPERATOR(pg_catalog.@>) cur.contract,"
+"        m.doc OPERATOR(pg_catalog.@>) " RETYPED_SQL(RENDERED_SQL(OLD_TYPE, NEW_TYPE)) ","
 "        m.doc OPERATOR(pg_catalog.@>) "
 RETYPED_SQL("(" WIDENS_SQL(OLD_TYPE, NEW_TYPE) " OR " RENDERED_SQL(OLD_TYPE, NEW_TYPE) ")")
-" FROM m JOIN cur ON cur.contract IS NOT NULL";
+" FROM m JOIN cur ON true";
 
 /*
  * The judgement's plan, made once per process: planning the statement (a
@@ -277,6 +358,16 @@ judge_prepared(Oid *types)
 		judge_plan = plan;
 	}
 	return judge_plan;
+}
+
+/* a boolean column of a row: true, not false or NULL */
+static bool
+column_true(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return !isnull && DatumGetBool(d);
 }
 
 bool
@@ -332,12 +423,18 @@ ash_contract_judge(const char *sink_name, const char *system_id, const char *dat
 			elog(ERROR, "ash_replicant: could not judge a widening of the contract");
 		if (SPI_processed == 1)
 		{
+			bool		functions;
+
 			tup = SPI_tuptable->vals[0];
 			desc = SPI_tuptable->tupdesc;
-			if (DatumGetBool(SPI_getbinval(tup, desc, 1, &isnull)) && !isnull)
-				*change_out = "type_names_qualified";
-			else if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)) && !isnull)
-				*change_out = "type_widened";
+			functions = DatumGetBool(SPI_getbinval(tup, desc, 1, &isnull)) && !isnull;
+			if (functions && column_true(tup, desc, 2))
+				*change_out = "function_names_qualified";
+			else if (column_true(tup, desc, 3))
+				*change_out = functions ? "function_names_qualified,type_names_qualified" :
+					"type_names_qualified";
+			else if (column_true(tup, desc, 4))
+				*change_out = functions ? "function_names_qualified,type_widened" : "type_widened";
 			contained = (*change_out != NULL);
 		}
 	}
