@@ -1387,7 +1387,7 @@ require_xact(const char *what)
 static void
 as_owner_begin(AshOwnerScope *scope)
 {
-	ash_owner_scope_enter(scope, apply_cfg->owner, 0);
+	ash_owner_scope_enter(scope, apply_cfg->owner, SECURITY_RESTRICTED_OPERATION);
 }
 
 /*

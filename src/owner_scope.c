@@ -19,6 +19,16 @@
  *	  VIEW does around a view owner's functions): whatever it set is
  *	  undone before the worker's next statement.
  *
+ *	  What the owner's code leaves behind would run later, as the worker:
+ *	  a WITH HOLD cursor runs the rest of its query at the commit, a
+ *	  temporary type or function shadows an unqualified name in the
+ *	  worker's own statements (pg_temp is searched first unless the path
+ *	  names it).  So every scope is a security-restricted operation, as
+ *	  PostgreSQL runs index expressions and (since 16) a subscription's
+ *	  writes as the table owner: no temporary objects, no WITH HOLD
+ *	  cursors, no SET ROLE -- and the worker's path names pg_temp last.
+ *	  Deferred triggers fire inside a scope before the commit (apply.c).
+ *
  *	  The other way to put a schema before pg_catalog is a setting of the
  *	  database or the role (ALTER DATABASE ... SET search_path, open to the
  *	  database's owner).  pg_catalog searched first is what PostgreSQL does
@@ -36,8 +46,12 @@
  */
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/varlena.h"
 #include "utils/syscache.h"
 
 #include "errors.h"
@@ -67,10 +81,25 @@ void
 ash_owner_scope_pin_catalog(void)
 {
 	const char *path = GetConfigOption("search_path", false, false);
+	char	   *copy = pstrdup(path != NULL ? path : "");
+	List	   *names;
+	ListCell   *lc;
+	StringInfoData pinned;
 
-	if (path == NULL || strncmp(path, "pg_catalog,", 11) == 0 || strcmp(path, "pg_catalog") == 0)
-		return;
-	SetConfigOption("search_path",
-					path[0] == '\0' ? "pg_catalog" : psprintf("pg_catalog, %s", path),
-					PGC_SUSET, PGC_S_OVERRIDE);
+	/* the database's path between pg_catalog and pg_temp, in its order */
+	initStringInfo(&pinned);
+	appendStringInfoString(&pinned, "pg_catalog");
+	if (SplitIdentifierString(copy, ',', &names))
+	{
+		foreach(lc, names)
+		{
+			const char *name = lfirst(lc);
+
+			if (strcmp(name, "pg_catalog") == 0 || strcmp(name, "pg_temp") == 0)
+				continue;
+			appendStringInfo(&pinned, ", %s", quote_identifier(name));
+		}
+	}
+	appendStringInfoString(&pinned, ", pg_temp");
+	SetConfigOption("search_path", pinned.data, PGC_SUSET, PGC_S_OVERRIDE);
 }

@@ -29,8 +29,9 @@ extern void ash_owner_scope_enter(AshOwnerScope *scope, Oid owner, int sec_flags
 extern void ash_owner_scope_exit(AshOwnerScope *scope);
 
 /*
- * At a worker's start: pg_catalog first in its search_path, whatever the
- * database's or role's setting puts before it (module NOTES).
+ * At a worker's start: pg_catalog first and pg_temp last in its
+ * search_path, whatever the database's or role's setting puts before or
+ * after (module NOTES).
  */
 extern void ash_owner_scope_pin_catalog(void);
 
