@@ -587,13 +587,22 @@ ash_replicant_stat_pipelines(PG_FUNCTION_ARGS)
 			int64		lag = (st->source_end_lsn > st->flushed_lsn) ?
 				(int64) (st->source_end_lsn - st->flushed_lsn) : 0;
 
+			/*
+			 * since the oldest transaction received and not applied
+			 * committed (the last applied one may be long before it: an
+			 * idle source), else since the last applied one did.  A clock
+			 * behind the source's reads 0.
+			 */
+			TimestampTz since = st->unapplied_commit_time != 0 ?
+				st->unapplied_commit_time : st->last_commit_time;
+
 			values[14] = DirectFunctionCall1(int8_numeric, Int64GetDatum(lag));
-			if (lag > 0 && st->last_commit_time != 0)
+			if (lag > 0 && since != 0)
 			{
 				long		secs;
 				int			usecs;
 
-				TimestampDifference(st->last_commit_time, GetCurrentTimestamp(), &secs, &usecs);
+				TimestampDifference(since, GetCurrentTimestamp(), &secs, &usecs);
 				values[15] = Float8GetDatum(secs + usecs / 1000000.0);
 			}
 			else

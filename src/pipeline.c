@@ -136,6 +136,22 @@ static XLogRecPtr flushed_remote = InvalidXLogRecPtr;
 static XLogRecPtr idle_lsn = InvalidXLogRecPtr;
 
 /*
+ * Received and not applied yet: the source commit time of the first
+ * transaction since the last batch commit (0: none); and the commit LSN of
+ * the last transaction begun, received as far as status is concerned.
+ */
+static TimestampTz open_since = 0;
+static XLogRecPtr begun_lsn = InvalidXLogRecPtr;
+
+/*
+ * Where what is received ends, for status (lag_bytes): a transaction begun
+ * ends past its commit record's start, which may be right where the
+ * acknowledged position is.
+ */
+#define RECEIVED_END(write) \
+	(XLogRecPtrIsInvalid(begun_lsn) ? (write) : Max((write), begun_lsn + 1))
+
+/*
  * How far an acknowledgement may go without a new record: the checkpoint's
  * end_lsn and acknowledged_lsn (checkpoint.h).  A keepalive's position past
  * it (nothing to apply) is recorded before it is acknowledged -- at once
@@ -981,9 +997,10 @@ send_feedback(bool force, bool request_reply)
 	write = Max(Max(stream.received_lsn, idle_lsn), flush);
 
 	SpinLockAcquire(&MySlot->mutex);
-	MySlot->stats.last_received_lsn = write;
-	MySlot->stats.source_end_lsn = write;
+	MySlot->stats.last_received_lsn = Max(write, begun_lsn);
+	MySlot->stats.source_end_lsn = RECEIVED_END(write);
 	MySlot->stats.flushed_lsn = flush;
+	MySlot->stats.unapplied_commit_time = open_since;
 	SpinLockRelease(&MySlot->mutex);
 
 	/*
@@ -1487,6 +1504,8 @@ commit_batch(bool drained)
 	AshBatchResult r = ash_apply_commit_batch(durable);
 	bool		said;
 
+	/* status learns it at the next BEGIN or feedback, with no lock of its own */
+	open_since = 0;
 	record_flush_position(&r);
 	apply_failures = 0;
 	said = transient_failures >= TRANSIENT_FAILURES_SAID;
@@ -1644,6 +1663,31 @@ decode_message(DecoderState *dstate, AshStreamMsg *msg, AshChange *change)
 }
 
 /*
+ * A transaction begins: say it is received before applying it.  Applying
+ * may wait (a lock on a target, a trigger) and send_feedback runs only
+ * between messages: lag would read 0 meanwhile (test 202).  Counted to its
+ * commit, which BEGIN names: its first change may lie below what is
+ * acknowledged already (a transaction interleaved with others, or a
+ * keepalive's position acknowledged while it was being decoded).  One
+ * spinlock a transaction.
+ */
+static void
+publish_received(XLogRecPtr final_lsn, TimestampTz commit_time)
+{
+	XLogRecPtr	write;
+
+	if (open_since == 0)
+		open_since = commit_time;
+	begun_lsn = Max(begun_lsn, final_lsn);
+	write = Max(Max(stream.received_lsn, idle_lsn), Max(flushed_remote, begun_lsn));
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.last_received_lsn = write;
+	MySlot->stats.source_end_lsn = RECEIVED_END(write);
+	MySlot->stats.unapplied_commit_time = open_since;
+	SpinLockRelease(&MySlot->mutex);
+}
+
+/*
  * One DATA message: decoded into msg_cxt (the caller frees it), applied,
  * and the batch committed where it ends.
  */
@@ -1664,8 +1708,13 @@ apply_message_data(DecoderState *dstate, AshStreamMsg *msg)
 	if ((nontx_message || change.kind == ASH_CHANGE_STREAM_START) &&
 		ash_apply_batch_pending())
 		(void) commit_batch(false);
+	if (change.kind == ASH_CHANGE_BEGIN)
+		publish_received(change.u.begin.final_lsn, change.u.begin.commit_time);
 	guard_note_change(&change);
 	ash_apply_change(&change);
+	/* a transaction skipped (applied before) with no batch to commit */
+	if (change.kind == ASH_CHANGE_COMMIT && !ash_apply_batch_pending())
+		open_since = 0;
 
 	if (change.kind == ASH_CHANGE_STREAM_COMMIT)
 	{
@@ -2383,6 +2432,8 @@ run_session(void)
 	flushed_remote = binding.end_lsn;
 	ack_recorded = Max(ack_recorded, binding.end_lsn);
 	idle_lsn = InvalidXLogRecPtr;
+	open_since = 0;
+	begun_lsn = InvalidXLogRecPtr;
 	while (!dlist_is_empty(&flush_positions))
 		pfree(dlist_container(FlushPosition, node, dlist_pop_head_node(&flush_positions)));
 
@@ -2402,6 +2453,7 @@ run_session(void)
 			ASH_REASON_LEN);
 	MySlot->stats.census_enabled = cfg->census.enabled;
 	MySlot->stats.applied_lsn = binding.commit_lsn;
+	MySlot->stats.unapplied_commit_time = 0;
 	SpinLockRelease(&MySlot->mutex);
 	ereport(LOG,
 			(errmsg("ash_replicant event=pipeline.streaming sink=%s start_lsn=%X/%X",

@@ -35,6 +35,12 @@ typedef struct AshPipelineStats
 	XLogRecPtr	source_end_lsn; /* last wal position received from the source */
 	XLogRecPtr	flushed_lsn;	/* last position acknowledged as flushed */
 	TimestampTz last_commit_time;	/* source commit time of last applied */
+
+	/*
+	 * Source commit time of the oldest transaction received and not yet
+	 * applied, or 0: lag_seconds counts from it
+	 */
+	TimestampTz unapplied_commit_time;
 	TimestampTz last_census_at;
 	char		last_census_verdict[16];	/* "", pass, drift, fault */
 	bool		census_enabled;
