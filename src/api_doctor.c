@@ -1662,20 +1662,30 @@ check_slot(Doctor *d)
 	bool		watermark;
 	const char *fail_reason = NULL;
 	const char *warn_reason = NULL;
+	int32		ours_before;
+	int32		ours_after;
+	bool		running;
+	bool		foreign = false;
 
 	if (skip_source(d, "slot") || skip_checkpoint(d, "slot"))
 		return;
 	/* as the slot check of a session (pipeline.c) */
 	watermark = d->cp.ours && (d->cp.commit_lsn != InvalidXLogRecPtr ||
 							   (d->cp.recorded_known && strcmp(d->f.snapshot, "off") == 0));
+	/*
+	 * The worker's session before and after the probe: one that began or
+	 * ended meanwhile is still known as ours
+	 */
+	running = ash_pipeline_source_pid(d->sink_name, &ours_before);
 	res = probe(d, d->conn->server_version >= 130000 ?
 				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, wal_status, active,"
-				" confirmed_flush_lsn::pg_catalog.text"
+				" confirmed_flush_lsn::pg_catalog.text, active_pid"
 				" FROM pg_catalog.pg_replication_slots WHERE slot_name = $1" :
 				"SELECT plugin::pg_catalog.text, slot_type, database::pg_catalog.text, NULL, active,"
-				" confirmed_flush_lsn::pg_catalog.text"
+				" confirmed_flush_lsn::pg_catalog.text, active_pid"
 				" FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
 				1, d->f.slot_name, NULL, &why);
+	running = ash_pipeline_source_pid(d->sink_name, &ours_after) || running;
 	if (res == NULL)
 	{
 		probe_failed(d, "slot", why);
@@ -1694,6 +1704,20 @@ check_slot(Doctor *d)
 	{
 		const char *wal_status = PQgetisnull(res, 0, 3) ? NULL : PQgetvalue(res, 0, 3);
 
+		/*
+		 * Active for a session that is not the worker's: another consumer
+		 * (a pg_recvlogical, a pipeline of another destination under the
+		 * same application name), or a session of an earlier worker still
+		 * ending.  The worker cannot stream meanwhile.
+		 */
+		if (strcmp(PQgetvalue(res, 0, 4), "t") == 0)
+		{
+			int32		holder = PQgetisnull(res, 0, 6) ? 0 : atoi(PQgetvalue(res, 0, 6));
+
+			foreign = !running ||
+				(holder != ours_before && holder != ours_after) || holder == 0;
+		}
+
 		if (strcmp(PQgetvalue(res, 0, 1), "logical") != 0 ||
 			PQgetisnull(res, 0, 0) ||
 			strcmp(PQgetvalue(res, 0, 0), decoder_plugin(d->f.decoder)) != 0)
@@ -1703,21 +1727,21 @@ check_slot(Doctor *d)
 		else if (wal_status != NULL && strcmp(wal_status, "lost") == 0)
 			fail_reason = "retention_lost";
 		else if (d->cp.ours && d->cp.recorded_known && !PQgetisnull(res, 0, 5) &&
-				 !ash_pipeline_is_running(d->sink_name) &&
+				 (!running || foreign) &&
 				 DatumGetLSN(DirectFunctionCall1(pg_lsn_in,
 												 CStringGetDatum(PQgetvalue(res, 0, 5)))) > d->cp.recorded)
 		{
 			/*
-			 * Past what this database recorded (a running pipeline's slot
-			 * moves with its records: its start judged it)
+			 * Past what this database recorded (a slot the worker streams
+			 * moves with its records: its start judged it; one another
+			 * consumer holds does not)
 			 */
 			fail_reason = "checkpoint_behind_slot";
 		}
 		else if (wal_status != NULL &&
 				 (strcmp(wal_status, "extended") == 0 || strcmp(wal_status, "unreserved") == 0))
 			warn_reason = "retention_at_risk";
-		else if (strcmp(PQgetvalue(res, 0, 4), "t") == 0 &&
-				 !ash_pipeline_is_running(d->sink_name))
+		else if (foreign)
 			warn_reason = "source_slot_in_use";
 	}
 	PQclear(res);

@@ -178,6 +178,8 @@ static const AshReasonEntry reason_table[] = {
 	{"destination_lock_wait", ASH_REASON_WAITING},
 	/* the source creates the worker's slot, waiting for transactions (api_status.c) */
 	{"source_slot_wait", ASH_REASON_WAITING},
+	/* the slot is active for another session, retried (pipeline.c) */
+	{"source_slot_busy", ASH_REASON_WAITING},
 	/* a snapshot's COPY waits for a lock at the source (snapshot.c) */
 	{"source_lock_wait", ASH_REASON_WAITING},
 	/* a transient destination error on every attempt (pipeline.c) */

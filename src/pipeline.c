@@ -2283,6 +2283,10 @@ run_session(void)
 	conn = ash_conn_open(cfg->connection, ASH_CONN_REPLICATION, appname);
 	stream.conn = conn;
 	stream_open = true;
+	/* before it takes the slot: doctor tells it from another consumer */
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.source_pid = PQbackendPID(conn->conn);
+	SpinLockRelease(&MySlot->mutex);
 	{
 		const char *enc = PQparameterStatus(conn->conn, "server_encoding");
 
@@ -2510,6 +2514,7 @@ handle_error(ErrorData *edata, long backoff)
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.streaming = false;
 	MySlot->stats.slot_ready = false;
+	MySlot->stats.source_pid = 0;
 	SpinLockRelease(&MySlot->mutex);
 
 	/*
@@ -2688,6 +2693,9 @@ handle_error(ErrorData *edata, long backoff)
 			set_wait_reason("source_connection_limit");
 		else if (strcmp(src, "53400") == 0)
 			set_wait_reason("source_slot_limit");
+		/* ... as is a slot another session holds, until the halt above */
+		else if (strcmp(src, "55006") == 0 && (step == STEP_SLOT || step == STEP_START))
+			set_wait_reason("source_slot_busy");
 		else
 			set_wait_reason(retry_reason());
 		ereport(LOG,

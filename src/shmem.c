@@ -267,6 +267,29 @@ ash_pipeline_is_running(const char *sink_name)
 	return running;
 }
 
+bool
+ash_pipeline_source_pid(const char *sink_name, int32 *source_pid)
+{
+	AshPipelineSlot *slot;
+	bool		running = false;
+
+	*source_pid = 0;
+	if (AshShmem == NULL)
+		return false;
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	slot = ash_slot_find(MyDatabaseId, sink_name);
+	if (slot != NULL && (slot->state == ASH_SLOT_STARTING ||
+						 slot->state == ASH_SLOT_RUNNING))
+	{
+		running = true;
+		SpinLockAcquire(&slot->mutex);
+		*source_pid = slot->stats.source_pid;
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(AshShmem->lock);
+	return running;
+}
+
 void
 ash_worker_prepare(BackgroundWorker *w, const char *function, const char *type,
 				   const char *sink_name, int slotno, int64 generation)

@@ -66,6 +66,13 @@ typedef struct AshPipelineStats
 
 	/* since when the source has been creating a slot for it, or 0 */
 	TimestampTz slot_wait_since;
+
+	/*
+	 * The source's backend of the session that streams (or connects to
+	 * stream) the slot, or 0 between sessions: doctor tells it from
+	 * another consumer of the slot
+	 */
+	int32		source_pid;
 } AshPipelineStats;
 
 /*
@@ -272,6 +279,12 @@ extern void ash_require_shmem(void);
  * database.  Callers need no lock.
  */
 extern bool ash_pipeline_is_running(const char *sink_name);
+
+/*
+ * The same, and the source's backend of the worker's session (0 when it
+ * has none: between sessions, or before it connected).
+ */
+extern bool ash_pipeline_source_pid(const char *sink_name, int32 *source_pid);
 
 /*
  * Why no worker runs for a pipeline of this database, whatever its
