@@ -44,6 +44,7 @@
 #include "access/xlog.h"
 #include "catalog/catalog.h"
 #include "catalog/pg_type.h"
+#include "commands/portalcmds.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "common/shortest_dec.h"
@@ -1387,7 +1388,7 @@ require_xact(const char *what)
 static void
 as_owner_begin(AshOwnerScope *scope)
 {
-	ash_owner_scope_enter(scope, apply_cfg->owner, SECURITY_RESTRICTED_OPERATION);
+	ash_owner_scope_enter(scope, apply_cfg->owner, 0);
 }
 
 /*
@@ -2364,12 +2365,15 @@ ash_apply_change(AshChange *c)
  * ---------------------------------------------------------------------
  */
 /*
- * Deferred triggers the owner's writes queued (a DEFERRABLE constraint
- * trigger on a target, a deferred foreign key) fire at commit, which runs
- * after the owner's scope, as the worker's superuser: a trigger of the
- * owner's could act with the superuser's rights.  Fired here, inside the
- * scope, nothing is left for the commit.  Their failures are the
- * transaction's, as they were at the commit.
+ * What the owner's code left for the commit would run there, after the
+ * owner's scope, as the worker's superuser: deferred triggers its writes
+ * queued (a DEFERRABLE constraint trigger on a target, a deferred foreign
+ * key) fire at commit, and a WITH HOLD cursor it declared runs the rest of
+ * its query there.  So, inside the scope, the deferred triggers fire (their
+ * failures are the transaction's, as at the commit) and every cursor is
+ * closed (CLOSE ALL: the worker keeps none of its own across statements).
+ * The scope is not security-restricted: that would refuse the deferred
+ * triggers themselves.
  */
 static void
 fire_deferred_as_owner(void)
@@ -2380,6 +2384,7 @@ fire_deferred_as_owner(void)
 	ash_apply_errctx.relation = NULL;
 	as_owner_begin(&owner_scope);
 	AfterTriggerFireDeferred();
+	PerformPortalClose(NULL);
 	ash_owner_scope_exit(&owner_scope);
 }
 

@@ -644,7 +644,7 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 	}
 
 	/* the effect is the sink owner's write (owner_scope.c) */
-	ash_owner_scope_enter(&owner_scope, cfg->owner, SECURITY_RESTRICTED_OPERATION);
+	ash_owner_scope_enter(&owner_scope, cfg->owner, 0);
 	(void) ash_spi_execute(rp->effect, values, nulls,
 						   OidIsValid(rp->route->target) ? SPI_OK_INSERT : SPI_OK_SELECT);
 	ash_owner_scope_exit(&owner_scope);

@@ -20,14 +20,15 @@
  *	  undone before the worker's next statement.
  *
  *	  What the owner's code leaves behind would run later, as the worker:
- *	  a WITH HOLD cursor runs the rest of its query at the commit, a
- *	  temporary type or function shadows an unqualified name in the
- *	  worker's own statements (pg_temp is searched first unless the path
- *	  names it).  So every scope is a security-restricted operation, as
- *	  PostgreSQL runs index expressions and (since 16) a subscription's
- *	  writes as the table owner: no temporary objects, no WITH HOLD
- *	  cursors, no SET ROLE -- and the worker's path names pg_temp last.
- *	  Deferred triggers fire inside a scope before the commit (apply.c).
+ *	  deferred triggers and a WITH HOLD cursor's query at the commit (so
+ *	  the apply fires the one and closes the other inside a scope before
+ *	  each commit: apply.c), a temporary type shadowing an unqualified type
+ *	  name in the worker's own statements (pg_temp is searched first unless
+ *	  the path names it: the worker's path names it last).  Scopes that
+ *	  only read (verify, a tenant_scope_function) are security-restricted
+ *	  besides; the apply's cannot be -- PostgreSQL refuses to queue a
+ *	  deferred trigger in a restricted operation, and a target may have a
+ *	  deferred foreign key.
  *
  *	  The other way to put a schema before pg_catalog is a setting of the
  *	  database or the role (ALTER DATABASE ... SET search_path, open to the
