@@ -31,6 +31,7 @@
 #include "errors.h"
 #include "launcher.h"
 #include "mapping_validate.h"
+#include "owner_scope.h"
 #include "qualname.h"
 
 PG_FUNCTION_INFO_V1(ash_replicant_map_table);
@@ -391,6 +392,7 @@ ash_replicant_map_table(PG_FUNCTION_ARGS)
 
 	m = mapping_from_args(fcinfo);
 	sink = ash_mapping_sink_load(m->sink_name, false, true);
+	ash_owner_check_caller(sink->owner, "mapping", m->sink_name);
 	ash_mapping_validate(m, sink);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -406,6 +408,7 @@ Datum
 ash_replicant_unmap_table(PG_FUNCTION_ARGS)
 {
 	char	   *sink_name;
+	AshMappingSink *sink;
 	Oid			target;
 	Oid			argtypes[2] = {TEXTOID, OIDOID};
 	Datum		values[2];
@@ -420,9 +423,11 @@ ash_replicant_unmap_table(PG_FUNCTION_ARGS)
 	sink_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	target = PG_GETARG_OID(1);
 
-	if (ash_mapping_sink_load(sink_name, true, true) == NULL)
+	sink = ash_mapping_sink_load(sink_name, true, true);
+	if (sink == NULL)
 		ash_reject(ERRCODE_UNDEFINED_OBJECT, "unmap", "config_invalid",
 				   "sink %s does not exist", ash_quoted_name(sink_name));
+	ash_owner_check_caller(sink->owner, "unmap", sink_name);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");

@@ -13,6 +13,10 @@
  *	  foreign source.  Refusals raise ash_reject with a reason code, never
  *	  echo an identity value, and change nothing.
  *
+ *	  Only for a caller with the privileges of the sink's owner
+ *	  (ash_owner_check_caller): a recovery decides what the worker writes
+ *	  next, as that owner.
+ *
  *	  Offline only: the sink row is locked FOR UPDATE (serializing with
  *	  start, stop and configuration), and the function refuses while the
  *	  pipeline is enabled, while a worker for it is registered, while a
@@ -83,6 +87,7 @@
 #include "errors.h"
 #include "libpq_conn.h"
 #include "origin.h"
+#include "owner_scope.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(ash_replicant_reset_checkpoint);
@@ -156,6 +161,7 @@ recovery_prepare(FunctionCallInfo fcinfo, RecoveryTarget *t)
 	char	   *database;
 	bool		enabled;
 	bool		locked;
+	bool		isnull;
 
 	memset(t, 0, sizeof(*t));
 	t->sink_name = text_arg(fcinfo, 0, "sink_name");
@@ -170,7 +176,8 @@ recovery_prepare(FunctionCallInfo fcinfo, RecoveryTarget *t)
 		 "  coalesce(p.enabled, false), p.connection, p.decoder,"
 		 "  coalesce(p.snapshot <> 'off', false),"
 		 "  EXISTS (SELECT 1 FROM ash_replicant.resources r"
-		 "    WHERE r.sink_name = s.sink_name AND r.history_strategy = 'scd2')"
+		 "    WHERE r.sink_name = s.sink_name AND r.history_strategy = 'scd2'),"
+		 "  s.owner::pg_catalog.oid"
 		 " FROM ash_replicant.sinks s"
 		 " LEFT JOIN ash_replicant.pipelines p ON p.sink_name = s.sink_name"
 		 " WHERE s.sink_name = $1 FOR UPDATE OF s",
@@ -179,6 +186,11 @@ recovery_prepare(FunctionCallInfo fcinfo, RecoveryTarget *t)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("ash_replicant: sink \"%s\" does not exist", t->sink_name)));
+	/* before any other judgement: nothing about the sink to one refused */
+	ash_owner_check_caller(DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+														  SPI_tuptable->tupdesc, 9,
+														  &isnull)),
+						   STAGE_RECOVERY, t->sink_name);
 	t->slot_name = getvalue(1);
 	t->sysid = getvalue(2);
 	t->database = getvalue(3);

@@ -15,6 +15,10 @@
  *	  are schema-qualified constants and every other identifier that reaches
  *	  SQL text is quoted.  The SQL functions are SECURITY DEFINER (they run
  *	  as the extension owner), so the calling role is GetOuterUserId().
+ *	  It must have the privileges of the owner it gives a sink, and of the
+ *	  current owner of a sink it configures, starts, stops or drops
+ *	  (ash_owner_check_caller, in check_owner and lock_sink): the worker
+ *	  writes the sink's targets, and runs their triggers, as that owner.
  *
  *	  Concurrency: each function first locks its sink row FOR UPDATE, which
  *	  serializes configuration changes, start and stop of one sink; creates
@@ -69,6 +73,7 @@
 #include "mapping_validate.h"
 #include "messages.h"
 #include "origin.h"
+#include "owner_scope.h"
 #include "qualname.h"
 #include "shmem.h"
 #include "syncrep.h"
@@ -214,10 +219,12 @@ bump_config_version(const char *sink_name)
 }
 
 /*
- * Lock the sink row FOR UPDATE and load it; unknown sink is an error.
+ * Lock the sink row FOR UPDATE and load it; unknown sink is an error, and
+ * so is a caller without the privileges of its owner (refused at stage):
+ * every function here that takes an existing sink configures or operates it.
  */
 static void
-lock_sink(const char *sink_name, AshSinkInfo *info)
+lock_sink(const char *sink_name, const char *stage, AshSinkInfo *info)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(sink_name)};
@@ -253,6 +260,7 @@ lock_sink(const char *sink_name, AshSinkInfo *info)
 	}
 	d = SPI_getbinval(tup, desc, 6, &isnull);
 	info->owner = isnull ? InvalidOid : DatumGetObjectId(d);
+	ash_owner_check_caller(info->owner, stage, sink_name);
 }
 
 /*
@@ -472,10 +480,7 @@ check_owner(Oid owner)
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
 		ash_reject(ERRCODE_UNDEFINED_OBJECT, STAGE_SINK, "config_invalid",
 				   "owner role does not exist");
-	if (!has_privs_of_role(GetOuterUserId(), owner))
-		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_SINK, "config_invalid",
-				   "owner: the calling role does not have the privileges of role \"%s\"",
-				   GetUserNameFromId(owner, false));
+	ash_owner_check_caller(owner, STAGE_SINK, NULL);
 }
 
 /* The owner: the calling role, or a role the calling role has the rights of. */
@@ -638,7 +643,7 @@ ash_replicant_drop_sink(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
 
-	lock_sink(sink_name, &sink);
+	lock_sink(sink_name, STAGE_SINK, &sink);
 	values[0] = CStringGetTextDatum(sink_name);
 	catalog_exec("SELECT enabled FROM ash_replicant.pipelines"
 				 " WHERE sink_name = $1 FOR UPDATE",
@@ -748,7 +753,7 @@ ash_replicant_alter_sink(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	lock_sink(sink_name, &sink);
+	lock_sink(sink_name, STAGE_SINK, &sink);
 	if (sink.append_log && !PG_ARGISNULL(3))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "recovery_horizon_invalid",
 				   "recovery_horizon is not accepted on an append_log sink");
@@ -1054,7 +1059,7 @@ ash_replicant_add_message_route(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	lock_sink(sink_name, &sink);
+	lock_sink(sink_name, STAGE_ROUTE, &sink);
 
 	if (PG_ARGISNULL(1))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_ROUTE, "message_route_invalid",
@@ -1166,7 +1171,7 @@ ash_replicant_drop_message_route(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	lock_sink(sink_name, &sink);
+	lock_sink(sink_name, STAGE_ROUTE, &sink);
 
 	values[0] = CStringGetTextDatum(sink_name);
 	values[1] = CStringGetTextDatum(prefix);
@@ -1646,7 +1651,7 @@ ash_replicant_configure_pipeline(PG_FUNCTION_ARGS)
 	sink_name = sink_name_arg(fcinfo, STAGE_PIPELINE);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	lock_sink(sink_name, &sink);
+	lock_sink(sink_name, STAGE_PIPELINE, &sink);
 
 	cp_require_settings(fcinfo);
 	cp_check_decoder(fcinfo, &pa);
@@ -1928,7 +1933,7 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 	ash_require_shmem();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	lock_sink(sink_name, &sink);
+	lock_sink(sink_name, STAGE_START, &sink);
 
 	start_read_settings(sink_name, &tup, &desc);
 	decoder = SPI_getvalue(tup, desc, 2);
@@ -1970,7 +1975,7 @@ ash_replicant_stop(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
-	lock_sink(sink_name, &sink);
+	lock_sink(sink_name, STAGE_SINK, &sink);
 
 	values[0] = CStringGetTextDatum(sink_name);
 	catalog_exec("UPDATE ash_replicant.pipelines"

@@ -43,6 +43,14 @@
  *	  would leave its OID acting with PUBLIC's rights: entering a scope
  *	  for it halts destination_owner_invalid.
  *
+ *	  Who may choose what runs as the owner: the SQL API (SECURITY DEFINER)
+ *	  lets a call name a sink's owner, and configure, start, stop, drop or
+ *	  recover an existing sink, only when the calling role has the
+ *	  privileges of that owner (ash_owner_check_caller).  Otherwise a
+ *	  member of ash_replicant_admin could map a table of its choice, or its
+ *	  own trigger, into a sink of another role or of a superuser, and the
+ *	  worker would write it, or run the trigger, with that role's rights.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -50,10 +58,11 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/varlena.h"
 #include "utils/syscache.h"
+#include "utils/varlena.h"
 
 #include "errors.h"
 #include "owner_scope.h"
@@ -103,4 +112,25 @@ ash_owner_scope_pin_catalog(void)
 	}
 	appendStringInfoString(&pinned, ", pg_temp");
 	SetConfigOption("search_path", pinned.data, PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+void
+ash_owner_check_caller(Oid role, const char *stage, const char *sink_name)
+{
+	char	   *name;
+
+	/* a superuser has every role's privileges; a dropped role has no member */
+	if (has_privs_of_role(GetOuterUserId(), role))
+		return;
+	name = GetUserNameFromId(role, true);
+	if (name == NULL)
+		name = psprintf("with OID %u (dropped)", role);
+	else
+		name = psprintf("\"%s\"", name);
+	if (sink_name == NULL)
+		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, stage, "config_invalid",
+				   "owner: the calling role does not have the privileges of role %s", name);
+	ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, stage, "config_invalid",
+			   "sink \"%s\": the calling role does not have the privileges of its owner, role %s",
+			   sink_name, name);
 }

@@ -35,4 +35,13 @@ extern void ash_owner_scope_exit(AshOwnerScope *scope);
  */
 extern void ash_owner_scope_pin_catalog(void);
 
+/*
+ * The SQL API's rule for whom the worker writes as: the calling role (the
+ * role before SECURITY DEFINER, GetOuterUserId()) must have the privileges
+ * of role -- the owner a call gives a sink (sink_name NULL), or the owner
+ * of the existing sink sink_name a call configures or operates -- else the
+ * call is refused config_invalid (42501) at stage, before anything else.
+ */
+extern void ash_owner_check_caller(Oid role, const char *stage, const char *sink_name);
+
 #endif							/* ASH_OWNER_SCOPE_H */

@@ -177,12 +177,19 @@ SELECT ash_replicant_acknowledge_checkpoint_timeline('rc', '7301234567890123456'
 SELECT count(*) AS preflight_rows FROM ash_replicant_preflight('rc');
 SELECT count(*) AS doctor_rows FROM ash_replicant_doctor('rc');
 RESET ROLE;
+-- an admin recovers only a sink whose owner's privileges it has
+SELECT ash_replicant_alter_sink('rc', owner => 'regress_rc_plain');
+SET ROLE regress_rc_admin;
+SELECT ash_replicant_acknowledge_checkpoint_timeline('rc', '7301234567890123456', 'app', 2) AS changed;
+RESET ROLE;
+SELECT ash_replicant_alter_sink('rc', owner => 'regress_rc_admin');
 SET ROLE regress_rc_admin;
 SELECT ash_replicant_acknowledge_checkpoint_timeline('rc', '7301234567890123456', 'app', 2) AS changed;
 SELECT ash_replicant_adopt_checkpoint('rc', '7301234567890123456', 'app', '0/6000000') AS changed;
 SELECT ash_replicant_reset_checkpoint('rc', '7301234567890123456', 'app') AS changed;
 SELECT count(*) AS doctor_rows FROM ash_replicant_doctor('rc');
 RESET ROLE;
+SELECT ash_replicant_alter_sink('rc', owner => current_user::text::regrole);
 
 -- cleanup -----------------------------------------------------------------------------
 DROP ROLE regress_rc_plain, regress_rc_monitor, regress_rc_admin;

@@ -233,6 +233,8 @@ GRANT ash_replicant_admin TO cfg_admin;
 
 	AshTest::stop_settled($src, $dst, 'pc');
 	my $before = $dst->safe_psql($DB, "SELECT md5(connection) FROM ash_replicant.pipelines WHERE sink_name = 'pc'");
+	# an admin configures only a sink whose owner's privileges it has (test 206)
+	$dst->safe_psql($DB, "SELECT ash_replicant_alter_sink('pc', owner => 'cfg_admin')");
 	for my $as (undef, 'cfg_admin')
 	{
 		my $who = $as ? 'non-superuser admin' : 'superuser';
@@ -256,6 +258,7 @@ GRANT ash_replicant_admin TO cfg_admin;
 		'configuration present');
 	is($dst->safe_psql($DB, "SELECT md5(connection) = '$before' FROM ash_replicant.pipelines WHERE sink_name = 'pc'"), 't',
 		'the refused calls changed nothing');
+	$dst->safe_psql($DB, "SELECT ash_replicant_alter_sink('pc', owner => 'postgres')");
 	AshTest::start_sink($dst, 'pc');
 	AshTest::wait_status($dst, 'pc', 'healthy', undef, src => $src, name => 'pc healthy again');
 }
