@@ -65,6 +65,15 @@
  *	  pipeline not running, source unreachable or not the configured one,
  *	  timeout).
  *
+ *	  Who runs what.  The function is SECURITY DEFINER; the mirror is read
+ *	  as the sink owner, restricted (owner_scope.c), as the worker writes
+ *	  it: a cast to text of a type a target's owner made (CREATE CAST ...
+ *	  WITH FUNCTION) runs in that read, and as the definer it ran as a
+ *	  superuser whenever a monitor verified.  row_security is off, as in
+ *	  the worker: the owner owns the target or bypasses its policies
+ *	  (registration's condition), so every row is judged; a target it may
+ *	  no longer read is config_invalid.
+ *
  *	  No values out: rows carry names, counts and codes; the conninfo,
  *	  libpq's and the source's error texts, a key and a digest never leave
  *	  this file.  A tenant scope function's error is dropped unread.
@@ -86,6 +95,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -99,6 +109,7 @@
 #include "coverage.h"
 #include "errors.h"
 #include "libpq_conn.h"
+#include "mapping_validate.h"
 #include "owner_scope.h"
 #include "provenance.h"
 #include "shmem.h"
@@ -373,6 +384,23 @@ source_base_type(AshSourceColumn *c)
 	return c->base_type_oid != 0 ? c->base_type_oid : c->type_oid;
 }
 
+/*
+ * May the sink owner read every row of the target, as registration asks of
+ * it (the mirror is read as the owner, read_mirror): USAGE on its schema,
+ * SELECT on it or on every column, no policy of row-level security
+ * applying to it.  Doctor's destination_mappings fails otherwise.
+ */
+static bool
+owner_reads(Relation rel, Oid owner)
+{
+	Oid			relid = RelationGetRelid(rel);
+
+	return pg_namespace_aclcheck(RelationGetNamespace(rel), owner, ACL_USAGE) == ACLCHECK_OK &&
+		(pg_class_aclcheck(relid, owner, ACL_SELECT) == ACLCHECK_OK ||
+		 pg_attribute_aclcheck_all(relid, owner, ACL_SELECT, ACLMASK_ALL) == ACLCHECK_OK) &&
+		!ash_rls_applies_to_owner(rel, owner);
+}
+
 /* What a mapping compares, as far as the destination knows it. */
 static void
 plan_table(Verify *v, VerifyTable *t)
@@ -434,6 +462,13 @@ plan_table(Verify *v, VerifyTable *t)
 	}
 
 	rel = table_open(m->target_relid, AccessShareLock);
+	/* a context mapping's tables are its scopes' (scope_tables) */
+	if (!is_context(m) && !owner_reads(rel, v->cfg->owner))
+	{
+		table_close(rel, AccessShareLock);
+		not_comparable(t, "config_invalid");
+		return;
+	}
 	if (t->tenant_target != NULL)
 	{
 		AttrNumber	attnum = get_attnum(m->target_relid, t->tenant_target);
@@ -1192,7 +1227,7 @@ read_mirror(Verify *v, VerifyTable *t)
 	List	   *vals;
 	StringInfoData sql;
 	ListCell   *lc;
-	int			nest;
+	AshOwnerScope scope;
 	bool		isnull;
 	char	   *filter = t->filter;
 	Oid			argtypes[2] = {TEXTOID, TEXTARRAYOID};
@@ -1233,8 +1268,17 @@ read_mirror(Verify *v, VerifyTable *t)
 		appendStringInfoString(&sql, "SELECT '0'::pg_catalog.text, '0'::pg_catalog.text, '0'::pg_catalog.text");
 	appendStringInfoString(&sql, ") AS x (n, d, r)");
 
+	/*
+	 * As the sink owner, restricted: a cast to text of a type the owner made
+	 * (or a target converted to a view) is its code, never the definer's.
+	 * row_security off as in the worker: a policy that would hide rows
+	 * fails the read instead of shrinking the count.  The exit undoes what
+	 * was set here and whatever the owner's code set.
+	 */
+	ash_owner_scope_enter(&scope, v->cfg->owner, SECURITY_RESTRICTED_OPERATION);
+	(void) set_config_option("row_security", "off", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	/* the text forms the source session renders (ash_text_form) */
-	nest = NewGUCNestLevel();
 	for (int i = 0; i < ASH_TEXT_FORM_SETTINGS; i++)
 		(void) set_config_option(ash_text_form[i][0], ash_text_form[i][1], PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
@@ -1257,7 +1301,7 @@ read_mirror(Verify *v, VerifyTable *t)
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
-	AtEOXact_GUC(true, nest);
+	ash_owner_scope_exit(&scope);
 	t->have_mirror = true;
 }
 
