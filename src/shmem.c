@@ -253,18 +253,9 @@ ash_crash_find(Oid dboid, const char *sink_name)
 bool
 ash_pipeline_is_running(const char *sink_name)
 {
-	AshPipelineSlot *slot;
-	bool		running = false;
+	int32		source_pid;
 
-	if (AshShmem == NULL)
-		return false;
-	LWLockAcquire(AshShmem->lock, LW_SHARED);
-	slot = ash_slot_find(MyDatabaseId, sink_name);
-	if (slot != NULL && (slot->state == ASH_SLOT_STARTING ||
-						 slot->state == ASH_SLOT_RUNNING))
-		running = true;
-	LWLockRelease(AshShmem->lock);
-	return running;
+	return ash_pipeline_source_pid(sink_name, &source_pid);
 }
 
 bool
