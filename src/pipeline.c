@@ -66,6 +66,7 @@
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
@@ -494,11 +495,22 @@ static bool error_in_stream = false;	/* in a streamed transaction */
 /* a target whose lock was waited for when the error struck (errors.h) */
 static char opening_target[4 * NAMEDATALEN + 8];
 
+/* the table a constraint's error names (ErrorData), resolved after it */
+static char error_schema[NAMEDATALEN];
+static char error_table[NAMEDATALEN];
+
 static void
-note_error_location(void)
+note_error_location(ErrorData *edata)
 {
 	XLogRecPtr	lsn;
 	const char *target;
+
+	error_schema[0] = error_table[0] = '\0';
+	if (edata->schema_name != NULL && edata->table_name != NULL)
+	{
+		strlcpy(error_schema, edata->schema_name, sizeof(error_schema));
+		strlcpy(error_table, edata->table_name, sizeof(error_table));
+	}
 
 	if (ash_opening_target != NULL)
 	{
@@ -529,6 +541,41 @@ note_error_location(void)
 			pfree(error_target);
 		error_target = MemoryContextStrdup(pipeline_cxt, ash_pending_halt_target);
 	}
+}
+
+/*
+ * An error raised at the commit (a deferred unique, exclusion or foreign
+ * key constraint) comes with no change in hand; the table its error
+ * names, when it is a target of this sink, is where it struck: the
+ * apply.error lines and the halt name it (test 210).  Looked up in a
+ * transaction of its own, the failed one being gone.  A tenant's table of
+ * context tenancy is no mapping's target (its schema may carry the tenant):
+ * never named.
+ */
+static void
+locate_constraint_error(void)
+{
+	Oid			relid;
+	ListCell   *lc;
+
+	if (error_target != NULL || error_table[0] == '\0' || IsTransactionOrTransactionBlock())
+		return;
+	StartTransactionCommand();
+	relid = get_relname_relid(error_table, get_namespace_oid(error_schema, true));
+	foreach(lc, cfg->mappings)
+	{
+		AshMapping *m = lfirst(lc);
+
+		if (OidIsValid(relid) && m->target_relid == relid)
+		{
+			error_target = MemoryContextStrdup(pipeline_cxt,
+											   quote_qualified_identifier(error_schema, error_table));
+			break;
+		}
+	}
+	CommitTransactionCommand();
+	if (error_target != NULL && ash_apply_errctx.relation == NULL)
+		ash_apply_errctx.relation = error_target;
 }
 
 static void
@@ -2510,6 +2557,7 @@ handle_error(ErrorData *edata, long backoff)
 
 	ash_pending_halt = NULL;
 	strlcpy(sqlstate, unpack_sql_state(edata->sqlerrcode), sizeof(sqlstate));
+	locate_constraint_error();
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->stats.streaming = false;
@@ -2848,7 +2896,7 @@ ash_pipeline_main(Datum main_arg)
 			MemoryContextSwitchTo(pipeline_cxt);
 			edata = CopyErrorData();
 			FlushErrorState();
-			note_error_location();
+			note_error_location(edata);
 			ash_apply_abort();
 			guard_applied();
 			if (stream_open)
