@@ -141,14 +141,8 @@ CREATE TRIGGER audit2 AFTER INSERT OR UPDATE OR DELETE ON big2 FOR EACH ROW EXEC
 # A brake until the faults are done: every statement into a target sleeps
 # brake.ms.  On a quiet machine the three tables are copied in about two
 # seconds, before the seeded faults could land in the helpers' copies.
+AshTest::create_brake($dst, 100);
 q_dst(q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (100);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
 CREATE TRIGGER brake1 AFTER INSERT ON big1 FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
 CREATE TRIGGER brake2 AFTER INSERT ON big2 FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
 CREATE TRIGGER brake3 AFTER INSERT ON big3 FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();

@@ -85,14 +85,8 @@ CREATE OR REPLACE VIEW acct2_v AS SELECT id, v, n, tenant FROM acct2_hist WHERE 
 });
 # A brake until the faults are done: every statement into a target sleeps
 # brake.ms, so that the copy outlasts the seeded faults.
+AshTest::create_brake($dst, 4);
 q_dst(q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (4);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
 CREATE TRIGGER brake1 AFTER INSERT ON acct_hist FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
 CREATE TRIGGER brake2 AFTER INSERT ON acct2_hist FOR EACH STATEMENT EXECUTE FUNCTION brake_fn();
 });

@@ -48,6 +48,7 @@ AshTenancy::write_keyring($dst, 'keyring', "snapshot_provenance 1 " . AshTenancy
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
 
+AshTest::create_brake($dst, 4);
 q_dst(q{
 CREATE SCHEMA pa;
 CREATE SCHEMA pb;
@@ -60,13 +61,6 @@ BEGIN
 	ELSE
 		INSERT INTO public.audit (tab, k, op, n) VALUES (TG_TABLE_NAME, NEW.id, TG_OP, NEW.n);
 	END IF;
-	RETURN NULL;
-END $$;
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (4);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
 	RETURN NULL;
 END $$;
 });

@@ -35,15 +35,7 @@ sub q_src { return $src->safe_psql($DB, $_[0]); }
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 
 # a destination trigger that slows a copy down: brake.ms per row or statement
-q_dst(q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (0);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
-});
+AshTest::create_brake($dst, 0);
 
 sub equal
 {

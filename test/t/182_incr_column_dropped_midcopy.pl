@@ -43,15 +43,7 @@ sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 my $prov = 'replica_fingerprint bytea, replica_seen_attempt bytea';
 
 # each chunk statement waits: the drop lands while the table is half copied
-q_dst(q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (60);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
-});
+AshTest::create_brake($dst, 60);
 
 q_src("CREATE TABLE tdd (id bigint PRIMARY KEY, v text, w text);"
 	. "INSERT INTO tdd SELECT g, 'v' || g, 'w' || g FROM generate_series(1, 5000) g;"

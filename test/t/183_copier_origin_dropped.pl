@@ -37,15 +37,7 @@ sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 my $prov = 'replica_fingerprint bytea, replica_seen_attempt bytea';
 
 # slows each copy down so that the helpers are copying when the fault comes
-q_dst(q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (0);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
-});
+AshTest::create_brake($dst, 0);
 
 my $helpers = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'ash_replicant snapshot'";
 

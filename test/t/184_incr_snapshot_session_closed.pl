@@ -26,15 +26,7 @@ sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 my $prov = 'replica_fingerprint bytea, replica_seen_attempt bytea';
 my $sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ash_replicant snapshot'";
 
-q_dst(q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (60);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
-});
+AshTest::create_brake($dst, 60);
 for my $t (qw(ta tb tc))
 {
 	q_src("CREATE TABLE $t (id bigint PRIMARY KEY, v text);"

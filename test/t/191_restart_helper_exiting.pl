@@ -82,15 +82,7 @@ is($dst->safe_psql($DB, "SELECT count(*) FROM pg_replication_origin WHERE roname
 
 # --- the same with an incremental snapshot's helper ------------------------------------
 my $prov = 'replica_fingerprint bytea, replica_seen_attempt bytea';
-$dst->safe_psql($DB, q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (200);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
-});
+AshTest::create_brake($dst, 200);
 for my $t (qw(ia ib))
 {
 	$src->safe_psql($DB, "CREATE TABLE $t (id bigint PRIMARY KEY, v text);"

@@ -54,14 +54,8 @@ my $ROWS = 3000;
 
 # each chunk's insert waits: the table is half copied when the pipeline
 # stops; each old update streamed waits (lag_*): the stream stays behind
+AshTest::create_brake($dst, 60);
 q_dst(q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (60);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
 CREATE TABLE audit (seq bigserial, tab text, id bigint, op text);
 CREATE FUNCTION audit_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 BEGIN

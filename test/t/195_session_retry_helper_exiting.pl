@@ -97,15 +97,7 @@ unlike($new_log->(), qr/event=pipeline\.halt sink=$sink /, 'no halt logged');
 # --- the same with an incremental snapshot's helper (a guard: its session ---
 # --- already waits for the helpers of the one before) ---------------------
 my $prov = 'replica_fingerprint bytea, replica_seen_attempt bytea';
-$dst->safe_psql($DB, q{
-CREATE TABLE brake (ms integer NOT NULL);
-INSERT INTO brake VALUES (200);
-CREATE FUNCTION brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
-BEGIN
-	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
-	RETURN NULL;
-END $$;
-});
+AshTest::create_brake($dst, 200);
 for my $t (qw(ia ib))
 {
 	$src->safe_psql($DB, "CREATE TABLE $t (id bigint PRIMARY KEY, v text);"

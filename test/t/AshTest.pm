@@ -1035,6 +1035,24 @@ sub terminate_walsender
 		  . lit($slot) . " AND active_pid IS NOT NULL");
 }
 
+# create_brake($dst, $ms): a table brake (ms) and a trigger function
+# public.brake_fn() that sleeps brake.ms milliseconds per call: a test's
+# trigger on a target slows a copy or an apply down until it sets ms to 0.
+sub create_brake
+{
+	my ($dst, $ms) = @_;
+	$dst->safe_psql($DB, qq{
+CREATE TABLE public.brake (ms integer NOT NULL);
+INSERT INTO public.brake VALUES ($ms);
+CREATE FUNCTION public.brake_fn() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS \$\$
+BEGIN
+	PERFORM pg_catalog.pg_sleep(ms / 1000.0) FROM public.brake;
+	RETURN NULL;
+END \$\$;
+});
+	return;
+}
+
 # A gate on the destination: close_gate($dst, $table, $id, $lock) makes a
 # BEFORE INSERT trigger on $table wait, for the row with id $id, for advisory
 # lock $lock, which a background session takes and holds now; the writing
