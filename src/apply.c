@@ -1413,7 +1413,12 @@ merge_unchanged(AshTuple *newtup, AshTuple *oldtup, bool key_only)
 	}
 }
 
-/* The row as jsonb {"column": "text value" | null}, for tenant functions. */
+/*
+ * The row as jsonb {"source column": "text value" | null}, for tenant
+ * functions: only the columns written to the target in clear.  A skipped
+ * column never reaches SQL, and an encrypted one reaches it sealed: the
+ * function is the owner's code, which may log what it is handed.
+ */
 static Datum
 row_as_jsonb(AshApplyRel *rel, AshTuple *tup)
 {
@@ -1422,10 +1427,14 @@ row_as_jsonb(AshApplyRel *rel, AshTuple *tup)
 
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '{');
-	for (int i = 0; i < tup->natts && i < rel->remote.natts; i++)
+	for (int c = 0; c < rel->ncols; c++)
 	{
-		AshColumnValue *v = &tup->cols[i];
+		int			i = rel->cols[c].remote_idx;
+		AshColumnValue *v;
 
+		if (rel->cols[c].encrypt || i >= tup->natts)
+			continue;
+		v = &tup->cols[i];
 		if (v->status == ASH_COL_UNCHANGED)
 			continue;
 		if (!first)
