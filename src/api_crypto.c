@@ -60,11 +60,14 @@ qrel(Oid nspid, const char *relname)
 
 /*
  * Resolve (target, column) to the names of the cipher binding, refusing
- * unless the column is an extension-encrypted destination column.
+ * unless the column is an extension-encrypted destination column.  *shown
+ * names the column for errors: schema-qualified when the table is a
+ * mapping's target, else by its table's name alone -- a tenant's table
+ * under context tenancy lives in a schema the tenant value names.
  */
 static void
 resolve_binding(Oid relid, const char *column, const char *stage,
-				char **schema, char **table)
+				char **schema, char **table, char **shown)
 {
 	char	   *relname = get_rel_name(relid);
 	Oid			nspid;
@@ -72,17 +75,15 @@ resolve_binding(Oid relid, const char *column, const char *stage,
 	Oid			argtypes[3] = {OIDOID, TEXTOID, TEXTOID};
 	Datum		values[3];
 	int			ret;
+	bool		isnull;
+	bool		direct;
 	bool		found;
+	char	   *where;
 
 	if (relname == NULL)
 		ash_reject(ERRCODE_UNDEFINED_TABLE, stage, "decrypt_binding_invalid",
 				   "target table does not exist");
 	nspid = get_rel_namespace(relid);
-	attnum = get_attnum(relid, column);
-	if (attnum == InvalidAttrNumber || attnum < 0)
-		ash_reject(ERRCODE_UNDEFINED_COLUMN, stage, "decrypt_binding_invalid",
-				   "column %s does not exist on target %s",
-				   ash_quoted_name(column), qrel(nspid, relname));
 
 	values[0] = ObjectIdGetDatum(relid);
 	values[1] = CStringGetTextDatum(column);
@@ -90,29 +91,41 @@ resolve_binding(Oid relid, const char *column, const char *stage,
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "ash_replicant: SPI_connect failed");
 	ret = SPI_execute_with_args(
-		"SELECT 1 FROM ash_replicant.resources r"
-		" CROSS JOIN LATERAL pg_catalog.unnest(r.encrypted) AS e(source_column)"
-		" WHERE (r.target::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
-		"        OR (r.tenant_strategy OPERATOR(pg_catalog.=) 'context'"
-		"            AND (SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c"
-		"                  WHERE c.oid OPERATOR(pg_catalog.=) r.target::pg_catalog.oid)"
-		"                OPERATOR(pg_catalog.=) $3))"
-		"   AND COALESCE(r.column_map OPERATOR(pg_catalog.->>) e.source_column,"
-		"                e.source_column) OPERATOR(pg_catalog.=) $2"
-		" LIMIT 1",
+		"SELECT pg_catalog.bool_or(r.target::pg_catalog.oid OPERATOR(pg_catalog.=) $1),"
+		"       pg_catalog.bool_or(EXISTS ("
+		"         SELECT 1 FROM pg_catalog.unnest(r.encrypted) AS e(source_column)"
+		"          WHERE COALESCE(r.column_map OPERATOR(pg_catalog.->>) e.source_column,"
+		"                         e.source_column) OPERATOR(pg_catalog.=) $2))"
+		"  FROM ash_replicant.resources r"
+		" WHERE r.target::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
+		"    OR (r.tenant_strategy OPERATOR(pg_catalog.=) 'context'"
+		"        AND (SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c"
+		"              WHERE c.oid OPERATOR(pg_catalog.=) r.target::pg_catalog.oid)"
+		"            OPERATOR(pg_catalog.=) $3)",
 		3, argtypes, values, NULL, true, 1);
-	if (ret != SPI_OK_SELECT)
+	if (ret != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "ash_replicant: could not read mappings");
-	found = SPI_processed > 0;
+	direct = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	direct = direct && !isnull;
+	found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	found = found && !isnull;
 	SPI_finish();
 
+	where = direct ? psprintf("target %s", qrel(nspid, relname)) :
+		psprintf("table %s", ash_quoted_name(relname));
+	attnum = get_attnum(relid, column);
+	if (attnum == InvalidAttrNumber || attnum < 0)
+		ash_reject(ERRCODE_UNDEFINED_COLUMN, stage, "decrypt_binding_invalid",
+				   "column %s does not exist on %s", ash_quoted_name(column), where);
 	if (!found)
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, stage, "decrypt_binding_invalid",
-				   "column %s of target %s is not an encrypted column of any mapping",
-				   ash_quoted_name(column), qrel(nspid, relname));
+				   "column %s of %s is not an encrypted column of any mapping",
+				   ash_quoted_name(column), where);
 
 	*schema = get_namespace_name(nspid);
 	*table = relname;
+	*shown = direct ? ash_crypto_binding(*schema, relname, column) :
+		psprintf("%s of table %s", ash_quoted_name(column), ash_quoted_name(relname));
 }
 
 /*
@@ -127,19 +140,20 @@ ash_replicant_decrypt(PG_FUNCTION_ARGS)
 	char	   *column = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	char	   *schema;
 	char	   *table;
+	char	   *shown;
 	char	   *plain;
 	int			len;
 	text	   *result;
 
 	ash_keyring_load();
-	resolve_binding(relid, column, STAGE_DECRYPT, &schema, &table);
-	plain = ash_decrypt_column(schema, table, column, value, &len);
+	resolve_binding(relid, column, STAGE_DECRYPT, &schema, &table, &shown);
+	plain = ash_decrypt_column(schema, table, column, shown, value, &len);
 	if (!pg_verifymbstr(plain, len, true))
 	{
 		explicit_bzero(plain, len);
 		ash_reject(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, STAGE_DECRYPT, "ciphertext_invalid",
 				   "the plaintext of column %s is not valid text in the database encoding",
-				   ash_crypto_binding(schema, table, column));
+				   shown);
 	}
 	result = cstring_to_text_with_len(plain, len);
 	explicit_bzero(plain, len);
@@ -208,10 +222,11 @@ ash_replicant_encrypt_for_test(PG_FUNCTION_ARGS)
 	char	   *column = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	char	   *schema;
 	char	   *table;
+	char	   *shown;
 
 	require_superuser("ash_replicant._encrypt_for_test");
 	ash_keyring_load();
-	resolve_binding(relid, column, "encrypt", &schema, &table);
+	resolve_binding(relid, column, "encrypt", &schema, &table, &shown);
 	PG_RETURN_BYTEA_P(ash_encrypt_column(schema, table, column,
 										 VARDATA_ANY(plain), VARSIZE_ANY_EXHDR(plain)));
 }

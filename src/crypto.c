@@ -353,7 +353,7 @@ ash_encrypt_column(const char *schema, const char *table, const char *column,
 
 char *
 ash_decrypt_column(const char *schema, const char *table, const char *column,
-				   const bytea *value, int *len)
+				   const char *shown, const bytea *value, int *len)
 {
 	const uint8 *in = (const uint8 *) VARDATA_ANY(value);
 	int			inlen = VARSIZE_ANY_EXHDR(value);
@@ -373,19 +373,19 @@ ash_decrypt_column(const char *schema, const char *table, const char *column,
 
 	if (inlen < 1)
 		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
-					"empty value for column %s", ash_crypto_binding(schema, table, column));
+					"empty value for column %s", shown);
 	if (in[0] != ASH_CIPHER_FORMAT_V1)
 		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
 					"unknown ciphertext format for column %s",
-					ash_crypto_binding(schema, table, column));
+					shown);
 	if (inlen < ASH_CIPHER_OVERHEAD)
 		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
-					"truncated value for column %s", ash_crypto_binding(schema, table, column));
+					"truncated value for column %s", shown);
 	version = get_be32(in + 1);
 	if (version == 0 || version > PG_INT32_MAX)
 		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
 					"invalid key version in the value for column %s",
-					ash_crypto_binding(schema, table, column));
+					shown);
 	key = ash_keyring_get(ASH_KEYS_COLUMN_ENCRYPTION, (int) version);
 	if (key == NULL)
 		ash_refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, STAGE_DECRYPT,
@@ -429,7 +429,7 @@ ash_decrypt_column(const char *schema, const char *table, const char *column,
 					 errmsg("ash_replicant: decryption failed in OpenSSL")));
 		ash_refuse(ERRCODE_DATA_CORRUPTED, STAGE_DECRYPT, "ciphertext_invalid",
 					"authentication failed: the value was altered or does not belong to column %s",
-					ash_crypto_binding(schema, table, column));
+					shown);
 	}
 	*len = ctlen;
 	return plain;

@@ -61,11 +61,13 @@ extern void ash_encrypt_versions_check(void);
  * Decrypt a format-1 value bound to schema.table.column.  Returns a
  * palloc'd, NUL-terminated buffer of *len bytes (the plaintext may itself
  * contain NULs).  value may have a short header, not a compressed or
- * external one (detoast first).
+ * external one (detoast first).  shown names the column in errors: the
+ * caller's choice, since a tenant's table lives in a schema the tenant
+ * names.
  */
 extern char *ash_decrypt_column(const char *schema, const char *table,
-								const char *column, const bytea *value,
-								int *len);
+								const char *column, const char *shown,
+								const bytea *value, int *len);
 
 /* The binding string "schema"."table"."column" (palloc'd). */
 extern char *ash_crypto_binding(const char *schema, const char *table,
