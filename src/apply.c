@@ -148,6 +148,25 @@ typedef struct MissingDelete
 } MissingDelete;
 static List *missing_deletes = NIL;
 
+/*
+ * Streamed transactions of the open batch, logged (event=apply.streamed)
+ * once it has committed: until then a failure may still roll them back.
+ * In TopMemoryContext; emptied by the commit and by every roll-back.
+ */
+typedef struct StreamedNote
+{
+	XLogRecPtr	commit_lsn;
+	int64		changes;
+} StreamedNote;
+static List *streamed_notes = NIL;
+
+static void
+forget_streamed_notes(void)
+{
+	list_free_deep(streamed_notes);
+	streamed_notes = NIL;
+}
+
 static void
 release_target(AshApplyTarget *tgt)
 {
@@ -272,6 +291,7 @@ begin_batch(void)
 	batch_xacts = 0;
 	batch_changes = 0;
 	missing_deletes = NIL;
+	forget_streamed_notes();
 
 	/* no key is held between batches: a rotated keyring is seen here */
 	if (apply_needs_keys)
@@ -2113,6 +2133,7 @@ roll_back(void)
 	stream_xid = InvalidTransactionId;
 	stream_nsubxids = 0;
 	missing_deletes = NIL;
+	forget_streamed_notes();
 	table_stats_discard();
 	meta.origin = "stream";
 	meta.snapshot_attempt = NULL;
@@ -2126,6 +2147,9 @@ roll_back(void)
 static void
 stream_commit(AshChange *c)
 {
+	StreamedNote *note;
+	MemoryContext old;
+
 	if (in_remote_xact)
 		ash_halt("protocol_violation", "stream commit inside a streaming block");
 	if (!TransactionIdIsValid(stream_xid) || c->u.stream_commit.xid != stream_xid)
@@ -2144,10 +2168,13 @@ stream_commit(AshChange *c)
 	batch_end_lsn = c->u.stream_commit.end_lsn;
 	batch_commit_time = c->u.stream_commit.commit_time;
 	batch_xacts++;
-	/* one line per large transaction: what streaming did, for operators */
-	ereport(LOG,
-			(errmsg("ash_replicant event=apply.streamed sink=%s commit_lsn=%X/%X changes=" INT64_FORMAT,
-					apply_cfg->sink_name, LSN_FORMAT_ARGS(batch_commit_lsn), batch_changes)));
+	/* one line per large transaction once its batch commits (commit_batch) */
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	note = palloc(sizeof(StreamedNote));
+	note->commit_lsn = batch_commit_lsn;
+	note->changes = batch_changes;
+	streamed_notes = lappend(streamed_notes, note);
+	MemoryContextSwitchTo(old);
 }
 
 static void
@@ -2494,6 +2521,17 @@ ash_apply_commit_batch(bool durable)
 	report_pgstat(false);
 	batch_open = false;
 	missing_deletes = NIL;
+
+	/* what streaming did, for operators: only what is now committed */
+	foreach(lc, streamed_notes)
+	{
+		StreamedNote *note = lfirst(lc);
+
+		ereport(LOG,
+				(errmsg("ash_replicant event=apply.streamed sink=%s commit_lsn=%X/%X changes=" INT64_FORMAT,
+						apply_cfg->sink_name, LSN_FORMAT_ARGS(note->commit_lsn), note->changes)));
+	}
+	forget_streamed_notes();
 
 	r.committed = true;
 	r.remote_end = batch_end_lsn;
