@@ -76,6 +76,7 @@
 #include "mapping_validate.h"
 #include "publication_record.h"
 #include "qualname.h"
+#include "route_rules.h"
 #include "shmem.h"
 #include "source_catalog.h"
 
@@ -111,7 +112,7 @@ typedef struct SinkFacts
 	bool		failover;
 	bool		binary_transfer;
 	int64		nroutes;
-	int64		nroutes_below;
+	const char *routes_reason;	/* the route rules' verdict (route_rules.c) */
 	int64		nroutes_dangling;	/* the target table or function is gone */
 	char	   *halt_sqlstate;	/* the current halt's, or NULL */
 	char	   *halt_target;
@@ -396,8 +397,6 @@ load_sink_facts(Doctor *d)
 		"  coalesce(p.failover, false), coalesce(p.binary_transfer, false),"
 		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
 		"    WHERE r.sink_name = s.sink_name),"
-		"  (SELECT pg_catalog.count(*) FROM ash_replicant.message_routes r"
-		"    WHERE r.sink_name = s.sink_name AND r.retention < s.recovery_horizon),"
 		/* where the current generation's halt stopped (NULL before 1.2.0) */
 		"  CASE WHEN p.halt_generation >= p.start_generation THEN p.halt_sqlstate END,"
 		"  CASE WHEN p.halt_generation >= p.start_generation"
@@ -453,18 +452,24 @@ load_sink_facts(Doctor *d)
 	f->failover = get_bool(tup, desc, 16);
 	f->binary_transfer = get_bool(tup, desc, 17);
 	f->nroutes = DatumGetInt64(SPI_getbinval(tup, desc, 18, &isnull));
-	f->nroutes_below = DatumGetInt64(SPI_getbinval(tup, desc, 19, &isnull));
-	f->halt_sqlstate = copy_text(tup, desc, 20);
-	f->halt_target = copy_text(tup, desc, 21);
-	f->halt_lsn = copy_text(tup, desc, 22);
-	f->allow_keyless = get_bool(tup, desc, 23);
-	f->origin_none = get_bool(tup, desc, 24);
-	f->nroutes_dangling = DatumGetInt64(SPI_getbinval(tup, desc, 25, &isnull));
+	f->halt_sqlstate = copy_text(tup, desc, 19);
+	f->halt_target = copy_text(tup, desc, 20);
+	f->halt_lsn = copy_text(tup, desc, 21);
+	f->allow_keyless = get_bool(tup, desc, 22);
+	f->origin_none = get_bool(tup, desc, 23);
+	f->nroutes_dangling = DatumGetInt64(SPI_getbinval(tup, desc, 24, &isnull));
 	if (f->decoder == NULL)
 		f->decoder = "pgoutput";
 	if (f->snapshot == NULL)
 		f->snapshot = "off";
 	MemoryContextSwitchTo(old);
+	{
+		AshRouteVerdict rv;
+
+		/* what ash_replicant_start and the worker judge, as they judge it */
+		ash_route_rules_judge(d->sink_name, ASH_ROUTE_RULES_START, &rv);
+		f->routes_reason = rv.reason;	/* a literal */
+	}
 	SPI_finish();
 }
 
@@ -532,15 +537,8 @@ check_configuration(Doctor *d)
 	else if (f->initial_state != NULL &&
 			 (strcmp(f->initial_state, "go_forward") == 0) != (strcmp(f->snapshot, "off") == 0))
 		reason = "initial_state_mismatch";
-	else if (f->has_horizon && f->nroutes == 0)
-		reason = "recovery_horizon_invalid";
-	else if (!f->append_log && f->nroutes > 0 && !f->has_horizon)
-		reason = "recovery_horizon_invalid";
-	else if (f->nroutes_below > 0)
-		reason = "retention_below_recovery_horizon";
-	else if (f->nroutes > 0 &&
-			 (strcmp(f->decoder, "pglogical") == 0 || strcmp(f->decoder, "wal2json") == 0))
-		reason = "decoder_capability_unsupported";	/* as ash_replicant_start */
+	else if (f->routes_reason != NULL)
+		reason = f->routes_reason;	/* as ash_replicant_start */
 	else if (f->nroutes_dangling > 0)
 	{
 		/* as the worker's activation (messages.c) */

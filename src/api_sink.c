@@ -75,6 +75,7 @@
 #include "origin.h"
 #include "owner_scope.h"
 #include "qualname.h"
+#include "route_rules.h"
 #include "shmem.h"
 #include "syncrep.h"
 
@@ -767,6 +768,19 @@ ash_replicant_alter_sink(PG_FUNCTION_ARGS)
 				 "  owner = coalesce($6, owner)"
 				 " WHERE sink_name = $1",
 				 7, types, values, nulls, false);
+
+	/*
+	 * The routes against what is stored now (a horizon raised above a
+	 * retention, reset, or a routed prefix ignored), as add_message_route
+	 * keeps them; the error takes the UPDATE back.
+	 */
+	{
+		AshRouteVerdict v;
+
+		ash_route_rules_judge(sink_name, ASH_ROUTE_RULES_SINK, &v);
+		if (v.reason != NULL)
+			ash_reject(v.sqlerrcode, STAGE_SINK, v.reason, "%s", v.context);
+	}
 	bump_config_version(sink_name);
 
 	catalog_exec("SELECT enabled AND halt_generation >= start_generation"
@@ -1851,65 +1865,15 @@ start_check_snapshot(const char *sink_name, const AshSinkInfo *sink, HeapTuple t
 				   "sink \"%s\" maps a table with snapshot_provenance but takes no snapshot", sink_name);
 }
 
-/* Message routes against the recovery horizon and the decoder. */
+/* Message routes against the sink's settings and the decoder (route_rules.c). */
 static void
-start_check_routes(const char *sink_name, const AshSinkInfo *sink, const char *decoder)
+start_check_routes(const char *sink_name)
 {
-	Oid			types[2] = {TEXTOID, INTERVALOID};
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-	bool		isnull;
-	int64		nroutes;
-	int64		nbelow;
+	AshRouteVerdict v;
 
-	values[0] = CStringGetTextDatum(sink_name);
-	if (sink->has_horizon)
-		values[1] = IntervalPGetDatum(sink->recovery_horizon);
-	else
-	{
-		values[1] = (Datum) 0;
-		nulls[1] = 'n';
-	}
-	catalog_exec("SELECT pg_catalog.count(*),"
-				 "  pg_catalog.count(*) FILTER (WHERE retention < $2)"
-				 "  FROM ash_replicant.message_routes WHERE sink_name = $1",
-				 2, types, values, nulls, true);
-	nroutes = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										  SPI_tuptable->tupdesc, 1, &isnull));
-	nbelow = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										 SPI_tuptable->tupdesc, 2, &isnull));
-	if (sink->has_horizon && nroutes == 0)
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START,
-				   "recovery_horizon_invalid",
-				   "sink \"%s\" has a recovery_horizon but no message routes", sink_name);
-	if (!sink->append_log && nroutes > 0 && !sink->has_horizon)
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START,
-				   "recovery_horizon_invalid",
-				   "state_mirror sink \"%s\" routes messages but has no recovery_horizon",
-				   sink_name);
-	if (nbelow > 0)
-		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_START,
-				   "retention_below_recovery_horizon",
-				   "a message route of sink \"%s\" retains less than its recovery_horizon",
-				   sink_name);
-	if (nroutes > 0 && strcmp(decoder, "pglogical") == 0)
-		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START,
-				   "decoder_capability_unsupported",
-				   "decoder pglogical cannot deliver the logical messages that sink \"%s\" routes",
-				   sink_name);
-
-	/*
-	 * wal2json 2.5 writes a message's content up to its first zero byte and
-	 * no length, so "ab" and "ab\0cd" arrive alike; no route is safe (see
-	 * docs/sql-api-sinks.md#decoders): a bytea target would store the cut
-	 * content, a text one would store it where pgoutput halts (a zero byte
-	 * is not text), and the digest and function targets see the cut bytes.
-	 */
-	if (nroutes > 0 && strcmp(decoder, "wal2json") == 0)
-		ash_reject(ERRCODE_FEATURE_NOT_SUPPORTED, STAGE_START,
-				   "decoder_capability_unsupported",
-				   "decoder wal2json cannot carry the whole content of the logical messages that sink \"%s\" routes",
-				   sink_name);
+	ash_route_rules_judge(sink_name, ASH_ROUTE_RULES_START, &v);
+	if (v.reason != NULL)
+		ash_reject(v.sqlerrcode, STAGE_START, v.reason, "%s", v.context);
 }
 
 /*
@@ -1940,7 +1904,7 @@ ash_replicant_start(PG_FUNCTION_ARGS)
 	snapshot = SPI_getvalue(tup, desc, 8);
 	start_check_settings(tup, desc, decoder);
 	start_check_snapshot(sink_name, &sink, tup, desc, snapshot);
-	start_check_routes(sink_name, &sink, decoder);
+	start_check_routes(sink_name);
 
 	/* in this installation: a copy restored elsewhere waits for its own start */
 	installation = ash_installation_id();

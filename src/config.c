@@ -26,6 +26,7 @@
 #include "config.h"
 #include "mapping_validate.h"
 #include "qualname.h"
+#include "route_rules.h"
 
 StaticAssertDecl(ASH_APPEND_COL_COUNT == ASH_APPEND_NAXES &&
 				 ASH_APPEND_COL_NIDENTITY == ASH_APPEND_NIDENTITY &&
@@ -442,6 +443,18 @@ ash_config_load(const char *sink_name)
 	parse_census(&cfg->census, census_json);
 	read_mappings(cfg, argtypes, values, caller);
 	read_message_routes(cfg, argtypes, values, caller);
+	{
+		AshRouteVerdict rv;
+
+		/*
+		 * Judged at every load, and a change to routes or sink settings
+		 * reloads (config_version): a configuration stored before a rule
+		 * was enforced, or changed by hand, is never run on.
+		 */
+		ash_route_rules_judge(sink_name, ASH_ROUTE_RULES_WORKER, &rv);
+		cfg->routes_reason = rv.reason;
+		cfg->routes_context = rv.context;	/* literals */
+	}
 
 	SPI_finish();
 	PopActiveSnapshot();

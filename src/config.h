@@ -137,6 +137,14 @@ typedef struct AshPipelineConfig
 
 	List	   *mappings;		/* AshMapping * */
 	List	   *message_routes; /* AshMessageRoute *, by prefix */
+
+	/*
+	 * The first route rule the loaded configuration breaks (route_rules.h,
+	 * ASH_ROUTE_RULES_WORKER), NULL if none: the worker halts with it
+	 * before streaming.
+	 */
+	const char *routes_reason;
+	const char *routes_context;
 } AshPipelineConfig;
 
 /* Load the configuration of one sink (in CurrentMemoryContext). */

@@ -97,6 +97,9 @@ static const AshReasonEntry reason_table[] = {
 	{"keyring_missing_family", ASH_REASON_MISCONFIGURED},
 	{"keyring_invalid", ASH_REASON_MISCONFIGURED},
 	{"retention_below_recovery_horizon", ASH_REASON_MISCONFIGURED},
+	/* also refused at configuration; the worker halts on a stored one (route_rules.c) */
+	{"message_route_invalid", ASH_REASON_MISCONFIGURED},
+	{"recovery_horizon_invalid", ASH_REASON_MISCONFIGURED},
 	{"initial_state_mismatch", ASH_REASON_MISCONFIGURED},
 	{"decoder_capability_unsupported", ASH_REASON_MISCONFIGURED},
 	{"append_frontier_unavailable", ASH_REASON_MISCONFIGURED},
@@ -121,8 +124,6 @@ static const AshReasonEntry reason_table[] = {
 	{"snapshot_provenance_invalid", ASH_REASON_REGISTRATION},
 	{"census_options_invalid", ASH_REASON_REGISTRATION},
 	{"ignore_invalid", ASH_REASON_REGISTRATION},
-	{"message_route_invalid", ASH_REASON_REGISTRATION},
-	{"recovery_horizon_invalid", ASH_REASON_REGISTRATION},
 	{"slot_name_invalid", ASH_REASON_REGISTRATION},
 	{"config_invalid", ASH_REASON_REGISTRATION},
 	{"decrypt_binding_invalid", ASH_REASON_REGISTRATION},

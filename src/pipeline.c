@@ -2314,10 +2314,15 @@ run_session(void)
 			(cfg->streaming || cfg->failover || cfg->binary_transfer))
 			ash_halt("decoder_capability_unsupported",
 					 "streaming, failover and binary_transfer need decoder pgoutput");
-		/* a route added since ash_replicant_start judged them (api_sink.c) */
-		if (is_wal2json && cfg->message_routes != NIL)
-			ash_halt("decoder_capability_unsupported",
-					 "decoder wal2json cannot carry the whole content of a routed logical message");
+
+		/*
+		 * The route rules ash_replicant_start judges (route_rules.c), on
+		 * the configuration as loaded: a route added since start (a
+		 * decoder that cannot deliver it), a horizon changed past a
+		 * route's retention, a routed prefix ignored.
+		 */
+		if (cfg->routes_reason != NULL)
+			ash_halt(cfg->routes_reason, "%s", cfg->routes_context);
 	}
 	if (is_pglogical)
 		ash_pglogical_session_begin(cfg);

@@ -28,7 +28,7 @@ LAYERS = [
     ("keys", ["keyring", "crypto"]),
     ("catalog", ["config", "mapping_validate", "coverage", "source_catalog", "source_slot",
                  "contract", "checkpoint", "syncrep", "publication_record", "column_record",
-                 "census"]),
+                 "census", "route_rules"]),
     ("apply", ["relmap", "apply_bulk", "apply_strategy", "apply", "apply_scd1",
                "apply_scd2", "apply_append", "messages", "provenance", "incremental",
                "source_columns"]),
