@@ -23,6 +23,9 @@
  *	  nothing: it logs that once and sleeps.  A database of that name that
  *	  does not exist kills the launcher connecting to it; the next one
  *	  waits for it without one (wait_for_database), and logs that once.
+ *	  Slots of a database dropped since (DROP DATABASE ... WITH (FORCE) of
+ *	  this one) are freed once their workers are gone
+ *	  (release_gone_databases).
  *	  Errors while reading the catalogs (a lock held past its lock_timeout
  *	  among them) are logged once a minute at most, never crash-loop, and
  *	  change nothing: the running workers go on.
@@ -65,6 +68,7 @@
 #include "utils/memutils.h"
 #include "utils/pidfile.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "ash_replicant.h"
@@ -562,6 +566,76 @@ release_disabled(EnabledPipeline *pipes, int npipes)
 	}
 }
 
+/*
+ * Slots of a database that is gone.  DROP DATABASE ... WITH (FORCE) of
+ * ash_replicant.database terminates its pipeline workers and the launcher
+ * with them: the slots, keyed by the dropped database's OID, stay taken,
+ * and no launcher of the database created again under the name would ever
+ * free them (it looks at its own OID only) -- its pipelines waited
+ * pipeline_slots_exhausted until a server restart.  A slot is freed only
+ * when its worker detached (pid 0, exited) and pg_database no longer holds
+ * its OID: no process can be connected to a database that DROP DATABASE
+ * removed, so none uses the slot any more.
+ */
+static void
+release_gone_databases(void)
+{
+	Oid		   *candidates = palloc(sizeof(Oid) * AshShmem->nslots);
+	Oid		   *gone = palloc(sizeof(Oid) * AshShmem->nslots);
+	int			ncand = 0;
+	int			ngone = 0;
+	int			nfreed = 0;
+
+	LWLockAcquire(AshShmem->lock, LW_SHARED);
+	for (int i = 0; i < AshShmem->nslots; i++)
+	{
+		AshPipelineSlot *slot = &AshShmem->slots[i];
+		bool		seen = false;
+
+		if (!slot->in_use || slot->dboid == MyDatabaseId ||
+			slot->state != ASH_SLOT_EXITED || slot->pid != 0)
+			continue;
+		for (int c = 0; c < ncand && !seen; c++)
+			seen = candidates[c] == slot->dboid;
+		if (!seen)
+			candidates[ncand++] = slot->dboid;
+	}
+	LWLockRelease(AshShmem->lock);
+	if (ncand == 0)
+		return;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	for (int c = 0; c < ncand; c++)
+		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(candidates[c])))
+			gone[ngone++] = candidates[c];
+	CommitTransactionCommand();
+	if (ngone == 0)
+		return;
+
+	LWLockAcquire(AshShmem->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < AshShmem->nslots; i++)
+	{
+		AshPipelineSlot *slot = &AshShmem->slots[i];
+
+		if (!slot->in_use || slot->state != ASH_SLOT_EXITED || slot->pid != 0)
+			continue;
+		for (int g = 0; g < ngone; g++)
+			if (slot->dboid == gone[g])
+			{
+				slot_reset(slot);
+				workers[i].handle = NULL;
+				workers[i].adopted = false;
+				nfreed++;
+				break;
+			}
+	}
+	LWLockRelease(AshShmem->lock);
+	if (nfreed > 0)
+		ereport(LOG,
+				(errmsg("ash_replicant launcher: freed %d pipeline slots of a dropped database", nfreed)));
+}
+
 static void
 reconcile(EnabledPipeline *pipes, int npipes)
 {
@@ -844,6 +918,7 @@ ash_launcher_main(Datum main_arg)
 		else if (npipes > 0)
 			logged_idle = false;
 
+		release_gone_databases();
 		reconcile(pipes, npipes);
 		MemoryContextSwitchTo(old);
 
