@@ -7,7 +7,11 @@
  * pipeline or snapshot worker runs on the server (pipeline_running).  The
  * table and the function are dropped: 1.6.0 mirrors a source column added
  * while the target holds rows without a word (those rows keep what the
- * target gave them).  Messages carry counts and reason codes only.
+ * target gave them).  The publication membership records lose the kinds
+ * of token only 1.7.0 builds write (a table's own OID, its columns'
+ * numbers): 1.6.0 builds take a "def:" token they do not find now for a
+ * redefinition (publication_gap at every start).  Messages carry counts
+ * and reason codes only.
  */
 
 \echo Use "ALTER EXTENSION ash_replicant UPDATE TO '1.6.0'" to load this file. \quit
@@ -37,3 +41,13 @@ $guard$;
 DROP FUNCTION ash_replicant_acknowledge_column_added(text, text, text, text, text);
 ALTER EXTENSION ash_replicant DROP TABLE ash_replicant.source_columns;
 DROP TABLE ash_replicant.source_columns;
+
+-- the membership records as 1.6.0 builds write them: without the tokens of
+-- 1.7.0 builds (a build that writes them records them again at its next
+-- start or census)
+UPDATE ash_replicant.publication_members
+   SET published = coalesce((
+		 SELECT pg_catalog.string_agg(u.t, ',' ORDER BY u.o)
+		   FROM pg_catalog.unnest(pg_catalog.string_to_array(published, ',')) WITH ORDINALITY u(t, o)
+		  WHERE NOT (u.t LIKE 'def:tbl:%' OR u.t LIKE 'col:%')), '')
+ WHERE published OPERATOR(pg_catalog.~) '(^|,)(def:tbl:|col:)';
