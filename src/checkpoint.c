@@ -548,6 +548,12 @@ ash_checkpoint_judge_slot(const AshCheckpointKey *key, XLogRecPtr confirmed, boo
 						 1, types, values, SPI_OK_UPDATE, "could not record the acknowledged position");
 	}
 	ash_spi_transaction_end();
+	/*
+	 * On disk before ash_replicant_wait_for_slot returns (the worker commits
+	 * asynchronously): the record is what makes a start owe this slot
+	 */
+	if (*armed)
+		XLogFlush(XactLastCommitEnd);
 	return Max(end_lsn, acknowledged);
 }
 

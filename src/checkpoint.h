@@ -106,7 +106,8 @@ extern void ash_checkpoint_set_origin_floor(const AshCheckpointKey *key,
  * it, the slot advanced by another client: the source will not deliver what
  * lies between again.  A checkpoint without an acknowledged position (of
  * an earlier version, or adopted: ash_checkpoint_adopt clears it) or a slot
- * created in this activation takes the slot's position (*armed: it did).
+ * created in this activation takes the slot's position (*armed: it did;
+ * the record is flushed to disk before it returns).
  * Returns the position acknowledgements may go to without a new record.
  * record_acknowledged: records lsn and flushes it to disk.  Each runs in a
  * transaction of its own.

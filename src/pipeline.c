@@ -2409,9 +2409,6 @@ run_session(void)
 						   snapshot && !is_incremental() && phase == ASH_SNAPSHOT_NONE &&
 						   XLogRecPtrIsInvalid(binding.commit_lsn),
 						   &slot_created, &slot_start, MySlot);
-	SpinLockAcquire(&MySlot->mutex);
-	MySlot->stats.slot_ready = true;
-	SpinLockRelease(&MySlot->mutex);
 	/*
 	 * A slot past what this database remembers: a restore, a promotion, an
 	 * advance.  Not judged while another session streams from it (its
@@ -2429,6 +2426,17 @@ run_session(void)
 	}
 	ack_recorded = ash_checkpoint_judge_slot(ckey, slot_start.slot_position, slot_created,
 											 &slot_armed);
+
+	/*
+	 * Only now may ash_replicant_wait_for_slot return: the acknowledgement
+	 * judge_slot committed (and flushed) is what makes a later start owe
+	 * this slot's commits (source_slot_missing, not a new slot, if it goes).
+	 * Released at the slot's creation, a worker ending before that record
+	 * left the next start to create a new slot past what was promised.
+	 */
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->stats.slot_ready = true;
+	SpinLockRelease(&MySlot->mutex);
 	if (slot_created && !snapshot)
 		note_go_forward();
 
