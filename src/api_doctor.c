@@ -129,6 +129,7 @@ typedef struct CheckpointFacts
 	XLogRecPtr	commit_lsn;
 	XLogRecPtr	recorded;		/* end_lsn or acknowledged_lsn, the further */
 	bool		recorded_known; /* acknowledged_lsn set (1.6.0, once started) */
+	bool		snapshot_recorded;	/* a snapshot attempt (snapshot_phase) */
 	char	   *terminal_cause;
 	char	   *decoder;
 	bool		has_contract;
@@ -1567,7 +1568,8 @@ read_checkpoint_fn(Doctor *d, void *arg)
 	ret = SPI_execute_with_args(
 		"SELECT source_system_id, source_database, timeline_id, commit_lsn,"
 		"  terminal_cause, decoder, contract IS NOT NULL,"
-		"  GREATEST(end_lsn, acknowledged_lsn), acknowledged_lsn IS NOT NULL"
+		"  GREATEST(end_lsn, acknowledged_lsn), acknowledged_lsn IS NOT NULL,"
+		"  snapshot_phase IS NOT NULL"
 		" FROM ash_replicant.checkpoints WHERE slot_name = $1",
 		1, types, values, NULL, true, 0);
 	if (ret != SPI_OK_SELECT)
@@ -1593,6 +1595,7 @@ read_checkpoint_fn(Doctor *d, void *arg)
 			cp->has_contract = get_bool(tup, desc, 7);
 			cp->recorded = DatumGetLSN(SPI_getbinval(tup, desc, 8, &isnull));
 			cp->recorded_known = get_bool(tup, desc, 9);
+			cp->snapshot_recorded = get_bool(tup, desc, 10);
 		}
 		MemoryContextSwitchTo(old);
 	}
@@ -1667,8 +1670,13 @@ check_slot(Doctor *d)
 
 	if (skip_source(d, "slot") || skip_checkpoint(d, "slot"))
 		return;
-	/* as the slot check of a session (pipeline.c) */
+	/*
+	 * As the slot check of a session (pipeline.c): a watermark, a snapshot
+	 * attempt recorded (a copy unfinished has none yet), or a go-forward
+	 * acknowledgement
+	 */
 	watermark = d->cp.ours && (d->cp.commit_lsn != InvalidXLogRecPtr ||
+							   d->cp.snapshot_recorded ||
 							   (d->cp.recorded_known && strcmp(d->f.snapshot, "off") == 0));
 	/*
 	 * The worker's session before and after the probe: one that began or
@@ -1692,8 +1700,9 @@ check_slot(Doctor *d)
 	if (PQntuples(res) == 0)
 	{
 		/*
-		 * created at activation; recreating it under a watermark, or after
-		 * a go-forward checkpoint acknowledged it, skips changes
+		 * created at activation; recreating it under a watermark, a
+		 * snapshot attempt, or after a go-forward checkpoint acknowledged
+		 * it, skips changes
 		 */
 		if (watermark)
 			fail_reason = "source_slot_missing";
