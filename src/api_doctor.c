@@ -928,6 +928,39 @@ check_boolean(Doctor *d, const char *check, const char *query, const char *param
 	emit(d, check, ok ? V_PASS : V_FAIL, ok ? NULL : reason);
 }
 
+/*
+ * Can the source create and decode a logical slot?  As the worker judges
+ * its refusal (source_slot.c): wal_level logical, a primary before 16
+ * (a standby then decodes nothing), and max_replication_slots above 0.
+ */
+static void
+check_logical(Doctor *d)
+{
+	PGresult   *res;
+	const char *why = NULL;
+	const char *reason = NULL;
+
+	if (skip_source(d, "source_wal_level"))
+		return;
+	res = probe(d,
+				"SELECT pg_catalog.current_setting('wal_level') = 'logical'"
+				" AND (NOT pg_catalog.pg_is_in_recovery()"
+				"  OR pg_catalog.current_setting('server_version_num')::pg_catalog.int4 >= 160000),"
+				" pg_catalog.current_setting('max_replication_slots')::pg_catalog.int4 > 0",
+				0, NULL, NULL, &why);
+	if (res == NULL)
+	{
+		probe_failed(d, "source_wal_level", why);
+		return;
+	}
+	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0) || strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+		reason = "source_not_logical";
+	else if (PQgetisnull(res, 0, 1) || strcmp(PQgetvalue(res, 0, 1), "t") != 0)
+		reason = "source_slots_disabled";
+	PQclear(res);
+	emit(d, "source_wal_level", reason ? V_FAIL : V_PASS, reason);
+}
+
 /* Is name listed in a comma-separated list of (possibly quoted) names? */
 static bool
 listed(const char *list, const char *name)
@@ -2012,12 +2045,7 @@ run_checks(FunctionCallInfo fcinfo, bool doctor)
 		check_reachable(d);
 		check_identity(d);
 		check_release(d);
-		/* a standby before 16 decodes nothing (source_slot.c) */
-		check_boolean(d, "source_wal_level",
-					  "SELECT pg_catalog.current_setting('wal_level') = 'logical'"
-					  " AND (NOT pg_catalog.pg_is_in_recovery()"
-					  "  OR pg_catalog.current_setting('server_version_num')::pg_catalog.int4 >= 160000)",
-					  NULL, "source_not_logical");
+		check_logical(d);
 		check_boolean(d, "privilege_replication",
 					  "SELECT rolreplication OR rolsuper FROM pg_catalog.pg_roles"
 					  " WHERE rolname = current_user",

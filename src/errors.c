@@ -105,6 +105,7 @@ static const AshReasonEntry reason_table[] = {
 	{"append_frontier_unavailable", ASH_REASON_MISCONFIGURED},
 	{"source_slot_in_use", ASH_REASON_MISCONFIGURED},
 	{"source_not_logical", ASH_REASON_MISCONFIGURED},
+	{"source_slots_disabled", ASH_REASON_MISCONFIGURED},
 	{"source_unreachable", ASH_REASON_MISCONFIGURED},
 	{"privilege_replication_missing", ASH_REASON_MISCONFIGURED},
 	{"source_connection_invalid", ASH_REASON_MISCONFIGURED},

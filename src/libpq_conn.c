@@ -56,6 +56,9 @@ ash_conn_final_failure(const char **context)
 		case ASH_CONN_AUTH_FAILED:
 			*context = "the source rejected the authentication of the connection";
 			return "source_authentication_failed";
+		case ASH_CONN_NOT_PERMITTED:
+			*context = "the source's pg_hba.conf or the role does not let the connection in";
+			return "privilege_replication_missing";
 		case ASH_CONN_PASSWORD_UNUSED:
 			*context = "the source let the connection in without the password it carries";
 			return "source_password_required";
@@ -348,7 +351,10 @@ ash_conn_open(const char *conninfo, AshConnKind kind, const char *appname)
 			ash_conn_last_failure = ASH_CONN_AUTH_FAILED;
 		}
 		else if (strcmp(sqlstate, "28000") == 0)
+		{
 			cls = "not permitted by the source's pg_hba.conf or role";
+			ash_conn_last_failure = ASH_CONN_NOT_PERMITTED;
+		}
 		else if (strcmp(sqlstate, "3D000") == 0)
 		{
 			cls = "database does not exist";

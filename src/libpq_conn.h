@@ -44,6 +44,7 @@ typedef enum AshConnFailure
 	ASH_CONN_INVALID_SETTINGS,	/* libpq cannot use the connection string */
 	ASH_CONN_AUTH_FAILED,		/* the source rejected the credentials */
 	ASH_CONN_DATABASE_MISSING,	/* the source has no such database (3D000) */
+	ASH_CONN_NOT_PERMITTED,		/* pg_hba.conf or the role refused (28000) */
 	ASH_CONN_PASSWORD_UNUSED	/* the source did not ask for the password
 								 * the connection string carries */
 } AshConnFailure;
@@ -70,8 +71,9 @@ extern AshConnFailure ash_conn_last_failure;
 
 /*
  * When the last ash_conn_open failed for a reason that waiting cannot fix
- * (settings libpq cannot use, no such database, rejected credentials): its
- * reason code, with a value-free context in *context.  NULL otherwise.
+ * (settings libpq cannot use, no such database, rejected credentials, a
+ * connection pg_hba.conf or the role does not let in): its reason code,
+ * with a value-free context in *context.  NULL otherwise.
  */
 extern const char *ash_conn_final_failure(const char **context);
 

@@ -2679,9 +2679,18 @@ handle_error(ErrorData *edata, long backoff)
 			if (strcmp(src, "42704") == 0 && step == STEP_STREAM && !is_wal2json)
 				do_halt_detail("source_publication_missing", src,
 							   "the source has no publication of the configured name");
+			/*
+			 * A prerequisite of a logical slot the source lacks, as its
+			 * settings name it (wal_level, max_replication_slots); one they
+			 * do not explain is taken for not logical
+			 */
 			if (strcmp(src, "55000") == 0 && step == STEP_SLOT)
-				do_halt_detail("source_not_logical", src,
-							   "the source cannot create a logical slot (wal_level is not logical)");
+			{
+				const char *refusal = ash_source_slot_refusal(&context);
+
+				do_halt_detail(refusal ? refusal : "source_not_logical", src,
+							   refusal ? context : "the source refused to create a logical slot");
+			}
 			if (strcmp(src, "55000") == 0 && step >= STEP_START)
 				do_halt_detail("retention_lost", src,
 							   "the source can no longer decode changes from the slot");

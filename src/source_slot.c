@@ -97,13 +97,13 @@ ash_source_create_slot(AshConn *conn, const char *command, AshPipelineSlot *slot
 	PGresult   *volatile res = NULL;
 
 	if (slot == NULL)
-		return ash_conn_exec_timeout(conn, command, false, SLOT_CREATE_TIMEOUT_MS);
+		return ash_conn_exec_timeout(conn, command, true, SLOT_CREATE_TIMEOUT_MS);
 	SpinLockAcquire(&slot->mutex);
 	slot->stats.slot_wait_since = GetCurrentTimestamp();
 	SpinLockRelease(&slot->mutex);
 	PG_TRY();
 	{
-		res = ash_conn_exec_timeout(conn, command, false, SLOT_CREATE_TIMEOUT_MS);
+		res = ash_conn_exec_timeout(conn, command, true, SLOT_CREATE_TIMEOUT_MS);
 	}
 	PG_FINALLY();
 	{
@@ -113,6 +113,52 @@ ash_source_create_slot(AshConn *conn, const char *command, AshPipelineSlot *slot
 	}
 	PG_END_TRY();
 	return res;
+}
+
+/* What judge_slot_refusal found of the last refusal (NULL: nothing) */
+static const char *refusal_reason = NULL;
+static const char *refusal_context = NULL;
+
+/*
+ * The source refused to create a logical slot for a prerequisite it lacks
+ * (55000): which one, from its settings rather than the error's text (which
+ * is never printed).  wal_level not logical is source_not_logical;
+ * max_replication_slots 0 is source_slots_disabled (all of them in use is
+ * 53400, source_slot_limit, retried).  Both take a source restart: waiting
+ * cannot heal them.  Neither (or the settings unreadable): NULL.
+ */
+static void
+judge_slot_refusal(AshConn *conn)
+{
+	PGresult   *res;
+
+	refusal_reason = NULL;
+	refusal_context = NULL;
+	res = ash_conn_exec(conn, "SELECT pg_catalog.current_setting('wal_level') <> 'logical',"
+						" pg_catalog.current_setting('max_replication_slots')::pg_catalog.int4 = 0",
+						true);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 2 &&
+		!PQgetisnull(res, 0, 0) && !PQgetisnull(res, 0, 1))
+	{
+		if (strcmp(PQgetvalue(res, 0, 0), "t") == 0)
+		{
+			refusal_reason = "source_not_logical";
+			refusal_context = "the source cannot create a logical slot (wal_level is not logical)";
+		}
+		else if (strcmp(PQgetvalue(res, 0, 1), "t") == 0)
+		{
+			refusal_reason = "source_slots_disabled";
+			refusal_context = "the source cannot create a replication slot (max_replication_slots is 0)";
+		}
+	}
+	PQclear(res);
+}
+
+const char *
+ash_source_slot_refusal(const char **context)
+{
+	*context = refusal_context;
+	return refusal_reason;
 }
 
 void
@@ -127,6 +173,7 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, const char *
 
 	if (dec == NULL || !dec->built)
 		ash_halt("decoder_capability_unsupported", "the decoder is not built into this version");
+	refusal_reason = NULL;		/* judged again at a refusal of this session */
 
 	initStringInfo(&q);
 	appendStringInfo(&q,
@@ -158,7 +205,21 @@ ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg, const char *
 			appendStringInfoString(&q, cfg->failover ? ", FAILOVER)" : ")");
 		res = ash_source_create_slot(conn, q.data, slot);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+			if (sqlstate != NULL && strcmp(sqlstate, "55000") == 0)
+			{
+				PQclear(res);
+				/* handle_error halts with what it finds, and the SQLSTATE */
+				judge_slot_refusal(conn);
+				strlcpy(ash_conn_last_sqlstate, "55000", sizeof(ash_conn_last_sqlstate));
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ash_replicant: source command failed: CREATE_REPLICATION_SLOT (source sqlstate 55000)")));
+			}
 			ash_conn_report_result(res, "CREATE_REPLICATION_SLOT");
+		}
 		*created = true;
 		*position = PQntuples(res) == 1 && !PQgetisnull(res, 0, 1) ?
 			DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(PQgetvalue(res, 0, 1)))) :

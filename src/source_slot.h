@@ -52,8 +52,18 @@ extern void ash_source_ensure_slot(AshConn *conn, const AshPipelineConfig *cfg,
 								   struct AshPipelineSlot *slot);
 
 /*
+ * After ensure_slot's CREATE_REPLICATION_SLOT was refused with 55000 (a
+ * prerequisite the source lacks): the reason code the source's settings
+ * name -- source_not_logical (wal_level), source_slots_disabled
+ * (max_replication_slots = 0) -- with a value-free context; NULL when
+ * they name neither.
+ */
+extern const char *ash_source_slot_refusal(const char **context);
+
+/*
  * Send a CREATE_REPLICATION_SLOT and wait for its result, saying in slot's
- * statistics (slot_wait_since) that the source is creating it.
+ * statistics (slot_wait_since) that the source is creating it.  A refusal
+ * is returned, not raised: the caller judges it.
  */
 extern PGresult *ash_source_create_slot(AshConn *conn, const char *command,
 										struct AshPipelineSlot *slot);
