@@ -1993,13 +1993,9 @@ apply_message(AshChange *c)
 	if (ash_config_is_append_log(apply_cfg))
 	{
 		/* an event of the append log, written as the sink owner */
-		AshOwnerScope owner_scope;
-
 		PushActiveSnapshot(GetTransactionSnapshot());
-		as_owner_begin(&owner_scope);
 		ash_append_message(apply_cfg, route->target, prefix,
 						   c->u.message.content, c->u.message.content_len);
-		ash_owner_scope_exit(&owner_scope);
 		PopActiveSnapshot();
 	}
 	else

@@ -59,6 +59,7 @@
 #include "apply_append.h"
 #include "apply_strategy.h"
 #include "errors.h"
+#include "owner_scope.h"
 #include "spi_util.h"
 
 #define NSTRUCT	8				/* five axes, operation, origin, attempt */
@@ -72,8 +73,7 @@ typedef struct AppendPlans
 /* structural-event plans of message-route targets, by table */
 typedef struct MessagePlan
 {
-	Oid			relid;
-	char	   *name;			/* quoted, for error context */
+	AshApplyTarget target;		/* relid, names, when last judged */
 	SPIPlanPtr	plan;
 } MessagePlan;
 
@@ -305,35 +305,54 @@ ash_append_message(AshPipelineConfig *cfg, Oid target, const char *prefix,
 	AshMapping *m = append_mapping_of(cfg, target);
 	MessagePlan *mp = NULL;
 	ListCell   *lc;
-	char	   *nspname;
-	char	   *relname;
+	AshOwnerScope owner_scope;
 
-	if (m == NULL || !OidIsValid(get_rel_namespace(target)))
+	/* dropped: a mapping's target gone, as a row event's would be */
+	if (!OidIsValid(get_rel_namespace(target)))
+		ash_halt("destination_table_missing",
+				 "the append log of a message route, oid %u", target);
+	if (m == NULL)
 		ash_halt("message_prefix_unmapped", "the route's append target is not an append-log mapping of the sink");
-	nspname = get_namespace_name(get_rel_namespace(target));
-	relname = get_rel_name(target);
 
 	foreach(lc, message_plans)
 	{
-		if (((MessagePlan *) lfirst(lc))->relid == target)
+		if (((MessagePlan *) lfirst(lc))->target.relid == target)
 			mp = lfirst(lc);
 	}
 	if (mp == NULL)
 	{
 		MemoryContext old;
+		char	   *nspname = get_namespace_name(get_rel_namespace(target));
+		char	   *relname = get_rel_name(target);
 
 		if (append_cxt == NULL)
 			append_cxt = AllocSetContextCreate(TopMemoryContext, "ash_replicant append messages",
 											   ALLOCSET_SMALL_SIZES);
 		old = MemoryContextSwitchTo(append_cxt);
 		mp = palloc0(sizeof(MessagePlan));
-		mp->relid = target;
-		mp->name = quote_qualified_identifier(nspname, relname);
+		mp->target.relid = target;
+		mp->target.name = quote_qualified_identifier(nspname, relname);
+		mp->target.log_name = mp->target.name;
+		mp->target.nspname = pstrdup(nspname);
+		mp->target.relname = pstrdup(relname);
+		mp->target.cxt = append_cxt;
 		message_plans = lappend(message_plans, mp);
 		MemoryContextSwitchTo(old);
 	}
-	ash_apply_errctx.relation = mp->name;
-	write_structural(m, mp->name, &mp->plan, "message", prefix, content, len);
+	ash_apply_errctx.relation = mp->target.name;
+
+	/*
+	 * Before anything is written, as for a row event: a renamed log, or one
+	 * given a trigger or rule that keeps rows out, halts census_drift (the
+	 * statement names the table; 0 rows would read as a re-delivery).  As
+	 * the worker: the registration is its catalog.
+	 */
+	ash_relmap_check_event_target(m, &mp->target);
+
+	/* the event is the sink owner's write (owner_scope.c) */
+	ash_owner_scope_enter(&owner_scope, cfg->owner, 0);
+	write_structural(m, mp->target.name, &mp->plan, "message", prefix, content, len);
+	ash_owner_scope_exit(&owner_scope);
 }
 
 /* ---------------------------------------------------------------------

@@ -17,7 +17,9 @@
 /*
  * A logical message routed to an append log: an operation = 'message'
  * event in target, inside the open destination transaction, at the
- * driver's current position.  The caller runs it as the sink owner.
+ * driver's current position, written as the sink owner.  The log is
+ * judged first as a row event's target is (relmap.h); a dropped one halts
+ * destination_table_missing.
  */
 extern void ash_append_message(AshPipelineConfig *cfg, Oid target, const char *prefix,
 							   const char *content, int len);

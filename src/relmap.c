@@ -1308,35 +1308,74 @@ ash_relmap_target_epoch(Oid relid)
  * when the epoch moved is exact, and costs a few cache lookups only after
  * some invalidation.
  */
+/*
+ * The statements name the target: renamed (or its schema), that name is
+ * another table or none, and what a judgement passed is not what would be
+ * written.
+ */
+static void
+judge_target_name(AshApplyTarget *t)
+{
+	char	   *relname = get_rel_name(t->relid);
+	Oid			nsp = get_rel_namespace(t->relid);
+	char	   *nspname = OidIsValid(nsp) ? get_namespace_name(nsp) : NULL;
+
+	if (relname == NULL || nspname == NULL ||
+		strcmp(relname, t->relname) != 0 || strcmp(nspname, t->nspname) != 0)
+	{
+		/* a tenant's table: its schema is a value, never printed */
+		if (t->tenant != NULL)
+			ash_halt("tenant_scope_missing", "a tenant table of %s was renamed", t->log_name);
+		ash_halt("census_drift", "the target %s was renamed: its name stands for another table, or none",
+				 t->log_name);
+	}
+}
+
+/*
+ * Has t's definition possibly changed since it was last judged?  Once per
+ * transaction; *epoch is what to record once it is judged again.
+ */
+static bool
+target_needs_judging(AshApplyTarget *t, uint64 *epoch)
+{
+	if (t->checked_lxid == MyProc->lxid)
+		return false;
+	*epoch = ash_relmap_target_epoch(t->relid);
+	t->checked_lxid = MyProc->lxid;
+	return t->checked_epoch != *epoch;
+}
+
+/* The registration of map (read-only SPI under the active snapshot). */
+static void
+load_registration(AshMapping *map, MemoryContext cxt, const char *what,
+				  AshMappingSpec **spec, AshMappingSink **sink)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	bool		snap = !ActiveSnapshotSet();
+
+	if (snap)
+		PushActiveSnapshot(GetTransactionSnapshot());
+	*spec = ash_mapping_load(map->resource_id);
+	*sink = ash_mapping_sink_load(relmap_cfg->sink_name, true, false);
+	if (snap)
+		PopActiveSnapshot();
+	MemoryContextSwitchTo(old);
+	if (*spec == NULL || *sink == NULL)
+		ash_halt("census_drift", "the mapping of %s is no longer registered", what);
+}
+
 void
 ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t)
 {
 	uint64		epoch;
 
-	if (t->checked_lxid == MyProc->lxid)
-		return;
-	epoch = ash_relmap_target_epoch(t->relid);
-	t->checked_lxid = MyProc->lxid;
-	if (t->checked_epoch == epoch)
+	if (!target_needs_judging(t, &epoch))
 		return;
 	if (rel->spec == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(rel->cxt);
-		bool		snap = !ActiveSnapshotSet();
-
-		/* read-only SPI reads under the active snapshot */
-		if (snap)
-			PushActiveSnapshot(GetTransactionSnapshot());
-		rel->spec = ash_mapping_load(rel->map->resource_id);
-		rel->sink = ash_mapping_sink_load(relmap_cfg->sink_name, true, false);
-		if (snap)
-			PopActiveSnapshot();
-		MemoryContextSwitchTo(old);
-		if (rel->spec == NULL || rel->sink == NULL)
-			ash_halt("census_drift", "the mapping of %s.%s is no longer registered",
-					 quote_identifier(rel->remote.nspname),
-					 quote_identifier(rel->remote.relname));
-	}
+		load_registration(rel->map, rel->cxt,
+						  psprintf("%s.%s", quote_identifier(rel->remote.nspname),
+								   quote_identifier(rel->remote.relname)),
+						  &rel->spec, &rel->sink);
 	/* registration's rules, then the columns as coverage judges them */
 	if (t->relid == rel->spec->target)
 	{
@@ -1354,26 +1393,28 @@ ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t)
 		tmap.target_relid = t->relid;
 		judge_coverage(rel, &tmap, NULL);
 	}
+	judge_target_name(t);
+	t->checked_epoch = epoch;
+}
 
-	/*
-	 * The statements name the target: renamed (or its schema), that name
-	 * is another table or none, and what the judgement above passed is not
-	 * what would be written.
-	 */
-	{
-		char	   *relname = get_rel_name(t->relid);
-		Oid			nsp = get_rel_namespace(t->relid);
-		char	   *nspname = OidIsValid(nsp) ? get_namespace_name(nsp) : NULL;
+/*
+ * A message event goes through the same guard as a row event's target,
+ * less the columns coverage judges against a source description (a
+ * message has none; it writes the structural columns, which registration's
+ * rules cover).
+ */
+void
+ash_relmap_check_event_target(AshMapping *map, AshApplyTarget *t)
+{
+	uint64		epoch;
+	AshMappingSpec *spec;
+	AshMappingSink *sink;
 
-		if (relname == NULL || nspname == NULL ||
-			strcmp(relname, t->relname) != 0 || strcmp(nspname, t->nspname) != 0)
-		{
-			/* a tenant's table: its schema is a value, never printed */
-			if (t->tenant != NULL)
-				ash_halt("tenant_scope_missing", "a tenant table of %s was renamed", t->log_name);
-			ash_halt("census_drift", "the target %s was renamed: its name stands for another table, or none",
-					 t->log_name);
-		}
-	}
+	if (!target_needs_judging(t, &epoch))
+		return;
+	/* read again after an invalidation only: no need to keep it */
+	load_registration(map, CurrentMemoryContext, t->log_name, &spec, &sink);
+	ash_mapping_recheck(spec, sink, false);
+	judge_target_name(t);
 	t->checked_epoch = epoch;
 }

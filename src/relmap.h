@@ -227,6 +227,12 @@ extern uint64 ash_relmap_target_epoch(Oid relid);
 extern void ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t);
 
 /*
+ * The same before a message event is written to t, the append log of map
+ * (no source relation: registration's rules and the name only).
+ */
+extern void ash_relmap_check_event_target(AshMapping *map, AshApplyTarget *t);
+
+/*
  * Context tenancy: the table of this tenant (halts tenant_scope_missing).
  * At most ASH_TENANT_TARGETS_MAX tables per relation keep their plans.
  */
