@@ -64,6 +64,7 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -76,6 +77,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -85,6 +87,7 @@
 #include "keyring.h"
 #include "messages.h"
 #include "owner_scope.h"
+#include "relmap.h"
 #include "spi_util.h"
 
 #define DIGEST_LEN		(1 + 4 + ASH_HMAC_SHA256_LEN)
@@ -96,9 +99,12 @@ typedef struct RoutePlan
 {
 	AshMessageRoute *route;
 	SPIPlanPtr	effect;
+	char	   *sql;			/* the effect's text: names the target */
 	int			nargs;
 	bool		content_text;	/* table target with a text content column */
 	char	   *label;			/* claims.route: "<sink>:<target>" */
+	uint64		epoch;			/* table target: ash_relmap_target_epoch
+								 * the statement was checked under */
 } RoutePlan;
 
 typedef struct WitnessEntry
@@ -543,41 +549,74 @@ ash_messages_activate(AshPipelineConfig *cfg, AshCheckpointKey *key)
  * Applying a message.
  * ---------------------------------------------------------------------
  */
+/*
+ * Is the route table's column of this name there and of this type
+ * (InvalidOid: bytea or text)?  Registration required these types exactly;
+ * PostgreSQL would coerce bytea into any other string type through its
+ * text form without an error.
+ */
+static Oid
+route_column_type(Oid relid, const char *name, Oid want, bool required)
+{
+	AttrNumber	att = get_attnum(relid, name);
+	Oid			typid;
+
+	if (att == InvalidAttrNumber)
+	{
+		if (required)
+			ash_halt("delivery_config_invalid", "a message route's table lost its %s column", name);
+		return InvalidOid;
+	}
+	typid = getBaseType(get_atttype(relid, att));
+	if (OidIsValid(want) ? typid != want : (typid != BYTEAOID && typid != TEXTOID))
+		ash_halt("delivery_config_invalid", "the %s column of a message route's table was retyped", name);
+	return typid;
+}
+
+/*
+ * The effect's statement.  A table route holds its table by OID while the
+ * statement names it, and its parameter types follow the content column's:
+ * after any invalidation that may have renamed the table (or its schema)
+ * or retyped a column (ash_relmap_target_epoch) the statement is made
+ * again from the catalogs, and prepared again if it differs.
+ */
 static RoutePlan *
 route_plan(AshPipelineConfig *cfg, AshMessageRoute *route)
 {
 	ListCell   *lc;
-	RoutePlan  *rp;
+	RoutePlan  *rp = NULL;
 	StringInfoData sql;
 	Oid			types[4] = {TEXTOID, BYTEAOID, BYTEAOID, BYTEAOID};
+	bool		content_text = false;
+	uint64		epoch = 0;
+	SPIPlanPtr	effect;
 	MemoryContext old;
 
 	foreach(lc, route_plans)
 	{
-		rp = lfirst(lc);
-		if (rp->route == route)
+		if (((RoutePlan *) lfirst(lc))->route == route)
+			rp = lfirst(lc);
+	}
+	if (OidIsValid(route->target))
+	{
+		epoch = ash_relmap_target_epoch(route->target);
+		if (rp != NULL && rp->epoch == epoch)
 			return rp;
 	}
-
-	old = MemoryContextSwitchTo(cxt());
-	rp = palloc0(sizeof(RoutePlan));
-	rp->route = route;
-	rp->label = route_label(cfg, route);
-	MemoryContextSwitchTo(old);
+	else if (rp != NULL)
+		return rp;				/* require_route_target checked the name */
 
 	initStringInfo(&sql);
 	if (OidIsValid(route->target))
 	{
-		Oid			reltype;
-		AttrNumber	att = get_attnum(route->target, "content");
-		bool		has_prefix = get_attnum(route->target, "prefix") != InvalidAttrNumber;
+		bool		has_prefix;
 
-		if (att == InvalidAttrNumber)
-			ash_halt("delivery_config_invalid", "a message route's table lost its content column");
-		reltype = getBaseType(get_atttype(route->target, att));
-		rp->content_text = reltype == TEXTOID;
+		content_text = route_column_type(route->target, "content", InvalidOid, true) == TEXTOID;
+		(void) route_column_type(route->target, "operation_key", BYTEAOID, true);
+		(void) route_column_type(route->target, "content_digest", BYTEAOID, true);
+		has_prefix = OidIsValid(route_column_type(route->target, "prefix", TEXTOID, false));
 		/* $1 content, $2 operation_key, $3 content_digest, $4 prefix */
-		types[0] = rp->content_text ? TEXTOID : BYTEAOID;
+		types[0] = content_text ? TEXTOID : BYTEAOID;
 		types[1] = BYTEAOID;
 		types[2] = BYTEAOID;
 		types[3] = TEXTOID;
@@ -586,7 +625,6 @@ route_plan(AshPipelineConfig *cfg, AshMessageRoute *route)
 						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(route->target)),
 													get_rel_name(route->target)),
 						 has_prefix ? ", prefix" : "", has_prefix ? ", $4" : "");
-		rp->nargs = 4;
 	}
 	else
 	{
@@ -597,14 +635,60 @@ route_plan(AshPipelineConfig *cfg, AshMessageRoute *route)
 						 quote_qualified_identifier(get_namespace_name(get_func_namespace(route->function)),
 													get_func_name(route->function)),
 						 nargs == 4 ? ", $3, $4" : "");
-		rp->nargs = 4;
 	}
-	rp->effect = ash_spi_prepare_kept(sql.data, rp->nargs, types);
 
+	if (rp != NULL && strcmp(rp->sql, sql.data) == 0 && rp->content_text == content_text)
+	{
+		rp->epoch = epoch;
+		return rp;
+	}
+
+	/* prepared before the entry changes: a failure leaves it as it was */
+	effect = ash_spi_prepare_kept(sql.data, 4, types);
 	old = MemoryContextSwitchTo(cxt());
-	route_plans = lappend(route_plans, rp);
+	if (rp == NULL)
+	{
+		rp = palloc0(sizeof(RoutePlan));
+		rp->route = route;
+		route_plans = lappend(route_plans, rp);
+	}
+	else
+	{
+		SPI_freeplan(rp->effect);
+		pfree(rp->sql);
+		pfree(rp->label);
+	}
+	rp->effect = effect;
+	rp->label = route_label(cfg, route);
+	rp->sql = pstrdup(sql.data);
+	rp->content_text = content_text;
+	rp->nargs = 4;
+	rp->epoch = epoch;
 	MemoryContextSwitchTo(old);
 	return rp;
+}
+
+/*
+ * A route table's insert that wrote no row: a BEFORE ROW trigger kept it
+ * out (registration refuses no trigger here), and the claim would record
+ * an effect that never happened.  Halts as a mirror target's would.
+ */
+static void
+write_lost(RoutePlan *rp, uint64 n)
+{
+	Relation	r;
+	bool		before;
+
+	if (n > 1)
+		elog(ERROR, "ash_replicant: a message route's insert affected more than one row");
+	r = table_open(rp->route->target, NoLock);
+	before = r->trigdesc != NULL && r->trigdesc->trig_insert_before_row;
+	table_close(r, NoLock);
+	if (before)
+		ash_halt("destination_write_suppressed",
+				 "the insert of a message into %s affected no row: a trigger on it kept the write out",
+				 rp->label);
+	elog(ERROR, "ash_replicant: a message route's insert affected no row");
 }
 
 static void
@@ -615,6 +699,7 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 	char		nulls[5] = "    ";
 	bytea	   *raw;
 	AshOwnerScope owner_scope;
+	uint64		n;
 
 	raw = palloc(VARHDRSZ + len);
 	SET_VARSIZE(raw, VARHDRSZ + len);
@@ -645,9 +730,11 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 
 	/* the effect is the sink owner's write (owner_scope.c) */
 	ash_owner_scope_enter(&owner_scope, cfg->owner, 0);
-	(void) ash_spi_execute(rp->effect, values, nulls,
-						   OidIsValid(rp->route->target) ? SPI_OK_INSERT : SPI_OK_SELECT);
+	n = ash_spi_execute(rp->effect, values, nulls,
+						OidIsValid(rp->route->target) ? SPI_OK_INSERT : SPI_OK_SELECT);
 	ash_owner_scope_exit(&owner_scope);
+	if (OidIsValid(rp->route->target) && n != 1)
+		write_lost(rp, n);
 }
 
 /* Look up a claim under every retained version; NULL digest when none. */
