@@ -87,6 +87,7 @@
 #include "keyring.h"
 #include "messages.h"
 #include "owner_scope.h"
+#include "qualname.h"
 #include "relmap.h"
 #include "spi_util.h"
 
@@ -456,6 +457,15 @@ require_route_target(AshMessageRoute *route, bool lock)
 		if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(route->function)))
 			ash_halt("destination_table_missing",
 					 "function of a message route, oid %u", route->function);
+
+		/*
+		 * The route holds its function by signature and the call names it:
+		 * renamed or moved since the load, the signature names another
+		 * function or none, and the call would fail or reach that one.
+		 */
+		if (ash_function_resolve(route->function_sig) != route->function)
+			ash_halt("destination_table_missing",
+					 "function %s of a message route does not exist", route->function_sig);
 	}
 }
 
