@@ -66,6 +66,7 @@
 
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -122,6 +123,9 @@ static SPIPlanPtr claim_insert_plan = NULL;
 static WitnessEntry *witness = NULL;
 static int	nwitness = 0;
 
+/* The source database's encoding (ash_messages_set_source_encoding). */
+static int	source_encoding = -1;
+
 static MemoryContext
 cxt(void)
 {
@@ -150,6 +154,12 @@ ash_message_route(AshPipelineConfig *cfg, const char *prefix)
 			return r;
 	}
 	return NULL;
+}
+
+void
+ash_messages_set_source_encoding(int encoding)
+{
+	source_encoding = encoding;
 }
 
 bool
@@ -679,6 +689,52 @@ route_plan(AshPipelineConfig *cfg, AshMessageRoute *route)
 }
 
 /*
+ * Text content as the destination's text.  pg_logical_emit_message(text)
+ * stores the source database's encoding: converted as the source converts
+ * row values (client_encoding), checked when both are the same or either
+ * is SQL_ASCII (no conversion).  Not convertible: message_content_invalid.
+ */
+static text *
+content_as_text(const char *content, int len)
+{
+	int			dst = GetDatabaseEncoding();
+	int			src = source_encoding;
+	const char *invalid = "a message routed to a text content column is not valid text in the database encoding";
+	Oid			proc;
+	unsigned char *buf;
+	Size		buflen;
+
+	if (src < 0)
+		ash_halt("message_content_invalid",
+				 "a message routed to a text content column: the source's encoding is unknown");
+	if (src == dst || src == PG_SQL_ASCII || dst == PG_SQL_ASCII)
+	{
+		if (!pg_verifymbstr(content, len, true))
+			ash_halt("message_content_invalid", "%s", invalid);
+		return cstring_to_text_with_len(content, len);
+	}
+	if (!pg_verify_mbstr(src, content, len, true))
+		ash_halt("message_content_invalid",
+				 "a message routed to a text content column is not valid text in the source's encoding");
+	proc = FindDefaultConversionProc(src, dst);
+	if (!OidIsValid(proc))
+		ash_halt("message_content_invalid",
+				 "a message routed to a text content column: no conversion from the source's encoding into the destination's");
+	if ((Size) len >= (MaxAllocSize - 1) / MAX_CONVERSION_GROWTH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ash_replicant: a message routed to a text content column is too long to convert")));
+	buflen = (Size) len * MAX_CONVERSION_GROWTH + 1;
+	buf = palloc(buflen);
+	/* noError: stops at the first character the destination lacks */
+	if (pg_do_encoding_conversion_buf(proc, src, dst, (unsigned char *) content, len,
+									  buf, (int) buflen, true) != len)
+		ash_halt("message_content_invalid",
+				 "a message routed to a text content column holds a character the destination's encoding lacks");
+	return cstring_to_text((char *) buf);
+}
+
+/*
  * A route table's insert that wrote no row: a BEFORE ROW trigger kept it
  * out (registration refuses no trigger here), and the claim would record
  * an effect that never happened.  Halts as a mirror target's would.
@@ -718,12 +774,7 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 	if (OidIsValid(rp->route->target))
 	{
 		if (rp->content_text)
-		{
-			if (!pg_verifymbstr(content, len, true))
-				ash_halt("message_content_invalid",
-						 "a message routed to a text content column is not valid text in the database encoding");
-			values[0] = PointerGetDatum(cstring_to_text_with_len(content, len));
-		}
+			values[0] = PointerGetDatum(content_as_text(content, len));
 		else
 			values[0] = PointerGetDatum(raw);
 		values[1] = PointerGetDatum(opkey);

@@ -49,6 +49,13 @@ extern void ash_message_apply(AshPipelineConfig *cfg, const AshCheckpointKey *ke
  */
 extern void ash_messages_activate(AshPipelineConfig *cfg, AshCheckpointKey *key);
 
+/*
+ * The source database's encoding (its server_encoding; -1 unknown), set at
+ * each connection: a route to a text content column converts the content
+ * from it, as the source converts row values into ours.
+ */
+extern void ash_messages_set_source_encoding(int encoding);
+
 /* Must the keyring be (re)loaded at every batch? */
 extern bool ash_messages_need_keys(AshPipelineConfig *cfg);
 

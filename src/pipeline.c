@@ -2343,6 +2343,7 @@ run_session(void)
 		const char *enc = PQparameterStatus(conn->conn, "server_encoding");
 
 		source_encoding = enc != NULL ? pg_char_to_encoding(enc) : -1;
+		ash_messages_set_source_encoding(source_encoding);
 		source_converts = false;
 		if (is_wal2json && source_encoding >= 0 && source_encoding != PG_SQL_ASCII &&
 			source_encoding != GetDatabaseEncoding() && GetDatabaseEncoding() != PG_SQL_ASCII)
