@@ -1571,12 +1571,33 @@ ash_apply_seal_image(AshApplyRel *rel, AshApplyTarget *tgt, AshRowImage *img)
 	seal_image(rel, tgt, img);
 }
 
+/*
+ * The table a row of this tenant is written to.  Under context tenancy
+ * with a tenant_scope_function, the function declares the only tenants
+ * the mapping writes (sinks sharing a template keep apart by it, and a
+ * snapshot retires rows in those scopes only): a row of another tenant
+ * would land in a table another sink owns, so it halts
+ * tenant_scope_invalid.  Judged once per tenant table kept (its plans'
+ * life), so the function runs once per tenant, not per row.
+ */
 static AshApplyTarget *
 target_for(AshApplyRel *rel, const char *tenant)
 {
-	if (rel->tenant_mode == ASH_TENANT_CONTEXT)
-		return ash_relmap_tenant_target(rel, tenant);
-	return rel->target_default;
+	AshApplyTarget *t;
+
+	if (rel->tenant_mode != ASH_TENANT_CONTEXT)
+		return rel->target_default;
+	t = ash_relmap_tenant_target(rel, tenant);
+	if (!t->scope_checked)
+	{
+		if ((OidIsValid(rel->map->tenant_scope_function) ||
+			 rel->map->tenant_scope_function_sig != NULL) &&
+			!ash_provenance_in_scope(rel->map, apply_cfg->owner, tenant))
+			ash_halt("tenant_scope_invalid", "a row of %s names a tenant outside its tenant_scope_function's scopes",
+					 rel->target_name);
+		t->scope_checked = true;
+	}
+	return t;
 }
 
 /* The source relation of a row change; names its command for errors. */

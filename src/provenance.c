@@ -1475,6 +1475,29 @@ ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes)
 	return tables;
 }
 
+bool
+ash_provenance_in_scope(AshMapping *m, Oid owner, const char *tenant)
+{
+	bool		found = false;
+	ListCell   *lc;
+
+	/* the caller may be inside SPI or not: a level of its own */
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "ash_replicant: SPI_connect failed");
+	foreach(lc, scope_tenants(m, owner))
+	{
+		const char *scope = lfirst(lc);
+
+		if (scope != NULL && strcmp(scope, tenant) == 0)
+		{
+			found = true;
+			break;
+		}
+	}
+	SPI_finish();
+	return found;
+}
+
 List *
 ash_provenance_tables(AshMapping *m, Oid owner)
 {

@@ -97,6 +97,13 @@ extern List *ash_provenance_tables(AshMapping *m, Oid owner);
 extern List *ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes);
 
 /*
+ * Is tenant one of the scopes m's tenant_scope_function returns?  Run as
+ * owner, restricted (snapshot_scope_incomplete when the function is
+ * missing or raises).  In a transaction.
+ */
+extern bool ash_provenance_in_scope(AshMapping *m, Oid owner, const char *tenant);
+
+/*
  * Halt keyring_version_missing when a fingerprint in a target of m names a
  * key version the keyring lacks (every scope of context tenancy).
  */

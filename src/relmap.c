@@ -804,29 +804,92 @@ resolve_tenancy(AshApplyRel *rel, AshMapping *map)
 }
 
 /*
- * Is relid the target of a mapping (of any sink)?  Read past the
- * catalog's row security: the caller may be acting as the sink owner.
+ * Can format(format, tenant) be nspname for some tenant?  The format holds
+ * exactly one %s (registration); a tenant that gets this far is not blank,
+ * so it stands for at least one character.
  */
 static bool
-mapped_target(Oid relid)
+format_produces(const char *format, const char *nspname)
+{
+	const char *fmt = format ? format : "%s";
+	const char *p = strstr(fmt, "%s");
+	size_t		plen;
+	size_t		slen;
+	size_t		len = strlen(nspname);
+
+	if (p == NULL)
+		return strcmp(fmt, nspname) == 0;
+	plen = p - fmt;
+	slen = strlen(p + 2);
+	return len > plen + slen &&
+		strncmp(nspname, fmt, plen) == 0 &&
+		strcmp(nspname + len - slen, p + 2) == 0;
+}
+
+static char *
+resource_text(HeapTuple tup, TupleDesc desc, AttrNumber att)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, att, desc, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * Which mapping besides template's may write relid, the table of its
+ * tenant in schema nspname?  "target": relid is the target of a mapping
+ * (of any sink), another source table's mirror.  "tenant": another
+ * context mapping (of any sink) whose template has relid's name could
+ * resolve a tenant of its own to relid: two source tables' rows would meet
+ * there under one key, each one's writes landing on the other's rows.
+ * NULL: none.  Sinks mapping this very template share its tenant tables by
+ * design (their tenant_scope_functions keep them apart).  Read past the
+ * catalog's row security: the caller may be acting as the sink owner.
+ */
+static const char *
+tenant_table_claimed(Oid template, Oid relid, const char *nspname)
 {
 	Oid			nsp = get_namespace_oid("ash_replicant", false);
 	Relation	resources = table_open(get_relname_relid("resources", nsp), AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(resources);
 	AttrNumber	att = get_attnum(RelationGetRelid(resources), "target");
+	AttrNumber	strategy_att = get_attnum(RelationGetRelid(resources), "tenant_strategy");
+	AttrNumber	format_att = get_attnum(RelationGetRelid(resources), "tenant_schema_format");
+	char	   *relname = get_rel_name(relid);
 	SysScanDesc scan = systable_beginscan(resources, InvalidOid, false, NULL, 0, NULL);
 	HeapTuple	tup;
-	bool		found = false;
+	const char *claimed = NULL;
 
-	while (!found && (tup = systable_getnext(scan)) != NULL)
+	/* a mirror's target outranks a tenant table: read every mapping */
+	while ((tup = systable_getnext(scan)) != NULL)
 	{
 		bool		isnull;
-		Datum		d = heap_getattr(tup, att, RelationGetDescr(resources), &isnull);
+		Datum		d = heap_getattr(tup, att, desc, &isnull);
+		Oid			other;
+		char	   *strategy;
+		char	   *other_name;
 
-		found = !isnull && DatumGetObjectId(d) == relid;
+		if (isnull)
+			continue;
+		other = DatumGetObjectId(d);
+		if (other == relid)
+		{
+			claimed = "target";
+			break;
+		}
+		if (other == template || claimed != NULL)
+			continue;
+		strategy = resource_text(tup, desc, strategy_att);
+		if (strategy == NULL || strcmp(strategy, "context") != 0)
+			continue;
+		other_name = get_rel_name(other);
+		if (other_name != NULL && relname != NULL && strcmp(other_name, relname) == 0 &&
+			format_produces(resource_text(tup, desc, format_att), nspname))
+			claimed = "tenant";
 	}
 	systable_endscan(scan);
 	table_close(resources, AccessShareLock);
-	return found;
+	return claimed;
 }
 
 /*
@@ -835,8 +898,9 @@ mapped_target(Oid relid)
  * when it does not exist.  Source data chooses the schema: it must never
  * reach a system schema, the extension's catalogs or the template's own
  * schema, nor a table some mapping mirrors into -- another source table's
- * mirror, whose rows a tenant's would overwrite (tenant_scope_invalid,
- * naming template_name, never the tenant).
+ * mirror, whose rows a tenant's would overwrite -- nor a table another
+ * context mapping's tenants may resolve to (tenant_scope_invalid, naming
+ * template_name, never the tenant).
  */
 Oid
 ash_tenant_relid(Oid template, const char *template_name, const char *format,
@@ -869,9 +933,17 @@ ash_tenant_relid(Oid template, const char *template_name, const char *format,
 		ash_halt("tenant_scope_invalid", "a row of %s names a schema that is not a tenant scope",
 				 template_name);
 	relid = OidIsValid(nspoid) ? get_relname_relid(get_rel_name(template), nspoid) : InvalidOid;
-	if (OidIsValid(relid) && mapped_target(relid))
-		ash_halt("tenant_scope_invalid", "a row of %s names a schema whose table is the target of a mapping",
-				 template_name);
+	if (OidIsValid(relid))
+	{
+		const char *claimed = tenant_table_claimed(template, relid, buf.data);
+
+		if (claimed != NULL && strcmp(claimed, "target") == 0)
+			ash_halt("tenant_scope_invalid", "a row of %s names a schema whose table is the target of a mapping",
+					 template_name);
+		if (claimed != NULL)
+			ash_halt("tenant_scope_invalid", "a row of %s names a schema whose table another context mapping's tenants may resolve to",
+					 template_name);
+	}
 	return relid;
 }
 

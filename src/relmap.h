@@ -57,6 +57,7 @@ typedef struct AshApplyTarget
 	char	   *nspname;		/* unquoted, for encryption bindings */
 	char	   *relname;
 	char	   *tenant;			/* context tenancy: the tenant served */
+	bool		scope_checked;	/* among its tenant_scope_function's */
 	void	   *plans;			/* owned by the apply strategy */
 	const void *plans_owner;	/* its AshApplyStrategy; NULL: SCD1 */
 	uint64		checked_epoch;	/* ash_relmap_check_target: rules held */
