@@ -763,6 +763,26 @@ resolve_history_identity(AshApplyRel *rel, AshMapping *map, List *pk_attnums)
 }
 
 /*
+ * Is a source column's type boolean?  A domain over boolean too: its Type
+ * message (pgoutput's, or the one the other decoders' descriptions make)
+ * carries the base type's name, and its false is no more a tenant than a
+ * plain boolean's.
+ */
+static bool
+remote_is_bool(uint32 type_oid)
+{
+	RemoteType *rt;
+
+	if (type_oid == BOOLOID)
+		return true;
+	if (type_oid < FirstGenbkiObjectId)
+		return false;
+	rt = hash_search(remote_types, &type_oid, HASH_FIND, NULL);
+	return rt != NULL && strcmp(rt->typname, "bool") == 0 &&
+		(rt->nspname[0] == '\0' || strcmp(rt->nspname, "pg_catalog") == 0);
+}
+
+/*
  * Step 6: the tenant source column and, under the attribute strategy, the
  * column it is written to.
  */
@@ -782,7 +802,7 @@ resolve_tenancy(AshApplyRel *rel, AshMapping *map)
 			if (strcmp(rel->remote.cols[i].name, map->tenant_column) == 0)
 			{
 				rel->tenant_remote_idx = i;
-				rel->tenant_is_bool = rel->remote.cols[i].type_oid == BOOLOID;
+				rel->tenant_is_bool = remote_is_bool(rel->remote.cols[i].type_oid);
 				break;
 			}
 		}
@@ -1368,6 +1388,62 @@ ash_relmap_target_epoch(Oid relid)
 	return judge_epoch;
 }
 
+static int
+name_cmp(const ListCell *a, const ListCell *b)
+{
+	return strcmp(lfirst(a), lfirst(b));
+}
+
+/* The column names of an identity (attnums of relid), as a sorted list */
+static List *
+identity_names(Oid relid, List *attnums)
+{
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	foreach(lc, attnums)
+		names = lappend(names, get_attname(relid, (AttrNumber) lfirst_int(lc), false));
+	list_sort(names, name_cmp);
+	return names;
+}
+
+/*
+ * A tenant's table is written with its template's identity (the upsert's
+ * conflict target, the key of every update and delete), which coverage
+ * judged against the keys the source keeps unique.  A tenant table keyed
+ * by other columns cannot arbitrate that upsert (42P10 at the first write
+ * needing it) or lets two source rows meet: halt census_drift before any
+ * write, as for a tenant table that fails registration's rules.
+ */
+static void
+judge_tenant_identity(AshApplyRel *rel, AshApplyTarget *t)
+{
+	AshMapping	m = *rel->map;
+	Relation	template;
+	Relation	tenant;
+	List	   *want;
+	List	   *have;
+	bool		same;
+
+	if (m.append_log)
+		return;
+	/* SCD2: the business key is the template's; its primary key compared */
+	if (is_scd2(&m))
+		m.upsert_identity = NULL;
+	template = table_open(rel->target, AccessShareLock);
+	tenant = table_open(t->relid, AccessShareLock);
+	want = identity_names(rel->target, ash_target_identity_attnums(template, &m));
+	have = identity_names(t->relid, ash_target_identity_attnums(tenant, &m));
+	table_close(tenant, AccessShareLock);
+	table_close(template, AccessShareLock);
+	same = list_length(want) == list_length(have);
+	for (int i = 0; same && i < list_length(want); i++)
+		same = strcmp(list_nth(want, i), list_nth(have, i)) == 0;
+	if (!same)
+		ash_halt("census_drift", "a tenant table of %s is not keyed by its template's identity",
+				 t->log_name);
+}
+
 /*
  * Registration judged the target once; DDL since may have made it one that
  * registration refuses, and some such targets take the writes without an
@@ -1464,6 +1540,7 @@ ash_relmap_check_target(AshApplyRel *rel, AshApplyTarget *t)
 		ash_mapping_recheck(&tenant, rel->sink, true);
 		tmap.target_relid = t->relid;
 		judge_coverage(rel, &tmap, NULL);
+		judge_tenant_identity(rel, t);
 	}
 	judge_target_name(t);
 	t->checked_epoch = epoch;
