@@ -1680,6 +1680,85 @@ ash_mapping_target_claim(bool provenance, const char *tenant_strategy, const cha
 	return NULL;
 }
 
+/*
+ * Can some schema name be both format(a, t1) and format(b, t2)?  Each
+ * format holds exactly one %s and the tenants are arbitrary: exactly when
+ * one prefix is a prefix of the other and one suffix a suffix of the
+ * other (the longer part's excess is then taken from the other's tenant).
+ */
+static bool
+formats_meet(const char *a, const char *b)
+{
+	const char *pa = strstr(a, "%s");
+	const char *pb = strstr(b, "%s");
+	size_t		plen;
+	size_t		sa;
+	size_t		sb;
+
+	if (pa == NULL || pb == NULL)
+		return strcmp(a, b) == 0;
+	plen = Min(pa - a, pb - b);
+	sa = strlen(pa + 2);
+	sb = strlen(pb + 2);
+	return strncmp(a, b, plen) == 0 &&
+		strcmp(pa + 2 + (sa - Min(sa, sb)), pb + 2 + (sb - Min(sa, sb))) == 0;
+}
+
+/*
+ * Two context mappings of templates of one table name whose formats can
+ * name one schema would resolve a tenant of each to one table, where two
+ * source tables' rows meet under one key (the worker halts
+ * tenant_scope_invalid there: relmap.c).  Mappings of the same template
+ * share its tenant tables by design.
+ */
+static void
+check_tenant_tables_apart(AshMappingSpec *m, bool lock)
+{
+	Oid			argtypes[2] = {TEXTOID, OIDOID};
+	Datum		values[2];
+	char	   *relname = get_rel_name(m->target);
+	int			rc;
+
+	if (m->tenant_strategy != ASH_TENANT_CONTEXT || relname == NULL)
+		return;
+	values[0] = CStringGetTextDatum(relname);
+	values[1] = ObjectIdGetDatum(m->target);
+	if (lock)
+	{
+		rc = SPI_execute_with_args("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended("
+								   "'ash_replicant.tenant_table:' OPERATOR(pg_catalog.||) $1, 0))",
+								   2, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "ash_replicant: locking the template name's registrations failed");
+	}
+	rc = SPI_execute_with_args("SELECT r.sink_name, r.target::pg_catalog.oid, r.tenant_schema_format"
+							   "  FROM ash_replicant.resources r"
+							   "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.target::pg_catalog.oid"
+							   " WHERE r.tenant_strategy OPERATOR(pg_catalog.=) 'context'"
+							   "   AND c.relname OPERATOR(pg_catalog.=) $1::pg_catalog.name"
+							   "   AND r.target::pg_catalog.oid OPERATOR(pg_catalog.<>) $2"
+							   " ORDER BY r.sink_name, c.oid",
+							   2, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "ash_replicant: reading mappings failed: %s", SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Oid			other = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+		char	   *format = SPI_getvalue(tup, desc, 3);
+
+		if (!formats_meet(m->tenant_schema_format, format ? format : "%s"))
+			continue;
+		ash_reject(ERRCODE_DUPLICATE_OBJECT, "mapping", "config_invalid",
+				   "the tenant tables of %s and of %s (sink %s) can be one table: their "
+				   "tenant_schema_formats can name one schema",
+				   ash_mapping_qualified_relname(m->target), ash_mapping_qualified_relname(other),
+				   ash_quoted_name(SPI_getvalue(tup, desc, 1)));
+	}
+}
+
 void
 ash_mapping_check_shared_target(AshMappingSpec *m, bool lock)
 {
@@ -1727,6 +1806,7 @@ ash_mapping_check_shared_target(AshMappingSpec *m, bool lock)
 				   ash_mapping_qualified_relname(m->target), ash_quoted_name(other),
 				   mine != NULL ? "this mapping" : "that mapping", claim);
 	}
+	check_tenant_tables_apart(m, lock);
 }
 
 /*

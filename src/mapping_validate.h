@@ -232,7 +232,11 @@ extern const char *ash_mapping_target_claim(bool provenance, const char *tenant_
 /*
  * Refuse m (a mapping being registered, or one stored, for doctor) when
  * another sink maps its target and either mapping has a claim on it
- * (snapshot_provenance_invalid, or config_invalid for on_truncate).  lock:
+ * (snapshot_provenance_invalid, or config_invalid for on_truncate); or
+ * when m is a context mapping and another (of any sink) of another
+ * template of the same table name has a tenant_schema_format that can name
+ * a schema m's can (config_invalid: a tenant of each would resolve to one
+ * table).  lock:
  * serialize registrations of one target (a transaction lock), as those of
  * one sink serialize on its row.  Needs SPI.
  */

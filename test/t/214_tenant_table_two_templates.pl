@@ -4,10 +4,13 @@
 # resolve tenant t1 of both source tables to t1.docs: the rows of one
 # overwrote and deleted the other's, healthy (found by QA).  The same with
 # formats whose names overlap ('a_%s' and '%s': tenant t1 of one and a_t1 of
-# the other).  Such a table is written by no mapping: the pipeline halts
-# tenant_scope_invalid naming the mapping's target, nothing of the
-# transaction committed, the checkpoint unchanged, no value in any log.
-# Formats that cannot meet ('a_%s' and 'b_%s') still mirror.
+# the other).  ash_replicant_map_table refuses such a pair (config_invalid,
+# nothing stored); registrations planted from before the rule are named by
+# doctor's destination_mappings, and such a table is written by no mapping:
+# the pipeline halts tenant_scope_invalid naming the mapping's target,
+# nothing of the transaction committed, the checkpoint unchanged, no value
+# in any log.  Formats that cannot meet ('a_%s' and 'b_%s') register and
+# mirror.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -50,10 +53,44 @@ CREATE SCHEMA b_t1;
 CREATE TABLE b_t1.items (LIKE public.items INCLUDING ALL);
 });
 my @ctx = (tenant_column => 'tenant', tenant_strategy => 'context');
-AshTest::setup_pipeline($src, $dst, sink => 'two_docs', publication => 'pub_docs',
-	maps => [ [ 'public.docs', @ctx ], [ 'other.docs', @ctx ] ]);
-AshTest::setup_pipeline($src, $dst, sink => 'two_notes', publication => 'pub_notes',
-	maps => [ [ 'public.notes', @ctx, tenant_schema_format => 'a_%s' ], [ 'other.notes', @ctx ] ]);
+
+# registration refuses a second template of the name whose format can meet
+sub map_sql
+{
+	my ($sink, $target, $format) = @_;
+	return "SELECT ash_replicant_map_table(sink_name => '$sink', target => '$target'::regclass,"
+	  . " tenant_column => 'tenant', tenant_strategy => 'context', tenant_schema_format => '$format')";
+}
+$dst->safe_psql('postgres', q{SELECT ash_replicant_create_sink(sink_name => 'probe', slot_name => 'probe')});
+for my $case ([ 'public.docs', '%s', 'other.docs', '%s' ], [ 'public.notes', 'a_%s', 'other.notes', '%s' ],
+	[ 'public.docs', 'x%s', 'other.docs', '%sy' ], [ 'public.notes', '%s_b', 'other.notes', '%s' ])
+{
+	my ($t1, $f1, $t2, $f2) = @$case;
+	$dst->safe_psql('postgres', map_sql('probe', $t1, $f1));
+	my ($rc, $out, $err) = $dst->psql('postgres', map_sql('probe', $t2, $f2));
+	like($err, qr/mapping rejected: config_invalid .*can be one table/, "$t1 '$f1' and $t2 '$f2' refused");
+	is($dst->safe_psql('postgres', "SELECT count(*) FROM ash_replicant.resources WHERE sink_name = 'probe' AND target = '$t2'::regclass"),
+		'0', "... nothing stored");
+	$dst->safe_psql('postgres', "SELECT ash_replicant_unmap_table('probe', '$t1'::regclass)");
+}
+$dst->safe_psql('postgres', map_sql('probe', 'public.docs', 'a_%s') . '; ' . map_sql('probe', 'other.docs', 'b_%s'));
+is($dst->safe_psql('postgres', "SELECT count(*) FROM ash_replicant.resources WHERE sink_name = 'probe'"), '2',
+	"formats that cannot meet ('a_%s', 'b_%s') registered");
+$dst->safe_psql('postgres', q{SELECT ash_replicant_drop_sink('probe')});
+
+# registrations from before the rule (planted): doctor names them, the
+# worker halts at the first write to such a table
+AshTest::setup_pipeline($src, $dst, sink => 'two_docs', publication => 'pub_docs', start => 0,
+	maps => [ [ 'public.docs', @ctx, tenant_schema_format => 'p_%s' ], [ 'other.docs', @ctx, tenant_schema_format => 'q_%s' ] ]);
+AshTest::setup_pipeline($src, $dst, sink => 'two_notes', publication => 'pub_notes', start => 0,
+	maps => [ [ 'public.notes', @ctx, tenant_schema_format => 'a_%s' ], [ 'other.notes', @ctx, tenant_schema_format => 'q_%s' ] ]);
+$dst->safe_psql('postgres', q{UPDATE ash_replicant.resources SET tenant_schema_format = '%s' WHERE target IN ('public.docs'::regclass, 'other.docs'::regclass, 'other.notes'::regclass)});
+for my $s ('two_docs', 'two_notes')
+{
+	like($dst->safe_psql('postgres', "SELECT verdict || '/' || reason FROM ash_replicant_doctor('$s') WHERE check_name = 'destination_mappings'"),
+		qr{^fail/config_invalid$}, "$s: doctor's destination_mappings names the planted pair");
+	AshTest::start_sink($dst, $s);
+}
 AshTest::setup_pipeline($src, $dst, sink => 'two_items', publication => 'pub_items',
 	maps => [ [ 'public.items', @ctx, tenant_schema_format => 'a_%s' ],
 		[ 'other.items', @ctx, tenant_schema_format => 'b_%s' ] ]);
