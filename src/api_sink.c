@@ -114,6 +114,8 @@ typedef struct AshSinkInfo
  * ---------------------------------------------------------------------
  */
 
+static void check_owner_tables(const char *sink_name, Oid owner);
+
 /* Run one parameterized catalog statement; errors out on SPI failure. */
 static int
 catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
@@ -758,6 +760,8 @@ ash_replicant_alter_sink(PG_FUNCTION_ARGS)
 	if (sink.append_log && !PG_ARGISNULL(3))
 		ash_reject(ERRCODE_INVALID_PARAMETER_VALUE, STAGE_SINK, "recovery_horizon_invalid",
 				   "recovery_horizon is not accepted on an append_log sink");
+	if (!PG_ARGISNULL(5))
+		check_owner_tables(sink_name, PG_GETARG_OID(5));
 
 	catalog_exec("UPDATE ash_replicant.sinks SET"
 				 "  ignored_sources = coalesce($2, ignored_sources),"
@@ -796,6 +800,48 @@ ash_replicant_alter_sink(PG_FUNCTION_ARGS)
 		DirectFunctionCall1(ash_replicant_start, CStringGetTextDatum(sink_name));
 	ash_launcher_wake_at_commit();
 	PG_RETURN_VOID();
+}
+
+/*
+ * A new owner of a sink must be able to write every table the sink writes
+ * (owner_scope.c): a registered target or route table whose owner neither
+ * has the new owner's privileges nor gives the new owner its own is
+ * refused target_owner_untrusted.  A tenant's table (context tenancy) is
+ * judged when the pipeline writes it.
+ */
+static void
+check_owner_tables(const char *sink_name, Oid owner)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	List	   *relids = NIL;
+	ListCell   *lc;
+
+	values[0] = CStringGetTextDatum(sink_name);
+	catalog_exec("SELECT target::pg_catalog.oid FROM ash_replicant.resources WHERE sink_name = $1"
+				 " UNION SELECT target::pg_catalog.oid FROM ash_replicant.message_routes"
+				 " WHERE sink_name = $1 AND target IS NOT NULL",
+				 1, types, values, NULL, true);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			relids = lappend_oid(relids, DatumGetObjectId(d));
+	}
+	foreach(lc, relids)
+	{
+		Oid			relid = lfirst_oid(lc);
+		char	   *nsp = get_namespace_name(get_rel_namespace(relid));
+		char	   *rel = get_rel_name(relid);
+
+		if (nsp == NULL || rel == NULL)
+			continue;			/* gone: doctor reports it */
+		ash_owner_check_table(owner, relid, STAGE_SINK,
+							  psprintf("sink \"%s\": table %s.%s", sink_name,
+									   ash_quoted_name(nsp), ash_quoted_name(rel)));
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -913,6 +959,8 @@ check_route_table_state_mirror(AshSinkInfo *sink, Oid relid, const char *relname
 		ash_reject(ERRCODE_UNDEFINED_COLUMN, STAGE_ROUTE, "message_route_invalid",
 				   "target %s has no column \"content_digest\"", relname);
 
+	/* the writes would run as neither role (owner_scope.c) */
+	ash_owner_check_table(sink->owner, relid, STAGE_ROUTE, relname);
 	if (!owner_can_insert(relid, sink->owner, used, nused))
 		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, STAGE_ROUTE, "message_route_invalid",
 				   "the owner of sink \"%s\" may not INSERT into target %s",

@@ -1412,6 +1412,40 @@ as_owner_begin(AshOwnerScope *scope)
 }
 
 /*
+ * Write to tgt in the scope its owner allows (owner_scope.c,
+ * ash_owner_table_writer): as the sink owner, or as the table's owner,
+ * restricted, so that a table owner's trigger, default, CHECK or index
+ * expression never runs with the sink owner's rights.  Judged once per
+ * destination transaction: the lock taken then keeps the owner until the
+ * transaction ends (ALTER TABLE OWNER waits for it), and a role
+ * membership granted or revoked since (no relcache event) is seen by the
+ * next transaction -- the judgement is two membership lookups, cached by
+ * PostgreSQL until pg_auth_members changes.
+ */
+void
+ash_apply_target_enter(AshApplyTarget *tgt, AshOwnerScope *scope)
+{
+	if (tgt->writer_lxid != MyProc->lxid)
+	{
+		tgt->writer = ash_owner_writer_of(apply_cfg->owner, tgt->relid, tgt->log_name);
+		tgt->writer_lxid = MyProc->lxid;
+	}
+	ash_owner_table_enter(scope, apply_cfg->owner, tgt->writer);
+}
+
+void
+ash_apply_table_enter(Oid relid, const char *log_name, AshOwnerScope *scope)
+{
+	ash_owner_write_enter(scope, apply_cfg->owner, relid, log_name);
+}
+
+void
+ash_apply_target_exit(AshOwnerScope *scope)
+{
+	ash_owner_scope_exit(scope);
+}
+
+/*
  * Fill unchanged-TOAST columns of a new tuple from a full old tuple (REPLICA
  * IDENTITY FULL logs the old row detoasted), so the new image is complete.
  * key_only: the old tuple is the old key ('K'), the other columns NULL:
@@ -1662,9 +1696,11 @@ apply_insert(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 {
 	AshApplyTarget *to = target_for(rel, tnew);
 	AshRowImage newrow;
+	AshOwnerScope scope;
 
 	build_image(rel, &c->u.insert.newtup, &newrow);
 	seal_image(rel, to, &newrow);
+	ash_apply_target_enter(to, &scope);
 	if (rel->map->snapshot_provenance && meta.snapshot_attempt != NULL)
 		ash_provenance_insert(rel, to, &newrow, strategy);
 	else
@@ -1672,6 +1708,7 @@ apply_insert(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 		strategy->insert(rel, to, &newrow);
 		mark_streamed(rel, to, &newrow);
 	}
+	ash_apply_target_exit(&scope);
 }
 
 static void
@@ -1680,6 +1717,7 @@ apply_update(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 {
 	AshRowImage newrow;
 	AshRowImage key;
+	AshOwnerScope scope;
 
 	build_image(rel, &c->u.update.newtup, &newrow);
 	if (c->u.update.oldkind != 0)
@@ -1697,17 +1735,23 @@ apply_update(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 			ash_halt("unchanged_value_unavailable", "relocated row of %s lacks a value",
 					 rel->target_name);
 		seal_image(rel, to, &newrow);
+		ash_apply_target_enter(from, &scope);
 		strategy->delete(rel, from, &key);
+		ash_apply_target_exit(&scope);
+		ash_apply_target_enter(to, &scope);
 		strategy->insert(rel, to, &newrow);
 		mark_streamed(rel, to, &newrow);
+		ash_apply_target_exit(&scope);
 	}
 	else
 	{
 		AshApplyTarget *to = target_for(rel, tnew);
 
 		seal_image(rel, to, &newrow);
+		ash_apply_target_enter(to, &scope);
 		strategy->update(rel, to, &key, &newrow);
 		mark_streamed(rel, to, &newrow);
+		ash_apply_target_exit(&scope);
 	}
 }
 
@@ -1716,9 +1760,13 @@ apply_delete(AshApplyRel *rel, const AshApplyStrategy *strategy, AshChange *c,
 			 const char *told)
 {
 	AshRowImage key;
+	AshApplyTarget *from = target_for(rel, told);
+	AshOwnerScope scope;
 
 	build_key(rel, &c->u.delete.oldtup, &key);
-	strategy->delete(rel, target_for(rel, told), &key);
+	ash_apply_target_enter(from, &scope);
+	strategy->delete(rel, from, &key);
+	ash_apply_target_exit(&scope);
 }
 
 /*
@@ -1916,8 +1964,11 @@ apply_truncate(AshChange *c)
 			(strcmp(rel->map->on_truncate, "append") == 0 &&
 			 strategy_for(rel) == &ash_append_strategy))
 		{
+			AshOwnerScope table_scope;
+
 			PushActiveSnapshot(GetTransactionSnapshot());
 			as_owner_begin(&owner_scope);
+			ash_apply_target_enter(rel->target_default, &table_scope);
 			if (keeps)
 			{
 				ash_scd1_truncate_keeping(rel, rel->target_default, keep.data, nkeep,
@@ -1929,6 +1980,7 @@ apply_truncate(AshChange *c)
 			}
 			else
 				strategy_for(rel)->truncate(rel, rel->target_default);
+			ash_apply_target_exit(&table_scope);
 			ash_owner_scope_exit(&owner_scope);
 			PopActiveSnapshot();
 			table_stats_count(rel, rel->target_default, NULL, STAT_TRUNCATED);
@@ -2141,6 +2193,7 @@ roll_back(void)
 	if (ash_scd1_strategy.discard)
 		ash_scd1_strategy.discard();
 	AbortCurrentTransaction();
+	ash_owner_scope_reset();
 	MemoryContextSwitchTo(cxt);
 	batch_open = false;
 	batch_xacts = 0;
@@ -2697,7 +2750,7 @@ ash_apply_copy_write(AshApplyRel *rel, AshApplyTarget *tgt, void (*fn) (void *ar
 static void
 build_indexes(void *arg)
 {
-	ash_bulk_build_indexes(apply_cfg->owner);
+	ash_bulk_build_indexes();
 }
 
 int32
@@ -2710,7 +2763,7 @@ ash_apply_snapshot_flush(void)
 	if (copy_guard_armed())
 		copy_guarded(build_indexes, NULL);
 	else
-		ash_bulk_build_indexes(apply_cfg->owner);
+		ash_bulk_build_indexes();
 	return meta.ordinal;
 }
 

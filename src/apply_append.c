@@ -306,6 +306,7 @@ ash_append_message(AshPipelineConfig *cfg, Oid target, const char *prefix,
 	MessagePlan *mp = NULL;
 	ListCell   *lc;
 	AshOwnerScope owner_scope;
+	AshOwnerScope table_scope;
 
 	/* dropped: a mapping's target gone, as a row event's would be */
 	if (!OidIsValid(get_rel_namespace(target)))
@@ -349,9 +350,11 @@ ash_append_message(AshPipelineConfig *cfg, Oid target, const char *prefix,
 	 */
 	ash_relmap_check_event_target(m, &mp->target);
 
-	/* the event is the sink owner's write (owner_scope.c) */
+	/* the event is a write to the log, as its owner allows (owner_scope.c) */
 	ash_owner_scope_enter(&owner_scope, cfg->owner, 0);
+	ash_owner_write_enter(&table_scope, cfg->owner, target, mp->target.log_name);
 	write_structural(m, mp->target.name, &mp->plan, "message", prefix, content, len);
+	ash_owner_scope_exit(&table_scope);
 	ash_owner_scope_exit(&owner_scope);
 }
 

@@ -19,7 +19,7 @@
  *		values were converted to (input and receive functions apply the
  *		modifier, as the INSERT's assignment coercion would).
  *	  Privileges are checked as the INSERT checks them (ExecCheckRTPerms on
- *	  the written columns, as the current user: the pipeline owner), NOT
+ *	  the written columns, as the current user: the writing role), NOT
  *	  NULL and CHECK constraints by the executor's own ExecConstraints, and
  *	  unique indexes by index insertion, which raises the same unique
  *	  violation the caller catches to fall back to the upsert -- or, for a
@@ -37,8 +37,9 @@
  *	  it began may leave the index entries out and build every index of
  *	  the table once its rows are in, as a restore does (sorting the keys
  *	  costs a fraction of inserting them one by one into a growing tree).
- *	  Only where the pipeline owner owns the table (the build is what its
- *	  owner's REINDEX does); the table is held in SHARE mode from the first
+ *	  Only where the writing role owns the table -- the sink owner, or the
+ *	  table's owner the write runs as (owner_scope.c) -- (the build is what
+ *	  its owner's REINDEX does); the table is held in SHARE mode from the first
  *	  such write to the transaction's end, so no other session writes it
  *	  meanwhile and the indexes are never read incomplete: nothing of the
  *	  copy's transaction reads the table before the build, and a commit
@@ -223,7 +224,7 @@ may_build_indexes_after(Relation r)
 }
 
 void
-ash_bulk_build_indexes(Oid owner)
+ash_bulk_build_indexes(void)
 {
 	ReindexParams params = {0};
 	AshOwnerScope scope;
@@ -239,12 +240,12 @@ ash_bulk_build_indexes(Oid owner)
 	 * The build evaluates the indexes' expressions and predicates, which may
 	 * call functions that run SQL: they need an active snapshot, as REINDEX
 	 * has its statement's, and run as REINDEX runs them -- as the table's
-	 * owner (here the sink owner, may_build_indexes_after), in a
+	 * owner (who wrote its rows: may_build_indexes_after), in a
 	 * security-restricted operation -- never as the worker's superuser.
 	 * An error leaves both to the transaction's abort.
 	 */
 	PushActiveSnapshot(GetTransactionSnapshot());
-	ash_owner_scope_enter(&scope, owner, SECURITY_RESTRICTED_OPERATION);
+	ash_owner_scope_enter(&scope, ash_owner_of_table(relid), SECURITY_RESTRICTED_OPERATION);
 
 	/*
 	 * One process per build, as for the per-row insertion it replaces: a

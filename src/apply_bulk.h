@@ -54,10 +54,10 @@ extern bool ash_bulk_insert(AshBulkTarget *bt, AshApplyTarget *tgt, int ncols, i
 /*
  * Build every index of the table whose rows this transaction wrote without
  * their index entries, if any (a unique violation raises as REINDEX's).
- * owner: the sink owner, who owns that table; the indexes' functions run
- * as owner, with an active snapshot.
+ * The indexes' functions run as the table's owner -- who wrote its rows --
+ * restricted, with an active snapshot.
  */
-extern void ash_bulk_build_indexes(Oid owner);
+extern void ash_bulk_build_indexes(void);
 
 /*
  * fresh: a snapshot copy into a table that was empty when it began; the

@@ -903,6 +903,7 @@ scd1_flush(void)
 	int			nrows = gbuf.nrows;
 	int			ndeletes = gbuf.ndeletes;
 	AshApplyErrorContext saved = ash_apply_errctx;
+	AshOwnerScope scope;
 
 	if (rel == NULL || (nrows == 0 && ndeletes == 0))
 	{
@@ -915,6 +916,8 @@ scd1_flush(void)
 	ash_apply_errctx.relation = tgt->log_name;
 	ash_apply_errctx.commit_lsn = gbuf.first_commit_lsn;
 	ash_apply_errctx.xid = gbuf.first_xid;
+	/* the run's own table's scope, also when another table's write flushes it */
+	ash_apply_target_enter(tgt, &scope);
 	PushActiveSnapshot(GetTransactionSnapshot());
 
 	if (ndeletes > 0)
@@ -1067,6 +1070,7 @@ scd1_flush(void)
 	}
 
 	PopActiveSnapshot();
+	ash_apply_target_exit(&scope);
 	ash_apply_errctx = saved;
 	scd1_discard();
 }

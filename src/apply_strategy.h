@@ -20,6 +20,7 @@
 
 #include "checkpoint.h"
 #include "config.h"
+#include "owner_scope.h"
 #include "relmap.h"
 
 /* One row image in target-column order (rel->ncols entries). */
@@ -140,6 +141,19 @@ extern bool ash_apply_indexes_after(Oid relid);
  */
 extern void ash_apply_copy_write(AshApplyRel *rel, AshApplyTarget *tgt,
 								 void (*fn) (void *arg), void *arg);
+
+/*
+ * Every write to a table -- a strategy's, a provenance stamp's, a
+ * retirement's -- runs between these, inside the sink owner's scope: as the
+ * sink owner, or as the table's owner, security-restricted, where the sink
+ * owner has that owner's privileges but not the reverse; neither halts
+ * target_owner_untrusted (owner_scope.c).  A scope entered inside another
+ * table's takes its own table's rights.  ash_apply_table_enter judges a
+ * table by OID (log_name names it in a halt: the mapping's target).
+ */
+extern void ash_apply_target_enter(AshApplyTarget *tgt, AshOwnerScope *scope);
+extern void ash_apply_table_enter(Oid relid, const char *log_name, AshOwnerScope *scope);
+extern void ash_apply_target_exit(AshOwnerScope *scope);
 
 /* Execute deferred writes (and their provenance stamps) now. */
 extern void ash_apply_flush_deferred(void);

@@ -113,6 +113,8 @@ static const AshReasonEntry reason_table[] = {
 	/* a password the source did not ask for, or none set by a non-superuser */
 	{"source_password_required", ASH_REASON_MISCONFIGURED},
 	{"destination_owner_invalid", ASH_REASON_MISCONFIGURED},
+	/* a written table's owner and the sink owner trust neither (owner_scope.c) */
+	{"target_owner_untrusted", ASH_REASON_MISCONFIGURED},
 	/* registration / configuration rejections */
 	{"multitenancy_required", ASH_REASON_REGISTRATION},
 	{"tenant_attribute_invalid", ASH_REASON_REGISTRATION},

@@ -61,6 +61,7 @@
 
 #include "errors.h"
 #include "mapping_validate.h"
+#include "owner_scope.h"
 #include "qualname.h"
 
 #define MAPPING_STAGE "mapping"
@@ -1000,6 +1001,12 @@ check_owner_privileges(ValidateCtx *cx)
 	if (!OidIsValid(owner) || !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
 		REJECT("config_invalid", "the sink owner role does not exist");
 	rolname = qname(GetUserNameFromId(owner, false));
+
+	/* the writes would run as neither role (owner_scope.c) */
+	if (ash_owner_table_writer(owner, cx->rel->rd_rel->relowner) == ASH_WRITER_UNTRUSTED)
+		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, MAPPING_STAGE, "target_owner_untrusted",
+				   "the owner of target %s does not have the privileges of sink owner %s, nor %s the table owner's: give the table to the sink owner, or grant one role to the other",
+				   cx->relname, rolname, rolname);
 
 	if (pg_namespace_aclcheck(RelationGetNamespace(cx->rel), owner, ACL_USAGE) != ACLCHECK_OK)
 		ash_reject(ERRCODE_INSUFFICIENT_PRIVILEGE, MAPPING_STAGE, "config_invalid",

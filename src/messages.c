@@ -765,6 +765,7 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 	char		nulls[5] = "    ";
 	bytea	   *raw;
 	AshOwnerScope owner_scope;
+	AshOwnerScope table_scope;
 	uint64		n;
 
 	raw = palloc(VARHDRSZ + len);
@@ -789,10 +790,17 @@ run_effect(AshPipelineConfig *cfg, RoutePlan *rp, const char *prefix, const char
 		values[3] = PointerGetDatum(digest);
 	}
 
-	/* the effect is the sink owner's write (owner_scope.c) */
+	/*
+	 * The effect is the sink owner's function, or a write to a table, as
+	 * its owner allows (owner_scope.c).
+	 */
 	ash_owner_scope_enter(&owner_scope, cfg->owner, 0);
+	if (OidIsValid(rp->route->target))
+		ash_owner_write_enter(&table_scope, cfg->owner, rp->route->target, NULL);
 	n = ash_spi_execute(rp->effect, values, nulls,
 						OidIsValid(rp->route->target) ? SPI_OK_INSERT : SPI_OK_SELECT);
+	if (OidIsValid(rp->route->target))
+		ash_owner_scope_exit(&table_scope);
 	ash_owner_scope_exit(&owner_scope);
 	if (OidIsValid(rp->route->target) && n != 1)
 		write_lost(rp, n);

@@ -56,16 +56,30 @@
 #include "postgres.h"
 
 #include "lib/stringinfo.h"
+#include "access/htup_details.h"
+#include "catalog/pg_class.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/syscache.h"
 #include "utils/varlena.h"
 
 #include "errors.h"
 #include "owner_scope.h"
+
+/*
+ * The security context of the innermost sink owner's scope, which a
+ * table's write scope derives from, and how many table scopes are open in
+ * it: a sink owner's scope entered inside a table's (gathered writes
+ * flushed first) derives from the enclosing sink owner's, never from the
+ * table owner's restricted one.
+ */
+static int	owner_scope_sec = 0;
+static int	table_scope_depth = 0;
 
 void
 ash_owner_scope_enter(AshOwnerScope *scope, Oid owner, int sec_flags)
@@ -74,9 +88,113 @@ ash_owner_scope_enter(AshOwnerScope *scope, Oid owner, int sec_flags)
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
 		ash_halt("destination_owner_invalid", "the sink owner role no longer exists");
 	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec);
-	SetUserIdAndSecContext(owner, scope->save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_NOFORCE_RLS | sec_flags);
+	scope->outer_sec = owner_scope_sec;
+	scope->outer_depth = table_scope_depth;
+	owner_scope_sec = (table_scope_depth > 0 ? owner_scope_sec : scope->save_sec) |
+		SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS | sec_flags;
+	table_scope_depth = 0;
+	SetUserIdAndSecContext(owner, owner_scope_sec);
 	scope->nest = NewGUCNestLevel();
+}
+
+AshTableWriter
+ash_owner_table_writer(Oid sink_owner, Oid table_owner)
+{
+	/* the table owner's code as the sink owner gains it nothing */
+	if (table_owner == sink_owner || has_privs_of_role(table_owner, sink_owner))
+		return ASH_WRITER_SINK_OWNER;
+	if (has_privs_of_role(sink_owner, table_owner))
+		return ASH_WRITER_TABLE_OWNER;
+	return ASH_WRITER_UNTRUSTED;
+}
+
+Oid
+ash_owner_of_table(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+void
+ash_owner_table_enter(AshOwnerScope *scope, Oid sink_owner, Oid writer)
+{
+	int			base_sec = owner_scope_sec;
+
+	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec);
+	scope->outer_sec = owner_scope_sec;
+	scope->outer_depth = table_scope_depth;
+	table_scope_depth++;
+	if (!OidIsValid(writer))
+	{
+		/* the sink owner's role: its scope (owner_scope_enter) checked it */
+		SetUserIdAndSecContext(sink_owner, base_sec | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_NOFORCE_RLS);
+	}
+	else
+	{
+		/*
+		 * The table owner's code never runs with the sink owner's rights:
+		 * restricted, as PostgreSQL runs a table owner's code in VACUUM or
+		 * REINDEX -- no SET ROLE, no deferred trigger, no WITH HOLD cursor
+		 * left to run at the commit as the worker.
+		 */
+		SetUserIdAndSecContext(writer, base_sec | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_NOFORCE_RLS | SECURITY_RESTRICTED_OPERATION);
+	}
+	scope->nest = NewGUCNestLevel();
+}
+
+Oid
+ash_owner_writer_of(Oid sink_owner, Oid relid, const char *log_name)
+{
+	Oid			owner;
+
+	/* a lock not yet held processes the invalidations: the owner is current */
+	LockRelationOid(relid, RowExclusiveLock);
+	owner = ash_owner_of_table(relid);
+	if (!OidIsValid(owner))
+		return InvalidOid;
+	switch (ash_owner_table_writer(sink_owner, owner))
+	{
+		case ASH_WRITER_SINK_OWNER:
+			return InvalidOid;
+		case ASH_WRITER_TABLE_OWNER:
+			return owner;
+		default:
+			break;
+	}
+	if (log_name == NULL)
+		log_name = psprintf("%s.%s",
+							ash_quoted_name(get_namespace_name(get_rel_namespace(relid))),
+							ash_quoted_name(get_rel_name(relid)));
+	ash_halt_on(log_name, "target_owner_untrusted",
+				"the owner of %s does not have the privileges of the sink owner, nor the sink owner its owner's",
+				log_name);
+}
+
+void
+ash_owner_write_enter(AshOwnerScope *scope, Oid sink_owner, Oid relid, const char *log_name)
+{
+	ash_owner_table_enter(scope, sink_owner, ash_owner_writer_of(sink_owner, relid, log_name));
+}
+
+void
+ash_owner_check_table(Oid sink_owner, Oid relid, const char *stage, const char *what)
+{
+	Oid			owner = ash_owner_of_table(relid);
+
+	if (!OidIsValid(owner) ||
+		ash_owner_table_writer(sink_owner, owner) != ASH_WRITER_UNTRUSTED)
+		return;
+	ash_refuse(ERRCODE_INSUFFICIENT_PRIVILEGE, stage, "target_owner_untrusted",
+			   "%s: its owner does not have the privileges of the sink owner, nor the sink owner its owner's",
+			   what);
 }
 
 void
@@ -85,6 +203,15 @@ ash_owner_scope_exit(AshOwnerScope *scope)
 	/* false: undo every change made at the level, a session-wide SET too */
 	AtEOXact_GUC(false, scope->nest);
 	SetUserIdAndSecContext(scope->save_userid, scope->save_sec);
+	owner_scope_sec = scope->outer_sec;
+	table_scope_depth = scope->outer_depth;
+}
+
+void
+ash_owner_scope_reset(void)
+{
+	owner_scope_sec = 0;
+	table_scope_depth = 0;
 }
 
 void

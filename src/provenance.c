@@ -1123,6 +1123,7 @@ ash_provenance_resolve(void)
 	bool	   *unchanged;
 	ListCell   *lc;
 	int			i = 0;
+	AshOwnerScope scope;
 
 	if (rows == NIL)
 		return;
@@ -1131,6 +1132,8 @@ ash_provenance_resolve(void)
 	pending_pt = NULL;
 	unchanged = palloc0(sizeof(bool) * list_length(rows));
 
+	/* the rows are of one table (pending_pt): its writer probes and writes */
+	ash_apply_target_enter(((Pending *) linitial(rows))->tgt, &scope);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (list_length(rows) == 1 || !probe_group(pt, rows, unchanged))
 	{
@@ -1152,6 +1155,7 @@ ash_provenance_resolve(void)
 					 r->values, r->nulls, r->n, unchanged[i++]);
 	}
 	PopActiveSnapshot();
+	ash_apply_target_exit(&scope);
 	/* the writes copied what they keep (gathered runs, stamps) */
 	list_free(rows);
 	if (pending == NIL)
@@ -1300,6 +1304,7 @@ ash_provenance_flush(void)
 {
 	ListCell   *lc;
 	int			nestlevel;
+	AshOwnerScope scope;
 
 	if (queue == NIL)
 	{
@@ -1327,10 +1332,12 @@ ash_provenance_flush(void)
 				break;
 			group = lappend(group, s);
 		}
-		if (list_length(group) > 1 && first->pt->stamp_many != NULL &&
-			stamp_group(first->pt, group, first->streamed))
-			continue;
-		stamp_singly(group);
+		/* ENABLE ALWAYS triggers and index expressions: the table's writer */
+		ash_apply_table_enter(first->pt->relid, first->pt->rel->target_name, &scope);
+		if (!(list_length(group) > 1 && first->pt->stamp_many != NULL &&
+			  stamp_group(first->pt, group, first->streamed)))
+			stamp_singly(group);
+		ash_apply_target_exit(&scope);
 	}
 	PopActiveSnapshot();
 	AtEOXact_GUC(true, nestlevel);
@@ -1437,8 +1444,9 @@ scope_tenants(AshMapping *m, Oid owner)
  * NULL: the scope (tenant) of each table, as the function returned it, or
  * NIL for a mapping without context tenancy.
  */
-List *
-ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes)
+/* ash_provenance_scope_tables, and the tables' OIDs in *oids. */
+static List *
+scope_tables(AshMapping *m, Oid owner, List **scopes, List **oids)
 {
 	List	   *tables = NIL;
 	List	   *relids = NIL;
@@ -1447,7 +1455,10 @@ ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes)
 	if (scopes != NULL)
 		*scopes = NIL;
 	if (!is_context(m))
+	{
+		*oids = list_make1_oid(m->target_relid);
 		return list_make1(qualified_name(m->target_relid));
+	}
 	foreach(lc, scope_tenants(m, owner))
 	{
 		char	   *tenant = lfirst(lc);
@@ -1471,7 +1482,7 @@ ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes)
 		if (scopes != NULL)
 			*scopes = lappend(*scopes, tenant);
 	}
-	list_free(relids);
+	*oids = relids;
 	return tables;
 }
 
@@ -1496,6 +1507,14 @@ ash_provenance_in_scope(AshMapping *m, Oid owner, const char *tenant)
 	}
 	SPI_finish();
 	return found;
+}
+
+List *
+ash_provenance_scope_tables(AshMapping *m, Oid owner, List **scopes)
+{
+	List	   *relids;
+
+	return scope_tables(m, owner, scopes, &relids);
 }
 
 List *
@@ -1717,12 +1736,21 @@ int64
 ash_provenance_retire(AshMapping *m, const bytea *attempt, XLogRecPtr close_lsn,
 					  bool nothing_past)
 {
-	List	   *tables = ash_provenance_tables(m, GetUserId());
+	List	   *relids;
+	List	   *tables = scope_tables(m, GetUserId(), NULL, &relids);
 	ListCell   *lc;
 	int64		rows = 0;
+	char	   *log_name = qualified_name(m->target_relid);
 
 	foreach(lc, tables)
+	{
+		AshOwnerScope scope;
+
+		/* a tenant's table is named by its mapping's target */
+		ash_apply_table_enter(list_nth_oid(relids, foreach_current_index(lc)), log_name, &scope);
 		rows += retire_in(m, lfirst(lc), tables, attempt, close_lsn, nothing_past);
+		ash_apply_target_exit(&scope);
+	}
 	return rows;
 }
 
@@ -1734,20 +1762,28 @@ ash_provenance_forget(AshMapping *m, const bytea *attempt)
 	ListCell   *lc;
 	int			nestlevel;
 	MemoryContext cxt = CurrentMemoryContext;
+	List	   *tables;
+	List	   *relids;
 
 	values[0] = PointerGetDatum(attempt);
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+	tables = scope_tables(m, GetUserId(), NULL, &relids);
 	PushActiveSnapshot(GetTransactionSnapshot());
-	foreach(lc, ash_provenance_tables(m, GetUserId()))
+	foreach(lc, tables)
 	{
+		AshOwnerScope scope;
+
+		ash_apply_table_enter(list_nth_oid(relids, foreach_current_index(lc)),
+							  qualified_name(m->target_relid), &scope);
 		if (SPI_execute_with_args(psprintf("UPDATE %s SET %s = NULL WHERE %s = $1",
 										   (char *) lfirst(lc), ASH_PROVENANCE_SEEN_COLUMN,
 										   ASH_PROVENANCE_SEEN_COLUMN),
 								  1, types, values, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "ash_replicant: could not forget a snapshot attempt's seen-marks");
 		MemoryContextSwitchTo(cxt);
+		ash_apply_target_exit(&scope);
 	}
 	PopActiveSnapshot();
 	AtEOXact_GUC(true, nestlevel);

@@ -62,6 +62,9 @@ typedef struct AshApplyTarget
 	const void *plans_owner;	/* its AshApplyStrategy; NULL: SCD1 */
 	uint64		checked_epoch;	/* ash_relmap_check_target: rules held */
 	LocalTransactionId checked_lxid;
+	Oid			writer;			/* ash_apply_target_enter: the role writes
+								 * run as, InvalidOid for the sink owner */
+	LocalTransactionId writer_lxid; /* ... judged in this transaction */
 	MemoryContext cxt;
 } AshApplyTarget;
 

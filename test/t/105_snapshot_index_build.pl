@@ -8,7 +8,8 @@
 #      row in each btree index, index-only reads agree with a sequential
 #      scan, the mirror equals the source; then streamed inserts, updates
 #      (key changes too) and deletes go through the built indexes
-#   b  a target owned by another role: its indexes keep their relfilenodes
+#   b  a target owned by another role that has the sink owner's privileges
+#      (so written as the sink owner): its indexes keep their relfilenodes
 #      (filled row by row), the mirror equals the source
 #   c  a build that fails: the target has a unique index, besides its
 #      key, on a column the source does not keep unique, and two source rows
@@ -41,7 +42,10 @@ CREATE INDEX owned_lower_k ON owned (lower(k));
 CREATE INDEX owned_even ON owned (k) WHERE v % 2 = 0;
 CREATE INDEX owned_doc ON owned USING gin (doc);
 CREATE INDEX foreign_owned_v ON foreign_owned (v);
-CREATE ROLE other_owner NOLOGIN;
+-- a role with the sink owner's privileges, so the worker writes its table
+-- as the sink owner, who does not own it (a table of a role without them
+-- is written as that role, its owner: built after the rows, test 211)
+CREATE ROLE other_owner NOLOGIN SUPERUSER;
 ALTER TABLE foreign_owned OWNER TO other_owner;
 });
 for my $t (qw(owned foreign_owned))
