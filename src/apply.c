@@ -2480,6 +2480,14 @@ ash_apply_change(AshChange *c)
  * closed (CLOSE ALL: the worker keeps none of its own across statements).
  * The scope is not security-restricted: that would refuse the deferred
  * triggers themselves.
+ *
+ * They fire as the sink owner, whatever table queued them.  That is safe
+ * only because the one kind of table whose owner's code must not run as
+ * the sink owner -- one written as its own owner (ash_apply_target_enter:
+ * the owner lacks the sink owner's privileges) -- cannot queue any: its
+ * writes are security-restricted, and PostgreSQL refuses a deferred
+ * trigger there (42501, apply_failed; test 212).  Every event queued here
+ * is of a table whose owner has the sink owner's privileges.
  */
 static void
 fire_deferred_as_owner(void)

@@ -7,7 +7,7 @@
  *	  A pipeline's worker and its snapshot helpers connect as the bootstrap
  *	  superuser and run two kinds of SQL: their own statements on the
  *	  ash_replicant catalogs, and writes to the targets, done as the sink
- *	  owner -- during which code the owner (or a target's owner) controls
+ *	  owner or a target's owner (below) -- during which code they control
  *	  runs: triggers, a tenant_function, a tenant_scope_function, a message
  *	  route's function, a column default.  Such code can change the
  *	  session's settings (set_config('search_path', 'evil, pg_catalog',
@@ -26,9 +26,27 @@
  *	  name in the worker's own statements (pg_temp is searched first unless
  *	  the path names it: the worker's path names it last).  Scopes that
  *	  only read (verify, a tenant_scope_function) are security-restricted
- *	  besides; the apply's cannot be -- PostgreSQL refuses to queue a
- *	  deferred trigger in a restricted operation, and a target may have a
- *	  deferred foreign key.
+ *	  besides; the sink owner's own writes cannot be -- PostgreSQL refuses
+ *	  to queue a deferred trigger in a restricted operation, and a target
+ *	  may have a deferred foreign key.
+ *
+ *	  Whose rights a write to a table runs with (ash_owner_table_writer,
+ *	  as PostgreSQL 16's apply worker with run_as_owner = false): a table
+ *	  owned by the sink owner, or by a role with its privileges, is written
+ *	  as the sink owner -- that owner's code run as the sink owner gains it
+ *	  nothing.  Any other table's triggers, defaults, CHECK and index
+ *	  expressions are code of a role that must not get the sink owner's
+ *	  rights (a tenant's role owning its schema's table, a target's owner
+ *	  adding a trigger after registration): where the sink owner has that
+ *	  owner's privileges (a superuser has every role's) the write runs as
+ *	  the table's owner, security-restricted, in a nest level of its own;
+ *	  a deferred trigger on such a table is refused (42501), which is what
+ *	  keeps the deferred triggers fired before the commit, as the sink
+ *	  owner, to tables of the first kind.  Where neither role has the
+ *	  other's privileges, no one may write: target_owner_untrusted.  A
+ *	  table scope is entered inside the sink owner's scope and derives its
+ *	  security context from it, also when entered inside another table's
+ *	  scope (gathered rows of that other table written first).
  *
  *	  The other way to put a schema before pg_catalog is a setting of the
  *	  database or the role (ALTER DATABASE ... SET search_path, open to the
