@@ -1399,7 +1399,9 @@ require_xact(const char *what)
 }
 
 /*
- * Write as the sink owner.  FORCE ROW LEVEL SECURITY does not apply to the
+ * The sink owner's scope, in which each write to a table enters the scope
+ * its owner allows (ash_apply_target_enter): as the sink owner, or as the
+ * table's owner.  FORCE ROW LEVEL SECURITY does not apply to the
  * owner of a table here (as in a foreign key's check): the owner's writes
  * are not re-gated by policies (docs/sql-api-mapping.md, "Row-level
  * security").  What the owner's code (a trigger, the tenant function) sets
@@ -2273,8 +2275,10 @@ stream_abort(AshChange *c)
 	/* an aborted subtransaction none of whose changes was applied */
 }
 
-/* Execute what strategies deferred (multi-row inserts). */
-/* Deferred writes are the sink owner's, as every other write. */
+/*
+ * Execute what strategies deferred (multi-row inserts), inside the sink
+ * owner's scope; each run is written in its table's (scd1_flush).
+ */
 static void
 flush_deferred(void)
 {
@@ -2797,7 +2801,8 @@ ash_apply_indexes_after(Oid relid)
 }
 
 /*
- * Retire what the snapshot of m did not see, as the sink owner.
+ * Retire what the snapshot of m did not see, inside the sink owner's scope
+ * (each table as its owner allows: ash_provenance_retire).
  * nothing_past: no version of an SCD2 target can be past close_lsn but the
  * snapshot's own (ash_provenance_retire).
  */

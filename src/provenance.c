@@ -1442,9 +1442,9 @@ scope_tenants(AshMapping *m, Oid owner)
  * table: tenant_scope_missing), each once: a scope returned twice names
  * one table, which every caller reads or writes once.  *scopes, when not
  * NULL: the scope (tenant) of each table, as the function returned it, or
- * NIL for a mapping without context tenancy.
+ * NIL for a mapping without context tenancy.  *oids: the tables' OIDs,
+ * in the same order (a retirement writes each as its owner allows).
  */
-/* ash_provenance_scope_tables, and the tables' OIDs in *oids. */
 static List *
 scope_tables(AshMapping *m, Oid owner, List **scopes, List **oids)
 {
