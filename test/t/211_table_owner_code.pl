@@ -17,6 +17,7 @@
 #             after registration: the same
 #   v1        a v1 copy (with provenance) into such a target: the same
 #   incr      an incremental copy into such a target: the same
+#   route     a message route's table of another role: the same
 #   untrusted a non-superuser sink owner and a table of a role neither has
 #             the privileges of: map_table refuses target_owner_untrusted;
 #             a mapped target given to such a role fails doctor's
@@ -35,7 +36,8 @@ use Test::More;
 my $DB = $AshTest::DB;
 my ($src, $dst) = AshTest::start_pair(log_statement => 'none',
 	dst_conf => "ash_replicant.keyring_file = 'keyring'\nash_replicant.snapshot_workers = 2\n");
-AshTenancy::write_keyring($dst, 'keyring', 'snapshot_provenance 1 ' . AshTenancy::key_hex(5));
+AshTenancy::write_keyring($dst, 'keyring', 'snapshot_provenance 1 ' . AshTenancy::key_hex(5),
+	'message_digest 1 ' . AshTenancy::key_hex(6), 'horizon_provenance 1 ' . AshTenancy::key_hex(7));
 sub q_dst { return $dst->safe_psql($DB, $_[0]); }
 sub q_src { return $src->safe_psql($DB, $_[0]); }
 sub super_of { return q_dst("SELECT rolsuper FROM pg_roles WHERE rolname = '$_[0]'"); }
@@ -61,6 +63,7 @@ CREATE PUBLICATION pub_s FOR TABLE docs, notes;
 CREATE PUBLICATION pub_v1 FOR TABLE c1;
 CREATE PUBLICATION pub_in FOR TABLE c2;
 CREATE PUBLICATION pub_u FOR TABLE u;
+CREATE PUBLICATION pub_m;
 });
 q_dst(q{
 CREATE ROLE acme_role LOGIN;
@@ -163,6 +166,27 @@ is(q_dst('SELECT count(*) FROM c2'), '6', 'incr: every row copied, then streamed
 is(seen_by('public.c2'), 'c_role/false/denied', 'incr: the trigger ran as the table\'s owner');
 is(super_of('c_role'), 'f', 'incr: the owner is not superuser');
 is(AshTest::status_row($dst, 'owni')->{state}, 'healthy', 'incr: healthy');
+
+# ---------------------------------------------------------------------------
+# route: a message route's table of notes_role
+# ---------------------------------------------------------------------------
+q_dst(q{
+CREATE TABLE inbox (id bigserial PRIMARY KEY, content text, operation_key bytea, content_digest bytea);
+ALTER TABLE inbox OWNER TO notes_role;
+SET ROLE notes_role;
+CREATE TRIGGER grab AFTER INSERT ON public.inbox FOR EACH ROW EXECUTE FUNCTION public.grab('notes_role');
+RESET ROLE;
+});
+AshTest::setup_pipeline($src, $dst, sink => 'ownm', publication => 'pub_m', recovery_horizon => '1 hour',
+	start => 0);
+q_dst("SELECT ash_replicant_add_message_route('ownm', 'box', 'inbox'::regclass, '1 hour'::interval)");
+AshTest::start_sink($dst, 'ownm');
+AshTest::wait_caught_up($src, $dst, 'ownm', quiet => 1);
+q_src("SELECT pg_logical_emit_message(true, 'box', 'hello')");
+AshTest::wait_caught_up($src, $dst, 'ownm', name => 'route: the message applied');
+is(q_dst('SELECT count(*) FROM inbox'), '1', 'route: the message in its table');
+is(seen_by('public.inbox'), 'notes_role/false/denied', 'route: the trigger ran as the table\'s owner');
+is(super_of('notes_role'), 'f', 'route: the owner is not superuser');
 
 # ---------------------------------------------------------------------------
 # untrusted: neither role has the other's privileges
