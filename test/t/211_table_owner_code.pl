@@ -24,7 +24,8 @@
 #             destination_mappings and halts the pipeline
 #             target_owner_untrusted with nothing committed; the owner
 #             given back, a restart applies the row once; alter_sink
-#             refuses a new owner of such a kind
+#             refuses a new owner of such a kind; add_message_route
+#             refuses a route table of such a role, storing no route
 use strict;
 use warnings;
 use lib 'test/t';
@@ -222,5 +223,21 @@ is(q_dst('SELECT count(*) FROM u'), '1', 'untrusted: the row applied once');
 ($rc, $out, $err) = $dst->psql($DB, "SELECT ash_replicant_alter_sink('own', owner => 'sink_low')");
 like($err, qr/target_owner_untrusted \(sink "own": table "public"\."notes"/,
 	'untrusted: alter_sink refuses an owner that a mapped target\'s owner and it trust neither');
+
+# a route table of a role neither trusts: add_message_route refuses it
+q_dst(q{
+CREATE TABLE outbox3 (id bigserial PRIMARY KEY, content text, operation_key bytea, content_digest bytea);
+ALTER TABLE outbox3 OWNER TO stranger;
+GRANT ALL ON outbox3 TO sink_low;
+GRANT USAGE ON SEQUENCE outbox3_id_seq TO sink_low;
+SELECT ash_replicant_alter_sink('low', recovery_horizon => '1 hour');
+});
+($rc, $out, $err) = $dst->psql($DB,
+	"SELECT ash_replicant_add_message_route('low', 'box3', 'outbox3'::regclass, '1 hour'::interval)",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/42501: .*target_owner_untrusted/,
+	'untrusted: add_message_route refuses a route table whose owner and the sink owner trust neither (42501)');
+is(q_dst("SELECT count(*) FROM ash_replicant.message_routes WHERE sink_name = 'low'"), '0',
+	'untrusted: no route stored');
 
 done_testing();
